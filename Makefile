@@ -1,0 +1,49 @@
+# Thin front door: every target installs what is missing, then calls meson.
+BUILD ?= build
+MESON_OPTS ?=
+PYTHON := /usr/bin/python3
+
+.PHONY: all deps build check unit integration asan demo bench fuzz install clean format
+
+all: build
+
+deps:
+	@./scripts/install-deps
+
+$(BUILD)/build.ninja:
+	meson setup $(BUILD) $(MESON_OPTS)
+
+build: deps $(BUILD)/build.ninja
+	ninja -C $(BUILD)
+
+# All tests: unit tests, fuzz corpora replays, integration tests.
+check: build
+	meson test -C $(BUILD) --print-errorlogs --num-processes 2
+	IDCACHE_BUILD=$(abspath $(BUILD)) $(PYTHON) -m pytest -q tests/integration
+
+# Unit tests and fuzz replays again under ASan+UBSan.
+asan: deps
+	[ -f build-asan/build.ninja ] || meson setup build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug
+	ninja -C build-asan
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+		meson test -C build-asan --print-errorlogs --suite unit --suite fuzz
+
+demo: build
+	./scripts/demo $(BUILD)
+
+bench: build
+	./scripts/bench $(BUILD)
+
+fuzz: deps
+	[ -f build-fuzz/build.ninja ] || CC=clang meson setup build-fuzz -Dfuzz=true -Db_lundef=false
+	ninja -C build-fuzz
+	./scripts/fuzz build-fuzz $${FUZZ_SECONDS:-60}
+
+install: build
+	meson install -C $(BUILD)
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h')
+
+clean:
+	rm -rf $(BUILD) build-asan build-fuzz

@@ -1,0 +1,1 @@
+/* check.c: being written */

@@ -1,0 +1,1 @@
+/* dn.c: being written */

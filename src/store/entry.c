@@ -1,0 +1,1 @@
+/* entry.c: being written */

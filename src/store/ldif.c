@@ -1,0 +1,1 @@
+/* ldif.c: being written */

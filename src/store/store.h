@@ -1,0 +1,378 @@
+/*
+ * store: an embedded LDAP-style directory on LMDB (DESIGN §4).
+ *
+ * Owns: the LMDB environment of a store directory (data.mdb, lock.mdb and a
+ * write.lock), the entry encoding, DN and value normalization (schema), RFC
+ * 4515 filters, indexes, searches, consistency checks and LDIF.
+ * May call: util, liblmdb, libc.
+ *
+ * Conventions: functions return 0 or a negative code (see util.h); those
+ * that can fail on input take a `struct idc_diag *` (may be NULL) and fill
+ * it with what and where. Every operation takes an explicit transaction.
+ * Entries handed out by the store point into LMDB's map or into scratch
+ * memory of the transaction: valid until the next store call on the same
+ * transaction or its end, whichever comes first. Copy what you keep.
+ */
+#ifndef IDC_STORE_H
+#define IDC_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "util/util.h"
+
+/* ==== values, attributes, entries ======================================== */
+
+/* Bytes that are not necessarily NUL-terminated. */
+struct store_val {
+	const char *ptr;
+	size_t len;
+};
+
+#define STORE_ATTR_MAX   128 /* longest attribute description */
+#define STORE_DN_MAX     8192 /* longest DN, in bytes */
+#define STORE_ENTRY_MAX  (64u << 20) /* largest encoded entry */
+
+struct store_attr {
+	struct store_val name; /* as given by whoever added it */
+	struct store_val norm; /* canonical: lowercase, aliases resolved */
+	struct store_val *vals; /* values as given, in the order given */
+	size_t nvals;
+};
+
+/* An entry. attrs are sorted by norm (memcmp order), one per attribute. */
+struct store_entry {
+	uint64_t id; /* 0 until stored */
+	struct store_val dn; /* as given */
+	struct store_attr *attrs;
+	size_t nattrs;
+};
+
+/* An (attribute, value) pair as it comes from LDIF or a command line. */
+struct store_pair {
+	struct store_val name;
+	struct store_val value;
+};
+
+/* Build an entry from pairs, grouping values of one attribute (names
+ * compared canonically) in their order, attrs sorted. All memory comes from
+ * arena; pairs' bytes are referenced, not copied. Invalid attribute names
+ * give IDC_ESYNTAX. */
+int store_entry_from_pairs(struct idc_arena *arena, struct store_val dn,
+			   const struct store_pair *pairs, size_t npairs, struct store_entry *out,
+			   struct idc_diag *d);
+
+/* The attribute with canonical name norm, or NULL. Binary search. */
+const struct store_attr *store_entry_attr(const struct store_entry *e, const char *norm,
+					  size_t len);
+
+/* ==== schema: matching rules and normalization ============================== */
+
+enum store_rule {
+	STORE_RULE_CASE_IGNORE = 0, /* caseIgnoreMatch 2.5.13.2 */
+	STORE_RULE_CASE_EXACT,      /* caseExactMatch 2.5.13.5 */
+	STORE_RULE_INTEGER,         /* integerMatch 2.5.13.14 */
+	STORE_RULE_DN,              /* distinguishedNameMatch 2.5.13.1 */
+	STORE_RULE_OCTET,           /* octetStringMatch 2.5.13.17 */
+};
+
+/* Canonical form of an attribute description: ASCII lowercase, known
+ * aliases mapped (commonName->cn, userid->uid, surname->sn ...), options
+ * (";binary") kept lowercased. Writes at most STORE_ATTR_MAX bytes to out and
+ * returns the length, or 0 when name is not a valid description
+ * (descr = ALPHA *(ALPHA/DIGIT/"-"), or a numeric OID; options likewise). */
+size_t store_attr_canon(const char *name, size_t len, char out[STORE_ATTR_MAX]);
+
+/* Matching rule of a canonical attribute name; unknown ones: caseIgnore. */
+enum store_rule store_attr_rule(const char *norm, size_t len);
+
+/* Rule by name ("caseExactMatch", case-insensitive) or OID ("2.5.13.5").
+ * 0 or -ENOENT. */
+int store_rule_by_name(const char *name, size_t len, enum store_rule *out);
+
+/* Append the normalized form of value v under rule r to out:
+ *  caseIgnore: ASCII lowercased, leading/trailing spaces dropped, inner runs
+ *              of spaces folded to one (bytes >= 0x80 kept as they are);
+ *  caseExact:  the same space handling, case kept;
+ *  integer:    8 bytes, big-endian two's complement with the sign bit
+ *              flipped, so memcmp orders numerically. Syntax: optional '-',
+ *              digits, no leading zeros, fits int64, else IDC_ESYNTAX;
+ *  DN:         the normalized DN text (store_dn_normalize);
+ *  octet:      the bytes as they are.
+ * Returns 0, IDC_ESYNTAX (with d saying why) or -ENOMEM. */
+int store_normalize(enum store_rule r, const char *v, size_t len, struct idc_buf *out,
+		    struct idc_diag *d);
+
+/* ==== DN (RFC 4514) ============================================================ */
+
+#define STORE_DN_MAX_RDNS 64
+
+/* A DN in normalized form: text "rdn0,rdn1,...": child first, attribute
+ * types canonical, values normalized by their attribute's rule and then
+ * escaped the one canonical way (store_dn_normalize documents it), the AVAs
+ * of a multi-valued RDN sorted and joined by '+'. off[i] is where RDN i
+ * starts in text; off[nrdn] == text.len. The root (empty DN) has nrdn == 0.
+ * Owns text. */
+struct store_ndn {
+	struct idc_buf text;
+	size_t nrdn;
+	size_t off[STORE_DN_MAX_RDNS + 1];
+};
+
+#define STORE_NDN_INIT {IDC_BUF_INIT, 0, {0}}
+
+/* Parse dn and fill out (reusing its memory). Errors: IDC_ESYNTAX with the
+ * byte offset in d ("DN 'x': position 7: ..."), -E2BIG past STORE_DN_MAX or
+ * STORE_DN_MAX_RDNS. Canonical escaping in values: '\' before
+ * , + " \ < > ; = and before a leading '#' or space or a trailing space;
+ * bytes < 0x20, 0x7f and NUL as \XX (lowercase hex); all else literal. */
+int store_dn_normalize(const char *dn, size_t len, struct store_ndn *out, struct idc_diag *d);
+void store_ndn_free(struct store_ndn *n);
+
+/* Write the RDN-reversed key of n without its first `skip` RDNs into out
+ * (replacing its content): "dc=com,dc=example,ou=people,uid=a". skip = 1
+ * gives the parent's key; skip >= nrdn gives "" (the root). */
+int store_ndn_rkey(const struct store_ndn *n, size_t skip, struct idc_buf *out);
+
+/* One attribute value assertion of a DN, as parsed: type as written (not
+ * canonical) and value with escapes undone (raw bytes, may contain NUL).
+ * rdn is the RDN's index, 0 = the leftmost (the entry's own RDN). */
+typedef int (*store_ava_cb)(struct store_val type, struct store_val value, size_t rdn,
+			    void *arg);
+
+/* Call cb for each AVA of dn, left to right. Stops at the first non-zero
+ * return of cb and returns it. IDC_ESYNTAX on a malformed DN. */
+int store_dn_foreach_ava(const char *dn, size_t len, store_ava_cb cb, void *arg,
+			 struct idc_diag *d);
+
+/* ==== filters (RFC 4515) ===================================================== */
+
+struct store_filter; /* opaque; see store_int.h for the tree */
+
+/* Parse text (len bytes, no NUL needed) into a new filter tree owned by the
+ * caller. A filter without outer parentheses ("uid=alice") is accepted, as
+ * ldapsearch does. Errors: IDC_ESYNTAX with "position N: <why>" in d (N is
+ * the 0-based byte offset), -E2BIG when nesting passes 256 or the text 1 MiB,
+ * -ENOMEM. */
+int store_filter_parse(const char *text, size_t len, struct store_filter **out,
+		       struct idc_diag *d);
+void store_filter_free(struct store_filter *f);
+
+/* The filter in RFC 4515 string form (normalized spacing, values escaped). */
+int store_filter_format(const struct store_filter *f, struct idc_buf *out);
+
+/* Evaluate f on e: 1 true, 0 false or undefined. scratch is reused for
+ * value normalization (the caller owns it; any content is overwritten). */
+int store_filter_match(const struct store_filter *f, const struct store_entry *e,
+		       struct idc_buf *scratch);
+
+/* ==== the store ================================================================ */
+
+struct store;
+struct store_txn;
+
+enum store_open_flags {
+	STORE_RDONLY = 1 << 0, /* open an existing store for reading only */
+	STORE_CREATE = 1 << 1, /* create the store when the directory has none */
+	STORE_NOSYNC = 1 << 2, /* no fsync at commit (disposable data, benchmarks) */
+};
+
+struct store_options {
+	unsigned flags;              /* enum store_open_flags */
+	size_t map_size;             /* initial map size in bytes; 0: 1 GiB or the file's */
+	const char *const *indexes;  /* with STORE_CREATE on a new store: attributes to index */
+	size_t nindexes;
+	unsigned max_readers;        /* 0: 126 */
+};
+
+/* Open (or create) the store in directory dir. Errors: -ENOENT (no such
+ * directory), IDC_ENOTSTORE (directory has no store and no STORE_CREATE),
+ * IDC_EVERSION, -EACCES/-EROFS, all with d naming the path. */
+int store_open(const char *dir, const struct store_options *opt, struct store **out,
+	       struct idc_diag *d);
+void store_close(struct store *s);
+
+enum store_txn_flags {
+	STORE_TXN_RDONLY = 1 << 0,
+	STORE_TXN_BULK = 1 << 1, /* write txn for a large batch of adds: index
+				  * keys are collected, sorted and written at
+				  * commit (DESIGN §4 bulk path) */
+};
+
+/* Begin a transaction; parent (or NULL) makes it nested (write txns only).
+ * A write txn takes the store's write lock without waiting: -EBUSY (d says
+ * which pid holds it) when another process writes. */
+int store_txn_begin(struct store *s, struct store_txn *parent, unsigned flags,
+		    struct store_txn **out, struct idc_diag *d);
+/* Commit; the txn is freed whatever the result. IDC_EMAPFULL: nothing was
+ * written; call store_grow and run the whole transaction again. */
+int store_txn_commit(struct store_txn *t, struct idc_diag *d);
+void store_txn_abort(struct store_txn *t);
+
+/* Double the map (no transaction of this process may be open). */
+int store_grow(struct store *s);
+
+/* Run fn in a write transaction, committing when it returns 0 and aborting
+ * otherwise; on IDC_EMAPFULL (from fn or commit) grow the map and run fn
+ * again, up to 16 times. fn must be safe to re-run. */
+typedef int (*store_txn_fn)(struct store_txn *t, void *arg, struct idc_diag *d);
+int store_write(struct store *s, unsigned flags, store_txn_fn fn, void *arg,
+		struct idc_diag *d);
+
+/* Number of durable commits this handle made (tests prove that a no-op
+ * refresh writes nothing by watching it). */
+uint64_t store_commit_count(const struct store *s);
+
+/* ---- operations ---------------------------------------------------------------- */
+
+/* Add e (e->id ignored). Errors: -EEXIST (DN present), IDC_ENOPARENT (the
+ * parent is missing while some ancestor exists; an entry none of whose
+ * ancestors exist starts a new naming context), IDC_ENAMING, IDC_ESYNTAX
+ * (value of wrong syntax for its attribute's rule), -E2BIG (over
+ * STORE_ENTRY_MAX). On success *id (if not NULL) is the new id. */
+int store_add(struct store_txn *t, const struct store_entry *e, uint64_t *id,
+	      struct idc_diag *d);
+
+enum store_mod_op { STORE_MOD_ADD, STORE_MOD_DELETE, STORE_MOD_REPLACE };
+struct store_mod {
+	enum store_mod_op op;
+	struct store_val attr;
+	const struct store_val *vals; /* DELETE with none: the whole attribute */
+	size_t nvals;
+};
+
+/* Apply mods to the entry at dn, all or none (RFC 4511 semantics): ADD of a
+ * present value IDC_EVALEXISTS; DELETE of an absent value or attribute
+ * IDC_ENOATTR; REPLACE with no values removes the attribute. Changing the
+ * values that name the entry is IDC_ENAMING. -ENOENT when dn is absent.
+ * *changed (if not NULL) says whether anything differs afterwards. */
+int store_modify(struct store_txn *t, struct store_val dn, const struct store_mod *mods,
+		 size_t nmods, bool *changed, struct idc_diag *d);
+
+/* Replace the whole entry at e->dn by e (same DN): indexes updated by
+ * difference, nothing written when equal. *changed as above. */
+int store_replace(struct store_txn *t, const struct store_entry *e, bool *changed,
+		  struct idc_diag *d);
+
+/* Delete the entry at dn. IDC_ENOTLEAF when it has children, unless
+ * subtree, which deletes them all. -ENOENT when absent. */
+int store_delete(struct store_txn *t, struct store_val dn, bool subtree, struct idc_diag *d);
+
+/* Rename a leaf: new RDN newrdn, under newsuperior (NULL: same parent).
+ * deleteoldrdn removes the old RDN values from the entry. IDC_ENOTLEAF for
+ * an entry with children, -EEXIST when the new DN is taken. */
+int store_modrdn(struct store_txn *t, struct store_val dn, struct store_val newrdn,
+		 bool deleteoldrdn, const struct store_val *newsuperior, struct idc_diag *d);
+
+/* The entry at dn (lifetime: see top of file). -ENOENT when absent. */
+int store_get(struct store_txn *t, struct store_val dn, struct store_entry *out,
+	      struct idc_diag *d);
+/* The entry with id. -ENOENT when absent. */
+int store_get_id(struct store_txn *t, uint64_t id, struct store_entry *out);
+
+/* ---- search ---------------------------------------------------------------- */
+
+enum store_scope { STORE_SCOPE_BASE, STORE_SCOPE_ONE, STORE_SCOPE_SUB };
+
+struct store_search {
+	struct store_val base; /* "" (len 0): the root, above every naming context */
+	enum store_scope scope;
+	const struct store_filter *filter; /* NULL: every entry */
+	size_t sizelimit;                  /* 0: none */
+};
+
+/* Called for each matching entry; e is valid during the call only. A
+ * non-zero return stops the search and is returned by store_search. */
+typedef int (*store_entry_cb)(const struct store_entry *e, void *arg);
+
+/* Search. Returns 0, -ENOENT when base does not exist, IDC_ESIZELIMIT after
+ * sizelimit entries were passed to cb while more matched, or cb's value. */
+int store_search(struct store_txn *t, const struct store_search *q, store_entry_cb cb,
+		 void *arg, struct idc_diag *d);
+
+/* How a search would run, for tests and `db search --explain`: "scan",
+ * "index eq.uid", "and(index eq.uid,index eq.objectclass)" ... and the
+ * candidate estimate. */
+int store_search_plan(struct store_txn *t, const struct store_search *q, struct idc_buf *out);
+
+/* ---- indexes ------------------------------------------------------------------ */
+
+/* Canonical names of indexed attributes, in order; valid until the next
+ * index change or store_close. */
+size_t store_index_list(struct store *s, const char *const **names);
+/* Add an index and build it from every entry, in the caller's write txn.
+ * -EEXIST when present. The index serves searches once committed. */
+int store_index_add(struct store_txn *t, const char *attr, struct idc_diag *d);
+/* Drop an index. -ENOENT when absent. */
+int store_index_remove(struct store_txn *t, const char *attr, struct idc_diag *d);
+
+/* ---- checking and statistics ------------------------------------------------------ */
+
+/* Verify every invariant: each index key points at a live entry holding that
+ * value; each indexed value of each entry is in its index; dn2id and
+ * id2entry agree; each parent exists (or the entry starts a naming context);
+ * meta is sane. cb gets one line per fault (may be NULL); returns the number
+ * of faults (>= 0) or a negative error when the check could not run. */
+typedef void (*store_fault_cb)(const char *fault, void *arg);
+long store_check(struct store_txn *t, store_fault_cb cb, void *arg);
+
+struct store_stats {
+	uint64_t entries;
+	uint64_t next_id;
+	size_t map_size;     /* bytes */
+	size_t used_bytes;   /* pages in use × page size */
+	size_t file_bytes;   /* data.mdb on disk */
+	unsigned format_version;
+	size_t nindexes;
+};
+int store_stats(struct store_txn *t, struct store_stats *out);
+
+/* ==== LDIF (RFC 2849) ============================================================== */
+
+enum ldif_change { LDIF_ADD, LDIF_DELETE, LDIF_MODIFY, LDIF_MODRDN };
+
+/* One LDIF record. For ADD: pairs (the entry, an attrval-record or a
+ * changetype: add). For MODIFY: mods, each mod's vals are in pairs-like
+ * storage owned by the parser. For MODRDN: newrdn, deleteoldrdn,
+ * newsuperior (has_newsuperior). Everything points into parser memory valid
+ * until the next ldif_next call or ldif_close. */
+struct ldif_record {
+	enum ldif_change change;
+	unsigned long line; /* line where the record starts */
+	struct store_val dn;
+	struct store_pair *pairs;
+	size_t npairs;
+	struct store_mod *mods;
+	size_t nmods;
+	struct store_val newrdn;
+	bool deleteoldrdn;
+	bool has_newsuperior;
+	struct store_val newsuperior;
+};
+
+struct ldif_reader;
+
+/* Read LDIF from f (not closed by the reader); name is used in messages
+ * ("people.ldif:42: ..."). */
+int ldif_open(FILE *f, const char *name, struct ldif_reader **out);
+/* Next record: 1 with *rec filled, 0 at the end, IDC_ESYNTAX (d names
+ * name:line and why), -E2BIG (line or record over 64 MiB), -EIO.
+ * Rejected with a clear message: URL values (':<'), bad base64, control:
+ * lines, unknown changetype, a version other than 1. */
+int ldif_next(struct ldif_reader *r, struct ldif_record *rec, struct idc_diag *d);
+/* Bytes consumed so far (for progress). */
+uint64_t ldif_offset(const struct ldif_reader *r);
+void ldif_close(struct ldif_reader *r);
+
+/* Append e as an LDIF record ("dn: ...\n" then "name: value\n" per value,
+ * then a blank line) to out. Values that RFC 2849 says are not SAFE-STRINGs
+ * (leading space, ':' or '<', trailing space, NUL, CR, LF, bytes >= 0x80)
+ * go base64 with "::". Lines longer than 76 columns are folded as
+ * ldapsearch does. attrs/nattrs (canonical names) select attributes: NULL
+ * means all; "*" all user attributes; "1.1" none. */
+int ldif_write_entry(struct idc_buf *out, const struct store_entry *e, const char *const *attrs,
+		     size_t nattrs);
+
+#endif

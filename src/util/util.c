@@ -1,0 +1,271 @@
+/* util: errors, diagnostics, logging, buffers, arena, hashing. */
+#include "util.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <syslog.h>
+#include <time.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+/* ---- errors ---------------------------------------------------------------- */
+
+static const char *const idc_errtext[] = {
+	[IDC_ESYNTAX - IDC_ERR_FIRST] = "invalid syntax",
+	[IDC_ENOPARENT - IDC_ERR_FIRST] = "parent entry does not exist",
+	[IDC_ENOTLEAF - IDC_ERR_FIRST] = "entry has children",
+	[IDC_EMAPFULL - IDC_ERR_FIRST] = "store map is full",
+	[IDC_ECORRUPT - IDC_ERR_FIRST] = "store data is corrupted",
+	[IDC_ESIZELIMIT - IDC_ERR_FIRST] = "size limit exceeded",
+	[IDC_EVERSION - IDC_ERR_FIRST] = "unsupported store format version",
+	[IDC_ENOTSTORE - IDC_ERR_FIRST] = "not an idcache store",
+	[IDC_ENAMING - IDC_ERR_FIRST] = "RDN value is not present in the entry",
+	[IDC_ENOATTR - IDC_ERR_FIRST] = "no such attribute or value",
+	[IDC_EVALEXISTS - IDC_ERR_FIRST] = "attribute value already exists",
+};
+
+const char *idc_strerror(int rc)
+{
+	if (rc == 0)
+		return "success";
+	if (rc > IDC_ERR_FIRST && rc <= IDC_ERR_LAST) {
+		const char *s = idc_errtext[rc - IDC_ERR_FIRST];
+		return s ? s : "unknown idcache error";
+	}
+	if (rc < 0 && rc > -4096)
+		return strerror(-rc);
+	return "unknown error";
+}
+
+int idc_diag_set(struct idc_diag *d, int rc, const char *fmt, ...)
+{
+	if (d) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(d->msg, sizeof(d->msg), fmt, ap);
+		va_end(ap);
+	}
+	return rc;
+}
+
+void idc_diag_prefix(struct idc_diag *d, const char *fmt, ...)
+{
+	if (!d)
+		return;
+	char pre[256];
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(pre, sizeof(pre), fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	size_t plen = (size_t)n < sizeof(pre) ? (size_t)n : sizeof(pre) - 1;
+	size_t mlen = strnlen(d->msg, sizeof(d->msg) - 1);
+	if (plen + mlen > sizeof(d->msg) - 1)
+		mlen = sizeof(d->msg) - 1 - plen; /* the tail of the old text goes */
+	memmove(d->msg + plen, d->msg, mlen);
+	memcpy(d->msg, pre, plen);
+	d->msg[plen + mlen] = '\0';
+}
+
+/* ---- logging ---------------------------------------------------------------- */
+
+static bool log_stderr = true;
+static int log_max = IDC_LOG_INFO;
+static const char *log_ident = "idcache";
+
+void idc_log_init(const char *ident, bool to_stderr, int level)
+{
+	log_ident = ident;
+	log_stderr = to_stderr;
+	log_max = level;
+	if (!to_stderr)
+		openlog(ident, LOG_PID | LOG_NDELAY, LOG_DAEMON);
+}
+
+int idc_log_level(void)
+{
+	return log_max;
+}
+
+void idc_log(int level, const char *fmt, ...)
+{
+	static const int prio[] = {LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG};
+	static const char *const name[] = {"error", "warning", "info", "debug"};
+	if (level > log_max || level < 0)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	if (log_stderr) {
+		char line[2048];
+		vsnprintf(line, sizeof(line), fmt, ap);
+		fprintf(stderr, "%s: %s: %s\n", log_ident, name[level], line);
+	} else {
+		vsyslog(prio[level], fmt, ap);
+	}
+	va_end(ap);
+}
+
+/* ---- buffers ---------------------------------------------------------------- */
+
+int idc_buf_reserve(struct idc_buf *b, size_t extra)
+{
+	if (extra > SIZE_MAX / 2 - b->len)
+		return -ENOMEM;
+	size_t need = b->len + extra + 1;
+	if (need <= b->cap)
+		return 0;
+	size_t cap = b->cap ? b->cap : 64;
+	while (cap < need)
+		cap *= 2;
+	char *p = realloc(b->data, cap);
+	if (!p)
+		return -ENOMEM;
+	b->data = p;
+	b->cap = cap;
+	return 0;
+}
+
+int idc_buf_append(struct idc_buf *b, const void *p, size_t n)
+{
+	int rc = idc_buf_reserve(b, n);
+	if (rc)
+		return rc;
+	if (n)
+		memcpy(b->data + b->len, p, n);
+	b->len += n;
+	b->data[b->len] = '\0';
+	return 0;
+}
+
+int idc_buf_putc(struct idc_buf *b, char c)
+{
+	return idc_buf_append(b, &c, 1);
+}
+
+int idc_buf_printf(struct idc_buf *b, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(NULL, 0, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return -EINVAL;
+	int rc = idc_buf_reserve(b, (size_t)n);
+	if (rc)
+		return rc;
+	va_start(ap, fmt);
+	vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+	va_end(ap);
+	b->len += (size_t)n;
+	return 0;
+}
+
+void idc_buf_free(struct idc_buf *b)
+{
+	free(b->data);
+	b->data = NULL;
+	b->len = b->cap = 0;
+}
+
+/* ---- arena ------------------------------------------------------------------ */
+
+struct idc_arena_chunk {
+	struct idc_arena_chunk *next;
+	size_t size;
+	max_align_t data[];
+};
+
+#define ARENA_CHUNK (64 * 1024)
+#define ARENA_ALIGN (sizeof(max_align_t))
+
+void *idc_arena_alloc(struct idc_arena *a, size_t size)
+{
+	size_t need = (size + ARENA_ALIGN - 1) & ~(ARENA_ALIGN - 1);
+	if (need < size)
+		return NULL;
+	if (!a->head || a->head->size - a->used < need) {
+		size_t csize = need > ARENA_CHUNK ? need : ARENA_CHUNK;
+		struct idc_arena_chunk *c = malloc(sizeof(*c) + csize);
+		if (!c)
+			return NULL;
+		c->size = csize;
+		/* A big one-off allocation goes behind the current chunk so the
+		 * space left in the head is not wasted. */
+		if (a->head && need > ARENA_CHUNK) {
+			c->next = a->head->next;
+			a->head->next = c;
+			return c->data;
+		}
+		c->next = a->head;
+		a->head = c;
+		a->used = 0;
+	}
+	void *p = (char *)a->head->data + a->used;
+	a->used += need;
+	return p;
+}
+
+char *idc_arena_strndup(struct idc_arena *a, const char *p, size_t n)
+{
+	char *s = idc_arena_alloc(a, n + 1);
+	if (!s)
+		return NULL;
+	if (n)
+		memcpy(s, p, n);
+	s[n] = '\0';
+	return s;
+}
+
+void idc_arena_reset(struct idc_arena *a)
+{
+	if (!a->head)
+		return;
+	struct idc_arena_chunk *keep = a->head, *c = keep->next;
+	while (c) {
+		struct idc_arena_chunk *n = c->next;
+		free(c);
+		c = n;
+	}
+	keep->next = NULL;
+	a->used = 0;
+}
+
+void idc_arena_free(struct idc_arena *a)
+{
+	struct idc_arena_chunk *c = a->head;
+	while (c) {
+		struct idc_arena_chunk *n = c->next;
+		free(c);
+		c = n;
+	}
+	a->head = NULL;
+	a->used = 0;
+}
+
+/* ---- hashing and strings ------------------------------------------------------ */
+
+uint64_t idc_hash64(const void *p, size_t n, uint64_t seed)
+{
+	return XXH3_64bits_withSeed(p, n, seed);
+}
+
+bool idc_memcaseeq(const char *a, size_t alen, const char *b, size_t blen)
+{
+	if (alen != blen)
+		return false;
+	for (size_t i = 0; i < alen; i++)
+		if (idc_tolower(a[i]) != idc_tolower(b[i]))
+			return false;
+	return true;
+}
+
+uint64_t idc_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}

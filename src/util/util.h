@@ -1,0 +1,123 @@
+/*
+ * util: the few helpers every idcache module shares — error codes and their
+ * text, error detail for the caller that reports, logging, growable byte
+ * buffers, a bump arena and hashing. Depends on libc (and xxhash, inlined)
+ * only, so the NSS module may link it.
+ */
+#ifndef IDC_UTIL_H
+#define IDC_UTIL_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define IDC_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+/* ---- errors ---------------------------------------------------------------
+ * Functions return 0 or a negative code: -errno, or one of ours below (a
+ * range no errno uses). idc_strerror() decodes both. */
+enum {
+	IDC_ERR_FIRST = -31020,
+	IDC_ESYNTAX = -31019,    /* input does not follow its grammar */
+	IDC_ENOPARENT = -31018,  /* parent entry does not exist */
+	IDC_ENOTLEAF = -31017,   /* entry has children */
+	IDC_EMAPFULL = -31016,   /* store map is full; grow and retry */
+	IDC_ECORRUPT = -31015,   /* stored data fails its own checks */
+	IDC_ESIZELIMIT = -31014, /* search returned its size limit */
+	IDC_EVERSION = -31013,   /* store format version not supported */
+	IDC_ENOTSTORE = -31012,  /* directory is not an idcache store */
+	IDC_ENAMING = -31011,    /* RDN value missing from the entry */
+	IDC_ENOATTR = -31010,    /* modify: attribute or value not present */
+	IDC_EVALEXISTS = -31009, /* modify: value already present */
+	IDC_ERR_LAST = -31009,
+};
+
+/* Text for a code from any idcache function (0, -errno or IDC_E*). Static. */
+const char *idc_strerror(int rc);
+
+/* Detail for a failure, written by the function that fails (when the caller
+ * passes one) and reported by the caller that decides what to do. */
+struct idc_diag {
+	char msg[512];
+};
+
+/* Set d->msg (printf-style); NULL d is allowed and ignored. Returns rc so a
+ * failing function can `return idc_diag_set(d, rc, ...)`. */
+int idc_diag_set(struct idc_diag *d, int rc, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* Prefix d->msg with more context ("file:12: " + old message). */
+void idc_diag_prefix(struct idc_diag *d, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* ---- logging -------------------------------------------------------------- */
+enum idc_log_level { IDC_LOG_ERR = 0, IDC_LOG_WARN, IDC_LOG_INFO, IDC_LOG_DEBUG };
+
+/* Route log lines to stderr (to_stderr) or syslog under ident; lines above
+ * level are dropped. Before any call: stderr, level INFO. */
+void idc_log_init(const char *ident, bool to_stderr, int level);
+int idc_log_level(void);
+void idc_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- growable buffer -------------------------------------------------------
+ * Owns data (malloc). data is always NUL-terminated after a successful call,
+ * so text can be used as a C string; len excludes the NUL. */
+struct idc_buf {
+	char *data;
+	size_t len;
+	size_t cap;
+};
+
+#define IDC_BUF_INIT {NULL, 0, 0}
+
+/* Make room for extra more bytes (plus the NUL). 0 or -ENOMEM. */
+int idc_buf_reserve(struct idc_buf *b, size_t extra);
+int idc_buf_append(struct idc_buf *b, const void *p, size_t n);
+int idc_buf_putc(struct idc_buf *b, char c);
+int idc_buf_printf(struct idc_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Forget the content, keep the memory. */
+static inline void idc_buf_reset(struct idc_buf *b)
+{
+	b->len = 0;
+	if (b->data)
+		b->data[0] = '\0';
+}
+void idc_buf_free(struct idc_buf *b);
+
+/* ---- arena -----------------------------------------------------------------
+ * Bump allocator for many small objects with one lifetime (a parsed record,
+ * a decoded entry). Memory comes back only by idc_arena_reset or _free. */
+struct idc_arena_chunk;
+struct idc_arena {
+	struct idc_arena_chunk *head;
+	size_t used; /* in head */
+};
+
+#define IDC_ARENA_INIT {NULL, 0}
+
+/* size bytes aligned for any object, or NULL on ENOMEM. */
+void *idc_arena_alloc(struct idc_arena *a, size_t size);
+/* Copy of p[0..n) plus a NUL, or NULL. */
+char *idc_arena_strndup(struct idc_arena *a, const char *p, size_t n);
+/* Keep the first chunk, drop the rest; everything allocated is invalid. */
+void idc_arena_reset(struct idc_arena *a);
+void idc_arena_free(struct idc_arena *a);
+
+/* ---- hashing ---------------------------------------------------------------
+ * 64-bit keyed hash (XXH3). Not cryptographic; the seed makes flooding a
+ * table with chosen collisions hard for someone who cannot read it. */
+uint64_t idc_hash64(const void *p, size_t n, uint64_t seed);
+
+/* ---- strings ---------------------------------------------------------------- */
+static inline char idc_tolower(char c)
+{
+	return (c >= 'A' && c <= 'Z') ? (char)(c + ('a' - 'A')) : c;
+}
+/* ASCII case-insensitive equality of two byte strings. */
+bool idc_memcaseeq(const char *a, size_t alen, const char *b, size_t blen);
+
+/* Monotonic clock in nanoseconds. */
+uint64_t idc_now_ns(void);
+
+#endif
