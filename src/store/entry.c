@@ -1,1 +1,325 @@
-/* entry.c: being written */
+/* entry: building entries from pairs, attribute lookup, the id2entry codec. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store_int.h"
+
+/* ---- building ---------------------------------------------------------------- */
+
+struct pair_ref {
+	const char *norm;
+	size_t norm_len;
+	size_t idx; /* position in the input: keeps values in their given order */
+};
+
+static int pair_ref_cmp(const void *a, const void *b)
+{
+	const struct pair_ref *x = a, *y = b;
+	size_t n = x->norm_len < y->norm_len ? x->norm_len : y->norm_len;
+	int c = memcmp(x->norm, y->norm, n);
+	if (c)
+		return c;
+	if (x->norm_len != y->norm_len)
+		return x->norm_len < y->norm_len ? -1 : 1;
+	return x->idx < y->idx ? -1 : (x->idx > y->idx);
+}
+
+/* Canonical names of all pairs, allocated in arena. */
+static int pair_refs(struct idc_arena *a, const struct store_pair *pairs, size_t n,
+		     struct pair_ref *refs, struct idc_diag *d)
+{
+	char canon[STORE_ATTR_MAX];
+	for (size_t i = 0; i < n; i++) {
+		size_t len = store_attr_canon(pairs[i].name.ptr, pairs[i].name.len, canon);
+		if (len == 0)
+			return idc_diag_set(d, IDC_ESYNTAX, "invalid attribute name '%.*s'",
+					    (int)(pairs[i].name.len > 64 ? 64 : pairs[i].name.len),
+					    pairs[i].name.ptr);
+		char *p = idc_arena_strndup(a, canon, len);
+		if (!p)
+			return -ENOMEM;
+		refs[i] = (struct pair_ref){p, len, i};
+	}
+	return 0;
+}
+
+static size_t count_attrs(const struct pair_ref *refs, size_t n)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++)
+		if (i == 0 || refs[i].norm_len != refs[i - 1].norm_len ||
+		    memcmp(refs[i].norm, refs[i - 1].norm, refs[i].norm_len) != 0)
+			k++;
+	return k;
+}
+
+int store_entry_from_pairs(struct idc_arena *arena, struct store_val dn,
+			   const struct store_pair *pairs, size_t npairs, struct store_entry *out,
+			   struct idc_diag *d)
+{
+	*out = (struct store_entry){0, dn, NULL, 0};
+	if (npairs == 0)
+		return 0;
+	struct pair_ref *refs = malloc(npairs * sizeof(*refs));
+	if (!refs)
+		return -ENOMEM;
+	int rc = pair_refs(arena, pairs, npairs, refs, d);
+	if (rc)
+		goto out;
+	qsort(refs, npairs, sizeof(*refs), pair_ref_cmp);
+	size_t nattrs = count_attrs(refs, npairs);
+	struct store_attr *attrs = idc_arena_alloc(arena, nattrs * sizeof(*attrs));
+	struct store_val *vals = idc_arena_alloc(arena, npairs * sizeof(*vals));
+	rc = -ENOMEM;
+	if (!attrs || !vals)
+		goto out;
+	size_t k = 0;
+	for (size_t i = 0; i < npairs; i++) {
+		const struct store_pair *p = &pairs[refs[i].idx];
+		if (i == 0 || attrs[k - 1].norm.len != refs[i].norm_len ||
+		    memcmp(attrs[k - 1].norm.ptr, refs[i].norm, refs[i].norm_len) != 0) {
+			attrs[k++] = (struct store_attr){
+			    p->name, {refs[i].norm, refs[i].norm_len}, &vals[i], 0};
+		}
+		vals[i] = p->value;
+		attrs[k - 1].nvals++;
+	}
+	out->attrs = attrs;
+	out->nattrs = nattrs;
+	rc = 0;
+out:
+	free(refs);
+	return rc;
+}
+
+const struct store_attr *store_entry_attr(const struct store_entry *e, const char *norm, size_t len)
+{
+	size_t lo = 0, hi = e->nattrs;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		const struct store_val *n = &e->attrs[mid].norm;
+		size_t m = n->len < len ? n->len : len;
+		int c = memcmp(n->ptr, norm, m);
+		if (c == 0 && n->len != len)
+			c = n->len < len ? -1 : 1;
+		if (c == 0)
+			return &e->attrs[mid];
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
+/* ---- codec ------------------------------------------------------------------- */
+
+#define ENTRY_CODEC_VERSION 1
+#define ENTRY_HDR           16
+
+static void put_u16(struct idc_buf *b, uint16_t v)
+{
+	memcpy(b->data + b->len, &v, 2);
+	b->len += 2;
+}
+
+static void put_u32(struct idc_buf *b, uint32_t v)
+{
+	memcpy(b->data + b->len, &v, 4);
+	b->len += 4;
+}
+
+static void put_bytes(struct idc_buf *b, const void *p, size_t n)
+{
+	if (n)
+		memcpy(b->data + b->len, p, n);
+	b->len += n;
+}
+
+static size_t encoded_size(const struct store_entry *e, size_t ndn_len)
+{
+	size_t n = ENTRY_HDR + e->dn.len + ndn_len;
+	for (size_t i = 0; i < e->nattrs; i++) {
+		const struct store_attr *a = &e->attrs[i];
+		n += 8 + a->norm.len + a->name.len;
+		for (size_t j = 0; j < a->nvals; j++)
+			n += 4 + a->vals[j].len;
+		if (n > STORE_ENTRY_MAX)
+			return SIZE_MAX;
+	}
+	return n;
+}
+
+int store_entry_encode(const struct store_entry *e, struct store_val ndn, struct idc_buf *out)
+{
+	size_t need = encoded_size(e, ndn.len);
+	if (need > STORE_ENTRY_MAX)
+		return -E2BIG;
+	for (size_t i = 0; i < e->nattrs; i++)
+		if (e->attrs[i].norm.len > UINT16_MAX || e->attrs[i].name.len > UINT16_MAX)
+			return -E2BIG;
+	idc_buf_reset(out);
+	int rc = idc_buf_reserve(out, need);
+	if (rc)
+		return rc;
+	uint8_t hdr[4] = {ENTRY_CODEC_VERSION, 0, 0, 0};
+	put_bytes(out, hdr, 4);
+	put_u32(out, (uint32_t)e->dn.len);
+	put_u32(out, (uint32_t)ndn.len);
+	put_u32(out, (uint32_t)e->nattrs);
+	put_bytes(out, e->dn.ptr, e->dn.len);
+	put_bytes(out, ndn.ptr, ndn.len);
+	for (size_t i = 0; i < e->nattrs; i++) {
+		const struct store_attr *a = &e->attrs[i];
+		put_u16(out, (uint16_t)a->norm.len);
+		put_u16(out, (uint16_t)a->name.len);
+		put_u32(out, (uint32_t)a->nvals);
+		put_bytes(out, a->norm.ptr, a->norm.len);
+		put_bytes(out, a->name.ptr, a->name.len);
+		for (size_t j = 0; j < a->nvals; j++) {
+			put_u32(out, (uint32_t)a->vals[j].len);
+			put_bytes(out, a->vals[j].ptr, a->vals[j].len);
+		}
+	}
+	out->data[out->len] = '\0';
+	return 0;
+}
+
+/* A bounds-checked reader over untrusted bytes. */
+struct rd {
+	const char *p;
+	size_t left;
+};
+
+static bool rd_u16(struct rd *r, uint16_t *v)
+{
+	if (r->left < 2)
+		return false;
+	memcpy(v, r->p, 2);
+	r->p += 2;
+	r->left -= 2;
+	return true;
+}
+
+static bool rd_u32(struct rd *r, uint32_t *v)
+{
+	if (r->left < 4)
+		return false;
+	memcpy(v, r->p, 4);
+	r->p += 4;
+	r->left -= 4;
+	return true;
+}
+
+static bool rd_bytes(struct rd *r, size_t n, struct store_val *v)
+{
+	if (r->left < n)
+		return false;
+	*v = (struct store_val){r->p, n};
+	r->p += n;
+	r->left -= n;
+	return true;
+}
+
+static int scratch_reserve(struct store_scratch *sc, size_t nattrs, size_t nvals)
+{
+	if (nattrs > sc->acap) {
+		struct store_attr *a = realloc(sc->attrs, nattrs * sizeof(*a));
+		if (!a)
+			return -ENOMEM;
+		sc->attrs = a;
+		sc->acap = nattrs;
+	}
+	if (nvals > sc->vcap) {
+		size_t cap = sc->vcap ? sc->vcap : 64;
+		while (cap < nvals)
+			cap *= 2;
+		struct store_val *v = realloc(sc->vals, cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		sc->vals = v;
+		sc->vcap = cap;
+	}
+	return 0;
+}
+
+static bool norm_less(struct store_val a, struct store_val b)
+{
+	size_t n = a.len < b.len ? a.len : b.len;
+	int c = memcmp(a.ptr, b.ptr, n);
+	return c < 0 || (c == 0 && a.len < b.len);
+}
+
+/* Values of one attribute: grows sc->vals (so earlier attrs are re-pointed
+ * by the caller after all are read). */
+static int decode_attr(struct rd *r, struct store_scratch *sc, size_t *nv, struct store_attr *a)
+{
+	uint16_t nl, ml;
+	uint32_t cnt;
+	if (!rd_u16(r, &nl) || !rd_u16(r, &ml) || !rd_u32(r, &cnt))
+		return IDC_ECORRUPT;
+	if (nl == 0 || ml == 0 || cnt == 0 || cnt > r->left / 4)
+		return IDC_ECORRUPT;
+	if (!rd_bytes(r, nl, &a->norm) || !rd_bytes(r, ml, &a->name))
+		return IDC_ECORRUPT;
+	if (scratch_reserve(sc, 0, *nv + cnt))
+		return -ENOMEM;
+	a->vals = NULL;
+	a->nvals = cnt;
+	for (uint32_t j = 0; j < cnt; j++) {
+		uint32_t vl;
+		if (!rd_u32(r, &vl) || !rd_bytes(r, vl, &sc->vals[*nv + j]))
+			return IDC_ECORRUPT;
+	}
+	*nv += cnt;
+	return 0;
+}
+
+int store_entry_decode(const void *p, size_t len, uint64_t id, struct store_scratch *sc,
+		       struct store_entry *out, struct store_val *ndn)
+{
+	struct rd r = {p, len};
+	struct store_val hdr;
+	uint32_t dl, nl, na;
+	if (!rd_bytes(&r, 4, &hdr) || hdr.ptr[0] != ENTRY_CODEC_VERSION)
+		return IDC_ECORRUPT;
+	if (!rd_u32(&r, &dl) || !rd_u32(&r, &nl) || !rd_u32(&r, &na))
+		return IDC_ECORRUPT;
+	if (na > r.left / 8)
+		return IDC_ECORRUPT;
+	*out = (struct store_entry){id, {NULL, 0}, NULL, 0};
+	struct store_val nd;
+	if (!rd_bytes(&r, dl, &out->dn) || !rd_bytes(&r, nl, &nd))
+		return IDC_ECORRUPT;
+	if (ndn)
+		*ndn = nd;
+	if (scratch_reserve(sc, na, 0))
+		return -ENOMEM;
+	size_t nv = 0;
+	for (uint32_t i = 0; i < na; i++) {
+		int rc = decode_attr(&r, sc, &nv, &sc->attrs[i]);
+		if (rc)
+			return rc;
+		if (i > 0 && !norm_less(sc->attrs[i - 1].norm, sc->attrs[i].norm))
+			return IDC_ECORRUPT;
+	}
+	if (r.left != 0)
+		return IDC_ECORRUPT;
+	/* sc->vals may have moved while growing: point attrs at it now. */
+	size_t off = 0;
+	for (uint32_t i = 0; i < na; i++) {
+		sc->attrs[i].vals = &sc->vals[off];
+		off += sc->attrs[i].nvals;
+	}
+	out->attrs = sc->attrs;
+	out->nattrs = na;
+	return 0;
+}
+
+void store_scratch_free(struct store_scratch *sc)
+{
+	free(sc->attrs);
+	free(sc->vals);
+	*sc = (struct store_scratch){0};
+}

@@ -1,1 +1,445 @@
-/* index.c: being written */
+/* index: equality and presence index keys, their maintenance on every
+ * write, the sorted bulk path, and adding or dropping an index. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store_int.h"
+
+/* ---- keys ------------------------------------------------------------------- */
+
+int index_key(struct store_val n, struct idc_buf *out, bool *skip)
+{
+	idc_buf_reset(out);
+	*skip = n.len == 0; /* LMDB keys cannot be empty; (attr=) falls back to a scan */
+	if (*skip)
+		return 0;
+	if (n.len < STORE_KEY_MAX)
+		return idc_buf_append(out, n.ptr, n.len);
+	uint64_t h = idc_hash64(n.ptr, n.len, 0);
+	int rc = idc_buf_append(out, n.ptr, STORE_KEY_PREFIX);
+	return rc ? rc : idc_buf_append(out, &h, sizeof(h));
+}
+
+const struct store_index *index_find(const struct store *s, const char *norm, size_t len)
+{
+	for (size_t i = 0; i < s->nidx; i++)
+		if (s->idx[i].name_len == len && memcmp(s->idx[i].name, norm, len) == 0)
+			return &s->idx[i];
+	return NULL;
+}
+
+/* ---- loading the index list -------------------------------------------------------- */
+
+int index_load(struct store *s, MDB_txn *txn)
+{
+	MDB_val key = {7, "indexes"}, val;
+	int rc = mdb_get(txn, s->meta, &key, &val);
+	if (rc)
+		return rc == MDB_NOTFOUND ? IDC_ECORRUPT : store_mdb_err(rc);
+	s->nidx = 0;
+	const char *p = val.mv_data, *end = p + val.mv_size;
+	while (p < end) {
+		const char *comma = memchr(p, ',', (size_t)(end - p));
+		size_t n = (size_t)((comma ? comma : end) - p);
+		if (n == 0 || n >= STORE_ATTR_MAX || s->nidx == STORE_MAX_INDEXES)
+			return IDC_ECORRUPT;
+		struct store_index *ix = &s->idx[s->nidx];
+		memcpy(ix->name, p, n);
+		ix->name[n] = '\0';
+		ix->name_len = n;
+		ix->rule = store_attr_rule(ix->name, n);
+		char dbname[STORE_ATTR_MAX + 4];
+		snprintf(dbname, sizeof(dbname), "eq.%s", ix->name);
+		unsigned flags = MDB_DUPSORT | MDB_DUPFIXED | MDB_INTEGERDUP;
+		if (!(s->flags & STORE_RDONLY))
+			flags |= MDB_CREATE;
+		rc = mdb_dbi_open(txn, dbname, flags, &ix->dbi);
+		if (rc)
+			return rc == MDB_NOTFOUND ? IDC_ECORRUPT : store_mdb_err(rc);
+		s->idx_names[s->nidx++] = ix->name;
+		p += n + 1;
+	}
+	return 0;
+}
+
+int index_meta_write(struct store_txn *t, const char *const *names, size_t n)
+{
+	struct idc_buf list = IDC_BUF_INIT;
+	int rc = 0;
+	for (size_t i = 0; i < n && !rc; i++) {
+		if (list.len)
+			rc = idc_buf_putc(&list, ',');
+		if (!rc)
+			rc = idc_buf_append(&list, names[i], strlen(names[i]));
+	}
+	if (!rc) {
+		MDB_val key = {7, "indexes"}, val = {list.len, list.data ? list.data : ""};
+		rc = store_mdb_err(mdb_put(t->txn, t->s->meta, &key, &val, 0));
+	}
+	idc_buf_free(&list);
+	t->index_changed = true;
+	return rc;
+}
+
+size_t store_index_list(struct store *s, const char *const **names)
+{
+	*names = s->idx_names;
+	return s->nidx;
+}
+
+/* ---- the bulk path ----------------------------------------------------------------
+ * Pairs are collected per database, sorted at flush and written in key
+ * order: B-tree pages are then filled left to right, and an index that was
+ * empty takes MDB_APPEND (no search at all). DESIGN §4 has the figures. */
+
+struct bulk_item {
+	size_t off; /* in keys */
+	uint32_t len;
+	uint64_t id;
+};
+
+static struct bulk_list *bulk_for(struct store_txn *t, MDB_dbi dbi)
+{
+	for (size_t i = 0; i < t->nbulk; i++)
+		if (t->bulk[i].dbi == dbi)
+			return &t->bulk[i];
+	struct bulk_list *b = realloc(t->bulk, (t->nbulk + 1) * sizeof(*b));
+	if (!b)
+		return NULL;
+	t->bulk = b;
+	b = &t->bulk[t->nbulk++];
+	*b = (struct bulk_list){.dbi = dbi};
+	MDB_stat st;
+	b->was_empty = mdb_stat(t->txn, dbi, &st) == 0 && st.ms_entries == 0;
+	return b;
+}
+
+static int bulk_add(struct store_txn *t, MDB_dbi dbi, struct store_val key, uint64_t id)
+{
+	struct bulk_list *b = bulk_for(t, dbi);
+	if (!b)
+		return -ENOMEM;
+	if (b->n == b->cap) {
+		size_t cap = b->cap ? b->cap * 2 : 1024;
+		struct bulk_item *it = realloc(b->items, cap * sizeof(*it));
+		if (!it)
+			return -ENOMEM;
+		b->items = it;
+		b->cap = cap;
+	}
+	b->items[b->n++] = (struct bulk_item){b->keys.len, (uint32_t)key.len, id};
+	return idc_buf_append(&b->keys, key.ptr, key.len);
+}
+
+static const char *bulk_base; /* qsort has no context argument */
+
+static int bulk_cmp(const void *a, const void *b)
+{
+	const struct bulk_item *x = a, *y = b;
+	size_t n = x->len < y->len ? x->len : y->len;
+	int c = memcmp(bulk_base + x->off, bulk_base + y->off, n);
+	if (c)
+		return c;
+	if (x->len != y->len)
+		return x->len < y->len ? -1 : 1;
+	return x->id < y->id ? -1 : (x->id > y->id);
+}
+
+static int bulk_write(struct store_txn *t, struct bulk_list *b)
+{
+	bulk_base = b->keys.data;
+	qsort(b->items, b->n, sizeof(*b->items), bulk_cmp);
+	MDB_cursor *c;
+	int rc = mdb_cursor_open(t->txn, b->dbi, &c);
+	if (rc)
+		return store_mdb_err(rc);
+	for (size_t i = 0; i < b->n && !rc; i++) {
+		const struct bulk_item *it = &b->items[i];
+		bool same = i > 0 && it->len == b->items[i - 1].len &&
+			    memcmp(b->keys.data + it->off, b->keys.data + b->items[i - 1].off,
+				   it->len) == 0;
+		if (same && it->id == b->items[i - 1].id)
+			continue; /* the same value twice in one entry */
+		MDB_val k = {it->len, b->keys.data + it->off},
+			v = {sizeof(size_t), (void *)&it->id};
+		unsigned flags = 0;
+		if (b->was_empty)
+			flags = same ? MDB_APPENDDUP : MDB_APPEND;
+		rc = mdb_cursor_put(c, &k, &v, flags);
+		if (rc == MDB_KEYEXIST)
+			rc = 0;
+	}
+	mdb_cursor_close(c);
+	return store_mdb_err(rc);
+}
+
+int index_bulk_flush(struct store_txn *t)
+{
+	int rc = 0;
+	for (size_t i = 0; i < t->nbulk && !rc; i++)
+		rc = bulk_write(t, &t->bulk[i]);
+	index_bulk_free(t);
+	return rc;
+}
+
+void index_bulk_free(struct store_txn *t)
+{
+	for (size_t i = 0; i < t->nbulk; i++) {
+		free(t->bulk[i].items);
+		idc_buf_free(&t->bulk[i].keys);
+	}
+	free(t->bulk);
+	t->bulk = NULL;
+	t->nbulk = 0;
+}
+
+/* ---- maintenance ------------------------------------------------------------------- */
+
+static int pair_put(struct store_txn *t, MDB_dbi dbi, struct store_val key, uint64_t id)
+{
+	if (t->flags & STORE_TXN_BULK)
+		return bulk_add(t, dbi, key, id);
+	size_t sid = id;
+	MDB_val k = {key.len, (void *)key.ptr}, v = {sizeof(sid), &sid};
+	int rc = mdb_put(t->txn, dbi, &k, &v, MDB_NODUPDATA);
+	return rc == MDB_KEYEXIST ? 0 : store_mdb_err(rc);
+}
+
+static int pair_del(struct store_txn *t, MDB_dbi dbi, struct store_val key, uint64_t id)
+{
+	size_t sid = id;
+	MDB_val k = {key.len, (void *)key.ptr}, v = {sizeof(sid), &sid};
+	int rc = mdb_del(t->txn, dbi, &k, &v);
+	return rc == MDB_NOTFOUND ? 0 : store_mdb_err(rc);
+}
+
+/* All keys of attribute a under index ix, as (offset, len) into keys,
+ * sorted, duplicates dropped. */
+struct keyref {
+	size_t off;
+	size_t len;
+};
+
+static const char *keys_base;
+
+static int keyref_cmp(const void *a, const void *b)
+{
+	const struct keyref *x = a, *y = b;
+	size_t n = x->len < y->len ? x->len : y->len;
+	int c = memcmp(keys_base + x->off, keys_base + y->off, n);
+	return c ? c : (x->len > y->len) - (x->len < y->len);
+}
+
+static int attr_keys(struct store_txn *t, const struct store_index *ix, const struct store_attr *a,
+		     struct idc_buf *keys, struct keyref **refs, size_t *n)
+{
+	*n = 0;
+	idc_buf_reset(keys);
+	if (!a)
+		return 0;
+	struct keyref *r = malloc(a->nvals * sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	int rc = 0;
+	for (size_t i = 0; i < a->nvals && !rc; i++) {
+		idc_buf_reset(&t->norm);
+		bool skip;
+		rc = store_normalize(ix->rule, a->vals[i].ptr, a->vals[i].len, &t->norm, NULL);
+		if (rc == IDC_ESYNTAX) { /* validated on write; unreachable for stored data */
+			rc = 0;
+			continue;
+		}
+		if (!rc)
+			rc = index_key((struct store_val){t->norm.data, t->norm.len}, &t->key2,
+				       &skip);
+		if (rc || skip)
+			continue;
+		r[*n] = (struct keyref){keys->len, t->key2.len};
+		rc = idc_buf_append(keys, t->key2.data, t->key2.len);
+		(*n)++;
+	}
+	if (rc) {
+		free(r);
+		return rc;
+	}
+	keys_base = keys->data;
+	qsort(r, *n, sizeof(*r), keyref_cmp);
+	*refs = r;
+	return 0;
+}
+
+static int keyref_cmp2(const char *ab, const struct keyref *a, const char *bb,
+		       const struct keyref *b)
+{
+	size_t n = a->len < b->len ? a->len : b->len;
+	int c = memcmp(ab + a->off, bb + b->off, n);
+	return c ? c : (a->len > b->len) - (a->len < b->len);
+}
+
+/* Delete keys only in old, put keys only in new. */
+static int index_merge(struct store_txn *t, MDB_dbi dbi, uint64_t id, const struct idc_buf *ok,
+		       const struct keyref *o, size_t no, const struct idc_buf *nk,
+		       const struct keyref *nw, size_t nn)
+{
+	size_t i = 0, j = 0;
+	int rc = 0;
+	while ((i < no || j < nn) && !rc) {
+		int c = i == no ? 1 : j == nn ? -1 : keyref_cmp2(ok->data, &o[i], nk->data, &nw[j]);
+		if (c < 0) {
+			rc =
+			    pair_del(t, dbi, (struct store_val){ok->data + o[i].off, o[i].len}, id);
+			i++;
+		} else if (c > 0) {
+			rc = pair_put(t, dbi, (struct store_val){nk->data + nw[j].off, nw[j].len},
+				      id);
+			j++;
+		} else {
+			i++;
+			j++;
+		}
+	}
+	return rc;
+}
+
+static int index_update_one(struct store_txn *t, const struct store_index *ix, uint64_t id,
+			    const struct store_attr *oa, const struct store_attr *na)
+{
+	struct idc_buf ok = IDC_BUF_INIT, nk = IDC_BUF_INIT;
+	struct keyref *o = NULL, *nw = NULL;
+	size_t no = 0, nn = 0;
+	int rc = attr_keys(t, ix, oa, &ok, &o, &no);
+	if (!rc)
+		rc = attr_keys(t, ix, na, &nk, &nw, &nn);
+	if (!rc)
+		rc = index_merge(t, ix->dbi, id, &ok, o, no, &nk, nw, nn);
+	struct store_val pk = {ix->name, ix->name_len};
+	if (!rc && oa && !na)
+		rc = pair_del(t, t->s->pres, pk, id);
+	else if (!rc && na && !oa)
+		rc = pair_put(t, t->s->pres, pk, id);
+	free(o);
+	free(nw);
+	idc_buf_free(&ok);
+	idc_buf_free(&nk);
+	return rc;
+}
+
+static bool attr_same(const struct store_attr *a, const struct store_attr *b)
+{
+	if (!a || !b)
+		return a == b;
+	if (a->nvals != b->nvals)
+		return false;
+	for (size_t i = 0; i < a->nvals; i++)
+		if (a->vals[i].len != b->vals[i].len ||
+		    memcmp(a->vals[i].ptr, b->vals[i].ptr, a->vals[i].len) != 0)
+			return false;
+	return true;
+}
+
+int index_update(struct store_txn *t, uint64_t id, const struct store_entry *old,
+		 const struct store_entry *new_e)
+{
+	const struct store *s = t->s;
+	for (size_t i = 0; i < s->nidx; i++) {
+		const struct store_index *ix = &s->idx[i];
+		const struct store_attr *oa =
+		    old ? store_entry_attr(old, ix->name, ix->name_len) : NULL;
+		const struct store_attr *na =
+		    new_e ? store_entry_attr(new_e, ix->name, ix->name_len) : NULL;
+		if (attr_same(oa, na))
+			continue;
+		int rc = index_update_one(t, ix, id, oa, na);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+/* ---- adding and dropping an index ---------------------------------------------------- */
+
+static int index_build(struct store_txn *t, struct store_index *ix)
+{
+	MDB_cursor *c;
+	int rc = mdb_cursor_open(t->txn, t->s->id2entry, &c);
+	if (rc)
+		return store_mdb_err(rc);
+	MDB_val k, v;
+	int op = MDB_FIRST;
+	while ((rc = mdb_cursor_get(c, &k, &v, op)) == 0) {
+		op = MDB_NEXT;
+		struct store_entry e;
+		size_t id;
+		memcpy(&id, k.mv_data, sizeof(id));
+		rc = store_entry_decode(v.mv_data, v.mv_size, id, &t->sc2, &e, NULL);
+		const struct store_attr *a =
+		    rc ? NULL : store_entry_attr(&e, ix->name, ix->name_len);
+		if (!rc && a)
+			rc = index_update_one(t, ix, id, NULL, a);
+		if (rc)
+			break;
+	}
+	mdb_cursor_close(c);
+	return rc == MDB_NOTFOUND ? 0 : store_mdb_err(rc);
+}
+
+int store_index_add(struct store_txn *t, const char *attr, struct idc_diag *d)
+{
+	struct store *s = t->s;
+	struct store_index ix = {0};
+	ix.name_len = store_attr_canon(attr, strlen(attr), ix.name);
+	if (ix.name_len == 0)
+		return idc_diag_set(d, IDC_ESYNTAX, "invalid attribute name '%s'", attr);
+	ix.name[ix.name_len] = '\0';
+	if (index_find(s, ix.name, ix.name_len))
+		return idc_diag_set(d, -EEXIST, "attribute '%s' is already indexed", ix.name);
+	if (s->nidx == STORE_MAX_INDEXES)
+		return idc_diag_set(d, -ENOSPC, "at most %d indexes", STORE_MAX_INDEXES);
+	ix.rule = store_attr_rule(ix.name, ix.name_len);
+	char dbname[STORE_ATTR_MAX + 4];
+	snprintf(dbname, sizeof(dbname), "eq.%s", ix.name);
+	int rc = index_bulk_flush(t);
+	if (!rc)
+		rc = store_mdb_err(mdb_dbi_open(
+		    t->txn, dbname, MDB_CREATE | MDB_DUPSORT | MDB_DUPFIXED | MDB_INTEGERDUP,
+		    &ix.dbi));
+	/* A left-over database from an aborted attempt must start empty. */
+	if (!rc)
+		rc = store_mdb_err(mdb_drop(t->txn, ix.dbi, 0));
+	if (!rc)
+		rc = index_build(t, &ix);
+	const char *names[STORE_MAX_INDEXES + 1];
+	for (size_t i = 0; i < s->nidx; i++)
+		names[i] = s->idx[i].name;
+	names[s->nidx] = ix.name;
+	if (!rc)
+		rc = index_meta_write(t, names, s->nidx + 1);
+	return rc ? idc_diag_set(d, rc, "index %s: %s", ix.name, idc_strerror(rc)) : 0;
+}
+
+int store_index_remove(struct store_txn *t, const char *attr, struct idc_diag *d)
+{
+	struct store *s = t->s;
+	char canon[STORE_ATTR_MAX];
+	size_t n = store_attr_canon(attr, strlen(attr), canon);
+	const struct store_index *ix = n ? index_find(s, canon, n) : NULL;
+	if (!ix)
+		return idc_diag_set(d, -ENOENT, "attribute '%s' is not indexed", attr);
+	int rc = index_bulk_flush(t);
+	MDB_val k = {ix->name_len, (void *)ix->name};
+	if (!rc) {
+		rc = mdb_del(t->txn, s->pres, &k, NULL);
+		rc = rc == MDB_NOTFOUND ? 0 : store_mdb_err(rc);
+	}
+	if (!rc)
+		rc = store_mdb_err(mdb_drop(t->txn, ix->dbi, 0));
+	const char *names[STORE_MAX_INDEXES];
+	size_t k2 = 0;
+	for (size_t i = 0; i < s->nidx; i++)
+		if (&s->idx[i] != ix)
+			names[k2++] = s->idx[i].name;
+	if (!rc)
+		rc = index_meta_write(t, names, k2);
+	return rc ? idc_diag_set(d, rc, "index %s: %s", ix->name, idc_strerror(rc)) : 0;
+}

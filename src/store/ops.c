@@ -1,1 +1,717 @@
-/* ops.c: being written */
+/* ops: add, modify, replace, delete, modrdn and reads of single entries. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store_int.h"
+
+#define SHOWN(v) (int)((v).len > 80 ? 80 : (v).len), (v).ptr
+
+/* ---- reads -------------------------------------------------------------------- */
+
+int store_dn_key(struct store_txn *t, const struct store_ndn *n, size_t skip)
+{
+	int rc = store_ndn_rkey(n, skip, &t->key2);
+	bool empty;
+	if (!rc)
+		rc = index_key((struct store_val){t->key2.data, t->key2.len}, &t->key, &empty);
+	return rc;
+}
+
+int store_get_ndn(struct store_txn *t, const struct store_ndn *n, uint64_t *id)
+{
+	int rc = store_dn_key(t, n, 0);
+	if (rc)
+		return rc;
+	if (t->key.len == 0)
+		return -ENOENT;
+	MDB_val k = {t->key.len, t->key.data}, v;
+	rc = mdb_get(t->txn, t->s->dn2id, &k, &v);
+	if (rc)
+		return store_mdb_err(rc);
+	if (v.mv_size != sizeof(size_t))
+		return IDC_ECORRUPT;
+	memcpy(id, v.mv_data, sizeof(size_t));
+	return 0;
+}
+
+int store_read_entry(struct store_txn *t, uint64_t id, struct store_scratch *sc,
+		     struct store_entry *out, struct store_val *ndn)
+{
+	size_t sid = id;
+	MDB_val k = {sizeof(sid), &sid}, v;
+	int rc = mdb_get(t->txn, t->s->id2entry, &k, &v);
+	if (rc)
+		return store_mdb_err(rc);
+	return store_entry_decode(v.mv_data, v.mv_size, id, sc, out, ndn);
+}
+
+static int normalize_dn(struct store_txn *t, struct store_val dn, struct idc_diag *d)
+{
+	if (dn.len > STORE_DN_MAX)
+		return idc_diag_set(d, -E2BIG, "DN longer than %d bytes", STORE_DN_MAX);
+	return store_dn_normalize(dn.ptr, dn.len, &t->ndn, d);
+}
+
+int store_get(struct store_txn *t, struct store_val dn, struct store_entry *out, struct idc_diag *d)
+{
+	int rc = normalize_dn(t, dn, d);
+	uint64_t id;
+	if (!rc)
+		rc = store_get_ndn(t, &t->ndn, &id);
+	if (!rc)
+		rc = store_read_entry(t, id, &t->sc, out, NULL);
+	if (rc == -ENOENT)
+		idc_diag_set(d, rc, "no such entry: %.*s", SHOWN(dn));
+	return rc;
+}
+
+int store_get_id(struct store_txn *t, uint64_t id, struct store_entry *out)
+{
+	return store_read_entry(t, id, &t->sc, out, NULL);
+}
+
+/* ---- validation ------------------------------------------------------------------- */
+
+static int u64_cmp(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return (x > y) - (x < y);
+}
+
+/* Every value must be of its rule's syntax, and no two equal under the rule
+ * (LDAP values are sets). Equal 64-bit hashes of normalized values count as
+ * equal: a false alarm needs a collision inside one attribute. */
+static int check_attr(struct store_txn *t, const struct store_attr *a, struct idc_diag *d)
+{
+	if (a->nvals == 0)
+		return idc_diag_set(d, IDC_ESYNTAX, "attribute %.*s has no values", SHOWN(a->name));
+	enum store_rule r = store_attr_rule(a->norm.ptr, a->norm.len);
+	uint64_t small[16], *h = a->nvals <= 16 ? small : malloc(a->nvals * sizeof(*h));
+	if (!h)
+		return -ENOMEM;
+	int rc = 0;
+	for (size_t i = 0; i < a->nvals && !rc; i++) {
+		idc_buf_reset(&t->norm);
+		struct idc_diag vd = {""};
+		rc = store_normalize(r, a->vals[i].ptr, a->vals[i].len, &t->norm, &vd);
+		if (rc)
+			rc = idc_diag_set(d, rc, "attribute %.*s: value '%.*s': %s", SHOWN(a->name),
+					  SHOWN(a->vals[i]), vd.msg);
+		else
+			h[i] = idc_hash64(t->norm.data, t->norm.len, 0);
+	}
+	if (!rc && a->nvals > 1) {
+		qsort(h, a->nvals, sizeof(*h), u64_cmp);
+		for (size_t i = 1; i < a->nvals && !rc; i++)
+			if (h[i] == h[i - 1])
+				rc = idc_diag_set(d, IDC_EVALEXISTS,
+						  "attribute %.*s: a value appears twice",
+						  SHOWN(a->name));
+	}
+	if (h != small)
+		free(h);
+	return rc;
+}
+
+struct naming_ctx {
+	struct store_txn *t;
+	const struct store_entry *e;
+	struct idc_buf *want, *have;
+	struct idc_diag *d;
+};
+
+/* Each AVA of the entry's own RDN must be one of its values. */
+static int naming_ava(struct store_val type, struct store_val value, size_t rdn, void *arg)
+{
+	struct naming_ctx *c = arg;
+	if (rdn != 0)
+		return 1; /* past the first RDN: stop, nothing wrong */
+	char canon[STORE_ATTR_MAX];
+	size_t n = store_attr_canon(type.ptr, type.len, canon);
+	const struct store_attr *a = n ? store_entry_attr(c->e, canon, n) : NULL;
+	enum store_rule r = store_attr_rule(canon, n);
+	idc_buf_reset(c->want);
+	if (a && store_normalize(r, value.ptr, value.len, c->want, NULL) == 0) {
+		for (size_t i = 0; i < a->nvals; i++) {
+			idc_buf_reset(c->have);
+			if (store_normalize(r, a->vals[i].ptr, a->vals[i].len, c->have, NULL) ==
+				0 &&
+			    c->have->len == c->want->len &&
+			    memcmp(c->have->data, c->want->data, c->want->len) == 0)
+				return 0;
+		}
+	}
+	return idc_diag_set(c->d, IDC_ENAMING,
+			    "entry %.*s: naming value %.*s=%.*s is not among its values",
+			    SHOWN(c->e->dn), SHOWN(type), SHOWN(value));
+}
+
+static int check_naming(struct store_txn *t, const struct store_entry *e, struct idc_diag *d)
+{
+	struct idc_buf have = IDC_BUF_INIT;
+	struct naming_ctx c = {t, e, &t->key2, &have, d};
+	int rc = store_dn_foreach_ava(e->dn.ptr, e->dn.len, naming_ava, &c, d);
+	idc_buf_free(&have);
+	return rc == 1 ? 0 : rc;
+}
+
+static int check_entry(struct store_txn *t, const struct store_entry *e, struct idc_diag *d)
+{
+	for (size_t i = 0; i < e->nattrs; i++) {
+		int rc = check_attr(t, &e->attrs[i], d);
+		if (rc)
+			return rc;
+		if (i > 0 && e->attrs[i].norm.len == e->attrs[i - 1].norm.len &&
+		    memcmp(e->attrs[i].norm.ptr, e->attrs[i - 1].norm.ptr, e->attrs[i].norm.len) ==
+			0)
+			return idc_diag_set(d, -EINVAL, "attribute %.*s listed twice",
+					    SHOWN(e->attrs[i].name));
+	}
+	return check_naming(t, e, d);
+}
+
+/* ---- add ------------------------------------------------------------------------------ */
+
+static int flush_bulk(struct store_txn *t)
+{
+	return t->nbulk ? index_bulk_flush(t) : 0;
+}
+
+/* The parent must exist, unless no ancestor does (a new naming context). */
+static int check_parent(struct store_txn *t, struct store_val dn, struct idc_diag *d)
+{
+	for (size_t skip = 1; skip < t->ndn.nrdn; skip++) {
+		int rc = store_dn_key(t, &t->ndn, skip);
+		if (rc)
+			return rc;
+		MDB_val k = {t->key.len, t->key.data}, v;
+		rc = mdb_get(t->txn, t->s->dn2id, &k, &v);
+		if (rc == 0 && skip == 1)
+			return 0;
+		if (rc == 0)
+			return idc_diag_set(d, IDC_ENOPARENT, "parent of %.*s does not exist",
+					    SHOWN(dn));
+		if (rc != MDB_NOTFOUND)
+			return store_mdb_err(rc);
+	}
+	return 0;
+}
+
+static int put_entry(struct store_txn *t, uint64_t id, const struct store_entry *e, unsigned flags)
+{
+	struct store_val ndn = {t->ndn.text.data, t->ndn.text.len};
+	int rc = store_entry_encode(e, ndn, &t->enc);
+	if (rc)
+		return rc;
+	size_t sid = id;
+	MDB_val k = {sizeof(sid), &sid}, v = {t->enc.len, t->enc.data};
+	return store_mdb_err(mdb_put(t->txn, t->s->id2entry, &k, &v, flags));
+}
+
+int store_add(struct store_txn *t, const struct store_entry *e, uint64_t *idp, struct idc_diag *d)
+{
+	int rc = normalize_dn(t, e->dn, d);
+	if (rc)
+		return rc;
+	if (t->ndn.nrdn == 0)
+		return idc_diag_set(d, -EINVAL, "the empty DN cannot hold an entry");
+	rc = check_entry(t, e, d);
+	if (rc)
+		return rc;
+	uint64_t id;
+	rc = store_get_ndn(t, &t->ndn, &id);
+	if (rc == 0)
+		return idc_diag_set(d, -EEXIST, "entry %.*s already exists", SHOWN(e->dn));
+	if (rc != -ENOENT)
+		return rc;
+	rc = check_parent(t, e->dn, d);
+	if (rc)
+		return rc;
+	id = t->next_id;
+	rc = put_entry(t, id, e, MDB_APPEND);
+	if (rc == -E2BIG)
+		return idc_diag_set(d, rc, "entry %.*s is larger than %u bytes", SHOWN(e->dn),
+				    STORE_ENTRY_MAX);
+	if (!rc)
+		rc = store_dn_key(t, &t->ndn, 0);
+	size_t sid = id;
+	MDB_val k = {t->key.len, t->key.data};
+	MDB_val v = {sizeof(sid), &sid};
+	if (!rc)
+		rc = store_mdb_err(mdb_put(t->txn, t->s->dn2id, &k, &v, MDB_NOOVERWRITE));
+	if (!rc)
+		rc = index_update(t, id, NULL, e);
+	if (rc)
+		return rc;
+	t->next_id++;
+	if (idp)
+		*idp = id;
+	return 0;
+}
+
+/* ---- modify ------------------------------------------------------------------------ */
+
+/* A mutable copy of an entry's attributes for applying modifications. */
+struct work {
+	struct store_attr *attrs;
+	size_t n, cap;
+};
+
+static struct store_attr *work_find(struct work *w, const char *norm, size_t len)
+{
+	for (size_t i = 0; i < w->n; i++)
+		if (w->attrs[i].norm.len == len && memcmp(w->attrs[i].norm.ptr, norm, len) == 0)
+			return &w->attrs[i];
+	return NULL;
+}
+
+static int work_grow_vals(struct idc_arena *a, struct store_attr *at, size_t more)
+{
+	struct store_val *v = idc_arena_alloc(a, (at->nvals + more) * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	if (at->nvals)
+		memcpy(v, at->vals, at->nvals * sizeof(*v));
+	at->vals = v;
+	return 0;
+}
+
+static struct store_attr *work_add_attr(struct idc_arena *a, struct work *w, struct store_val name,
+					const char *canon, size_t n)
+{
+	if (w->n == w->cap) {
+		size_t cap = w->cap ? w->cap * 2 : 16;
+		struct store_attr *na = idc_arena_alloc(a, cap * sizeof(*na));
+		if (!na)
+			return NULL;
+		if (w->n)
+			memcpy(na, w->attrs, w->n * sizeof(*na));
+		w->attrs = na;
+		w->cap = cap;
+	}
+	char *c = idc_arena_strndup(a, canon, n);
+	if (!c)
+		return NULL;
+	w->attrs[w->n] = (struct store_attr){name, {c, n}, NULL, 0};
+	return &w->attrs[w->n++];
+}
+
+/* Index of the value of at equal to v under rule r, or -1. */
+static long work_value_find(struct store_txn *t, enum store_rule r, const struct store_attr *at,
+			    struct store_val v)
+{
+	idc_buf_reset(&t->norm);
+	if (store_normalize(r, v.ptr, v.len, &t->norm, NULL))
+		return -1;
+	for (size_t i = 0; i < at->nvals; i++) {
+		idc_buf_reset(&t->key2);
+		if (store_normalize(r, at->vals[i].ptr, at->vals[i].len, &t->key2, NULL) == 0 &&
+		    t->key2.len == t->norm.len &&
+		    memcmp(t->key2.data, t->norm.data, t->norm.len) == 0)
+			return (long)i;
+	}
+	return -1;
+}
+
+static int mod_add(struct store_txn *t, struct work *w, const struct store_mod *m,
+		   const char *canon, size_t n, struct idc_diag *d)
+{
+	struct store_attr *at = work_find(w, canon, n);
+	if (!at && !(at = work_add_attr(&t->arena, w, m->attr, canon, n)))
+		return -ENOMEM;
+	enum store_rule r = store_attr_rule(canon, n);
+	if (work_grow_vals(&t->arena, at, m->nvals))
+		return -ENOMEM;
+	for (size_t i = 0; i < m->nvals; i++) {
+		if (work_value_find(t, r, at, m->vals[i]) >= 0)
+			return idc_diag_set(d, IDC_EVALEXISTS,
+					    "attribute %.*s: value '%.*s' already exists",
+					    SHOWN(m->attr), SHOWN(m->vals[i]));
+		at->vals[at->nvals++] = m->vals[i];
+	}
+	return 0;
+}
+
+static int mod_delete(struct store_txn *t, struct work *w, const struct store_mod *m,
+		      const char *canon, size_t n, struct idc_diag *d)
+{
+	struct store_attr *at = work_find(w, canon, n);
+	if (!at || at->nvals == 0)
+		return idc_diag_set(d, IDC_ENOATTR, "no attribute %.*s", SHOWN(m->attr));
+	if (m->nvals == 0) {
+		at->nvals = 0;
+		return 0;
+	}
+	enum store_rule r = store_attr_rule(canon, n);
+	for (size_t i = 0; i < m->nvals; i++) {
+		long k = work_value_find(t, r, at, m->vals[i]);
+		if (k < 0)
+			return idc_diag_set(d, IDC_ENOATTR, "attribute %.*s has no value '%.*s'",
+					    SHOWN(m->attr), SHOWN(m->vals[i]));
+		memmove(&at->vals[k], &at->vals[k + 1],
+			(at->nvals - (size_t)k - 1) * sizeof(*at->vals));
+		at->nvals--;
+	}
+	return 0;
+}
+
+static int mod_replace(struct store_txn *t, struct work *w, const struct store_mod *m,
+		       const char *canon, size_t n)
+{
+	struct store_attr *at = work_find(w, canon, n);
+	if (!at && m->nvals == 0)
+		return 0;
+	if (!at && !(at = work_add_attr(&t->arena, w, m->attr, canon, n)))
+		return -ENOMEM;
+	at->nvals = 0;
+	if (work_grow_vals(&t->arena, at, m->nvals))
+		return -ENOMEM;
+	memcpy(at->vals, m->vals, m->nvals * sizeof(*m->vals));
+	at->nvals = m->nvals;
+	return 0; /* duplicates and syntax: check_entry on the result */
+}
+
+static int norm_cmp(const void *a, const void *b)
+{
+	const struct store_attr *x = a, *y = b;
+	size_t n = x->norm.len < y->norm.len ? x->norm.len : y->norm.len;
+	int c = memcmp(x->norm.ptr, y->norm.ptr, n);
+	return c ? c : (x->norm.len > y->norm.len) - (x->norm.len < y->norm.len);
+}
+
+/* Drop emptied attributes and sort: the work becomes an entry. */
+static void work_finish(struct work *w, struct store_val dn, uint64_t id, struct store_entry *e)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < w->n; i++)
+		if (w->attrs[i].nvals)
+			w->attrs[k++] = w->attrs[i];
+	w->n = k;
+	qsort(w->attrs, w->n, sizeof(*w->attrs), norm_cmp);
+	*e = (struct store_entry){id, dn, w->attrs, w->n};
+}
+
+static int apply_mods(struct store_txn *t, struct work *w, const struct store_mod *mods,
+		      size_t nmods, struct idc_diag *d)
+{
+	char canon[STORE_ATTR_MAX];
+	for (size_t i = 0; i < nmods; i++) {
+		const struct store_mod *m = &mods[i];
+		size_t n = store_attr_canon(m->attr.ptr, m->attr.len, canon);
+		if (n == 0)
+			return idc_diag_set(d, IDC_ESYNTAX, "invalid attribute name '%.*s'",
+					    SHOWN(m->attr));
+		int rc = m->op == STORE_MOD_ADD      ? mod_add(t, w, m, canon, n, d)
+			 : m->op == STORE_MOD_DELETE ? mod_delete(t, w, m, canon, n, d)
+						     : mod_replace(t, w, m, canon, n);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+/* Read the entry at dn into a private copy (the map's pages may be reused
+ * while this transaction writes). Leaves t->ndn holding dn. */
+static int load_private(struct store_txn *t, struct store_val dn, uint64_t *id,
+			struct store_entry *old, struct idc_diag *d)
+{
+	int rc = normalize_dn(t, dn, d);
+	if (!rc)
+		rc = store_get_ndn(t, &t->ndn, id);
+	if (rc == -ENOENT)
+		return idc_diag_set(d, rc, "no such entry: %.*s", SHOWN(dn));
+	size_t sid = *id;
+	MDB_val k = {sizeof(sid), &sid}, v;
+	if (!rc)
+		rc = store_mdb_err(mdb_get(t->txn, t->s->id2entry, &k, &v));
+	if (!rc) {
+		idc_buf_reset(&t->copy);
+		rc = idc_buf_append(&t->copy, v.mv_data, v.mv_size);
+	}
+	if (!rc)
+		rc = store_entry_decode(t->copy.data, t->copy.len, *id, &t->sc2, old, NULL);
+	return rc;
+}
+
+/* Write new over old at id if the encodings differ. */
+static int rewrite(struct store_txn *t, uint64_t id, const struct store_entry *old,
+		   const struct store_entry *new_e, bool *changed, struct idc_diag *d)
+{
+	int rc = check_entry(t, new_e, d);
+	struct store_val ndn = {t->ndn.text.data, t->ndn.text.len};
+	if (!rc)
+		rc = store_entry_encode(new_e, ndn, &t->enc);
+	if (rc)
+		return rc;
+	bool diff = t->enc.len != t->copy.len || memcmp(t->enc.data, t->copy.data, t->enc.len) != 0;
+	if (changed)
+		*changed = diff;
+	if (!diff)
+		return 0;
+	rc = index_update(t, id, old, new_e);
+	size_t sid = id;
+	MDB_val k = {sizeof(sid), &sid}, v = {t->enc.len, t->enc.data};
+	if (!rc)
+		rc = store_mdb_err(mdb_put(t->txn, t->s->id2entry, &k, &v, 0));
+	return rc;
+}
+
+int store_modify(struct store_txn *t, struct store_val dn, const struct store_mod *mods,
+		 size_t nmods, bool *changed, struct idc_diag *d)
+{
+	idc_arena_reset(&t->arena);
+	int rc = flush_bulk(t);
+	uint64_t id;
+	struct store_entry old, new_e;
+	if (!rc)
+		rc = load_private(t, dn, &id, &old, d);
+	if (rc)
+		return rc;
+	struct work w = {0};
+	for (size_t i = 0; i < old.nattrs; i++) {
+		struct store_attr *at = work_add_attr(&t->arena, &w, old.attrs[i].name,
+						      old.attrs[i].norm.ptr, old.attrs[i].norm.len);
+		if (!at || work_grow_vals(&t->arena, at, old.attrs[i].nvals))
+			return -ENOMEM;
+		memcpy(at->vals, old.attrs[i].vals, old.attrs[i].nvals * sizeof(*at->vals));
+		at->nvals = old.attrs[i].nvals;
+	}
+	rc = apply_mods(t, &w, mods, nmods, d);
+	if (rc)
+		return rc;
+	work_finish(&w, old.dn, id, &new_e);
+	return rewrite(t, id, &old, &new_e, changed, d);
+}
+
+int store_replace(struct store_txn *t, const struct store_entry *e, bool *changed,
+		  struct idc_diag *d)
+{
+	idc_arena_reset(&t->arena);
+	int rc = flush_bulk(t);
+	uint64_t id;
+	struct store_entry old;
+	if (!rc)
+		rc = load_private(t, e->dn, &id, &old, d);
+	if (rc)
+		return rc;
+	struct store_entry ne = *e;
+	ne.dn = old.dn; /* the DN as first given stays */
+	return rewrite(t, id, &old, &ne, changed, d);
+}
+
+/* ---- delete ---------------------------------------------------------------------------- */
+
+static int delete_id(struct store_txn *t, uint64_t id, struct idc_diag *d)
+{
+	size_t sid = id;
+	MDB_val k = {sizeof(sid), &sid}, v;
+	int rc = store_mdb_err(mdb_get(t->txn, t->s->id2entry, &k, &v));
+	struct store_entry old;
+	struct store_val ndn;
+	if (!rc) {
+		idc_buf_reset(&t->copy);
+		rc = idc_buf_append(&t->copy, v.mv_data, v.mv_size);
+	}
+	if (!rc)
+		rc = store_entry_decode(t->copy.data, t->copy.len, id, &t->sc2, &old, &ndn);
+	if (!rc)
+		rc = index_update(t, id, &old, NULL);
+	if (!rc)
+		rc = store_dn_normalize(ndn.ptr, ndn.len, &t->ndn, d);
+	if (!rc)
+		rc = store_dn_key(t, &t->ndn, 0);
+	MDB_val dk = {t->key.len, t->key.data};
+	if (!rc)
+		rc = store_mdb_err(mdb_del(t->txn, t->s->dn2id, &dk, NULL));
+	if (!rc)
+		rc = store_mdb_err(mdb_del(t->txn, t->s->id2entry, &k, NULL));
+	return rc;
+}
+
+/* Ids of the entries below the one whose reversed key is in t->key2. */
+static int children_ids(struct store_txn *t, size_t max, uint64_t **ids, size_t *n)
+{
+	*ids = NULL;
+	*n = 0;
+	int rc = idc_buf_putc(&t->key2, ',');
+	if (rc)
+		return rc;
+	size_t plen = t->key2.len < STORE_KEY_PREFIX ? t->key2.len : STORE_KEY_PREFIX;
+	MDB_cursor *c;
+	rc = mdb_cursor_open(t->txn, t->s->dn2id, &c);
+	if (rc)
+		return store_mdb_err(rc);
+	MDB_val k = {plen, t->key2.data}, v;
+	size_t cap = 0;
+	for (rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE); rc == 0 && *n < max;
+	     rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+		if (k.mv_size < plen || memcmp(k.mv_data, t->key2.data, plen) != 0)
+			break;
+		if (*n == cap) {
+			cap = cap ? cap * 2 : 64;
+			uint64_t *p = realloc(*ids, cap * sizeof(*p));
+			if (!p) {
+				rc = ENOMEM;
+				break;
+			}
+			*ids = p;
+		}
+		memcpy(&(*ids)[(*n)++], v.mv_data, sizeof(uint64_t));
+	}
+	mdb_cursor_close(c);
+	if (rc == ENOMEM)
+		return -ENOMEM;
+	return rc == 0 || rc == MDB_NOTFOUND ? 0 : store_mdb_err(rc);
+}
+
+int store_delete(struct store_txn *t, struct store_val dn, bool subtree, struct idc_diag *d)
+{
+	int rc = flush_bulk(t);
+	uint64_t id;
+	if (!rc)
+		rc = normalize_dn(t, dn, d);
+	if (!rc)
+		rc = store_get_ndn(t, &t->ndn, &id);
+	if (rc == -ENOENT)
+		return idc_diag_set(d, rc, "no such entry: %.*s", SHOWN(dn));
+	uint64_t *kids = NULL;
+	size_t nkids = 0;
+	/* t->key2 still holds dn's reversed key from store_get_ndn. */
+	if (!rc)
+		rc = children_ids(t, subtree ? SIZE_MAX : 1, &kids, &nkids);
+	if (!rc && nkids && !subtree)
+		rc = idc_diag_set(d, IDC_ENOTLEAF,
+				  "%.*s has children (delete the subtree to remove them)",
+				  SHOWN(dn));
+	for (size_t i = 0; i < nkids && !rc; i++)
+		rc = delete_id(t, kids[i], d);
+	free(kids);
+	if (!rc)
+		rc = delete_id(t, id, d);
+	return rc;
+}
+
+/* ---- modrdn ------------------------------------------------------------------------------ */
+
+/* Length of the first RDN of a DN as written: up to the first unescaped
+ * ',' (or ';'). */
+static size_t first_rdn_len(struct store_val dn)
+{
+	for (size_t i = 0; i < dn.len; i++) {
+		if (dn.ptr[i] == '\\')
+			i++;
+		else if (dn.ptr[i] == ',' || dn.ptr[i] == ';')
+			return i;
+	}
+	return dn.len;
+}
+
+struct rdn_mods {
+	struct store_txn *t;
+	struct store_mod *mods;
+	struct store_val *vals;
+	size_t n;
+	enum store_mod_op op;
+};
+
+static int rdn_collect(struct store_val type, struct store_val value, size_t rdn, void *arg)
+{
+	struct rdn_mods *r = arg;
+	if (rdn != 0)
+		return 1;
+	char *v = idc_arena_strndup(&r->t->arena, value.ptr, value.len);
+	if (!v || r->n == 16) /* 16 AVAs in one RDN is plenty */
+		return -ENOMEM;
+	r->vals[r->n] = (struct store_val){v, value.len};
+	r->mods[r->n] = (struct store_mod){r->op, type, &r->vals[r->n], 1};
+	r->n++;
+	return 0;
+}
+
+/* Rename: the entry's values with the old RDN values dropped (ndel mods)
+ * and the new ones added (nadd), stored under newdn with a new id (so a
+ * parent's id stays below its children's), then the old entry deleted. */
+static int modrdn_apply(struct store_txn *t, uint64_t id, struct store_val newdn,
+			struct store_mod *mods, size_t ndel, size_t nadd, struct idc_diag *d)
+{
+	/* The work must survive delete_id reusing t->copy and t->sc2. */
+	char *buf = idc_arena_alloc(&t->arena, t->copy.len);
+	struct store_entry old, ne;
+	if (!buf)
+		return -ENOMEM;
+	memcpy(buf, t->copy.data, t->copy.len);
+	int rc = store_entry_decode(buf, t->copy.len, id, &t->sc2, &old, NULL);
+	struct work w = {0};
+	for (size_t i = 0; i < old.nattrs && !rc; i++) {
+		struct store_attr *at = work_add_attr(&t->arena, &w, old.attrs[i].name,
+						      old.attrs[i].norm.ptr, old.attrs[i].norm.len);
+		if (!at || work_grow_vals(&t->arena, at, old.attrs[i].nvals))
+			return -ENOMEM;
+		memcpy(at->vals, old.attrs[i].vals, old.attrs[i].nvals * sizeof(*at->vals));
+		at->nvals = old.attrs[i].nvals;
+	}
+	for (size_t i = 0; i < ndel + nadd && !rc; i++) {
+		mods[i].op = i < ndel ? STORE_MOD_DELETE : STORE_MOD_ADD;
+		rc = apply_mods(t, &w, &mods[i], 1, NULL);
+		if (rc == IDC_ENOATTR || rc == IDC_EVALEXISTS)
+			rc = 0;
+	}
+	if (rc)
+		return rc;
+	work_finish(&w, newdn, 0, &ne);
+	rc = store_add(t, &ne, NULL, d);
+	if (!rc)
+		rc = delete_id(t, id, d);
+	return rc;
+}
+
+int store_modrdn(struct store_txn *t, struct store_val dn, struct store_val newrdn,
+		 bool deleteoldrdn, const struct store_val *newsuperior, struct idc_diag *d)
+{
+	idc_arena_reset(&t->arena);
+	int rc = flush_bulk(t);
+	uint64_t id;
+	struct store_entry old;
+	if (!rc)
+		rc = load_private(t, dn, &id, &old, d);
+	if (rc)
+		return rc;
+	uint64_t *kids;
+	size_t nkids;
+	rc = store_ndn_rkey(&t->ndn, 0, &t->key2);
+	if (!rc)
+		rc = children_ids(t, 1, &kids, &nkids);
+	if (rc)
+		return rc;
+	free(kids);
+	if (nkids)
+		return idc_diag_set(d, IDC_ENOTLEAF,
+				    "%.*s has children: only leaves can be renamed", SHOWN(dn));
+	/* New DN text: newrdn "," (newsuperior or the old parent). */
+	size_t fl = first_rdn_len(old.dn);
+	struct store_val sup = newsuperior
+				   ? *newsuperior
+				   : (struct store_val){old.dn.ptr + fl + (fl < old.dn.len),
+							old.dn.len - fl - (fl < old.dn.len)};
+	size_t dlen = newrdn.len + 1 + sup.len;
+	char *ndn = idc_arena_alloc(&t->arena, dlen + 1);
+	if (!ndn)
+		return -ENOMEM;
+	memcpy(ndn, newrdn.ptr, newrdn.len);
+	ndn[newrdn.len] = ',';
+	memcpy(ndn + newrdn.len + 1, sup.ptr, sup.len);
+	struct store_val newdn = {ndn, sup.len ? dlen : newrdn.len};
+	/* Values: drop the old RDN's (if asked), add the new RDN's. */
+	struct store_mod mods[32];
+	struct store_val vals[32];
+	struct rdn_mods del = {t, mods, vals, 0, STORE_MOD_DELETE};
+	if (deleteoldrdn)
+		rc = store_dn_foreach_ava(old.dn.ptr, old.dn.len, rdn_collect, &del, d);
+	struct rdn_mods add = {t, mods + del.n, vals + del.n, 0, STORE_MOD_ADD};
+	if (rc >= 0)
+		rc = store_dn_foreach_ava(newrdn.ptr, newrdn.len, rdn_collect, &add, d);
+	if (rc < 0)
+		return rc;
+	return modrdn_apply(t, id, newdn, mods, del.n, add.n, d);
+}

@@ -1,1 +1,591 @@
-/* search.c: being written */
+/* search: scopes, the index planner and the candidate loop. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store_int.h"
+
+/* ---- id lists ------------------------------------------------------------------
+ * Sorted, unique ids; `all` means "no index narrows this: scan". */
+struct idl {
+	uint64_t *ids;
+	size_t n, cap;
+	bool all;
+};
+
+static int idl_reserve(struct idl *l, size_t more)
+{
+	if (l->n + more <= l->cap)
+		return 0;
+	size_t cap = l->cap ? l->cap : 16;
+	while (cap < l->n + more)
+		cap *= 2;
+	uint64_t *p = realloc(l->ids, cap * sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	l->ids = p;
+	l->cap = cap;
+	return 0;
+}
+
+static int u64cmp(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return (x > y) - (x < y);
+}
+
+static void idl_sort_unique(struct idl *l)
+{
+	if (l->n < 2)
+		return;
+	qsort(l->ids, l->n, sizeof(*l->ids), u64cmp);
+	size_t k = 1;
+	for (size_t i = 1; i < l->n; i++)
+		if (l->ids[i] != l->ids[k - 1])
+			l->ids[k++] = l->ids[i];
+	l->n = k;
+}
+
+static void idl_intersect(struct idl *a, const struct idl *b)
+{
+	size_t i = 0, j = 0, k = 0;
+	while (i < a->n && j < b->n) {
+		if (a->ids[i] < b->ids[j])
+			i++;
+		else if (a->ids[i] > b->ids[j])
+			j++;
+		else {
+			a->ids[k++] = a->ids[i];
+			i++;
+			j++;
+		}
+	}
+	a->n = k;
+}
+
+static int idl_union(struct idl *a, const struct idl *b)
+{
+	int rc = idl_reserve(a, b->n);
+	if (rc)
+		return rc;
+	memcpy(a->ids + a->n, b->ids, b->n * sizeof(*b->ids));
+	a->n += b->n;
+	idl_sort_unique(a);
+	return 0;
+}
+
+static void idl_free(struct idl *l)
+{
+	free(l->ids);
+	*l = (struct idl){0};
+}
+
+/* ---- reading indexes ---------------------------------------------------------------- */
+
+/* Append every id under the cursor's current key (dups in pages). v must
+ * hold the data of the get that positioned the cursor: for a key with a
+ * single id LMDB's MDB_GET_MULTIPLE succeeds without touching it. */
+static int fetch_dups(MDB_cursor *c, MDB_val v, struct idl *out)
+{
+	MDB_val k;
+	int rc = mdb_cursor_get(c, &k, &v, MDB_GET_MULTIPLE);
+	while (rc == 0) {
+		size_t n = v.mv_size / sizeof(uint64_t);
+		if ((rc = idl_reserve(out, n)) != 0)
+			return rc;
+		memcpy(out->ids + out->n, v.mv_data, n * sizeof(uint64_t));
+		out->n += n;
+		rc = mdb_cursor_get(c, &k, &v, MDB_NEXT_MULTIPLE);
+	}
+	return rc == MDB_NOTFOUND ? 0 : store_mdb_err(rc);
+}
+
+static int fetch_key(struct store_txn *t, MDB_dbi dbi, struct store_val key, struct idl *out)
+{
+	MDB_cursor *c;
+	int rc = mdb_cursor_open(t->txn, dbi, &c);
+	if (rc)
+		return store_mdb_err(rc);
+	MDB_val k = {key.len, (void *)key.ptr}, v;
+	rc = mdb_cursor_get(c, &k, &v, MDB_SET);
+	rc = rc == 0 ? fetch_dups(c, v, out) : rc == MDB_NOTFOUND ? 0 : store_mdb_err(rc);
+	mdb_cursor_close(c);
+	return rc;
+}
+
+static size_t count_key(struct store_txn *t, MDB_dbi dbi, struct store_val key)
+{
+	MDB_cursor *c;
+	if (mdb_cursor_open(t->txn, dbi, &c))
+		return SIZE_MAX;
+	MDB_val k = {key.len, (void *)key.ptr}, v;
+	size_t n = 0;
+	if (mdb_cursor_get(c, &k, &v, MDB_SET) == 0)
+		mdb_cursor_count(c, &n);
+	mdb_cursor_close(c);
+	return n;
+}
+
+static int keycmp_prefix(MDB_val k, struct store_val p, size_t plen)
+{
+	size_t n = k.mv_size < plen ? k.mv_size : plen;
+	int c = memcmp(k.mv_data, p.ptr, n);
+	return c ? c : (k.mv_size < plen ? -1 : 0);
+}
+
+enum range { RANGE_GE, RANGE_LE, RANGE_PREFIX };
+
+/* Ids of all keys in a range. Long keys compare on their prefix only, so
+ * the set is a superset; candidates are re-checked. */
+static int fetch_range(struct store_txn *t, MDB_dbi dbi, enum range r, struct store_val a,
+		       struct idl *out)
+{
+	size_t plen = a.len < STORE_KEY_PREFIX ? a.len : STORE_KEY_PREFIX;
+	MDB_cursor *c;
+	int rc = mdb_cursor_open(t->txn, dbi, &c);
+	if (rc)
+		return store_mdb_err(rc);
+	MDB_val k = {plen, (void *)a.ptr}, v;
+	int op = r == RANGE_LE ? MDB_FIRST : MDB_SET_RANGE;
+	if (plen == 0)
+		op = MDB_FIRST;
+	for (rc = mdb_cursor_get(c, &k, &v, op); rc == 0;
+	     rc = mdb_cursor_get(c, &k, &v, MDB_NEXT_NODUP)) {
+		int cmp = keycmp_prefix(k, a, plen);
+		if ((r == RANGE_PREFIX && cmp != 0) || (r == RANGE_LE && cmp > 0))
+			break;
+		if ((rc = fetch_dups(c, v, out)) != 0)
+			break;
+	}
+	mdb_cursor_close(c);
+	if (rc && rc != MDB_NOTFOUND)
+		return rc < 0 ? rc : store_mdb_err(rc);
+	idl_sort_unique(out);
+	return 0;
+}
+
+/* Ids of dn2id keys starting with prefix (a reversed DN plus ','). */
+static int fetch_subtree(struct store_txn *t, struct store_val prefix, struct idl *out)
+{
+	size_t plen = prefix.len < STORE_KEY_PREFIX ? prefix.len : STORE_KEY_PREFIX;
+	MDB_cursor *c;
+	int rc = mdb_cursor_open(t->txn, t->s->dn2id, &c);
+	if (rc)
+		return store_mdb_err(rc);
+	MDB_val k = {plen, (void *)prefix.ptr}, v;
+	for (rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE); rc == 0;
+	     rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+		if (keycmp_prefix(k, prefix, plen) != 0 || v.mv_size != sizeof(uint64_t))
+			break;
+		if ((rc = idl_reserve(out, 1)) != 0)
+			break;
+		memcpy(&out->ids[out->n++], v.mv_data, sizeof(uint64_t));
+	}
+	mdb_cursor_close(c);
+	return rc == 0 || rc == MDB_NOTFOUND ? 0 : rc < 0 ? rc : store_mdb_err(rc);
+}
+
+/* ---- the planner --------------------------------------------------------------------- */
+
+struct plan_ctx {
+	struct store_txn *t;
+	struct idc_buf *explain; /* NULL unless asked */
+	struct idc_buf key, norm;
+};
+
+static void explain(struct plan_ctx *p, const char *what, const struct store_filter *f)
+{
+	if (p->explain)
+		idc_buf_printf(p->explain, "%s%s%.*s", what, f && f->attr ? " " : "",
+			       f && f->attr ? (int)f->attr_len : 0, f && f->attr ? f->attr : "");
+}
+
+static int plan(struct plan_ctx *p, const struct store_filter *f, struct idl *out);
+
+static const struct store_index *filter_index(struct plan_ctx *p, const struct store_filter *f)
+{
+	return f->attr ? index_find(p->t->s, f->attr, f->attr_len) : NULL;
+}
+
+/* Key of an assertion under the index's own rule. */
+static int assertion_key(struct plan_ctx *p, const struct store_index *ix,
+			 const struct store_filter *f, bool *skip)
+{
+	struct store_val n = f->norm;
+	if (f->type == SF_EXT && f->rule != ix->rule) {
+		idc_buf_reset(&p->norm);
+		if (store_normalize(ix->rule, f->raw.ptr, f->raw.len, &p->norm, NULL)) {
+			*skip = true;
+			return 0;
+		}
+		n = (struct store_val){p->norm.data, p->norm.len};
+	}
+	return index_key(n, &p->key, skip);
+}
+
+/* Extensible ":dn:" also matches entries below a match (their DN holds the
+ * value in an ancestor's RDN, and every RDN value is an attribute value of
+ * its entry). */
+static int add_subtrees(struct plan_ctx *p, struct idl *out)
+{
+	struct store_txn *t = p->t;
+	size_t n = out->n;
+	for (size_t i = 0; i < n; i++) {
+		struct store_entry e;
+		struct store_val ndn;
+		int rc = store_read_entry(t, out->ids[i], &t->sc2, &e, &ndn);
+		if (rc == 0)
+			rc = store_dn_normalize(ndn.ptr, ndn.len, &t->ndn, NULL);
+		if (rc == 0)
+			rc = store_ndn_rkey(&t->ndn, 0, &t->key2);
+		if (rc == 0)
+			rc = idc_buf_putc(&t->key2, ',');
+		if (rc == 0)
+			rc = fetch_subtree(t, (struct store_val){t->key2.data, t->key2.len}, out);
+		if (rc)
+			return rc;
+	}
+	idl_sort_unique(out);
+	return 0;
+}
+
+static int plan_assertion(struct plan_ctx *p, const struct store_filter *f, struct idl *out)
+{
+	const struct store_index *ix = filter_index(p, f);
+	if (!ix) {
+		out->all = true;
+		explain(p, "scan", NULL);
+		return 0;
+	}
+	if (f->type == SF_PRESENT) {
+		explain(p, "pres", f);
+		return fetch_key(p->t, p->t->s->pres, (struct store_val){ix->name, ix->name_len},
+				 out);
+	}
+	if (!f->valid) { /* Undefined for every entry: nothing can match */
+		explain(p, "none", f);
+		return 0;
+	}
+	bool skip = false;
+	int rc = 0;
+	switch (f->type) {
+	case SF_EQ:
+	case SF_APPROX:
+	case SF_EXT:
+		rc = assertion_key(p, ix, f, &skip);
+		if (rc || skip)
+			break;
+		explain(p, "eq", f);
+		rc = fetch_key(p->t, ix->dbi, (struct store_val){p->key.data, p->key.len}, out);
+		if (!rc && f->type == SF_EXT && f->dn_attrs)
+			rc = add_subtrees(p, out);
+		return rc;
+	case SF_GE:
+	case SF_LE:
+		explain(p, f->type == SF_GE ? "range>=" : "range<=", f);
+		return fetch_range(p->t, ix->dbi, f->type == SF_GE ? RANGE_GE : RANGE_LE, f->norm,
+				   out);
+	case SF_SUBSTR:
+		if (!f->initial.ptr || f->initial.len == 0 || ix->rule == STORE_RULE_INTEGER)
+			break;
+		explain(p, "prefix", f);
+		return fetch_range(p->t, ix->dbi, RANGE_PREFIX, f->initial, out);
+	default:
+		break;
+	}
+	if (rc)
+		return rc;
+	out->all = true;
+	explain(p, "scan", NULL);
+	return 0;
+}
+
+/* Cheap size estimate of a node: ids under one key, else "large". */
+static size_t estimate(struct plan_ctx *p, const struct store_filter *f)
+{
+	const struct store_index *ix = f->type >= SF_EQ ? filter_index(p, f) : NULL;
+	if (!ix)
+		return SIZE_MAX;
+	if (f->type == SF_PRESENT)
+		return count_key(p->t, p->t->s->pres, (struct store_val){ix->name, ix->name_len});
+	bool skip = false;
+	if ((f->type == SF_EQ || f->type == SF_APPROX) && f->valid &&
+	    assertion_key(p, ix, f, &skip) == 0 && !skip)
+		return count_key(p->t, ix->dbi, (struct store_val){p->key.data, p->key.len});
+	return SIZE_MAX - 1;
+}
+
+struct kid_est {
+	size_t est;
+	size_t idx;
+};
+
+static int kid_est_cmp(const void *a, const void *b)
+{
+	const struct kid_est *x = a, *y = b;
+	return (x->est > y->est) - (x->est < y->est);
+}
+
+/* AND: start from the smallest indexed branch; intersect others only while
+ * they are not far larger (the filter is re-checked on every candidate). */
+static int plan_and(struct plan_ctx *p, const struct store_filter *f, struct idl *out)
+{
+	struct kid_est est[64];
+	size_t n = f->nkids < 64 ? f->nkids : 64;
+	for (size_t i = 0; i < n; i++)
+		est[i] = (struct kid_est){estimate(p, f->kids[i]), i};
+	qsort(est, n, sizeof(*est), kid_est_cmp);
+	out->all = true;
+	if (p->explain)
+		idc_buf_printf(p->explain, "and(");
+	int rc = 0;
+	for (size_t i = 0; i < n && !rc; i++) {
+		if (!out->all && (out->n == 0 || est[i].est > 100 * out->n + 100))
+			break;
+		struct idl k = {0};
+		if (p->explain && i)
+			idc_buf_putc(p->explain, ',');
+		rc = plan(p, f->kids[est[i].idx], &k);
+		if (!rc && !k.all) {
+			if (out->all) {
+				idl_free(out);
+				*out = k;
+				continue;
+			}
+			idl_intersect(out, &k);
+		}
+		idl_free(&k);
+	}
+	if (p->explain)
+		idc_buf_putc(p->explain, ')');
+	return rc;
+}
+
+static int plan_or(struct plan_ctx *p, const struct store_filter *f, struct idl *out)
+{
+	if (p->explain)
+		idc_buf_printf(p->explain, "or(");
+	int rc = 0;
+	for (size_t i = 0; i < f->nkids && !rc && !out->all; i++) {
+		struct idl k = {0};
+		if (p->explain && i)
+			idc_buf_putc(p->explain, ',');
+		rc = plan(p, f->kids[i], &k);
+		if (!rc && k.all) {
+			idl_free(out);
+			out->all = true;
+		} else if (!rc) {
+			rc = idl_union(out, &k);
+		}
+		idl_free(&k);
+	}
+	if (p->explain)
+		idc_buf_putc(p->explain, ')');
+	return rc;
+}
+
+static int plan(struct plan_ctx *p, const struct store_filter *f, struct idl *out)
+{
+	switch (f->type) {
+	case SF_AND:
+		return plan_and(p, f, out);
+	case SF_OR:
+		return plan_or(p, f, out);
+	case SF_NOT:
+		out->all = true;
+		explain(p, "scan", NULL);
+		return 0;
+	default:
+		return plan_assertion(p, f, out);
+	}
+}
+
+/* ---- scope ------------------------------------------------------------------------------ */
+
+/* Whether the byte at s[i] is escaped (an odd run of '\' before it). */
+static bool escaped(const char *s, size_t i)
+{
+	size_t k = 0;
+	while (i > k && s[i - k - 1] == '\\')
+		k++;
+	return k & 1;
+}
+
+static bool has_separator(const char *s, size_t len)
+{
+	for (size_t i = 0; i < len; i++)
+		if (s[i] == ',' && !escaped(s, i))
+			return true;
+	return false;
+}
+
+/* Is the entry with normalized DN e in scope of base b? */
+static bool in_scope(struct store_val e, struct store_val b, enum store_scope sc)
+{
+	if (b.len == 0)
+		return sc == STORE_SCOPE_SUB || !has_separator(e.ptr, e.len);
+	if (e.len == b.len)
+		return sc != STORE_SCOPE_ONE && memcmp(e.ptr, b.ptr, b.len) == 0;
+	if (e.len < b.len + 2 || memcmp(e.ptr + e.len - b.len, b.ptr, b.len) != 0)
+		return false;
+	size_t sep = e.len - b.len - 1;
+	if (e.ptr[sep] != ',' || escaped(e.ptr, sep))
+		return false;
+	return sc == STORE_SCOPE_SUB || (sc == STORE_SCOPE_ONE && !has_separator(e.ptr, sep));
+}
+
+/* ---- the search ------------------------------------------------------------------------- */
+
+struct run {
+	struct store_txn *t;
+	const struct store_search *q;
+	struct store_val base; /* normalized, child-first */
+	struct store_scratch sc;
+	struct idc_buf scratch, basebuf;
+	store_entry_cb cb;
+	void *arg;
+	size_t sent;
+};
+
+/* Check one stored entry and hand it over; 0 to go on. */
+static int visit(struct run *r, MDB_val v, uint64_t id)
+{
+	struct store_entry e;
+	struct store_val ndn;
+	int rc = store_entry_decode(v.mv_data, v.mv_size, id, &r->sc, &e, &ndn);
+	if (rc)
+		return rc;
+	if (!in_scope(ndn, r->base, r->q->scope))
+		return 0;
+	if (r->q->filter && store_filter_eval(r->q->filter, &e, &r->scratch) != SF_TRUE)
+		return 0;
+	if (r->q->sizelimit && r->sent == r->q->sizelimit)
+		return IDC_ESIZELIMIT;
+	r->sent++;
+	return r->cb(&e, r->arg);
+}
+
+static int visit_id(struct run *r, uint64_t id)
+{
+	size_t sid = id;
+	MDB_val k = {sizeof(sid), &sid}, v;
+	int rc = mdb_get(r->t->txn, r->t->s->id2entry, &k, &v);
+	if (rc == MDB_NOTFOUND)
+		return 0; /* an index pointing nowhere: `db check` reports it */
+	return rc ? store_mdb_err(rc) : visit(r, v, id);
+}
+
+static int scan_all(struct run *r)
+{
+	MDB_cursor *c;
+	int rc = mdb_cursor_open(r->t->txn, r->t->s->id2entry, &c);
+	if (rc)
+		return store_mdb_err(rc);
+	MDB_val k, v;
+	int out = 0; /* visit's result: the callback's value may be positive */
+	for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0 && out == 0;
+	     rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+		size_t id;
+		memcpy(&id, k.mv_data, sizeof(id));
+		out = visit(r, v, id);
+	}
+	mdb_cursor_close(c);
+	if (out)
+		return out;
+	return rc == MDB_NOTFOUND || rc == 0 ? 0 : store_mdb_err(rc);
+}
+
+/* Candidates of the base's subtree from dn2id: the base itself first. */
+static int scan_subtree(struct run *r, uint64_t base_id)
+{
+	struct store_txn *t = r->t;
+	struct idl ids = {0};
+	int rc = store_dn_key(t, &t->ndn, 0);
+	if (!rc)
+		rc = idc_buf_putc(&t->key2, ',');
+	if (!rc)
+		rc = fetch_subtree(t, (struct store_val){t->key2.data, t->key2.len}, &ids);
+	if (!rc && r->q->scope == STORE_SCOPE_SUB)
+		rc = visit_id(r, base_id);
+	for (size_t i = 0; i < ids.n && !rc; i++)
+		rc = visit_id(r, ids.ids[i]);
+	idl_free(&ids);
+	return rc;
+}
+
+static int resolve_base(struct run *r, uint64_t *base_id, struct idc_diag *d)
+{
+	struct store_txn *t = r->t;
+	*base_id = 0;
+	if (r->q->base.len == 0)
+		return 0;
+	int rc = store_dn_normalize(r->q->base.ptr, r->q->base.len, &t->ndn, d);
+	if (!rc)
+		rc = store_get_ndn(t, &t->ndn, base_id);
+	if (rc == -ENOENT)
+		return idc_diag_set(d, rc, "search base %.*s does not exist",
+				    (int)(r->q->base.len > 200 ? 200 : r->q->base.len),
+				    r->q->base.ptr);
+	if (!rc)
+		rc = idc_buf_append(&r->basebuf, t->ndn.text.data, t->ndn.text.len);
+	r->base = (struct store_val){r->basebuf.data, r->basebuf.len};
+	return rc;
+}
+
+static int run_search(struct run *r, uint64_t base_id)
+{
+	if (r->q->scope == STORE_SCOPE_BASE)
+		return base_id ? visit_id(r, base_id) : 0;
+	struct plan_ctx p = {r->t, NULL, IDC_BUF_INIT, IDC_BUF_INIT};
+	struct idl c = {0};
+	int rc = 0;
+	if (r->q->filter)
+		rc = plan(&p, r->q->filter, &c);
+	else
+		c.all = true;
+	if (!rc && c.all)
+		rc = base_id ? scan_subtree(r, base_id) : scan_all(r);
+	else
+		for (size_t i = 0; i < c.n && !rc; i++)
+			rc = visit_id(r, c.ids[i]);
+	idl_free(&c);
+	idc_buf_free(&p.key);
+	idc_buf_free(&p.norm);
+	return rc;
+}
+
+int store_search(struct store_txn *t, const struct store_search *q, store_entry_cb cb, void *arg,
+		 struct idc_diag *d)
+{
+	int rc = t->nbulk ? index_bulk_flush(t) : 0;
+	struct run r = {.t = t, .q = q, .cb = cb, .arg = arg};
+	uint64_t base_id;
+	if (!rc)
+		rc = resolve_base(&r, &base_id, d);
+	if (!rc)
+		rc = run_search(&r, base_id);
+	if (rc == IDC_ESIZELIMIT)
+		idc_diag_set(d, rc, "size limit of %zu entries exceeded", q->sizelimit);
+	store_scratch_free(&r.sc);
+	idc_buf_free(&r.scratch);
+	idc_buf_free(&r.basebuf);
+	return rc;
+}
+
+int store_search_plan(struct store_txn *t, const struct store_search *q, struct idc_buf *out)
+{
+	if (q->scope == STORE_SCOPE_BASE)
+		return idc_buf_printf(out, "base");
+	if (!q->filter)
+		return idc_buf_printf(out, "scan");
+	struct plan_ctx p = {t, out, IDC_BUF_INIT, IDC_BUF_INIT};
+	struct idl c = {0};
+	int rc = plan(&p, q->filter, &c);
+	if (!rc)
+		rc = c.all ? idc_buf_printf(out, " -> scan")
+			   : idc_buf_printf(out, " -> %zu candidates", c.n);
+	idl_free(&c);
+	idc_buf_free(&p.key);
+	idc_buf_free(&p.norm);
+	return rc;
+}

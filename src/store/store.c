@@ -1,1 +1,420 @@
-/* store.c: being written */
+/* store: the LMDB environment, its named databases, transactions, meta and
+ * map growth. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "store_int.h"
+
+_Static_assert(sizeof(size_t) == sizeof(uint64_t), "ids are stored as size_t integer keys");
+
+#define DEFAULT_MAP ((size_t)1 << 30)
+#define MAX_GROWS   16
+
+int store_mdb_err(int rc)
+{
+	switch (rc) {
+	case 0:
+		return 0;
+	case MDB_MAP_FULL:
+	case MDB_TXN_FULL:
+		return IDC_EMAPFULL;
+	case MDB_NOTFOUND:
+		return -ENOENT;
+	case MDB_KEYEXIST:
+		return -EEXIST;
+	case MDB_CORRUPTED:
+	case MDB_PAGE_NOTFOUND:
+	case MDB_INVALID:
+	case MDB_BAD_TXN:
+		return IDC_ECORRUPT;
+	case MDB_VERSION_MISMATCH:
+		return IDC_EVERSION;
+	case MDB_READERS_FULL:
+		return -EAGAIN;
+	case MDB_BAD_VALSIZE:
+		return -E2BIG;
+	default:
+		return rc > 0 ? -rc : -EIO;
+	}
+}
+
+/* ---- meta ------------------------------------------------------------------- */
+
+static int meta_get_u64(MDB_txn *txn, MDB_dbi dbi, const char *k, uint64_t *v)
+{
+	MDB_val key = {strlen(k), (void *)k}, val;
+	int rc = mdb_get(txn, dbi, &key, &val);
+	if (rc)
+		return store_mdb_err(rc);
+	if (val.mv_size != sizeof(*v))
+		return IDC_ECORRUPT;
+	memcpy(v, val.mv_data, sizeof(*v));
+	return 0;
+}
+
+static int meta_put_u64(MDB_txn *txn, MDB_dbi dbi, const char *k, uint64_t v)
+{
+	MDB_val key = {strlen(k), (void *)k}, val = {sizeof(v), &v};
+	return store_mdb_err(mdb_put(txn, dbi, &key, &val, 0));
+}
+
+/* A new store: format version and first id; the index list from opt. */
+static int store_init_meta(struct store *s, MDB_txn *txn, const struct store_options *opt,
+			   struct idc_diag *d)
+{
+	int rc = meta_put_u64(txn, s->meta, "format", STORE_FORMAT_VERSION);
+	if (!rc)
+		rc = meta_put_u64(txn, s->meta, "next_id", 1);
+	if (rc)
+		return rc;
+	struct idc_buf list = IDC_BUF_INIT;
+	char canon[STORE_ATTR_MAX];
+	for (size_t i = 0; i < opt->nindexes && !rc; i++) {
+		size_t n = store_attr_canon(opt->indexes[i], strlen(opt->indexes[i]), canon);
+		if (n == 0) {
+			rc = idc_diag_set(d, IDC_ESYNTAX,
+					  "invalid attribute name '%s' in index list",
+					  opt->indexes[i]);
+			break;
+		}
+		if (list.len)
+			rc = idc_buf_putc(&list, ',');
+		if (!rc)
+			rc = idc_buf_append(&list, canon, n);
+	}
+	if (!rc) {
+		MDB_val key = {7, "indexes"}, val = {list.len, list.data ? list.data : ""};
+		rc = store_mdb_err(mdb_put(txn, s->meta, &key, &val, 0));
+	}
+	idc_buf_free(&list);
+	return rc;
+}
+
+static int store_open_dbs(struct store *s, MDB_txn *txn, bool create)
+{
+	unsigned c = create ? MDB_CREATE : 0;
+	unsigned dup = MDB_DUPSORT | MDB_DUPFIXED | MDB_INTEGERDUP;
+	int rc = mdb_dbi_open(txn, "id2entry", c | MDB_INTEGERKEY, &s->id2entry);
+	if (!rc)
+		rc = mdb_dbi_open(txn, "dn2id", c, &s->dn2id);
+	if (!rc)
+		rc = mdb_dbi_open(txn, "pres", c | dup, &s->pres);
+	if (!rc)
+		rc = mdb_dbi_open(txn, "meta", c, &s->meta);
+	return rc == MDB_NOTFOUND ? IDC_ENOTSTORE : store_mdb_err(rc);
+}
+
+/* ---- open / close ---------------------------------------------------------------- */
+
+static int store_env_create(struct store *s, const struct store_options *opt, struct idc_diag *d)
+{
+	int rc = mdb_env_create(&s->env);
+	if (rc)
+		return idc_diag_set(d, store_mdb_err(rc), "cannot create LMDB environment");
+	mdb_env_set_maxdbs(s->env, 4 + STORE_MAX_INDEXES);
+	mdb_env_set_maxreaders(s->env, opt->max_readers ? opt->max_readers : 126);
+	s->map_size = opt->map_size ? opt->map_size : DEFAULT_MAP;
+	mdb_env_set_mapsize(s->env, s->map_size);
+	unsigned flags = MDB_NOTLS | MDB_NORDAHEAD;
+	if (opt->flags & STORE_RDONLY)
+		flags |= MDB_RDONLY;
+	if (opt->flags & STORE_NOSYNC)
+		flags |= MDB_NOSYNC;
+	rc = mdb_env_open(s->env, s->dir, flags, 0644);
+	if (rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH)
+		return idc_diag_set(d, IDC_ENOTSTORE, "%s: data.mdb is not an LMDB store", s->dir);
+	if (rc)
+		return idc_diag_set(d, store_mdb_err(rc), "%s: cannot open store: %s", s->dir,
+				    mdb_strerror(rc));
+	MDB_envinfo info;
+	mdb_env_info(s->env, &info);
+	s->map_size = info.me_mapsize;
+	return 0;
+}
+
+/* Open the named databases, write meta on a new store, check the format. */
+static int store_load(struct store *s, const struct store_options *opt, bool fresh,
+		      struct idc_diag *d)
+{
+	bool rdonly = opt->flags & STORE_RDONLY;
+	MDB_txn *txn;
+	int rc = mdb_txn_begin(s->env, NULL, rdonly ? MDB_RDONLY : 0, &txn);
+	if (rc)
+		return idc_diag_set(d, store_mdb_err(rc), "%s: %s", s->dir, mdb_strerror(rc));
+	rc = store_open_dbs(s, txn, fresh && !rdonly);
+	if (!rc && fresh)
+		rc = store_init_meta(s, txn, opt, d);
+	uint64_t fmt = 0;
+	if (!rc)
+		rc = meta_get_u64(txn, s->meta, "format", &fmt);
+	if (rc == -ENOENT)
+		rc = IDC_ENOTSTORE;
+	if (!rc && fmt != STORE_FORMAT_VERSION)
+		rc = idc_diag_set(d, IDC_EVERSION, "%s: store format %llu, this build reads %d",
+				  s->dir, (unsigned long long)fmt, STORE_FORMAT_VERSION);
+	if (!rc)
+		rc = index_load(s, txn);
+	if (rc) {
+		mdb_txn_abort(txn);
+		if (rc == IDC_ENOTSTORE)
+			idc_diag_set(d, rc, "%s: not an idcache store", s->dir);
+		return rc;
+	}
+	rc = store_mdb_err(mdb_txn_commit(txn));
+	if (!rdonly && fresh)
+		s->commits++;
+	return rc;
+}
+
+static int store_check_dir(const char *dir, const struct store_options *opt, bool *fresh,
+			   struct idc_diag *d)
+{
+	struct stat st;
+	if (stat(dir, &st) < 0)
+		return idc_diag_set(d, -errno, "%s: %s", dir, strerror(errno));
+	if (!S_ISDIR(st.st_mode))
+		return idc_diag_set(d, -ENOTDIR, "%s: not a directory", dir);
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/data.mdb", dir);
+	*fresh = access(path, F_OK) != 0;
+	if (*fresh && !(opt->flags & STORE_CREATE))
+		return idc_diag_set(d, IDC_ENOTSTORE, "%s: no store here (create one with init)",
+				    dir);
+	if (*fresh && (opt->flags & STORE_RDONLY))
+		return idc_diag_set(d, IDC_ENOTSTORE, "%s: no store here", dir);
+	if (!(opt->flags & STORE_RDONLY) && access(dir, W_OK) != 0)
+		return idc_diag_set(d, -errno, "%s: %s", dir, strerror(errno));
+	return 0;
+}
+
+static int store_open_lock(struct store *s, struct idc_diag *d)
+{
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/write.lock", s->dir);
+	s->lockfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (s->lockfd < 0)
+		return idc_diag_set(d, -errno, "%s: %s", path, strerror(errno));
+	return 0;
+}
+
+int store_open(const char *dir, const struct store_options *opt, struct store **out,
+	       struct idc_diag *d)
+{
+	static const struct store_options defaults = {0};
+	if (!opt)
+		opt = &defaults;
+	bool fresh;
+	int rc = store_check_dir(dir, opt, &fresh, d);
+	if (rc)
+		return rc;
+	struct store *s = calloc(1, sizeof(*s));
+	if (!s || !(s->dir = strdup(dir))) {
+		free(s);
+		return -ENOMEM;
+	}
+	s->lockfd = -1;
+	s->flags = opt->flags;
+	rc = store_env_create(s, opt, d);
+	if (!rc && !(opt->flags & STORE_RDONLY))
+		rc = store_open_lock(s, d);
+	if (!rc)
+		rc = store_load(s, opt, fresh, d);
+	if (rc) {
+		store_close(s);
+		return rc;
+	}
+	*out = s;
+	return 0;
+}
+
+void store_close(struct store *s)
+{
+	if (!s)
+		return;
+	if (s->env)
+		mdb_env_close(s->env);
+	if (s->lockfd >= 0)
+		close(s->lockfd);
+	free(s->dir);
+	free(s);
+}
+
+uint64_t store_commit_count(const struct store *s)
+{
+	return s->commits;
+}
+
+int store_grow(struct store *s)
+{
+	if (s->map_size > SIZE_MAX / 2)
+		return -ENOMEM;
+	size_t size = s->map_size * 2;
+	int rc = mdb_env_set_mapsize(s->env, size);
+	if (rc)
+		return store_mdb_err(rc);
+	s->map_size = size;
+	return 0;
+}
+
+/* ---- transactions --------------------------------------------------------------- */
+
+static int store_lock_writer(struct store *s, struct idc_diag *d)
+{
+	if (flock(s->lockfd, LOCK_EX | LOCK_NB) == 0) {
+		char pid[32];
+		int n = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
+		if (ftruncate(s->lockfd, 0) == 0 && pwrite(s->lockfd, pid, (size_t)n, 0) < 0)
+			idc_log(IDC_LOG_DEBUG, "%s/write.lock: cannot record pid", s->dir);
+		return 0;
+	}
+	if (errno != EWOULDBLOCK)
+		return idc_diag_set(d, -errno, "%s/write.lock: %s", s->dir, strerror(errno));
+	char pid[32] = "";
+	ssize_t n = pread(s->lockfd, pid, sizeof(pid) - 1, 0);
+	if (n > 0)
+		pid[strcspn(pid, "\n")] = '\0';
+	return idc_diag_set(d, -EBUSY, "%s: another process%s%s is writing to the store", s->dir,
+			    n > 0 ? " (pid " : "", n > 0 ? strcat(pid, ")") : "");
+}
+
+static void txn_free(struct store_txn *t)
+{
+	store_scratch_free(&t->sc);
+	store_scratch_free(&t->sc2);
+	store_ndn_free(&t->ndn);
+	idc_buf_free(&t->key);
+	idc_buf_free(&t->key2);
+	idc_buf_free(&t->norm);
+	idc_buf_free(&t->enc);
+	idc_buf_free(&t->copy);
+	idc_arena_free(&t->arena);
+	index_bulk_free(t);
+	free(t);
+}
+
+static void txn_unlock(struct store_txn *t)
+{
+	if (!t->parent && !(t->flags & STORE_TXN_RDONLY))
+		flock(t->s->lockfd, LOCK_UN);
+}
+
+int store_txn_begin(struct store *s, struct store_txn *parent, unsigned flags,
+		    struct store_txn **out, struct idc_diag *d)
+{
+	bool rdonly = flags & STORE_TXN_RDONLY;
+	if (!rdonly && (s->flags & STORE_RDONLY))
+		return idc_diag_set(d, -EROFS, "%s: store was opened read-only", s->dir);
+	if (parent && (rdonly || (parent->flags & STORE_TXN_RDONLY)))
+		return idc_diag_set(d, -EINVAL, "nested transactions must be write transactions");
+	struct store_txn *t = calloc(1, sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	t->s = s;
+	t->parent = parent;
+	t->flags = flags;
+	int rc = (!rdonly && !parent) ? store_lock_writer(s, d) : 0;
+	if (rc) {
+		free(t);
+		return rc;
+	}
+	if (parent)
+		rc = index_bulk_flush(parent);
+	if (!rc)
+		rc = mdb_txn_begin(s->env, parent ? parent->txn : NULL, rdonly ? MDB_RDONLY : 0,
+				   &t->txn);
+	if (rc == 0 && !rdonly) {
+		if (parent)
+			t->next_id = parent->next_id;
+		else
+			rc = meta_get_u64(t->txn, s->meta, "next_id", &t->next_id);
+	} else if (rc > 0) {
+		rc = idc_diag_set(d, store_mdb_err(rc), "%s: cannot begin transaction: %s", s->dir,
+				  mdb_strerror(rc));
+	}
+	if (rc) {
+		if (t->txn)
+			mdb_txn_abort(t->txn);
+		txn_unlock(t);
+		txn_free(t);
+		return rc;
+	}
+	*out = t;
+	return 0;
+}
+
+static int txn_finish_write(struct store_txn *t)
+{
+	int rc = index_bulk_flush(t);
+	if (!rc)
+		rc = meta_put_u64(t->txn, t->s->meta, "next_id", t->next_id);
+	return rc;
+}
+
+int store_txn_commit(struct store_txn *t, struct idc_diag *d)
+{
+	struct store *s = t->s;
+	bool rdonly = t->flags & STORE_TXN_RDONLY;
+	int rc = rdonly ? 0 : txn_finish_write(t);
+	if (rc) {
+		mdb_txn_abort(t->txn);
+	} else {
+		rc = store_mdb_err(mdb_txn_commit(t->txn));
+		if (rc == 0 && t->parent) {
+			t->parent->next_id = t->next_id;
+			t->parent->index_changed |= t->index_changed;
+		} else if (rc == 0 && !rdonly) {
+			s->commits++;
+		}
+	}
+	if (rc && rc != IDC_EMAPFULL)
+		idc_diag_set(d, rc, "%s: commit failed: %s", s->dir, idc_strerror(rc));
+	bool reload = rc == 0 && !t->parent && t->index_changed;
+	txn_unlock(t);
+	txn_free(t);
+	if (reload) {
+		MDB_txn *txn;
+		if (mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn) == 0) {
+			index_load(s, txn);
+			mdb_txn_commit(txn);
+		}
+	}
+	return rc;
+}
+
+void store_txn_abort(struct store_txn *t)
+{
+	if (!t)
+		return;
+	mdb_txn_abort(t->txn);
+	txn_unlock(t);
+	txn_free(t);
+}
+
+int store_write(struct store *s, unsigned flags, store_txn_fn fn, void *arg, struct idc_diag *d)
+{
+	for (int tries = 0;; tries++) {
+		struct store_txn *t;
+		int rc = store_txn_begin(s, NULL, flags & ~STORE_TXN_RDONLY, &t, d);
+		if (rc)
+			return rc;
+		rc = fn(t, arg, d);
+		if (rc)
+			store_txn_abort(t);
+		else
+			rc = store_txn_commit(t, d);
+		if (rc != IDC_EMAPFULL || tries >= MAX_GROWS)
+			return rc == IDC_EMAPFULL ? idc_diag_set(d, rc, "%s: map full at %zu bytes",
+								 s->dir, s->map_size)
+						  : rc;
+		rc = store_grow(s);
+		if (rc)
+			return idc_diag_set(d, rc, "%s: cannot grow the map", s->dir);
+		idc_log(IDC_LOG_INFO, "%s: map grown to %zu MiB", s->dir, s->map_size >> 20);
+	}
+}

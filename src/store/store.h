@@ -31,20 +31,20 @@ struct store_val {
 	size_t len;
 };
 
-#define STORE_ATTR_MAX   128 /* longest attribute description */
-#define STORE_DN_MAX     8192 /* longest DN, in bytes */
-#define STORE_ENTRY_MAX  (64u << 20) /* largest encoded entry */
+#define STORE_ATTR_MAX  128         /* longest attribute description */
+#define STORE_DN_MAX    8192        /* longest DN, in bytes */
+#define STORE_ENTRY_MAX (64u << 20) /* largest encoded entry */
 
 struct store_attr {
-	struct store_val name; /* as given by whoever added it */
-	struct store_val norm; /* canonical: lowercase, aliases resolved */
+	struct store_val name;  /* as given by whoever added it */
+	struct store_val norm;  /* canonical: lowercase, aliases resolved */
 	struct store_val *vals; /* values as given, in the order given */
 	size_t nvals;
 };
 
 /* An entry. attrs are sorted by norm (memcmp order), one per attribute. */
 struct store_entry {
-	uint64_t id; /* 0 until stored */
+	uint64_t id;         /* 0 until stored */
 	struct store_val dn; /* as given */
 	struct store_attr *attrs;
 	size_t nattrs;
@@ -121,7 +121,13 @@ struct store_ndn {
 	size_t off[STORE_DN_MAX_RDNS + 1];
 };
 
-#define STORE_NDN_INIT {IDC_BUF_INIT, 0, {0}}
+#define STORE_NDN_INIT                                                                             \
+	{                                                                                          \
+		IDC_BUF_INIT, 0,                                                                   \
+		{                                                                                  \
+			0                                                                          \
+		}                                                                                  \
+	}
 
 /* Parse dn and fill out (reusing its memory). Errors: IDC_ESYNTAX with the
  * byte offset in d ("DN 'x': position 7: ..."), -E2BIG past STORE_DN_MAX or
@@ -139,8 +145,7 @@ int store_ndn_rkey(const struct store_ndn *n, size_t skip, struct idc_buf *out);
 /* One attribute value assertion of a DN, as parsed: type as written (not
  * canonical) and value with escapes undone (raw bytes, may contain NUL).
  * rdn is the RDN's index, 0 = the leftmost (the entry's own RDN). */
-typedef int (*store_ava_cb)(struct store_val type, struct store_val value, size_t rdn,
-			    void *arg);
+typedef int (*store_ava_cb)(struct store_val type, struct store_val value, size_t rdn, void *arg);
 
 /* Call cb for each AVA of dn, left to right. Stops at the first non-zero
  * return of cb and returns it. IDC_ESYNTAX on a malformed DN. */
@@ -156,8 +161,7 @@ struct store_filter; /* opaque; see store_int.h for the tree */
  * ldapsearch does. Errors: IDC_ESYNTAX with "position N: <why>" in d (N is
  * the 0-based byte offset), -E2BIG when nesting passes 256 or the text 1 MiB,
  * -ENOMEM. */
-int store_filter_parse(const char *text, size_t len, struct store_filter **out,
-		       struct idc_diag *d);
+int store_filter_parse(const char *text, size_t len, struct store_filter **out, struct idc_diag *d);
 void store_filter_free(struct store_filter *f);
 
 /* The filter in RFC 4515 string form (normalized spacing, values escaped). */
@@ -180,11 +184,11 @@ enum store_open_flags {
 };
 
 struct store_options {
-	unsigned flags;              /* enum store_open_flags */
-	size_t map_size;             /* initial map size in bytes; 0: 1 GiB or the file's */
-	const char *const *indexes;  /* with STORE_CREATE on a new store: attributes to index */
+	unsigned flags;             /* enum store_open_flags */
+	size_t map_size;            /* initial map size in bytes; 0: 1 GiB or the file's */
+	const char *const *indexes; /* with STORE_CREATE on a new store: attributes to index */
 	size_t nindexes;
-	unsigned max_readers;        /* 0: 126 */
+	unsigned max_readers; /* 0: 126 */
 };
 
 /* Open (or create) the store in directory dir. Errors: -ENOENT (no such
@@ -218,8 +222,7 @@ int store_grow(struct store *s);
  * otherwise; on IDC_EMAPFULL (from fn or commit) grow the map and run fn
  * again, up to 16 times. fn must be safe to re-run. */
 typedef int (*store_txn_fn)(struct store_txn *t, void *arg, struct idc_diag *d);
-int store_write(struct store *s, unsigned flags, store_txn_fn fn, void *arg,
-		struct idc_diag *d);
+int store_write(struct store *s, unsigned flags, store_txn_fn fn, void *arg, struct idc_diag *d);
 
 /* Number of durable commits this handle made (tests prove that a no-op
  * refresh writes nothing by watching it). */
@@ -232,8 +235,7 @@ uint64_t store_commit_count(const struct store *s);
  * ancestors exist starts a new naming context), IDC_ENAMING, IDC_ESYNTAX
  * (value of wrong syntax for its attribute's rule), -E2BIG (over
  * STORE_ENTRY_MAX). On success *id (if not NULL) is the new id. */
-int store_add(struct store_txn *t, const struct store_entry *e, uint64_t *id,
-	      struct idc_diag *d);
+int store_add(struct store_txn *t, const struct store_entry *e, uint64_t *id, struct idc_diag *d);
 
 enum store_mod_op { STORE_MOD_ADD, STORE_MOD_DELETE, STORE_MOD_REPLACE };
 struct store_mod {
@@ -289,8 +291,8 @@ typedef int (*store_entry_cb)(const struct store_entry *e, void *arg);
 
 /* Search. Returns 0, -ENOENT when base does not exist, IDC_ESIZELIMIT after
  * sizelimit entries were passed to cb while more matched, or cb's value. */
-int store_search(struct store_txn *t, const struct store_search *q, store_entry_cb cb,
-		 void *arg, struct idc_diag *d);
+int store_search(struct store_txn *t, const struct store_search *q, store_entry_cb cb, void *arg,
+		 struct idc_diag *d);
 
 /* How a search would run, for tests and `db search --explain`: "scan",
  * "index eq.uid", "and(index eq.uid,index eq.objectclass)" ... and the
@@ -321,9 +323,9 @@ long store_check(struct store_txn *t, store_fault_cb cb, void *arg);
 struct store_stats {
 	uint64_t entries;
 	uint64_t next_id;
-	size_t map_size;     /* bytes */
-	size_t used_bytes;   /* pages in use × page size */
-	size_t file_bytes;   /* data.mdb on disk */
+	size_t map_size;   /* bytes */
+	size_t used_bytes; /* pages in use × page size */
+	size_t file_bytes; /* data.mdb on disk */
 	unsigned format_version;
 	size_t nindexes;
 };

@@ -29,15 +29,15 @@ struct store_filter {
 	size_t nkids;
 
 	/* attribute assertions (all but AND/OR/NOT) */
-	char *attr;           /* canonical name; NULL for ":rule:=" without attr */
+	char *attr; /* canonical name; NULL for ":rule:=" without attr */
 	size_t attr_len;
-	enum store_rule rule; /* the attribute's rule, or the extensible one */
-	bool has_rule;        /* SF_EXT named a rule */
-	bool dn_attrs;        /* SF_EXT with ":dn" */
-	struct store_val raw; /* assertion value, escapes undone */
+	enum store_rule rule;  /* the attribute's rule, or the extensible one */
+	bool has_rule;         /* SF_EXT named a rule */
+	bool dn_attrs;         /* SF_EXT with ":dn" */
+	struct store_val raw;  /* assertion value, escapes undone */
 	struct store_val norm; /* raw normalized under rule */
-	bool valid;           /* false: raw is not of the rule's syntax, so the
-			       * assertion is Undefined for every entry */
+	bool valid;            /* false: raw is not of the rule's syntax, so the
+				* assertion is Undefined for every entry */
 
 	/* SF_SUBSTR: each part normalized under the attribute's rule (with
 	 * caseIgnore/caseExact space handling applied per part) */
@@ -53,3 +53,102 @@ int store_filter_eval(const struct store_filter *f, const struct store_entry *e,
 		      struct idc_buf *scratch);
 
 #endif
+
+/* ==== store internals (store.c, index.c, ops.c, search.c, check.c) ========== */
+#include <lmdb.h>
+
+#define STORE_FORMAT_VERSION 1
+#define STORE_MAX_INDEXES    120
+/* LMDB's largest key with default page size is 511; index keys at or past
+ * this length become a prefix plus a 64-bit hash of the whole value, and
+ * every candidate is re-checked against the filter anyway. */
+#define STORE_KEY_MAX    511
+#define STORE_KEY_PREFIX (STORE_KEY_MAX - 8)
+
+struct store_index {
+	char name[STORE_ATTR_MAX]; /* canonical */
+	size_t name_len;
+	enum store_rule rule;
+	MDB_dbi dbi; /* eq.<name> */
+};
+
+struct store {
+	MDB_env *env;
+	MDB_dbi id2entry, dn2id, pres, meta;
+	struct store_index idx[STORE_MAX_INDEXES];
+	const char *idx_names[STORE_MAX_INDEXES];
+	size_t nidx;
+	char *dir;
+	int lockfd;     /* write.lock; flock held during write txns */
+	unsigned flags; /* store_open_flags */
+	size_t map_size;
+	uint64_t commits;
+};
+
+/* Decoded-entry scratch: arrays reused across decodes. */
+struct store_scratch {
+	struct store_attr *attrs;
+	size_t acap;
+	struct store_val *vals;
+	size_t vcap;
+};
+
+/* Pending (key, id) pairs of the bulk path, for one database. */
+struct bulk_list {
+	MDB_dbi dbi;
+	bool was_empty;
+	struct idc_buf keys; /* key bytes back to back */
+	struct bulk_item *items;
+	size_t n, cap;
+};
+
+struct store_txn {
+	struct store *s;
+	MDB_txn *txn;
+	struct store_txn *parent;
+	unsigned flags;
+	bool index_changed; /* reload the index list after commit */
+	uint64_t next_id;
+	struct store_scratch sc;  /* store_get / store_get_id results */
+	struct store_scratch sc2; /* internal reads that must not clobber sc */
+	struct store_ndn ndn;
+	struct idc_buf key, key2, norm, enc, copy;
+	struct idc_arena arena; /* per-operation; reset at each op */
+	struct bulk_list *bulk; /* per dbi, STORE_TXN_BULK only */
+	size_t nbulk;
+};
+
+/* Map an LMDB code to ours (MDB_MAP_FULL -> IDC_EMAPFULL, ...). */
+int store_mdb_err(int rc);
+
+/* entry.c: the id2entry codec. Layout: u8 version, u8 0, u16 0, u32 dn_len,
+ * u32 ndn_len, u32 nattrs, dn, ndn, then per attribute u16 norm_len,
+ * u16 name_len, u32 nvals, norm, name, per value u32 len + bytes. */
+int store_entry_encode(const struct store_entry *e, struct store_val ndn, struct idc_buf *out);
+/* Decode p[0..len) (untrusted) into out using sc's arrays; *ndn gets the
+ * stored normalized DN. IDC_ECORRUPT on any inconsistency. */
+int store_entry_decode(const void *p, size_t len, uint64_t id, struct store_scratch *sc,
+		       struct store_entry *out, struct store_val *ndn);
+void store_scratch_free(struct store_scratch *sc);
+
+/* index.c */
+/* Index key for normalized value n: NULL result (*skip) for an empty value,
+ * n itself when short, prefix + hash when long. Key bytes go to out. */
+int index_key(struct store_val n, struct idc_buf *out, bool *skip);
+const struct store_index *index_find(const struct store *s, const char *norm, size_t len);
+/* Bring the indexes from old to new (either may be NULL) for entry id. */
+int index_update(struct store_txn *t, uint64_t id, const struct store_entry *old,
+		 const struct store_entry *new_e);
+/* Write pending bulk pairs (sorted) to the databases. */
+int index_bulk_flush(struct store_txn *t);
+void index_bulk_free(struct store_txn *t);
+int index_load(struct store *s, MDB_txn *txn);
+int index_meta_write(struct store_txn *t, const char *const *names, size_t n);
+
+/* ops.c helpers */
+/* t->key = the dn2id key of n without its first skip RDNs (long keys
+ * hashed like index keys); t->key2 = the plain reversed key. */
+int store_dn_key(struct store_txn *t, const struct store_ndn *n, size_t skip);
+int store_get_ndn(struct store_txn *t, const struct store_ndn *n, uint64_t *id);
+int store_read_entry(struct store_txn *t, uint64_t id, struct store_scratch *sc,
+		     struct store_entry *out, struct store_val *ndn);

@@ -14,17 +14,17 @@
 /* ---- errors ---------------------------------------------------------------- */
 
 static const char *const idc_errtext[] = {
-	[IDC_ESYNTAX - IDC_ERR_FIRST] = "invalid syntax",
-	[IDC_ENOPARENT - IDC_ERR_FIRST] = "parent entry does not exist",
-	[IDC_ENOTLEAF - IDC_ERR_FIRST] = "entry has children",
-	[IDC_EMAPFULL - IDC_ERR_FIRST] = "store map is full",
-	[IDC_ECORRUPT - IDC_ERR_FIRST] = "store data is corrupted",
-	[IDC_ESIZELIMIT - IDC_ERR_FIRST] = "size limit exceeded",
-	[IDC_EVERSION - IDC_ERR_FIRST] = "unsupported store format version",
-	[IDC_ENOTSTORE - IDC_ERR_FIRST] = "not an idcache store",
-	[IDC_ENAMING - IDC_ERR_FIRST] = "RDN value is not present in the entry",
-	[IDC_ENOATTR - IDC_ERR_FIRST] = "no such attribute or value",
-	[IDC_EVALEXISTS - IDC_ERR_FIRST] = "attribute value already exists",
+    [IDC_ESYNTAX - IDC_ERR_FIRST] = "invalid syntax",
+    [IDC_ENOPARENT - IDC_ERR_FIRST] = "parent entry does not exist",
+    [IDC_ENOTLEAF - IDC_ERR_FIRST] = "entry has children",
+    [IDC_EMAPFULL - IDC_ERR_FIRST] = "store map is full",
+    [IDC_ECORRUPT - IDC_ERR_FIRST] = "store data is corrupted",
+    [IDC_ESIZELIMIT - IDC_ERR_FIRST] = "size limit exceeded",
+    [IDC_EVERSION - IDC_ERR_FIRST] = "unsupported store format version",
+    [IDC_ENOTSTORE - IDC_ERR_FIRST] = "not an idcache store",
+    [IDC_ENAMING - IDC_ERR_FIRST] = "RDN value is not present in the entry",
+    [IDC_ENOATTR - IDC_ERR_FIRST] = "no such attribute or value",
+    [IDC_EVALEXISTS - IDC_ERR_FIRST] = "attribute value already exists",
 };
 
 const char *idc_strerror(int rc)

@@ -45,11 +45,11 @@ struct idc_diag {
 /* Set d->msg (printf-style); NULL d is allowed and ignored. Returns rc so a
  * failing function can `return idc_diag_set(d, rc, ...)`. */
 int idc_diag_set(struct idc_diag *d, int rc, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 
 /* Prefix d->msg with more context ("file:12: " + old message). */
 void idc_diag_prefix(struct idc_diag *d, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
+    __attribute__((format(printf, 2, 3)));
 
 /* ---- logging -------------------------------------------------------------- */
 enum idc_log_level { IDC_LOG_ERR = 0, IDC_LOG_WARN, IDC_LOG_INFO, IDC_LOG_DEBUG };
@@ -69,7 +69,10 @@ struct idc_buf {
 	size_t cap;
 };
 
-#define IDC_BUF_INIT {NULL, 0, 0}
+#define IDC_BUF_INIT                                                                               \
+	{                                                                                          \
+		NULL, 0, 0                                                                         \
+	}
 
 /* Make room for extra more bytes (plus the NUL). 0 or -ENOMEM. */
 int idc_buf_reserve(struct idc_buf *b, size_t extra);
@@ -94,7 +97,10 @@ struct idc_arena {
 	size_t used; /* in head */
 };
 
-#define IDC_ARENA_INIT {NULL, 0}
+#define IDC_ARENA_INIT                                                                             \
+	{                                                                                          \
+		NULL, 0                                                                            \
+	}
 
 /* size bytes aligned for any object, or NULL on ENOMEM. */
 void *idc_arena_alloc(struct idc_arena *a, size_t size);

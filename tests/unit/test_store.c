@@ -1,1 +1,817 @@
-int main(void) { return 0; }
+/* Unit tests of the store core: open, transactions, add/modify/replace/
+ * delete/modrdn, search and the planner, indexes, check, bulk and growth. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "store/store_int.h"
+
+static const char *const default_indexes[] = {"objectClass", "uid",       "cn",
+					      "uidNumber",   "gidNumber", "member"};
+
+struct fx {
+	char dir[64];
+	struct store *s;
+	struct idc_arena arena;
+};
+
+static void rm_store(const char *dir)
+{
+	char p[128];
+	const char *files[] = {"data.mdb", "lock.mdb", "write.lock"};
+	for (size_t i = 0; i < 3; i++) {
+		snprintf(p, sizeof(p), "%s/%s", dir, files[i]);
+		unlink(p);
+	}
+	rmdir(dir);
+}
+
+static int open_fx(struct fx *f, size_t map)
+{
+	strcpy(f->dir, "/tmp/idc-store-XXXXXX");
+	if (!mkdtemp(f->dir))
+		return -1;
+	struct store_options o = {STORE_CREATE | STORE_NOSYNC, map, default_indexes,
+				  IDC_ARRAY_SIZE(default_indexes), 0};
+	struct idc_diag d;
+	int rc = store_open(f->dir, &o, &f->s, &d);
+	if (rc)
+		fprintf(stderr, "open: %s\n", d.msg);
+	f->arena = (struct idc_arena)IDC_ARENA_INIT;
+	return rc;
+}
+
+static int setup(void **state)
+{
+	struct fx *f = calloc(1, sizeof(*f));
+	*state = f;
+	return open_fx(f, 0);
+}
+
+static int teardown(void **state)
+{
+	struct fx *f = *state;
+	store_close(f->s);
+	idc_arena_free(&f->arena);
+	rm_store(f->dir);
+	free(f);
+	return 0;
+}
+
+/* Entry from "dn\nattr: value\n..." text; all memory in the fixture arena. */
+static struct store_entry mk(struct fx *f, const char *text)
+{
+	char *copy = idc_arena_strndup(&f->arena, text, strlen(text));
+	struct store_pair pairs[64];
+	size_t n = 0;
+	char *save, *line = strtok_r(copy, "\n", &save);
+	struct store_val dn = {line, strlen(line)};
+	while ((line = strtok_r(NULL, "\n", &save)) && n < 64) {
+		char *colon = strstr(line, ": ");
+		assert_non_null(colon);
+		*colon = '\0';
+		pairs[n].name = (struct store_val){line, strlen(line)};
+		pairs[n].value = (struct store_val){colon + 2, strlen(colon + 2)};
+		n++;
+	}
+	struct store_entry e;
+	assert_int_equal(store_entry_from_pairs(&f->arena, dn, pairs, n, &e, NULL), 0);
+	return e;
+}
+
+static int add(struct fx *f, const char *text)
+{
+	struct store_txn *t;
+	struct idc_diag d = {""};
+	int rc = store_txn_begin(f->s, NULL, 0, &t, &d);
+	assert_int_equal(rc, 0);
+	struct store_entry e = mk(f, text);
+	rc = store_add(t, &e, NULL, &d);
+	if (rc == 0)
+		rc = store_txn_commit(t, &d);
+	else
+		store_txn_abort(t);
+	return rc;
+}
+
+static void add_tree(struct fx *f)
+{
+	assert_int_equal(add(f, "dc=example,dc=com\nobjectClass: domain\ndc: example"), 0);
+	assert_int_equal(add(f, "ou=people,dc=example,dc=com\nobjectClass: organizationalUnit\n"
+				"ou: people"),
+			 0);
+	assert_int_equal(add(f, "ou=groups,dc=example,dc=com\nobjectClass: organizationalUnit\n"
+				"ou: groups"),
+			 0);
+	static const char *users[] = {"alice", "bob", "carol", "dave", "eve"};
+	for (int i = 0; i < 5; i++) {
+		char buf[512];
+		snprintf(buf, sizeof(buf),
+			 "uid=%s,ou=people,dc=example,dc=com\nobjectClass: posixAccount\n"
+			 "objectClass: person\nuid: %s\ncn: %c%s Smith\nsn: Smith\nuidNumber: %d\n"
+			 "gidNumber: 100\nhomeDirectory: /home/%s",
+			 users[i], users[i], users[i][0] - 32, users[i] + 1, 1000 + i * 10 - 20,
+			 users[i]);
+		assert_int_equal(add(f, buf), 0);
+	}
+	assert_int_equal(add(f, "cn=staff,ou=groups,dc=example,dc=com\nobjectClass: groupOfNames\n"
+				"cn: staff\ngidNumber: 100\n"
+				"member: uid=alice,ou=people,dc=example,dc=com\n"
+				"member: UID=Bob, ou=People,dc=example,dc=com"),
+			 0);
+}
+
+/* ---- search helpers ------------------------------------------------------------------ */
+
+struct collect {
+	char dns[64][128];
+	size_t n;
+};
+
+static int collect_cb(const struct store_entry *e, void *arg)
+{
+	struct collect *c = arg;
+	if (c->n < 64)
+		snprintf(c->dns[c->n], 128, "%.*s", (int)e->dn.len, e->dn.ptr);
+	c->n++;
+	return 0;
+}
+
+static int search(struct fx *f, const char *base, enum store_scope scope, const char *filter,
+		  size_t limit, struct collect *c, char *plan)
+{
+	struct store_txn *t;
+	struct store_filter *flt = NULL;
+	struct idc_diag d = {""};
+	memset(c, 0, sizeof(*c));
+	assert_int_equal(store_txn_begin(f->s, NULL, STORE_TXN_RDONLY, &t, NULL), 0);
+	if (filter)
+		assert_int_equal(store_filter_parse(filter, strlen(filter), &flt, &d), 0);
+	struct store_search q = {{base, strlen(base)}, scope, flt, limit};
+	int rc = store_search(t, &q, collect_cb, c, &d);
+	if (plan) {
+		struct idc_buf b = IDC_BUF_INIT;
+		store_search_plan(t, &q, &b);
+		snprintf(plan, 256, "%s", b.data ? b.data : "");
+		idc_buf_free(&b);
+	}
+	store_filter_free(flt);
+	store_txn_abort(t);
+	return rc;
+}
+
+static size_t count(struct fx *f, const char *filter)
+{
+	struct collect c;
+	assert_int_equal(search(f, "dc=example,dc=com", STORE_SCOPE_SUB, filter, 0, &c, NULL), 0);
+	return c.n;
+}
+
+/* ---- open ------------------------------------------------------------------------------- */
+
+static void test_open_errors(void **state)
+{
+	(void)state;
+	struct store *s;
+	struct idc_diag d = {""};
+	assert_int_equal(store_open("/nonexistent/idc", NULL, &s, &d), -ENOENT);
+	assert_non_null(strstr(d.msg, "/nonexistent/idc"));
+	char dir[] = "/tmp/idc-empty-XXXXXX";
+	assert_non_null(mkdtemp(dir));
+	assert_int_equal(store_open(dir, NULL, &s, &d), IDC_ENOTSTORE);
+	struct store_options ro = {STORE_RDONLY};
+	assert_int_equal(store_open(dir, &ro, &s, &d), IDC_ENOTSTORE);
+	/* Something that is not LMDB at all. */
+	char p[128];
+	snprintf(p, sizeof(p), "%s/data.mdb", dir);
+	FILE *fp = fopen(p, "w");
+	assert_non_null(fp);
+	fputs("this is not a database, just text that is long enough to be read\n", fp);
+	fclose(fp);
+	assert_int_equal(store_open(dir, NULL, &s, &d), IDC_ENOTSTORE);
+	rm_store(dir);
+	/* Bad index name at creation. */
+	char dir2[] = "/tmp/idc-bad-XXXXXX";
+	assert_non_null(mkdtemp(dir2));
+	const char *bad[] = {"uid", "not valid!"};
+	struct store_options o = {STORE_CREATE, 0, bad, 2, 0};
+	assert_int_equal(store_open(dir2, &o, &s, &d), IDC_ESYNTAX);
+	rm_store(dir2);
+}
+
+static void test_reopen_keeps_data(void **state)
+{
+	struct fx *f = *state;
+	add_tree(f);
+	store_close(f->s);
+	struct store_options ro = {STORE_RDONLY};
+	assert_int_equal(store_open(f->dir, &ro, &f->s, NULL), 0);
+	assert_int_equal(count(f, "(uid=alice)"), 1);
+	const char *const *names;
+	assert_int_equal(store_index_list(f->s, &names), IDC_ARRAY_SIZE(default_indexes));
+	assert_string_equal(names[0], "objectclass");
+	struct store_txn *t;
+	assert_int_equal(store_txn_begin(f->s, NULL, 0, &t, NULL), -EROFS);
+}
+
+/* ---- add -------------------------------------------------------------------------------- */
+
+static void test_add_errors(void **state)
+{
+	struct fx *f = *state;
+	add_tree(f);
+	assert_int_equal(add(f, "uid=alice,ou=people,dc=example,dc=com\nuid: alice"), -EEXIST);
+	assert_int_equal(add(f, "UID=ALICE , ou=people,dc=example,dc=com\nuid: alice"), -EEXIST);
+	assert_int_equal(add(f, "uid=x,ou=nope,dc=example,dc=com\nuid: x"), IDC_ENOPARENT);
+	/* No ancestor at all: a new naming context is fine. */
+	assert_int_equal(add(f, "uid=x,ou=other,dc=org\nuid: x"), 0);
+	assert_int_equal(add(f, "uid=y,ou=people,dc=example,dc=com\nuid: z"), IDC_ENAMING);
+	assert_int_equal(add(f, "uid=y,ou=people,dc=example,dc=com\nuid: y\nuidNumber: 12a"),
+			 IDC_ESYNTAX);
+	assert_int_equal(add(f, "uid=y,ou=people,dc=example,dc=com\nuid: y\nuid: Y"),
+			 IDC_EVALEXISTS);
+	assert_int_equal(add(f, "uid=y,,dc=example\nuid: y"), IDC_ESYNTAX);
+	assert_int_equal(count(f, "(uid=y)"), 0);
+}
+
+static void test_add_too_big(void **state)
+{
+	struct fx *f = *state;
+	add_tree(f);
+	struct store_txn *t;
+	assert_int_equal(store_txn_begin(f->s, NULL, 0, &t, NULL), 0);
+	size_t len = STORE_ENTRY_MAX + 10;
+	char *big = malloc(len);
+	memset(big, 'x', len);
+	struct store_val v = {big, len};
+	struct store_attr a[2] = {{{"description", 11}, {"description", 11}, &v, 1},
+				  {{"uid", 3}, {"uid", 3}, &(struct store_val){"big", 3}, 1}};
+	struct store_entry e = {0, {"uid=big,ou=people,dc=example,dc=com", 35}, a, 2};
+	struct idc_diag d;
+	assert_int_equal(store_add(t, &e, NULL, &d), -E2BIG);
+	store_txn_abort(t);
+	free(big);
+}
+
+static void test_get(void **state)
+{
+	struct fx *f = *state;
+	add_tree(f);
+	struct store_txn *t;
+	assert_int_equal(store_txn_begin(f->s, NULL, STORE_TXN_RDONLY, &t, NULL), 0);
+	struct store_entry e;
+	const char *dn = "UID=carol,OU=people,dc=EXAMPLE,dc=com";
+	assert_int_equal(store_get(t, (struct store_val){dn, strlen(dn)}, &e, NULL), 0);
+	assert_memory_equal(e.dn.ptr, "uid=carol,", 10);
+	const struct store_attr *a = store_entry_attr(&e, "uidnumber", 9);
+	assert_non_null(a);
+	assert_int_equal(a->nvals, 1);
+	assert_memory_equal(a->vals[0].ptr, "1000", 4);
+	assert_int_equal(store_get_id(t, e.id, &e), 0);
+	assert_int_equal(store_get(t, (struct store_val){"uid=zz,dc=x", 11}, &e, NULL), -ENOENT);
+	store_txn_abort(t);
+}
+
+/* ---- search ------------------------------------------------------------------------------- */
+
+static void test_search_scopes(void **state)
+{
+	struct fx *f = *state;
+	add_tree(f);
+	struct collect c;
+	assert_int_equal(search(f, "dc=example,dc=com", STORE_SCOPE_BASE, NULL, 0, &c, NULL), 0);
+	assert_int_equal(c.n, 1);
+	assert_int_equal(search(f, "dc=example,dc=com", STORE_SCOPE_ONE, NULL, 0, &c, NULL), 0);
+	assert_int_equal(c.n, 2);
+	assert_int_equal(
+	    search(f, "ou=people,dc=example,dc=com", STORE_SCOPE_ONE, NULL, 0, &c, NULL), 0);
+	assert_int_equal(c.n, 5);
+	assert_int_equal(search(f, "dc=example,dc=com", STORE_SCOPE_SUB, NULL, 0, &c, NULL), 0);
+	assert_int_equal(c.n, 9);
+	assert_string_equal(c.dns[0], "dc=example,dc=com"); /* parents first */
+	assert_int_equal(search(f, "", STORE_SCOPE_SUB, NULL, 0, &c, NULL), 0);
+	assert_int_equal(c.n, 9);
+	assert_int_equal(
+	    search(f, "ou=people,dc=example,dc=com", STORE_SCOPE_SUB, "(uid=alice)", 0, &c, NULL),
+	    0);
+	assert_int_equal(c.n, 1);
+	assert_int_equal(
+	    search(f, "ou=groups,dc=example,dc=com", STORE_SCOPE_SUB, "(uid=alice)", 0, &c, NULL),
+	    0);
+	assert_int_equal(c.n, 0);
+	assert_int_equal(search(f, "ou=none,dc=example,dc=com", STORE_SCOPE_SUB, NULL, 0, &c, NULL),
+			 -ENOENT);
+	assert_int_equal(
+	    search(f, "dc=example,dc=com", STORE_SCOPE_SUB, "(objectClass=person)", 3, &c, NULL),
+	    IDC_ESIZELIMIT);
+	assert_int_equal(c.n, 3);
+	assert_int_equal(
+	    search(f, "dc=example,dc=com", STORE_SCOPE_SUB, "(objectClass=person)", 5, &c, NULL),
+	    0);
+}
+
+static void test_search_filters(void **state)
+{
+	struct fx *f = *state;
+	add_tree(f);
+	assert_int_equal(count(f, "(uid=ALICE)"), 1);
+	assert_int_equal(count(f, "(uidNumber>=1000)"), 3);
+	assert_int_equal(count(f, "(uidNumber<=990)"), 2);
+	assert_int_equal(count(f, "(uidNumber<=-5)"), 0);
+	assert_int_equal(count(f, "(cn=a*)"), 1);
+	assert_int_equal(count(f, "(cn=*smith)"), 5);
+	assert_int_equal(count(f, "(sn=smith)"), 5); /* not indexed: scan */
+	assert_int_equal(count(f, "(&(objectClass=person)(uid=bob))"), 1);
+	assert_int_equal(count(f, "(|(uid=bob)(uid=carol)(uid=nobody))"), 2);
+	assert_int_equal(count(f, "(|(uid=bob)(sn=smith))"), 5);
+	assert_int_equal(count(f, "(!(objectClass=person))"), 4);
+	assert_int_equal(count(f, "(member=uid=bob,ou=people,dc=example,dc=com)"), 1);
+	assert_int_equal(count(f, "(uid:dn:=alice)"), 1);
+	assert_int_equal(count(f, "(ou:dn:=people)"), 6);
+	assert_int_equal(count(f, "(uid:caseExactMatch:=Alice)"), 0);
+	assert_int_equal(count(f, "(uid:caseExactMatch:=alice)"), 1);
+	assert_int_equal(count(f, "(uid=*)"), 5);
+	assert_int_equal(count(f, "(uidNumber=abc)"), 0);
+	assert_int_equal(count(f, "(&)"), 9);
+	assert_int_equal(count(f, "(|)"), 0);
+}
+
+static void test_search_plan(void **state)
+{
+	struct fx *f = *state;
+	add_tree(f);
+	struct collect c;
+	char plan[256];
+	search(f, "dc=example,dc=com", STORE_SCOPE_SUB, "(uid=alice)", 0, &c, plan);
+	assert_non_null(strstr(plan, "eq uid"));
+	assert_non_null(strstr(plan, "1 candidates"));
+	search(f, "dc=example,dc=com", STORE_SCOPE_SUB, "(sn=smith)", 0, &c, plan);
+	assert_non_null(strstr(plan, "scan"));
+	search(f, "dc=example,dc=com", STORE_SCOPE_SUB, "(&(objectClass=person)(uid=bob))", 0, &c,
+	       plan);
+	assert_non_null(strstr(plan, "and("));
+	assert_non_null(strstr(plan, "1 candidates"));
+	search(f, "dc=example,dc=com", STORE_SCOPE_SUB, "(cn=ca*)", 0, &c, plan);
+	assert_non_null(strstr(plan, "prefix cn"));
+	search(f, "dc=example,dc=com", STORE_SCOPE_SUB, "(uidNumber>=1000)", 0, &c, plan);
+	assert_non_null(strstr(plan, "range>= uidnumber"));
+	assert_non_null(strstr(plan, "3 candidates"));
+}
+
+struct stop_ctx {
+	int seen;
+};
+
+static int stop_cb(const struct store_entry *e, void *arg)
+{
+	(void)e;
+	struct stop_ctx *s = arg;
+	return ++s->seen == 2 ? 42 : 0;
+}
+
+static void test_search_callback_stops(void **state)
+{
+	struct fx *f = *state;
+	add_tree(f);
+	struct store_txn *t;
+	assert_int_equal(store_txn_begin(f->s, NULL, STORE_TXN_RDONLY, &t, NULL), 0);
+	struct store_search q = {{"", 0}, STORE_SCOPE_SUB, NULL, 0};
+	struct stop_ctx sc = {0};
+	assert_int_equal(store_search(t, &q, stop_cb, &sc, NULL), 42);
+	assert_int_equal(sc.seen, 2);
+	store_txn_abort(t);
+}
+
+/* ---- modify / replace ----------------------------------------------------------------------- */
+
+static int modify(struct fx *f, const char *dn, struct store_mod *m, size_t n, bool *changed)
+{
+	struct store_txn *t;
+	struct idc_diag d = {""};
+	assert_int_equal(store_txn_begin(f->s, NULL, 0, &t, NULL), 0);
+	int rc = store_modify(t, (struct store_val){dn, strlen(dn)}, m, n, changed, &d);
+	if (rc == 0)
+		rc = store_txn_commit(t, &d);
+	else
+		store_txn_abort(t);
+	return rc;
+}
+
+#define V(s) ((struct store_val){s, sizeof(s) - 1})
+
+static void test_modify(void **state)
+{
+	struct fx *f = *state;
+	add_tree(f);
+	const char *dn = "uid=alice,ou=people,dc=example,dc=com";
+	struct store_val v1[] = {V("Alice Two")}, v2[] = {V("2000")}, v3[] = {V("alice smith")};
+	struct store_mod m[] = {{STORE_MOD_ADD, V("cn"), v1, 1},
+				{STORE_MOD_REPLACE, V("uidNumber"), v2, 1},
+				{STORE_MOD_DELETE, V("cn"), v3, 1}};
+	bool changed = false;
+	assert_int_equal(modify(f, dn, m, 3, &changed), 0);
+	assert_true(changed);
+	assert_int_equal(count(f, "(uidNumber=2000)"), 1);
+	assert_int_equal(count(f, "(uidNumber=980)"), 0);
+	assert_int_equal(count(f, "(cn=alice two)"), 1);
+	assert_int_equal(count(f, "(cn=alice smith)"), 0);
+	/* Errors leave the entry as it was. */
+	struct store_mod dup[] = {{STORE_MOD_ADD, V("cn"), v1, 1}};
+	assert_int_equal(modify(f, dn, dup, 1, NULL), IDC_EVALEXISTS);
+	struct store_mod gone[] = {{STORE_MOD_DELETE, V("cn"), v3, 1}};
+	assert_int_equal(modify(f, dn, gone, 1, NULL), IDC_ENOATTR);
+	struct store_mod noattr[] = {{STORE_MOD_DELETE, V("mail"), NULL, 0}};
+	assert_int_equal(modify(f, dn, noattr, 1, NULL), IDC_ENOATTR);
+	struct store_mod naming[] = {{STORE_MOD_DELETE, V("uid"), NULL, 0}};
+	assert_int_equal(modify(f, dn, naming, 1, NULL), IDC_ENAMING);
+	struct store_val bad[] = {V("x1")};
+	struct store_mod syntax[] = {{STORE_MOD_ADD, V("cn"), v3, 1},
+				     {STORE_MOD_REPLACE, V("gidNumber"), bad, 1}};
+	assert_int_equal(modify(f, dn, syntax, 2, NULL), IDC_ESYNTAX);
+	assert_int_equal(count(f, "(cn=alice smith)"), 0);
+	assert_int_equal(modify(f, "uid=nobody,dc=example,dc=com", syntax, 1, NULL), -ENOENT);
+	/* Replacing with the same values changes nothing. */
+	struct store_mod same[] = {{STORE_MOD_REPLACE, V("uidNumber"), v2, 1}};
+	assert_int_equal(modify(f, dn, same, 1, &changed), 0);
+	assert_false(changed);
+	/* Removing the whole attribute, and the presence index follows. */
+	struct store_mod rm[] = {{STORE_MOD_REPLACE, V("uidNumber"), NULL, 0}};
+	assert_int_equal(modify(f, dn, rm, 1, &changed), 0);
+	assert_true(changed);
+	assert_int_equal(count(f, "(uidNumber=*)"), 4);
+	struct store_txn *t;
+	assert_int_equal(store_txn_begin(f->s, NULL, STORE_TXN_RDONLY, &t, NULL), 0);
+	assert_int_equal(store_check(t, NULL, NULL), 0);
+	store_txn_abort(t);
+}
+
+static void test_replace_counts_commits(void **state)
+{
+	struct fx *f = *state;
+	add_tree(f);
+	struct store_entry e =
+	    mk(f, "uid=bob,ou=people,dc=example,dc=com\nobjectClass: posixAccount\n"
+		  "objectClass: person\nuid: bob\ncn: Bob Smith\nsn: Smith\nuidNumber: 990\n"
+		  "gidNumber: 100\nhomeDirectory: /home/bob");
+	struct store_txn *t;
+	bool changed = true;
+	assert_int_equal(store_txn_begin(f->s, NULL, 0, &t, NULL), 0);
+	assert_int_equal(store_replace(t, &e, &changed, NULL), 0);
+	assert_false(changed);
+	store_txn_abort(t);
+	struct store_entry e2 =
+	    mk(f, "uid=bob,ou=people,dc=example,dc=com\nobjectClass: posixAccount\n"
+		  "objectClass: person\nuid: bob\ncn: Robert Smith\nsn: Smith\nuidNumber: 990\n"
+		  "gidNumber: 100\nhomeDirectory: /home/bob");
+	uint64_t before = store_commit_count(f->s);
+	assert_int_equal(store_txn_begin(f->s, NULL, 0, &t, NULL), 0);
+	assert_int_equal(store_replace(t, &e2, &changed, NULL), 0);
+	assert_true(changed);
+	assert_int_equal(store_txn_commit(t, NULL), 0);
+	assert_int_equal(store_commit_count(f->s), before + 1);
+	assert_int_equal(count(f, "(cn=robert smith)"), 1);
+	assert_int_equal(count(f, "(cn=bob smith)"), 0);
+}
+
+/* ---- delete / modrdn --------------------------------------------------------------------------
+ */
+
+static int del(struct fx *f, const char *dn, bool subtree)
+{
+	struct store_txn *t;
+	assert_int_equal(store_txn_begin(f->s, NULL, 0, &t, NULL), 0);
+	int rc = store_delete(t, (struct store_val){dn, strlen(dn)}, subtree, NULL);
+	if (rc == 0)
+		rc = store_txn_commit(t, NULL);
+	else
+		store_txn_abort(t);
+	return rc;
+}
+
+static void test_delete(void **state)
+{
+	struct fx *f = *state;
+	add_tree(f);
+	assert_int_equal(del(f, "uid=alice,ou=people,dc=example,dc=com", false), 0);
+	assert_int_equal(count(f, "(uid=alice)"), 0);
+	assert_int_equal(del(f, "uid=alice,ou=people,dc=example,dc=com", false), -ENOENT);
+	assert_int_equal(del(f, "ou=people,dc=example,dc=com", false), IDC_ENOTLEAF);
+	assert_int_equal(count(f, "(objectClass=person)"), 4);
+	assert_int_equal(del(f, "ou=people,dc=example,dc=com", true), 0);
+	assert_int_equal(count(f, "(objectClass=*)"), 3);
+	struct store_txn *t;
+	assert_int_equal(store_txn_begin(f->s, NULL, STORE_TXN_RDONLY, &t, NULL), 0);
+	assert_int_equal(store_check(t, NULL, NULL), 0);
+	store_txn_abort(t);
+}
+
+static int modrdn(struct fx *f, const char *dn, const char *rdn, bool delold, const char *sup)
+{
+	struct store_txn *t;
+	struct idc_diag d = {""};
+	assert_int_equal(store_txn_begin(f->s, NULL, 0, &t, NULL), 0);
+	struct store_val s = {sup, sup ? strlen(sup) : 0};
+	int rc = store_modrdn(t, (struct store_val){dn, strlen(dn)},
+			      (struct store_val){rdn, strlen(rdn)}, delold, sup ? &s : NULL, &d);
+	if (rc == 0)
+		rc = store_txn_commit(t, &d);
+	else
+		store_txn_abort(t);
+	return rc;
+}
+
+static void test_modrdn(void **state)
+{
+	struct fx *f = *state;
+	add_tree(f);
+	assert_int_equal(modrdn(f, "uid=eve,ou=people,dc=example,dc=com", "uid=eva", true, NULL),
+			 0);
+	assert_int_equal(count(f, "(uid=eve)"), 0);
+	assert_int_equal(count(f, "(uid=eva)"), 1);
+	struct collect c;
+	assert_int_equal(
+	    search(f, "uid=eva,ou=people,dc=example,dc=com", STORE_SCOPE_BASE, NULL, 0, &c, NULL),
+	    0);
+	assert_int_equal(c.n, 1);
+	assert_int_equal(
+	    modrdn(f, "uid=dave,ou=people,dc=example,dc=com", "uid=david", false, NULL), 0);
+	assert_int_equal(count(f, "(uid=dave)"), 1); /* old value kept */
+	assert_int_equal(count(f, "(uid=david)"), 1);
+	assert_int_equal(modrdn(f, "uid=eva,ou=people,dc=example,dc=com", "uid=eva", true,
+				"ou=groups,dc=example,dc=com"),
+			 0);
+	assert_int_equal(
+	    search(f, "ou=groups,dc=example,dc=com", STORE_SCOPE_ONE, "(uid=eva)", 0, &c, NULL), 0);
+	assert_int_equal(c.n, 1);
+	assert_int_equal(modrdn(f, "ou=people,dc=example,dc=com", "ou=folk", true, NULL),
+			 IDC_ENOTLEAF);
+	assert_int_equal(modrdn(f, "uid=bob,ou=people,dc=example,dc=com", "uid=carol", true, NULL),
+			 -EEXIST);
+	assert_int_equal(modrdn(f, "uid=bob,ou=people,dc=example,dc=com", "uid=bobby", true,
+				"ou=missing,dc=example,dc=com"),
+			 IDC_ENOPARENT);
+	struct store_txn *t;
+	assert_int_equal(store_txn_begin(f->s, NULL, STORE_TXN_RDONLY, &t, NULL), 0);
+	assert_int_equal(store_check(t, NULL, NULL), 0);
+	store_txn_abort(t);
+}
+
+/* ---- transactions ------------------------------------------------------------------------------
+ */
+
+static void test_txn_abort_and_nested(void **state)
+{
+	struct fx *f = *state;
+	add_tree(f);
+	struct store_txn *t, *child, *reader;
+	assert_int_equal(store_txn_begin(f->s, NULL, STORE_TXN_RDONLY, &reader, NULL), 0);
+	assert_int_equal(store_txn_begin(f->s, NULL, 0, &t, NULL), 0);
+	struct store_entry e = mk(f, "uid=n1,ou=people,dc=example,dc=com\nuid: n1");
+	assert_int_equal(store_add(t, &e, NULL, NULL), 0);
+	assert_int_equal(store_txn_begin(f->s, t, 0, &child, NULL), 0);
+	struct store_entry e2 = mk(f, "uid=n2,ou=people,dc=example,dc=com\nuid: n2");
+	assert_int_equal(store_add(child, &e2, NULL, NULL), 0);
+	store_txn_abort(child);
+	assert_int_equal(store_txn_begin(f->s, t, 0, &child, NULL), 0);
+	struct store_entry e3 = mk(f, "uid=n3,ou=people,dc=example,dc=com\nuid: n3");
+	uint64_t id3;
+	assert_int_equal(store_add(child, &e3, &id3, NULL), 0);
+	assert_int_equal(store_txn_commit(child, NULL), 0);
+	/* Ids handed out in the child stay used after its commit. */
+	struct store_entry e4 = mk(f, "uid=n4,ou=people,dc=example,dc=com\nuid: n4");
+	uint64_t id4;
+	assert_int_equal(store_add(t, &e4, &id4, NULL), 0);
+	assert_true(id4 > id3);
+	assert_int_equal(store_txn_commit(t, NULL), 0);
+	assert_int_equal(count(f, "(uid=n1)"), 1);
+	assert_int_equal(count(f, "(uid=n2)"), 0);
+	assert_int_equal(count(f, "(uid=n3)"), 1);
+	/* The reader still sees its snapshot. */
+	struct store_entry got;
+	assert_int_equal(store_get(reader,
+				   (struct store_val){"uid=n1,ou=people,dc=example,dc=com", 34},
+				   &got, NULL),
+			 -ENOENT);
+	store_txn_abort(reader);
+	/* Aborted write: nothing. */
+	assert_int_equal(store_txn_begin(f->s, NULL, 0, &t, NULL), 0);
+	struct store_entry e5 = mk(f, "uid=n5,ou=people,dc=example,dc=com\nuid: n5");
+	assert_int_equal(store_add(t, &e5, NULL, NULL), 0);
+	store_txn_abort(t);
+	assert_int_equal(count(f, "(uid=n5)"), 0);
+	/* Read-only transactions cannot nest. */
+	assert_int_equal(store_txn_begin(f->s, NULL, STORE_TXN_RDONLY, &reader, NULL), 0);
+	assert_int_equal(store_txn_begin(f->s, reader, 0, &child, NULL), -EINVAL);
+	store_txn_abort(reader);
+}
+
+static void test_second_writer(void **state)
+{
+	struct fx *f = *state;
+	struct store *s2;
+	assert_int_equal(store_open(f->dir, NULL, &s2, NULL), 0);
+	struct store_txn *t, *t2;
+	struct idc_diag d = {""};
+	assert_int_equal(store_txn_begin(f->s, NULL, 0, &t, NULL), 0);
+	assert_int_equal(store_txn_begin(s2, NULL, 0, &t2, &d), -EBUSY);
+	assert_non_null(strstr(d.msg, "another process"));
+	store_txn_abort(t);
+	assert_int_equal(store_txn_begin(s2, NULL, 0, &t2, &d), 0);
+	store_txn_abort(t2);
+	store_close(s2);
+}
+
+/* ---- indexes, check, bulk, growth, long values ------------------------------------------------
+ */
+
+static void test_index_add_remove(void **state)
+{
+	struct fx *f = *state;
+	add_tree(f);
+	char plan[256];
+	struct collect c;
+	search(f, "dc=example,dc=com", STORE_SCOPE_SUB, "(sn=smith)", 0, &c, plan);
+	assert_non_null(strstr(plan, "scan"));
+	struct store_txn *t;
+	struct idc_diag d;
+	assert_int_equal(store_txn_begin(f->s, NULL, 0, &t, NULL), 0);
+	assert_int_equal(store_index_add(t, "surname", &d), 0);
+	assert_int_equal(store_txn_commit(t, NULL), 0);
+	search(f, "dc=example,dc=com", STORE_SCOPE_SUB, "(sn=smith)", 0, &c, plan);
+	assert_non_null(strstr(plan, "eq sn"));
+	assert_int_equal(c.n, 5);
+	assert_int_equal(store_txn_begin(f->s, NULL, 0, &t, NULL), 0);
+	assert_int_equal(store_index_add(t, "sn", &d), -EEXIST);
+	assert_int_equal(store_index_remove(t, "uid", &d), 0);
+	assert_int_equal(store_index_remove(t, "mail", &d), -ENOENT);
+	assert_int_equal(store_txn_commit(t, NULL), 0);
+	search(f, "dc=example,dc=com", STORE_SCOPE_SUB, "(uid=bob)", 0, &c, plan);
+	assert_non_null(strstr(plan, "scan"));
+	assert_int_equal(c.n, 1);
+	assert_int_equal(store_txn_begin(f->s, NULL, STORE_TXN_RDONLY, &t, NULL), 0);
+	assert_int_equal(store_check(t, NULL, NULL), 0);
+	store_txn_abort(t);
+}
+
+static void count_fault(const char *line, void *arg)
+{
+	(void)line;
+	(*(int *)arg)++;
+}
+
+static void test_check_finds_faults(void **state)
+{
+	struct fx *f = *state;
+	add_tree(f);
+	struct store_txn *t;
+	assert_int_equal(store_txn_begin(f->s, NULL, 0, &t, NULL), 0);
+	/* Break each structure behind the store's back. */
+	const struct store_index *ix = index_find(f->s, "uid", 3);
+	MDB_val k = {5, "alice"};
+	assert_int_equal(mdb_del(t->txn, ix->dbi, &k, NULL), 0);
+	size_t bogus = 999;
+	MDB_val k2 = {4, "nope"}, v2 = {sizeof(bogus), &bogus};
+	assert_int_equal(mdb_put(t->txn, ix->dbi, &k2, &v2, 0), 0);
+	MDB_val dk = {25, "dc=com,dc=example,ou=peop"};
+	MDB_cursor *c;
+	assert_int_equal(mdb_cursor_open(t->txn, f->s->dn2id, &c), 0);
+	MDB_val ck = dk, cv;
+	assert_int_equal(mdb_cursor_get(c, &ck, &cv, MDB_SET_RANGE), 0);
+	assert_int_equal(mdb_cursor_del(c, 0), 0); /* ou=people's own key */
+	mdb_cursor_close(c);
+	int faults = 0;
+	long n = store_check(t, count_fault, &faults);
+	assert_true(n >= 3);
+	assert_int_equal(n, faults);
+	store_txn_abort(t);
+}
+
+static int bulk_fn(struct store_txn *t, void *arg, struct idc_diag *d)
+{
+	struct fx *f = arg;
+	idc_arena_reset(&f->arena);
+	for (int i = 0; i < 3000; i++) {
+		char buf[256];
+		snprintf(buf, sizeof(buf),
+			 "uid=u%05d,ou=people,dc=example,dc=com\nobjectClass: person\nuid: u%05d\n"
+			 "cn: user %d\nuidNumber: %d\ndescription: %0200d",
+			 i, i, i, 20000 + i, i);
+		struct store_entry e = mk(f, buf);
+		int rc = store_add(t, &e, NULL, d);
+		if (rc)
+			return rc;
+	}
+	/* A modify inside the same bulk transaction sees the pending keys. */
+	struct store_val v[] = {V("30000")};
+	struct store_mod m[] = {{STORE_MOD_REPLACE, V("uidNumber"), v, 1}};
+	const char *dn = "uid=u00007,ou=people,dc=example,dc=com";
+	return store_modify(t, (struct store_val){dn, strlen(dn)}, m, 1, NULL, d);
+}
+
+static void test_bulk_and_growth(void **state)
+{
+	struct fx *f = *state;
+	store_close(f->s);
+	rm_store(f->dir);
+	assert_int_equal(open_fx(f, 256 * 1024), 0);
+	add_tree(f);
+	struct idc_diag d = {""};
+	assert_int_equal(store_write(f->s, STORE_TXN_BULK, bulk_fn, f, &d), 0);
+	assert_int_equal(count(f, "(objectClass=person)"), 3005);
+	assert_int_equal(count(f, "(uid=u02999)"), 1);
+	assert_int_equal(count(f, "(uidNumber=30000)"), 1);
+	assert_int_equal(count(f, "(uidNumber=20007)"), 0);
+	assert_int_equal(count(f, "(cn=user 12*)"), 111);
+	struct store_txn *t;
+	assert_int_equal(store_txn_begin(f->s, NULL, STORE_TXN_RDONLY, &t, NULL), 0);
+	assert_int_equal(store_check(t, NULL, NULL), 0);
+	struct store_stats st;
+	assert_int_equal(store_stats(t, &st), 0);
+	assert_int_equal(st.entries, 3009);
+	assert_true(st.map_size > 256 * 1024);
+	store_txn_abort(t);
+}
+
+static void test_long_values(void **state)
+{
+	struct fx *f = *state;
+	add_tree(f);
+	char val[1200], val2[1200], buf[3000];
+	memset(val, 'q', sizeof(val) - 1);
+	val[sizeof(val) - 1] = '\0';
+	memcpy(val2, val, sizeof(val));
+	val2[600] = 'r'; /* same 503-byte key prefix, other hash */
+	snprintf(buf, sizeof(buf), "cn=long1,ou=groups,dc=example,dc=com\ncn: long1\ncn: %s", val);
+	assert_int_equal(add(f, buf), 0);
+	snprintf(buf, sizeof(buf), "cn=long2,ou=groups,dc=example,dc=com\ncn: long2\ncn: %s", val2);
+	assert_int_equal(add(f, buf), 0);
+	char filter[1300];
+	snprintf(filter, sizeof(filter), "(cn=%s)", val);
+	assert_int_equal(count(f, filter), 1);
+	snprintf(filter, sizeof(filter), "(cn=%.600s*)", val);
+	assert_int_equal(count(f, filter), 2);
+	/* A DN longer than LMDB's key limit. */
+	char dn[2000];
+	snprintf(dn, sizeof(dn), "cn=%.900s,ou=groups,dc=example,dc=com\ncn: %.900s", val, val);
+	assert_int_equal(add(f, dn), 0);
+	snprintf(dn, sizeof(dn), "cn=%.900s,ou=groups,dc=example,dc=com\ncn: %.900s", val2, val2);
+	assert_int_equal(add(f, dn), 0);
+	assert_int_equal(add(f, dn), -EEXIST);
+	snprintf(filter, sizeof(filter), "(cn=%.900s)", val2);
+	assert_int_equal(count(f, filter), 1);
+	struct store_txn *t;
+	assert_int_equal(store_txn_begin(f->s, NULL, STORE_TXN_RDONLY, &t, NULL), 0);
+	assert_int_equal(store_check(t, NULL, NULL), 0);
+	store_txn_abort(t);
+}
+
+static void test_entry_codec_rejects_garbage(void **state)
+{
+	(void)state;
+	struct store_scratch sc = {0};
+	struct store_entry e;
+	unsigned char junk[64];
+	for (size_t len = 0; len < sizeof(junk); len++) {
+		memset(junk, 0xff, sizeof(junk));
+		junk[0] = 1;
+		assert_int_not_equal(store_entry_decode(junk, len, 1, &sc, &e, NULL), 0);
+	}
+	store_scratch_free(&sc);
+}
+
+int main(void)
+{
+#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_open_errors),
+	    T(test_reopen_keeps_data),
+	    T(test_add_errors),
+	    T(test_add_too_big),
+	    T(test_get),
+	    T(test_search_scopes),
+	    T(test_search_filters),
+	    T(test_search_plan),
+	    T(test_search_callback_stops),
+	    T(test_modify),
+	    T(test_replace_counts_commits),
+	    T(test_delete),
+	    T(test_modrdn),
+	    T(test_txn_abort_and_nested),
+	    T(test_second_writer),
+	    T(test_index_add_remove),
+	    T(test_check_finds_faults),
+	    T(test_bulk_and_growth),
+	    T(test_long_values),
+	    cmocka_unit_test(test_entry_codec_rejects_garbage),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,1 +1,106 @@
-int main(void) { return 0; }
+/* Unit tests of util: error text, diagnostics, buffers, arena, hashing. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "util/util.h"
+
+static void test_strerror(void **state)
+{
+	(void)state;
+	assert_string_equal(idc_strerror(0), "success");
+	assert_string_equal(idc_strerror(-ENOENT), strerror(ENOENT));
+	assert_string_equal(idc_strerror(IDC_ENOPARENT), "parent entry does not exist");
+	assert_string_equal(idc_strerror(IDC_EVALEXISTS), "attribute value already exists");
+	for (int rc = IDC_ERR_FIRST + 1; rc <= IDC_ERR_LAST; rc++)
+		assert_non_null(idc_strerror(rc));
+	assert_string_equal(idc_strerror(-999999), "unknown error");
+}
+
+static void test_diag(void **state)
+{
+	(void)state;
+	struct idc_diag d = {""};
+	assert_int_equal(idc_diag_set(&d, -EINVAL, "bad %s", "thing"), -EINVAL);
+	assert_string_equal(d.msg, "bad thing");
+	idc_diag_prefix(&d, "file:%d: ", 12);
+	assert_string_equal(d.msg, "file:12: bad thing");
+	assert_int_equal(idc_diag_set(NULL, -EIO, "ignored"), -EIO);
+	idc_diag_prefix(NULL, "x");
+	/* A prefix onto a full message drops the message's tail, not the
+	 * terminator. */
+	char big[600];
+	memset(big, 'a', sizeof(big) - 1);
+	big[sizeof(big) - 1] = '\0';
+	idc_diag_set(&d, -EINVAL, "%s", big);
+	idc_diag_prefix(&d, "%s", "prefix: ");
+	assert_int_equal(strlen(d.msg), sizeof(d.msg) - 1);
+	assert_memory_equal(d.msg, "prefix: aaa", 11);
+}
+
+static void test_buf(void **state)
+{
+	(void)state;
+	struct idc_buf b = IDC_BUF_INIT;
+	for (int i = 0; i < 10000; i++)
+		assert_int_equal(idc_buf_putc(&b, (char)('a' + i % 26)), 0);
+	assert_int_equal(b.len, 10000);
+	assert_int_equal(b.data[b.len], '\0');
+	idc_buf_reset(&b);
+	assert_int_equal(idc_buf_printf(&b, "%d-%s", 42, "x"), 0);
+	assert_string_equal(b.data, "42-x");
+	assert_int_equal(idc_buf_append(&b, "\0z", 2), 0);
+	assert_int_equal(b.len, 6);
+	assert_int_equal(idc_buf_reserve(&b, SIZE_MAX), -ENOMEM);
+	idc_buf_free(&b);
+	assert_null(b.data);
+}
+
+static void test_arena(void **state)
+{
+	(void)state;
+	struct idc_arena a = IDC_ARENA_INIT;
+	char *s = idc_arena_strndup(&a, "hello", 3);
+	assert_string_equal(s, "hel");
+	for (int i = 0; i < 1000; i++) {
+		uint64_t *p = idc_arena_alloc(&a, 100);
+		assert_non_null(p);
+		assert_int_equal((uintptr_t)p % sizeof(max_align_t), 0);
+		memset(p, 0xab, 100);
+	}
+	void *big = idc_arena_alloc(&a, 1 << 20);
+	assert_non_null(big);
+	memset(big, 1, 1 << 20);
+	idc_arena_reset(&a);
+	assert_non_null(idc_arena_alloc(&a, 10));
+	idc_arena_free(&a);
+	assert_null(idc_arena_alloc(&a, SIZE_MAX));
+	idc_arena_free(&a);
+}
+
+static void test_hash_and_case(void **state)
+{
+	(void)state;
+	assert_int_equal(idc_hash64("abc", 3, 1), idc_hash64("abc", 3, 1));
+	assert_int_not_equal(idc_hash64("abc", 3, 1), idc_hash64("abc", 3, 2));
+	assert_int_not_equal(idc_hash64("abc", 3, 1), idc_hash64("abd", 3, 1));
+	assert_true(idc_memcaseeq("UiD", 3, "uid", 3));
+	assert_false(idc_memcaseeq("uid", 3, "uids", 4));
+	assert_false(idc_memcaseeq("uid", 3, "uis", 3));
+	assert_true(idc_now_ns() > 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_strerror),      cmocka_unit_test(test_diag),
+	    cmocka_unit_test(test_buf),           cmocka_unit_test(test_arena),
+	    cmocka_unit_test(test_hash_and_case),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
