@@ -130,8 +130,10 @@ struct store_ndn {
 	}
 
 /* Parse dn and fill out (reusing its memory). Errors: IDC_ESYNTAX with the
- * byte offset in d ("DN 'x': position 7: ..."), -E2BIG past STORE_DN_MAX or
- * STORE_DN_MAX_RDNS. Canonical escaping in values: '\' before
+ * byte offset in d ("DN 'x': position 7: ..."), -E2BIG past STORE_DN_MAX
+ * (for the DN and for its normalized text, which escaping can make longer),
+ * STORE_DN_MAX_RDNS RDNs, or as many AVAs in one RDN. The same AVA twice in
+ * one RDN, and unescaped '"', '<', '>' or NUL in a value, are IDC_ESYNTAX. Canonical escaping in values: '\' before
  * , + " \ < > ; = and before a leading '#' or space or a trailing space;
  * bytes < 0x20, 0x7f and NUL as \XX (lowercase hex); all else literal. */
 int store_dn_normalize(const char *dn, size_t len, struct store_ndn *out, struct idc_diag *d);

@@ -7,6 +7,11 @@
 
 #include "store.h"
 
+/* Append the normalized text of dn to out (no store_ndn needed): the DN
+ * matching rule uses it, so normalizing a member value allocates nothing
+ * beyond out's growth. Errors as store_dn_normalize. */
+int store_dn_normalize_append(const char *dn, size_t len, struct idc_buf *out, struct idc_diag *d);
+
 /* ---- filter tree -------------------------------------------------------------
  * Built by store_filter_parse; read by filter.c (evaluation) and search.c
  * (the planner). All strings are owned by the tree (one arena). */
