@@ -422,8 +422,8 @@ static bool has_separator(const char *s, size_t len)
 /* Is the entry with normalized DN e in scope of base b? */
 static bool in_scope(struct store_val e, struct store_val b, enum store_scope sc)
 {
-	if (b.len == 0)
-		return sc == STORE_SCOPE_SUB || !has_separator(e.ptr, e.len);
+	if (b.len == 0) /* one level below the root: see root_child() */
+		return true;
 	if (e.len == b.len)
 		return sc != STORE_SCOPE_ONE && memcmp(e.ptr, b.ptr, b.len) == 0;
 	if (e.len < b.len + 2 || memcmp(e.ptr + e.len - b.len, b.ptr, b.len) != 0)
@@ -432,6 +432,19 @@ static bool in_scope(struct store_val e, struct store_val b, enum store_scope sc
 	if (e.ptr[sep] != ',' || escaped(e.ptr, sep))
 		return false;
 	return sc == STORE_SCOPE_SUB || (sc == STORE_SCOPE_ONE && !has_separator(e.ptr, sep));
+}
+
+/* One level below the root holds the naming contexts: entries whose
+ * parent is not stored. */
+static bool root_child(struct store_txn *t, struct store_val ndn)
+{
+	if (!has_separator(ndn.ptr, ndn.len))
+		return true;
+	if (store_dn_normalize(ndn.ptr, ndn.len, &t->ndn, NULL) != 0 ||
+	    store_dn_key(t, &t->ndn, 1) != 0)
+		return false;
+	MDB_val k = {t->key.len, t->key.data}, v;
+	return mdb_get(t->txn, t->s->dn2id, &k, &v) == MDB_NOTFOUND;
 }
 
 /* ---- the search ------------------------------------------------------------------------- */
@@ -456,6 +469,8 @@ static int visit(struct run *r, MDB_val v, uint64_t id)
 	if (rc)
 		return rc;
 	if (!in_scope(ndn, r->base, r->q->scope))
+		return 0;
+	if (r->base.len == 0 && r->q->scope == STORE_SCOPE_ONE && !root_child(r->t, ndn))
 		return 0;
 	if (r->q->filter && store_filter_eval(r->q->filter, &e, &r->scratch) != SF_TRUE)
 		return 0;
