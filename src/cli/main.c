@@ -1,1 +1,166 @@
-int main(void) { return 0; }
+/*
+ * idcache: entry point of the command-line tool. Parses the global options
+ * and hands the rest of the command line to one subcommand from the table
+ * below; adding a subcommand is one line here plus its own file.
+ */
+#include "cli.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef IDC_VERSION
+#define IDC_VERSION "unknown"
+#endif
+
+struct cli_command {
+	const char *name;
+	int (*main)(int argc, char **argv);
+	const char *summary;
+};
+
+static const struct cli_command commands[] = {
+    {"db", cli_db_main, "manage a directory store: init, import, search, export, check"},
+};
+
+/* ==== messages ============================================================== */
+
+int cli_err(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fputs("idcache: ", stderr);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+	return CLI_FAIL;
+}
+
+void cli_diag_complete(struct idc_diag *d, int rc)
+{
+	/* the store's messages say what and why; the code's text is for
+	 * failures that came without one */
+	size_t len = strnlen(d->msg, sizeof(d->msg));
+	if (len == 0 || len == sizeof(d->msg))
+		snprintf(d->msg, sizeof(d->msg), "%s", idc_strerror(rc));
+}
+
+void cli_diag_about(struct idc_diag *d, int rc, const char *op, struct store_val dn)
+{
+	bool named = dn.len && memmem(d->msg, strnlen(d->msg, sizeof(d->msg)), dn.ptr, dn.len);
+	cli_diag_complete(d, rc);
+	if (named && op)
+		idc_diag_prefix(d, "%s: ", op);
+	else if (!named)
+		idc_diag_prefix(d, "%s%s'%.*s': ", op ? op : "", op ? " " : "", (int)dn.len,
+				dn.ptr);
+}
+
+int cli_fail(int rc, const struct idc_diag *d, const char *fmt, ...)
+{
+	struct idc_diag full = {{0}};
+	if (d)
+		memcpy(full.msg, d->msg, sizeof(full.msg));
+	cli_diag_complete(&full, rc);
+	va_list ap;
+	va_start(ap, fmt);
+	fputs("idcache: ", stderr);
+	vfprintf(stderr, fmt, ap);
+	fprintf(stderr, ": %s\n", full.msg);
+	va_end(ap);
+	return CLI_FAIL;
+}
+
+int cli_usage(const char *usage_line, const char *help_cmd)
+{
+	fprintf(stderr, "usage: %s\nTry '%s --help' for more information.\n", usage_line, help_cmd);
+	return CLI_USAGE;
+}
+
+int cli_parse_size(const char *s, size_t *out)
+{
+	if (!s || *s < '0' || *s > '9')
+		return -EINVAL;
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno || *end || v > SIZE_MAX)
+		return -EINVAL;
+	*out = (size_t)v;
+	return 0;
+}
+
+/* ==== global options ============================================================= */
+
+static void main_help(FILE *out)
+{
+	fputs("Usage: idcache [--verbose] COMMAND [ARGS...]\n"
+	      "       idcache --help | --version\n"
+	      "\n"
+	      "Administer idcache, the identity cache behind the idcache NSS module.\n"
+	      "\n"
+	      "Commands:\n",
+	      out);
+	for (size_t i = 0; i < IDC_ARRAY_SIZE(commands); i++)
+		fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
+	fputs("\n"
+	      "Options:\n"
+	      "  -h, --help      show this help and exit\n"
+	      "  -V, --version   show the version and exit\n"
+	      "  -v, --verbose   log what the store does (repeat for debug detail)\n"
+	      "\n"
+	      "Run 'idcache COMMAND --help' for a command's options; see idcache(1).\n"
+	      "\n"
+	      "Exit status: 0 success, 1 the operation failed, 2 wrong command line.\n",
+	      out);
+}
+
+static const struct cli_command *find_command(const char *name)
+{
+	for (size_t i = 0; i < IDC_ARRAY_SIZE(commands); i++)
+		if (strcmp(commands[i].name, name) == 0)
+			return &commands[i];
+	return NULL;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+	    {"help", no_argument, NULL, 'h'},
+	    {"version", no_argument, NULL, 'V'},
+	    {"verbose", no_argument, NULL, 'v'},
+	    {NULL, 0, NULL, 0},
+	};
+	int level = IDC_LOG_WARN;
+	int opt;
+	/* '+': stop at the command name; its options are its own */
+	while ((opt = getopt_long(argc, argv, "+hVv", longopts, NULL)) != -1) {
+		switch (opt) {
+		case 'h':
+			main_help(stdout);
+			return CLI_OK;
+		case 'V':
+			printf("idcache %s\n", IDC_VERSION);
+			return CLI_OK;
+		case 'v':
+			level = level < IDC_LOG_DEBUG ? level + 1 : level;
+			break;
+		default:
+			return cli_usage("idcache [--verbose] COMMAND [ARGS...]", "idcache");
+		}
+	}
+	idc_log_init("idcache", true, level);
+	if (optind >= argc)
+		return cli_usage("idcache [--verbose] COMMAND [ARGS...]", "idcache");
+	const struct cli_command *cmd = find_command(argv[optind]);
+	if (!cmd) {
+		fprintf(stderr, "idcache: unknown command '%s'\n", argv[optind]);
+		return cli_usage("idcache [--verbose] COMMAND [ARGS...]", "idcache");
+	}
+	argv += optind;
+	argc -= optind;
+	optind = 0; /* glibc: full re-initialization for the next getopt user */
+	return cmd->main(argc, argv);
+}
