@@ -1,0 +1,122 @@
+/*
+ * nss common: errno discipline, name checks, finding the daemon's socket and
+ * the one-shot lookup exchange shared by every getXXbyYY entry point.
+ */
+#include "nss/nss_int.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define IDC_DEFAULT_RUNDIR "/run/idcache"
+#define IDC_NSS_SOCKET     "nss.sock"
+
+enum nss_status idc_nss_done(enum nss_status st, int err, int saved_errno, int *errnop)
+{
+	errno = saved_errno;
+	if (err)
+		*errnop = err;
+	return st;
+}
+
+bool idc_nss_name_ok(const char *name, struct proto_str *out)
+{
+	if (name == NULL)
+		return false;
+	size_t len = strnlen(name, PROTO_NAME_MAX + 1);
+	if (len == 0 || len > PROTO_NAME_MAX)
+		return false;
+	for (size_t i = 0; i < len; i++) {
+		unsigned char ch = (unsigned char)name[i];
+		/* Never valid in a passwd/group name: ':' separates fields and
+		 * control characters (newline above all) break every consumer. */
+		if (ch < 0x20 || ch == 0x7f || ch == ':')
+			return false;
+	}
+	out->p = name;
+	out->len = (uint32_t)len;
+	return true;
+}
+
+int idc_nss_connect(struct proto_client *c)
+{
+	/* secure_getenv: a setuid program must not be pointed at a socket of
+	 * the caller's choosing. */
+	const char *dir = secure_getenv("IDCACHE_RUNDIR");
+	if (dir == NULL || dir[0] == '\0')
+		dir = IDC_DEFAULT_RUNDIR;
+	char path[128]; /* sun_path is 108: anything longer fails below anyway */
+	int n = snprintf(path, sizeof(path), "%s/%s", dir, IDC_NSS_SOCKET);
+	if (n < 0 || (size_t)n >= sizeof(path)) {
+		c->fd = -1;
+		return -ENAMETOOLONG;
+	}
+	return proto_client_connect(c, path, PROTO_CLIENT_TIMEOUT_MS);
+}
+
+enum nss_status idc_nss_status(uint32_t st, int *err)
+{
+	switch (st) {
+	case PROTO_ST_NOTFOUND:
+		*err = ENOENT;
+		return NSS_STATUS_NOTFOUND;
+	case PROTO_ST_TRYAGAIN:
+		*err = EAGAIN;
+		return NSS_STATUS_TRYAGAIN;
+	default:
+		/* UNAVAIL, ERROR, BADREQ, VERSION or an unknown code: let glibc
+		 * ask the next source. */
+		*err = 0;
+		return NSS_STATUS_UNAVAIL;
+	}
+}
+
+/* Where an OK reply of n bytes is received: the caller's buffer first (no
+ * copy; the packers handle the overlap), else the stack area. NULL if
+ * neither holds it. For a group with two or more members the packed form is
+ * never smaller than the encoded one, so "does not fit buf" already proves
+ * ERANGE; for other records the stack area keeps the answer exact up to its
+ * size, and beyond it glibc's retry with a larger buffer succeeds. */
+static uint8_t *recv_area(char *buf, size_t buflen, uint8_t *stack, size_t stacklen, size_t n)
+{
+	if (buf != NULL && n <= buflen)
+		return (uint8_t *)buf;
+	if (n <= stacklen)
+		return stack;
+	return NULL;
+}
+
+enum nss_status idc_nss_fetch(const struct proto_req *req, char *buf, size_t buflen, uint8_t *stack,
+			      size_t stacklen, const uint8_t **payload, size_t *n, int *err)
+{
+	uint8_t frame[PROTO_HDR_SIZE + 8 + PROTO_NAME_MAX + 1];
+	struct proto_client c;
+	struct proto_hdr h;
+	*err = 0;
+	int len = proto_encode_request(frame, sizeof(frame), req);
+	if (len < 0 || idc_nss_connect(&c) < 0)
+		return NSS_STATUS_UNAVAIL;
+	enum nss_status st = NSS_STATUS_UNAVAIL;
+	if (proto_client_request(&c, frame, (size_t)len, &h) < 0)
+		goto out;
+	if (h.status != PROTO_ST_OK) {
+		st = idc_nss_status(h.status, err);
+		goto out;
+	}
+	*n = c.pending;
+	uint8_t *area = recv_area(buf, buflen, stack, stacklen, *n);
+	if (area == NULL) {
+		*err = ERANGE;
+		st = NSS_STATUS_TRYAGAIN;
+		goto out;
+	}
+	if (proto_client_read(&c, area, *n) == 0) {
+		*payload = area;
+		st = NSS_STATUS_SUCCESS;
+	}
+out:
+	/* Unread bytes are simply dropped with the connection. */
+	proto_client_close(&c);
+	return st;
+}
