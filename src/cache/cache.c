@@ -1,0 +1,557 @@
+/* cache: opening, names, and everything that writes users and groups. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "cache_int.h"
+
+static const char *const cache_indexes[] = {"objectClass", "name",      "uidNumber",
+					    "gidNumber",   "memberUid", "member"};
+
+/* ---- names and DNs ----------------------------------------------------------------- */
+
+bool cache_name_valid(const char *name, size_t len)
+{
+	if (len == 0 || len > CACHE_NAME_MAX)
+		return false;
+	if (name[0] == '-' || name[0] == '+' || name[0] == ' ')
+		return false;
+	if ((len == 1 && name[0] == '.') || (len == 2 && name[0] == '.' && name[1] == '.'))
+		return false;
+	for (size_t i = 0; i < len; i++) {
+		unsigned char ch = (unsigned char)name[i];
+		if (ch < 0x20 || ch == 0x7f || ch == '/' || ch == ':' || ch == ',')
+			return false;
+	}
+	return true;
+}
+
+static bool domain_valid(const char *d)
+{
+	size_t n = strlen(d);
+	if (n == 0 || n > CACHE_DOMAIN_MAX)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!((d[i] >= 'a' && d[i] <= 'z') || (d[i] >= 'A' && d[i] <= 'Z') ||
+		      (d[i] >= '0' && d[i] <= '9') || d[i] == '-' || d[i] == '_' || d[i] == '.'))
+			return false;
+	return true;
+}
+
+/* RFC 4514 escaping of an RDN value. */
+static int dn_escape(struct idc_buf *out, const char *v)
+{
+	int rc = 0;
+	size_t n = strlen(v);
+	for (size_t i = 0; i < n && !rc; i++) {
+		char c = v[i];
+		bool esc = strchr(",+\"\\<>;=", c) != NULL || (i == 0 && (c == '#' || c == ' ')) ||
+			   (i == n - 1 && c == ' ');
+		if (esc)
+			rc = idc_buf_putc(out, '\\');
+		if (!rc)
+			rc = idc_buf_putc(out, c);
+	}
+	return rc;
+}
+
+int cache_dn_domain(struct idc_buf *out, const char *domain)
+{
+	idc_buf_reset(out);
+	return idc_buf_printf(out, "cn=%s,cn=idcache", domain);
+}
+
+int cache_dn_container(struct idc_buf *out, int kind, const char *domain)
+{
+	idc_buf_reset(out);
+	return idc_buf_printf(out, "cn=%s,cn=%s,cn=idcache", kind == KIND_USER ? "users" : "groups",
+			      domain);
+}
+
+int cache_dn_entry(struct idc_buf *out, int kind, const char *domain, const char *name)
+{
+	idc_buf_reset(out);
+	int rc = idc_buf_append(out, "name=", 5);
+	if (!rc)
+		rc = dn_escape(out, name);
+	if (!rc)
+		rc = idc_buf_printf(out, ",cn=%s,cn=%s,cn=idcache",
+				    kind == KIND_USER ? "users" : "groups", domain);
+	return rc;
+}
+
+uint32_t cache_domain_ttl(const struct cache *c, const char *domain)
+{
+	for (size_t i = 0; i < c->nttl; i++)
+		if (strcmp(c->ttl[i].name, domain) == 0)
+			return c->ttl[i].ttl;
+	return 0;
+}
+
+/* ---- open / close -------------------------------------------------------------------- */
+
+int cache_open(const char *state_dir, const struct cache_options *o, struct cache **out,
+	       struct idc_diag *d)
+{
+	static const struct cache_options defaults = {0};
+	if (!o)
+		o = &defaults;
+	struct cache *c = calloc(1, sizeof(*c));
+	if (!c || !(c->dir = strdup(state_dir))) {
+		free(c);
+		return -ENOMEM;
+	}
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/cache.mdb", state_dir);
+	int rc = 0;
+	if (mkdir(path, 0755) < 0 && errno != EEXIST)
+		rc = idc_diag_set(d, -errno, "%s: %s", path, strerror(errno));
+	struct store_options so = {STORE_CREATE | (o->nosync ? STORE_NOSYNC : 0), o->map_size,
+				   cache_indexes, IDC_ARRAY_SIZE(cache_indexes), 0};
+	if (!rc)
+		rc = store_open(path, &so, &c->st, d);
+	if (!rc)
+		rc = ts_open(c, d);
+	if (rc) {
+		cache_close(c);
+		return rc;
+	}
+	*out = c;
+	return 0;
+}
+
+void cache_close(struct cache *c)
+{
+	if (!c)
+		return;
+	ts_close(c);
+	store_close(c->st);
+	free(c->dir);
+	free(c);
+}
+
+uint64_t cache_durable_commits(const struct cache *c)
+{
+	return store_commit_count(c->st);
+}
+
+/* ---- transactions ---------------------------------------------------------------------- */
+
+int cache_txn_begin(struct cache *c, struct cache_txn **out, struct idc_diag *d)
+{
+	struct cache_txn *t = calloc(1, sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	t->c = c;
+	int rc = store_txn_begin(c->st, NULL, 0, &t->st, d);
+	if (!rc && mdb_txn_begin(c->ts_env, NULL, 0, &t->ts) != 0)
+		rc = idc_diag_set(d, -EIO, "%s/timestamps.mdb: cannot begin transaction", c->dir);
+	if (rc) {
+		cache_txn_abort(t);
+		return rc;
+	}
+	*out = t;
+	return 0;
+}
+
+static void txn_free(struct cache_txn *t)
+{
+	idc_arena_free(&t->arena);
+	idc_buf_free(&t->dn);
+	idc_buf_free(&t->tmp);
+	free(t);
+}
+
+/* A transaction that changed nothing durable is aborted rather than
+ * committed: no fsync, no new pages, and the commit counter proves it. */
+int cache_txn_commit(struct cache_txn *t, struct idc_diag *d)
+{
+	int rc = 0;
+	if (t->dirty)
+		rc = store_txn_commit(t->st, d);
+	else
+		store_txn_abort(t->st);
+	t->st = NULL;
+	if (rc == 0 && mdb_txn_commit(t->ts) != 0)
+		idc_log(IDC_LOG_WARN, "timestamps commit failed; they will be rebuilt");
+	else if (rc)
+		mdb_txn_abort(t->ts);
+	t->ts = NULL;
+	txn_free(t);
+	return rc;
+}
+
+void cache_txn_abort(struct cache_txn *t)
+{
+	if (!t)
+		return;
+	store_txn_abort(t->st);
+	if (t->ts)
+		mdb_txn_abort(t->ts);
+	txn_free(t);
+}
+
+/* ---- writing entries ------------------------------------------------------------------- */
+
+struct pairs {
+	struct store_pair p[64];
+	size_t n;
+	struct store_pair *more; /* group members past the fixed ones */
+	size_t cap;
+};
+
+static int pairs_add(struct cache_txn *t, struct pairs *ps, const char *name, const char *v)
+{
+	struct store_pair *arr = ps->p;
+	if (ps->n >= IDC_ARRAY_SIZE(ps->p)) {
+		if (ps->n == ps->cap || !ps->more) {
+			size_t cap = ps->cap ? ps->cap * 2 : 256;
+			struct store_pair *m = idc_arena_alloc(&t->arena, cap * sizeof(*m));
+			if (!m)
+				return -ENOMEM;
+			memcpy(m, ps->more ? ps->more : ps->p, ps->n * sizeof(*m));
+			ps->more = m;
+			ps->cap = cap;
+		}
+		arr = ps->more;
+	}
+	arr[ps->n++] = (struct store_pair){{name, strlen(name)}, {v, strlen(v)}};
+	return 0;
+}
+
+static struct store_pair *pairs_arr(struct pairs *ps)
+{
+	return ps->more ? ps->more : ps->p;
+}
+
+static const char *num(struct cache_txn *t, uint64_t v)
+{
+	char *s = idc_arena_alloc(&t->arena, 24);
+	if (s)
+		snprintf(s, 24, "%llu", (unsigned long long)v);
+	return s;
+}
+
+static int ensure_entry(struct cache_txn *t, const char *dn, const char *cn, struct idc_diag *d)
+{
+	struct store_pair p[] = {{{"objectClass", 11}, {"container", 9}},
+				 {{"cn", 2}, {cn, strlen(cn)}}};
+	struct store_entry e;
+	int rc = store_entry_from_pairs(&t->arena, (struct store_val){dn, strlen(dn)}, p, 2, &e, d);
+	struct store_entry cur;
+	if (!rc && store_get(t->st, e.dn, &cur, NULL) == 0)
+		return 0;
+	if (!rc)
+		rc = store_add(t->st, &e, NULL, d);
+	if (!rc)
+		t->dirty = true;
+	return rc;
+}
+
+int cache_domain_ensure(struct cache_txn *t, const char *domain, uint32_t ttl, struct idc_diag *d)
+{
+	if (!domain_valid(domain))
+		return idc_diag_set(d, -EINVAL, "invalid domain name '%s'", domain);
+	idc_arena_reset(&t->arena);
+	struct cache *c = t->c;
+	size_t i;
+	for (i = 0; i < c->nttl && strcmp(c->ttl[i].name, domain) != 0; i++)
+		;
+	if (i == c->nttl && c->nttl == CACHE_MAX_DOMAINS)
+		return idc_diag_set(d, -ENOSPC, "at most %d domains", CACHE_MAX_DOMAINS);
+	if (i == c->nttl) {
+		snprintf(c->ttl[i].name, sizeof(c->ttl[i].name), "%s", domain);
+		c->nttl++;
+	}
+	c->ttl[i].ttl = ttl;
+	int rc = ensure_entry(t, "cn=idcache", "idcache", d);
+	if (!rc)
+		rc = cache_dn_domain(&t->dn, domain);
+	if (!rc)
+		rc = ensure_entry(t, t->dn.data, domain, d);
+	for (int k = 0; k < 2 && !rc; k++) {
+		rc = cache_dn_container(&t->dn, k ? KIND_GROUP : KIND_USER, domain);
+		if (!rc)
+			rc = ensure_entry(t, t->dn.data, k ? "groups" : "users", d);
+	}
+	return rc;
+}
+
+/* Add or replace e; only a real difference writes cache.mdb. */
+static int put_entry(struct cache_txn *t, const struct store_entry *e, bool *changed,
+		     struct idc_diag *d)
+{
+	bool ch = false;
+	int rc = store_replace(t->st, e, &ch, d);
+	if (rc == -ENOENT) {
+		rc = store_add(t->st, e, NULL, d);
+		ch = rc == 0;
+	}
+	if (rc == 0 && ch)
+		t->dirty = true;
+	if (changed)
+		*changed = ch;
+	return rc;
+}
+
+static int touch(struct cache_txn *t, int kind, const char *domain, const char *name)
+{
+	uint32_t ttl = cache_domain_ttl(t->c, domain);
+	int64_t now = (int64_t)time(NULL);
+	struct ts_rec r = {now, ttl ? now + ttl : 0, 0, 0};
+	int rc = ts_key(kind, domain, name, &t->tmp);
+	return rc ? rc : ts_put(t->ts, t->c->ts_dbi, &t->tmp, &r);
+}
+
+static int check_names(const char *domain, const char *name, struct idc_diag *d)
+{
+	if (!domain_valid(domain))
+		return idc_diag_set(d, -EINVAL, "invalid domain name '%s'", domain);
+	if (!name || !cache_name_valid(name, strlen(name)))
+		return idc_diag_set(d, -EINVAL, "invalid name '%.64s'", name ? name : "");
+	return 0;
+}
+
+int cache_put_user(struct cache_txn *t, const char *domain, const struct cache_user *u,
+		   bool *changed, struct idc_diag *d)
+{
+	int rc = check_names(domain, u->name, d);
+	if (rc)
+		return rc;
+	idc_arena_reset(&t->arena);
+	struct pairs ps = {.n = 0};
+	const char *const kv[][2] = {
+	    {"objectClass", "user"},
+	    {"name", u->name},
+	    {"uidNumber", num(t, u->uid)},
+	    {"gidNumber", num(t, u->gid)},
+	    {"gecos", u->gecos ? u->gecos : ""},
+	    {"homeDirectory", u->dir ? u->dir : ""},
+	    {"loginShell", u->shell ? u->shell : ""},
+	    {"entryOrder", num(t, u->order)},
+	    {"originalDN", u->orig_dn},
+	    {"originalModifyTimestamp", u->orig_modts},
+	};
+	for (size_t i = 0; i < IDC_ARRAY_SIZE(kv) && !rc; i++)
+		if (kv[i][1])
+			rc = pairs_add(t, &ps, kv[i][0], kv[i][1]);
+	if (!rc)
+		rc = cache_dn_entry(&t->dn, KIND_USER, domain, u->name);
+	struct store_entry e;
+	if (!rc)
+		rc = store_entry_from_pairs(&t->arena, (struct store_val){t->dn.data, t->dn.len},
+					    pairs_arr(&ps), ps.n, &e, d);
+	if (!rc)
+		rc = put_entry(t, &e, changed, d);
+	if (!rc)
+		rc = touch(t, KIND_USER, domain, u->name);
+	return rc;
+}
+
+/* Member names once each, in order (memberUid values form a set). */
+static int add_members(struct cache_txn *t, struct pairs *ps, const struct cache_group *g)
+{
+	int rc = 0;
+	for (size_t i = 0; i < g->nmembers && !rc; i++) {
+		const char *m = g->members[i];
+		bool dup = false;
+		/* Small groups: a scan; the hash check below covers big ones. */
+		for (size_t j = 0; j < i && !dup && i < 64; j++)
+			dup = strcmp(g->members[j], m) == 0;
+		if (!dup && m[0])
+			rc = pairs_add(t, ps, "memberUid", m);
+	}
+	return rc;
+}
+
+static int uniq_cmp(const void *a, const void *b)
+{
+	const struct store_pair *x = a, *y = b;
+	size_t n = x->value.len < y->value.len ? x->value.len : y->value.len;
+	int c = memcmp(x->value.ptr, y->value.ptr, n);
+	return c ? c : (x->value.len > y->value.len) - (x->value.len < y->value.len);
+}
+
+/* Drop repeated memberUid values in big groups (sorted copy, then keep the
+ * first occurrence in the original order). */
+static int dedupe_big(struct cache_txn *t, struct pairs *ps, size_t first)
+{
+	size_t n = ps->n - first;
+	if (n <= 64)
+		return 0;
+	struct store_pair *arr = pairs_arr(ps) + first;
+	struct store_pair *s = malloc(n * sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	memcpy(s, arr, n * sizeof(*s));
+	qsort(s, n, sizeof(*s), uniq_cmp);
+	bool any = false;
+	for (size_t i = 1; i < n && !any; i++)
+		any = uniq_cmp(&s[i], &s[i - 1]) == 0;
+	free(s);
+	if (!any)
+		return 0;
+	/* Rare: rebuild keeping first occurrences (quadratic only here). */
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++) {
+		bool seen = false;
+		for (size_t j = 0; j < k && !seen; j++)
+			seen = uniq_cmp(&arr[j], &arr[i]) == 0;
+		if (!seen)
+			arr[k++] = arr[i];
+	}
+	ps->n = first + k;
+	(void)t;
+	return 0;
+}
+
+int cache_put_group(struct cache_txn *t, const char *domain, const struct cache_group *g,
+		    bool *changed, struct idc_diag *d)
+{
+	int rc = check_names(domain, g->name, d);
+	if (rc)
+		return rc;
+	idc_arena_reset(&t->arena);
+	struct pairs ps = {.n = 0};
+	const char *const kv[][2] = {
+	    {"objectClass", "group"},      {"name", g->name},
+	    {"gidNumber", num(t, g->gid)}, {"entryOrder", num(t, g->order)},
+	    {"originalDN", g->orig_dn},    {"originalModifyTimestamp", g->orig_modts},
+	};
+	for (size_t i = 0; i < IDC_ARRAY_SIZE(kv) && !rc; i++)
+		if (kv[i][1])
+			rc = pairs_add(t, &ps, kv[i][0], kv[i][1]);
+	size_t first = ps.n;
+	if (!rc)
+		rc = add_members(t, &ps, g);
+	if (!rc)
+		rc = dedupe_big(t, &ps, first);
+	for (size_t i = 0; i < g->nmember_groups && !rc; i++) {
+		if (cache_dn_entry(&t->tmp, KIND_GROUP, domain, g->member_groups[i]))
+			return -ENOMEM;
+		char *dn = idc_arena_strndup(&t->arena, t->tmp.data, t->tmp.len);
+		rc = dn ? pairs_add(t, &ps, "member", dn) : -ENOMEM;
+	}
+	if (!rc)
+		rc = cache_dn_entry(&t->dn, KIND_GROUP, domain, g->name);
+	struct store_entry e;
+	if (!rc)
+		rc = store_entry_from_pairs(&t->arena, (struct store_val){t->dn.data, t->dn.len},
+					    pairs_arr(&ps), ps.n, &e, d);
+	if (!rc)
+		rc = put_entry(t, &e, changed, d);
+	if (!rc)
+		rc = touch(t, KIND_GROUP, domain, g->name);
+	return rc;
+}
+
+static int del_entry(struct cache_txn *t, int kind, const char *domain, const char *name,
+		     struct idc_diag *d)
+{
+	int rc = check_names(domain, name, d);
+	if (!rc)
+		rc = cache_dn_entry(&t->dn, kind, domain, name);
+	if (!rc)
+		rc = store_delete(t->st, (struct store_val){t->dn.data, t->dn.len}, false, d);
+	if (!rc)
+		t->dirty = true;
+	if (!rc && ts_key(kind, domain, name, &t->tmp) == 0)
+		ts_del(t->ts, t->c->ts_dbi, &t->tmp);
+	return rc;
+}
+
+int cache_del_user(struct cache_txn *t, const char *domain, const char *name, struct idc_diag *d)
+{
+	return del_entry(t, KIND_USER, domain, name, d);
+}
+
+int cache_del_group(struct cache_txn *t, const char *domain, const char *name, struct idc_diag *d)
+{
+	return del_entry(t, KIND_GROUP, domain, name, d);
+}
+
+/* Timestamps whose key starts with prefix: delete (rec NULL) or mark
+ * expired. */
+static int ts_walk(MDB_txn *txn, MDB_dbi dbi, const struct idc_buf *prefix, bool del,
+		   const char *only_name, size_t *count)
+{
+	MDB_cursor *c;
+	if (mdb_cursor_open(txn, dbi, &c))
+		return -EIO;
+	MDB_val k = {prefix->len, prefix->data}, v;
+	int rc = mdb_cursor_get(c, &k, &v, prefix->len ? MDB_SET_RANGE : MDB_FIRST);
+	for (; rc == 0; rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+		if (k.mv_size < prefix->len || memcmp(k.mv_data, prefix->data, prefix->len) != 0)
+			break;
+		if (only_name && k.mv_size != prefix->len)
+			break;
+		if (del) {
+			rc = mdb_cursor_del(c, 0);
+		} else if (v.mv_size == sizeof(struct ts_rec)) {
+			struct ts_rec r;
+			memcpy(&r, v.mv_data, sizeof(r));
+			r.flags |= TS_EXPIRED;
+			MDB_val nv = {sizeof(r), &r};
+			rc = mdb_cursor_put(c, &k, &nv, MDB_CURRENT);
+		}
+		if (rc)
+			break;
+		if (count)
+			(*count)++;
+	}
+	mdb_cursor_close(c);
+	return rc == 0 || rc == MDB_NOTFOUND ? 0 : -EIO;
+}
+
+int cache_domain_remove(struct cache_txn *t, const char *domain, struct idc_diag *d)
+{
+	if (!domain_valid(domain))
+		return idc_diag_set(d, -EINVAL, "invalid domain name '%s'", domain);
+	int rc = cache_dn_domain(&t->dn, domain);
+	if (!rc)
+		rc = store_delete(t->st, (struct store_val){t->dn.data, t->dn.len}, true, d);
+	if (rc == -ENOENT)
+		return 0;
+	if (!rc)
+		t->dirty = true;
+	for (int k = 0; k < 2 && !rc; k++) {
+		ts_key(k ? KIND_GROUP : KIND_USER, domain, "", &t->tmp);
+		rc = ts_walk(t->ts, t->c->ts_dbi, &t->tmp, true, NULL, NULL);
+	}
+	return rc;
+}
+
+int cache_expire(struct cache *c, const char *domain, enum cache_kind kind, const char *name,
+		 size_t *count, struct idc_diag *d)
+{
+	MDB_txn *txn;
+	if (mdb_txn_begin(c->ts_env, NULL, 0, &txn))
+		return idc_diag_set(d, -EIO, "timestamps.mdb: cannot begin transaction");
+	struct idc_buf key = IDC_BUF_INIT;
+	int rc = 0;
+	if (count)
+		*count = 0;
+	for (int k = 0; k < 2 && !rc; k++) {
+		int kc = k ? KIND_GROUP : KIND_USER;
+		if ((kind == CACHE_USER && kc != KIND_USER) ||
+		    (kind == CACHE_GROUP && kc != KIND_GROUP))
+			continue;
+		if (domain)
+			rc = ts_key(kc, domain, name ? name : "", &key);
+		else
+			rc = idc_buf_printf(&key, "%c", kc);
+		if (!rc)
+			rc = ts_walk(txn, c->ts_dbi, &key, false, name, count);
+		idc_buf_reset(&key);
+	}
+	idc_buf_free(&key);
+	if (rc || mdb_txn_commit(txn)) {
+		if (rc)
+			mdb_txn_abort(txn);
+		return idc_diag_set(d, rc ? rc : -EIO, "timestamps.mdb: expire failed");
+	}
+	return 0;
+}

@@ -1,0 +1,173 @@
+/*
+ * cache: the identity model (users, groups, memberships, initgroups) kept
+ * in the store, plus a disposable timestamps database (DESIGN §5).
+ *
+ * Owns: state_dir/cache.mdb/ (a store; durable) and state_dir/timestamps.mdb
+ * (LMDB, MDB_NOSYNC, deleted and rebuilt when damaged).
+ * May call: store, util, liblmdb (the timestamps db only), libc.
+ *
+ * Layout in the store: cn=idcache, then per domain cn=<domain>,cn=idcache
+ * with cn=users and cn=groups below it; users are
+ * name=<name>,cn=users,cn=<domain>,cn=idcache and groups likewise. Group
+ * members are user names (memberUid, which may name users the cache does
+ * not hold: "ghosts") and DNs of member groups (member), which nest.
+ *
+ * Names are compared as the store's caseIgnore rule does for the DN, and
+ * lookups in a case-sensitive domain then require the exact name. Two
+ * names differing only in case share one entry in a domain: storing the
+ * second replaces the first (a provider that holds both keeps the first
+ * and logs the second as a duplicate).
+ *
+ * Threads: one writer (the daemon's loop); read functions may run in any
+ * thread with their own read transaction.
+ */
+#ifndef IDC_CACHE_H
+#define IDC_CACHE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "util/util.h"
+
+#define CACHE_NAME_MAX 255 /* longest user or group name accepted */
+
+struct cache;
+struct cache_txn;
+
+struct cache_options {
+	bool nosync;     /* cache.mdb without fsync (tests, benchmarks) */
+	size_t map_size; /* 0: the store's default */
+};
+
+/* Open or create the cache in state_dir (which must exist). The timestamps
+ * db is recreated if it cannot be opened. */
+int cache_open(const char *state_dir, const struct cache_options *o, struct cache **out,
+	       struct idc_diag *d);
+void cache_close(struct cache *c);
+
+/* Durable commits made to cache.mdb through this handle. */
+uint64_t cache_durable_commits(const struct cache *c);
+
+/* ---- records ------------------------------------------------------------------ */
+
+/* A user as a provider hands it over and as lookups return it. Strings are
+ * NUL-terminated; in results they point into memory valid until the next
+ * call on the same read handle (see cache_reader). */
+struct cache_user {
+	const char *name;
+	uint32_t uid;
+	uint32_t gid;
+	const char *gecos;
+	const char *dir;
+	const char *shell;
+	uint64_t order;         /* provider's order (files: line number); lookups
+				 * by uid return the lowest order on ties */
+	const char *orig_dn;    /* LDAP: the entry's DN; NULL otherwise */
+	const char *orig_modts; /* LDAP: modifyTimestamp; NULL otherwise */
+};
+
+struct cache_group {
+	const char *name;
+	uint32_t gid;
+	uint64_t order;
+	const char *const *members; /* user names, in the provider's order */
+	size_t nmembers;
+	const char *const *member_groups; /* names of nested member groups (same domain) */
+	size_t nmember_groups;
+	const char *orig_dn;
+	const char *orig_modts;
+};
+
+/* Whether a name may be stored: 1..CACHE_NAME_MAX bytes, no '/', ':', ',',
+ * no control characters or NUL, not starting with '-', '+' or space, not
+ * "." or "..". Used by providers, the daemon and the NSS module's peer. */
+bool cache_name_valid(const char *name, size_t len);
+
+/* ---- writing ------------------------------------------------------------------------
+ * Everything between begin and commit is one store transaction: readers see
+ * all of it or none. An entry stored with the same content as before writes
+ * nothing durable; only its timestamps change (in the timestamps db, which
+ * commits alongside). */
+int cache_txn_begin(struct cache *c, struct cache_txn **out, struct idc_diag *d);
+int cache_txn_commit(struct cache_txn *t, struct idc_diag *d);
+void cache_txn_abort(struct cache_txn *t);
+
+/* Create the domain's entries if missing. ttl: seconds an entry stays
+ * fresh after it was stored (entry_cache_timeout); 0 = never expires. */
+int cache_domain_ensure(struct cache_txn *t, const char *domain, uint32_t ttl, struct idc_diag *d);
+
+/* Store (add or update) u / g in domain. *changed says whether cache.mdb was
+ * written. Invalid names, or a name already taken in another case: errors
+ * with d naming the entry. */
+int cache_put_user(struct cache_txn *t, const char *domain, const struct cache_user *u,
+		   bool *changed, struct idc_diag *d);
+int cache_put_group(struct cache_txn *t, const char *domain, const struct cache_group *g,
+		    bool *changed, struct idc_diag *d);
+/* Remove; -ENOENT when absent. */
+int cache_del_user(struct cache_txn *t, const char *domain, const char *name, struct idc_diag *d);
+int cache_del_group(struct cache_txn *t, const char *domain, const char *name, struct idc_diag *d);
+/* Remove the whole domain (users, groups, timestamps). */
+int cache_domain_remove(struct cache_txn *t, const char *domain, struct idc_diag *d);
+
+/* ---- reading ------------------------------------------------------------------------
+ * A reader is a read transaction plus scratch memory; results stay valid
+ * until the next call on the reader or cache_reader_end. Lookups search the
+ * given domains in order; the first that knows the key answers. */
+struct cache_reader;
+int cache_reader_begin(struct cache *c, struct cache_reader **out);
+void cache_reader_end(struct cache_reader *r);
+
+/* Entry state as seen by a lookup. */
+struct cache_meta {
+	const char *domain;
+	int64_t last_update; /* unix seconds; 0 when unknown */
+	int64_t expires;     /* unix seconds; 0 = never */
+	bool expired;        /* expires passed, or marked expired */
+};
+
+/* 0, or -ENOENT when no domain holds the key. meta may be NULL. */
+int cache_user_by_name(struct cache_reader *r, const char *const *domains, size_t ndomains,
+		       const char *name, bool case_sensitive, struct cache_user *out,
+		       struct cache_meta *meta);
+int cache_user_by_uid(struct cache_reader *r, const char *const *domains, size_t ndomains,
+		      uint32_t uid, struct cache_user *out, struct cache_meta *meta);
+int cache_group_by_name(struct cache_reader *r, const char *const *domains, size_t ndomains,
+			const char *name, bool case_sensitive, struct cache_group *out,
+			struct cache_meta *meta);
+int cache_group_by_gid(struct cache_reader *r, const char *const *domains, size_t ndomains,
+		       uint32_t gid, struct cache_group *out, struct cache_meta *meta);
+
+/* All gids of user `name` in its domain: its primary gid first, then every
+ * group that lists it (by memberUid) and, transitively, every group that
+ * has one of those as a member group; each gid once; cycles end. *n gets the
+ * count; -ERANGE with *n = needed when max is too small. -ENOENT when no
+ * domain holds the user. */
+int cache_initgroups(struct cache_reader *r, const char *const *domains, size_t ndomains,
+		     const char *name, bool case_sensitive, uint32_t *gids, size_t max, size_t *n);
+
+/* Users or groups of one domain in provider order (cache_user.order). cb's
+ * record is valid during the call; a non-zero return stops and is returned. */
+typedef int (*cache_user_cb)(const struct cache_user *u, void *arg);
+typedef int (*cache_group_cb)(const struct cache_group *g, void *arg);
+int cache_enum_users(struct cache_reader *r, const char *domain, cache_user_cb cb, void *arg);
+int cache_enum_groups(struct cache_reader *r, const char *domain, cache_group_cb cb, void *arg);
+
+/* ---- expiry ------------------------------------------------------------------------- */
+
+/* Mark entries expired (served until a provider refreshes them): one user,
+ * one group, or all (name NULL, kind 0). Writes only the timestamps db. */
+enum cache_kind { CACHE_ANY = 0, CACHE_USER, CACHE_GROUP };
+int cache_expire(struct cache *c, const char *domain, enum cache_kind kind, const char *name,
+		 size_t *count, struct idc_diag *d);
+
+/* Counts for `idcache status`. */
+struct cache_domain_stats {
+	uint64_t users;
+	uint64_t groups;
+	int64_t last_update; /* newest lastUpdate of the domain's entries */
+};
+int cache_domain_stats(struct cache_reader *r, const char *domain, struct cache_domain_stats *out);
+
+#endif

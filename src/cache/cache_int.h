@@ -1,0 +1,70 @@
+/* Internals shared by the cache module's files. */
+#ifndef IDC_CACHE_INT_H
+#define IDC_CACHE_INT_H
+
+#include <lmdb.h>
+
+#include "cache.h"
+#include "store/store.h"
+
+#define CACHE_DOMAIN_MAX  64 /* longest domain name */
+#define CACHE_MAX_DOMAINS 32
+
+struct cache_domain_ttl {
+	char name[CACHE_DOMAIN_MAX + 1];
+	uint32_t ttl;
+};
+
+struct cache {
+	struct store *st;
+	char *dir;
+	MDB_env *ts_env;
+	MDB_dbi ts_dbi;
+	struct cache_domain_ttl ttl[CACHE_MAX_DOMAINS];
+	size_t nttl;
+};
+
+struct cache_txn {
+	struct cache *c;
+	struct store_txn *st;
+	MDB_txn *ts;
+	bool dirty; /* cache.mdb was written */
+	struct idc_arena arena;
+	struct idc_buf dn, tmp;
+};
+
+struct cache_reader {
+	struct cache *c;
+	struct store_txn *st;
+	MDB_txn *ts; /* NULL when the timestamps db is unavailable */
+	struct idc_arena arena;
+	struct idc_buf dn, tmp;
+};
+
+/* Timestamps of one entry. */
+struct ts_rec {
+	int64_t last_update;
+	int64_t expires; /* 0: never */
+	uint32_t flags;  /* TS_EXPIRED */
+	uint32_t pad;
+};
+#define TS_EXPIRED 1u
+
+enum { KIND_USER = 'u', KIND_GROUP = 'g' };
+
+/* timestamps.c */
+int ts_open(struct cache *c, struct idc_diag *d);
+void ts_close(struct cache *c);
+/* Key "<kind><domain>\0<folded name>" into out. */
+int ts_key(int kind, const char *domain, const char *name, struct idc_buf *out);
+int ts_put(MDB_txn *txn, MDB_dbi dbi, const struct idc_buf *key, const struct ts_rec *r);
+int ts_get(MDB_txn *txn, MDB_dbi dbi, const struct idc_buf *key, struct ts_rec *r);
+int ts_del(MDB_txn *txn, MDB_dbi dbi, const struct idc_buf *key);
+
+/* names.c: DN text of a domain container, or of a user/group entry. */
+int cache_dn_domain(struct idc_buf *out, const char *domain);
+int cache_dn_container(struct idc_buf *out, int kind, const char *domain);
+int cache_dn_entry(struct idc_buf *out, int kind, const char *domain, const char *name);
+uint32_t cache_domain_ttl(const struct cache *c, const char *domain);
+
+#endif

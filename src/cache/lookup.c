@@ -1,0 +1,507 @@
+/* lookup: read transactions over the cache — users, groups, initgroups,
+ * enumeration and counts. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cache_int.h"
+
+int cache_reader_begin(struct cache *c, struct cache_reader **out)
+{
+	struct cache_reader *r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	r->c = c;
+	int rc = store_txn_begin(c->st, NULL, STORE_TXN_RDONLY, &r->st, NULL);
+	if (rc) {
+		free(r);
+		return rc;
+	}
+	if (c->ts_env && mdb_txn_begin(c->ts_env, NULL, MDB_RDONLY, &r->ts) != 0)
+		r->ts = NULL; /* timestamps are advisory: serve without them */
+	*out = r;
+	return 0;
+}
+
+void cache_reader_end(struct cache_reader *r)
+{
+	if (!r)
+		return;
+	store_txn_abort(r->st);
+	if (r->ts)
+		mdb_txn_abort(r->ts);
+	idc_arena_free(&r->arena);
+	idc_buf_free(&r->dn);
+	idc_buf_free(&r->tmp);
+	free(r);
+}
+
+/* ---- entry -> record ------------------------------------------------------------- */
+
+static const char *str(struct cache_reader *r, const struct store_entry *e, const char *attr)
+{
+	const struct store_attr *a = store_entry_attr(e, attr, strlen(attr));
+	if (!a || a->nvals == 0)
+		return NULL;
+	return idc_arena_strndup(&r->arena, a->vals[0].ptr, a->vals[0].len);
+}
+
+static uint64_t number(const struct store_entry *e, const char *attr)
+{
+	const struct store_attr *a = store_entry_attr(e, attr, strlen(attr));
+	uint64_t v = 0;
+	for (size_t i = 0; a && a->nvals && i < a->vals[0].len; i++) {
+		char ch = a->vals[0].ptr[i];
+		if (ch < '0' || ch > '9')
+			break;
+		v = v * 10 + (uint64_t)(ch - '0');
+	}
+	return v;
+}
+
+static int to_user(struct cache_reader *r, const struct store_entry *e, struct cache_user *u)
+{
+	*u = (struct cache_user){0};
+	u->name = str(r, e, "name");
+	u->uid = (uint32_t)number(e, "uidnumber");
+	u->gid = (uint32_t)number(e, "gidnumber");
+	u->gecos = str(r, e, "gecos");
+	u->dir = str(r, e, "homedirectory");
+	u->shell = str(r, e, "loginshell");
+	u->order = number(e, "entryorder");
+	u->orig_dn = str(r, e, "originaldn");
+	u->orig_modts = str(r, e, "originalmodifytimestamp");
+	if (!u->name || !u->gecos || !u->dir || !u->shell)
+		return -ENOMEM; /* or an entry missing required attributes */
+	return 0;
+}
+
+static int to_group(struct cache_reader *r, const struct store_entry *e, struct cache_group *g)
+{
+	*g = (struct cache_group){0};
+	g->name = str(r, e, "name");
+	g->gid = (uint32_t)number(e, "gidnumber");
+	g->order = number(e, "entryorder");
+	g->orig_dn = str(r, e, "originaldn");
+	g->orig_modts = str(r, e, "originalmodifytimestamp");
+	const struct store_attr *m = store_entry_attr(e, "memberuid", 9);
+	if (m) {
+		const char **mem = idc_arena_alloc(&r->arena, m->nvals * sizeof(*mem));
+		if (!mem)
+			return -ENOMEM;
+		for (size_t i = 0; i < m->nvals; i++)
+			if (!(mem[i] =
+				  idc_arena_strndup(&r->arena, m->vals[i].ptr, m->vals[i].len)))
+				return -ENOMEM;
+		g->members = mem;
+		g->nmembers = m->nvals;
+	}
+	return g->name ? 0 : -ENOMEM;
+}
+
+static void fill_meta(struct cache_reader *r, int kind, const char *domain, const char *name,
+		      struct cache_meta *meta)
+{
+	if (!meta)
+		return;
+	*meta = (struct cache_meta){domain, 0, 0, false};
+	struct ts_rec t;
+	if (!r->ts || ts_key(kind, domain, name, &r->tmp) ||
+	    ts_get(r->ts, r->c->ts_dbi, &r->tmp, &t)) {
+		meta->expired = true; /* no timestamps: treat as due for refresh */
+		return;
+	}
+	meta->last_update = t.last_update;
+	meta->expires = t.expires;
+	meta->expired = (t.flags & TS_EXPIRED) || (t.expires && t.expires <= (int64_t)time(NULL));
+}
+
+/* ---- by name ------------------------------------------------------------------------ */
+
+static int get_named(struct cache_reader *r, int kind, const char *domain, const char *name,
+		     bool case_sensitive, struct store_entry *e)
+{
+	size_t len = strlen(name);
+	if (!cache_name_valid(name, len))
+		return -ENOENT;
+	int rc = cache_dn_entry(&r->dn, kind, domain, name);
+	if (!rc)
+		rc = store_get(r->st, (struct store_val){r->dn.data, r->dn.len}, e, NULL);
+	if (rc)
+		return rc;
+	const struct store_attr *a = store_entry_attr(e, "name", 4);
+	if (!a || a->nvals == 0)
+		return -ENOENT;
+	if (case_sensitive && (a->vals[0].len != len || memcmp(a->vals[0].ptr, name, len) != 0))
+		return -ENOENT;
+	return 0;
+}
+
+int cache_user_by_name(struct cache_reader *r, const char *const *domains, size_t ndomains,
+		       const char *name, bool case_sensitive, struct cache_user *out,
+		       struct cache_meta *meta)
+{
+	idc_arena_reset(&r->arena);
+	for (size_t i = 0; i < ndomains; i++) {
+		struct store_entry e;
+		int rc = get_named(r, KIND_USER, domains[i], name, case_sensitive, &e);
+		if (rc == -ENOENT)
+			continue;
+		if (!rc)
+			rc = to_user(r, &e, out);
+		if (!rc)
+			fill_meta(r, KIND_USER, domains[i], out->name, meta);
+		return rc;
+	}
+	return -ENOENT;
+}
+
+int cache_group_by_name(struct cache_reader *r, const char *const *domains, size_t ndomains,
+			const char *name, bool case_sensitive, struct cache_group *out,
+			struct cache_meta *meta)
+{
+	idc_arena_reset(&r->arena);
+	for (size_t i = 0; i < ndomains; i++) {
+		struct store_entry e;
+		int rc = get_named(r, KIND_GROUP, domains[i], name, case_sensitive, &e);
+		if (rc == -ENOENT)
+			continue;
+		if (!rc)
+			rc = to_group(r, &e, out);
+		if (!rc)
+			fill_meta(r, KIND_GROUP, domains[i], out->name, meta);
+		return rc;
+	}
+	return -ENOENT;
+}
+
+/* ---- by number ----------------------------------------------------------------------- */
+
+struct pick {
+	uint64_t best_order;
+	uint64_t best_id;
+	bool found;
+};
+
+static int pick_cb(const struct store_entry *e, void *arg)
+{
+	struct pick *p = arg;
+	uint64_t o = number(e, "entryorder");
+	if (!p->found || o < p->best_order) {
+		p->found = true;
+		p->best_order = o;
+		p->best_id = e->id;
+	}
+	return 0;
+}
+
+/* The entry with attr=v below the domain's container, lowest order. */
+static int get_numbered(struct cache_reader *r, int kind, const char *domain, const char *attr,
+			uint32_t v, struct store_entry *e)
+{
+	char text[64];
+	int n = snprintf(text, sizeof(text), "(%s=%u)", attr, v);
+	struct store_filter *f;
+	int rc = store_filter_parse(text, (size_t)n, &f, NULL);
+	if (rc)
+		return rc;
+	rc = cache_dn_container(&r->dn, kind, domain);
+	struct pick p = {0};
+	struct store_search q = {{r->dn.data, r->dn.len}, STORE_SCOPE_ONE, f, 0};
+	if (!rc)
+		rc = store_search(r->st, &q, pick_cb, &p, NULL);
+	store_filter_free(f);
+	if (rc)
+		return rc;
+	return p.found ? store_get_id(r->st, p.best_id, e) : -ENOENT;
+}
+
+int cache_user_by_uid(struct cache_reader *r, const char *const *domains, size_t ndomains,
+		      uint32_t uid, struct cache_user *out, struct cache_meta *meta)
+{
+	idc_arena_reset(&r->arena);
+	for (size_t i = 0; i < ndomains; i++) {
+		struct store_entry e;
+		int rc = get_numbered(r, KIND_USER, domains[i], "uidNumber", uid, &e);
+		if (rc == -ENOENT)
+			continue;
+		if (!rc)
+			rc = to_user(r, &e, out);
+		if (!rc)
+			fill_meta(r, KIND_USER, domains[i], out->name, meta);
+		return rc;
+	}
+	return -ENOENT;
+}
+
+int cache_group_by_gid(struct cache_reader *r, const char *const *domains, size_t ndomains,
+		       uint32_t gid, struct cache_group *out, struct cache_meta *meta)
+{
+	idc_arena_reset(&r->arena);
+	for (size_t i = 0; i < ndomains; i++) {
+		struct store_entry e;
+		int rc = get_numbered(r, KIND_GROUP, domains[i], "gidNumber", gid, &e);
+		if (rc == -ENOENT)
+			continue;
+		if (!rc)
+			rc = to_group(r, &e, out);
+		if (!rc)
+			fill_meta(r, KIND_GROUP, domains[i], out->name, meta);
+		return rc;
+	}
+	return -ENOENT;
+}
+
+/* ---- initgroups ----------------------------------------------------------------------- */
+
+struct walk {
+	struct cache_reader *r;
+	uint32_t *gids;
+	size_t max, n;
+	uint64_t *seen; /* group entry ids visited */
+	size_t nseen, capseen;
+	uint64_t *queue; /* ids whose parents are still to find */
+	size_t nq, capq;
+};
+
+static int push(uint64_t **arr, size_t *n, size_t *cap, uint64_t v)
+{
+	if (*n == *cap) {
+		size_t c = *cap ? *cap * 2 : 32;
+		uint64_t *p = realloc(*arr, c * sizeof(*p));
+		if (!p)
+			return -ENOMEM;
+		*arr = p;
+		*cap = c;
+	}
+	(*arr)[(*n)++] = v;
+	return 0;
+}
+
+static void add_gid(struct walk *w, uint32_t gid)
+{
+	size_t lim = w->n < w->max ? w->n : w->max;
+	for (size_t i = 0; i < lim; i++)
+		if (w->gids[i] == gid)
+			return;
+	if (w->n < w->max)
+		w->gids[w->n] = gid;
+	w->n++;
+}
+
+static int group_cb(const struct store_entry *e, void *arg)
+{
+	struct walk *w = arg;
+	for (size_t i = 0; i < w->nseen; i++)
+		if (w->seen[i] == e->id)
+			return 0; /* a cycle, or reached twice */
+	int rc = push(&w->seen, &w->nseen, &w->capseen, e->id);
+	if (!rc)
+		rc = push(&w->queue, &w->nq, &w->capq, e->id);
+	if (!rc)
+		add_gid(w, (uint32_t)number(e, "gidnumber"));
+	return rc;
+}
+
+static int search_groups(struct walk *w, const char *domain, const char *attr,
+			 struct store_val value)
+{
+	struct cache_reader *r = w->r;
+	struct idc_buf ft = IDC_BUF_INIT;
+	int rc = idc_buf_printf(&ft, "(%s=", attr);
+	for (size_t i = 0; i < value.len && !rc; i++) {
+		unsigned char ch = (unsigned char)value.ptr[i];
+		rc = strchr("*()\\", ch) || ch < 0x20 ? idc_buf_printf(&ft, "\\%02x", ch)
+						      : idc_buf_putc(&ft, (char)ch);
+	}
+	struct store_filter *f = NULL;
+	if (!rc)
+		rc = idc_buf_putc(&ft, ')');
+	if (!rc)
+		rc = store_filter_parse(ft.data, ft.len, &f, NULL);
+	struct idc_buf base = IDC_BUF_INIT;
+	if (!rc)
+		rc = cache_dn_container(&base, KIND_GROUP, domain);
+	struct store_search q = {{base.data, base.len}, STORE_SCOPE_ONE, f, 0};
+	if (!rc)
+		rc = store_search(r->st, &q, group_cb, w, NULL);
+	store_filter_free(f);
+	idc_buf_free(&ft);
+	idc_buf_free(&base);
+	return rc;
+}
+
+/* Parents of queued groups, breadth first, until none are new. */
+static int walk_nested(struct walk *w, const char *domain)
+{
+	int rc = 0;
+	for (size_t qi = 0; qi < w->nq && !rc; qi++) {
+		struct store_entry g;
+		rc = store_get_id(w->r->st, w->queue[qi], &g);
+		if (rc)
+			break;
+		char *dn = idc_arena_strndup(&w->r->arena, g.dn.ptr, g.dn.len);
+		if (!dn)
+			return -ENOMEM;
+		rc = search_groups(w, domain, "member", (struct store_val){dn, g.dn.len});
+	}
+	return rc;
+}
+
+int cache_initgroups(struct cache_reader *r, const char *const *domains, size_t ndomains,
+		     const char *name, bool case_sensitive, uint32_t *gids, size_t max, size_t *n)
+{
+	idc_arena_reset(&r->arena);
+	*n = 0;
+	for (size_t i = 0; i < ndomains; i++) {
+		struct store_entry e;
+		int rc = get_named(r, KIND_USER, domains[i], name, case_sensitive, &e);
+		if (rc == -ENOENT)
+			continue;
+		if (rc)
+			return rc;
+		const struct store_attr *un = store_entry_attr(&e, "name", 4);
+		struct store_val uname = un->vals[0];
+		struct walk w = {.r = r, .gids = gids, .max = max};
+		add_gid(&w, (uint32_t)number(&e, "gidnumber"));
+		char *nm = idc_arena_strndup(&r->arena, uname.ptr, uname.len);
+		rc = nm ? search_groups(&w, domains[i], "memberUid",
+					(struct store_val){nm, uname.len})
+			: -ENOMEM;
+		if (!rc)
+			rc = walk_nested(&w, domains[i]);
+		free(w.seen);
+		free(w.queue);
+		*n = w.n;
+		if (!rc && w.n > max)
+			rc = -ERANGE;
+		return rc;
+	}
+	return -ENOENT;
+}
+
+/* ---- enumeration and counts ------------------------------------------------------------- */
+
+struct ordered {
+	uint64_t order;
+	uint64_t id;
+};
+
+struct collect {
+	struct ordered *v;
+	size_t n, cap;
+	int64_t newest;
+};
+
+static int collect_cb(const struct store_entry *e, void *arg)
+{
+	struct collect *c = arg;
+	if (c->n == c->cap) {
+		size_t cap = c->cap ? c->cap * 2 : 256;
+		struct ordered *p = realloc(c->v, cap * sizeof(*p));
+		if (!p)
+			return -ENOMEM;
+		c->v = p;
+		c->cap = cap;
+	}
+	c->v[c->n++] = (struct ordered){number(e, "entryorder"), e->id};
+	return 0;
+}
+
+static int ordered_cmp(const void *a, const void *b)
+{
+	const struct ordered *x = a, *y = b;
+	if (x->order != y->order)
+		return x->order < y->order ? -1 : 1;
+	return (x->id > y->id) - (x->id < y->id);
+}
+
+static int collect_kind(struct cache_reader *r, int kind, const char *domain, struct collect *c)
+{
+	int rc = cache_dn_container(&r->dn, kind, domain);
+	struct store_search q = {{r->dn.data, r->dn.len}, STORE_SCOPE_ONE, NULL, 0};
+	if (!rc)
+		rc = store_search(r->st, &q, collect_cb, c, NULL);
+	if (rc == -ENOENT)
+		rc = 0; /* domain not loaded yet: empty */
+	if (!rc)
+		qsort(c->v, c->n, sizeof(*c->v), ordered_cmp);
+	return rc;
+}
+
+int cache_enum_users(struct cache_reader *r, const char *domain, cache_user_cb cb, void *arg)
+{
+	struct collect c = {0};
+	int rc = collect_kind(r, KIND_USER, domain, &c);
+	for (size_t i = 0; i < c.n && !rc; i++) {
+		struct store_entry e;
+		struct cache_user u;
+		idc_arena_reset(&r->arena);
+		rc = store_get_id(r->st, c.v[i].id, &e);
+		if (!rc)
+			rc = to_user(r, &e, &u);
+		if (!rc)
+			rc = cb(&u, arg);
+	}
+	free(c.v);
+	return rc;
+}
+
+int cache_enum_groups(struct cache_reader *r, const char *domain, cache_group_cb cb, void *arg)
+{
+	struct collect c = {0};
+	int rc = collect_kind(r, KIND_GROUP, domain, &c);
+	for (size_t i = 0; i < c.n && !rc; i++) {
+		struct store_entry e;
+		struct cache_group g;
+		idc_arena_reset(&r->arena);
+		rc = store_get_id(r->st, c.v[i].id, &e);
+		if (!rc)
+			rc = to_group(r, &e, &g);
+		if (!rc)
+			rc = cb(&g, arg);
+	}
+	free(c.v);
+	return rc;
+}
+
+/* Newest lastUpdate among a domain's timestamps. */
+static int64_t newest_update(struct cache_reader *r, const char *domain)
+{
+	int64_t best = 0;
+	for (int k = 0; k < 2 && r->ts; k++) {
+		if (ts_key(k ? KIND_GROUP : KIND_USER, domain, "", &r->tmp))
+			break;
+		MDB_cursor *c;
+		if (mdb_cursor_open(r->ts, r->c->ts_dbi, &c))
+			break;
+		MDB_val key = {r->tmp.len, r->tmp.data}, v;
+		int rc = mdb_cursor_get(c, &key, &v, MDB_SET_RANGE);
+		for (; rc == 0; rc = mdb_cursor_get(c, &key, &v, MDB_NEXT)) {
+			if (key.mv_size < r->tmp.len ||
+			    memcmp(key.mv_data, r->tmp.data, r->tmp.len))
+				break;
+			struct ts_rec t;
+			if (v.mv_size == sizeof(t)) {
+				memcpy(&t, v.mv_data, sizeof(t));
+				if (t.last_update > best)
+					best = t.last_update;
+			}
+		}
+		mdb_cursor_close(c);
+	}
+	return best;
+}
+
+int cache_domain_stats(struct cache_reader *r, const char *domain, struct cache_domain_stats *out)
+{
+	struct collect u = {0}, g = {0};
+	int rc = collect_kind(r, KIND_USER, domain, &u);
+	if (!rc)
+		rc = collect_kind(r, KIND_GROUP, domain, &g);
+	*out = (struct cache_domain_stats){u.n, g.n, newest_update(r, domain)};
+	free(u.v);
+	free(g.v);
+	return rc;
+}
