@@ -25,23 +25,48 @@ static int pair_ref_cmp(const void *a, const void *b)
 	return x->idx < y->idx ? -1 : (x->idx > y->idx);
 }
 
-/* Canonical names of all pairs, allocated in arena. */
+/* Canonical names of all pairs, allocated in arena. A name equal to the
+ * previous pair's (objectClass four times in a row) reuses its result. */
 static int pair_refs(struct idc_arena *a, const struct store_pair *pairs, size_t n,
 		     struct pair_ref *refs, struct idc_diag *d)
 {
 	char canon[STORE_ATTR_MAX];
 	for (size_t i = 0; i < n; i++) {
-		size_t len = store_attr_canon(pairs[i].name.ptr, pairs[i].name.len, canon);
+		const struct store_val *nm = &pairs[i].name;
+		if (i > 0 && nm->len == pairs[i - 1].name.len &&
+		    memcmp(nm->ptr, pairs[i - 1].name.ptr, nm->len) == 0) {
+			refs[i] = (struct pair_ref){refs[i - 1].norm, refs[i - 1].norm_len, i};
+			continue;
+		}
+		size_t len = store_attr_canon(nm->ptr, nm->len, canon);
 		if (len == 0)
 			return idc_diag_set(d, IDC_ESYNTAX, "invalid attribute name '%.*s'",
-					    (int)(pairs[i].name.len > 64 ? 64 : pairs[i].name.len),
-					    pairs[i].name.ptr);
+					    (int)(nm->len > 64 ? 64 : nm->len), nm->ptr);
 		char *p = idc_arena_strndup(a, canon, len);
 		if (!p)
 			return -ENOMEM;
 		refs[i] = (struct pair_ref){p, len, i};
 	}
 	return 0;
+}
+
+/* Entries have a few dozen pairs: insertion sort beats qsort's overhead;
+ * big groups (thousands of member values) go to qsort. */
+static void sort_refs(struct pair_ref *r, size_t n)
+{
+	if (n > 64) {
+		qsort(r, n, sizeof(*r), pair_ref_cmp);
+		return;
+	}
+	for (size_t i = 1; i < n; i++) {
+		struct pair_ref x = r[i];
+		size_t j = i;
+		while (j > 0 && pair_ref_cmp(&r[j - 1], &x) > 0) {
+			r[j] = r[j - 1];
+			j--;
+		}
+		r[j] = x;
+	}
 }
 
 static size_t count_attrs(const struct pair_ref *refs, size_t n)
@@ -61,13 +86,14 @@ int store_entry_from_pairs(struct idc_arena *arena, struct store_val dn,
 	*out = (struct store_entry){0, dn, NULL, 0};
 	if (npairs == 0)
 		return 0;
-	struct pair_ref *refs = malloc(npairs * sizeof(*refs));
+	struct pair_ref small[64];
+	struct pair_ref *refs = npairs <= 64 ? small : malloc(npairs * sizeof(*refs));
 	if (!refs)
 		return -ENOMEM;
 	int rc = pair_refs(arena, pairs, npairs, refs, d);
 	if (rc)
 		goto out;
-	qsort(refs, npairs, sizeof(*refs), pair_ref_cmp);
+	sort_refs(refs, npairs);
 	size_t nattrs = count_attrs(refs, npairs);
 	struct store_attr *attrs = idc_arena_alloc(arena, nattrs * sizeof(*attrs));
 	struct store_val *vals = idc_arena_alloc(arena, npairs * sizeof(*vals));
@@ -89,7 +115,8 @@ int store_entry_from_pairs(struct idc_arena *arena, struct store_val dn,
 	out->nattrs = nattrs;
 	rc = 0;
 out:
-	free(refs);
+	if (refs != small)
+		free(refs);
 	return rc;
 }
 

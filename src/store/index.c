@@ -89,13 +89,22 @@ size_t store_index_list(struct store *s, const char *const **names)
 }
 
 /* ---- the bulk path ----------------------------------------------------------------
- * Pairs are collected per database, sorted at flush and written in key
- * order: B-tree pages are then filled left to right, and an index that was
- * empty takes MDB_APPEND (no search at all). DESIGN §4 has the figures. */
+ * Every write transaction collects the index pairs of its adds per
+ * database and writes them at commit (or before anything reads the indexes)
+ * in key order: B-tree pages then fill left to right, and an index that was
+ * empty takes MDB_APPEND (no search at all). DESIGN §4 has the figures.
+ * Equal keys are grouped through a hash table as they arrive, so the sort
+ * is over distinct keys only (objectClass has a handful for a million
+ * entries); ids of one key arrive in increasing order already. */
+
+struct bulk_group {
+	size_t off; /* key bytes in keys */
+	uint32_t len;
+	uint32_t count; /* then: start of its ids in the sorted order */
+};
 
 struct bulk_item {
-	size_t off; /* in keys */
-	uint32_t len;
+	uint32_t group;
 	uint64_t id;
 };
 
@@ -115,6 +124,52 @@ static struct bulk_list *bulk_for(struct store_txn *t, MDB_dbi dbi)
 	return b;
 }
 
+static int bulk_rehash(struct bulk_list *b)
+{
+	size_t cap = b->hcap ? b->hcap * 2 : 1024;
+	uint32_t *h = malloc(cap * sizeof(*h));
+	if (!h)
+		return -ENOMEM;
+	memset(h, 0xff, cap * sizeof(*h));
+	for (uint32_t g = 0; g < b->ngroups; g++) {
+		uint64_t x = idc_hash64(b->keys.data + b->groups[g].off, b->groups[g].len, 0);
+		size_t i = x & (cap - 1);
+		while (h[i] != UINT32_MAX)
+			i = (i + 1) & (cap - 1);
+		h[i] = g;
+	}
+	free(b->hash);
+	b->hash = h;
+	b->hcap = cap;
+	return 0;
+}
+
+/* The group of key, created when new; UINT32_MAX on ENOMEM. */
+static uint32_t bulk_group_of(struct bulk_list *b, struct store_val key)
+{
+	if ((b->ngroups + 1) * 2 > b->hcap && bulk_rehash(b))
+		return UINT32_MAX;
+	size_t i = idc_hash64(key.ptr, key.len, 0) & (b->hcap - 1);
+	for (; b->hash[i] != UINT32_MAX; i = (i + 1) & (b->hcap - 1)) {
+		const struct bulk_group *g = &b->groups[b->hash[i]];
+		if (g->len == key.len && memcmp(b->keys.data + g->off, key.ptr, key.len) == 0)
+			return b->hash[i];
+	}
+	if (b->ngroups == b->gcap) {
+		size_t cap = b->gcap ? b->gcap * 2 : 256;
+		struct bulk_group *g = realloc(b->groups, cap * sizeof(*g));
+		if (!g)
+			return UINT32_MAX;
+		b->groups = g;
+		b->gcap = cap;
+	}
+	b->groups[b->ngroups] = (struct bulk_group){b->keys.len, (uint32_t)key.len, 0};
+	if (idc_buf_append(&b->keys, key.ptr, key.len))
+		return UINT32_MAX;
+	b->hash[i] = (uint32_t)b->ngroups;
+	return (uint32_t)b->ngroups++;
+}
+
 static int bulk_add(struct store_txn *t, MDB_dbi dbi, struct store_val key, uint64_t id)
 {
 	struct bulk_list *b = bulk_for(t, dbi);
@@ -128,50 +183,77 @@ static int bulk_add(struct store_txn *t, MDB_dbi dbi, struct store_val key, uint
 		b->items = it;
 		b->cap = cap;
 	}
-	b->items[b->n++] = (struct bulk_item){b->keys.len, (uint32_t)key.len, id};
-	return idc_buf_append(&b->keys, key.ptr, key.len);
+	uint32_t g = bulk_group_of(b, key);
+	if (g == UINT32_MAX)
+		return -ENOMEM;
+	b->groups[g].count++;
+	b->items[b->n++] = (struct bulk_item){g, id};
+	return 0;
 }
 
 static const char *bulk_base; /* qsort has no context argument */
+static const struct bulk_group *bulk_groups;
 
-static int bulk_cmp(const void *a, const void *b)
+static int group_cmp(const void *a, const void *b)
 {
-	const struct bulk_item *x = a, *y = b;
+	const struct bulk_group *x = &bulk_groups[*(const uint32_t *)a];
+	const struct bulk_group *y = &bulk_groups[*(const uint32_t *)b];
 	size_t n = x->len < y->len ? x->len : y->len;
 	int c = memcmp(bulk_base + x->off, bulk_base + y->off, n);
-	if (c)
-		return c;
-	if (x->len != y->len)
-		return x->len < y->len ? -1 : 1;
-	return x->id < y->id ? -1 : (x->id > y->id);
+	return c ? c : (x->len > y->len) - (x->len < y->len);
+}
+
+/* Ids grouped by key in key order (a counting sort keeps each key's ids in
+ * arrival order, which is increasing). order[] gets the groups sorted. */
+static uint64_t *bulk_sort(struct bulk_list *b, uint32_t *order)
+{
+	uint64_t *ids = malloc((b->n ? b->n : 1) * sizeof(*ids));
+	if (!ids)
+		return NULL;
+	for (uint32_t g = 0; g < b->ngroups; g++)
+		order[g] = g;
+	bulk_base = b->keys.data;
+	bulk_groups = b->groups;
+	qsort(order, b->ngroups, sizeof(*order), group_cmp);
+	size_t pos = 0;
+	for (uint32_t k = 0; k < b->ngroups; k++) {
+		struct bulk_group *g = &b->groups[order[k]];
+		uint32_t c = g->count;
+		g->count = (uint32_t)pos;
+		pos += c;
+	}
+	for (size_t i = 0; i < b->n; i++)
+		ids[b->groups[b->items[i].group].count++] = b->items[i].id;
+	return ids;
 }
 
 static int bulk_write(struct store_txn *t, struct bulk_list *b)
 {
-	bulk_base = b->keys.data;
-	qsort(b->items, b->n, sizeof(*b->items), bulk_cmp);
-	MDB_cursor *c;
-	int rc = mdb_cursor_open(t->txn, b->dbi, &c);
-	if (rc)
-		return store_mdb_err(rc);
-	for (size_t i = 0; i < b->n && !rc; i++) {
-		const struct bulk_item *it = &b->items[i];
-		bool same = i > 0 && it->len == b->items[i - 1].len &&
-			    memcmp(b->keys.data + it->off, b->keys.data + b->items[i - 1].off,
-				   it->len) == 0;
-		if (same && it->id == b->items[i - 1].id)
-			continue; /* the same value twice in one entry */
-		MDB_val k = {it->len, b->keys.data + it->off},
-			v = {sizeof(size_t), (void *)&it->id};
-		unsigned flags = 0;
-		if (b->was_empty)
-			flags = same ? MDB_APPENDDUP : MDB_APPEND;
-		rc = mdb_cursor_put(c, &k, &v, flags);
-		if (rc == MDB_KEYEXIST)
-			rc = 0;
+	uint32_t *order = malloc((b->ngroups ? b->ngroups : 1) * sizeof(*order));
+	uint64_t *ids = order ? bulk_sort(b, order) : NULL;
+	MDB_cursor *c = NULL;
+	int rc = !ids ? ENOMEM : mdb_cursor_open(t->txn, b->dbi, &c);
+	size_t pos = 0;
+	for (uint32_t k = 0; k < b->ngroups && !rc; k++) {
+		const struct bulk_group *g = &b->groups[order[k]];
+		size_t end = g->count; /* bulk_sort left the end of its ids here */
+		MDB_val key = {g->len, b->keys.data + g->off};
+		for (size_t i = pos; i < end && !rc; i++) {
+			if (i > pos && ids[i] == ids[i - 1])
+				continue; /* the same value twice in one entry */
+			MDB_val v = {sizeof(size_t), &ids[i]};
+			unsigned flags = !b->was_empty ? 0 : i == pos ? MDB_APPEND : MDB_APPENDDUP;
+			rc = mdb_cursor_put(c, &key, &v, flags);
+			if (rc == MDB_KEYEXIST)
+				rc = 0;
+		}
+		pos = end;
 	}
-	mdb_cursor_close(c);
-	return store_mdb_err(rc);
+	if (c)
+		mdb_cursor_close(c);
+	free(order);
+	free(ids);
+	return rc == ENOMEM ? -ENOMEM : store_mdb_err(rc);
 }
 
 int index_bulk_flush(struct store_txn *t)
@@ -187,6 +269,8 @@ void index_bulk_free(struct store_txn *t)
 {
 	for (size_t i = 0; i < t->nbulk; i++) {
 		free(t->bulk[i].items);
+		free(t->bulk[i].groups);
+		free(t->bulk[i].hash);
 		idc_buf_free(&t->bulk[i].keys);
 	}
 	free(t->bulk);
@@ -198,7 +282,7 @@ void index_bulk_free(struct store_txn *t)
 
 static int pair_put(struct store_txn *t, MDB_dbi dbi, struct store_val key, uint64_t id)
 {
-	if (t->flags & STORE_TXN_BULK)
+	if (t->bulk_ok)
 		return bulk_add(t, dbi, key, id);
 	size_t sid = id;
 	MDB_val k = {key.len, (void *)key.ptr}, v = {sizeof(sid), &sid};

@@ -593,6 +593,9 @@ int store_search_plan(struct store_txn *t, const struct store_search *q, struct 
 		return idc_buf_printf(out, "base");
 	if (!q->filter)
 		return idc_buf_printf(out, "scan");
+	int rc0 = t->nbulk ? index_bulk_flush(t) : 0;
+	if (rc0)
+		return rc0;
 	struct plan_ctx p = {t, out, IDC_BUF_INIT, IDC_BUF_INIT};
 	struct idl c = {0};
 	int rc = plan(&p, q->filter, &c);

@@ -318,6 +318,9 @@ int store_txn_begin(struct store *s, struct store_txn *parent, unsigned flags,
 	t->s = s;
 	t->parent = parent;
 	t->flags = flags;
+	/* Every write transaction takes the bulk path: reads of the indexes in
+	 * the same transaction (search, modify, delete, check) flush first. */
+	t->bulk_ok = !rdonly;
 	int rc = (!rdonly && !parent) ? store_lock_writer(s, d) : 0;
 	if (rc) {
 		free(t);

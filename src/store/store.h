@@ -133,9 +133,9 @@ struct store_ndn {
  * byte offset in d ("DN 'x': position 7: ..."), -E2BIG past STORE_DN_MAX
  * (for the DN and for its normalized text, which escaping can make longer),
  * STORE_DN_MAX_RDNS RDNs, or as many AVAs in one RDN. The same AVA twice in
- * one RDN, and unescaped '"', '<', '>' or NUL in a value, are IDC_ESYNTAX. Canonical escaping in values: '\' before
- * , + " \ < > ; = and before a leading '#' or space or a trailing space;
- * bytes < 0x20, 0x7f and NUL as \XX (lowercase hex); all else literal. */
+ * one RDN, and unescaped '"', '<', '>' or NUL in a value, are IDC_ESYNTAX. Canonical escaping in
+ * values: '\' before , + " \ < > ; = and before a leading '#' or space or a trailing space; bytes <
+ * 0x20, 0x7f and NUL as \XX (lowercase hex); all else literal. */
 int store_dn_normalize(const char *dn, size_t len, struct store_ndn *out, struct idc_diag *d);
 void store_ndn_free(struct store_ndn *n);
 
@@ -202,9 +202,10 @@ void store_close(struct store *s);
 
 enum store_txn_flags {
 	STORE_TXN_RDONLY = 1 << 0,
-	STORE_TXN_BULK = 1 << 1, /* write txn for a large batch of adds: index
-				  * keys are collected, sorted and written at
-				  * commit (DESIGN §4 bulk path) */
+	STORE_TXN_BULK = 1 << 1, /* a hint that a large batch of adds follows;
+				  * every write txn already collects index keys
+				  * of adds and writes them sorted (DESIGN §4
+				  * bulk path), flushing before any index read */
 };
 
 /* Begin a transaction; parent (or NULL) makes it nested (write txns only).

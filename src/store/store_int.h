@@ -98,11 +98,17 @@ struct store_scratch {
 	size_t vcap;
 };
 
-/* Pending (key, id) pairs of the bulk path, for one database. */
+/* Pending (key, id) pairs of the bulk path, for one database: distinct
+ * keys in groups (found through an open-addressing hash), pairs as
+ * (group, id) in arrival order. */
 struct bulk_list {
 	MDB_dbi dbi;
 	bool was_empty;
-	struct idc_buf keys; /* key bytes back to back */
+	struct idc_buf keys; /* distinct key bytes back to back */
+	struct bulk_group *groups;
+	size_t ngroups, gcap;
+	uint32_t *hash; /* group index or UINT32_MAX */
+	size_t hcap;
 	struct bulk_item *items;
 	size_t n, cap;
 };
@@ -113,13 +119,14 @@ struct store_txn {
 	struct store_txn *parent;
 	unsigned flags;
 	bool index_changed; /* reload the index list after commit */
+	bool bulk_ok;       /* index puts of adds are collected (bulk path) */
 	uint64_t next_id;
 	struct store_scratch sc;  /* store_get / store_get_id results */
 	struct store_scratch sc2; /* internal reads that must not clobber sc */
 	struct store_ndn ndn;
 	struct idc_buf key, key2, norm, enc, copy;
 	struct idc_arena arena; /* per-operation; reset at each op */
-	struct bulk_list *bulk; /* per dbi, STORE_TXN_BULK only */
+	struct bulk_list *bulk; /* per dbi, while bulk_ok */
 	size_t nbulk;
 };
 

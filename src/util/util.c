@@ -179,6 +179,10 @@ struct idc_arena_chunk {
 	max_align_t data[];
 };
 
+/* Chunks start small (a parsed filter needs a few hundred bytes) and double
+ * up to ARENA_CHUNK, so short-lived arenas stay cheap and big ones make few
+ * allocations. */
+#define ARENA_FIRST 512
 #define ARENA_CHUNK (64 * 1024)
 #define ARENA_ALIGN (sizeof(max_align_t))
 
@@ -188,14 +192,18 @@ void *idc_arena_alloc(struct idc_arena *a, size_t size)
 	if (need < size)
 		return NULL;
 	if (!a->head || a->head->size - a->used < need) {
-		size_t csize = need > ARENA_CHUNK ? need : ARENA_CHUNK;
+		size_t csize = a->head ? a->head->size * 2 : ARENA_FIRST;
+		if (csize > ARENA_CHUNK)
+			csize = ARENA_CHUNK;
+		if (csize < need)
+			csize = need;
 		struct idc_arena_chunk *c = malloc(sizeof(*c) + csize);
 		if (!c)
 			return NULL;
 		c->size = csize;
 		/* A big one-off allocation goes behind the current chunk so the
 		 * space left in the head is not wasted. */
-		if (a->head && need > ARENA_CHUNK) {
+		if (a->head && need > a->head->size) {
 			c->next = a->head->next;
 			a->head->next = c;
 			return c->data;
