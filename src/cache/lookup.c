@@ -425,7 +425,7 @@ static int collect_kind(struct cache_reader *r, int kind, const char *domain, st
 		rc = store_search(r->st, &q, collect_cb, c, NULL);
 	if (rc == -ENOENT)
 		rc = 0; /* domain not loaded yet: empty */
-	if (!rc)
+	if (!rc && c->n > 1)
 		qsort(c->v, c->n, sizeof(*c->v), ordered_cmp);
 	return rc;
 }

@@ -309,7 +309,8 @@ int store_entry_decode(const void *p, size_t len, uint64_t id, struct store_scra
 	struct rd r = {p, len};
 	struct store_val hdr;
 	uint32_t dl, nl, na;
-	if (!rd_bytes(&r, 4, &hdr) || hdr.ptr[0] != ENTRY_CODEC_VERSION)
+	if (!rd_bytes(&r, 4, &hdr) || hdr.ptr[0] != ENTRY_CODEC_VERSION || hdr.ptr[1] || hdr.ptr[2] ||
+	    hdr.ptr[3])
 		return IDC_ECORRUPT;
 	if (!rd_u32(&r, &dl) || !rd_u32(&r, &nl) || !rd_u32(&r, &na))
 		return IDC_ECORRUPT;
