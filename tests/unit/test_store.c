@@ -700,7 +700,7 @@ static int bulk_fn(struct store_txn *t, void *arg, struct idc_diag *d)
 	struct fx *f = arg;
 	idc_arena_reset(&f->arena);
 	for (int i = 0; i < 3000; i++) {
-		char buf[256];
+		char buf[512];
 		snprintf(buf, sizeof(buf),
 			 "uid=u%05d,ou=people,dc=example,dc=com\nobjectClass: person\nuid: u%05d\n"
 			 "cn: user %d\nuidNumber: %d\ndescription: %0200d",

@@ -1,0 +1,721 @@
+/*
+ * files provider: passwd and group lines, and whole files into a snapshot.
+ * The line rules are glibc's (see files.h); this is our own code written to
+ * behave the same, checked against fgetpwent/fgetgrent by the tests.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "files_int.h"
+
+#define NAME_SEED 0x66696c65736e6d31ull /* folded-name table */
+
+/* ==== one line ================================================================== */
+
+/* isspace() in the C locale, whatever locale the process runs in. */
+static bool is_space(char c)
+{
+	return c == ' ' || (c >= '\t' && c <= '\r');
+}
+
+/* What strtoul(p, &end, 10) does, then glibc's refusal of values above 32
+ * bits. Returns the end, or NULL when glibc would refuse the number. */
+static char *parse_u32(char *p, uint32_t *out)
+{
+	while (is_space(*p))
+		p++;
+	bool neg = *p == '-';
+	if (*p == '+' || *p == '-')
+		p++;
+	if (*p < '0' || *p > '9')
+		return NULL; /* no digits: strtoul converts nothing */
+	uint64_t v = 0;
+	bool over = false;
+	for (; *p >= '0' && *p <= '9'; p++) {
+		unsigned dig = (unsigned)(*p - '0');
+		if (v > (UINT64_MAX - dig) / 10)
+			over = true; /* strtoul: ULONG_MAX, which is refused below */
+		else
+			v = v * 10 + dig;
+	}
+	if (over)
+		return NULL;
+	if (neg)
+		v = 0 - v; /* strtoul negates in unsigned arithmetic */
+	if (v > UINT32_MAX)
+		return NULL;
+	*out = (uint32_t)v;
+	return p;
+}
+
+/* A text field up to the next ':' (replaced by NUL) or the end. */
+static char *text_field(char **p)
+{
+	char *s = *p, *c = strchr(s, ':');
+	if (c) {
+		*c = '\0';
+		*p = c + 1;
+	} else {
+		*p = s + strlen(s);
+	}
+	return s;
+}
+
+/* A number field: must be followed by ':' or the end of the line. */
+static bool int_field(char **p, uint32_t *v)
+{
+	char *e = parse_u32(*p, v);
+	if (!e)
+		return false;
+	if (*e == ':')
+		e++;
+	else if (*e != '\0')
+		return false;
+	*p = e;
+	return true;
+}
+
+static enum files_line bad(const char **why, const char *text)
+{
+	*why = text;
+	return FILES_LINE_BAD;
+}
+
+/* Checks common to both kinds; *line moves past leading white space. */
+static enum files_line line_start(char **line, size_t len, const char **why)
+{
+	char *p = *line, *end = p + len;
+	if (len > FILES_LINE_MAX)
+		return bad(why, "line longer than 65536 bytes");
+	while (p < end && is_space(*p))
+		p++;
+	if (p < end && *p == '#')
+		return FILES_LINE_NONE;
+	/* glibc would stop at a NUL (and skip a line starting with one); the
+	 * bytes after it would silently vanish, so we refuse the line. */
+	if (memchr(*line, '\0', len))
+		return bad(why, "NUL byte in line");
+	if (p == end || *p == '+' || *p == '-')
+		return FILES_LINE_NONE; /* blank, or NIS compat */
+	*line = p;
+	return FILES_LINE_RECORD;
+}
+
+enum files_line files_parse_pwline(char *line, size_t len, struct files_pwent *out,
+				   const char **why)
+{
+	enum files_line r = line_start(&line, len, why);
+	if (r != FILES_LINE_RECORD)
+		return r;
+	char *p = line;
+	out->name = text_field(&p);
+	out->passwd = text_field(&p);
+	if (!int_field(&p, &out->uid))
+		return bad(why, "missing or invalid uid");
+	if (!int_field(&p, &out->gid))
+		return bad(why, "missing or invalid gid");
+	out->gecos = text_field(&p);
+	out->dir = text_field(&p);
+	out->shell = p; /* the rest, colons included, as glibc has it */
+	return FILES_LINE_RECORD;
+}
+
+enum files_line files_parse_grline(char *line, size_t len, struct files_grent *out,
+				   const char **why)
+{
+	enum files_line r = line_start(&line, len, why);
+	if (r != FILES_LINE_RECORD)
+		return r;
+	char *p = line;
+	out->name = text_field(&p);
+	out->passwd = text_field(&p);
+	if (!int_field(&p, &out->gid))
+		return bad(why, "missing or invalid gid");
+	out->members = p;
+	return FILES_LINE_RECORD;
+}
+
+const char *files_next_member(char **cursor)
+{
+	char *p = *cursor;
+	for (;;) {
+		while (is_space(*p))
+			p++;
+		char *elt = p;
+		while (*p != '\0' && *p != ',')
+			p++;
+		char *end = p;
+		bool more = *p == ',';
+		if (more)
+			*p++ = '\0';
+		if (end > elt || !more) {
+			*cursor = p;
+			return end > elt ? elt : NULL;
+		}
+	}
+}
+
+/* ==== hashes ==================================================================== */
+
+uint64_t files_user_hash(const char *name, uint32_t uid, uint32_t gid, const char *gecos,
+			 const char *dir, const char *shell)
+{
+	/* each string with its NUL, so field boundaries count */
+	uint64_t h = idc_hash64(name, strlen(name) + 1, ((uint64_t)uid << 32) | gid);
+	h = idc_hash64(gecos, strlen(gecos) + 1, h);
+	h = idc_hash64(dir, strlen(dir) + 1, h);
+	return idc_hash64(shell, strlen(shell) + 1, h);
+}
+
+uint64_t files_group_hash(const char *name, uint32_t gid, const char *const *mem, size_t n)
+{
+	uint64_t h = idc_hash64(name, strlen(name) + 1, gid);
+	for (size_t i = 0; i < n; i++)
+		h = idc_hash64(mem[i], strlen(mem[i]) + 1, h);
+	return h ^ n;
+}
+
+/* ==== folded-name table ===========================================================
+ * The cache folds case and runs of spaces in names (its DNs compare
+ * caseIgnore), so two names equal after folding cannot both be stored; the
+ * table finds the earlier one. */
+
+enum kind { USERS, GROUPS };
+
+static size_t fold_name(const char *s, char *out)
+{
+	size_t n = 0;
+	bool space = false;
+	for (; *s && n < CACHE_NAME_MAX; s++) {
+		if (*s == ' ') {
+			space = n > 0;
+			continue;
+		}
+		if (space && n < CACHE_NAME_MAX)
+			out[n++] = ' ';
+		space = false;
+		if (n < CACHE_NAME_MAX)
+			out[n++] = idc_tolower(*s);
+	}
+	return n;
+}
+
+static const char *name_of(const struct files_snapshot *s, enum kind k, size_t i)
+{
+	return k == USERS ? s->users[i].name : s->groups[i].name;
+}
+
+static uint64_t key_of(const struct files_snapshot *s, enum kind k, size_t i)
+{
+	return k == USERS ? s->users[i].key : s->groups[i].key;
+}
+
+static struct files_name_table *table_of(struct files_snapshot *s, enum kind k)
+{
+	return k == USERS ? &s->user_names : &s->group_names;
+}
+
+static uint64_t name_key(const char *name)
+{
+	char folded[CACHE_NAME_MAX];
+	size_t n = fold_name(name, folded);
+	return idc_hash64(folded, n, NAME_SEED);
+}
+
+static bool fold_equal(const char *a, const char *b)
+{
+	if (strcmp(a, b) == 0)
+		return true;
+	char fa[CACHE_NAME_MAX], fb[CACHE_NAME_MAX];
+	size_t na = fold_name(a, fa), nb = fold_name(b, fb);
+	return na == nb && memcmp(fa, fb, na) == 0;
+}
+
+/* Slot holding a name that folds like name (whose key is key), or the
+ * empty slot to use. The slot keeps half the key, so a probe rarely has to
+ * look at the record. */
+static uint64_t *table_slot(const struct files_snapshot *s, enum kind k,
+			    const struct files_name_table *t, const char *name, uint64_t key)
+{
+	uint64_t tag = key >> 32 << 32;
+	for (size_t i = (size_t)key & t->mask;; i = (i + 1) & t->mask) {
+		uint64_t v = t->slot[i];
+		if (v == 0)
+			return &t->slot[i];
+		if ((v & ~0xffffffffull) == tag &&
+		    fold_equal(name, name_of(s, k, (v & 0xffffffffu) - 1)))
+			return &t->slot[i];
+	}
+}
+
+static int table_grow(struct files_snapshot *s, enum kind k)
+{
+	struct files_name_table *t = table_of(s, k), old = *t;
+	size_t n = old.mask ? (old.mask + 1) * 2 : 1024;
+	t->slot = calloc(n, sizeof(*t->slot));
+	if (!t->slot) {
+		*t = old;
+		return -ENOMEM;
+	}
+	t->mask = n - 1;
+	/* every name is there once: only an empty slot is needed */
+	for (size_t i = 0; old.mask && i <= old.mask; i++) {
+		if (!old.slot[i])
+			continue;
+		size_t j = (size_t)key_of(s, k, (old.slot[i] & 0xffffffffu) - 1) & t->mask;
+		while (t->slot[j])
+			j = (j + 1) & t->mask;
+		t->slot[j] = old.slot[i];
+	}
+	free(old.slot);
+	return 0;
+}
+
+/* Index of the record whose name folds like name, or -1. */
+static long table_find(const struct files_snapshot *s, enum kind k, const char *name, uint64_t key)
+{
+	const struct files_name_table *t = k == USERS ? &s->user_names : &s->group_names;
+	if (!t->mask)
+		return -1;
+	uint64_t v = *table_slot(s, k, t, name, key);
+	return v ? (long)(v & 0xffffffffu) - 1 : -1;
+}
+
+/* Record index i (just appended, key set) under its name; the name is not
+ * there yet. */
+static int table_add(struct files_snapshot *s, enum kind k, size_t i)
+{
+	struct files_name_table *t = table_of(s, k);
+	if (i >= UINT32_MAX - 1)
+		return -EFBIG;
+	if ((t->used + 1) * 2 > (t->mask ? t->mask + 1 : 0)) {
+		int rc = table_grow(s, k);
+		if (rc)
+			return rc;
+	}
+	uint64_t key = key_of(s, k, i);
+	*table_slot(s, k, t, name_of(s, k, i), key) = (key >> 32 << 32) | ((uint64_t)i + 1);
+	t->used++;
+	return 0;
+}
+
+long files_snapshot_find_user(const struct files_snapshot *s, const char *name, uint64_t key)
+{
+	long i = table_find(s, USERS, name, key);
+	return i >= 0 && strcmp(s->users[i].name, name) == 0 ? i : -1;
+}
+
+long files_snapshot_find_group(const struct files_snapshot *s, const char *name, uint64_t key)
+{
+	long i = table_find(s, GROUPS, name, key);
+	return i >= 0 && strcmp(s->groups[i].name, name) == 0 ? i : -1;
+}
+
+long files_snapshot_user(const struct files_snapshot *s, const char *name)
+{
+	return files_snapshot_find_user(s, name, name_key(name));
+}
+
+long files_snapshot_group(const struct files_snapshot *s, const char *name)
+{
+	return files_snapshot_find_group(s, name, name_key(name));
+}
+
+/* ==== snapshot ================================================================== */
+
+struct files_snapshot *files_snapshot_new(void)
+{
+	return calloc(1, sizeof(struct files_snapshot));
+}
+
+void files_snapshot_free(struct files_snapshot *s)
+{
+	if (!s)
+		return;
+	for (size_t i = 0; i < s->nbufs; i++)
+		free(s->bufs[i]);
+	free(s->bufs);
+	free(s->users);
+	free(s->groups);
+	free(s->mem);
+	free(s->user_names.slot);
+	free(s->group_names.slot);
+	idc_arena_free(&s->arena);
+	free(s);
+}
+
+/* Room for one more element of size sz in *arr (count n, capacity *cap). */
+static int grow(void **arr, size_t n, size_t *cap, size_t sz)
+{
+	if (n < *cap)
+		return 0;
+	size_t nc = *cap ? *cap * 2 : 256;
+	if (nc > SIZE_MAX / sz)
+		return -ENOMEM;
+	void *p = realloc(*arr, nc * sz);
+	if (!p)
+		return -ENOMEM;
+	*arr = p;
+	*cap = nc;
+	return 0;
+}
+
+static int keep_buf(struct files_snapshot *s, char *buf)
+{
+	char **p = realloc(s->bufs, (s->nbufs + 1) * sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	s->bufs = p;
+	s->bufs[s->nbufs++] = buf;
+	return 0;
+}
+
+struct line_ctx {
+	struct files_snapshot *s;
+	const char *label;
+	uint32_t file, line;
+	bool log_bad;
+};
+
+static void note_bad(struct line_ctx *c, const char *why)
+{
+	c->s->malformed++;
+	if (c->log_bad)
+		idc_log(IDC_LOG_WARN, "%s:%u: %s; line skipped", c->label, c->line, why);
+}
+
+static const char *kind_text(enum kind k)
+{
+	return k == USERS ? "user" : "group";
+}
+
+/* Whether the record named name may be added: valid and not seen yet. */
+static bool name_ok(struct line_ctx *c, enum kind k, const char *name, uint64_t *key)
+{
+	if (!cache_name_valid(name, strlen(name))) {
+		note_bad(c, k == USERS ? "invalid user name" : "invalid group name");
+		return false;
+	}
+	*key = name_key(name);
+	long prev = table_find(c->s, k, name, *key);
+	if (prev < 0)
+		return true;
+	c->s->duplicates++;
+	const char *old = name_of(c->s, k, (size_t)prev);
+	bool exact = strcmp(old, name) == 0;
+	if (c->log_bad)
+		idc_log(exact ? IDC_LOG_DEBUG : IDC_LOG_WARN,
+			"%s:%u: %s '%s' %s '%s' seen before; line skipped", c->label, c->line,
+			kind_text(k), name,
+			exact ? "repeats" : "differs only in case or spaces from", old);
+	return false;
+}
+
+static int add_user(struct line_ctx *c, const struct files_pwent *e)
+{
+	struct files_snapshot *s = c->s;
+	uint64_t key;
+	if (!name_ok(c, USERS, e->name, &key))
+		return 0;
+	int rc = grow((void **)&s->users, s->nusers, &s->users_cap, sizeof(*s->users));
+	if (rc)
+		return rc;
+	struct files_user *u = &s->users[s->nusers];
+	*u = (struct files_user){.name = e->name,
+				 .gecos = e->gecos,
+				 .dir = e->dir,
+				 .shell = e->shell,
+				 .uid = e->uid,
+				 .gid = e->gid,
+				 .file = c->file,
+				 .line = c->line,
+				 .key = key};
+	u->hash = files_user_hash(u->name, u->uid, u->gid, u->gecos, u->dir, u->shell);
+	rc = table_add(s, USERS, s->nusers);
+	if (rc == 0)
+		s->nusers++;
+	return rc;
+}
+
+const char *const *files_snapshot_members(const struct files_snapshot *s, size_t first)
+{
+	return s->mem ? s->mem + first : NULL; /* no members anywhere yet */
+}
+
+static int push_member(struct files_snapshot *s, const char *m)
+{
+	int rc = grow((void **)&s->mem, s->nmem, &s->mem_cap, sizeof(*s->mem));
+	if (rc == 0)
+		s->mem[s->nmem++] = m;
+	return rc;
+}
+
+/* Whether m is among the members pushed since first. Quadratic, so the
+ * caller checks only the first 4096 members of a group; later repeats go
+ * to the cache, which keeps memberUid as a set anyway. */
+static bool member_seen(const struct files_snapshot *s, size_t first, const char *m)
+{
+	for (size_t i = first; i < s->nmem; i++)
+		if (strcmp(s->mem[i], m) == 0)
+			return true;
+	return false;
+}
+
+/* Members of e into s->mem; invalid names are dropped with a message, a
+ * repeated name silently (the cache keeps a set). */
+static int add_members(struct line_ctx *c, char *cursor)
+{
+	struct files_snapshot *s = c->s;
+	size_t first = s->nmem;
+	const char *m;
+	while ((m = files_next_member(&cursor)) != NULL) {
+		if (!cache_name_valid(m, strlen(m))) {
+			if (c->log_bad)
+				idc_log(IDC_LOG_WARN, "%s:%u: invalid member name '%.64s' skipped",
+					c->label, c->line, m);
+			continue;
+		}
+		if (s->nmem - first < 4096 ? member_seen(s, first, m) : false)
+			continue;
+		int rc = push_member(s, m);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static int add_group(struct line_ctx *c, struct files_grent *e)
+{
+	struct files_snapshot *s = c->s;
+	uint64_t key;
+	if (!name_ok(c, GROUPS, e->name, &key))
+		return 0;
+	int rc = grow((void **)&s->groups, s->ngroups, &s->groups_cap, sizeof(*s->groups));
+	if (rc)
+		return rc;
+	size_t first = s->nmem;
+	rc = add_members(c, e->members);
+	if (rc)
+		return rc;
+	struct files_group *g = &s->groups[s->ngroups];
+	*g = (struct files_group){.name = e->name,
+				  .gid = e->gid,
+				  .file = c->file,
+				  .line = c->line,
+				  .mem_first = first,
+				  .nmembers = s->nmem - first,
+				  .key = key};
+	g->hash = files_group_hash(g->name, g->gid, files_snapshot_members(s, first), g->nmembers);
+	rc = table_add(s, GROUPS, s->ngroups);
+	if (rc == 0)
+		s->ngroups++;
+	return rc;
+}
+
+static int parse_line(struct line_ctx *c, enum kind k, char *line, size_t len)
+{
+	const char *why = NULL;
+	enum files_line r;
+	if (k == USERS) {
+		struct files_pwent e;
+		r = files_parse_pwline(line, len, &e, &why);
+		if (r == FILES_LINE_RECORD)
+			return add_user(c, &e);
+	} else {
+		struct files_grent e;
+		r = files_parse_grline(line, len, &e, &why);
+		if (r == FILES_LINE_RECORD)
+			return add_group(c, &e);
+	}
+	if (r == FILES_LINE_BAD)
+		note_bad(c, why);
+	return 0;
+}
+
+/* Split buf[0..len) (buf[len] writable) into lines and parse each. */
+static int parse_buf(struct line_ctx *c, enum kind k, char *buf, size_t len)
+{
+	char *p = buf, *end = buf + len;
+	while (p < end) {
+		char *nl = memchr(p, '\n', (size_t)(end - p));
+		size_t l = nl ? (size_t)(nl - p) : (size_t)(end - p);
+		p[l] = '\0';
+		c->line++;
+		int rc = parse_line(c, k, p, l);
+		if (rc)
+			return rc;
+		p += l + 1;
+	}
+	return 0;
+}
+
+static int take(struct files_snapshot *s, enum kind k, const char *label, uint32_t file, char *buf,
+		size_t len, bool log_bad)
+{
+	int rc = keep_buf(s, buf);
+	if (rc) {
+		if (s->nbufs == 0 || s->bufs[s->nbufs - 1] != buf)
+			free(buf);
+		return rc;
+	}
+	struct line_ctx c = {s, label, file, 0, log_bad};
+	return parse_buf(&c, k, buf, len);
+}
+
+int files_snapshot_take_passwd(struct files_snapshot *s, const char *label, uint32_t file,
+			       char *buf, size_t len, bool log_bad)
+{
+	return take(s, USERS, label, file, buf, len, log_bad);
+}
+
+int files_snapshot_take_group(struct files_snapshot *s, const char *label, uint32_t file, char *buf,
+			      size_t len, bool log_bad)
+{
+	return take(s, GROUPS, label, file, buf, len, log_bad);
+}
+
+static int copy_in(const void *data, size_t len, char **out)
+{
+	if (len > FILES_SIZE_MAX)
+		return -EFBIG;
+	char *buf = malloc(len + 1);
+	if (!buf)
+		return -ENOMEM;
+	if (len)
+		memcpy(buf, data, len);
+	buf[len] = '\0';
+	*out = buf;
+	return 0;
+}
+
+int files_snapshot_add_passwd(struct files_snapshot *s, const char *label, uint32_t file,
+			      const void *data, size_t len, bool log_bad)
+{
+	char *buf;
+	int rc = copy_in(data, len, &buf);
+	return rc ? rc : take(s, USERS, label, file, buf, len, log_bad);
+}
+
+int files_snapshot_add_group(struct files_snapshot *s, const char *label, uint32_t file,
+			     const void *data, size_t len, bool log_bad)
+{
+	char *buf;
+	int rc = copy_in(data, len, &buf);
+	return rc ? rc : take(s, GROUPS, label, file, buf, len, log_bad);
+}
+
+/* ==== records from the cache ===================================================== */
+
+static const char *arena_str(struct files_snapshot *s, const char *p)
+{
+	return idc_arena_strndup(&s->arena, p ? p : "", p ? strlen(p) : 0);
+}
+
+int files_snapshot_push_user(struct files_snapshot *s, const struct cache_user *cu)
+{
+	int rc = grow((void **)&s->users, s->nusers, &s->users_cap, sizeof(*s->users));
+	if (rc)
+		return rc;
+	struct files_user *u = &s->users[s->nusers];
+	*u = (struct files_user){.name = arena_str(s, cu->name),
+				 .gecos = arena_str(s, cu->gecos),
+				 .dir = arena_str(s, cu->dir),
+				 .shell = arena_str(s, cu->shell),
+				 .uid = cu->uid,
+				 .gid = cu->gid,
+				 .order = cu->order};
+	if (!u->name || !u->gecos || !u->dir || !u->shell)
+		return -ENOMEM;
+	u->hash = files_user_hash(u->name, u->uid, u->gid, u->gecos, u->dir, u->shell);
+	u->key = name_key(u->name);
+	if (table_find(s, USERS, u->name, u->key) >= 0)
+		return 0; /* cannot happen in a consistent cache; keep the first */
+	rc = table_add(s, USERS, s->nusers);
+	if (rc == 0)
+		s->nusers++;
+	return rc;
+}
+
+int files_snapshot_push_group(struct files_snapshot *s, const struct cache_group *cg)
+{
+	int rc = grow((void **)&s->groups, s->ngroups, &s->groups_cap, sizeof(*s->groups));
+	if (rc)
+		return rc;
+	size_t first = s->nmem;
+	for (size_t i = 0; i < cg->nmembers && rc == 0; i++) {
+		const char *m = arena_str(s, cg->members[i]);
+		rc = m ? push_member(s, m) : -ENOMEM;
+	}
+	const char *name = arena_str(s, cg->name);
+	if (rc || !name)
+		return rc ? rc : -ENOMEM;
+	struct files_group *g = &s->groups[s->ngroups];
+	*g = (struct files_group){.name = name,
+				  .gid = cg->gid,
+				  .mem_first = first,
+				  .nmembers = s->nmem - first,
+				  .order = cg->order,
+				  .key = name_key(name)};
+	g->hash = files_group_hash(g->name, g->gid, files_snapshot_members(s, first), g->nmembers);
+	if (table_find(s, GROUPS, g->name, g->key) >= 0)
+		return 0;
+	rc = table_add(s, GROUPS, s->ngroups);
+	if (rc == 0)
+		s->ngroups++;
+	return rc;
+}
+
+/* ==== reading a file ================================================================ */
+
+static int read_all(int fd, char *buf, size_t size, size_t *got)
+{
+	size_t n = 0;
+	while (n < size) {
+		ssize_t r = read(fd, buf + n, size - n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -errno;
+		if (r == 0)
+			break;
+		n += (size_t)r;
+	}
+	*got = n;
+	return 0;
+}
+
+int files_read(const char *path, char **data, size_t *len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0)
+		return -errno;
+	struct stat st;
+	int rc = fstat(fd, &st) < 0 ? -errno : 0;
+	if (rc == 0 && !S_ISREG(st.st_mode))
+		rc = -EINVAL;
+	if (rc == 0 && (uint64_t)st.st_size > FILES_SIZE_MAX)
+		rc = -EFBIG;
+	/* One byte more than fstat said, so a file that grew meanwhile is not
+	 * mistaken for complete at exactly the old size; its growth also
+	 * raises a watch event and so another refresh. */
+	size_t cap = rc == 0 ? (size_t)st.st_size + 1 : 0;
+	char *buf = rc == 0 ? malloc(cap + 1) : NULL;
+	if (rc == 0 && !buf)
+		rc = -ENOMEM;
+	size_t got = 0;
+	if (rc == 0)
+		rc = read_all(fd, buf, cap, &got);
+	close(fd);
+	if (rc) {
+		free(buf);
+		return rc;
+	}
+	buf[got] = '\0';
+	*data = buf;
+	*len = got;
+	return 0;
+}

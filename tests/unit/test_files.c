@@ -1,0 +1,740 @@
+/* Unit tests of the files provider: the line parsers against glibc's
+ * fgetpwent/fgetgrent on the same bytes, snapshots, the inotify watch, and
+ * refreshes applied to a real cache. */
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "providers/files/files.h"
+
+/* ==== differential: one line against glibc ========================================== */
+
+static FILE *open_line(const char *line, size_t len, char **mem)
+{
+	*mem = malloc(len + 1);
+	assert_non_null(*mem);
+	memcpy(*mem, line, len);
+	(*mem)[len] = '\n';
+	FILE *f = fmemopen(*mem, len + 1, "r");
+	assert_non_null(f);
+	return f;
+}
+
+static char *copy_line(const char *line, size_t len)
+{
+	char *c = malloc(len + 1);
+	assert_non_null(c);
+	memcpy(c, line, len);
+	c[len] = '\0';
+	return c;
+}
+
+static bool nis_name(const char *n)
+{
+	return n[0] == '+' || n[0] == '-';
+}
+
+/* glibc and we agree on line[0..len): same record, or both no record. */
+static void check_pw(const char *line, size_t len)
+{
+	char *mem;
+	FILE *f = open_line(line, len, &mem);
+	struct passwd *pw = fgetpwent(f);
+	char *copy = copy_line(line, len);
+	struct files_pwent e;
+	const char *why = NULL;
+	enum files_line r = files_parse_pwline(copy, len, &e, &why);
+	bool ours_only = memchr(line, '\0', len) || len > FILES_LINE_MAX;
+	if (ours_only || !pw || nis_name(pw->pw_name)) {
+		if (r == FILES_LINE_RECORD)
+			fail_msg("accepted a line glibc does not yield: '%.*s'", (int)len, line);
+	} else {
+		if (r != FILES_LINE_RECORD)
+			fail_msg("refused '%.*s' (%s)", (int)len, line, why ? why : "-");
+		assert_string_equal(e.name, pw->pw_name);
+		assert_string_equal(e.passwd, pw->pw_passwd);
+		assert_int_equal(e.uid, pw->pw_uid);
+		assert_int_equal(e.gid, pw->pw_gid);
+		assert_string_equal(e.gecos, pw->pw_gecos);
+		assert_string_equal(e.dir, pw->pw_dir);
+		assert_string_equal(e.shell, pw->pw_shell);
+	}
+	fclose(f);
+	free(mem);
+	free(copy);
+}
+
+static void check_gr(const char *line, size_t len)
+{
+	char *mem;
+	FILE *f = open_line(line, len, &mem);
+	struct group *gr = fgetgrent(f);
+	char *copy = copy_line(line, len);
+	struct files_grent e;
+	const char *why = NULL;
+	enum files_line r = files_parse_grline(copy, len, &e, &why);
+	bool ours_only = memchr(line, '\0', len) || len > FILES_LINE_MAX;
+	if (ours_only || !gr || nis_name(gr->gr_name)) {
+		if (r == FILES_LINE_RECORD)
+			fail_msg("accepted a line glibc does not yield: '%.*s'", (int)len, line);
+	} else {
+		if (r != FILES_LINE_RECORD)
+			fail_msg("refused '%.*s' (%s)", (int)len, line, why ? why : "-");
+		assert_string_equal(e.name, gr->gr_name);
+		assert_string_equal(e.passwd, gr->gr_passwd);
+		assert_int_equal(e.gid, gr->gr_gid);
+		char *cur = e.members;
+		size_t i = 0;
+		const char *m;
+		while ((m = files_next_member(&cur)) != NULL) {
+			assert_non_null(gr->gr_mem[i]);
+			assert_string_equal(m, gr->gr_mem[i]);
+			i++;
+		}
+		assert_null(gr->gr_mem[i]);
+	}
+	fclose(f);
+	free(mem);
+	free(copy);
+}
+
+static const char *const pw_lines[] = {
+    "alice:x:1000:1000:Alice A:/home/alice:/bin/bash",
+    "alice:x:1000:1000:::",
+    "alice:x:1000:1000::/home/alice:",
+    "alice:x:1000:1000",
+    "alice:x:1000:1000:",
+    "alice:x:1000",
+    "alice:x:1000:",
+    "alice:x::1000:::",
+    "alice:x:0001000:007:::",
+    "alice:x: 1000:\t1000:::",
+    "alice:x:1000 :1000:::",
+    "alice:x:+5:+6:::",
+    "alice:x:-0:-0:::",
+    "alice:x:-1:1:::",
+    "alice:x:-5:1:::",
+    "alice:x:4294967295:4294967294:::",
+    "alice:x:4294967296:1:::",
+    "alice:x:99999999999999999999999:1:::",
+    "alice:x:18446744073709551615:1:::",
+    "alice:x:-18446744073709551615:1:::",
+    "alice:x:-18446744069414584321:1:::",
+    "alice:x:1a:1:::",
+    "alice:x:0x10:1:::",
+    "alice:x:- 1:1:::",
+    "alice:x:1:2:g:d:s:extra:fields",
+    "alice:x:1:2:g:d:s::",
+    "alice::1:2:::",
+    "alice:x:1:2:::\r",
+    "alice:x:1:2:g:/h:/bin/sh\r",
+    ":x:1:2:::",
+    "alice",
+    "alice:",
+    "alice:x",
+    "+",
+    "+alice",
+    "+alice:x:1:2:::",
+    "-alice",
+    "-alice:::::",
+    "+@netgroup:::::",
+    "#alice:x:1:2:::",
+    "   #alice:x:1:2:::",
+    "",
+    "   ",
+    "\t\r\v\f",
+    "  alice:x:1:2:::",
+    "\talice:x:1:2:::",
+    " +alice:x:1:2:::",
+    "alice bob:x:1:2:::",
+    "alice:x:\v1:2:::",
+    "alice:x:1:2: leading space gecos: /dir : shell ",
+    "al#ice:x:1:2:::",
+    "\xc3\xa9t\xc3\xa9:x:1:2:\xff:\x80:\x01",
+};
+
+static const char *const gr_lines[] = {
+    "wheel:x:10:alice,bob",
+    "wheel:x:10:",
+    "wheel:x:10",
+    "wheel:x:",
+    "wheel:x::alice",
+    "wheel::10:alice",
+    "wheel:x:010:alice",
+    "wheel:x: 10:alice",
+    "wheel:x:10 :alice",
+    "wheel:x:-0:alice",
+    "wheel:x:-1:alice",
+    "wheel:x:4294967296:alice",
+    "wheel:x:10:a,,b",
+    "wheel:x:10:a,b,",
+    "wheel:x:10:,",
+    "wheel:x:10:,,,a",
+    "wheel:x:10: a , b ",
+    "wheel:x:10:a, ,b",
+    "wheel:x:10:a:b,c",
+    "wheel:x:10:a\t,\tb",
+    "wheel:x:10:a,b\r",
+    "wheel:x:10\r",
+    "wheel:x:10:\r",
+    "wheel",
+    "+",
+    "+wheel:x:10:a",
+    "-wheel",
+    "#wheel:x:10:a",
+    "",
+    "  wheel:x:10:a",
+    ":x:10:a",
+    "wheel:x:10:a\v,b\f",
+};
+
+static void test_pw_lines(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < IDC_ARRAY_SIZE(pw_lines); i++)
+		check_pw(pw_lines[i], strlen(pw_lines[i]));
+	check_pw("alice:x:1\0:2:::", 15);
+	check_pw("\0alice:x:1:2:::", 15);
+	check_pw("alice:x:1:2:::\0", 15);
+}
+
+static void test_gr_lines(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < IDC_ARRAY_SIZE(gr_lines); i++)
+		check_gr(gr_lines[i], strlen(gr_lines[i]));
+	check_gr("wheel:x:10:a\0b", 14);
+}
+
+/* Random lines from pieces that matter to the grammar. */
+static size_t random_line(uint64_t *rng, char *out, size_t cap)
+{
+	static const char *const piece[] = {
+	    "a",          "bob", ":",    ":",    ":", "0",  "007", "-1", "+",  "-",
+	    " ",          "\t",  "#",    ",",    ",", "\r", "\v",  "x",  "12", "4294967295",
+	    "4294967296", "-0",  "ab:c", "\xff", ".", "/",  "0x1", "",
+	};
+	size_t n = 0, k = 1 + (*rng >> 59);
+	for (size_t i = 0; i < k; i++) {
+		*rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
+		const char *p = piece[(*rng >> 33) % IDC_ARRAY_SIZE(piece)];
+		size_t l = strlen(p);
+		if (n + l >= cap)
+			break;
+		memcpy(out + n, p, l);
+		n += l;
+	}
+	return n;
+}
+
+static void test_random_lines(void **state)
+{
+	(void)state;
+	uint64_t rng = 42;
+	char line[256];
+	for (int i = 0; i < 20000; i++) {
+		size_t n = random_line(&rng, line, sizeof(line));
+		check_pw(line, n);
+		check_gr(line, n);
+	}
+}
+
+static void test_long_line(void **state)
+{
+	(void)state;
+	size_t len = FILES_LINE_MAX + 10;
+	char *line = malloc(len + 1);
+	assert_non_null(line);
+	memset(line, 'g', len);
+	memcpy(line, "alice:x:1:2:", 12);
+	line[len] = '\0';
+	struct files_pwent e;
+	const char *why = NULL;
+	assert_int_equal(files_parse_pwline(line, len, &e, &why), FILES_LINE_BAD);
+	assert_non_null(why);
+	free(line);
+}
+
+/* ==== snapshots ================================================================ */
+
+static struct files_snapshot *pw_snapshot(const char *text)
+{
+	struct files_snapshot *s = files_snapshot_new();
+	assert_non_null(s);
+	assert_int_equal(files_snapshot_add_passwd(s, "passwd", 0, text, strlen(text), false), 0);
+	return s;
+}
+
+static void test_snapshot_rules(void **state)
+{
+	(void)state;
+	struct files_snapshot *s = pw_snapshot("# comment\n"
+					       "root:x:0:0:root:/root:/bin/sh\n"
+					       "+nis::::::\n"
+					       "alice:x:1000:1000::/home/alice:/bin/bash\n"
+					       "bad:x:zz:1:::\n"
+					       "alice:x:1001:1001:::\n"
+					       "ALICE:x:1002:1002:::\n"
+					       "a/b:x:5:5:::\n"
+					       "dupuid:x:1000:1:::\n"
+					       "\n"
+					       "last:x:7:7:::");
+	assert_int_equal(s->nusers, 4);
+	assert_string_equal(s->users[0].name, "root");
+	assert_string_equal(s->users[1].name, "alice");
+	assert_int_equal(s->users[1].uid, 1000);
+	assert_int_equal(s->users[1].line, 4);
+	assert_string_equal(s->users[2].name, "dupuid");
+	assert_int_equal(s->users[2].uid, 1000);
+	assert_string_equal(s->users[3].name, "last");
+	assert_int_equal(s->users[3].line, 11);
+	assert_int_equal(s->malformed, 2);  /* bad uid, a/b */
+	assert_int_equal(s->duplicates, 2); /* alice, ALICE */
+	assert_int_equal(files_snapshot_user(s, "alice"), 1);
+	assert_int_equal(files_snapshot_user(s, "ALICE"), -1);
+	assert_int_equal(files_snapshot_user(s, "nobody"), -1);
+	files_snapshot_free(s);
+}
+
+static void test_snapshot_groups(void **state)
+{
+	(void)state;
+	const char *text = "wheel:x:10:alice,,bob,\n"
+			   "empty:x:11:\n"
+			   "dups:x:12:a,b,a,+bad,c\r\n"
+			   "wheel:x:13:zed\n";
+	struct files_snapshot *s = files_snapshot_new();
+	assert_int_equal(files_snapshot_add_group(s, "group", 0, text, strlen(text), false), 0);
+	assert_int_equal(s->ngroups, 3);
+	const struct files_group *g = &s->groups[0];
+	assert_int_equal(g->nmembers, 2);
+	assert_string_equal(s->mem[g->mem_first], "alice");
+	assert_string_equal(s->mem[g->mem_first + 1], "bob");
+	assert_int_equal(s->groups[1].nmembers, 0);
+	g = &s->groups[2];
+	/* a, b once; "+bad" and "c\r" are names the cache refuses */
+	assert_int_equal(g->nmembers, 2);
+	assert_int_equal(s->duplicates, 1);
+	files_snapshot_free(s);
+}
+
+static void test_snapshot_files_in_order(void **state)
+{
+	(void)state;
+	struct files_snapshot *s = files_snapshot_new();
+	const char *a = "x:x:1:1:::\ny:x:2:2:::\n", *b = "y:x:3:3:::\nz:x:4:4:::\n";
+	assert_int_equal(files_snapshot_add_passwd(s, "a", 0, a, strlen(a), false), 0);
+	assert_int_equal(files_snapshot_add_passwd(s, "b", 1, b, strlen(b), false), 0);
+	assert_int_equal(s->nusers, 3);
+	assert_int_equal(s->users[1].uid, 2);
+	assert_int_equal(s->users[2].file, 1);
+	assert_int_equal(s->users[2].line, 2);
+	files_snapshot_free(s);
+}
+
+/* ==== temp dirs ======================================================================== */
+
+static char *tmpdir(void)
+{
+	char *t = strdup("/tmp/idc-files-XXXXXX");
+	assert_non_null(t);
+	assert_non_null(mkdtemp(t));
+	return t;
+}
+
+static void rmrf(const char *dir)
+{
+	char cmd[512];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	assert_int_equal(system(cmd), 0);
+}
+
+static void write_file(const char *path, const char *text)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+	close(fd);
+}
+
+/* Replace path by rename, the way useradd and vipw do. */
+static void replace_file(const char *path, const char *text)
+{
+	char tmp[512];
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	write_file(tmp, text);
+	assert_int_equal(rename(tmp, path), 0);
+}
+
+static char *path_in(const char *dir, const char *name)
+{
+	char *p = malloc(strlen(dir) + strlen(name) + 2);
+	assert_non_null(p);
+	sprintf(p, "%s/%s", dir, name);
+	return p;
+}
+
+/* ==== watch ======================================================================= */
+
+static unsigned drain(struct files_watch *w)
+{
+	unsigned ev = 0;
+	assert_int_equal(files_watch_drain(w, &ev), 0);
+	return ev;
+}
+
+static void test_watch(void **state)
+{
+	(void)state;
+	char *dir = tmpdir(), *pw = path_in(dir, "passwd"), *other = path_in(dir, "shadow");
+	char *target = path_in(dir, "real"), *lnk = path_in(dir, "passwd.lnk");
+	write_file(pw, "a:x:1:1:::\n");
+	struct files_watch *w;
+	const char *paths[] = {pw};
+	assert_int_equal(files_watch_open(paths, 1, &w, NULL), 0);
+	assert_int_equal(files_watch_missing(w), 0);
+	assert_int_equal(drain(w), 0);
+
+	write_file(pw, "a:x:1:1:::\nb:x:2:2:::\n"); /* in place */
+	assert_true(drain(w) & FILES_EV_CHANGED);
+	replace_file(pw, "c:x:3:3:::\n"); /* rename over */
+	assert_true(drain(w) & FILES_EV_CHANGED);
+	assert_int_equal(unlink(pw), 0); /* delete */
+	assert_true(drain(w) & FILES_EV_CHANGED);
+	write_file(pw, "d:x:4:4:::\n"); /* re-create */
+	assert_true(drain(w) & FILES_EV_CHANGED);
+	write_file(target, "e:x:5:5:::\n"); /* a symlink swapped in */
+	assert_int_equal(drain(w), 0);
+	assert_int_equal(symlink(target, lnk), 0);
+	assert_int_equal(drain(w), 0);
+	assert_int_equal(rename(lnk, pw), 0);
+	assert_true(drain(w) & FILES_EV_CHANGED);
+	write_file(other, "secret\n"); /* unrelated file */
+	replace_file(other, "secret2\n");
+	assert_int_equal(drain(w), 0);
+
+	files_watch_close(w);
+	rmrf(dir);
+	free(dir);
+	free(pw);
+	free(other);
+	free(target);
+	free(lnk);
+}
+
+static void test_watch_missing_dir(void **state)
+{
+	(void)state;
+	char *dir = tmpdir(), *sub = path_in(dir, "etc"), *pw = path_in(sub, "passwd");
+	struct files_watch *w;
+	const char *paths[] = {pw};
+	assert_int_equal(files_watch_open(paths, 1, &w, NULL), 0);
+	assert_int_equal(files_watch_missing(w), 1);
+	unsigned ev;
+	assert_int_equal(files_watch_retry(w, &ev), 1);
+	assert_int_equal(ev, 0);
+	assert_int_equal(mkdir(sub, 0755), 0);
+	assert_int_equal(files_watch_retry(w, &ev), 0);
+	assert_true(ev & FILES_EV_RESCAN);
+	write_file(pw, "a:x:1:1:::\n");
+	assert_true(drain(w) & FILES_EV_CHANGED);
+	rmrf(sub); /* the directory goes away */
+	assert_true(drain(w) & FILES_EV_RESCAN);
+	assert_int_equal(files_watch_missing(w), 1);
+	files_watch_close(w);
+	rmrf(dir);
+	free(dir);
+	free(sub);
+	free(pw);
+}
+
+/* ==== apply to a real cache ============================================================ */
+
+struct fixture {
+	char *dir, *pw, *gr;
+	struct cache *c;
+	struct files_domain *fd;
+};
+
+static void fixture_domain(struct fixture *f)
+{
+	const char *pws[] = {f->pw}, *grs[] = {f->gr};
+	struct files_domain_config cfg = {"files", pws, 1, grs, 1, 0};
+	assert_int_equal(files_domain_new(&cfg, &f->fd), 0);
+}
+
+static int fixture_setup(void **state)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+	assert_non_null(f);
+	f->dir = tmpdir();
+	f->pw = path_in(f->dir, "passwd");
+	f->gr = path_in(f->dir, "group");
+	struct cache_options o = {.nosync = true};
+	struct idc_diag d = {""};
+	if (cache_open(f->dir, &o, &f->c, &d) != 0)
+		fail_msg("cache_open: %s", d.msg);
+	fixture_domain(f);
+	*state = f;
+	return 0;
+}
+
+static int fixture_teardown(void **state)
+{
+	struct fixture *f = *state;
+	files_domain_free(f->fd);
+	cache_close(f->c);
+	rmrf(f->dir);
+	free(f->dir);
+	free(f->pw);
+	free(f->gr);
+	free(f);
+	return 0;
+}
+
+static void refresh(struct fixture *f, struct files_refresh_stats *st)
+{
+	struct idc_diag d = {""};
+	int rc = files_domain_refresh(f->fd, f->c, st, &d);
+	if (rc)
+		fail_msg("refresh: %s (%s)", idc_strerror(rc), d.msg);
+}
+
+static const char *const dom[] = {"files"};
+
+/* The user's shell, or NULL when absent; copied into buf. */
+static const char *shell_of(struct fixture *f, const char *name, char *buf, size_t cap)
+{
+	struct cache_reader *r;
+	assert_int_equal(cache_reader_begin(f->c, &r), 0);
+	struct cache_user u;
+	int rc = cache_user_by_name(r, dom, 1, name, true, &u, NULL);
+	if (rc == 0)
+		snprintf(buf, cap, "%s", u.shell);
+	cache_reader_end(r);
+	return rc == 0 ? buf : NULL;
+}
+
+static void assert_uid_owner(struct fixture *f, uint32_t uid, const char *name)
+{
+	struct cache_reader *r;
+	assert_int_equal(cache_reader_begin(f->c, &r), 0);
+	struct cache_user u;
+	assert_int_equal(cache_user_by_uid(r, dom, 1, uid, &u, NULL), 0);
+	assert_string_equal(u.name, name);
+	cache_reader_end(r);
+}
+
+/* Members of a group joined by ',' into buf. */
+static const char *members_of(struct fixture *f, const char *name, char *buf, size_t cap)
+{
+	struct cache_reader *r;
+	assert_int_equal(cache_reader_begin(f->c, &r), 0);
+	struct cache_group g;
+	assert_int_equal(cache_group_by_name(r, dom, 1, name, true, &g, NULL), 0);
+	buf[0] = '\0';
+	for (size_t i = 0; i < g.nmembers; i++)
+		snprintf(buf + strlen(buf), cap - strlen(buf), "%s%s", i ? "," : "", g.members[i]);
+	cache_reader_end(r);
+	return buf;
+}
+
+static const char *base_pw = "root:x:0:0:root:/root:/bin/sh\n"
+			     "alice:x:1000:1000:Alice:/home/alice:/bin/bash\n"
+			     "bob:x:1001:1001::/home/bob:/bin/sh\n"
+			     "twin:x:1001:1001::/:/bin/false\n";
+static const char *base_gr = "root:x:0:\nstaff:x:50:alice,bob\n";
+
+static void test_apply_changes(void **state)
+{
+	struct fixture *f = *state;
+	char buf[256];
+	struct files_refresh_stats st;
+	write_file(f->pw, base_pw);
+	write_file(f->gr, base_gr);
+	refresh(f, &st);
+	assert_int_equal(st.users.added, 4);
+	assert_int_equal(st.groups.added, 2);
+	assert_true(st.committed);
+	assert_string_equal(shell_of(f, "alice", buf, sizeof(buf)), "/bin/bash");
+	assert_uid_owner(f, 1001, "bob"); /* duplicate uid: the earlier line */
+
+	uint64_t commits = cache_durable_commits(f->c);
+	refresh(f, &st); /* nothing changed */
+	assert_true(st.skipped);
+	assert_int_equal(cache_durable_commits(f->c), commits);
+	replace_file(f->pw, base_pw); /* same bytes, new inode */
+	refresh(f, &st);
+	assert_int_equal(cache_durable_commits(f->c), commits);
+
+	char text[1024];
+	snprintf(text, sizeof(text), "%scarol:x:1002:1002::/home/carol:/bin/zsh\n", base_pw);
+	replace_file(f->pw, text); /* add one */
+	refresh(f, &st);
+	assert_int_equal(st.users.added, 1);
+	assert_int_equal(st.users.changed, 0);
+	assert_int_equal(st.users.unchanged, 4);
+	assert_string_equal(shell_of(f, "carol", buf, sizeof(buf)), "/bin/zsh");
+
+	snprintf(text, sizeof(text),
+		 "root:x:0:0:root:/root:/bin/sh\n"
+		 "alice:x:1000:1000:Alice:/home/alice:/bin/zsh\n" /* shell changed */
+		 "twin:x:1001:1001::/:/bin/false\n"               /* bob removed */
+		 "carol:x:1002:1002::/home/carol:/bin/zsh\n");
+	replace_file(f->pw, text);
+	write_file(f->gr, "root:x:0:\nstaff:x:50:alice,carol\n"); /* member renamed */
+	refresh(f, &st);
+	assert_int_equal(st.users.changed, 1);
+	assert_int_equal(st.users.removed, 1);
+	assert_int_equal(st.users.added, 0);
+	assert_int_equal(st.groups.changed, 1);
+	assert_int_equal(st.groups.unchanged, 1);
+	assert_string_equal(shell_of(f, "alice", buf, sizeof(buf)), "/bin/zsh");
+	assert_null(shell_of(f, "bob", buf, sizeof(buf)));
+	assert_uid_owner(f, 1001, "twin");
+	assert_string_equal(members_of(f, "staff", buf, sizeof(buf)), "alice,carol");
+}
+
+static void test_apply_insert_keeps_others(void **state)
+{
+	struct fixture *f = *state;
+	struct files_refresh_stats st;
+	write_file(f->pw, base_pw);
+	write_file(f->gr, base_gr);
+	refresh(f, &st);
+	/* a line inserted at the top: only it is written */
+	char text[1024];
+	snprintf(text, sizeof(text), "first:x:1:1:::\n%s", base_pw);
+	replace_file(f->pw, text);
+	refresh(f, &st);
+	assert_int_equal(st.users.added, 1);
+	assert_int_equal(st.users.changed, 0);
+	assert_int_equal(st.users.unchanged, 4);
+	/* and one removed from the middle */
+	replace_file(f->pw, "first:x:1:1:::\nroot:x:0:0:root:/root:/bin/sh\n"
+			    "bob:x:1001:1001::/home/bob:/bin/sh\n"
+			    "twin:x:1001:1001::/:/bin/false\n");
+	refresh(f, &st);
+	assert_int_equal(st.users.removed, 1);
+	assert_int_equal(st.users.changed + st.users.added, 0);
+	assert_uid_owner(f, 1001, "bob");
+}
+
+static void test_apply_restart(void **state)
+{
+	struct fixture *f = *state;
+	char buf[256];
+	struct files_refresh_stats st;
+	write_file(f->pw, base_pw);
+	write_file(f->gr, base_gr);
+	refresh(f, &st);
+	/* the daemon restarts: a new domain object over the same cache */
+	files_domain_free(f->fd);
+	fixture_domain(f);
+	write_file(f->pw, "alice:x:1000:1000:Alice:/home/alice:/bin/bash\n"
+			  "dave:x:1003:1003:::\n");
+	refresh(f, &st);
+	assert_int_equal(st.users.added, 1);
+	assert_int_equal(st.users.removed, 3);
+	assert_null(shell_of(f, "root", buf, sizeof(buf)));
+	assert_non_null(shell_of(f, "dave", buf, sizeof(buf)));
+	/* same files again, from scratch: nothing durable written */
+	uint64_t commits = cache_durable_commits(f->c);
+	files_domain_invalidate(f->fd);
+	refresh(f, &st);
+	assert_int_equal(cache_durable_commits(f->c), commits);
+}
+
+static void test_apply_failure_keeps_old(void **state)
+{
+	struct fixture *f = *state;
+	char buf[256];
+	struct files_refresh_stats st;
+	write_file(f->pw, base_pw);
+	write_file(f->gr, base_gr);
+	refresh(f, &st);
+	/* unreadable (here: not a regular file): refused, old data kept */
+	assert_int_equal(unlink(f->pw), 0);
+	assert_int_equal(mkdir(f->pw, 0755), 0);
+	struct idc_diag d = {""};
+	assert_int_equal(files_domain_refresh(f->fd, f->c, &st, &d), -EINVAL);
+	assert_non_null(strstr(d.msg, f->pw));
+	assert_string_equal(shell_of(f, "alice", buf, sizeof(buf)), "/bin/bash");
+	/* absent: empty */
+	assert_int_equal(rmdir(f->pw), 0);
+	refresh(f, &st);
+	assert_int_equal(st.users.removed, 4);
+	assert_null(shell_of(f, "alice", buf, sizeof(buf)));
+	/* back again */
+	write_file(f->pw, base_pw);
+	refresh(f, &st);
+	assert_int_equal(st.users.added, 4);
+	assert_string_equal(shell_of(f, "alice", buf, sizeof(buf)), "/bin/bash");
+}
+
+/* ==== size ========================================================================= */
+
+static void test_big_file(void **state)
+{
+	struct fixture *f = *state;
+	size_t n = 100000;
+	struct idc_buf b = IDC_BUF_INIT;
+	for (size_t i = 0; i < n; i++)
+		assert_int_equal(
+		    idc_buf_printf(&b, "user%zu:x:%zu:%zu:User %zu:/home/user%zu:/bin/sh\n", i,
+				   10000 + i, 10000 + i, i, i),
+		    0);
+	write_file(f->pw, b.data);
+	write_file(f->gr, base_gr);
+	struct files_refresh_stats st;
+	refresh(f, &st);
+	assert_int_equal(st.users.added, n);
+	assert_int_equal(idc_buf_printf(&b, "newbie:x:9:9:::\n"), 0);
+	replace_file(f->pw, b.data);
+	uint64_t t0 = idc_now_ns();
+	refresh(f, &st);
+	uint64_t t1 = idc_now_ns();
+	assert_int_equal(st.users.added, 1);
+	assert_int_equal(st.users.unchanged, n);
+	printf("100,000-line passwd, one user added: refresh %.1f ms (parse %.1f, diff %.1f, "
+	       "apply %.1f)\n",
+	       (double)(t1 - t0) / 1e6, (double)st.parse_ns / 1e6, (double)st.diff_ns / 1e6,
+	       (double)st.apply_ns / 1e6);
+	idc_buf_free(&b);
+}
+
+int main(void)
+{
+	idc_log_init("test_files", true, IDC_LOG_ERR);
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_pw_lines),
+	    cmocka_unit_test(test_gr_lines),
+	    cmocka_unit_test(test_random_lines),
+	    cmocka_unit_test(test_long_line),
+	    cmocka_unit_test(test_snapshot_rules),
+	    cmocka_unit_test(test_snapshot_groups),
+	    cmocka_unit_test(test_snapshot_files_in_order),
+	    cmocka_unit_test(test_watch),
+	    cmocka_unit_test(test_watch_missing_dir),
+	    cmocka_unit_test_setup_teardown(test_apply_changes, fixture_setup, fixture_teardown),
+	    cmocka_unit_test_setup_teardown(test_apply_insert_keeps_others, fixture_setup,
+					    fixture_teardown),
+	    cmocka_unit_test_setup_teardown(test_apply_restart, fixture_setup, fixture_teardown),
+	    cmocka_unit_test_setup_teardown(test_apply_failure_keeps_old, fixture_setup,
+					    fixture_teardown),
+	    cmocka_unit_test_setup_teardown(test_big_file, fixture_setup, fixture_teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
