@@ -169,7 +169,7 @@ static size_t encoded_size(const struct store_entry *e, size_t ndn_len)
 	size_t n = ENTRY_HDR + e->dn.len + ndn_len;
 	for (size_t i = 0; i < e->nattrs; i++) {
 		const struct store_attr *a = &e->attrs[i];
-		n += 8 + a->norm.len + a->name.len;
+		n += 12 + a->norm.len + a->name.len;
 		for (size_t j = 0; j < a->nvals; j++)
 			n += 4 + a->vals[j].len;
 		if (n > STORE_ENTRY_MAX)
@@ -202,6 +202,7 @@ int store_entry_encode(const struct store_entry *e, struct store_val ndn, struct
 		put_u16(out, (uint16_t)a->norm.len);
 		put_u16(out, (uint16_t)a->name.len);
 		put_u32(out, (uint32_t)a->nvals);
+		put_u32(out, a->rank);
 		put_bytes(out, a->norm.ptr, a->norm.len);
 		put_bytes(out, a->name.ptr, a->name.len);
 		for (size_t j = 0; j < a->nvals; j++) {
@@ -284,7 +285,7 @@ static int decode_attr(struct rd *r, struct store_scratch *sc, size_t *nv, struc
 {
 	uint16_t nl, ml;
 	uint32_t cnt;
-	if (!rd_u16(r, &nl) || !rd_u16(r, &ml) || !rd_u32(r, &cnt))
+	if (!rd_u16(r, &nl) || !rd_u16(r, &ml) || !rd_u32(r, &cnt) || !rd_u32(r, &a->rank))
 		return IDC_ECORRUPT;
 	if (nl == 0 || ml == 0 || cnt == 0 || cnt > r->left / 4)
 		return IDC_ECORRUPT;
@@ -309,12 +310,12 @@ int store_entry_decode(const void *p, size_t len, uint64_t id, struct store_scra
 	struct rd r = {p, len};
 	struct store_val hdr;
 	uint32_t dl, nl, na;
-	if (!rd_bytes(&r, 4, &hdr) || hdr.ptr[0] != ENTRY_CODEC_VERSION || hdr.ptr[1] || hdr.ptr[2] ||
-	    hdr.ptr[3])
+	if (!rd_bytes(&r, 4, &hdr) || hdr.ptr[0] != ENTRY_CODEC_VERSION || hdr.ptr[1] ||
+	    hdr.ptr[2] || hdr.ptr[3])
 		return IDC_ECORRUPT;
 	if (!rd_u32(&r, &dl) || !rd_u32(&r, &nl) || !rd_u32(&r, &na))
 		return IDC_ECORRUPT;
-	if (na > r.left / 8)
+	if (na > r.left / 12)
 		return IDC_ECORRUPT;
 	*out = (struct store_entry){id, {NULL, 0}, NULL, 0};
 	struct store_val nd;

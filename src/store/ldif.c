@@ -842,10 +842,46 @@ static void sel_init(struct ldif_sel *s, const char *const *attrs, size_t nattrs
 	}
 }
 
+/* Attributes go out in the order they came in (rank), not the stored
+ * order (sorted by name), so output diffs cleanly against the source. */
+static size_t next_by_rank(const struct store_entry *e, uint32_t after, bool first)
+{
+	size_t best = SIZE_MAX;
+	for (size_t i = 0; i < e->nattrs; i++) {
+		uint32_t r = e->attrs[i].rank;
+		if ((first || r > after) && (best == SIZE_MAX || r < e->attrs[best].rank))
+			best = i;
+	}
+	return best;
+}
+
+/* Stored order serves when ranks are already increasing, repeat
+ * (hand-built entries leave them 0), or there are too many to order. */
+static bool stored_order_serves(const struct store_entry *e)
+{
+	bool sorted = true;
+	for (size_t i = 1; i < e->nattrs; i++)
+		sorted &= e->attrs[i].rank > e->attrs[i - 1].rank;
+	if (sorted || e->nattrs > 256)
+		return true;
+	for (size_t i = 0; i < e->nattrs; i++)
+		for (size_t j = 0; j < i; j++)
+			if (e->attrs[i].rank == e->attrs[j].rank)
+				return true;
+	return false;
+}
+
 static int write_attrs(struct idc_buf *out, const struct store_entry *e, const struct ldif_sel *s)
 {
-	for (size_t i = 0; i < e->nattrs; i++) {
+	/* Ranks are distinct in stored entries; equal ranks (hand-built
+	 * entries) fall back to stored order. */
+	bool inorder = stored_order_serves(e);
+	size_t i = inorder ? 0 : next_by_rank(e, 0, true);
+	for (size_t k = 0; k < e->nattrs && i != SIZE_MAX; k++) {
 		const struct store_attr *a = &e->attrs[i];
+		i = inorder ? i + 1 : next_by_rank(e, a->rank, false);
+		if (i >= e->nattrs)
+			i = SIZE_MAX;
 		if (!sel_match(s, a))
 			continue;
 		for (size_t j = 0; j < a->nvals; j++) {

@@ -293,7 +293,11 @@ static struct store_attr *work_add_attr(struct idc_arena *a, struct work *w, str
 	char *c = idc_arena_strndup(a, canon, n);
 	if (!c)
 		return NULL;
-	w->attrs[w->n] = (struct store_attr){name, {c, n}, NULL, 0};
+	uint32_t rank = 0; /* a new attribute goes after those present */
+	for (size_t i = 0; i < w->n; i++)
+		if (w->attrs[i].rank >= rank)
+			rank = w->attrs[i].rank + 1;
+	w->attrs[w->n] = (struct store_attr){name, {c, n}, NULL, 0, rank};
 	return &w->attrs[w->n++];
 }
 
@@ -476,6 +480,7 @@ int store_modify(struct store_txn *t, struct store_val dn, const struct store_mo
 			return -ENOMEM;
 		memcpy(at->vals, old.attrs[i].vals, old.attrs[i].nvals * sizeof(*at->vals));
 		at->nvals = old.attrs[i].nvals;
+		at->rank = old.attrs[i].rank;
 	}
 	rc = apply_mods(t, &w, mods, nmods, d);
 	if (rc)
@@ -650,6 +655,7 @@ static int modrdn_apply(struct store_txn *t, uint64_t id, struct store_val newdn
 			return -ENOMEM;
 		memcpy(at->vals, old.attrs[i].vals, old.attrs[i].nvals * sizeof(*at->vals));
 		at->nvals = old.attrs[i].nvals;
+		at->rank = old.attrs[i].rank;
 	}
 	for (size_t i = 0; i < ndel + nadd && !rc; i++) {
 		mods[i].op = i < ndel ? STORE_MOD_DELETE : STORE_MOD_ADD;

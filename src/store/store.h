@@ -40,6 +40,8 @@ struct store_attr {
 	struct store_val norm;  /* canonical: lowercase, aliases resolved */
 	struct store_val *vals; /* values as given, in the order given */
 	size_t nvals;
+	uint32_t rank; /* position among the entry's attributes as first given:
+			* LDIF output keeps the order an entry came in */
 };
 
 /* An entry. attrs are sorted by norm (memcmp order), one per attribute. */

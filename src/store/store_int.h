@@ -135,7 +135,8 @@ int store_mdb_err(int rc);
 
 /* entry.c: the id2entry codec. Layout: u8 version, u8 0, u16 0, u32 dn_len,
  * u32 ndn_len, u32 nattrs, dn, ndn, then per attribute u16 norm_len,
- * u16 name_len, u32 nvals, norm, name, per value u32 len + bytes. */
+ * u16 name_len, u32 nvals, u32 rank, norm, name, per value u32 len +
+ * bytes. */
 int store_entry_encode(const struct store_entry *e, struct store_val ndn, struct idc_buf *out);
 /* Decode p[0..len) (untrusted) into out using sc's arrays; *ndn gets the
  * stored normalized DN. IDC_ECORRUPT on any inconsistency. */

@@ -524,6 +524,7 @@ static void build(struct store_entry *e, struct store_attr *attrs, const char *d
 		attrs[i].norm = (struct store_val){t[i].norm, strlen(t[i].norm)};
 		attrs[i].vals = (struct store_val *)t[i].vals;
 		attrs[i].nvals = t[i].nvals;
+		attrs[i].rank = (uint32_t)i;
 	}
 	e->attrs = attrs;
 	e->nattrs = n;
@@ -537,6 +538,25 @@ static void expect_text(const struct store_entry *e, const char *const *sel, siz
 	assert_int_equal(ldif_write_entry(&out, e, sel, nsel), 0);
 	assert_string_equal(out.data + 1, want);
 	idc_buf_free(&out);
+}
+
+/* Stored entries keep attributes sorted by name; output follows rank, the
+ * order they were given in. */
+static void test_write_rank_order(void **state)
+{
+	(void)state;
+	const struct tattr t[] = {
+	    {"cn", "cn", {{"a", 1}}, 1},
+	    {"objectClass", "objectclass", {{"top", 3}}, 1},
+	    {"uid", "uid", {{"u", 1}}, 1},
+	};
+	struct store_attr a[3];
+	struct store_entry e;
+	build(&e, a, "uid=u", t, 3);
+	a[0].rank = 2; /* cn came last */
+	a[1].rank = 0;
+	a[2].rank = 1;
+	expect_text(&e, NULL, 0, "dn: uid=u\nobjectClass: top\nuid: u\ncn: a\n\n");
 }
 
 static void test_write_safe_unsafe(void **state)
@@ -781,6 +801,7 @@ int main(void)
 	    cmocka_unit_test(test_write_safe_unsafe),
 	    cmocka_unit_test(test_write_folding),
 	    cmocka_unit_test(test_write_selection),
+	    cmocka_unit_test(test_write_rank_order),
 	    cmocka_unit_test(test_round_trip),
 	    cmocka_unit_test(test_write_line_width),
 	};
