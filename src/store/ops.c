@@ -371,7 +371,8 @@ static int mod_replace(struct store_txn *t, struct work *w, const struct store_m
 	at->nvals = 0;
 	if (work_grow_vals(&t->arena, at, m->nvals))
 		return -ENOMEM;
-	memcpy(at->vals, m->vals, m->nvals * sizeof(*m->vals));
+	if (m->nvals)
+		memcpy(at->vals, m->vals, m->nvals * sizeof(*m->vals));
 	at->nvals = m->nvals;
 	return 0; /* duplicates and syntax: check_entry on the result */
 }
@@ -478,7 +479,8 @@ int store_modify(struct store_txn *t, struct store_val dn, const struct store_mo
 						      old.attrs[i].norm.ptr, old.attrs[i].norm.len);
 		if (!at || work_grow_vals(&t->arena, at, old.attrs[i].nvals))
 			return -ENOMEM;
-		memcpy(at->vals, old.attrs[i].vals, old.attrs[i].nvals * sizeof(*at->vals));
+		if (old.attrs[i].nvals)
+			memcpy(at->vals, old.attrs[i].vals, old.attrs[i].nvals * sizeof(*at->vals));
 		at->nvals = old.attrs[i].nvals;
 		at->rank = old.attrs[i].rank;
 	}
@@ -653,7 +655,8 @@ static int modrdn_apply(struct store_txn *t, uint64_t id, struct store_val newdn
 						      old.attrs[i].norm.ptr, old.attrs[i].norm.len);
 		if (!at || work_grow_vals(&t->arena, at, old.attrs[i].nvals))
 			return -ENOMEM;
-		memcpy(at->vals, old.attrs[i].vals, old.attrs[i].nvals * sizeof(*at->vals));
+		if (old.attrs[i].nvals)
+			memcpy(at->vals, old.attrs[i].vals, old.attrs[i].nvals * sizeof(*at->vals));
 		at->nvals = old.attrs[i].nvals;
 		at->rank = old.attrs[i].rank;
 	}
@@ -706,7 +709,8 @@ int store_modrdn(struct store_txn *t, struct store_val dn, struct store_val newr
 		return -ENOMEM;
 	memcpy(ndn, newrdn.ptr, newrdn.len);
 	ndn[newrdn.len] = ',';
-	memcpy(ndn + newrdn.len + 1, sup.ptr, sup.len);
+	if (sup.len)
+		memcpy(ndn + newrdn.len + 1, sup.ptr, sup.len);
 	struct store_val newdn = {ndn, sup.len ? dlen : newrdn.len};
 	/* Values: drop the old RDN's (if asked), add the new RDN's. */
 	struct store_mod mods[32];

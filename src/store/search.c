@@ -65,6 +65,8 @@ static void idl_intersect(struct idl *a, const struct idl *b)
 
 static int idl_union(struct idl *a, const struct idl *b)
 {
+	if (b->n == 0)
+		return 0;
 	int rc = idl_reserve(a, b->n);
 	if (rc)
 		return rc;

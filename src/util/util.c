@@ -184,7 +184,7 @@ struct idc_arena_chunk {
  * allocations. */
 #define ARENA_FIRST 512
 #define ARENA_CHUNK (64 * 1024)
-#define ARENA_ALIGN (sizeof(max_align_t))
+#define ARENA_ALIGN (_Alignof(max_align_t))
 
 void *idc_arena_alloc(struct idc_arena *a, size_t size)
 {

@@ -70,7 +70,7 @@ static void test_arena(void **state)
 	for (int i = 0; i < 1000; i++) {
 		uint64_t *p = idc_arena_alloc(&a, 100);
 		assert_non_null(p);
-		assert_int_equal((uintptr_t)p % sizeof(max_align_t), 0);
+		assert_int_equal((uintptr_t)p % _Alignof(max_align_t), 0);
 		memset(p, 0xab, 100);
 	}
 	void *big = idc_arena_alloc(&a, 1 << 20);
