@@ -41,6 +41,7 @@ fuzz: deps
 
 install: build
 	meson install -C $(BUILD)
+	./scripts/post-install
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')

@@ -27,6 +27,12 @@ enum cli_exit {
 
 /* ---- top-level subcommands (one file each) ---------------------------------- */
 int cli_db_main(int argc, char **argv);
+/* admin.c: requests to a running idcached */
+int cli_status_main(int argc, char **argv);
+int cli_expire_main(int argc, char **argv);
+int cli_reload_main(int argc, char **argv);
+int cli_user_main(int argc, char **argv);
+int cli_group_main(int argc, char **argv);
 
 /* ---- messages (main.c) --------------------------------------------------------- */
 

@@ -23,6 +23,11 @@ struct cli_command {
 
 static const struct cli_command commands[] = {
     {"db", cli_db_main, "manage a directory store: init, import, search, export, check"},
+    {"status", cli_status_main, "show the running daemon's domains, counts and requests"},
+    {"expire", cli_expire_main, "mark cached users or groups expired and refresh them"},
+    {"reload", cli_reload_main, "make the daemon re-read its configuration"},
+    {"user", cli_user_main, "show what the cache holds for a user"},
+    {"group", cli_group_main, "show what the cache holds for a group"},
 };
 
 /* ==== messages ============================================================== */

@@ -89,6 +89,10 @@ const char *proto_cmd_name(uint32_t cmd)
 		return "EXPIRE";
 	case PROTO_CMD_RELOAD:
 		return "RELOAD";
+	case PROTO_CMD_USERINFO:
+		return "USERINFO";
+	case PROTO_CMD_GROUPINFO:
+		return "GROUPINFO";
 	default:
 		return "?";
 	}
@@ -101,7 +105,7 @@ bool proto_cmd_known(uint32_t cmd)
 
 bool proto_cmd_is_admin(uint32_t cmd)
 {
-	return cmd == PROTO_CMD_STATUS || cmd == PROTO_CMD_EXPIRE || cmd == PROTO_CMD_RELOAD;
+	return cmd >= PROTO_CMD_STATUS && cmd <= PROTO_CMD_GROUPINFO;
 }
 
 /* Payload shape of a request, by command. */
@@ -115,6 +119,8 @@ static enum shape req_shape(uint32_t cmd)
 	case PROTO_CMD_GETPWNAM:
 	case PROTO_CMD_GETGRNAM:
 	case PROTO_CMD_INITGROUPS:
+	case PROTO_CMD_USERINFO:
+	case PROTO_CMD_GROUPINFO:
 		return SH_NAME;
 	case PROTO_CMD_GETPWUID:
 	case PROTO_CMD_GETGRGID:

@@ -79,7 +79,11 @@
  *      empty). count: entries marked expired.
  *  34  RELOAD       (empty)                      -> (empty)
  *      Re-read the configuration and restart the providers.
- * Commands 32-34 are admin-only: served on admin.sock, BADREQ on nss.sock.
+ *  35  USERINFO     str name                     -> str text
+ *  36  GROUPINFO    str name                     -> str text
+ *      What the cache holds for one user / group, with its timestamps, as
+ *      "key=value\n" lines. NOTFOUND: no served domain holds it.
+ * Commands 32-36 are admin-only: served on admin.sock, BADREQ on nss.sock.
  * =========================================================================
  */
 #ifndef IDC_PROTO_H
@@ -116,6 +120,8 @@ enum proto_cmd {
 	PROTO_CMD_STATUS = 32,
 	PROTO_CMD_EXPIRE = 33,
 	PROTO_CMD_RELOAD = 34,
+	PROTO_CMD_USERINFO = 35,
+	PROTO_CMD_GROUPINFO = 36,
 };
 
 enum proto_status {
@@ -201,7 +207,7 @@ uint32_t proto_gids_get(const struct proto_gids *g, uint32_t i);
 /* ---- requests ---------------------------------------------------------------- */
 
 /* One request, decoded or to encode. Which fields are used depends on cmd:
- * name (GETPWNAM, GETGRNAM, INITGROUPS, EXPIRE), id (GETPWUID, GETGRGID),
+ * name (GETPWNAM, GETGRNAM, INITGROUPS, EXPIRE, USERINFO, GROUPINFO), id (GETPWUID, GETGRGID),
  * version (HELLO), max_count/max_bytes (GET*ENT), what (EXPIRE). */
 struct proto_req {
 	uint32_t cmd;

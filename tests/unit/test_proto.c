@@ -43,6 +43,8 @@ static const struct proto_req sample_reqs[] = {
     {.cmd = PROTO_CMD_EXPIRE, .what = PROTO_EXPIRE_GROUP, .name = {"staff", 5}},
     {.cmd = PROTO_CMD_EXPIRE, .what = PROTO_EXPIRE_ALL, .name = {"", 0}},
     {.cmd = PROTO_CMD_RELOAD},
+    {.cmd = PROTO_CMD_USERINFO, .name = {"alice", 5}},
+    {.cmd = PROTO_CMD_GROUPINFO, .name = {"wheel", 5}},
 };
 
 static int decode_frame(const uint8_t *buf, size_t n, struct proto_req *out)
@@ -401,6 +403,45 @@ static void test_reply_gids_text_u32(void **state)
 	idc_buf_free(&b);
 }
 
+/* USERINFO / GROUPINFO: admin-only, a name as GETPWNAM's, a text reply. */
+static void test_admin_info(void **state)
+{
+	(void)state;
+	static const uint32_t cmds[] = {PROTO_CMD_USERINFO, PROTO_CMD_GROUPINFO};
+	for (size_t i = 0; i < IDC_ARRAY_SIZE(cmds); i++) {
+		assert_true(proto_cmd_known(cmds[i]));
+		assert_true(proto_cmd_is_admin(cmds[i]));
+		uint8_t buf[PROTO_MAX_REQUEST];
+		struct proto_req req = {.cmd = cmds[i], .name = {"", 0}};
+		assert_int_equal(proto_encode_request(buf, sizeof(buf), &req), -EINVAL);
+		char longname[PROTO_NAME_MAX + 1];
+		memset(longname, 'a', sizeof(longname));
+		req.name = (struct proto_str){longname, PROTO_NAME_MAX + 1};
+		assert_int_equal(proto_encode_request(buf, sizeof(buf), &req), -EINVAL);
+		req.name = (struct proto_str){longname, PROTO_NAME_MAX};
+		int len = proto_encode_request(buf, sizeof(buf), &req);
+		assert_true(len > 0);
+		struct proto_req out;
+		assert_int_equal(decode_frame(buf, (size_t)len, &out), 0);
+		assert_int_equal(out.cmd, cmds[i]);
+		assert_int_equal(out.name.len, PROTO_NAME_MAX);
+	}
+	assert_string_equal(proto_cmd_name(PROTO_CMD_USERINFO), "USERINFO");
+	assert_string_equal(proto_cmd_name(PROTO_CMD_GROUPINFO), "GROUPINFO");
+	assert_false(proto_cmd_known(PROTO_CMD_GROUPINFO + 1));
+	assert_false(proto_cmd_is_admin(PROTO_CMD_GROUPINFO + 1));
+
+	struct idc_buf b = IDC_BUF_INIT;
+	size_t n;
+	assert_int_equal(
+	    proto_reply_status(&b, PROTO_CMD_USERINFO, PROTO_ST_OK, "name=alice\nuid=1000\n"), 0);
+	const uint8_t *p = payload_of(&b, 0, &n);
+	struct proto_str s;
+	assert_int_equal(proto_decode_text(p, n, &s), 0);
+	assert_string_equal(s.p, "name=alice\nuid=1000\n");
+	idc_buf_free(&b);
+}
+
 static void test_reply_batches(void **state)
 {
 	(void)state;
@@ -730,6 +771,7 @@ int main(void)
 	    cmocka_unit_test(test_reply_passwd),
 	    cmocka_unit_test(test_reply_group),
 	    cmocka_unit_test(test_reply_gids_text_u32),
+	    cmocka_unit_test(test_admin_info),
 	    cmocka_unit_test(test_reply_batches),
 	    cmocka_unit_test(test_reply_too_big),
 	    cmocka_unit_test(test_pack_passwd_sweep),

@@ -1,0 +1,291 @@
+/*
+ * admin: requests on admin.sock (the peer was already checked: root or the
+ * daemon's own user) — STATUS, EXPIRE, RELOAD, USERINFO and GROUPINFO.
+ * Replies are "key=value\n" text for the CLI to show as it is.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "daemon/daemon.h"
+
+#ifndef IDC_VERSION
+#define IDC_VERSION "unknown"
+#endif
+
+/* ==== text helpers ================================================================= */
+
+/* key=value with control characters shown as '?', so one value is one
+ * line whatever a provider stored. */
+static void kv(struct idc_buf *b, const char *key, const char *value)
+{
+	idc_buf_printf(b, "%s=", key);
+	for (const char *s = value ? value : ""; *s; s++)
+		idc_buf_putc(b, ((unsigned char)*s < 0x20 || *s == 0x7f) ? '?' : *s);
+	idc_buf_putc(b, '\n');
+}
+
+static void kv_time(struct idc_buf *b, const char *key, int64_t t)
+{
+	char when[64] = "never";
+	struct tm tm;
+	time_t tt = (time_t)t;
+	if (t > 0 && gmtime_r(&tt, &tm))
+		strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	idc_buf_printf(b, "%s=%lld (%s)\n", key, (long long)t, when);
+}
+
+static int reply_text(struct idc_buf *out, uint32_t cmd, const struct idc_buf *text)
+{
+	return proto_reply_status(out, cmd, PROTO_ST_OK, text->data ? text->data : "");
+}
+
+/* ==== STATUS ========================================================================== */
+
+static long rss_kib(void)
+{
+	long pages_total = 0, pages_rss = 0;
+	FILE *f = fopen("/proc/self/statm", "re");
+	if (!f)
+		return -1;
+	int n = fscanf(f, "%ld %ld", &pages_total, &pages_rss);
+	fclose(f);
+	return n == 2 ? pages_rss * (sysconf(_SC_PAGESIZE) / 1024) : -1;
+}
+
+static void status_domain(struct daemon *dm, struct domain *d, struct idc_buf *b)
+{
+	const char *n = d->cfg->name;
+	struct cache_domain_stats st = {0};
+	struct cache_reader *r = daemon_reader(dm);
+	if (r && cache_domain_stats(r, n, &st) < 0)
+		memset(&st, 0, sizeof(st));
+	idc_buf_printf(b, "domain.%s.provider=files\n", n);
+	idc_buf_printf(b, "domain.%s.users=%llu\n", n, (unsigned long long)st.users);
+	idc_buf_printf(b, "domain.%s.groups=%llu\n", n, (unsigned long long)st.groups);
+	char key[128];
+	snprintf(key, sizeof(key), "domain.%s.last_update", n);
+	kv_time(b, key, st.last_update);
+	snprintf(key, sizeof(key), "domain.%s.last_refresh", n);
+	kv_time(b, key, d->last_refresh);
+	idc_buf_printf(b, "domain.%s.last_refresh_ms=%llu\n", n,
+		       (unsigned long long)d->last_refresh_ms);
+	idc_buf_printf(b, "domain.%s.refreshes=%llu\n", n, (unsigned long long)d->refresh_ok);
+	idc_buf_printf(b, "domain.%s.refresh_failures=%llu\n", n,
+		       (unsigned long long)d->refresh_failed);
+	idc_buf_printf(b, "domain.%s.malformed_lines=%zu\n", n, d->last.malformed);
+	snprintf(key, sizeof(key), "domain.%s.last_error", n);
+	kv(b, key, d->last_error);
+}
+
+static void status_requests(struct daemon *dm, struct idc_buf *b)
+{
+	for (uint32_t cmd = 1; cmd < DAEMON_CMD_MAX; cmd++) {
+		if (!proto_cmd_known(cmd))
+			continue;
+		char key[64];
+		snprintf(key, sizeof(key), "requests.%s", proto_cmd_name(cmd));
+		for (char *s = key; *s; s++)
+			*s = idc_tolower(*s);
+		idc_buf_printf(b, "%s=%llu\n", key, (unsigned long long)dm->requests[cmd]);
+	}
+}
+
+static int do_status(struct daemon *dm, const struct proto_req *req, struct idc_buf *out)
+{
+	struct idc_buf b = IDC_BUF_INIT;
+	idc_buf_printf(&b, "version=%s\npid=%ld\n", IDC_VERSION, (long)getpid());
+	kv_time(&b, "started", dm->start_time);
+	idc_buf_printf(&b, "uptime=%lld\n", (long long)(time(NULL) - dm->start_time));
+	idc_buf_printf(&b, "rss_kib=%ld\n", rss_kib());
+	idc_buf_printf(&b, "connections=%zu\nrefused_connections=%llu\n", dm->nconns,
+		       (unsigned long long)dm->refused);
+	kv(&b, "config", dm->config_path);
+	kv(&b, "run_dir", dm->run_dir);
+	kv(&b, "state_dir", dm->state_dir);
+	idc_buf_printf(&b, "domains=");
+	for (size_t i = 0; i < dm->ndomains; i++)
+		idc_buf_printf(&b, "%s%s", i ? "," : "", dm->domains[i]->cfg->name);
+	idc_buf_putc(&b, '\n');
+	for (size_t i = 0; i < dm->ndomains; i++)
+		status_domain(dm, dm->domains[i], &b);
+	status_requests(dm, &b);
+	int rc = b.data ? reply_text(out, req->cmd, &b) : -ENOMEM;
+	idc_buf_free(&b);
+	return rc;
+}
+
+/* ==== EXPIRE / RELOAD ===================================================================== */
+
+static int do_expire(struct daemon *dm, const struct proto_req *req, struct idc_buf *out)
+{
+	enum cache_kind kind = req->what == PROTO_EXPIRE_USER    ? CACHE_USER
+			       : req->what == PROTO_EXPIRE_GROUP ? CACHE_GROUP
+								 : CACHE_ANY;
+	const char *name = req->what == PROTO_EXPIRE_ALL ? NULL : req->name.p;
+	size_t total = 0;
+	daemon_reader_end(dm); /* LMDB: no write txn while this thread reads */
+	for (size_t i = 0; i < dm->ndomains; i++) {
+		size_t count = 0;
+		struct idc_diag d = {{0}};
+		int rc = cache_expire(dm->cache, dm->domains[i]->cfg->name, kind, name, &count, &d);
+		if (rc < 0) {
+			idc_log(IDC_LOG_ERR, "expire: %s", d.msg[0] ? d.msg : idc_strerror(rc));
+			return proto_reply_status(out, req->cmd, PROTO_ST_ERROR, d.msg);
+		}
+		total += count;
+		/* files domains have the truth at hand: fetch it back now */
+		domain_schedule(dm->domains[i], 0, true);
+	}
+	idc_log(IDC_LOG_INFO, "expired %zu entries on request", total);
+	size_t start;
+	int rc = proto_reply_begin(out, req->cmd, PROTO_ST_OK, &start);
+	rc = rc ? rc : proto_put_u32(out, total > UINT32_MAX ? UINT32_MAX : (uint32_t)total);
+	return rc ? rc : proto_reply_end(out, start);
+}
+
+static int do_reload(struct daemon *dm, const struct proto_req *req, struct idc_buf *out)
+{
+	struct idc_buf errors = IDC_BUF_INIT;
+	daemon_reader_end(dm);
+	int rc = daemon_reload(dm, &errors);
+	if (rc < 0)
+		rc = proto_reply_status(out, req->cmd, PROTO_ST_ERROR,
+					errors.data ? errors.data : idc_strerror(rc));
+	else
+		rc = proto_reply_status(out, req->cmd, PROTO_ST_OK, NULL);
+	idc_buf_free(&errors);
+	return rc;
+}
+
+/* ==== USERINFO / GROUPINFO ================================================================== */
+
+static void info_meta(struct idc_buf *b, const struct cache_meta *m)
+{
+	kv(b, "domain", m->domain);
+	kv_time(b, "last_update", m->last_update);
+	if (m->expires)
+		kv_time(b, "expires", m->expires);
+	else
+		kv(b, "expires", "never");
+	kv(b, "expired", m->expired ? "yes" : "no");
+}
+
+static void info_gids(struct daemon *dm, struct cache_reader *r, const struct cache_meta *m,
+		      const char *name, struct idc_buf *b)
+{
+	size_t n = 0;
+	const char *dn = m->domain;
+	int rc = cache_initgroups(r, &dn, 1, name, true, dm->gids, dm->gids_cap, &n);
+	if (rc == -ERANGE) {
+		uint32_t *grown = realloc(dm->gids, n * sizeof(*grown));
+		if (grown) {
+			dm->gids = grown;
+			dm->gids_cap = n;
+			rc = cache_initgroups(r, &dn, 1, name, true, dm->gids, n, &n);
+		}
+	}
+	idc_buf_printf(b, "groups=");
+	for (size_t i = 0; rc == 0 && i < n; i++)
+		idc_buf_printf(b, "%s%u", i ? "," : "", dm->gids[i]);
+	idc_buf_putc(b, '\n');
+}
+
+static int user_info(struct daemon *dm, struct cache_reader *r, const char *name, struct idc_buf *b)
+{
+	struct cache_user u;
+	struct cache_meta m;
+	int rc = -ENOENT;
+	for (size_t i = 0; rc == -ENOENT && i < dm->ndomains; i++) {
+		const struct config_domain *cfg = dm->domains[i]->cfg;
+		const char *dn = cfg->name;
+		rc = cache_user_by_name(r, &dn, 1, name, cfg->case_sensitive, &u, &m);
+	}
+	if (rc < 0)
+		return rc;
+	kv(b, "name", u.name);
+	idc_buf_printf(b, "uid=%u\ngid=%u\n", u.uid, u.gid);
+	kv(b, "gecos", u.gecos);
+	kv(b, "home", u.dir);
+	kv(b, "shell", u.shell);
+	idc_buf_printf(b, "order=%llu\n", (unsigned long long)u.order);
+	if (u.orig_dn)
+		kv(b, "original_dn", u.orig_dn);
+	info_meta(b, &m);
+	info_gids(dm, r, &m, u.name, b);
+	return 0;
+}
+
+static void list(struct idc_buf *b, const char *key, const char *const *v, size_t n)
+{
+	idc_buf_printf(b, "%s=", key);
+	for (size_t i = 0; i < n; i++)
+		idc_buf_printf(b, "%s%s", i ? "," : "", v[i]);
+	idc_buf_putc(b, '\n');
+}
+
+static int group_info(struct daemon *dm, struct cache_reader *r, const char *name,
+		      struct idc_buf *b)
+{
+	struct cache_group g;
+	struct cache_meta m;
+	int rc = -ENOENT;
+	for (size_t i = 0; rc == -ENOENT && i < dm->ndomains; i++) {
+		const struct config_domain *cfg = dm->domains[i]->cfg;
+		const char *dn = cfg->name;
+		rc = cache_group_by_name(r, &dn, 1, name, cfg->case_sensitive, &g, &m);
+	}
+	if (rc < 0)
+		return rc;
+	kv(b, "name", g.name);
+	idc_buf_printf(b, "gid=%u\n", g.gid);
+	list(b, "members", g.members, g.nmembers);
+	list(b, "member_groups", g.member_groups, g.nmember_groups);
+	idc_buf_printf(b, "order=%llu\n", (unsigned long long)g.order);
+	if (g.orig_dn)
+		kv(b, "original_dn", g.orig_dn);
+	info_meta(b, &m);
+	return 0;
+}
+
+static int do_info(struct daemon *dm, const struct proto_req *req, struct idc_buf *out)
+{
+	struct cache_reader *r = daemon_reader(dm);
+	struct idc_buf b = IDC_BUF_INIT;
+	int rc = !r ? -EIO : !cache_name_valid(req->name.p, req->name.len) ? -ENOENT : 0;
+	if (rc == 0)
+		rc = req->cmd == PROTO_CMD_USERINFO ? user_info(dm, r, req->name.p, &b)
+						    : group_info(dm, r, req->name.p, &b);
+	if (rc == 0)
+		rc = b.data ? reply_text(out, req->cmd, &b) : -ENOMEM;
+	else if (rc == -ENOENT)
+		rc = proto_reply_status(out, req->cmd, PROTO_ST_NOTFOUND,
+					"no served domain holds this name");
+	else
+		rc = proto_reply_status(out, req->cmd, PROTO_ST_ERROR, idc_strerror(rc));
+	idc_buf_free(&b);
+	return rc;
+}
+
+/* ==== dispatch =================================================================================
+ */
+
+int admin_handle(struct conn *c, const struct proto_req *req, struct idc_buf *out)
+{
+	switch (req->cmd) {
+	case PROTO_CMD_STATUS:
+		return do_status(c->dm, req, out);
+	case PROTO_CMD_EXPIRE:
+		return do_expire(c->dm, req, out);
+	case PROTO_CMD_RELOAD:
+		return do_reload(c->dm, req, out);
+	case PROTO_CMD_USERINFO:
+	case PROTO_CMD_GROUPINFO:
+		return do_info(c->dm, req, out);
+	default:
+		return proto_reply_status(out, req->cmd, PROTO_ST_BADREQ, "not an admin command");
+	}
+}

@@ -1,0 +1,746 @@
+/*
+ * config: idcache.conf parsed with libinih.
+ *
+ * inih hands its handler section, key and value but (as Debian builds it)
+ * no line number, and reports syntax errors only as "the first bad line".
+ * So we feed it through our own line reader (ini_parse_stream): the reader
+ * counts lines, refuses NUL bytes and over-long lines (inih would split or
+ * truncate them silently), and classifies each line the way inih will, so
+ * section headers and syntax errors are seen with their line number. The
+ * handler then knows the current line and section from the reader's state.
+ */
+#include "daemon/config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ini.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "cache/cache.h"
+
+enum section_kind { SEC_NONE = 0, SEC_IDCACHE, SEC_DOMAIN, SEC_SKIP };
+
+struct parse {
+	const char *label;
+	const char *p, *end; /* text not yet handed to inih */
+	unsigned line;       /* line most recently handed to inih */
+	struct idc_buf *errors;
+	unsigned nerr;
+	bool oom;
+	struct config *cfg;
+	enum section_kind sec;
+	struct config_domain *all; /* every [domain/NAME] in file order */
+	size_t nall, cap;
+	size_t cur; /* index in all when sec == SEC_DOMAIN */
+	unsigned idcache_line;
+	char *domains_list; /* raw `domains` value */
+	unsigned domains_line;
+};
+
+/* ==== errors ================================================================== */
+
+static void perr_at(struct parse *ps, unsigned line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void perr_at(struct parse *ps, unsigned line, const char *fmt, ...)
+{
+	ps->nerr++;
+	if (!ps->errors)
+		return;
+	char msg[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (line)
+		idc_buf_printf(ps->errors, "%s:%u: %s\n", ps->label, line, msg);
+	else
+		idc_buf_printf(ps->errors, "%s: %s\n", ps->label, msg);
+}
+
+#define perr(ps, ...) perr_at((ps), (ps)->line, __VA_ARGS__)
+
+/* ==== value parsers ============================================================== */
+
+static int parse_uint(const char *v, uint32_t max, uint32_t *out)
+{
+	uint64_t n = 0;
+	if (!*v)
+		return -EINVAL;
+	for (const char *s = v; *s; s++) {
+		if (*s < '0' || *s > '9')
+			return -EINVAL;
+		n = n * 10 + (uint64_t)(*s - '0');
+		if (n > max)
+			return -ERANGE;
+	}
+	*out = (uint32_t)n;
+	return 0;
+}
+
+static int parse_bool(const char *v, bool *out)
+{
+	static const char *const yes[] = {"true", "yes", "on", "1"};
+	static const char *const no[] = {"false", "no", "off", "0"};
+	for (size_t i = 0; i < IDC_ARRAY_SIZE(yes); i++) {
+		if (strcasecmp(v, yes[i]) == 0)
+			return *out = true, 0;
+		if (strcasecmp(v, no[i]) == 0)
+			return *out = false, 0;
+	}
+	return -EINVAL;
+}
+
+static bool has_control(const char *s)
+{
+	for (; *s; s++)
+		if ((unsigned char)*s < 0x20 || *s == 0x7f)
+			return true;
+	return false;
+}
+
+/* An absolute path without control characters that fits PATH_MAX. */
+static bool path_ok(const char *s, size_t len)
+{
+	return len > 0 && len < PATH_MAX && s[0] == '/' && !memchr(s, '\0', len);
+}
+
+static void strv_free(char **v, size_t n)
+{
+	for (size_t i = 0; v && i < n; i++)
+		free(v[i]);
+	free(v);
+}
+
+/* Next comma-separated item of *s, trimmed of blanks; NULL at the end. *len
+ * gets its length (0 for an empty item, which the callers refuse). */
+static const char *next_item(const char **s, size_t *len)
+{
+	if (!*s)
+		return NULL;
+	const char *a = *s, *comma = strchr(a, ',');
+	const char *b = comma ? comma : a + strlen(a);
+	*s = comma ? comma + 1 : NULL;
+	while (a < b && (*a == ' ' || *a == '\t'))
+		a++;
+	while (b > a && (b[-1] == ' ' || b[-1] == '\t'))
+		b--;
+	*len = (size_t)(b - a);
+	return a;
+}
+
+/* A list of absolute paths, comma-separated. 0, -EINVAL (message in why),
+ * -ENOMEM. */
+static int parse_paths(const char *v, char ***out, size_t *n, const char **why)
+{
+	char **list = NULL;
+	size_t count = 0, len;
+	const char *item;
+	for (const char *s = v; (item = next_item(&s, &len));) {
+		if (!path_ok(item, len)) {
+			*why = len ? "not an absolute path" : "empty item in the list";
+			strv_free(list, count);
+			return -EINVAL;
+		}
+		char **grown = realloc(list, (count + 1) * sizeof(*list));
+		char *copy = grown ? strndup(item, len) : NULL;
+		if (grown)
+			list = grown;
+		if (!copy) {
+			strv_free(list, count);
+			return -ENOMEM;
+		}
+		list[count++] = copy;
+	}
+	*out = list;
+	*n = count;
+	return 0;
+}
+
+static bool domain_name_ok(const char *d, size_t n)
+{
+	if (n == 0 || n > CONFIG_DOMAIN_MAX)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!((d[i] >= 'a' && d[i] <= 'z') || (d[i] >= 'A' && d[i] <= 'Z') ||
+		      (d[i] >= '0' && d[i] <= '9') || d[i] == '-' || d[i] == '_' || d[i] == '.'))
+			return false;
+	return true;
+}
+
+/* ==== keys ========================================================================= */
+
+/* Replace *slot with a copy of v. */
+static int set_str(struct parse *ps, char **slot, const char *v)
+{
+	char *copy = strdup(v);
+	if (!copy) {
+		ps->oom = true;
+		return -ENOMEM;
+	}
+	free(*slot);
+	*slot = copy;
+	return 0;
+}
+
+/* Mark key bit as given; false (and an error) when it was already. */
+static bool first_time(struct parse *ps, unsigned *seen, unsigned bit, const char *key)
+{
+	if (*seen & bit) {
+		perr(ps, "'%s' is given twice in this section", key);
+		return false;
+	}
+	*seen |= bit;
+	return true;
+}
+
+static void set_level(struct parse *ps, const char *key, const char *v, int *out)
+{
+	uint32_t n;
+	if (parse_uint(v, 9, &n) < 0)
+		perr(ps, "%s: '%s' is not a level from 0 to 9", key, v);
+	else
+		*out = (int)n;
+}
+
+static void set_dir(struct parse *ps, const char *key, const char *v, char **out)
+{
+	/* the socket path run_dir/admin.sock must fit sockaddr_un */
+	size_t max = strcmp(key, "run_dir") == 0 ? sizeof(((struct sockaddr_un *)0)->sun_path) - 12
+						 : PATH_MAX - 64;
+	if (!path_ok(v, strlen(v)))
+		perr(ps, "%s: '%s' is not an absolute path", key, v);
+	else if (strlen(v) > max)
+		perr(ps, "%s: path longer than %zu bytes", key, max);
+	else
+		set_str(ps, out, v);
+}
+
+static void set_memcache(struct parse *ps, const char *key, const char *v, uint32_t *out)
+{
+	int rc = parse_uint(v, 4096, out);
+	if (rc < 0)
+		perr(ps, "%s: '%s' is not a size in MiB from 0 to 4096", key, v);
+}
+
+static const char *const idcache_keys[] = {
+    "run_dir",
+    "state_dir",
+    "user",
+    "domains",
+    "debug_level",
+    "memcache_size_passwd",
+    "memcache_size_group",
+    "memcache_size_initgroups",
+};
+
+static int key_index(const char *const *keys, size_t n, const char *key)
+{
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(keys[i], key) == 0)
+			return (int)i;
+	return -1;
+}
+
+static void idcache_key(struct parse *ps, const char *key, const char *v)
+{
+	struct config *c = ps->cfg;
+	int k = key_index(idcache_keys, IDC_ARRAY_SIZE(idcache_keys), key);
+	if (k < 0) {
+		perr(ps, "unknown key '%s' in [idcache]", key);
+		return;
+	}
+	if (!first_time(ps, &c->seen, 1u << k, key))
+		return;
+	switch (k) {
+	case 0:
+	case 1:
+		set_dir(ps, key, v, k == 0 ? &c->run_dir : &c->state_dir);
+		break;
+	case 2:
+		if (!cache_name_valid(v, strlen(v)))
+			perr(ps, "user: '%s' is not a valid user name", v);
+		else
+			set_str(ps, &c->user, v);
+		break;
+	case 3:
+		ps->domains_line = ps->line;
+		set_str(ps, &ps->domains_list, v);
+		break;
+	case 4:
+		set_level(ps, key, v, &c->debug_level);
+		break;
+	default:
+		set_memcache(ps, key, v,
+			     k == 5   ? &c->memcache_size_passwd
+			     : k == 6 ? &c->memcache_size_group
+				      : &c->memcache_size_initgroups);
+	}
+}
+
+static const char *const domain_keys[] = {
+    "id_provider",         "passwd_files",   "group_files",
+    "entry_cache_timeout", "case_sensitive", "debug_level",
+};
+
+static void set_provider(struct parse *ps, struct config_domain *d, const char *v)
+{
+	if (strcmp(v, "files") == 0)
+		d->provider = CONFIG_PROVIDER_FILES;
+	else if (strcmp(v, "ldap") == 0)
+		perr(ps, "id_provider: 'ldap' is not supported yet");
+	else
+		perr(ps, "id_provider: unknown provider '%s' (supported: files)", v);
+}
+
+static void set_files(struct parse *ps, const char *key, const char *v, char ***list, size_t *n)
+{
+	const char *why = "";
+	char **paths;
+	size_t count;
+	int rc = parse_paths(v, &paths, &count, &why);
+	if (rc == -ENOMEM) {
+		ps->oom = true;
+		return;
+	}
+	if (rc < 0) {
+		perr(ps, "%s: %s", key, why);
+		return;
+	}
+	strv_free(*list, *n);
+	*list = paths;
+	*n = count;
+}
+
+static void domain_key(struct parse *ps, const char *key, const char *v)
+{
+	struct config_domain *d = &ps->all[ps->cur];
+	int k = key_index(domain_keys, IDC_ARRAY_SIZE(domain_keys), key);
+	if (k < 0) {
+		perr(ps, "unknown key '%s' in [domain/%s]", key, d->name);
+		return;
+	}
+	if (!first_time(ps, &d->seen, 1u << k, key))
+		return;
+	switch (k) {
+	case 0:
+		set_provider(ps, d, v);
+		break;
+	case 1:
+		set_files(ps, key, v, &d->passwd_files, &d->npasswd);
+		break;
+	case 2:
+		set_files(ps, key, v, &d->group_files, &d->ngroup);
+		break;
+	case 3:
+		if (parse_uint(v, UINT32_MAX, &d->entry_cache_timeout) < 0)
+			perr(ps, "entry_cache_timeout: '%s' is not a number of seconds", v);
+		break;
+	case 4:
+		if (parse_bool(v, &d->case_sensitive) < 0)
+			perr(ps, "case_sensitive: '%s' is not true or false", v);
+		break;
+	default:
+		set_level(ps, key, v, &d->debug_level);
+	}
+}
+
+/* inih's callback: one key = value of the line the reader handed out last. */
+static int on_key(void *user, const char *section, const char *key, const char *value)
+{
+	(void)section; /* inih truncates long names; the reader's state is exact */
+	struct parse *ps = user;
+	if (!value || !*value) {
+		perr(ps, "'%s' has an empty value", key);
+		return 1;
+	}
+	if (has_control(value)) {
+		perr(ps, "'%s': the value contains a control character", key);
+		return 1;
+	}
+	switch (ps->sec) {
+	case SEC_NONE:
+		perr(ps, "'%s' is outside any section", key);
+		break;
+	case SEC_IDCACHE:
+		idcache_key(ps, key, value);
+		break;
+	case SEC_DOMAIN:
+		domain_key(ps, key, value);
+		break;
+	case SEC_SKIP:
+		break; /* the section header was already reported */
+	}
+	return 1; /* our errors are counted; keep inih going */
+}
+
+/* ==== sections ========================================================================= */
+
+static struct config_domain *find_domain(struct parse *ps, const char *name, size_t len)
+{
+	for (size_t i = 0; i < ps->nall; i++)
+		if (ps->all[i].name && strlen(ps->all[i].name) == len &&
+		    memcmp(ps->all[i].name, name, len) == 0)
+			return &ps->all[i];
+	return NULL;
+}
+
+static int add_domain(struct parse *ps, const char *name, size_t len)
+{
+	if (ps->nall == ps->cap) {
+		size_t cap = ps->cap ? ps->cap * 2 : 4;
+		struct config_domain *grown = realloc(ps->all, cap * sizeof(*grown));
+		if (!grown)
+			return -ENOMEM;
+		ps->all = grown;
+		ps->cap = cap;
+	}
+	struct config_domain *d = &ps->all[ps->nall];
+	*d = (struct config_domain){.line = ps->line,
+				    .case_sensitive = true,
+				    .debug_level = -1,
+				    .entry_cache_timeout = CONFIG_DEFAULT_TTL};
+	if (!(d->name = strndup(name, len)))
+		return -ENOMEM;
+	ps->cur = ps->nall++;
+	return 0;
+}
+
+static void open_domain(struct parse *ps, const char *name, size_t len)
+{
+	struct config_domain *old = find_domain(ps, name, len);
+	ps->sec = SEC_SKIP;
+	if (!domain_name_ok(name, len)) {
+		perr(ps, "[domain/%.*s]: a domain name is 1-%u letters, digits, '-', '_' or '.'",
+		     (int)len, name, CONFIG_DOMAIN_MAX);
+	} else if (old) {
+		perr(ps, "[domain/%s] is repeated (first at line %u)", old->name, old->line);
+	} else if (add_domain(ps, name, len) < 0) {
+		ps->oom = true;
+	} else {
+		ps->sec = SEC_DOMAIN;
+	}
+}
+
+/* A header line "[name]" (s after the '['), checked as inih reads it. */
+static void on_section(struct parse *ps, const char *s, size_t n)
+{
+	const char *close = memchr(s, ']', n);
+	ps->sec = SEC_SKIP;
+	if (!close) {
+		perr(ps, "section header without ']'");
+		return;
+	}
+	size_t len = (size_t)(close - s);
+	if (len == 7 && memcmp(s, "idcache", 7) == 0) {
+		if (ps->idcache_line)
+			perr(ps, "[idcache] is repeated (first at line %u)", ps->idcache_line);
+		else
+			ps->sec = SEC_IDCACHE, ps->idcache_line = ps->line;
+	} else if (len >= 7 && memcmp(s, "domain/", 7) == 0) {
+		open_domain(ps, s + 7, len - 7);
+	} else {
+		perr(ps, "unknown section [%.*s] (expected [idcache] or [domain/NAME])",
+		     (int)(len > 64 ? 64 : len), s);
+	}
+}
+
+/* ==== line reader ========================================================================== */
+
+/* Classify line[0..n) as inih will, to catch what it would only count:
+ * section headers and lines that are neither comment nor key = value. */
+static void inspect_line(struct parse *ps, const char *line, size_t n)
+{
+	while (n && (*line == ' ' || *line == '\t' || *line == '\r')) {
+		line++;
+		n--;
+	}
+	while (n && (line[n - 1] == ' ' || line[n - 1] == '\t' || line[n - 1] == '\r'))
+		n--;
+	if (ps->line == 1 && n >= 3 && memcmp(line, "\xEF\xBB\xBF", 3) == 0) {
+		line += 3; /* UTF-8 BOM: inih skips it */
+		n -= 3;
+	}
+	if (n == 0 || *line == ';' || *line == '#')
+		return;
+	if (*line == '[')
+		on_section(ps, line + 1, n - 1);
+	else if (!memchr(line, '=', n) && !memchr(line, ':', n))
+		perr(ps, "expected 'key = value', '[section]' or a comment");
+	else if (*line == '=' || *line == ':')
+		perr(ps, "a key name is missing before '%c'", *line);
+}
+
+/* ini_reader: the next line into str[0..num), fgets-style. A line inih
+ * could not take whole is replaced by an empty one after reporting it, so
+ * inih's line count stays equal to ours. */
+static char *read_line(char *str, int num, void *stream)
+{
+	struct parse *ps = stream;
+	if (ps->p >= ps->end || num < 2)
+		return NULL;
+	const char *nl = memchr(ps->p, '\n', (size_t)(ps->end - ps->p));
+	size_t n = nl ? (size_t)(nl - ps->p) : (size_t)(ps->end - ps->p);
+	const char *line = ps->p;
+	ps->p = nl ? nl + 1 : ps->end;
+	ps->line++;
+	if (memchr(line, '\0', n)) {
+		perr(ps, "the line contains a NUL byte");
+		n = 0;
+	} else if (n + 2 > (size_t)num || n > CONFIG_LINE_MAX) {
+		perr(ps, "line longer than %u bytes", CONFIG_LINE_MAX);
+		n = 0;
+	}
+	memcpy(str, line, n);
+	if (n > 0)
+		inspect_line(ps, line, n);
+	str[n] = '\n';
+	str[n + 1] = '\0';
+	return str;
+}
+
+/* ==== whole file ============================================================================ */
+
+static void check_domain(struct parse *ps, struct config_domain *d)
+{
+	if (!d->provider) {
+		perr_at(ps, d->line, "[domain/%s]: id_provider is missing (id_provider = files)",
+			d->name);
+		return;
+	}
+	/* sssd's files provider defaults, so a bare domain mirrors the host */
+	if (!d->passwd_files && parse_paths("/etc/passwd", &d->passwd_files, &d->npasswd, NULL))
+		ps->oom = true;
+	if (!d->group_files && parse_paths("/etc/group", &d->group_files, &d->ngroup, NULL))
+		ps->oom = true;
+}
+
+static void domain_free(struct config_domain *d)
+{
+	free(d->name);
+	strv_free(d->passwd_files, d->npasswd);
+	strv_free(d->group_files, d->ngroup);
+}
+
+/* Move domain *d into the served list (which takes ownership). */
+static void serve(struct config *c, struct config_domain *d)
+{
+	c->domains[c->ndomains++] = *d;
+	*d = (struct config_domain){0};
+}
+
+/* The served domains: the `domains` list in its order, else all. */
+static void pick_domains(struct parse *ps)
+{
+	struct config *c = ps->cfg;
+	if (!(c->domains = calloc(ps->nall ? ps->nall : 1, sizeof(*c->domains)))) {
+		ps->oom = true;
+		return;
+	}
+	if (!ps->domains_list) {
+		for (size_t i = 0; i < ps->nall; i++)
+			serve(c, &ps->all[i]);
+		return;
+	}
+	size_t len;
+	const char *item;
+	for (const char *s = ps->domains_list; (item = next_item(&s, &len));) {
+		/* served ones left ps->all (name NULL): a repeat is not found */
+		struct config_domain *d = find_domain(ps, item, len);
+		if (d) {
+			serve(c, d);
+			continue;
+		}
+		for (size_t i = 0; i < c->ndomains; i++)
+			if (strlen(c->domains[i].name) == len &&
+			    memcmp(c->domains[i].name, item, len) == 0)
+				d = &c->domains[i];
+		if (d)
+			perr_at(ps, ps->domains_line, "domains: '%.*s' is listed twice", (int)len,
+				item);
+		else if (len == 0)
+			perr_at(ps, ps->domains_line, "domains: empty item in the list");
+		else
+			perr_at(ps, ps->domains_line, "domains: no section [domain/%.*s]",
+				(int)(len > 64 ? 64 : len), item);
+	}
+}
+
+static int set_defaults(struct config *c)
+{
+	if (!c->run_dir && !(c->run_dir = strdup(CONFIG_DEFAULT_RUN_DIR)))
+		return -ENOMEM;
+	if (!c->state_dir && !(c->state_dir = strdup(CONFIG_DEFAULT_STATE_DIR)))
+		return -ENOMEM;
+	if (!c->user && !(c->user = strdup(CONFIG_DEFAULT_USER)))
+		return -ENOMEM;
+	return 0;
+}
+
+static void finish(struct parse *ps)
+{
+	for (size_t i = 0; i < ps->nall; i++)
+		check_domain(ps, &ps->all[i]);
+	pick_domains(ps);
+	if (ps->nall == 0)
+		perr_at(ps, 0, "no domain configured (add a [domain/NAME] section)");
+	if (set_defaults(ps->cfg) < 0)
+		ps->oom = true;
+}
+
+static void configure_inih(void)
+{
+#ifdef IDC_INIH_RUNTIME_OPTIONS
+	/* Debian's inih takes its options at run time: a heap line buffer
+	 * big enough for long path lists, and no continuation lines (an
+	 * indented key = value is an ordinary line, as in sssd.conf). */
+	ini_use_stack = false;
+	ini_allow_realloc = false;
+	ini_max_line = (int)CONFIG_LINE_MAX + 3;
+	ini_initial_alloc = (int)CONFIG_LINE_MAX + 3;
+	ini_allow_multiline = false;
+	ini_allow_no_value = false;
+	ini_stop_on_first_error = false;
+#endif
+}
+
+int config_parse(const char *label, const char *text, size_t len, struct config **out,
+		 struct idc_buf *errors)
+{
+	struct parse ps = {.label = label, .p = text, .end = text + len, .errors = errors};
+	if (!(ps.cfg = calloc(1, sizeof(*ps.cfg))))
+		return -ENOMEM;
+	ps.cfg->debug_level = -1;
+	configure_inih();
+	int rc = ini_parse_stream(read_line, &ps, on_key, &ps);
+	if (rc > 0 && ps.nerr == 0)
+		perr_at(&ps, (unsigned)rc, "syntax error"); /* one our reader did not foresee */
+	if (rc < 0)
+		ps.oom = true;
+	finish(&ps);
+	for (size_t i = 0; i < ps.nall; i++)
+		domain_free(&ps.all[i]);
+	free(ps.all);
+	free(ps.domains_list);
+	if (ps.oom || ps.nerr) {
+		config_free(ps.cfg);
+		return ps.oom ? -ENOMEM : IDC_ESYNTAX;
+	}
+	*out = ps.cfg;
+	return 0;
+}
+
+/* ==== file ==================================================================================== */
+
+static int load_fail(struct idc_buf *errors, int rc, const char *path, const char *why)
+{
+	if (errors)
+		idc_buf_printf(errors, "%s: %s\n", path, why ? why : idc_strerror(rc));
+	return rc;
+}
+
+/* Refuse what must not configure the daemon; st from fstat of the open fd,
+ * so the checks apply to the very file that is read. */
+static int check_file(const char *path, const struct stat *st, struct idc_buf *errors)
+{
+	if (!S_ISREG(st->st_mode))
+		return load_fail(errors, -EINVAL, path, "not a regular file");
+	if (st->st_mode & (S_IWGRP | S_IWOTH))
+		return load_fail(errors, -EPERM, path,
+				 "writable by group or others; refusing it (chmod go-w)");
+	if (st->st_size > (off_t)CONFIG_FILE_MAX)
+		return load_fail(errors, -EFBIG, path, "larger than 1 MiB");
+	return 0;
+}
+
+static int read_all(int fd, char *buf, size_t cap, size_t *len)
+{
+	size_t n = 0;
+	while (n < cap) {
+		ssize_t r = read(fd, buf + n, cap - n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -errno;
+		if (r == 0)
+			break;
+		n += (size_t)r;
+	}
+	*len = n;
+	return 0;
+}
+
+int config_load(const char *path, struct config **out, struct idc_buf *errors)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0)
+		return load_fail(errors, -errno, path, NULL);
+	struct stat st;
+	int rc = fstat(fd, &st) < 0 ? -errno : 0;
+	if (rc == 0)
+		rc = check_file(path, &st, errors);
+	else
+		load_fail(errors, rc, path, NULL);
+	char *buf = rc == 0 ? malloc(CONFIG_FILE_MAX + 1) : NULL;
+	size_t len = 0;
+	if (rc == 0 && !buf)
+		rc = load_fail(errors, -ENOMEM, path, NULL);
+	if (rc == 0 && (rc = read_all(fd, buf, CONFIG_FILE_MAX + 1, &len)) < 0)
+		load_fail(errors, rc, path, NULL);
+	if (rc == 0 && len > CONFIG_FILE_MAX) /* grew since fstat */
+		rc = load_fail(errors, -EFBIG, path, "larger than 1 MiB");
+	close(fd);
+	if (rc == 0)
+		rc = config_parse(path, buf, len, out, errors);
+	free(buf);
+	return rc;
+}
+
+void config_free(struct config *c)
+{
+	if (!c)
+		return;
+	for (size_t i = 0; i < c->ndomains; i++)
+		domain_free(&c->domains[i]);
+	free(c->domains);
+	free(c->run_dir);
+	free(c->state_dir);
+	free(c->user);
+	free(c);
+}
+
+const struct config_domain *config_domain(const struct config *c, const char *name)
+{
+	for (size_t i = 0; i < c->ndomains; i++)
+		if (strcmp(c->domains[i].name, name) == 0)
+			return &c->domains[i];
+	return NULL;
+}
+
+int config_log_level(int debug_level)
+{
+	/* sssd's scale: 0-1 fatal/critical, 2 serious, 3-5 minor and
+	 * configuration, 6-9 tracing */
+	if (debug_level < 0)
+		return IDC_LOG_INFO;
+	if (debug_level <= 1)
+		return IDC_LOG_ERR;
+	if (debug_level == 2)
+		return IDC_LOG_WARN;
+	return debug_level <= 5 ? IDC_LOG_INFO : IDC_LOG_DEBUG;
+}
+
+int config_effective_log_level(const struct config *c)
+{
+	int level = c->debug_level;
+	for (size_t i = 0; i < c->ndomains; i++)
+		if (c->domains[i].debug_level > level)
+			level = c->domains[i].debug_level;
+	return config_log_level(level);
+}

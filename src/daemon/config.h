@@ -1,0 +1,85 @@
+/*
+ * config: idcache.conf, the daemon's INI configuration (sssd.conf-like),
+ * parsed with libinih into a struct config, with every error reported as
+ * "file:line: what".
+ *
+ * Owns: the config file format (documented in idcache.conf(5)).
+ * May call: util, cache (name rules), libinih, libc.
+ *
+ * Sections: [idcache] (daemon-wide keys) and [domain/NAME] (one domain
+ * each). Unknown sections and keys, repeated keys and bad values are
+ * errors; parsing goes on after one so every error is reported at once.
+ */
+#ifndef IDC_DAEMON_CONFIG_H
+#define IDC_DAEMON_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/util.h"
+
+#define CONFIG_DEFAULT_PATH      "/etc/idcache/idcache.conf"
+#define CONFIG_DEFAULT_RUN_DIR   "/run/idcache"
+#define CONFIG_DEFAULT_STATE_DIR "/var/lib/idcache"
+#define CONFIG_DEFAULT_USER      "idcache"
+#define CONFIG_DEFAULT_TTL       5400u
+#define CONFIG_DOMAIN_MAX        64u             /* longest domain name (the cache's limit) */
+#define CONFIG_FILE_MAX          (1024u * 1024u) /* larger config files are refused */
+#define CONFIG_LINE_MAX          4096u           /* longer lines are errors */
+
+enum config_provider { CONFIG_PROVIDER_FILES = 1 };
+
+struct config_domain {
+	char *name;
+	unsigned line; /* of the section header */
+	enum config_provider provider;
+	char **passwd_files; /* absolute paths; default /etc/passwd */
+	size_t npasswd;
+	char **group_files; /* default /etc/group */
+	size_t ngroup;
+	uint32_t entry_cache_timeout; /* seconds; 0 = never expires */
+	bool case_sensitive;
+	int debug_level; /* 0-9, -1 when not set */
+	unsigned seen;   /* keys given (bit per key), to refuse repeats */
+};
+
+struct config {
+	char *run_dir, *state_dir, *user;
+	int debug_level;               /* 0-9, -1 when not set */
+	uint32_t memcache_size_passwd; /* MiB; 0 disables; stored for the mc */
+	uint32_t memcache_size_group;  /* (the shared-memory cache comes later) */
+	uint32_t memcache_size_initgroups;
+	/* Served domains in serving order (the `domains` list, else file
+	 * order). */
+	struct config_domain *domains;
+	size_t ndomains;
+	unsigned seen;
+};
+
+/* Parse text[0..len) (need not be NUL-terminated; may hold anything) named
+ * label in messages. On success *out is a config the caller frees with
+ * config_free. On failure returns IDC_ESYNTAX (or -ENOMEM) and, when
+ * errors is not NULL, appends one "label:line: message\n" per error. */
+int config_parse(const char *label, const char *text, size_t len, struct config **out,
+		 struct idc_buf *errors);
+
+/* Read and parse path. Refused before parsing: not a regular file, larger
+ * than CONFIG_FILE_MAX, or writable by group or others (the config decides
+ * which files the daemon trusts for identities). Errors as config_parse,
+ * or the -errno of open/read with a message in errors. */
+int config_load(const char *path, struct config **out, struct idc_buf *errors);
+
+void config_free(struct config *c);
+
+/* The domain called name, or NULL. */
+const struct config_domain *config_domain(const struct config *c, const char *name);
+
+/* idc_log level for a debug_level (0-9, sssd's scale; -1: default INFO). */
+int config_log_level(int debug_level);
+
+/* The highest debug_level of the daemon and its domains, as a log level
+ * (one process, one log level). */
+int config_effective_log_level(const struct config *c);
+
+#endif

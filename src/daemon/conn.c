@@ -1,0 +1,275 @@
+/*
+ * conn: one client connection — non-blocking reads into the incremental
+ * frame reader, the HELLO handshake, dispatch of requests in order, a reply
+ * queue with back-pressure, and the idle timeout.
+ *
+ * Back-pressure: a client that does not read its replies must not cost
+ * anyone else. Once its unsent output passes DAEMON_OUT_HIGH we stop
+ * taking its requests (they wait in the frame reader) and stop reading its
+ * socket; we resume when the output drains. A backlog past DAEMON_OUT_MAX
+ * (possible only through one huge reply) or no progress for DAEMON_IDLE_MS
+ * closes the connection.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "daemon/daemon.h"
+
+#define READ_CHUNK 16384
+
+/* ==== life cycle =============================================================== */
+
+static void conn_free(void *p)
+{
+	struct conn *c = p;
+	proto_reader_free(&c->rd);
+	idc_buf_free(&c->out);
+	enum_cursor_free(&c->pw);
+	enum_cursor_free(&c->gr);
+	free(c);
+}
+
+static void on_event(struct loop_io *io, uint32_t events);
+
+/* Admin requests are allowed from root and the daemon's own user, as the
+ * kernel saw them at connect time. */
+static void read_peer(struct conn *c)
+{
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+	c->peer_uid = (uid_t)-1;
+	if (getsockopt(c->io.fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
+		c->peer_uid = cred.uid;
+		c->peer_pid = cred.pid;
+	}
+	c->peer_ok = c->peer_uid == 0 || c->peer_uid == c->dm->uid;
+}
+
+int conn_new(struct daemon *dm, int fd, bool admin)
+{
+	struct conn *c = calloc(1, sizeof(*c));
+	if (!c) {
+		close(fd);
+		return -ENOMEM;
+	}
+	c->dm = dm;
+	c->admin = admin;
+	c->last_active_ns = idc_now_ns();
+	proto_reader_init(&c->rd, PROTO_MAX_REQUEST);
+	int rc = loop_add(&dm->loop, &c->io, fd, EPOLLIN, on_event, c);
+	if (rc < 0) {
+		idc_log(IDC_LOG_WARN, "cannot watch a new connection: %s", idc_strerror(rc));
+		close(fd);
+		free(c);
+		return rc;
+	}
+	if (admin)
+		read_peer(c);
+	c->next = dm->conns;
+	if (dm->conns)
+		dm->conns->prev = c;
+	dm->conns = c;
+	dm->nconns++;
+	return 0;
+}
+
+void conn_close(struct conn *c, const char *why)
+{
+	if (c->io.fd < 0)
+		return;
+	idc_log(IDC_LOG_DEBUG, "closing %s connection: %s", c->admin ? "admin" : "nss", why);
+	loop_io_close(&c->io);
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		c->dm->conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	c->dm->nconns--;
+	if (loop_defer(&c->dm->loop, conn_free, c) < 0)
+		return; /* leaked rather than freed under a pending event */
+}
+
+void conn_sweep(struct daemon *dm)
+{
+	uint64_t now = idc_now_ns();
+	for (struct conn *c = dm->conns, *next; c; c = next) {
+		next = c->next;
+		if (now - c->last_active_ns > (uint64_t)DAEMON_IDLE_MS * 1000000u)
+			conn_close(c, "idle");
+	}
+}
+
+/* ==== output ====================================================================== */
+
+static size_t out_pending(const struct conn *c)
+{
+	return c->out.len - c->out_off;
+}
+
+/* Send what the socket takes. 0 (perhaps with output left) or -errno. */
+static int flush(struct conn *c)
+{
+	while (out_pending(c) > 0) {
+		ssize_t n = send(c->io.fd, c->out.data + c->out_off, out_pending(c),
+				 MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return errno == EAGAIN ? 0 : -errno;
+		c->out_off += (size_t)n;
+		c->last_active_ns = idc_now_ns();
+	}
+	idc_buf_reset(&c->out); /* all sent: start over at the front */
+	c->out_off = 0;
+	return 0;
+}
+
+/* ==== requests ====================================================================== */
+
+static int reply_version(struct idc_buf *out, uint32_t status)
+{
+	size_t start;
+	int rc = proto_reply_begin(out, PROTO_CMD_HELLO, status, &start);
+	rc = rc ? rc : proto_put_u32(out, PROTO_VERSION);
+	return rc ? rc : proto_reply_end(out, start);
+}
+
+static int hello(struct conn *c, const struct proto_req *req)
+{
+	if (req->version == PROTO_VERSION) {
+		c->greeted = true;
+		return reply_version(&c->out, PROTO_ST_OK);
+	}
+	idc_log(IDC_LOG_INFO, "client speaks protocol version %u, not %u: closing", req->version,
+		PROTO_VERSION);
+	c->closing = true;
+	return reply_version(&c->out, PROTO_ST_VERSION);
+}
+
+/* Refuse a request the connection is not allowed to make; keep serving. */
+static int refuse(struct conn *c, uint32_t cmd, const char *msg)
+{
+	return proto_reply_status(&c->out, cmd, PROTO_ST_BADREQ, msg);
+}
+
+static int route(struct conn *c, const struct proto_req *req)
+{
+	bool admin_cmd = proto_cmd_is_admin(req->cmd);
+	if (admin_cmd && !c->admin)
+		return refuse(c, req->cmd, "admin commands are served on admin.sock only");
+	if (!admin_cmd && c->admin)
+		return refuse(c, req->cmd, "lookups are served on nss.sock");
+	if (admin_cmd && !c->peer_ok) {
+		idc_log(IDC_LOG_WARN, "admin %s refused: peer uid %d pid %d is not root or ours",
+			proto_cmd_name(req->cmd), (int)c->peer_uid, (int)c->peer_pid);
+		return refuse(c, req->cmd,
+			      "permission denied: admin commands need root or the idcache user");
+	}
+	return admin_cmd ? admin_handle(c, req, &c->out) : responder_handle(c, req, &c->out);
+}
+
+static int dispatch(struct conn *c, const struct proto_frame *f)
+{
+	struct proto_req req;
+	if (proto_decode_request(&f->hdr, f->payload, f->len, &req) < 0) {
+		idc_log(IDC_LOG_DEBUG, "malformed %s request: closing",
+			proto_cmd_name(f->hdr.command));
+		c->closing = true; /* the peer does not speak our protocol */
+		return refuse(c, f->hdr.command, "malformed request");
+	}
+	if (req.cmd < DAEMON_CMD_MAX)
+		c->dm->requests[req.cmd]++;
+	if (req.cmd == PROTO_CMD_HELLO)
+		return hello(c, &req);
+	if (!c->greeted) {
+		c->closing = true;
+		return refuse(c, req.cmd, "HELLO expected first");
+	}
+	return route(c, &req);
+}
+
+/* Answer complete requests in order while the backlog allows. */
+static int process(struct conn *c)
+{
+	struct proto_frame f;
+	int rc = 0;
+	while (rc == 0 && !c->closing && out_pending(c) < DAEMON_OUT_HIGH) {
+		int got = proto_reader_next(&c->rd, &f);
+		if (got <= 0) {
+			rc = got;
+			break;
+		}
+		rc = dispatch(c, &f);
+	}
+	daemon_reader_end(c->dm);
+	return rc;
+}
+
+/* ==== events ============================================================================ */
+
+/* Read what is there (bounded). 1 on EOF, 0, or -errno. */
+static int read_some(struct conn *c)
+{
+	char buf[READ_CHUNK];
+	ssize_t n = recv(c->io.fd, buf, sizeof(buf), MSG_DONTWAIT);
+	if (n < 0)
+		return errno == EAGAIN || errno == EINTR ? 0 : -errno;
+	if (n == 0)
+		return 1;
+	c->last_active_ns = idc_now_ns();
+	return proto_reader_feed(&c->rd, buf, (size_t)n);
+}
+
+static void update_interest(struct conn *c)
+{
+	size_t pending = out_pending(c);
+	uint32_t ev = 0;
+	if (c->closing && pending == 0) {
+		conn_close(c, "done");
+		return;
+	}
+	if (pending > DAEMON_OUT_MAX) {
+		idc_log(IDC_LOG_WARN, "client backlog of %zu bytes: closing it", pending);
+		conn_close(c, "backlog");
+		return;
+	}
+	if (!c->closing && pending < DAEMON_OUT_HIGH &&
+	    proto_reader_buffered(&c->rd) < DAEMON_IN_MAX)
+		ev |= EPOLLIN;
+	if (pending)
+		ev |= EPOLLOUT;
+	if (loop_set(&c->io, ev) < 0)
+		conn_close(c, "epoll");
+}
+
+static void on_event(struct loop_io *io, uint32_t events)
+{
+	struct conn *c = loop_owner(io);
+	bool eof = false;
+	int rc = 0;
+	if (events & EPOLLERR)
+		rc = -EPIPE;
+	if (rc == 0 && (events & (EPOLLIN | EPOLLHUP)) && (io->events & EPOLLIN)) {
+		rc = read_some(c);
+		eof = rc == 1; /* peer done sending: answer what it sent, then close */
+		rc = eof ? 0 : rc;
+	}
+	if (rc == 0)
+		rc = flush(c);
+	if (rc == 0)
+		rc = process(c);
+	if (rc == 0)
+		rc = flush(c);
+	if (rc < 0) {
+		conn_close(c, rc == -EBADMSG ? "protocol error" : idc_strerror(rc));
+		return;
+	}
+	if (eof)
+		c->closing = true;
+	update_interest(c);
+}

@@ -1,0 +1,198 @@
+/*
+ * idcached internals: the state one daemon process holds and the entry
+ * points of its parts. Internal header of src/daemon only.
+ *
+ * Files, one role each:
+ *   main.c       command line, start-up order, shutdown
+ *   config.c     idcache.conf (config.h)
+ *   loop.c       epoll, timers, deferred frees (loop.h)
+ *   privs.c      directories, ownership, dropping root
+ *   listen.c     the two Unix sockets and accepting connections
+ *   conn.c       one client connection: framing, HELLO, output queue,
+ *                back-pressure, idle timeout
+ *   responder.c  NSS requests: lookups and enumeration
+ *   admin.c      admin requests: status, expire, reload, user/group info
+ *   domains.c    per-domain provider state: files refresh, inotify, timers
+ *   reload.c     re-reading the configuration (SIGHUP, RELOAD)
+ */
+#ifndef IDC_DAEMON_H
+#define IDC_DAEMON_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "cache/cache.h"
+#include "daemon/config.h"
+#include "daemon/loop.h"
+#include "proto/proto.h"
+#include "providers/files/files.h"
+#include "util/util.h"
+
+#define DAEMON_MAX_CONNS     1024
+#define DAEMON_IDLE_MS       60000u                /* close a connection silent this long */
+#define DAEMON_SWEEP_MS      5000u                 /* how often idle connections are looked for */
+#define DAEMON_OUT_HIGH      (256u * 1024u)        /* stop taking requests above this backlog */
+#define DAEMON_OUT_MAX       (64u * 1024u * 1024u) /* close a client whose backlog passes this */
+#define DAEMON_IN_MAX        (64u * 1024u)         /* stop reading above this much unparsed input */
+#define DAEMON_CMD_MAX       40u                   /* request counters by command number */
+#define DAEMON_RETRY_MS      10000u                /* after a failed refresh */
+#define DAEMON_POLL_MS       30000u /* refresh interval when inotify is unavailable */
+#define DAEMON_EXPIRED_MIN_S 60     /* at most one expiry-driven refresh per domain */
+
+/* ---- one served domain (domains.c) ------------------------------------------ */
+struct daemon;
+
+struct domain {
+	struct daemon *dm;
+	const struct config_domain *cfg; /* points into dm->cfg */
+	struct files_domain *files;
+	struct files_watch *watch;
+	struct loop_io watch_io;
+	struct loop_timer refresh; /* debounce / retry / poll */
+	struct loop_timer retry;   /* re-watch missing directories */
+	bool loaded;               /* a refresh succeeded since start */
+	bool attempted;            /* a refresh ran (for the "ready" line) */
+	uint64_t start_ns;         /* creation time, until the first load is logged */
+	bool invalidate;           /* next refresh re-stores everything */
+	int64_t last_refresh;      /* unix time of the last successful refresh */
+	int64_t last_expired_refresh;
+	uint64_t refresh_ok, refresh_failed;
+	uint64_t last_refresh_ms;
+	struct files_refresh_stats last;
+	char last_error[512];
+};
+
+int domain_new(struct daemon *dm, const struct config_domain *cfg, struct domain **out);
+/* Release now (at shutdown) or after the current batch (domain_retire). */
+void domain_free(struct domain *d);
+void domain_retire(struct domain *d);
+/* Refresh after delay_ms unless a refresh is due sooner; invalidate: store
+ * every record again (renewing timestamps), not only the changes. */
+void domain_schedule(struct domain *d, uint64_t delay_ms, bool invalidate);
+/* Refresh now; 0 or the refresh's error (logged here). */
+int domain_refresh(struct domain *d);
+/* Whether two configurations need no new provider state to switch. */
+bool domain_same_source(const struct config_domain *a, const struct config_domain *b);
+struct domain *daemon_domain(struct daemon *dm, const char *name);
+
+/* ---- one client connection (conn.c) ---------------------------------------- */
+struct enum_cursor {
+	bool active;
+	struct idc_buf recs; /* records in wire encoding, back to back */
+	size_t *offs;        /* start of record i; offs[n] = recs.len */
+	size_t n, pos, cap;
+};
+
+struct conn {
+	struct loop_io io;
+	struct daemon *dm;
+	struct conn *prev, *next;
+	bool admin;   /* came in on admin.sock */
+	bool greeted; /* HELLO accepted */
+	bool closing; /* close once the output is flushed */
+	bool peer_ok; /* admin: root or the daemon's uid */
+	uid_t peer_uid;
+	pid_t peer_pid;
+	struct proto_reader rd;
+	struct idc_buf out;
+	size_t out_off; /* bytes of out already sent */
+	uint64_t last_active_ns;
+	struct enum_cursor pw, gr;
+};
+
+/* Take over an accepted socket. 0 or -errno (fd closed). */
+int conn_new(struct daemon *dm, int fd, bool admin);
+/* Close and free (after the current batch). */
+void conn_close(struct conn *c, const char *why);
+/* Close connections idle for DAEMON_IDLE_MS. */
+void conn_sweep(struct daemon *dm);
+
+/* ---- request handlers ---------------------------------------------------------
+ * Append the reply (one frame) to out. Return 0, or <0 only when out of
+ * memory (the connection is then closed). */
+int responder_handle(struct conn *c, const struct proto_req *req, struct idc_buf *out);
+void enum_cursor_free(struct enum_cursor *e);
+int admin_handle(struct conn *c, const struct proto_req *req, struct idc_buf *out);
+
+/* The read transaction shared by the requests of one connection's batch,
+ * begun on first use and ended by daemon_reader_end. NULL on failure. */
+struct cache_reader *daemon_reader(struct daemon *dm);
+void daemon_reader_end(struct daemon *dm);
+
+/* ---- listeners (listen.c) --------------------------------------------------- */
+struct listener {
+	struct loop_io io;
+	struct daemon *dm;
+	char path[108];
+	bool admin;
+};
+
+/* Create, bind (mode), listen; refuses to replace a socket a live daemon
+ * answers on. 0 or -errno, logged. */
+int listener_open(struct daemon *dm, struct listener *l, const char *path, mode_t mode, bool admin);
+int listener_start(struct daemon *dm, struct listener *l);
+/* Close and remove the socket file. */
+void listener_close(struct listener *l);
+
+/* ---- privileges (privs.c) ------------------------------------------------------ */
+struct privs {
+	bool drop; /* started as root */
+	uid_t uid;
+	gid_t gid;
+	gid_t *groups;
+	int ngroups;
+};
+
+/* Look up user (before any socket exists, since the lookup may go
+ * through NSS, possibly our own module). Not root: drop = false. */
+int privs_prepare(const char *user, struct privs *p);
+/* mkdir -p with mode 0755; when dropping, chown to the user. */
+int privs_make_dir(const struct privs *p, const char *path, bool recursive_chown);
+int privs_chown_path(const struct privs *p, const char *path);
+/* setgroups, setresgid, setresuid; then verify root cannot come back. */
+int privs_drop(const struct privs *p);
+void privs_free(struct privs *p);
+
+/* ---- reload (reload.c) --------------------------------------------------------- */
+/* Switch to cfg (taken over on success): domains kept, created, retired;
+ * new ones are scheduled for an immediate refresh. 0 or -errno. */
+int daemon_apply_config(struct daemon *dm, struct config *cfg);
+/* Re-read the configuration and apply it; errors go to *errors (and the
+ * log). 0, or <0 with the old configuration still in force. */
+int daemon_reload(struct daemon *dm, struct idc_buf *errors);
+
+/* ---- the daemon --------------------------------------------------------------- */
+struct daemon {
+	struct loop loop;
+	const char *config_path;
+	struct config *cfg;
+	/* fixed at start: a reload that changes them only warns */
+	char *run_dir, *state_dir, *user;
+	uid_t uid; /* after dropping privileges */
+	struct cache *cache;
+	struct domain **domains; /* same order as cfg->domains */
+	size_t ndomains;
+	const char **names; /* domain names for multi-domain lookups */
+	struct listener nss, admin;
+	struct conn *conns;
+	size_t nconns;
+	uint64_t refused, refused_logged_ns;
+	int spare_fd; /* given up to accept-and-close when out of descriptors */
+	struct loop_io sig;
+	struct loop_timer sweep;
+	bool foreground;
+	struct cache_reader *reader;
+	uint64_t start_ns;
+	int64_t start_time;
+	uint64_t requests[DAEMON_CMD_MAX];
+	uint32_t *gids; /* initgroups scratch */
+	size_t gids_cap;
+	bool ready;
+};
+
+/* Log the "ready" line once every domain had its first refresh (main.c). */
+void daemon_check_ready(struct daemon *dm);
+
+#endif

@@ -1,0 +1,152 @@
+/*
+ * listen: the daemon's two Unix stream sockets (nss.sock 0666, admin.sock
+ * 0600) and accepting connections on them, with the connection limit.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "daemon/daemon.h"
+
+/* Whether something answers on path: then another daemon owns it. */
+static bool socket_alive(const struct sockaddr_un *sa)
+{
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return false;
+	bool alive = connect(fd, (const struct sockaddr *)sa, sizeof(*sa)) == 0;
+	close(fd);
+	return alive;
+}
+
+/* Remove a stale socket left by a daemon that died; refuse to remove
+ * anything else, or a socket someone still listens on. */
+static int clear_path(const struct sockaddr_un *sa)
+{
+	struct stat st;
+	if (lstat(sa->sun_path, &st) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	if (!S_ISSOCK(st.st_mode)) {
+		idc_log(IDC_LOG_ERR, "%s exists and is not a socket; not replacing it",
+			sa->sun_path);
+		return -EEXIST;
+	}
+	if (socket_alive(sa)) {
+		idc_log(IDC_LOG_ERR, "another idcached is already serving %s", sa->sun_path);
+		return -EADDRINUSE;
+	}
+	return unlink(sa->sun_path) < 0 ? -errno : 0;
+}
+
+static int bind_socket(int fd, const struct sockaddr_un *sa, mode_t mode)
+{
+	/* bind under a umask that leaves no window with wider permissions,
+	 * then set the exact mode */
+	mode_t old = umask(0177);
+	int rc = bind(fd, (const struct sockaddr *)sa, sizeof(*sa)) < 0 ? -errno : 0;
+	umask(old);
+	if (rc == 0 && chmod(sa->sun_path, mode) < 0)
+		rc = -errno;
+	if (rc == 0 && listen(fd, SOMAXCONN) < 0)
+		rc = -errno;
+	return rc;
+}
+
+int listener_open(struct daemon *dm, struct listener *l, const char *path, mode_t mode, bool admin)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	memset(l, 0, sizeof(*l));
+	l->io.fd = -1;
+	l->dm = dm;
+	l->admin = admin;
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	snprintf(l->path, sizeof(l->path), "%s", path);
+	int rc = clear_path(&sa);
+	if (rc < 0)
+		return rc;
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	rc = bind_socket(fd, &sa, mode);
+	if (rc < 0) {
+		idc_log(IDC_LOG_ERR, "%s: %s", path, idc_strerror(rc));
+		close(fd);
+		return rc;
+	}
+	l->io.fd = fd;
+	return 0;
+}
+
+/* Out of descriptors: give up the spare one to accept the connection and
+ * close it at once, so the pending connection does not wake us forever. */
+static void shed(struct daemon *dm, int lfd)
+{
+	if (dm->spare_fd < 0)
+		return;
+	close(dm->spare_fd);
+	int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+	if (fd >= 0)
+		close(fd);
+	dm->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+static void refuse(struct daemon *dm, int fd)
+{
+	close(fd);
+	dm->refused++;
+	uint64_t now = idc_now_ns();
+	if (now - dm->refused_logged_ns > 10ull * 1000000000ull) {
+		idc_log(IDC_LOG_WARN, "%zu connections open: refusing new ones (%llu so far)",
+			dm->nconns, (unsigned long long)dm->refused);
+		dm->refused_logged_ns = now;
+	}
+}
+
+static void on_accept(struct loop_io *io, uint32_t events)
+{
+	(void)events;
+	struct listener *l = loop_owner(io);
+	struct daemon *dm = l->dm;
+	/* a bounded number per wake-up, so one busy socket cannot starve the
+	 * other events */
+	for (int i = 0; i < 32; i++) {
+		int fd = accept4(io->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0) {
+			if (errno == EMFILE || errno == ENFILE)
+				shed(dm, io->fd);
+			else if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+				idc_log(IDC_LOG_WARN, "accept on %s: %s", l->path, strerror(errno));
+			return;
+		}
+		if (dm->nconns >= DAEMON_MAX_CONNS)
+			refuse(dm, fd);
+		else
+			conn_new(dm, fd, l->admin);
+	}
+}
+
+int listener_start(struct daemon *dm, struct listener *l)
+{
+	int fd = l->io.fd;
+	int rc = loop_add(&dm->loop, &l->io, fd, EPOLLIN, on_accept, l);
+	if (rc < 0)
+		idc_log(IDC_LOG_ERR, "%s: cannot watch: %s", l->path, idc_strerror(rc));
+	return rc;
+}
+
+void listener_close(struct listener *l)
+{
+	if (l->io.fd < 0)
+		return;
+	loop_io_close(&l->io);
+	if (l->path[0])
+		unlink(l->path);
+}

@@ -1,0 +1,156 @@
+/*
+ * privs: the daemon's directories and giving up root.
+ *
+ * Started as root, idcached looks its user up first (the lookup may go
+ * through NSS, perhaps our own module, so it happens before our sockets
+ * exist and the module falls through to the next source at once), creates
+ * and chowns its directories, creates its sockets, then drops to the user
+ * in OpenBSD's order: setgroups, setresgid, setresuid — each failure fatal
+ * — and checks that root cannot be regained.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <limits.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "daemon/daemon.h"
+
+#define PRIVS_MAX_GROUPS 256
+
+static int lookup_groups(const struct passwd *pw, struct privs *p)
+{
+	int n = PRIVS_MAX_GROUPS;
+	p->groups = calloc((size_t)n, sizeof(*p->groups));
+	if (!p->groups)
+		return -ENOMEM;
+	if (getgrouplist(pw->pw_name, pw->pw_gid, p->groups, &n) < 0) {
+		/* more groups than we care to carry: the primary one suffices
+		 * for reading world-readable files */
+		p->groups[0] = pw->pw_gid;
+		n = 1;
+	}
+	p->ngroups = n;
+	return 0;
+}
+
+int privs_prepare(const char *user, struct privs *p)
+{
+	memset(p, 0, sizeof(*p));
+	if (geteuid() != 0)
+		return 0;
+	errno = 0;
+	struct passwd *pw = getpwnam(user);
+	if (!pw) {
+		idc_log(IDC_LOG_ERR, "user '%s' does not exist (create it: useradd --system %s)",
+			user, user);
+		return errno ? -errno : -ENOENT;
+	}
+	if (pw->pw_uid == 0) {
+		/* an explicit choice (tests in a private directory); say so */
+		idc_log(IDC_LOG_WARN, "user = %s: keeping root privileges", user);
+		return 0;
+	}
+	p->drop = true;
+	p->uid = pw->pw_uid;
+	p->gid = pw->pw_gid;
+	return lookup_groups(pw, p);
+}
+
+void privs_free(struct privs *p)
+{
+	free(p->groups);
+	p->groups = NULL;
+}
+
+/* mkdir -p path (0755). */
+static int make_dirs(const char *path)
+{
+	char buf[PATH_MAX];
+	if (snprintf(buf, sizeof(buf), "%s", path) >= (int)sizeof(buf))
+		return -ENAMETOOLONG;
+	for (char *s = buf + 1;; s++) {
+		if (*s != '/' && *s != '\0')
+			continue;
+		char saved = *s;
+		*s = '\0';
+		if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+			return -errno;
+		*s = saved;
+		if (!saved)
+			break;
+	}
+	struct stat st;
+	if (stat(path, &st) < 0)
+		return -errno;
+	return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
+}
+
+int privs_chown_path(const struct privs *p, const char *path)
+{
+	/* lchown: a symlink planted in our directory must not hand some
+	 * other file to the daemon's user */
+	if (p->drop && lchown(path, p->uid, p->gid) < 0)
+		return -errno;
+	return 0;
+}
+
+/* chown the entries of dir and of its subdirectories, one level deep:
+ * the cache's files live in state_dir and state_dir/cache.mdb. */
+static int chown_tree(const struct privs *p, const char *dir, int depth)
+{
+	int rc = privs_chown_path(p, dir);
+	int dfd = rc == 0 && depth > 0 ? open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+	if (rc < 0 || dfd < 0)
+		return rc;
+	DIR *d = fdopendir(dfd);
+	if (!d) {
+		close(dfd);
+		return -errno;
+	}
+	struct dirent *e;
+	while (rc == 0 && (e = readdir(d))) {
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+			continue;
+		char sub[PATH_MAX];
+		if (snprintf(sub, sizeof(sub), "%s/%s", dir, e->d_name) >= (int)sizeof(sub))
+			continue;
+		rc = e->d_type == DT_DIR ? chown_tree(p, sub, depth - 1) : privs_chown_path(p, sub);
+	}
+	closedir(d);
+	return rc;
+}
+
+int privs_make_dir(const struct privs *p, const char *path, bool recursive_chown)
+{
+	int rc = make_dirs(path);
+	if (rc == 0 && p->drop)
+		rc = recursive_chown ? chown_tree(p, path, 2) : privs_chown_path(p, path);
+	if (rc < 0)
+		idc_log(IDC_LOG_ERR, "%s: %s", path, idc_strerror(rc));
+	return rc;
+}
+
+int privs_drop(const struct privs *p)
+{
+	if (!p->drop)
+		return 0;
+	if (setgroups((size_t)p->ngroups, p->groups) < 0 || setresgid(p->gid, p->gid, p->gid) < 0 ||
+	    setresuid(p->uid, p->uid, p->uid) < 0) {
+		int rc = -errno;
+		idc_log(IDC_LOG_ERR, "cannot drop privileges to uid %u: %s", (unsigned)p->uid,
+			idc_strerror(rc));
+		return rc;
+	}
+	if (setuid(0) == 0 || geteuid() == 0 || getegid() != p->gid) {
+		idc_log(IDC_LOG_ERR, "privileges could be regained after dropping them");
+		return -EPERM;
+	}
+	return 0;
+}

@@ -1,0 +1,154 @@
+/*
+ * reload: switch the daemon to a configuration — at start and on SIGHUP or
+ * RELOAD. The new domain list is built aside and swapped in whole; on any
+ * failure the old configuration stays in force. A domain whose source is
+ * unchanged keeps its provider state (no reload of its files); a new or
+ * changed one starts fresh and is refreshed at once. Directories and the
+ * user are fixed at start: changing them needs a restart.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/daemon.h"
+
+static struct domain *take_old(struct daemon *dm, const struct config_domain *cfg)
+{
+	for (size_t i = 0; i < dm->ndomains; i++) {
+		struct domain *d = dm->domains[i];
+		if (d && domain_same_source(d->cfg, cfg)) {
+			dm->domains[i] = NULL; /* taken: not retired below */
+			return d;
+		}
+	}
+	return NULL;
+}
+
+/* Put the taken domains back where they came from (the attempt failed). */
+static void give_back(struct daemon *dm, struct domain **doms, size_t n, const bool *fresh)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (!doms[i])
+			continue;
+		if (fresh[i]) {
+			domain_retire(doms[i]);
+			continue;
+		}
+		for (size_t k = 0; k < dm->ndomains; k++)
+			if (!dm->domains[k]) {
+				dm->domains[k] = doms[i];
+				break;
+			}
+	}
+}
+
+/* The domains for cfg: kept or new. 0 or -errno (dm unchanged). */
+static int build(struct daemon *dm, const struct config *cfg, struct domain **doms, bool *fresh)
+{
+	for (size_t i = 0; i < cfg->ndomains; i++) {
+		doms[i] = take_old(dm, &cfg->domains[i]);
+		if (doms[i])
+			continue;
+		int rc = domain_new(dm, &cfg->domains[i], &doms[i]);
+		if (rc < 0) {
+			give_back(dm, doms, i, fresh);
+			return rc;
+		}
+		fresh[i] = true;
+	}
+	return 0;
+}
+
+static void swap_in(struct daemon *dm, struct config *cfg, struct domain **doms, const char **names)
+{
+	for (size_t i = 0; i < dm->ndomains; i++)
+		if (dm->domains[i]) {
+			idc_log(IDC_LOG_INFO, "domain %s: no longer served",
+				dm->domains[i]->cfg->name);
+			domain_retire(dm->domains[i]);
+		}
+	for (size_t i = 0; i < cfg->ndomains; i++) {
+		doms[i]->cfg = &cfg->domains[i];
+		names[i] = cfg->domains[i].name;
+	}
+	free(dm->domains);
+	free(dm->names);
+	config_free(dm->cfg);
+	dm->domains = doms;
+	dm->names = names;
+	dm->ndomains = cfg->ndomains;
+	dm->cfg = cfg;
+}
+
+static int apply(struct daemon *dm, struct config *cfg)
+{
+	size_t n = cfg->ndomains ? cfg->ndomains : 1;
+	struct domain **doms = calloc(n, sizeof(*doms));
+	const char **names = calloc(n, sizeof(*names));
+	bool *fresh = calloc(n, sizeof(*fresh));
+	int rc = doms && names && fresh ? build(dm, cfg, doms, fresh) : -ENOMEM;
+	if (rc < 0) {
+		free(doms);
+		free(names);
+		free(fresh);
+		return rc;
+	}
+	swap_in(dm, cfg, doms, names);
+	for (size_t i = 0; i < cfg->ndomains; i++)
+		if (fresh[i])
+			domain_schedule(doms[i], 0, false);
+	free(fresh);
+	return 0;
+}
+
+static void warn_fixed(const struct daemon *dm, const struct config *cfg)
+{
+	if (strcmp(cfg->run_dir, dm->run_dir) != 0)
+		idc_log(IDC_LOG_WARN, "run_dir changed: takes effect after a restart");
+	if (strcmp(cfg->state_dir, dm->state_dir) != 0)
+		idc_log(IDC_LOG_WARN, "state_dir changed: takes effect after a restart");
+	if (strcmp(cfg->user, dm->user) != 0)
+		idc_log(IDC_LOG_WARN, "user changed: takes effect after a restart");
+}
+
+static void log_errors(const struct idc_buf *errors)
+{
+	const char *s = errors->data ? errors->data : "";
+	while (*s) {
+		const char *nl = strchr(s, '\n');
+		int len = nl ? (int)(nl - s) : (int)strlen(s);
+		idc_log(IDC_LOG_ERR, "%.*s", len, s);
+		s += len + (nl ? 1 : 0);
+	}
+}
+
+int daemon_apply_config(struct daemon *dm, struct config *cfg)
+{
+	int rc = apply(dm, cfg);
+	if (rc < 0)
+		return rc;
+	idc_log_init("idcached", dm->foreground, config_effective_log_level(cfg));
+	return 0;
+}
+
+int daemon_reload(struct daemon *dm, struct idc_buf *errors)
+{
+	struct config *cfg = NULL;
+	int rc = config_load(dm->config_path, &cfg, errors);
+	if (rc == 0) {
+		warn_fixed(dm, cfg);
+		rc = daemon_apply_config(dm, cfg);
+		if (rc < 0) {
+			idc_buf_printf(errors, "cannot apply the configuration: %s\n",
+				       idc_strerror(rc));
+			config_free(cfg);
+		}
+	}
+	if (rc < 0) {
+		log_errors(errors);
+		idc_log(IDC_LOG_ERR, "reload failed: the current configuration stays in force");
+		return rc;
+	}
+	idc_log(IDC_LOG_INFO, "configuration reloaded: %zu domains", dm->ndomains);
+	return 0;
+}

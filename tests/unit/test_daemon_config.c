@@ -1,0 +1,306 @@
+/*
+ * Unit tests for src/daemon/config.c: good configs and their defaults,
+ * every error with its file:line, and the file checks of config_load.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "daemon/config.h"
+
+/* Parse text; on failure return the error text (static), else NULL. */
+static const char *parse_errors(const char *text, struct config **out)
+{
+	static char last[4096];
+	struct idc_buf errors = IDC_BUF_INIT;
+	*out = NULL;
+	int rc = config_parse("t.conf", text, strlen(text), out, &errors);
+	snprintf(last, sizeof(last), "%s", errors.data ? errors.data : "");
+	idc_buf_free(&errors);
+	if (rc == 0)
+		return NULL;
+	assert_int_equal(rc, IDC_ESYNTAX);
+	assert_null(*out);
+	return last;
+}
+
+static struct config *parse_ok(const char *text)
+{
+	struct config *c;
+	const char *err = parse_errors(text, &c);
+	if (err)
+		fail_msg("unexpected errors: %s", err);
+	return c;
+}
+
+/* text must fail with an error containing want (e.g. "t.conf:3: ..."). */
+static void expect_error(const char *text, const char *want)
+{
+	struct config *c;
+	const char *err = parse_errors(text, &c);
+	if (!err)
+		fail_msg("accepted: %s", text);
+	if (!strstr(err, want))
+		fail_msg("expected '%s' in: %s", want, err);
+}
+
+/* ==== good configs ================================================================= */
+
+static void test_minimal_defaults(void **state)
+{
+	(void)state;
+	struct config *c = parse_ok("[domain/local]\nid_provider = files\n");
+	assert_string_equal(c->run_dir, CONFIG_DEFAULT_RUN_DIR);
+	assert_string_equal(c->state_dir, CONFIG_DEFAULT_STATE_DIR);
+	assert_string_equal(c->user, CONFIG_DEFAULT_USER);
+	assert_int_equal(c->debug_level, -1);
+	assert_int_equal(c->memcache_size_passwd, 0);
+	assert_int_equal(c->ndomains, 1);
+	const struct config_domain *d = &c->domains[0];
+	assert_string_equal(d->name, "local");
+	assert_int_equal(d->provider, CONFIG_PROVIDER_FILES);
+	assert_int_equal(d->npasswd, 1);
+	assert_string_equal(d->passwd_files[0], "/etc/passwd");
+	assert_int_equal(d->ngroup, 1);
+	assert_string_equal(d->group_files[0], "/etc/group");
+	assert_int_equal(d->entry_cache_timeout, CONFIG_DEFAULT_TTL);
+	assert_true(d->case_sensitive);
+	assert_int_equal(d->debug_level, -1);
+	assert_int_equal(d->line, 1);
+	assert_int_equal(config_effective_log_level(c), IDC_LOG_INFO);
+	config_free(c);
+}
+
+static void test_full(void **state)
+{
+	(void)state;
+	struct config *c = parse_ok("; comment\n"
+				    "# another\n"
+				    "[idcache]\n"
+				    "run_dir = /tmp/r\n"
+				    "  state_dir=/tmp/s   ; inline comment\n"
+				    "user = daemon\n"
+				    "domains = b, a\n"
+				    "debug_level = 7\n"
+				    "memcache_size_passwd = 8\n"
+				    "memcache_size_group = 0\n"
+				    "memcache_size_initgroups = 10\n"
+				    "\n"
+				    "[domain/a]\n"
+				    "id_provider = files\n"
+				    "passwd_files = /x/passwd , /y/passwd\n"
+				    "group_files = /x/group\n"
+				    "entry_cache_timeout = 0\n"
+				    "case_sensitive = False\n"
+				    "debug_level = 2\n"
+				    "[domain/b]\n"
+				    "id_provider = files\r\n"
+				    "[domain/unused]\n"
+				    "id_provider = files\n");
+	assert_string_equal(c->run_dir, "/tmp/r");
+	assert_string_equal(c->state_dir, "/tmp/s");
+	assert_string_equal(c->user, "daemon");
+	assert_int_equal(c->debug_level, 7);
+	assert_int_equal(c->memcache_size_passwd, 8);
+	assert_int_equal(c->memcache_size_initgroups, 10);
+	assert_int_equal(c->ndomains, 2);
+	assert_string_equal(c->domains[0].name, "b"); /* the `domains` order */
+	assert_string_equal(c->domains[1].name, "a");
+	const struct config_domain *a = config_domain(c, "a");
+	assert_non_null(a);
+	assert_null(config_domain(c, "unused"));
+	assert_int_equal(a->npasswd, 2);
+	assert_string_equal(a->passwd_files[1], "/y/passwd");
+	assert_int_equal(a->entry_cache_timeout, 0);
+	assert_false(a->case_sensitive);
+	assert_int_equal(a->line, 13);
+	assert_int_equal(config_effective_log_level(c), IDC_LOG_DEBUG);
+	config_free(c);
+}
+
+static void test_file_order_and_bom(void **state)
+{
+	(void)state;
+	struct config *c = parse_ok("\xEF\xBB\xBF[domain/z]\nid_provider=files\n"
+				    "[domain/y.x-1_2]\nid_provider=files");
+	assert_int_equal(c->ndomains, 2);
+	assert_string_equal(c->domains[0].name, "z");
+	assert_string_equal(c->domains[1].name, "y.x-1_2");
+	config_free(c);
+}
+
+static void test_log_levels(void **state)
+{
+	(void)state;
+	assert_int_equal(config_log_level(-1), IDC_LOG_INFO);
+	assert_int_equal(config_log_level(0), IDC_LOG_ERR);
+	assert_int_equal(config_log_level(2), IDC_LOG_WARN);
+	assert_int_equal(config_log_level(4), IDC_LOG_INFO);
+	assert_int_equal(config_log_level(9), IDC_LOG_DEBUG);
+}
+
+/* ==== errors, each with its line ======================================================= */
+
+#define DOM "[domain/d]\nid_provider = files\n"
+
+static void test_errors(void **state)
+{
+	(void)state;
+	expect_error("[nss]\nfoo = 1\n" DOM, "t.conf:1: unknown section [nss]");
+	expect_error(DOM "bogus = 1\n", "t.conf:3: unknown key 'bogus' in [domain/d]");
+	expect_error("[idcache]\nid_provider = files\n" DOM, "t.conf:2: unknown key 'id_provider'");
+	expect_error("x = 1\n" DOM, "t.conf:1: 'x' is outside any section");
+	expect_error(DOM "just words\n", "t.conf:3: expected 'key = value'");
+	expect_error(DOM "= value\n", "t.conf:3: a key name is missing");
+	expect_error("[domain/d\n", "t.conf:1: section header without ']'");
+	expect_error("[domain/]\n", "t.conf:1: [domain/]: a domain name is");
+	expect_error("[domain/a b]\n", "t.conf:1: [domain/a b]: a domain name is");
+	expect_error(DOM "[domain/d]\n", "t.conf:3: [domain/d] is repeated (first at line 1)");
+	expect_error("[idcache]\n[idcache]\n" DOM, "t.conf:2: [idcache] is repeated");
+	expect_error("[domain/d]\nid_provider = ldap\n", "t.conf:2: id_provider: 'ldap' is not "
+							 "supported yet");
+	expect_error("[domain/d]\nid_provider = nis\n", "t.conf:2: id_provider: unknown");
+	expect_error("[domain/d]\npasswd_files = /p\n", "t.conf:1: [domain/d]: id_provider is "
+							"missing");
+	expect_error(DOM "id_provider = files\n", "t.conf:3: 'id_provider' is given twice");
+	expect_error(DOM "passwd_files = rel/path\n", "t.conf:3: passwd_files: not an absolute");
+	expect_error(DOM "group_files = /a,,/b\n", "t.conf:3: group_files: empty item");
+	expect_error(DOM "entry_cache_timeout = -1\n", "t.conf:3: entry_cache_timeout: '-1'");
+	expect_error(DOM "entry_cache_timeout = 4294967296\n", "t.conf:3: entry_cache_timeout");
+	expect_error(DOM "case_sensitive = maybe\n", "t.conf:3: case_sensitive: 'maybe'");
+	expect_error(DOM "debug_level = 10\n", "t.conf:3: debug_level: '10'");
+	expect_error("[idcache]\nrun_dir = run\n" DOM, "t.conf:2: run_dir: 'run' is not an");
+	expect_error("[idcache]\nuser = a:b\n" DOM, "t.conf:2: user: 'a:b' is not a valid");
+	expect_error("[idcache]\nmemcache_size_group = 5000\n" DOM,
+		     "t.conf:2: memcache_size_group");
+	expect_error("[idcache]\ndomains = d, e\n" DOM, "t.conf:2: domains: no section "
+							"[domain/e]");
+	expect_error("[idcache]\ndomains = d, d\n" DOM, "t.conf:2: domains: 'd' is listed twice");
+	expect_error("[idcache]\ndomains = d,\n" DOM, "t.conf:2: domains: empty item");
+	expect_error("[idcache]\nuser =\n" DOM, "t.conf:2: 'user' has an empty value");
+	expect_error("[idcache]\n", "t.conf: no domain configured");
+	expect_error("", "no domain configured");
+}
+
+static void test_hostile_lines(void **state)
+{
+	(void)state;
+	char text[3 * CONFIG_LINE_MAX];
+	/* a line over the limit: one error, and the lines after keep their numbers */
+	int n = snprintf(text, sizeof(text), DOM "passwd_files = /");
+	memset(text + n, 'a', CONFIG_LINE_MAX);
+	snprintf(text + n + CONFIG_LINE_MAX, sizeof(text) - (size_t)n - CONFIG_LINE_MAX,
+		 "\nbogus = 1\n");
+	expect_error(text, "t.conf:3: line longer than");
+	expect_error(text, "t.conf:4: unknown key 'bogus'");
+
+	/* a NUL byte inside a line */
+	static const char nul[] = "[domain/d]\nid_provider = files\npasswd_files = /a\0b\n";
+	struct config *c;
+	struct idc_buf errors = IDC_BUF_INIT;
+	assert_int_equal(config_parse("t.conf", nul, sizeof(nul) - 1, &c, &errors), IDC_ESYNTAX);
+	assert_non_null(strstr(errors.data, "t.conf:3: the line contains a NUL byte"));
+	idc_buf_free(&errors);
+
+	/* a long but acceptable path list */
+	n = snprintf(text, sizeof(text), DOM "passwd_files = /");
+	memset(text + n, 'p', 3000);
+	snprintf(text + n + 3000, sizeof(text) - (size_t)n - 3000, ",/q\n");
+	c = parse_ok(text);
+	assert_int_equal(c->domains[0].npasswd, 2);
+	assert_int_equal(strlen(c->domains[0].passwd_files[0]), 3001);
+	config_free(c);
+
+	/* several errors are all reported */
+	struct config *c2;
+	const char *err = parse_errors("[x]\n[domain/d]\nfoo=1\nbar=2\n", &c2);
+	assert_non_null(err);
+	assert_non_null(strstr(err, "t.conf:1:"));
+	assert_non_null(strstr(err, "t.conf:3:"));
+	assert_non_null(strstr(err, "t.conf:4:"));
+	assert_non_null(strstr(err, "t.conf:2: [domain/d]: id_provider is missing"));
+}
+
+/* ==== files ============================================================================ */
+
+static char tmpdir[64];
+
+static const char *write_conf(const char *name, const char *text, mode_t mode)
+{
+	static char path[128];
+	snprintf(path, sizeof(path), "%s/%s", tmpdir, name);
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fputs(text, f);
+	fclose(f);
+	assert_int_equal(chmod(path, mode), 0);
+	return path;
+}
+
+static void test_load(void **state)
+{
+	(void)state;
+	snprintf(tmpdir, sizeof(tmpdir), "/tmp/test_daemon_config.XXXXXX");
+	assert_non_null(mkdtemp(tmpdir));
+	struct config *c = NULL;
+	struct idc_buf errors = IDC_BUF_INIT;
+
+	const char *p = write_conf("ok.conf", DOM, 0644);
+	assert_int_equal(config_load(p, &c, &errors), 0);
+	assert_int_equal(c->ndomains, 1);
+	config_free(c);
+
+	p = write_conf("gw.conf", DOM, 0664);
+	assert_int_equal(config_load(p, &c, &errors), -EPERM);
+	assert_non_null(strstr(errors.data, "gw.conf: writable by group or others"));
+	idc_buf_reset(&errors);
+	p = write_conf("ow.conf", DOM, 0646);
+	assert_int_equal(config_load(p, &c, &errors), -EPERM);
+	assert_non_null(strstr(errors.data, "ow.conf: writable by group or others"));
+	idc_buf_reset(&errors);
+
+	p = write_conf("bad.conf", DOM "x = 1\n", 0600);
+	assert_int_equal(config_load(p, &c, &errors), IDC_ESYNTAX);
+	assert_non_null(strstr(errors.data, "bad.conf:3: unknown key 'x'"));
+	idc_buf_reset(&errors);
+
+	assert_int_equal(config_load(tmpdir, &c, &errors), -EINVAL);
+	assert_non_null(strstr(errors.data, "not a regular file"));
+	idc_buf_reset(&errors);
+	char missing[128];
+	snprintf(missing, sizeof(missing), "%s/none.conf", tmpdir);
+	assert_int_equal(config_load(missing, &c, &errors), -ENOENT);
+	assert_non_null(strstr(errors.data, "none.conf"));
+	idc_buf_free(&errors);
+
+	const char *names[] = {"ok.conf", "gw.conf", "ow.conf", "bad.conf"};
+	for (size_t i = 0; i < IDC_ARRAY_SIZE(names); i++) {
+		char path[128];
+		snprintf(path, sizeof(path), "%s/%s", tmpdir, names[i]);
+		unlink(path);
+	}
+	rmdir(tmpdir);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_minimal_defaults),
+	    cmocka_unit_test(test_full),
+	    cmocka_unit_test(test_file_order_and_bom),
+	    cmocka_unit_test(test_log_levels),
+	    cmocka_unit_test(test_errors),
+	    cmocka_unit_test(test_hostile_lines),
+	    cmocka_unit_test(test_load),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
