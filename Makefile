@@ -3,7 +3,7 @@ BUILD ?= build
 MESON_OPTS ?=
 PYTHON := /usr/bin/python3
 
-.PHONY: all deps build check unit integration asan demo bench fuzz install clean format
+.PHONY: all deps build check unit integration asan demo demo-store bench fuzz install clean format
 
 all: build
 
@@ -30,6 +30,9 @@ asan: deps
 
 demo: build
 	./scripts/demo $(BUILD)
+
+demo-store: build
+	./scripts/demo-store $(BUILD)
 
 bench: build
 	./scripts/bench $(BUILD)
