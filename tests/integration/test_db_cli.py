@@ -598,6 +598,30 @@ def test_batch_import_success(db):
     assert len(dns(export(db))) == ALL_DNS
 
 
+def _unshare_works():
+    return shutil.which("unshare") is not None and subprocess.run(
+        ["unshare", "-m", "true"], capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not _unshare_works(),
+                    reason="needs root and unshare -m for a read-only bind mount")
+def test_read_only_mount(loaded, idcache):
+    """Root ignores mode bits, so a read-only mount stands in for a
+    read-only store directory: writing fails cleanly, reading still works."""
+    d = str(loaded.dir)
+    script = ('mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" && shift && exec "$@"')
+    r = subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", d, str(idcache), "db",
+                        "-d", d, "import", "-"],
+                       input=f"dn: uid=x,ou=people,{BASE}\nuid: x\n", capture_output=True,
+                       text=True)
+    assert r.returncode == 1, r
+    assert len(r.stderr.strip().splitlines()) == 1 and d in r.stderr, r.stderr
+    r = subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", d, str(idcache), "db",
+                        "-d", d, "search", "(uid=alice)", "1.1"], capture_output=True, text=True)
+    assert r.returncode == 0, r
+    assert "uid=alice" in r.stdout
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes to read-only directories")
 def test_read_only_store_dir(loaded):
     os.chmod(loaded.dir, 0o555)
