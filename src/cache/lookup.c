@@ -138,42 +138,69 @@ static int get_named(struct cache_reader *r, int kind, const char *domain, const
 	return 0;
 }
 
-int cache_user_by_name(struct cache_reader *r, const char *const *domains, size_t ndomains,
-		       const char *name, bool case_sensitive, struct cache_user *out,
-		       struct cache_meta *meta)
+/* A key to look up in each domain, in order, until one holds it. */
+struct lookup_key {
+	int kind;
+	const char *name; /* by name when set, else by number */
+	bool case_sensitive;
+	uint32_t number;
+};
+
+static int get_numbered(struct cache_reader *r, int kind, const char *domain, const char *attr,
+			uint32_t v, struct store_entry *e);
+
+static int lookup(struct cache_reader *r, const char *const *domains, size_t ndomains,
+		  const struct lookup_key *k, void *out, struct cache_meta *meta)
 {
 	idc_arena_reset(&r->arena);
 	for (size_t i = 0; i < ndomains; i++) {
 		struct store_entry e;
-		int rc = get_named(r, KIND_USER, domains[i], name, case_sensitive, &e);
+		int rc = k->name ? get_named(r, k->kind, domains[i], k->name, k->case_sensitive, &e)
+				 : get_numbered(r, k->kind, domains[i],
+						k->kind == KIND_USER ? "uidNumber" : "gidNumber",
+						k->number, &e);
 		if (rc == -ENOENT)
 			continue;
 		if (!rc)
-			rc = to_user(r, &e, out);
+			rc = k->kind == KIND_USER ? to_user(r, &e, out) : to_group(r, &e, out);
 		if (!rc)
-			fill_meta(r, KIND_USER, domains[i], out->name, meta);
+			fill_meta(r, k->kind, domains[i],
+				  k->kind == KIND_USER ? ((struct cache_user *)out)->name
+						       : ((struct cache_group *)out)->name,
+				  meta);
 		return rc;
 	}
 	return -ENOENT;
+}
+
+int cache_user_by_name(struct cache_reader *r, const char *const *domains, size_t ndomains,
+		       const char *name, bool case_sensitive, struct cache_user *out,
+		       struct cache_meta *meta)
+{
+	struct lookup_key k = {KIND_USER, name, case_sensitive, 0};
+	return lookup(r, domains, ndomains, &k, out, meta);
 }
 
 int cache_group_by_name(struct cache_reader *r, const char *const *domains, size_t ndomains,
 			const char *name, bool case_sensitive, struct cache_group *out,
 			struct cache_meta *meta)
 {
-	idc_arena_reset(&r->arena);
-	for (size_t i = 0; i < ndomains; i++) {
-		struct store_entry e;
-		int rc = get_named(r, KIND_GROUP, domains[i], name, case_sensitive, &e);
-		if (rc == -ENOENT)
-			continue;
-		if (!rc)
-			rc = to_group(r, &e, out);
-		if (!rc)
-			fill_meta(r, KIND_GROUP, domains[i], out->name, meta);
-		return rc;
-	}
-	return -ENOENT;
+	struct lookup_key k = {KIND_GROUP, name, case_sensitive, 0};
+	return lookup(r, domains, ndomains, &k, out, meta);
+}
+
+int cache_user_by_uid(struct cache_reader *r, const char *const *domains, size_t ndomains,
+		      uint32_t uid, struct cache_user *out, struct cache_meta *meta)
+{
+	struct lookup_key k = {KIND_USER, NULL, false, uid};
+	return lookup(r, domains, ndomains, &k, out, meta);
+}
+
+int cache_group_by_gid(struct cache_reader *r, const char *const *domains, size_t ndomains,
+		       uint32_t gid, struct cache_group *out, struct cache_meta *meta)
+{
+	struct lookup_key k = {KIND_GROUP, NULL, false, gid};
+	return lookup(r, domains, ndomains, &k, out, meta);
 }
 
 /* ---- by number ----------------------------------------------------------------------- */
@@ -215,42 +242,6 @@ static int get_numbered(struct cache_reader *r, int kind, const char *domain, co
 	if (rc)
 		return rc;
 	return p.found ? store_get_id(r->st, p.best_id, e) : -ENOENT;
-}
-
-int cache_user_by_uid(struct cache_reader *r, const char *const *domains, size_t ndomains,
-		      uint32_t uid, struct cache_user *out, struct cache_meta *meta)
-{
-	idc_arena_reset(&r->arena);
-	for (size_t i = 0; i < ndomains; i++) {
-		struct store_entry e;
-		int rc = get_numbered(r, KIND_USER, domains[i], "uidNumber", uid, &e);
-		if (rc == -ENOENT)
-			continue;
-		if (!rc)
-			rc = to_user(r, &e, out);
-		if (!rc)
-			fill_meta(r, KIND_USER, domains[i], out->name, meta);
-		return rc;
-	}
-	return -ENOENT;
-}
-
-int cache_group_by_gid(struct cache_reader *r, const char *const *domains, size_t ndomains,
-		       uint32_t gid, struct cache_group *out, struct cache_meta *meta)
-{
-	idc_arena_reset(&r->arena);
-	for (size_t i = 0; i < ndomains; i++) {
-		struct store_entry e;
-		int rc = get_numbered(r, KIND_GROUP, domains[i], "gidNumber", gid, &e);
-		if (rc == -ENOENT)
-			continue;
-		if (!rc)
-			rc = to_group(r, &e, out);
-		if (!rc)
-			fill_meta(r, KIND_GROUP, domains[i], out->name, meta);
-		return rc;
-	}
-	return -ENOENT;
 }
 
 /* ---- initgroups ----------------------------------------------------------------------- */

@@ -318,6 +318,23 @@ static long work_value_find(struct store_txn *t, enum store_rule r, const struct
 	return -1;
 }
 
+/* The work starts as a copy of e's attributes (values by reference). */
+static int work_from_entry(struct store_txn *t, struct work *w, const struct store_entry *e)
+{
+	for (size_t i = 0; i < e->nattrs; i++) {
+		const struct store_attr *a = &e->attrs[i];
+		struct store_attr *at =
+		    work_add_attr(&t->arena, w, a->name, a->norm.ptr, a->norm.len);
+		if (!at || work_grow_vals(&t->arena, at, a->nvals))
+			return -ENOMEM;
+		if (a->nvals)
+			memcpy(at->vals, a->vals, a->nvals * sizeof(*at->vals));
+		at->nvals = a->nvals;
+		at->rank = a->rank;
+	}
+	return 0;
+}
+
 static int mod_add(struct store_txn *t, struct work *w, const struct store_mod *m,
 		   const char *canon, size_t n, struct idc_diag *d)
 {
@@ -474,17 +491,9 @@ int store_modify(struct store_txn *t, struct store_val dn, const struct store_mo
 	if (rc)
 		return rc;
 	struct work w = {0};
-	for (size_t i = 0; i < old.nattrs; i++) {
-		struct store_attr *at = work_add_attr(&t->arena, &w, old.attrs[i].name,
-						      old.attrs[i].norm.ptr, old.attrs[i].norm.len);
-		if (!at || work_grow_vals(&t->arena, at, old.attrs[i].nvals))
-			return -ENOMEM;
-		if (old.attrs[i].nvals)
-			memcpy(at->vals, old.attrs[i].vals, old.attrs[i].nvals * sizeof(*at->vals));
-		at->nvals = old.attrs[i].nvals;
-		at->rank = old.attrs[i].rank;
-	}
-	rc = apply_mods(t, &w, mods, nmods, d);
+	rc = work_from_entry(t, &w, &old);
+	if (!rc)
+		rc = apply_mods(t, &w, mods, nmods, d);
 	if (rc)
 		return rc;
 	work_finish(&w, old.dn, id, &new_e);
@@ -650,16 +659,8 @@ static int modrdn_apply(struct store_txn *t, uint64_t id, struct store_val newdn
 	memcpy(buf, t->copy.data, t->copy.len);
 	int rc = store_entry_decode(buf, t->copy.len, id, &t->sc2, &old, NULL);
 	struct work w = {0};
-	for (size_t i = 0; i < old.nattrs && !rc; i++) {
-		struct store_attr *at = work_add_attr(&t->arena, &w, old.attrs[i].name,
-						      old.attrs[i].norm.ptr, old.attrs[i].norm.len);
-		if (!at || work_grow_vals(&t->arena, at, old.attrs[i].nvals))
-			return -ENOMEM;
-		if (old.attrs[i].nvals)
-			memcpy(at->vals, old.attrs[i].vals, old.attrs[i].nvals * sizeof(*at->vals));
-		at->nvals = old.attrs[i].nvals;
-		at->rank = old.attrs[i].rank;
-	}
+	if (!rc)
+		rc = work_from_entry(t, &w, &old);
 	for (size_t i = 0; i < ndel + nadd && !rc; i++) {
 		mods[i].op = i < ndel ? STORE_MOD_DELETE : STORE_MOD_ADD;
 		rc = apply_mods(t, &w, &mods[i], 1, NULL);

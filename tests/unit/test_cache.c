@@ -1,0 +1,278 @@
+/* Unit tests of the identity cache: writes, no-op refreshes, lookups,
+ * initgroups with nesting and cycles, enumeration, expiry, timestamps. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "cache/cache.h"
+
+struct fx {
+	char dir[64];
+	struct cache *c;
+};
+
+static int setup(void **state)
+{
+	struct fx *f = calloc(1, sizeof(*f));
+	strcpy(f->dir, "/tmp/idc-cache-XXXXXX");
+	if (!mkdtemp(f->dir))
+		return -1;
+	struct cache_options o = {.nosync = true};
+	*state = f;
+	return cache_open(f->dir, &o, &f->c, NULL);
+}
+
+static int teardown(void **state)
+{
+	struct fx *f = *state;
+	cache_close(f->c);
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", f->dir);
+	if (system(cmd) != 0)
+		return -1;
+	free(f);
+	return 0;
+}
+
+static const struct cache_user alice = {"alice", 1000, 100, "Alice", "/home/alice", "/bin/sh", 1};
+static const struct cache_user bob = {"Bob", 1001, 100, "", "/home/bob", "", 2};
+static const struct cache_user bob2 = {"bob2", 1001, 101, "Bob two", "/home/bob2", "/bin/sh", 3};
+
+static void put_users(struct fx *f, uint32_t ttl)
+{
+	struct cache_txn *t;
+	assert_int_equal(cache_txn_begin(f->c, &t, NULL), 0);
+	assert_int_equal(cache_domain_ensure(t, "local", ttl, NULL), 0);
+	bool ch;
+	/* bob2 first: lookups by uid pick the lowest order, not the first stored */
+	assert_int_equal(cache_put_user(t, "local", &bob2, &ch, NULL), 0);
+	assert_int_equal(cache_put_user(t, "local", &alice, &ch, NULL), 0);
+	assert_int_equal(cache_put_user(t, "local", &bob, &ch, NULL), 0);
+	const char *staff_m[] = {"alice", "ghost", "alice"};
+	const char *admins_m[] = {"Bob"};
+	const char *nested[] = {"staff"};
+	const char *loop_m[] = {"admins"};
+	struct cache_group admins = {"admins", 201, 2, admins_m, 1, nested, 1, NULL, NULL};
+	/* all includes admins, admins includes staff: alice reaches all three;
+	 * loop includes admins and is included by staff (a cycle). */
+	struct cache_group all = {"all", 202,  3,   NULL, 0, (const char *[]){"admins"},
+				  1,     NULL, NULL};
+	struct cache_group loop = {"loop", 203, 4, NULL, 0, loop_m, 1, NULL, NULL};
+	assert_int_equal(cache_put_group(t, "local", &admins, &ch, NULL), 0);
+	assert_int_equal(cache_put_group(t, "local", &all, &ch, NULL), 0);
+	assert_int_equal(cache_put_group(t, "local", &loop, &ch, NULL), 0);
+	struct cache_group staff2 = {"staff", 200, 1, staff_m, 3, (const char *[]){"loop"}, 1};
+	assert_int_equal(cache_put_group(t, "local", &staff2, &ch, NULL), 0);
+	assert_int_equal(cache_txn_commit(t, NULL), 0);
+}
+
+static const char *const dom[] = {"local"};
+
+static void test_lookups(void **state)
+{
+	struct fx *f = *state;
+	put_users(f, 0);
+	struct cache_reader *r;
+	assert_int_equal(cache_reader_begin(f->c, &r), 0);
+	struct cache_user u;
+	struct cache_meta m;
+	assert_int_equal(cache_user_by_name(r, dom, 1, "alice", true, &u, &m), 0);
+	assert_string_equal(u.dir, "/home/alice");
+	assert_int_equal(u.uid, 1000);
+	assert_string_equal(m.domain, "local");
+	assert_false(m.expired);
+	assert_true(m.last_update > 0);
+	assert_int_equal(cache_user_by_name(r, dom, 1, "bob", true, &u, NULL), -ENOENT);
+	assert_int_equal(cache_user_by_name(r, dom, 1, "bob", false, &u, NULL), 0);
+	assert_string_equal(u.name, "Bob");
+	assert_string_equal(u.gecos, "");
+	assert_int_equal(cache_user_by_uid(r, dom, 1, 1001, &u, NULL), 0);
+	assert_string_equal(u.name, "Bob");
+	assert_int_equal(cache_user_by_uid(r, dom, 1, 4242, &u, NULL), -ENOENT);
+	assert_int_equal(cache_user_by_name(r, dom, 1, "a/b", false, &u, NULL), -ENOENT);
+	const char *const two[] = {"other", "local"};
+	assert_int_equal(cache_user_by_name(r, two, 2, "alice", true, &u, NULL), 0);
+	struct cache_group g;
+	assert_int_equal(cache_group_by_name(r, dom, 1, "staff", true, &g, NULL), 0);
+	assert_int_equal(g.gid, 200);
+	assert_int_equal(g.nmembers, 2); /* "alice" once, and the ghost */
+	assert_string_equal(g.members[0], "alice");
+	assert_string_equal(g.members[1], "ghost");
+	assert_int_equal(cache_group_by_gid(r, dom, 1, 201, &g, NULL), 0);
+	assert_string_equal(g.name, "admins");
+	cache_reader_end(r);
+}
+
+static void test_initgroups(void **state)
+{
+	struct fx *f = *state;
+	put_users(f, 0);
+	struct cache_reader *r;
+	assert_int_equal(cache_reader_begin(f->c, &r), 0);
+	uint32_t gids[16];
+	size_t n;
+	assert_int_equal(cache_initgroups(r, dom, 1, "alice", true, gids, 16, &n), 0);
+	/* primary first; staff; then, through nesting, admins, all and loop */
+	assert_int_equal(n, 5);
+	assert_int_equal(gids[0], 100);
+	assert_int_equal(gids[1], 200);
+	uint32_t seen = 0;
+	for (size_t i = 1; i < n; i++)
+		seen |= 1u << (gids[i] - 200);
+	assert_int_equal(seen, 0xf); /* 200..203 each once */
+	assert_int_equal(cache_initgroups(r, dom, 1, "alice", true, gids, 2, &n), -ERANGE);
+	assert_int_equal(n, 5);
+	assert_int_equal(cache_initgroups(r, dom, 1, "Bob", true, gids, 16, &n), 0);
+	assert_int_equal(n, 5); /* 100, admins, then all and loop, then staff (nests loop) */
+	assert_int_equal(cache_initgroups(r, dom, 1, "nobody", true, gids, 16, &n), -ENOENT);
+	cache_reader_end(r);
+}
+
+static void test_noop_refresh_writes_nothing_durable(void **state)
+{
+	struct fx *f = *state;
+	put_users(f, 0);
+	uint64_t before = cache_durable_commits(f->c);
+	put_users(f, 0); /* same content again */
+	assert_int_equal(cache_durable_commits(f->c), before);
+	struct cache_txn *t;
+	bool ch = true;
+	struct cache_user a2 = alice;
+	a2.shell = "/bin/zsh";
+	assert_int_equal(cache_txn_begin(f->c, &t, NULL), 0);
+	assert_int_equal(cache_put_user(t, "local", &a2, &ch, NULL), 0);
+	assert_true(ch);
+	assert_int_equal(cache_txn_commit(t, NULL), 0);
+	assert_int_equal(cache_durable_commits(f->c), before + 1);
+}
+
+static int count_cb(const struct cache_user *u, void *arg)
+{
+	char *names = arg;
+	strcat(names, u->name);
+	strcat(names, ",");
+	return 0;
+}
+
+static void test_enum_delete_expire(void **state)
+{
+	struct fx *f = *state;
+	put_users(f, 3600);
+	struct cache_reader *r;
+	char names[256] = "";
+	assert_int_equal(cache_reader_begin(f->c, &r), 0);
+	assert_int_equal(cache_enum_users(r, "local", count_cb, names), 0);
+	assert_string_equal(names, "alice,Bob,bob2,"); /* provider order */
+	struct cache_domain_stats st;
+	assert_int_equal(cache_domain_stats(r, "local", &st), 0);
+	assert_int_equal(st.users, 3);
+	assert_int_equal(st.groups, 4);
+	names[0] = '\0';
+	assert_int_equal(cache_enum_users(r, "empty", count_cb, names), 0);
+	assert_string_equal(names, "");
+	cache_reader_end(r);
+
+	struct cache_txn *t;
+	assert_int_equal(cache_txn_begin(f->c, &t, NULL), 0);
+	assert_int_equal(cache_del_user(t, "local", "Bob", NULL), 0);
+	assert_int_equal(cache_del_user(t, "local", "Bob", NULL), -ENOENT);
+	assert_int_equal(cache_txn_commit(t, NULL), 0);
+
+	size_t n;
+	assert_int_equal(cache_expire(f->c, "local", CACHE_USER, "alice", &n, NULL), 0);
+	assert_int_equal(n, 1);
+	assert_int_equal(cache_reader_begin(f->c, &r), 0);
+	struct cache_user u;
+	struct cache_meta m;
+	assert_int_equal(cache_user_by_name(r, dom, 1, "alice", true, &u, &m), 0);
+	assert_true(m.expired); /* still served */
+	assert_true(m.expires > m.last_update);
+	assert_int_equal(cache_user_by_name(r, dom, 1, "bob2", true, &u, &m), 0);
+	assert_false(m.expired);
+	assert_int_equal(cache_user_by_name(r, dom, 1, "Bob", true, &u, &m), -ENOENT);
+	cache_reader_end(r);
+	assert_int_equal(cache_expire(f->c, NULL, CACHE_ANY, NULL, &n, NULL), 0);
+	assert_int_equal(n, 6); /* 2 users + 4 groups */
+
+	assert_int_equal(cache_txn_begin(f->c, &t, NULL), 0);
+	assert_int_equal(cache_domain_remove(t, "local", NULL), 0);
+	assert_int_equal(cache_txn_commit(t, NULL), 0);
+	assert_int_equal(cache_reader_begin(f->c, &r), 0);
+	assert_int_equal(cache_user_by_name(r, dom, 1, "alice", true, &u, &m), -ENOENT);
+	cache_reader_end(r);
+}
+
+static void test_bad_names(void **state)
+{
+	struct fx *f = *state;
+	assert_false(cache_name_valid("", 0));
+	assert_false(cache_name_valid("a/b", 3));
+	assert_false(cache_name_valid("a:b", 3));
+	assert_false(cache_name_valid("-x", 2));
+	assert_false(cache_name_valid("..", 2));
+	assert_false(cache_name_valid("a\nb", 3));
+	assert_true(cache_name_valid("host$", 5));
+	assert_true(cache_name_valid("a.b_c-d", 7));
+	struct cache_txn *t;
+	struct idc_diag d = {""};
+	assert_int_equal(cache_txn_begin(f->c, &t, NULL), 0);
+	assert_int_equal(cache_domain_ensure(t, "bad domain", 0, &d), -EINVAL);
+	assert_int_equal(cache_domain_ensure(t, "local", 0, NULL), 0);
+	struct cache_user u = alice;
+	u.name = "x:y";
+	assert_int_equal(cache_put_user(t, "local", &u, NULL, &d), -EINVAL);
+	assert_non_null(strstr(d.msg, "invalid name"));
+	/* Names with DN specials are escaped, stored and found again. */
+	u.name = "o'neil+x=y";
+	assert_int_equal(cache_put_user(t, "local", &u, NULL, &d), 0);
+	assert_int_equal(cache_txn_commit(t, NULL), 0);
+	struct cache_reader *r;
+	assert_int_equal(cache_reader_begin(f->c, &r), 0);
+	struct cache_user got;
+	assert_int_equal(cache_user_by_name(r, dom, 1, "o'neil+x=y", true, &got, NULL), 0);
+	cache_reader_end(r);
+}
+
+static void test_timestamps_rebuilt(void **state)
+{
+	struct fx *f = *state;
+	put_users(f, 0);
+	cache_close(f->c);
+	char path[128];
+	snprintf(path, sizeof(path), "%s/timestamps.mdb", f->dir);
+	FILE *fp = fopen(path, "w");
+	assert_non_null(fp);
+	fputs("garbage that is not an LMDB file at all, long enough to be read as one", fp);
+	fclose(fp);
+	struct cache_options o = {.nosync = true};
+	assert_int_equal(cache_open(f->dir, &o, &f->c, NULL), 0);
+	struct cache_reader *r;
+	assert_int_equal(cache_reader_begin(f->c, &r), 0);
+	struct cache_user u;
+	struct cache_meta m;
+	assert_int_equal(cache_user_by_name(r, dom, 1, "alice", true, &u, &m), 0);
+	assert_true(m.expired); /* no timestamps: due for refresh, still served */
+	cache_reader_end(r);
+}
+
+int main(void)
+{
+#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+	const struct CMUnitTest tests[] = {
+	    T(test_lookups),
+	    T(test_initgroups),
+	    T(test_noop_refresh_writes_nothing_durable),
+	    T(test_enum_delete_expire),
+	    T(test_bad_names),
+	    T(test_timestamps_rebuilt),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
