@@ -147,13 +147,30 @@ int cache_txn_begin(struct cache *c, struct cache_txn **out, struct idc_diag *d)
 		return -ENOMEM;
 	t->c = c;
 	int rc = store_txn_begin(c->st, NULL, 0, &t->st, d);
-	if (!rc && mdb_txn_begin(c->ts_env, NULL, 0, &t->ts) != 0)
-		rc = idc_diag_set(d, -EIO, "%s/timestamps.mdb: cannot begin transaction", c->dir);
+	/* A timestamps db damaged while open is rebuilt here, where no
+	 * transaction of ours is on it (the daemon is one thread). */
+	if (!rc && (!ts_healthy(c) || mdb_txn_begin(c->ts_env, NULL, 0, &t->ts) != 0)) {
+		t->ts = NULL;
+		rc = ts_rebuild(c, d);
+		if (!rc && mdb_txn_begin(c->ts_env, NULL, 0, &t->ts) != 0)
+			rc = idc_diag_set(d, -EIO, "%s/timestamps.mdb: cannot begin transaction",
+					  c->dir);
+	}
 	if (rc) {
 		cache_txn_abort(t);
 		return rc;
 	}
 	*out = t;
+	return 0;
+}
+
+int cache_grow(struct cache *c, struct idc_diag *d)
+{
+	int rc = store_grow(c->st);
+	if (rc)
+		return idc_diag_set(d, rc, "%s/cache.mdb: cannot grow the map: %s", c->dir,
+				    idc_strerror(rc));
+	idc_log(IDC_LOG_INFO, "%s/cache.mdb: map full, grown", c->dir);
 	return 0;
 }
 
@@ -528,6 +545,9 @@ int cache_expire(struct cache *c, const char *domain, enum cache_kind kind, cons
 		 size_t *count, struct idc_diag *d)
 {
 	MDB_txn *txn;
+	if (!ts_healthy(c)) /* rebuilt by the next write transaction */
+		return idc_diag_set(d, -EIO,
+				    "timestamps.mdb is damaged; it is rebuilt at the next refresh");
 	if (mdb_txn_begin(c->ts_env, NULL, 0, &txn))
 		return idc_diag_set(d, -EIO, "timestamps.mdb: cannot begin transaction");
 	struct idc_buf key = IDC_BUF_INIT;

@@ -72,7 +72,9 @@ struct cache_group {
 	const char *name;
 	uint32_t gid;
 	uint64_t order;
-	const char *const *members; /* user names, in the provider's order */
+	const char *const *members; /* user names, in the provider's order; a set:
+				     * a name given twice is stored once
+				     * (glibc's files module would repeat it) */
 	size_t nmembers;
 	const char *const *member_groups; /* names of nested member groups (same domain) */
 	size_t nmember_groups;
@@ -91,6 +93,9 @@ bool cache_name_valid(const char *name, size_t len);
  * nothing durable; only its timestamps change (in the timestamps db, which
  * commits alongside). */
 int cache_txn_begin(struct cache *c, struct cache_txn **out, struct idc_diag *d);
+/* After a transaction failed with IDC_EMAPFULL (and was aborted): double
+ * the map of cache.mdb. No transaction of this process may be open. */
+int cache_grow(struct cache *c, struct idc_diag *d);
 int cache_txn_commit(struct cache_txn *t, struct idc_diag *d);
 void cache_txn_abort(struct cache_txn *t);
 
@@ -139,11 +144,14 @@ int cache_group_by_name(struct cache_reader *r, const char *const *domains, size
 int cache_group_by_gid(struct cache_reader *r, const char *const *domains, size_t ndomains,
 		       uint32_t gid, struct cache_group *out, struct cache_meta *meta);
 
-/* All gids of user `name` in its domain: its primary gid first, then every
- * group that lists it (by memberUid) and, transitively, every group that
- * has one of those as a member group; each gid once; cycles end. *n gets the
- * count; -ERANGE with *n = needed when max is too small. -ENOENT when no
- * domain holds the user. */
+/* The gids of the groups of user `name` in its domain, as glibc's
+ * initgroups wants them: every group that lists the user (memberUid), then,
+ * level by level, every group that has one of those as a member group; each
+ * level in provider order, each gid once, cycles end. The user's primary gid
+ * is NOT added unless a group lists the user — glibc adds it itself, and a
+ * caller asking getgrouplist(user, other) must not get it (glibc's files
+ * module behaves so). *n gets the count; -ERANGE with *n = needed when max is
+ * too small. -ENOENT when no domain holds the user. */
 int cache_initgroups(struct cache_reader *r, const char *const *domains, size_t ndomains,
 		     const char *name, bool case_sensitive, uint32_t *gids, size_t max, size_t *n);
 

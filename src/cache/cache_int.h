@@ -55,6 +55,10 @@ enum { KIND_USER = 'u', KIND_GROUP = 'g' };
 /* timestamps.c */
 int ts_open(struct cache *c, struct idc_diag *d);
 void ts_close(struct cache *c);
+/* Whether the open timestamps db is still whole (not truncated under us). */
+bool ts_healthy(struct cache *c);
+/* Close, delete and create anew (no transaction on it may be open). */
+int ts_rebuild(struct cache *c, struct idc_diag *d);
 /* Key "<kind><domain>\0<folded name>" into out. */
 int ts_key(int kind, const char *domain, const char *name, struct idc_buf *out);
 int ts_put(MDB_txn *txn, MDB_dbi dbi, const struct idc_buf *key, const struct ts_rec *r);

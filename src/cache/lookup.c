@@ -18,7 +18,7 @@ int cache_reader_begin(struct cache *c, struct cache_reader **out)
 		free(r);
 		return rc;
 	}
-	if (c->ts_env && mdb_txn_begin(c->ts_env, NULL, MDB_RDONLY, &r->ts) != 0)
+	if (!ts_healthy(c) || mdb_txn_begin(c->ts_env, NULL, MDB_RDONLY, &r->ts) != 0)
 		r->ts = NULL; /* timestamps are advisory: serve without them */
 	*out = r;
 	return 0;
@@ -244,55 +244,84 @@ static int get_numbered(struct cache_reader *r, int kind, const char *domain, co
 	return p.found ? store_get_id(r->st, p.best_id, e) : -ENOENT;
 }
 
-/* ---- initgroups ----------------------------------------------------------------------- */
+/* ---- initgroups -----------------------------------------------------------------------
+ * The groups that list the user, then the groups that have those as
+ * members, level by level; each level in provider order (glibc's files
+ * module answers in file order), each group and each gid once. */
 
-struct walk {
-	struct cache_reader *r;
-	uint32_t *gids;
-	size_t max, n;
-	uint64_t *seen; /* group entry ids visited */
-	size_t nseen, capseen;
-	uint64_t *queue; /* ids whose parents are still to find */
-	size_t nq, capq;
+/* A set of 64-bit values (open addressing; 0 is stored as a flag). */
+struct u64set {
+	uint64_t *slot;
+	size_t cap, n;
+	bool has_zero;
 };
 
-static int push(uint64_t **arr, size_t *n, size_t *cap, uint64_t v)
+static int set_add(struct u64set *s, uint64_t v, bool *added)
 {
-	if (*n == *cap) {
-		size_t c = *cap ? *cap * 2 : 32;
-		uint64_t *p = realloc(*arr, c * sizeof(*p));
-		if (!p)
-			return -ENOMEM;
-		*arr = p;
-		*cap = c;
+	*added = false;
+	if (v == 0) {
+		*added = !s->has_zero;
+		s->has_zero = true;
+		return 0;
 	}
-	(*arr)[(*n)++] = v;
+	if ((s->n + 1) * 2 > s->cap) {
+		size_t cap = s->cap ? s->cap * 2 : 64;
+		uint64_t *ns = calloc(cap, sizeof(*ns));
+		if (!ns)
+			return -ENOMEM;
+		for (size_t i = 0; i < s->cap; i++) {
+			if (!s->slot[i])
+				continue;
+			size_t j = idc_hash64(&s->slot[i], 8, 0) & (cap - 1);
+			while (ns[j])
+				j = (j + 1) & (cap - 1);
+			ns[j] = s->slot[i];
+		}
+		free(s->slot);
+		s->slot = ns;
+		s->cap = cap;
+	}
+	size_t j = idc_hash64(&v, 8, 0) & (s->cap - 1);
+	for (; s->slot[j]; j = (j + 1) & (s->cap - 1))
+		if (s->slot[j] == v)
+			return 0;
+	s->slot[j] = v;
+	s->n++;
+	*added = true;
 	return 0;
 }
 
-static void add_gid(struct walk *w, uint32_t gid)
-{
-	size_t lim = w->n < w->max ? w->n : w->max;
-	for (size_t i = 0; i < lim; i++)
-		if (w->gids[i] == gid)
-			return;
-	if (w->n < w->max)
-		w->gids[w->n] = gid;
-	w->n++;
-}
+struct found {
+	uint64_t id;
+	uint64_t order;
+	uint32_t gid;
+};
+
+struct walk {
+	struct cache_reader *r;
+	struct found *f;
+	size_t n, cap;
+	struct u64set seen; /* group entry ids */
+};
 
 static int group_cb(const struct store_entry *e, void *arg)
 {
 	struct walk *w = arg;
-	for (size_t i = 0; i < w->nseen; i++)
-		if (w->seen[i] == e->id)
-			return 0; /* a cycle, or reached twice */
-	int rc = push(&w->seen, &w->nseen, &w->capseen, e->id);
-	if (!rc)
-		rc = push(&w->queue, &w->nq, &w->capq, e->id);
-	if (!rc)
-		add_gid(w, (uint32_t)number(e, "gidnumber"));
-	return rc;
+	bool added;
+	int rc = set_add(&w->seen, e->id, &added);
+	if (rc || !added)
+		return rc; /* a cycle, or reached twice */
+	if (w->n == w->cap) {
+		size_t cap = w->cap ? w->cap * 2 : 64;
+		struct found *p = realloc(w->f, cap * sizeof(*p));
+		if (!p)
+			return -ENOMEM;
+		w->f = p;
+		w->cap = cap;
+	}
+	w->f[w->n++] =
+	    (struct found){e->id, number(e, "entryorder"), (uint32_t)number(e, "gidnumber")};
+	return 0;
 }
 
 static int search_groups(struct walk *w, const char *domain, const char *attr,
@@ -323,21 +352,54 @@ static int search_groups(struct walk *w, const char *domain, const char *attr,
 	return rc;
 }
 
-/* Parents of queued groups, breadth first, until none are new. */
-static int walk_nested(struct walk *w, const char *domain)
+static int found_cmp(const void *a, const void *b)
 {
+	const struct found *x = a, *y = b;
+	if (x->order != y->order)
+		return x->order < y->order ? -1 : 1;
+	return (x->id > y->id) - (x->id < y->id);
+}
+
+/* Parents of each level, until a level finds nothing new. */
+static int walk_levels(struct walk *w, const char *domain)
+{
+	size_t start = 0;
 	int rc = 0;
-	for (size_t qi = 0; qi < w->nq && !rc; qi++) {
-		struct store_entry g;
-		rc = store_get_id(w->r->st, w->queue[qi], &g);
-		if (rc)
-			break;
-		char *dn = idc_arena_strndup(&w->r->arena, g.dn.ptr, g.dn.len);
-		if (!dn)
-			return -ENOMEM;
-		rc = search_groups(w, domain, "member", (struct store_val){dn, g.dn.len});
+	while (start < w->n && !rc) {
+		size_t end = w->n;
+		qsort(w->f + start, end - start, sizeof(*w->f), found_cmp);
+		for (size_t i = start; i < end && !rc; i++) {
+			struct store_entry g;
+			rc = store_get_id(w->r->st, w->f[i].id, &g);
+			char *dn = rc ? NULL : idc_arena_strndup(&w->r->arena, g.dn.ptr, g.dn.len);
+			if (!rc && !dn)
+				rc = -ENOMEM;
+			if (!rc)
+				rc = search_groups(w, domain, "member",
+						   (struct store_val){dn, g.dn.len});
+		}
+		start = end;
 	}
 	return rc;
+}
+
+/* Each gid once (two groups may share one), in walk order. */
+static int copy_gids(const struct walk *w, uint32_t *gids, size_t max, size_t *n)
+{
+	struct u64set seen = {0};
+	int rc = 0;
+	*n = 0;
+	for (size_t i = 0; i < w->n && !rc; i++) {
+		bool added;
+		rc = set_add(&seen, w->f[i].gid, &added);
+		if (!rc && added) {
+			if (*n < max)
+				gids[*n] = w->f[i].gid;
+			(*n)++;
+		}
+	}
+	free(seen.slot);
+	return rc ? rc : *n > max ? -ERANGE : 0;
 }
 
 int cache_initgroups(struct cache_reader *r, const char *const *domains, size_t ndomains,
@@ -354,19 +416,17 @@ int cache_initgroups(struct cache_reader *r, const char *const *domains, size_t 
 			return rc;
 		const struct store_attr *un = store_entry_attr(&e, "name", 4);
 		struct store_val uname = un->vals[0];
-		struct walk w = {.r = r, .gids = gids, .max = max};
-		add_gid(&w, (uint32_t)number(&e, "gidnumber"));
+		struct walk w = {.r = r};
 		char *nm = idc_arena_strndup(&r->arena, uname.ptr, uname.len);
 		rc = nm ? search_groups(&w, domains[i], "memberUid",
 					(struct store_val){nm, uname.len})
 			: -ENOMEM;
 		if (!rc)
-			rc = walk_nested(&w, domains[i]);
-		free(w.seen);
-		free(w.queue);
-		*n = w.n;
-		if (!rc && w.n > max)
-			rc = -ERANGE;
+			rc = walk_levels(&w, domains[i]);
+		if (!rc)
+			rc = copy_gids(&w, gids, max, n);
+		free(w.f);
+		free(w.seen.slot);
 		return rc;
 	}
 	return -ENOENT;

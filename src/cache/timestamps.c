@@ -4,9 +4,25 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cache_int.h"
+
+/* A file shorter than the pages its meta page claims (truncated) would
+ * fault (SIGBUS) on the first read of a missing page: count it as damaged.
+ * MDB_CORRUPTED or 0. */
+static int ts_check_size(MDB_env *env, const char *path)
+{
+	MDB_envinfo info;
+	MDB_stat st;
+	struct stat sb;
+	if (mdb_env_info(env, &info) || mdb_env_stat(env, &st) || stat(path, &sb) < 0)
+		return MDB_CORRUPTED;
+	if ((uint64_t)sb.st_size < ((uint64_t)info.me_last_pgno + 1) * st.ms_psize)
+		return MDB_CORRUPTED;
+	return 0;
+}
 
 static int ts_try_open(struct cache *c, const char *path)
 {
@@ -15,6 +31,8 @@ static int ts_try_open(struct cache *c, const char *path)
 		return rc;
 	mdb_env_set_mapsize(c->ts_env, (size_t)256 << 20);
 	rc = mdb_env_open(c->ts_env, path, MDB_NOSUBDIR | MDB_NOSYNC | MDB_NOTLS, 0644);
+	if (!rc)
+		rc = ts_check_size(c->ts_env, path);
 	MDB_txn *txn = NULL;
 	if (!rc)
 		rc = mdb_txn_begin(c->ts_env, NULL, 0, &txn);
@@ -47,6 +65,34 @@ int ts_open(struct cache *c, struct idc_diag *d)
 	if (rc)
 		return idc_diag_set(d, rc > 0 ? -rc : -EIO, "%s: %s", path, mdb_strerror(rc));
 	return 0;
+}
+
+bool ts_healthy(struct cache *c)
+{
+	/* The file's size first: reading LMDB's meta pages from a mapping of
+	 * a file truncated under us would fault. */
+	int fd;
+	struct stat sb;
+	long psize = sysconf(_SC_PAGESIZE);
+	if (!c->ts_env || mdb_env_get_fd(c->ts_env, &fd) || fstat(fd, &sb) < 0 || psize <= 0 ||
+	    sb.st_size < 2 * psize)
+		return false;
+	MDB_envinfo info;
+	if (mdb_env_info(c->ts_env, &info))
+		return false;
+	return (uint64_t)sb.st_size >= ((uint64_t)info.me_last_pgno + 1) * (uint64_t)psize;
+}
+
+int ts_rebuild(struct cache *c, struct idc_diag *d)
+{
+	char path[4096], lock[4200];
+	snprintf(path, sizeof(path), "%s/timestamps.mdb", c->dir);
+	snprintf(lock, sizeof(lock), "%s-lock", path);
+	idc_log(IDC_LOG_WARN, "%s: damaged while open; recreating it", path);
+	ts_close(c);
+	unlink(path);
+	unlink(lock);
+	return ts_open(c, d);
 }
 
 void ts_close(struct cache *c)

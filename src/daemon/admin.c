@@ -113,6 +113,7 @@ static int do_status(struct daemon *dm, const struct proto_req *req, struct idc_
 	for (size_t i = 0; i < dm->ndomains; i++)
 		status_domain(dm, dm->domains[i], &b);
 	status_requests(dm, &b);
+	daemon_mc_status(dm, &b);
 	int rc = b.data ? reply_text(out, req->cmd, &b) : -ENOMEM;
 	idc_buf_free(&b);
 	return rc;
@@ -140,6 +141,7 @@ static int do_expire(struct daemon *dm, const struct proto_req *req, struct idc_
 		/* files domains have the truth at hand: fetch it back now */
 		domain_schedule(dm->domains[i], 0, true);
 	}
+	daemon_mc_expire(dm, req->what, name);
 	idc_log(IDC_LOG_INFO, "expired %zu entries on request", total);
 	size_t start;
 	int rc = proto_reply_begin(out, req->cmd, PROTO_ST_OK, &start);

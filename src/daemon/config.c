@@ -617,6 +617,10 @@ int config_parse(const char *label, const char *text, size_t len, struct config 
 	if (!(ps.cfg = calloc(1, sizeof(*ps.cfg))))
 		return -ENOMEM;
 	ps.cfg->debug_level = -1;
+	/* The memory cache is on unless a size is set to 0 (DESIGN §7). */
+	ps.cfg->memcache_size_passwd = CONFIG_DEFAULT_MEMCACHE_MB;
+	ps.cfg->memcache_size_group = CONFIG_DEFAULT_MEMCACHE_MB;
+	ps.cfg->memcache_size_initgroups = CONFIG_DEFAULT_MEMCACHE_MB;
 	configure_inih();
 	int rc = ini_parse_stream(read_line, &ps, on_key, &ps);
 	if (rc > 0 && ps.nerr == 0)
@@ -654,6 +658,11 @@ static int check_file(const char *path, const struct stat *st, struct idc_buf *e
 	if (st->st_mode & (S_IWGRP | S_IWOTH))
 		return load_fail(errors, -EPERM, path,
 				 "writable by group or others; refusing it (chmod go-w)");
+	/* Whoever owns the file can rewrite it: only root, or the user the
+	 * daemon runs as, may. */
+	if (st->st_uid != 0 && st->st_uid != geteuid())
+		return load_fail(errors, -EPERM, path,
+				 "owned by another user; refusing it (chown root)");
 	if (st->st_size > (off_t)CONFIG_FILE_MAX)
 		return load_fail(errors, -EFBIG, path, "larger than 1 MiB");
 	return 0;

@@ -14,6 +14,7 @@
  *   admin.c      admin requests: status, expire, reload, user/group info
  *   domains.c    per-domain provider state: files refresh, inotify, timers
  *   reload.c     re-reading the configuration (SIGHUP, RELOAD)
+ *   memcache.c   the shared-memory cache maps (src/mc): writing, dropping
  */
 #ifndef IDC_DAEMON_H
 #define IDC_DAEMON_H
@@ -26,6 +27,7 @@
 #include "cache/cache.h"
 #include "daemon/config.h"
 #include "daemon/loop.h"
+#include "mc/mc.h"
 #include "proto/proto.h"
 #include "providers/files/files.h"
 #include "util/util.h"
@@ -78,11 +80,20 @@ bool domain_same_source(const struct config_domain *a, const struct config_domai
 struct domain *daemon_domain(struct daemon *dm, const char *name);
 
 /* ---- one client connection (conn.c) ---------------------------------------- */
-struct enum_cursor {
-	bool active;
-	struct idc_buf recs; /* records in wire encoding, back to back */
+/* One map's enumeration in wire encoding, built once per cache state and
+ * shared (reference-counted) by every connection walking it: a thousand
+ * enumerating clients cost one copy, and only the first pays the build. */
+struct enum_snap {
+	unsigned refs;
+	uint64_t gen;        /* daemon_data_gen() when built */
+	struct idc_buf recs; /* records back to back */
 	size_t *offs;        /* start of record i; offs[n] = recs.len */
-	size_t n, pos, cap;
+	size_t n, cap;
+};
+
+struct enum_cursor {
+	struct enum_snap *snap; /* NULL: not started */
+	size_t pos;
 };
 
 struct conn {
@@ -163,6 +174,22 @@ int daemon_apply_config(struct daemon *dm, struct config *cfg);
  * log). 0, or <0 with the old configuration still in force. */
 int daemon_reload(struct daemon *dm, struct idc_buf *errors);
 
+/* ---- shared-memory cache (memcache.c) -----------------------------------------
+ * Maps in run_dir/mc sized by cfg (MiB); a size change starts that map
+ * over. Every function tolerates disabled maps. */
+int daemon_mc_configure(struct daemon *dm, const struct config *cfg);
+void daemon_mc_close(struct daemon *dm);
+/* Records the responder answered with; by_id: the answer to a by-id lookup. */
+void daemon_mc_put_passwd(struct daemon *dm, const struct proto_passwd *pw, bool by_id);
+void daemon_mc_put_group(struct daemon *dm, const char *name, uint32_t gid, const char *const *mem,
+			 size_t nmem, bool by_id);
+void daemon_mc_put_initgroups(struct daemon *dm, const char *user, const uint32_t *gids, size_t n);
+/* `idcache expire` (what: PROTO_EXPIRE_*): drop the affected records. */
+void daemon_mc_expire(struct daemon *dm, uint32_t what, const char *name);
+/* Drop every record of map k (0 passwd, 1 group, 2 initgroups). */
+void daemon_mc_reset(struct daemon *dm, int k);
+void daemon_mc_status(struct daemon *dm, struct idc_buf *b);
+
 /* ---- the daemon --------------------------------------------------------------- */
 struct daemon {
 	struct loop loop;
@@ -187,10 +214,19 @@ struct daemon {
 	uint64_t start_ns;
 	int64_t start_time;
 	uint64_t requests[DAEMON_CMD_MAX];
+	struct mc_writer *mc[3]; /* passwd, group, initgroups; NULL: disabled */
+	bool mc_opened;
 	uint32_t *gids; /* initgroups scratch */
 	size_t gids_cap;
 	bool ready;
+	uint64_t config_gen;        /* bumped by every applied configuration */
+	struct enum_snap *snaps[2]; /* latest passwd / group enumeration */
 };
+
+/* Changes whenever what an enumeration returns may have changed. */
+uint64_t daemon_data_gen(const struct daemon *dm);
+/* Drop the daemon's own references to the enumeration snapshots. */
+void enum_snaps_release(struct daemon *dm);
 
 /* Log the "ready" line once every domain had its first refresh (main.c). */
 void daemon_check_ready(struct daemon *dm);

@@ -58,6 +58,13 @@ int domain_refresh(struct domain *d)
 		return rc;
 	}
 	log_refresh(d, &st, d->start_ns ? (idc_now_ns() - d->start_ns) / 1000000u : ms);
+	if (st.users.added + st.users.changed + st.users.removed + st.groups.added +
+	    st.groups.changed + st.groups.removed) {
+		/* The refresh reports counts, not which entries: every record
+		 * a change can touch goes (memberships reach all three maps). */
+		for (int k = 0; k < 3; k++)
+			daemon_mc_reset(d->dm, k);
+	}
 	d->start_ns = 0;
 	d->invalidate = false;
 	d->loaded = true;

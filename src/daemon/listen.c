@@ -87,27 +87,37 @@ int listener_open(struct daemon *dm, struct listener *l, const char *path, mode_
 
 /* Out of descriptors: give up the spare one to accept the connection and
  * close it at once, so the pending connection does not wake us forever. */
+/* Count a refused connection, logging at most every 10 s. */
+static void note_refusal(struct daemon *dm, const char *why)
+{
+	dm->refused++;
+	uint64_t now = idc_now_ns();
+	if (now - dm->refused_logged_ns > 10ull * 1000000000ull) {
+		idc_log(IDC_LOG_WARN, "%s (%zu connections open): refusing new ones (%llu so far)",
+			why, dm->nconns, (unsigned long long)dm->refused);
+		dm->refused_logged_ns = now;
+	}
+}
+
+/* Out of descriptors: give up the spare one to accept and close the
+ * waiting client, so it fails fast instead of hanging in the backlog. */
 static void shed(struct daemon *dm, int lfd)
 {
 	if (dm->spare_fd < 0)
 		return;
 	close(dm->spare_fd);
 	int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-	if (fd >= 0)
+	if (fd >= 0) {
 		close(fd);
+		note_refusal(dm, "out of file descriptors");
+	}
 	dm->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
 static void refuse(struct daemon *dm, int fd)
 {
 	close(fd);
-	dm->refused++;
-	uint64_t now = idc_now_ns();
-	if (now - dm->refused_logged_ns > 10ull * 1000000000ull) {
-		idc_log(IDC_LOG_WARN, "%zu connections open: refusing new ones (%llu so far)",
-			dm->nconns, (unsigned long long)dm->refused);
-		dm->refused_logged_ns = now;
-	}
+	note_refusal(dm, "connection limit reached");
 }
 
 static void on_accept(struct loop_io *io, uint32_t events)

@@ -275,6 +275,8 @@ static void stop(struct daemon *dm)
 	loop_io_close(&dm->sig);
 	loop_timer_close(&dm->sweep);
 	loop_fini(&dm->loop); /* frees the closed connections */
+	enum_snaps_release(dm);
+	daemon_mc_close(dm);
 	cache_close(dm->cache);
 	config_free(dm->cfg);
 	free(dm->gids);

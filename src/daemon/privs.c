@@ -101,29 +101,49 @@ int privs_chown_path(const struct privs *p, const char *path)
 	return 0;
 }
 
-/* chown the entries of dir and of its subdirectories, one level deep:
- * the cache's files live in state_dir and state_dir/cache.mdb. */
-static int chown_tree(const struct privs *p, const char *dir, int depth)
+/* chown the directory open at dfd and its entries, subdirectories down
+ * to depth. Everything below the top goes through the directory fd with
+ * O_NOFOLLOW / AT_SYMLINK_NOFOLLOW: an entry the daemon's user swaps for a
+ * symlink between readdir and chown cannot redirect root's chown. */
+static int chown_at(const struct privs *p, int dfd, int depth)
 {
-	int rc = privs_chown_path(p, dir);
-	int dfd = rc == 0 && depth > 0 ? open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
-	if (rc < 0 || dfd < 0)
-		return rc;
-	DIR *d = fdopendir(dfd);
-	if (!d) {
-		close(dfd);
+	if (fchown(dfd, p->uid, p->gid) < 0)
 		return -errno;
+	if (depth == 0)
+		return 0;
+	int lfd = dup(dfd);
+	DIR *d = lfd >= 0 ? fdopendir(lfd) : NULL;
+	if (!d) {
+		int rc = -errno;
+		if (lfd >= 0)
+			close(lfd);
+		return rc;
 	}
+	int rc = 0;
 	struct dirent *e;
 	while (rc == 0 && (e = readdir(d))) {
 		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
 			continue;
-		char sub[PATH_MAX];
-		if (snprintf(sub, sizeof(sub), "%s/%s", dir, e->d_name) >= (int)sizeof(sub))
-			continue;
-		rc = e->d_type == DT_DIR ? chown_tree(p, sub, depth - 1) : privs_chown_path(p, sub);
+		int sub = openat(dfd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (sub >= 0) {
+			rc = chown_at(p, sub, depth - 1);
+			close(sub);
+		} else if (fchownat(dfd, e->d_name, p->uid, p->gid, AT_SYMLINK_NOFOLLOW) < 0 &&
+			   errno != ENOENT) {
+			rc = -errno;
+		}
 	}
 	closedir(d);
+	return rc;
+}
+
+static int chown_tree(const struct privs *p, const char *dir, int depth)
+{
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return -errno;
+	int rc = chown_at(p, dfd, depth);
+	close(dfd);
 	return rc;
 }
 

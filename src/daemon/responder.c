@@ -147,6 +147,9 @@ static int do_user(struct daemon *dm, const struct proto_req *req, struct idc_bu
 	if (rc < 0)
 		return reply_failure(out, req->cmd, rc);
 	note_meta(dm, &meta);
+	struct proto_passwd pw = {pstr(u.name),  pstr(NO_PASSWORD), u.uid,        u.gid,
+				  pstr(u.gecos), pstr(u.dir),       pstr(u.shell)};
+	daemon_mc_put_passwd(dm, &pw, req->cmd == PROTO_CMD_GETPWUID);
 	size_t start;
 	rc = proto_reply_begin(out, req->cmd, PROTO_ST_OK, &start);
 	return finish(out, req->cmd, start, rc ? rc : put_user(out, &u));
@@ -167,6 +170,8 @@ static int do_group(struct daemon *dm, const struct proto_req *req, struct idc_b
 	if (rc < 0)
 		return reply_failure(out, req->cmd, rc);
 	note_meta(dm, &meta);
+	daemon_mc_put_group(dm, g.name, g.gid, (const char *const *)g.members, g.nmembers,
+			    req->cmd == PROTO_CMD_GETGRGID);
 	size_t start;
 	rc = proto_reply_begin(out, req->cmd, PROTO_ST_OK, &start);
 	return finish(out, req->cmd, start, rc ? rc : put_group(out, &g));
@@ -207,6 +212,8 @@ static int do_initgroups(struct daemon *dm, const struct proto_req *req, struct 
 			 : -ENOENT;
 	if (rc < 0)
 		return reply_failure(out, req->cmd, rc);
+	/* Keyed by the name asked: the cache found the user under it. */
+	daemon_mc_put_initgroups(dm, req->name.p, dm->gids, n);
 	size_t start;
 	rc = proto_reply_begin(out, req->cmd, PROTO_ST_OK, &start);
 	rc = rc ? rc : proto_put_u32(out, (uint32_t)n);
@@ -216,64 +223,111 @@ static int do_initgroups(struct daemon *dm, const struct proto_req *req, struct 
 }
 
 /* ==== enumeration ==========================================================================
- * SET (or the first GET) takes a snapshot of every domain's records in
- * wire encoding; GETs hand it out in batches. A snapshot is consistent
- * (one read transaction) and unaffected by refreshes while a client walks
- * it, as with getpwent over a file that is replaced meanwhile. */
+ * SET (or the first GET) takes a reference to a snapshot of every domain's
+ * records in wire encoding; GETs hand it out in batches. A snapshot is
+ * consistent (one read transaction) and unaffected by refreshes while a
+ * client walks it, as with getpwent over a file replaced meanwhile. The
+ * daemon keeps the latest snapshot of each map and reuses it while the
+ * cache is unchanged. */
+
+uint64_t daemon_data_gen(const struct daemon *dm)
+{
+	/* Every write to cache.mdb is a durable commit; configuration changes
+	 * alter the domain list. Together they tell when a snapshot is stale. */
+	return cache_durable_commits(dm->cache) * 1000003u + dm->config_gen;
+}
+
+static void snap_put(struct enum_snap *s)
+{
+	if (s && --s->refs == 0) {
+		idc_buf_free(&s->recs);
+		free(s->offs);
+		free(s);
+	}
+}
 
 void enum_cursor_free(struct enum_cursor *e)
 {
-	idc_buf_free(&e->recs);
-	free(e->offs);
+	snap_put(e->snap);
 	*e = (struct enum_cursor){0};
 }
 
-static int cursor_mark(struct enum_cursor *e)
+void enum_snaps_release(struct daemon *dm)
 {
-	if (e->n == e->cap) {
-		size_t cap = e->cap ? e->cap * 2 : 1024;
-		size_t *grown = realloc(e->offs, cap * sizeof(*grown));
+	for (size_t i = 0; i < 2; i++) {
+		snap_put(dm->snaps[i]);
+		dm->snaps[i] = NULL;
+	}
+}
+
+static int snap_mark(struct enum_snap *s)
+{
+	if (s->n == s->cap) {
+		size_t cap = s->cap ? s->cap * 2 : 1024;
+		size_t *grown = realloc(s->offs, cap * sizeof(*grown));
 		if (!grown)
 			return -ENOMEM;
-		e->offs = grown;
-		e->cap = cap;
+		s->offs = grown;
+		s->cap = cap;
 	}
-	e->offs[e->n++] = e->recs.len;
+	s->offs[s->n++] = s->recs.len;
 	return 0;
 }
 
 static int add_user(const struct cache_user *u, void *arg)
 {
-	struct enum_cursor *e = arg;
-	int rc = cursor_mark(e);
-	return rc ? rc : put_user(&e->recs, u);
+	struct enum_snap *s = arg;
+	int rc = snap_mark(s);
+	return rc ? rc : put_user(&s->recs, u);
 }
 
 static int add_group(const struct cache_group *g, void *arg)
 {
-	struct enum_cursor *e = arg;
-	int rc = cursor_mark(e);
-	return rc ? rc : put_group(&e->recs, g);
+	struct enum_snap *s = arg;
+	int rc = snap_mark(s);
+	return rc ? rc : put_group(&s->recs, g);
+}
+
+static int snap_build(struct daemon *dm, bool users, struct enum_snap **out)
+{
+	struct cache_reader *r = daemon_reader(dm);
+	struct enum_snap *s = calloc(1, sizeof(*s));
+	int rc = !s ? -ENOMEM : r ? 0 : -EIO;
+	for (size_t i = 0; rc == 0 && i < dm->ndomains; i++) {
+		const char *dn = dm->domains[i]->cfg->name;
+		rc = users ? cache_enum_users(r, dn, add_user, s)
+			   : cache_enum_groups(r, dn, add_group, s);
+	}
+	if (rc == 0)
+		rc = snap_mark(s); /* end of the last record */
+	if (rc < 0) {
+		if (s)
+			s->refs = 1;
+		snap_put(s);
+		return rc;
+	}
+	s->n--; /* the end mark is not a record */
+	s->gen = daemon_data_gen(dm);
+	s->refs = 1; /* the daemon's */
+	*out = s;
+	return 0;
 }
 
 static int collect(struct daemon *dm, struct enum_cursor *e, bool users)
 {
-	struct cache_reader *r = daemon_reader(dm);
 	enum_cursor_free(e);
-	int rc = r ? 0 : -EIO;
-	for (size_t i = 0; rc == 0 && i < dm->ndomains; i++) {
-		const char *dn = dm->domains[i]->cfg->name;
-		rc = users ? cache_enum_users(r, dn, add_user, e)
-			   : cache_enum_groups(r, dn, add_group, e);
+	struct enum_snap **latest = &dm->snaps[users ? 0 : 1];
+	if (!*latest || (*latest)->gen != daemon_data_gen(dm)) {
+		struct enum_snap *s;
+		int rc = snap_build(dm, users, &s);
+		if (rc < 0)
+			return rc;
+		snap_put(*latest);
+		*latest = s;
 	}
-	if (rc == 0)
-		rc = cursor_mark(e); /* end of the last record */
-	if (rc < 0) {
-		enum_cursor_free(e);
-		return rc;
-	}
-	e->n--; /* the end mark is not a record */
-	e->active = true;
+	(*latest)->refs++;
+	e->snap = *latest;
+	e->pos = 0;
 	return 0;
 }
 
@@ -282,16 +336,17 @@ static int collect(struct daemon *dm, struct enum_cursor *e, bool users)
 static int put_batch(struct enum_cursor *e, const struct proto_req *req, struct idc_buf *out,
 		     size_t start)
 {
+	const struct enum_snap *s = e->snap;
 	size_t count_at = out->len;
 	uint32_t count = 0;
 	int rc = proto_put_u32(out, 0);
-	while (rc == 0 && e->pos < e->n && (req->max_count == 0 || count < req->max_count)) {
-		size_t len = e->offs[e->pos + 1] - e->offs[e->pos];
+	while (rc == 0 && e->pos < s->n && (req->max_count == 0 || count < req->max_count)) {
+		size_t len = s->offs[e->pos + 1] - s->offs[e->pos];
 		size_t frame = out->len - start + len;
 		if (count > 0 &&
 		    ((req->max_bytes && frame > req->max_bytes) || frame > PROTO_MAX_REPLY))
 			break;
-		rc = idc_buf_append(out, e->recs.data + e->offs[e->pos], len);
+		rc = idc_buf_append(out, s->recs.data + s->offs[e->pos], len);
 		count++;
 		e->pos++;
 	}
@@ -309,13 +364,13 @@ static int enum_request(struct conn *c, const struct proto_req *req, struct idc_
 		return proto_reply_status(out, req->cmd, PROTO_ST_OK, NULL);
 	}
 	bool set = req->cmd == PROTO_CMD_SETPWENT || req->cmd == PROTO_CMD_SETGRENT;
-	if (set || !e->active)
+	if (set || !e->snap)
 		rc = collect(c->dm, e, users);
 	if (rc < 0)
 		return reply_failure(out, req->cmd, rc == -ENOENT ? -EIO : rc);
 	if (set)
 		return proto_reply_status(out, req->cmd, PROTO_ST_OK, NULL);
-	if (e->pos >= e->n)
+	if (e->pos >= e->snap->n)
 		return proto_reply_status(out, req->cmd, PROTO_ST_NOTFOUND, NULL);
 	size_t start;
 	rc = proto_reply_begin(out, req->cmd, PROTO_ST_OK, &start);

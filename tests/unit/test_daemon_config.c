@@ -63,7 +63,8 @@ static void test_minimal_defaults(void **state)
 	assert_string_equal(c->state_dir, CONFIG_DEFAULT_STATE_DIR);
 	assert_string_equal(c->user, CONFIG_DEFAULT_USER);
 	assert_int_equal(c->debug_level, -1);
-	assert_int_equal(c->memcache_size_passwd, 0);
+	assert_int_equal(c->memcache_size_passwd, CONFIG_DEFAULT_MEMCACHE_MB);
+	assert_int_equal(c->memcache_size_initgroups, CONFIG_DEFAULT_MEMCACHE_MB);
 	assert_int_equal(c->ndomains, 1);
 	const struct config_domain *d = &c->domains[0];
 	assert_string_equal(d->name, "local");

@@ -406,14 +406,21 @@ static int write_plan(struct cache_txn *t, const struct files_domain *fd,
 static int apply_plan(struct files_domain *fd, struct cache *c, const struct files_snapshot *old,
 		      const struct files_snapshot *ns, const struct plan *p, struct idc_diag *d)
 {
-	struct cache_txn *t;
-	int rc = cache_txn_begin(c, &t, d);
-	if (rc == 0) {
-		rc = write_plan(t, fd, old, ns, p, d);
-		if (rc == 0)
-			rc = cache_txn_commit(t, d);
-		else
-			cache_txn_abort(t);
+	int rc;
+	/* A full map fails the whole transaction: grow it and write the plan
+	 * again (the cache doubles the map each time). */
+	for (int tries = 0;; tries++) {
+		struct cache_txn *t;
+		rc = cache_txn_begin(c, &t, d);
+		if (rc == 0) {
+			rc = write_plan(t, fd, old, ns, p, d);
+			if (rc == 0)
+				rc = cache_txn_commit(t, d);
+			else
+				cache_txn_abort(t);
+		}
+		if (rc != IDC_EMAPFULL || tries == 8 || cache_grow(c, d) != 0)
+			break;
 	}
 	if (rc)
 		idc_diag_prefix(d, "files domain %s: nothing applied: ", fd->name);
