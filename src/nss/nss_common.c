@@ -39,13 +39,52 @@ bool idc_nss_name_ok(const char *name, struct proto_str *out)
 	return true;
 }
 
+/* secure_getenv: a setuid program must not be pointed at a socket or a
+ * cache file of the caller's choosing. */
+static const char *run_dir(void)
+{
+	const char *dir = secure_getenv("IDCACHE_RUNDIR");
+	return dir == NULL || dir[0] == '\0' ? IDC_DEFAULT_RUNDIR : dir;
+}
+
+/* One reader per map for the whole process, set up once. A forked child
+ * inherits them with their mappings (see mc/reader.c). */
+static struct mc_reader mc_readers[3];
+static bool mc_enabled;
+static pthread_once_t mc_once = PTHREAD_ONCE_INIT;
+
+static void mc_setup(void)
+{
+	const char *env = secure_getenv("IDCACHE_MEMCACHE");
+	if (env != NULL && strcmp(env, "no") == 0)
+		return;
+	char dir[128];
+	int n = snprintf(dir, sizeof(dir), "%s/mc", run_dir());
+	if (n < 0 || (size_t)n >= sizeof(dir))
+		return;
+	for (uint32_t k = 0; k < 3; k++)
+		if (mc_reader_init(&mc_readers[k], dir, MC_PASSWD + k) < 0)
+			return;
+	mc_enabled = true;
+}
+
+struct mc_reader *idc_nss_mc(uint32_t kind)
+{
+	if (kind < MC_PASSWD || kind > MC_INITGROUPS || pthread_once(&mc_once, mc_setup) != 0)
+		return NULL;
+	return mc_enabled ? &mc_readers[kind - MC_PASSWD] : NULL;
+}
+
+enum nss_status idc_nss_mc_done(int rc, int saved_errno, int *errnop)
+{
+	if (rc == 0)
+		return idc_nss_done(NSS_STATUS_SUCCESS, 0, saved_errno, errnop);
+	return idc_nss_done(NSS_STATUS_TRYAGAIN, ERANGE, saved_errno, errnop);
+}
+
 int idc_nss_connect(struct proto_client *c)
 {
-	/* secure_getenv: a setuid program must not be pointed at a socket of
-	 * the caller's choosing. */
-	const char *dir = secure_getenv("IDCACHE_RUNDIR");
-	if (dir == NULL || dir[0] == '\0')
-		dir = IDC_DEFAULT_RUNDIR;
+	const char *dir = run_dir();
 	char path[128]; /* sun_path is 108: anything longer fails below anyway */
 	int n = snprintf(path, sizeof(path), "%s/%s", dir, IDC_NSS_SOCKET);
 	if (n < 0 || (size_t)n >= sizeof(path)) {

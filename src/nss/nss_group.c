@@ -8,6 +8,8 @@
 
 #include <errno.h>
 #include <grp.h>
+#include <limits.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 nss_getgrnam_r _nss_idcache_getgrnam_r;
@@ -47,6 +49,10 @@ enum nss_status _nss_idcache_getgrnam_r(const char *name, struct group *result, 
 	struct proto_req req = {.cmd = PROTO_CMD_GETGRNAM};
 	if (!idc_nss_name_ok(name, &req.name))
 		return idc_nss_done(NSS_STATUS_NOTFOUND, ENOENT, saved, errnop);
+	struct mc_reader *mc = idc_nss_mc(MC_GROUP);
+	int rc = mc ? mc_getgrnam(mc, req.name.p, req.name.len, result, buf, buflen) : -ENOENT;
+	if (rc != -ENOENT)
+		return idc_nss_mc_done(rc, saved, errnop);
 	int err = 0;
 	enum nss_status st = gr_lookup(&req, -1, result, buf, buflen, &err);
 	return idc_nss_done(st, err, saved, errnop);
@@ -57,6 +63,10 @@ enum nss_status _nss_idcache_getgrgid_r(gid_t gid, struct group *result, char *b
 {
 	int saved = errno;
 	struct proto_req req = {.cmd = PROTO_CMD_GETGRGID, .id = gid};
+	struct mc_reader *mc = idc_nss_mc(MC_GROUP);
+	int rc = mc ? mc_getgrgid(mc, gid, result, buf, buflen) : -ENOENT;
+	if (rc != -ENOENT)
+		return idc_nss_mc_done(rc, saved, errnop);
 	int err = 0;
 	enum nss_status st = gr_lookup(&req, (long long)gid, result, buf, buflen, &err);
 	return idc_nss_done(st, err, saved, errnop);
@@ -152,6 +162,57 @@ static enum nss_status ig_receive(struct proto_client *c, gid_t skip, struct gid
 	return NSS_STATUS_SUCCESS;
 }
 
+/* Make room for n more gids without passing the limit (false: cannot, let
+ * the socket path apply the limit its way). */
+static bool gid_room(struct gid_array *a, size_t n)
+{
+	if ((size_t)(*a->size - *a->start) >= n)
+		return true;
+	if (n > (size_t)LONG_MAX / 2 || (a->limit > 0 && *a->start + (long)n > a->limit) ||
+	    (size_t)(*a->start + (long)n) > SIZE_MAX / sizeof(gid_t))
+		return false;
+	long nsize = *a->start + (long)n;
+	gid_t *ng = realloc(*a->groups, (size_t)nsize * sizeof(gid_t));
+	if (ng == NULL)
+		return false;
+	*a->groups = ng;
+	*a->size = nsize;
+	return true;
+}
+
+/* initgroups from the shared-memory cache: the gids are copied straight
+ * into the caller's array after the used part, then the primary group and
+ * gids already present are squeezed out. True on a hit (the array holds
+ * the answer); false leaves the used part as it was for the socket path. */
+static bool ig_from_mc(const struct proto_str *user, gid_t skip, struct gid_array *a)
+{
+	_Static_assert(sizeof(gid_t) == sizeof(uint32_t), "gid_t is 32 bits");
+	struct mc_reader *mc = idc_nss_mc(MC_INITGROUPS);
+	if (mc == NULL || *a->start < 0 || *a->size < *a->start)
+		return false;
+	size_t n = 0;
+	long used = *a->start;
+	int rc = mc_initgroups(mc, user->p, user->len, (uint32_t *)(*a->groups + used),
+			       (size_t)(*a->size - used), &n);
+	if (rc == -ERANGE && gid_room(a, n))
+		rc = mc_initgroups(mc, user->p, user->len, (uint32_t *)(*a->groups + used),
+				   (size_t)(*a->size - used), &n);
+	if (rc < 0)
+		return false;
+	gid_t *g = *a->groups;
+	long out = used;
+	for (size_t i = 0; i < n; i++) {
+		gid_t gid = g[used + (long)i];
+		bool dup = gid == skip;
+		for (long j = 0; j < used && !dup; j++)
+			dup = g[j] == gid;
+		if (!dup)
+			g[out++] = gid;
+	}
+	*a->start = out;
+	return true;
+}
+
 enum nss_status _nss_idcache_initgroups_dyn(const char *user, gid_t group, long int *start,
 					    long int *size, gid_t **groupsp, long int limit,
 					    int *errnop)
@@ -160,6 +221,9 @@ enum nss_status _nss_idcache_initgroups_dyn(const char *user, gid_t group, long 
 	struct proto_req req = {.cmd = PROTO_CMD_INITGROUPS};
 	if (!idc_nss_name_ok(user, &req.name))
 		return idc_nss_done(NSS_STATUS_NOTFOUND, ENOENT, saved, errnop);
+	struct gid_array a = {start, size, groupsp, limit};
+	if (ig_from_mc(&req.name, group, &a))
+		return idc_nss_done(NSS_STATUS_SUCCESS, 0, saved, errnop);
 	uint8_t frame[PROTO_HDR_SIZE + 4 + PROTO_NAME_MAX + 1];
 	int len = proto_encode_request(frame, sizeof(frame), &req);
 	struct proto_client c;
@@ -169,7 +233,6 @@ enum nss_status _nss_idcache_initgroups_dyn(const char *user, gid_t group, long 
 	int err = 0;
 	enum nss_status st = NSS_STATUS_UNAVAIL;
 	if (proto_client_request(&c, frame, (size_t)len, &h) == 0) {
-		struct gid_array a = {start, size, groupsp, limit};
 		st = h.status == PROTO_ST_OK ? ig_receive(&c, group, &a, &err)
 					     : idc_nss_status(h.status, &err);
 	}

@@ -19,6 +19,7 @@
 #include <pthread.h>
 #include <sys/types.h>
 
+#include "mc/mc.h"
 #include "proto/proto.h"
 
 /* Receive area on the stack for replies that do not fit the caller's buffer:
@@ -37,6 +38,15 @@ bool idc_nss_name_ok(const char *name, struct proto_str *out);
 
 /* Connect to nss.sock in $IDCACHE_RUNDIR (read with secure_getenv) or the default run dir. */
 int idc_nss_connect(struct proto_client *c);
+
+/* The shared-memory cache reader for kind (MC_PASSWD, MC_GROUP,
+ * MC_INITGROUPS), set up on first use from $IDCACHE_RUNDIR/mc; NULL when
+ * disabled by IDCACHE_MEMCACHE=no (both read with secure_getenv). A lookup
+ * asks it first and goes to the socket on a miss. */
+struct mc_reader *idc_nss_mc(uint32_t kind);
+/* Finish an entry point on an mc answer (rc 0: hit; -ERANGE: short buffer,
+ * TRYAGAIN/ERANGE). */
+enum nss_status idc_nss_mc_done(int rc, int saved_errno, int *errnop);
 
 /* Map a reply status (not OK) to an NSS status and the errno to report. */
 enum nss_status idc_nss_status(uint32_t st, int *err);

@@ -45,6 +45,10 @@ enum nss_status _nss_idcache_getpwnam_r(const char *name, struct passwd *result,
 	struct proto_req req = {.cmd = PROTO_CMD_GETPWNAM};
 	if (!idc_nss_name_ok(name, &req.name))
 		return idc_nss_done(NSS_STATUS_NOTFOUND, ENOENT, saved, errnop);
+	struct mc_reader *mc = idc_nss_mc(MC_PASSWD);
+	int rc = mc ? mc_getpwnam(mc, req.name.p, req.name.len, result, buf, buflen) : -ENOENT;
+	if (rc != -ENOENT)
+		return idc_nss_mc_done(rc, saved, errnop);
 	int err = 0;
 	enum nss_status st = pw_lookup(&req, -1, result, buf, buflen, &err);
 	return idc_nss_done(st, err, saved, errnop);
@@ -55,6 +59,10 @@ enum nss_status _nss_idcache_getpwuid_r(uid_t uid, struct passwd *result, char *
 {
 	int saved = errno;
 	struct proto_req req = {.cmd = PROTO_CMD_GETPWUID, .id = uid};
+	struct mc_reader *mc = idc_nss_mc(MC_PASSWD);
+	int rc = mc ? mc_getpwuid(mc, uid, result, buf, buflen) : -ENOENT;
+	if (rc != -ENOENT)
+		return idc_nss_mc_done(rc, saved, errnop);
 	int err = 0;
 	enum nss_status st = pw_lookup(&req, (long long)uid, result, buf, buflen, &err);
 	return idc_nss_done(st, err, saved, errnop);

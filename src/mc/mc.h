@@ -1,0 +1,129 @@
+/*
+ * mc: the shared-memory cache — the writer idcached updates and the reader
+ * the NSS module consults before it asks the daemon over the socket.
+ * File format and concurrency protocol: mc/layout.h.
+ *
+ * Writer (daemon side, may allocate, single-threaded: one writer per map
+ * and file at a time). Reader (client side): libc only, never allocates,
+ * no system call on a hit, thread-safe, fork-safe.
+ */
+#ifndef IDC_MC_H
+#define IDC_MC_H
+
+#include <grp.h>
+#include <pwd.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mc/layout.h"
+#include "proto/proto.h"
+
+/* ==== writer ================================================================ */
+
+struct mc_writer;
+
+struct mc_stats {
+	uint64_t size;       /* file bytes; 0: map disabled */
+	uint64_t generation; /* files created (resets + 1) */
+	uint32_t slot_count, slots_used;
+	uint32_t records;
+	uint64_t evictions; /* live records dropped to make room */
+};
+
+/* Create a fresh map of kind in directory dir (created 0755 if missing):
+ * the file dir/<kind name> of size bytes (rounded down to 8; at least
+ * MC_MIN_FILE), with a new seed, replacing and recycling whatever file was
+ * there. size 0 disables the map: an existing file is marked RECYCLED and
+ * removed, and *out is NULL; every writer function accepts a NULL writer
+ * and does nothing. 0 or -errno (-EINVAL: bad kind or size). */
+int mc_writer_open(const char *dir, uint32_t kind, uint64_t size, struct mc_writer **out);
+
+/* Unmap and free; the file stays ALIVE for clients until a new daemon
+ * replaces it (records expire on their own). */
+void mc_writer_close(struct mc_writer *w);
+
+/* Drop every record: a new file (new seed) is written beside the old one,
+ * renamed over it, and the old one marked RECYCLED. size: the new size, or
+ * 0 to keep the current one. 0 or -errno (the old file stays in use). */
+int mc_writer_reset(struct mc_writer *w, uint64_t size);
+
+/* Store a record (replacing the one with the same name) valid until expire
+ * (unix seconds). Every record answers lookups by its name. It answers
+ * lookups by its id only with by_id: the daemon says so when it knows no
+ * other entry with that id comes first (uid 0 is root, not toor); such a
+ * record takes the id over from any other record in the map. A record once
+ * put with by_id keeps answering by id when rewritten without it, until it
+ * is invalidated. 0, -E2BIG (the record would take more than a quarter of
+ * the map: not cached), -EINVAL (bad record), -ENOMEM. */
+int mc_put_passwd(struct mc_writer *w, const struct proto_passwd *pw, int64_t expire, bool by_id);
+int mc_put_group(struct mc_writer *w, const struct proto_group *gr, int64_t expire, bool by_id);
+/* gids in the order the daemon answers them (each once): stored as given. */
+int mc_put_initgroups(struct mc_writer *w, const char *user, size_t len, const uint32_t *gids,
+		      size_t n, int64_t expire);
+
+/* Remove the record named name / every record answering id lookups for id
+ * (initgroups: by user name). Returns the number removed (0 or 1 / 0..n). */
+int mc_invalidate_name(struct mc_writer *w, const char *name, size_t len);
+int mc_invalidate_id(struct mc_writer *w, uint32_t id);
+
+/* Counters for `idcache status`; all zero for a NULL (disabled) writer. */
+void mc_writer_stats(const struct mc_writer *w, struct mc_stats *st);
+
+/* ==== reader ================================================================
+ * One struct mc_reader per map, usually static. Lookups return 0 on a hit
+ * (the record packed into the caller's struct and buffer), -ENOENT on a
+ * miss of any kind (absent, expired, no file, a file that fails a check, a
+ * record changing under us), -ERANGE when buflen is too small for the hit.
+ * A miss means "ask the daemon", never "no such entry". */
+
+/* Mappings one reader keeps at a time: the current one and those retired
+ * by a reset but possibly still being read by another thread. */
+#define MC_READER_MAPS 4
+#define MC_PATH_MAX    256
+
+/* Private to reader.c. */
+struct mc_mapping {
+	_Atomic uint32_t refs; /* threads inside a lookup on this mapping */
+	const uint8_t *base;   /* NULL: slot unused */
+	size_t len;
+	/* Geometry, copied out of the header and validated against len when
+	 * mapped: a writer (or anyone) changing the header later cannot move
+	 * an access outside the mapping. */
+	uint64_t seed;
+	uint64_t table_off, slot_off;
+	uint32_t nbuckets, slot_count, slot_size;
+};
+
+struct mc_reader {
+	char path[MC_PATH_MAX];
+	uint32_t kind;
+	_Atomic int current;  /* index into maps, -1: nothing mapped */
+	_Atomic int lock_pid; /* pid remapping, 0: free (see reader.c) */
+	struct mc_mapping maps[MC_READER_MAPS];
+};
+
+/* Set up r for the map of kind in directory dir. Not thread-safe: call once
+ * before r is shared (pthread_once in the NSS module). Nothing is opened
+ * until the first lookup. -ENAMETOOLONG or -EINVAL. */
+int mc_reader_init(struct mc_reader *r, const char *dir, uint32_t kind);
+
+/* Unmap everything. Only when no other thread can be using r (tests, the
+ * fuzzer); the NSS module never calls it. */
+void mc_reader_close(struct mc_reader *r);
+
+int mc_getpwnam(struct mc_reader *r, const char *name, size_t len, struct passwd *pw, char *buf,
+		size_t buflen);
+int mc_getpwuid(struct mc_reader *r, uint32_t uid, struct passwd *pw, char *buf, size_t buflen);
+int mc_getgrnam(struct mc_reader *r, const char *name, size_t len, struct group *gr, char *buf,
+		size_t buflen);
+int mc_getgrgid(struct mc_reader *r, uint32_t gid, struct group *gr, char *buf, size_t buflen);
+
+/* The groups of user (in stored order) into gids[0..cap).
+ * *count gets their number on a hit and on -ERANGE (then nothing useful is
+ * in gids: grow to *count and call again). */
+int mc_initgroups(struct mc_reader *r, const char *user, size_t len, uint32_t *gids, size_t cap,
+		  size_t *count);
+
+#endif

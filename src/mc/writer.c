@@ -1,0 +1,627 @@
+/*
+ * mc writer: builds and updates the shared-memory cache files (daemon side).
+ *
+ * Allocation is a ring over the slots: a new record goes at the ring head,
+ * and whatever live record overlaps the range is evicted first (oldest
+ * first, counted). Freed slots are reused only when the ring comes round,
+ * which keeps the writer simple and makes every reuse an event readers can
+ * see (hdr->reuse_gen, see layout.h). A rewrite of a record that keeps its
+ * size, name and id happens in place under the record's sequence word.
+ *
+ * The writer keeps its own bookkeeping (which record owns each slot, which
+ * chains a record is on) in private memory, so it never has to trust the
+ * file for anything but the chain words it walks to unlink, and those walks
+ * are bounded and bound-checked.
+ */
+#include "mc/mc.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "util/util.h"
+
+#define LINK_NAME 1u
+#define LINK_ID   2u
+
+struct mc_writer {
+	char *dir, *path, *tmp;
+	uint32_t kind;
+	uint64_t generation;
+	uint8_t *base; /* the whole file, read-write */
+	size_t len;
+	struct mc_header *hdr;
+	_Atomic uint32_t *tab_name, *tab_id;
+	uint8_t *slots;
+	uint32_t nbuckets, slot_count, slot_size;
+	uint32_t *owner;  /* per slot: first slot of the record covering it, or MC_NONE */
+	uint8_t *links;   /* per first slot: LINK_* chains the record is on */
+	uint32_t head;    /* ring: next slot to hand out */
+	uint32_t hwm;     /* slots below have held a record: reusing them bumps reuse_gen */
+	uint32_t used;    /* slots held by live records */
+	uint32_t records; /* live records */
+	uint64_t evictions;
+	struct idc_buf scratch; /* payload being encoded */
+};
+
+/* ---- small helpers ------------------------------------------------------------ */
+
+static struct mc_rec *rec_at(const struct mc_writer *w, uint32_t slot)
+{
+	return (struct mc_rec *)(void *)(w->slots + (size_t)slot * w->slot_size);
+}
+
+static uint64_t hash_name(const struct mc_writer *w, const char *name, size_t len)
+{
+	return idc_hash64(name, len, w->hdr->seed);
+}
+
+static uint64_t hash_id(const struct mc_writer *w, uint32_t id)
+{
+	return idc_hash64(&id, sizeof(id), w->hdr->seed);
+}
+
+/* The name a record's payload starts with (a wire str). */
+static bool rec_name_is(const struct mc_rec *rec, const char *name, size_t len)
+{
+	const uint8_t *p = (const uint8_t *)(rec + 1);
+	uint32_t n;
+	if (rec->len < 4)
+		return false;
+	memcpy(&n, p, 4);
+	return n == len && (size_t)rec->len >= 4 + (size_t)n + 1 && memcmp(p + 4, name, len) == 0;
+}
+
+static uint64_t seed_new(void)
+{
+	uint64_t s;
+	/* GRND_NONBLOCK: early in boot a weaker seed beats a daemon that does
+	 * not start; the seed only spreads chains, it guards no secret. */
+	if (getrandom(&s, sizeof(s), GRND_NONBLOCK) == (ssize_t)sizeof(s))
+		return s;
+	return idc_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL);
+}
+
+/* ---- building a file ---------------------------------------------------------- */
+
+struct geometry {
+	uint32_t nbuckets, slot_count;
+	uint64_t slot_off;
+};
+
+/* About one bucket per two slots (a record takes two or three), the tables
+ * right after the header, the slots 64-byte aligned after them. */
+static int geometry_for(uint64_t size, struct geometry *g)
+{
+	if (size < MC_MIN_FILE || size >= MC_MAX_FILE)
+		return -EINVAL;
+	uint64_t approx = (size - MC_HDR_SIZE) / (MC_SLOT_SIZE + 4);
+	uint32_t nb = 1;
+	while ((uint64_t)nb * 4 <= approx)
+		nb *= 2;
+	g->nbuckets = nb;
+	g->slot_off = (MC_HDR_SIZE + (uint64_t)nb * 8 + 63) & ~(uint64_t)63;
+	g->slot_count = (uint32_t)((size - g->slot_off) / MC_SLOT_SIZE);
+	return g->slot_count >= 4 ? 0 : -EINVAL;
+}
+
+static void header_init(struct mc_header *h, uint32_t kind, uint64_t size, uint64_t generation,
+			const struct geometry *g)
+{
+	h->magic = MC_MAGIC;
+	h->version = MC_VERSION;
+	h->kind = kind;
+	atomic_store_explicit(&h->status, MC_UNINIT, memory_order_relaxed);
+	atomic_store_explicit(&h->reuse_gen, 0, memory_order_relaxed);
+	h->seed = seed_new();
+	h->generation = generation;
+	h->file_size = size;
+	h->hdr_size = MC_HDR_SIZE;
+	h->nbuckets = g->nbuckets;
+	h->table_off = MC_HDR_SIZE;
+	h->slot_off = g->slot_off;
+	h->slot_count = g->slot_count;
+	h->slot_size = MC_SLOT_SIZE;
+}
+
+/* Create w->tmp of size bytes, fully allocated (a sparse file on a full
+ * tmpfs would SIGBUS the daemon on first write), mapped read-write, with an
+ * ALIVE header and empty tables. On success the new mapping is in *base. */
+static int file_build(const struct mc_writer *w, uint64_t size, uint8_t **base)
+{
+	struct geometry g;
+	int rc = geometry_for(size, &g);
+	if (rc < 0)
+		return rc;
+	if (unlink(w->tmp) < 0 && errno != ENOENT)
+		return -errno;
+	int fd = open(w->tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+	if (fd < 0)
+		return -errno;
+	/* Every client must be able to read it, whatever our umask. */
+	rc = fchmod(fd, 0644) < 0 ? -errno : -posix_fallocate(fd, 0, (off_t)size);
+	void *p = MAP_FAILED;
+	if (rc == 0) {
+		p = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		if (p == MAP_FAILED)
+			rc = -errno;
+	}
+	close(fd);
+	if (rc < 0) {
+		unlink(w->tmp);
+		return rc;
+	}
+	struct mc_header *h = p;
+	header_init(h, w->kind, size, w->generation + 1, &g);
+	memset((uint8_t *)p + MC_HDR_SIZE, 0xff, (size_t)g.nbuckets * 8); /* MC_NONE */
+	atomic_store_explicit(&h->status, MC_ALIVE, memory_order_release);
+	*base = p;
+	return 0;
+}
+
+/* Mark the file open at fd RECYCLED if it looks like one of ours. Through a
+ * mapping, so the store is the same atomic store readers load. */
+static void recycle_fd(int fd)
+{
+	struct stat st;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size < (off_t)MC_HDR_SIZE)
+		return;
+	struct mc_header *h = mmap(NULL, MC_HDR_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (h == MAP_FAILED)
+		return;
+	if (h->magic == MC_MAGIC)
+		atomic_store_explicit(&h->status, MC_RECYCLED, memory_order_release);
+	munmap(h, MC_HDR_SIZE);
+}
+
+/* Point w at the mapping base (already renamed into place). */
+static int adopt(struct mc_writer *w, uint8_t *base)
+{
+	struct mc_header *h = (struct mc_header *)(void *)base;
+	uint32_t *owner = malloc((size_t)h->slot_count * sizeof(*owner));
+	uint8_t *links = calloc(h->slot_count, 1);
+	if (owner == NULL || links == NULL) {
+		free(owner);
+		free(links);
+		return -ENOMEM;
+	}
+	memset(owner, 0xff, (size_t)h->slot_count * sizeof(*owner));
+	free(w->owner);
+	free(w->links);
+	w->owner = owner;
+	w->links = links;
+	w->base = base;
+	w->len = (size_t)h->file_size;
+	w->hdr = h;
+	w->generation = h->generation;
+	w->nbuckets = h->nbuckets;
+	w->tab_name = (_Atomic uint32_t *)(void *)(base + h->table_off);
+	w->tab_id = w->tab_name + h->nbuckets;
+	w->slots = base + h->slot_off;
+	w->slot_count = h->slot_count;
+	w->slot_size = h->slot_size;
+	w->head = w->hwm = w->used = w->records = 0;
+	w->evictions = 0;
+	return 0;
+}
+
+/* Build a new file and put it in place of the old one (w->base, if any, or
+ * whatever file is at w->path), which is then marked RECYCLED. */
+static int file_replace(struct mc_writer *w, uint64_t size)
+{
+	uint8_t *base = NULL;
+	int rc = file_build(w, size, &base);
+	if (rc < 0)
+		return rc;
+	uint64_t len = ((struct mc_header *)(void *)base)->file_size;
+	int old_fd = w->base ? -1 : open(w->path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+	if (rename(w->tmp, w->path) < 0) {
+		rc = -errno;
+		goto fail;
+	}
+	uint8_t *old = w->base;
+	size_t old_len = w->len;
+	uint64_t evictions = w->evictions;
+	rc = adopt(w, base);
+	if (rc < 0) {
+		/* The new file is in place but we cannot track it: mark it
+		 * RECYCLED so readers drop it rather than trust a file nobody
+		 * will invalidate. */
+		atomic_store_explicit(&((struct mc_header *)(void *)base)->status, MC_RECYCLED,
+				      memory_order_release);
+		goto fail;
+	}
+	w->evictions = evictions; /* a reset is not a restart: keep counting */
+	w->hdr->evictions = evictions;
+	/* Only now, with the new file at the path, may readers be told to
+	 * remap: they reopen the path. */
+	if (old != NULL) {
+		atomic_store_explicit(&((struct mc_header *)(void *)old)->status, MC_RECYCLED,
+				      memory_order_release);
+		munmap(old, old_len);
+	} else if (old_fd >= 0) {
+		recycle_fd(old_fd);
+	}
+	if (old_fd >= 0)
+		close(old_fd);
+	return 0;
+fail:
+	if (old_fd >= 0)
+		close(old_fd);
+	munmap(base, (size_t)len);
+	unlink(w->tmp);
+	return rc;
+}
+
+static char *path_join(const char *dir, const char *prefix, const char *name)
+{
+	size_t n = strlen(dir) + strlen(prefix) + strlen(name) + 2;
+	char *p = malloc(n);
+	if (p != NULL) {
+		strcpy(p, dir);
+		strcat(p, "/");
+		strcat(p, prefix);
+		strcat(p, name);
+	}
+	return p;
+}
+
+/* Disable a map: tell readers of whatever file is there, then remove it. */
+static int file_retire(const char *path)
+{
+	int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : -errno;
+	/* Unlink first: a reader that sees RECYCLED and reopens must find
+	 * nothing rather than the same file again. */
+	int rc = unlink(path) < 0 ? -errno : 0;
+	recycle_fd(fd);
+	close(fd);
+	return rc;
+}
+
+/* ---- open, reset, close -------------------------------------------------------------- */
+
+void mc_writer_close(struct mc_writer *w)
+{
+	if (w == NULL)
+		return;
+	if (w->base)
+		munmap(w->base, w->len);
+	free(w->owner);
+	free(w->links);
+	free(w->dir);
+	free(w->path);
+	free(w->tmp);
+	idc_buf_free(&w->scratch);
+	free(w);
+}
+
+int mc_writer_open(const char *dir, uint32_t kind, uint64_t size, struct mc_writer **out)
+{
+	const char *name = mc_kind_name(kind);
+	*out = NULL;
+	if (name == NULL || (size != 0 && geometry_for(size & ~(uint64_t)7, &(struct geometry){0})))
+		return -EINVAL;
+	if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+		return -errno;
+	struct mc_writer *w = calloc(1, sizeof(*w));
+	if (w == NULL)
+		return -ENOMEM;
+	w->kind = kind;
+	w->dir = strdup(dir);
+	w->path = path_join(dir, "", name);
+	w->tmp = path_join(dir, ".new.", name);
+	int rc = -ENOMEM;
+	if (w->dir && w->path && w->tmp)
+		rc = size == 0 ? file_retire(w->path) : file_replace(w, size & ~(uint64_t)7);
+	if (rc < 0 || size == 0) {
+		mc_writer_close(w);
+		return rc;
+	}
+	*out = w;
+	return 0;
+}
+
+int mc_writer_reset(struct mc_writer *w, uint64_t size)
+{
+	if (w == NULL)
+		return 0;
+	return file_replace(w, size ? size & ~(uint64_t)7 : w->len);
+}
+
+void mc_writer_stats(const struct mc_writer *w, struct mc_stats *st)
+{
+	memset(st, 0, sizeof(*st));
+	if (w == NULL)
+		return;
+	st->size = w->len;
+	st->generation = w->generation;
+	st->slot_count = w->slot_count;
+	st->slots_used = w->used;
+	st->records = w->records;
+	st->evictions = w->evictions;
+}
+
+/* ---- chains ----------------------------------------------------------------------------- */
+
+/* Remove slot from the chain starting at head, where each record's next word
+ * is at byte offset next_off in struct mc_rec. The predecessor's word (or
+ * the bucket) is overwritten with one release store: a reader sees the
+ * chain with or without the record, and one standing on the record walks
+ * on through its unchanged next word. */
+static void chain_unlink(struct mc_writer *w, _Atomic uint32_t *head, size_t next_off,
+			 uint32_t slot)
+{
+	_Atomic uint32_t *pp = head;
+	for (uint32_t steps = 0; steps <= w->slot_count; steps++) {
+		uint32_t cur = atomic_load_explicit(pp, memory_order_relaxed);
+		if (cur >= w->slot_count)
+			return;
+		_Atomic uint32_t *next =
+		    (_Atomic uint32_t *)(void *)((uint8_t *)rec_at(w, cur) + next_off);
+		if (cur == slot) {
+			atomic_store_explicit(pp, atomic_load_explicit(next, memory_order_relaxed),
+					      memory_order_release);
+			return;
+		}
+		pp = next;
+	}
+}
+
+static void link_push(_Atomic uint32_t *head, _Atomic uint32_t *next, uint32_t slot)
+{
+	atomic_store_explicit(next, atomic_load_explicit(head, memory_order_relaxed),
+			      memory_order_relaxed);
+	/* Release: a reader that loads the bucket (acquire) sees the whole
+	 * record and its next word. */
+	atomic_store_explicit(head, slot, memory_order_release);
+}
+
+static void unlink_id(struct mc_writer *w, uint32_t slot)
+{
+	struct mc_rec *rec = rec_at(w, slot);
+	chain_unlink(w, &w->tab_id[mc_bucket(hash_id(w, rec->id), w->nbuckets)],
+		     offsetof(struct mc_rec, next_id), slot);
+	w->links[slot] &= (uint8_t)~LINK_ID;
+}
+
+/* Unlink a record from its chains, make its sequence word odd for good, and
+ * give its slots back. Its bytes stay until the ring reuses them. */
+static void rec_remove(struct mc_writer *w, uint32_t slot)
+{
+	struct mc_rec *rec = rec_at(w, slot);
+	if (w->links[slot] & LINK_NAME)
+		chain_unlink(w, &w->tab_name[mc_bucket(rec->name_hash, w->nbuckets)],
+			     offsetof(struct mc_rec, next_name), slot);
+	if (w->links[slot] & LINK_ID)
+		unlink_id(w, slot);
+	w->links[slot] = 0;
+	uint32_t seq = atomic_load_explicit(&rec->seq, memory_order_relaxed);
+	atomic_store_explicit(&rec->seq, seq | 1u, memory_order_release);
+	uint32_t n = rec->nslots;
+	for (uint32_t i = 0; i < n && slot + i < w->slot_count; i++)
+		w->owner[slot + i] = MC_NONE;
+	w->used -= n;
+	w->records--;
+	w->hdr->records = w->records;
+}
+
+/* First slot of the record named name on the name chain, or MC_NONE. */
+static uint32_t find_name(const struct mc_writer *w, const char *name, size_t len, uint64_t hash)
+{
+	uint32_t cur =
+	    atomic_load_explicit(&w->tab_name[mc_bucket(hash, w->nbuckets)], memory_order_relaxed);
+	for (uint32_t steps = 0; cur < w->slot_count && steps <= w->slot_count; steps++) {
+		const struct mc_rec *rec = rec_at(w, cur);
+		if (w->owner[cur] == cur && rec->name_hash == hash && rec_name_is(rec, name, len))
+			return cur;
+		cur = atomic_load_explicit(&rec->next_name, memory_order_relaxed);
+	}
+	return MC_NONE;
+}
+
+/* Every record on the id chain carrying id, except keep: taken off the id
+ * chain (remove: altogether). Returns how many. */
+static int drop_id(struct mc_writer *w, uint32_t id, uint32_t keep, bool remove)
+{
+	int count = 0;
+	uint32_t cur = atomic_load_explicit(&w->tab_id[mc_bucket(hash_id(w, id), w->nbuckets)],
+					    memory_order_relaxed);
+	for (uint32_t steps = 0; cur < w->slot_count && steps <= w->slot_count; steps++) {
+		struct mc_rec *rec = rec_at(w, cur);
+		/* Read before unlinking; the record keeps it anyway. */
+		uint32_t next = atomic_load_explicit(&rec->next_id, memory_order_relaxed);
+		if (cur != keep && w->owner[cur] == cur && rec->id == id) {
+			if (remove)
+				rec_remove(w, cur);
+			else
+				unlink_id(w, cur);
+			count++;
+		}
+		cur = next;
+	}
+	return count;
+}
+
+/* ---- slots --------------------------------------------------------------------------------- */
+
+/* n consecutive slots at the ring head, evicting what is there. */
+static uint32_t slots_take(struct mc_writer *w, uint32_t n)
+{
+	if (w->head + n > w->slot_count)
+		w->head = 0; /* the tail stays as it is until the next round */
+	uint32_t start = w->head;
+	for (uint32_t i = start; i < start + n; i++) {
+		if (w->owner[i] != MC_NONE) {
+			rec_remove(w, w->owner[i]);
+			w->evictions++;
+			w->hdr->evictions = w->evictions;
+		}
+	}
+	if (start < w->hwm) {
+		/* These slots held records a reader may still reach through a
+		 * link it read before they were unlinked: make it notice.
+		 * The release fence orders the bump before the record writes
+		 * that follow (seqlock writer side, see layout.h). */
+		uint32_t g = atomic_load_explicit(&w->hdr->reuse_gen, memory_order_relaxed);
+		atomic_store_explicit(&w->hdr->reuse_gen, g + 1, memory_order_release);
+		atomic_thread_fence(memory_order_release);
+	}
+	w->head = start + n;
+	if (w->head > w->hwm)
+		w->hwm = w->head;
+	for (uint32_t i = start; i < start + n; i++)
+		w->owner[i] = start;
+	w->used += n;
+	w->records++;
+	w->hdr->records = w->records;
+	return start;
+}
+
+/* Payload and expiry of a record under its sequence word: odd, fence, write,
+ * even with release. */
+static void rec_write(struct mc_rec *rec, const void *payload, uint32_t len, int64_t expire)
+{
+	uint32_t seq = atomic_load_explicit(&rec->seq, memory_order_relaxed) | 1u;
+	atomic_store_explicit(&rec->seq, seq, memory_order_relaxed);
+	atomic_thread_fence(memory_order_release);
+	rec->expire = expire;
+	rec->len = len;
+	memcpy(rec + 1, payload, len);
+	atomic_store_explicit(&rec->seq, seq + 1, memory_order_release);
+}
+
+/* Store payload (a wire record starting with the name) under name and id. */
+static int put(struct mc_writer *w, const char *name, size_t nlen, uint32_t id, bool by_id,
+	       int64_t expire)
+{
+	const void *payload = w->scratch.data;
+	size_t len = w->scratch.len;
+	if (len > MC_MAX_RECORD)
+		return -E2BIG;
+	uint64_t need = sizeof(struct mc_rec) + len;
+	uint32_t n = (uint32_t)((need + w->slot_size - 1) / w->slot_size);
+	if (n > w->slot_count / 4)
+		return -E2BIG;
+	uint64_t hash = hash_name(w, name, nlen);
+	uint32_t old = find_name(w, name, nlen, hash);
+	if (old != MC_NONE && rec_at(w, old)->id == id && rec_at(w, old)->nslots == n) {
+		rec_write(rec_at(w, old), payload, (uint32_t)len, expire);
+		if (by_id && !(w->links[old] & LINK_ID)) {
+			drop_id(w, id, old, false);
+			link_push(&w->tab_id[mc_bucket(hash_id(w, id), w->nbuckets)],
+				  &rec_at(w, old)->next_id, old);
+			w->links[old] |= LINK_ID;
+		}
+		return 0;
+	}
+	if (old != MC_NONE) {
+		by_id = by_id || (w->links[old] & LINK_ID);
+		rec_remove(w, old);
+	}
+	if (by_id)
+		drop_id(w, id, MC_NONE, false);
+	uint32_t slot = slots_take(w, n);
+	struct mc_rec *rec = rec_at(w, slot);
+	/* Not linked yet: nobody reaches it but through a stale index, which
+	 * reuse_gen and the odd sequence word turn into a miss. */
+	atomic_store_explicit(&rec->seq, atomic_load_explicit(&rec->seq, memory_order_relaxed) | 1u,
+			      memory_order_relaxed);
+	atomic_thread_fence(memory_order_release);
+	rec->nslots = n;
+	rec->id = id;
+	rec->name_hash = hash;
+	rec->reserved = 0;
+	atomic_store_explicit(&rec->next_name, MC_NONE, memory_order_relaxed);
+	atomic_store_explicit(&rec->next_id, MC_NONE, memory_order_relaxed);
+	rec_write(rec, payload, (uint32_t)len, expire);
+	link_push(&w->tab_name[mc_bucket(hash, w->nbuckets)], &rec->next_name, slot);
+	w->links[slot] = LINK_NAME;
+	if (by_id) {
+		link_push(&w->tab_id[mc_bucket(hash_id(w, id), w->nbuckets)], &rec->next_id, slot);
+		w->links[slot] |= LINK_ID;
+	}
+	return 0;
+}
+
+/* ---- records -------------------------------------------------------------------------------- */
+
+static bool name_ok(const char *name, size_t len)
+{
+	return name != NULL && len > 0 && len <= PROTO_NAME_MAX && memchr(name, '\0', len) == NULL;
+}
+
+int mc_put_passwd(struct mc_writer *w, const struct proto_passwd *pw, int64_t expire, bool by_id)
+{
+	if (w == NULL)
+		return 0;
+	if (!name_ok(pw->name.p, pw->name.len))
+		return -EINVAL;
+	idc_buf_reset(&w->scratch);
+	int rc = proto_put_passwd(&w->scratch, pw);
+	if (rc < 0)
+		return rc;
+	return put(w, pw->name.p, pw->name.len, pw->uid, by_id, expire);
+}
+
+int mc_put_group(struct mc_writer *w, const struct proto_group *gr, int64_t expire, bool by_id)
+{
+	if (w == NULL)
+		return 0;
+	if (!name_ok(gr->name.p, gr->name.len))
+		return -EINVAL;
+	idc_buf_reset(&w->scratch);
+	int rc = proto_put_group(&w->scratch, gr);
+	if (rc < 0)
+		return rc;
+	return put(w, gr->name.p, gr->name.len, gr->gid, by_id, expire);
+}
+
+int mc_put_initgroups(struct mc_writer *w, const char *user, size_t len, const uint32_t *gids,
+		      size_t n, int64_t expire)
+{
+	if (w == NULL)
+		return 0;
+	if (!name_ok(user, len))
+		return -EINVAL;
+	if (n > MC_MAX_RECORD / 4)
+		return -E2BIG;
+	/* In the order given: glibc hands the groups to setgroups in the
+	 * order its source lists them, as files does in file order. The
+	 * cache gives each gid once. */
+	idc_buf_reset(&w->scratch);
+	int rc = proto_put_str(&w->scratch, user, len);
+	if (rc == 0)
+		rc = proto_put_u32(&w->scratch, (uint32_t)n);
+	if (rc == 0 && n)
+		rc = idc_buf_append(&w->scratch, gids, n * sizeof(*gids));
+	if (rc < 0)
+		return rc;
+	return put(w, user, len, 0, false, expire);
+}
+
+int mc_invalidate_name(struct mc_writer *w, const char *name, size_t len)
+{
+	if (w == NULL || !name_ok(name, len))
+		return 0;
+	uint32_t slot = find_name(w, name, len, hash_name(w, name, len));
+	if (slot == MC_NONE)
+		return 0;
+	rec_remove(w, slot);
+	return 1;
+}
+
+int mc_invalidate_id(struct mc_writer *w, uint32_t id)
+{
+	if (w == NULL || w->kind == MC_INITGROUPS)
+		return 0;
+	return drop_id(w, id, MC_NONE, true);
+}

@@ -1,0 +1,730 @@
+/*
+ * Unit tests for src/mc: writer and reader in one process and across fork —
+ * hits, misses, expiry, eviction, invalidation, reset and recycling, every
+ * buffer size, a torn-read stress test with a writer process and reader
+ * processes, and corruption of the file while readers run.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mc/mc.h"
+
+#define SMALL_MAP 16384u
+#define BIG_MAP   (1u << 20)
+
+static char dir[64];
+
+static int64_t later(void)
+{
+	return (int64_t)time(NULL) + 3600;
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	strcpy(dir, "/tmp/test_mc.XXXXXX");
+	return mkdtemp(dir) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+static struct proto_str S(const char *s) {
+	struct proto_str r = {s, (uint32_t)strlen(s)};
+	return r;
+}
+
+static int
+put_pw(struct mc_writer *w, const char *name, uint32_t uid, const char *gecos, int64_t expire,
+       bool by_id)
+{
+	struct proto_passwd pw = {S(name),  S("x"),       uid,         uid + 1,
+				  S(gecos), S("/home/x"), S("/bin/sh")};
+	return mc_put_passwd(w, &pw, expire, by_id);
+}
+
+/* A group with C-string members, encoded as the wire list. */
+static int put_gr(struct mc_writer *w, const char *name, uint32_t gid, const char *const *mem,
+		  uint32_t n, int64_t expire)
+{
+	struct idc_buf b = IDC_BUF_INIT;
+	for (uint32_t i = 0; i < n; i++)
+		assert_int_equal(proto_put_cstr(&b, mem[i]), 0);
+	struct proto_group gr = {S(name), S("*"), gid, {(const uint8_t *)b.data, b.len, n}};
+	int rc = mc_put_group(w, &gr, expire, true);
+	idc_buf_free(&b);
+	return rc;
+}
+
+static void reader(struct mc_reader *r, uint32_t kind)
+{
+	assert_int_equal(mc_reader_init(r, dir, kind), 0);
+}
+
+/* ---- basics ------------------------------------------------------------------ */
+
+static void test_hit_miss(void **state)
+{
+	(void)state;
+	struct mc_writer *w;
+	struct mc_reader r;
+	struct passwd pw;
+	char buf[1024];
+	reader(&r, MC_PASSWD);
+	/* No file yet: a miss, not an error. */
+	assert_int_equal(mc_getpwnam(&r, "alice", 5, &pw, buf, sizeof(buf)), -ENOENT);
+	assert_int_equal(mc_writer_open(dir, MC_PASSWD, BIG_MAP, &w), 0);
+	assert_int_equal(put_pw(w, "alice", 1000, "Alice A", later(), true), 0);
+	assert_int_equal(mc_getpwnam(&r, "alice", 5, &pw, buf, sizeof(buf)), 0);
+	assert_string_equal(pw.pw_name, "alice");
+	assert_string_equal(pw.pw_gecos, "Alice A");
+	assert_string_equal(pw.pw_shell, "/bin/sh");
+	assert_int_equal(pw.pw_uid, 1000);
+	assert_int_equal(pw.pw_gid, 1001);
+	memset(&pw, 0, sizeof(pw));
+	assert_int_equal(mc_getpwuid(&r, 1000, &pw, buf, sizeof(buf)), 0);
+	assert_string_equal(pw.pw_name, "alice");
+	assert_int_equal(mc_getpwnam(&r, "alicE", 5, &pw, buf, sizeof(buf)), -ENOENT);
+	assert_int_equal(mc_getpwnam(&r, "alic", 4, &pw, buf, sizeof(buf)), -ENOENT);
+	assert_int_equal(mc_getpwuid(&r, 1001, &pw, buf, sizeof(buf)), -ENOENT);
+	/* A passwd reader never answers from another kind's API. */
+	assert_int_equal(mc_getgrgid(&r, 1000, NULL, buf, sizeof(buf)), -ENOENT);
+
+	/* by_id: uid 0 is root's; toor is found by name only. */
+	assert_int_equal(put_pw(w, "root", 0, "root", later(), true), 0);
+	assert_int_equal(put_pw(w, "toor", 0, "toor", later(), false), 0);
+	assert_int_equal(mc_getpwuid(&r, 0, &pw, buf, sizeof(buf)), 0);
+	assert_string_equal(pw.pw_name, "root");
+	assert_int_equal(mc_getpwnam(&r, "toor", 4, &pw, buf, sizeof(buf)), 0);
+	/* toor taking the id over. */
+	assert_int_equal(put_pw(w, "toor", 0, "toor", later(), true), 0);
+	assert_int_equal(mc_getpwuid(&r, 0, &pw, buf, sizeof(buf)), 0);
+	assert_string_equal(pw.pw_name, "toor");
+	assert_int_equal(mc_getpwnam(&r, "root", 4, &pw, buf, sizeof(buf)), 0);
+
+	struct mc_stats st;
+	mc_writer_stats(w, &st);
+	assert_int_equal(st.records, 3);
+	assert_int_equal(st.size, BIG_MAP);
+	mc_writer_close(w);
+	mc_reader_close(&r);
+}
+
+static void test_expiry_update_invalidate(void **state)
+{
+	(void)state;
+	struct mc_writer *w;
+	struct mc_reader r;
+	struct passwd pw;
+	char buf[1024];
+	reader(&r, MC_PASSWD);
+	assert_int_equal(mc_writer_open(dir, MC_PASSWD, BIG_MAP, &w), 0);
+	assert_int_equal(put_pw(w, "old", 5, "g", (int64_t)time(NULL) - 1, true), 0);
+	assert_int_equal(mc_getpwnam(&r, "old", 3, &pw, buf, sizeof(buf)), -ENOENT);
+	assert_int_equal(mc_getpwuid(&r, 5, &pw, buf, sizeof(buf)), -ENOENT);
+	assert_int_equal(put_pw(w, "old", 5, "h", later(), true), 0); /* in place */
+	assert_int_equal(mc_getpwnam(&r, "old", 3, &pw, buf, sizeof(buf)), 0);
+	assert_string_equal(pw.pw_gecos, "h");
+	assert_int_equal(put_pw(w, "old", 5, "a much longer gecos field than before, so it moves",
+				later(), false),
+			 0);
+	assert_int_equal(mc_getpwnam(&r, "old", 3, &pw, buf, sizeof(buf)), 0);
+	assert_string_equal(pw.pw_gecos, "a much longer gecos field than before, so it moves");
+	/* It kept answering by id (by_id sticks until invalidated). */
+	assert_int_equal(mc_getpwuid(&r, 5, &pw, buf, sizeof(buf)), 0);
+	/* Renumbered: the new uid answers, the old does not. */
+	assert_int_equal(put_pw(w, "old", 6, "h", later(), true), 0);
+	assert_int_equal(mc_getpwuid(&r, 6, &pw, buf, sizeof(buf)), 0);
+
+	assert_int_equal(put_pw(w, "bob", 7, "b", later(), true), 0);
+	assert_int_equal(mc_invalidate_name(w, "bob", 3), 1);
+	assert_int_equal(mc_invalidate_name(w, "bob", 3), 0);
+	assert_int_equal(mc_getpwnam(&r, "bob", 3, &pw, buf, sizeof(buf)), -ENOENT);
+	assert_int_equal(mc_getpwuid(&r, 7, &pw, buf, sizeof(buf)), -ENOENT);
+	assert_int_equal(mc_invalidate_id(w, 6), 1);
+	assert_int_equal(mc_getpwnam(&r, "old", 3, &pw, buf, sizeof(buf)), -ENOENT);
+	assert_int_equal(mc_getpwuid(&r, 6, &pw, buf, sizeof(buf)), -ENOENT);
+	mc_writer_close(w);
+	mc_reader_close(&r);
+}
+
+static void test_eviction(void **state)
+{
+	(void)state;
+	struct mc_writer *w;
+	struct mc_reader r;
+	struct passwd pw;
+	char buf[1024], name[32];
+	reader(&r, MC_PASSWD);
+	assert_int_equal(mc_writer_open(dir, MC_PASSWD, SMALL_MAP, &w), 0);
+	for (uint32_t i = 0; i < 2000; i++) {
+		snprintf(name, sizeof(name), "user%u", i);
+		assert_int_equal(put_pw(w, name, 10000 + i, name, later(), true), 0);
+	}
+	struct mc_stats st;
+	mc_writer_stats(w, &st);
+	assert_true(st.evictions > 1000);
+	assert_true(st.records > 10 && st.records < 2000);
+	assert_true(st.slots_used <= st.slot_count);
+	/* The newest are there; whatever answers is the right record. */
+	assert_int_equal(mc_getpwnam(&r, "user1999", 8, &pw, buf, sizeof(buf)), 0);
+	assert_int_equal(mc_getpwnam(&r, "user0", 5, &pw, buf, sizeof(buf)), -ENOENT);
+	uint32_t hits = 0;
+	for (uint32_t i = 0; i < 2000; i++) {
+		snprintf(name, sizeof(name), "user%u", i);
+		if (mc_getpwuid(&r, 10000 + i, &pw, buf, sizeof(buf)) == 0) {
+			assert_string_equal(pw.pw_name, name);
+			hits++;
+		}
+	}
+	assert_int_equal(hits, st.records);
+	/* A record larger than a quarter of the map is refused. */
+	char big[8192];
+	memset(big, 'g', sizeof(big) - 1);
+	big[sizeof(big) - 1] = '\0';
+	assert_int_equal(put_pw(w, "big", 1, big, later(), true), -E2BIG);
+	mc_writer_close(w);
+	mc_reader_close(&r);
+}
+
+/* Every buffer size from 0 up: ERANGE below the exact need, a correct
+ * record from it on. */
+static void test_buffer_sizes(void **state)
+{
+	(void)state;
+	struct mc_writer *w, *wg;
+	struct mc_reader r, rg;
+	reader(&r, MC_PASSWD);
+	reader(&rg, MC_GROUP);
+	assert_int_equal(mc_writer_open(dir, MC_PASSWD, BIG_MAP, &w), 0);
+	assert_int_equal(mc_writer_open(dir, MC_GROUP, BIG_MAP, &wg), 0);
+	char gecos[3000];
+	memset(gecos, 'z', sizeof(gecos) - 1);
+	gecos[sizeof(gecos) - 1] = '\0';
+	assert_int_equal(put_pw(w, "alice", 1, "A", later(), true), 0);
+	assert_int_equal(put_pw(w, "large", 2, gecos, later(), true), 0);
+	static const char *const mem[] = {"alice", "bob", "carol", "a-rather-long-member-name"};
+	assert_int_equal(put_gr(wg, "staff", 50, mem, 4, later()), 0);
+	assert_int_equal(put_gr(wg, "empty", 51, NULL, 0, later()), 0);
+
+	static _Alignas(16) char buf[8192];
+	const char *names[] = {"alice", "large"};
+	for (size_t n = 0; n < 2; n++) {
+		size_t need = strlen(names[n]) + 3 + strlen(n ? gecos : "A") + 1 + 8 + 8;
+		for (size_t len = 0; len < need + 40; len++) {
+			struct passwd pw;
+			int rc = mc_getpwnam(&r, names[n], strlen(names[n]), &pw, buf, len);
+			assert_int_equal(rc, len < need ? -ERANGE : 0);
+			if (rc == 0) {
+				assert_string_equal(pw.pw_name, names[n]);
+				assert_true(pw.pw_shell + strlen(pw.pw_shell) < buf + len);
+			}
+		}
+	}
+	const char *gnames[] = {"staff", "empty"};
+	for (size_t n = 0; n < 2; n++) {
+		size_t need = 0;
+		for (size_t len = 0; len < 400; len++) {
+			struct group gr;
+			int rc = mc_getgrnam(&rg, gnames[n], 5, &gr, buf, len);
+			if (need == 0 && rc == 0)
+				need = len;
+			assert_int_equal(rc, need == 0 ? -ERANGE : 0);
+			if (rc == 0) {
+				assert_string_equal(gr.gr_name, gnames[n]);
+				uint32_t k = 0;
+				while (gr.gr_mem[k] != NULL) {
+					assert_string_equal(gr.gr_mem[k], mem[k]);
+					k++;
+				}
+				assert_int_equal(k, n ? 0 : 4);
+				assert_true((char *)&gr.gr_mem[k + 1] <= buf + len);
+			}
+		}
+		/* Strings + alignment + the pointer array, exactly. */
+		size_t strings = 5 + 1 + 2 + (n ? 0 : 6 + 4 + 6 + 26);
+		size_t expect = ((strings + 7) & ~(size_t)7) + (n ? 1 : 5) * sizeof(char *);
+		assert_int_equal(need, expect);
+	}
+	mc_writer_close(w);
+	mc_writer_close(wg);
+	mc_reader_close(&r);
+	mc_reader_close(&rg);
+}
+
+static void test_initgroups(void **state)
+{
+	(void)state;
+	struct mc_writer *w;
+	struct mc_reader r;
+	reader(&r, MC_INITGROUPS);
+	assert_int_equal(mc_writer_open(dir, MC_INITGROUPS, BIG_MAP, &w), 0);
+	/* Stored in the order given (the daemon's, which is the provider's). */
+	uint32_t in[] = {30, 10, 20, 5};
+	assert_int_equal(mc_put_initgroups(w, "alice", 5, in, 4, later()), 0);
+	assert_int_equal(mc_put_initgroups(w, "nobody", 6, NULL, 0, later()), 0);
+	uint32_t out[8];
+	size_t n = 99;
+	assert_int_equal(mc_initgroups(&r, "alice", 5, out, 3, &n), -ERANGE);
+	assert_int_equal(n, 4);
+	assert_int_equal(mc_initgroups(&r, "alice", 5, out, 4, &n), 0);
+	assert_int_equal(n, 4);
+	assert_int_equal(out[0], 30);
+	assert_int_equal(out[1], 10);
+	assert_int_equal(out[2], 20);
+	assert_int_equal(out[3], 5);
+	assert_int_equal(mc_initgroups(&r, "nobody", 6, out, 0, &n), 0);
+	assert_int_equal(n, 0);
+	assert_int_equal(mc_initgroups(&r, "bob", 3, out, 8, &n), -ENOENT);
+	assert_int_equal(mc_invalidate_name(w, "alice", 5), 1);
+	assert_int_equal(mc_initgroups(&r, "alice", 5, out, 8, &n), -ENOENT);
+	/* 200 groups, the budget's case. */
+	uint32_t many[200];
+	for (uint32_t i = 0; i < 200; i++)
+		many[i] = 5000 + 199 - i;
+	assert_int_equal(mc_put_initgroups(w, "carol", 5, many, 200, later()), 0);
+	uint32_t got[200];
+	assert_int_equal(mc_initgroups(&r, "carol", 5, got, 200, &n), 0);
+	assert_int_equal(n, 200);
+	for (uint32_t i = 0; i < 200; i++)
+		assert_int_equal(got[i], many[i]);
+	mc_writer_close(w);
+	mc_reader_close(&r);
+}
+
+/* ---- reset, recycling, disabling ------------------------------------------------ */
+
+static void test_reset_recycle(void **state)
+{
+	(void)state;
+	struct mc_writer *w;
+	struct mc_reader r;
+	struct passwd pw;
+	char buf[1024];
+	reader(&r, MC_PASSWD);
+	assert_int_equal(mc_writer_open(dir, MC_PASSWD, BIG_MAP, &w), 0);
+	assert_int_equal(put_pw(w, "alice", 1000, "A", later(), true), 0);
+	assert_int_equal(mc_getpwnam(&r, "alice", 5, &pw, buf, sizeof(buf)), 0);
+	/* Reset: empty, new file; the reader notices from its mapping. */
+	for (int i = 0; i < 10; i++) {
+		assert_int_equal(mc_writer_reset(w, i % 2 ? BIG_MAP : SMALL_MAP), 0);
+		assert_int_equal(mc_getpwnam(&r, "alice", 5, &pw, buf, sizeof(buf)), -ENOENT);
+		assert_int_equal(put_pw(w, "alice", 1000, "B", later(), true), 0);
+		assert_int_equal(mc_getpwnam(&r, "alice", 5, &pw, buf, sizeof(buf)), 0);
+		assert_string_equal(pw.pw_gecos, "B");
+	}
+	struct mc_stats st;
+	mc_writer_stats(w, &st);
+	assert_int_equal(st.generation, 11);
+	assert_int_equal(st.size, BIG_MAP);
+	/* A new daemon: the old file is recycled, the reader follows. */
+	mc_writer_close(w);
+	assert_int_equal(mc_getpwnam(&r, "alice", 5, &pw, buf, sizeof(buf)), 0);
+	assert_int_equal(mc_writer_open(dir, MC_PASSWD, SMALL_MAP, &w), 0);
+	assert_int_equal(mc_getpwnam(&r, "alice", 5, &pw, buf, sizeof(buf)), -ENOENT);
+	assert_int_equal(put_pw(w, "alice", 1000, "C", later(), true), 0);
+	assert_int_equal(mc_getpwnam(&r, "alice", 5, &pw, buf, sizeof(buf)), 0);
+	assert_string_equal(pw.pw_gecos, "C");
+	mc_writer_close(w);
+	/* Disabled: the file goes away and readers miss. */
+	assert_int_equal(mc_writer_open(dir, MC_PASSWD, 0, &w), 0);
+	assert_null(w);
+	assert_int_equal(mc_getpwnam(&r, "alice", 5, &pw, buf, sizeof(buf)), -ENOENT);
+	char p[128];
+	snprintf(p, sizeof(p), "%s/passwd", dir);
+	assert_int_equal(access(p, F_OK), -1);
+	assert_int_equal(put_pw(w, "alice", 1000, "C", later(), true), 0); /* NULL: no-op */
+	mc_reader_close(&r);
+}
+
+static void test_fork(void **state)
+{
+	(void)state;
+	struct mc_writer *w;
+	struct mc_reader r;
+	struct passwd pw;
+	char buf[1024];
+	reader(&r, MC_PASSWD);
+	assert_int_equal(mc_writer_open(dir, MC_PASSWD, BIG_MAP, &w), 0);
+	assert_int_equal(put_pw(w, "alice", 1000, "A", later(), true), 0);
+	assert_int_equal(mc_getpwnam(&r, "alice", 5, &pw, buf, sizeof(buf)), 0);
+	int go[2], done[2];
+	assert_int_equal(pipe(go), 0);
+	assert_int_equal(pipe(done), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		/* The child uses the inherited mapping, sees the parent's
+		 * update, then follows a reset. */
+		char c;
+		int bad = mc_getpwnam(&r, "alice", 5, &pw, buf, sizeof(buf)) != 0;
+		bad |= write(done[1], "1", 1) != 1;
+		bad |= read(go[0], &c, 1) != 1;
+		bad |= mc_getpwnam(&r, "alice", 5, &pw, buf, sizeof(buf)) != 0 ||
+		       strcmp(pw.pw_gecos, "updated") != 0;
+		bad |= write(done[1], "2", 1) != 1;
+		bad |= read(go[0], &c, 1) != 1;
+		bad |= mc_getpwnam(&r, "alice", 5, &pw, buf, sizeof(buf)) != 0 ||
+		       strcmp(pw.pw_gecos, "after reset") != 0;
+		_exit(bad);
+	}
+	char c;
+	assert_int_equal(read(done[0], &c, 1), 1);
+	assert_int_equal(put_pw(w, "alice", 1000, "updated", later(), true), 0);
+	assert_int_equal(write(go[1], "1", 1), 1);
+	assert_int_equal(read(done[0], &c, 1), 1);
+	assert_int_equal(mc_writer_reset(w, 0), 0);
+	assert_int_equal(put_pw(w, "alice", 1000, "after reset", later(), true), 0);
+	assert_int_equal(write(go[1], "1", 1), 1);
+	int status;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+	close(go[0]);
+	close(go[1]);
+	close(done[0]);
+	close(done[1]);
+	mc_writer_close(w);
+	mc_reader_close(&r);
+}
+
+/* ---- torn reads ------------------------------------------------------------------ */
+
+#define STRESS_USERS   40
+#define STRESS_READERS 4
+#define STRESS_SECONDS 2
+
+static uint32_t fnv(uint32_t h, const char *s)
+{
+	for (; *s; s++)
+		h = (h ^ (uint8_t)*s) * 16777619u;
+	return h;
+}
+
+/* The gecos carries a checksum of every other field and of its own body. */
+static uint32_t record_sum(const char *name, uint32_t uid, uint32_t gid, const char *dir_,
+			   const char *body)
+{
+	char ids[32];
+	snprintf(ids, sizeof(ids), "%u/%u", uid, gid);
+	return fnv(fnv(fnv(fnv(2166136261u, name), ids), dir_), body);
+}
+
+static void stress_put(struct mc_writer *w, uint32_t i, uint32_t v)
+{
+	char name[16], home[64], body[128], gecos[160];
+	snprintf(name, sizeof(name), "u%u", i);
+	snprintf(home, sizeof(home), "/home/%s/%u", name, v);
+	/* The length varies, so records move between slots and the ring
+	 * reuses slots (reuse_gen) as well as rewriting in place. */
+	snprintf(body, sizeof(body), "v%u-%.*s", v, (int)(v % 60),
+		 "............................................................");
+	snprintf(gecos, sizeof(gecos), "%s:%08x", body, record_sum(name, 20000 + i, v, home, body));
+	struct proto_passwd pw = {S(name), S("x"), 20000 + i, v, S(gecos), S(home), S("/bin/sh")};
+	if (mc_put_passwd(w, &pw, later(), true) < 0)
+		_exit(3);
+}
+
+static bool stress_check(const struct passwd *pw, uint32_t i)
+{
+	char name[16];
+	snprintf(name, sizeof(name), "u%u", i);
+	const char *colon = strrchr(pw->pw_gecos, ':');
+	if (strcmp(pw->pw_name, name) != 0 || pw->pw_uid != 20000 + i || colon == NULL)
+		return false;
+	char body[128];
+	snprintf(body, sizeof(body), "%.*s", (int)(colon - pw->pw_gecos), pw->pw_gecos);
+	char want[16];
+	snprintf(want, sizeof(want), "%08x",
+		 record_sum(pw->pw_name, pw->pw_uid, pw->pw_gid, pw->pw_dir, body));
+	return strcmp(colon + 1, want) == 0;
+}
+
+static void stress_writer(uint64_t until)
+{
+	struct mc_writer *w;
+	if (mc_writer_open(dir, MC_PASSWD, SMALL_MAP, &w) < 0)
+		_exit(4);
+	for (uint32_t v = 1; idc_now_ns() < until; v++) {
+		stress_put(w, v % STRESS_USERS, v);
+		if (v % 5000 == 0 && mc_writer_reset(w, v % 10000 ? SMALL_MAP : 2 * SMALL_MAP) < 0)
+			_exit(5);
+		if (v % 777 == 0)
+			mc_invalidate_id(w, 20000 + (v / 777) % STRESS_USERS);
+	}
+	mc_writer_close(w);
+	_exit(0);
+}
+
+static void stress_reader(uint64_t until, uint64_t *hits)
+{
+	struct mc_reader r;
+	if (mc_reader_init(&r, dir, MC_PASSWD) < 0)
+		_exit(4);
+	char buf[512];
+	uint64_t n = 0;
+	for (uint32_t k = 0; idc_now_ns() < until; k++) {
+		struct passwd pw;
+		uint32_t i = k % STRESS_USERS;
+		char name[16];
+		snprintf(name, sizeof(name), "u%u", i);
+		int rc = k % 2 ? mc_getpwuid(&r, 20000 + i, &pw, buf, sizeof(buf))
+			       : mc_getpwnam(&r, name, strlen(name), &pw, buf, sizeof(buf));
+		if (rc == 0 && !stress_check(&pw, i))
+			_exit(2); /* a torn record got through */
+		if (rc != 0 && rc != -ENOENT)
+			_exit(6);
+		n += rc == 0;
+	}
+	*hits = n;
+	_exit(0);
+}
+
+static void test_torn_reads(void **state)
+{
+	(void)state;
+	uint64_t *hits =
+	    mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	assert_true(hits != MAP_FAILED);
+	/* Create the file first so readers start hitting at once. */
+	struct mc_writer *w0;
+	assert_int_equal(mc_writer_open(dir, MC_PASSWD, SMALL_MAP, &w0), 0);
+	mc_writer_close(w0);
+	uint64_t until = idc_now_ns() + STRESS_SECONDS * 1000000000ull;
+	pid_t pids[1 + STRESS_READERS];
+	for (int i = 0; i <= STRESS_READERS; i++) {
+		pids[i] = fork();
+		assert_true(pids[i] >= 0);
+		if (pids[i] == 0) {
+			if (i == 0)
+				stress_writer(until);
+			stress_reader(until, &hits[i]);
+		}
+	}
+	uint64_t total = 0;
+	for (int i = 0; i <= STRESS_READERS; i++) {
+		int status;
+		assert_int_equal(waitpid(pids[i], &status, 0), pids[i]);
+		assert_true(WIFEXITED(status));
+		assert_int_equal(WEXITSTATUS(status), 0);
+		total += i ? hits[i] : 0;
+	}
+	print_message("torn-read stress: %llu verified hits\n", (unsigned long long)total);
+	assert_true(total > 1000);
+	munmap(hits, 4096);
+}
+
+/* ---- corruption ------------------------------------------------------------------ */
+
+static uint64_t rng = 88172645463325252ull;
+
+static uint64_t rnd(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return rng;
+}
+
+/* Look up everything a reader can be asked, with assorted buffer sizes;
+ * results are not checked (the file is garbage), only survival. */
+static void hammer(uint64_t until)
+{
+	struct mc_reader rp, rg, ri;
+	if (mc_reader_init(&rp, dir, MC_PASSWD) < 0 || mc_reader_init(&rg, dir, MC_GROUP) < 0 ||
+	    mc_reader_init(&ri, dir, MC_INITGROUPS) < 0)
+		_exit(4);
+	static char buf[4096];
+	uint32_t gids[64];
+	size_t n;
+	for (uint32_t k = 0; idc_now_ns() < until; k++) {
+		struct passwd pw;
+		struct group gr;
+		char name[16];
+		snprintf(name, sizeof(name), "u%u", k % 50);
+		size_t len = (k * 37) % sizeof(buf);
+		mc_getpwnam(&rp, name, strlen(name), &pw, buf, len);
+		mc_getpwuid(&rp, 20000 + k % 50, &pw, buf, len);
+		mc_getgrnam(&rg, name, strlen(name), &gr, buf, len);
+		mc_getgrgid(&rg, 20000 + k % 50, &gr, buf, len);
+		mc_initgroups(&ri, name, strlen(name), gids, k % 65, &n);
+	}
+	_exit(0);
+}
+
+static void fill_maps(struct mc_writer **w)
+{
+	uint32_t kinds[] = {MC_PASSWD, MC_GROUP, MC_INITGROUPS};
+	static const char *const mem[] = {"u1", "u2", "u3"};
+	uint32_t gids[] = {1, 2, 3, 4};
+	for (int k = 0; k < 3; k++)
+		assert_int_equal(mc_writer_open(dir, kinds[k], SMALL_MAP, &w[k]), 0);
+	for (uint32_t i = 0; i < 50; i++) {
+		char name[16];
+		snprintf(name, sizeof(name), "u%u", i);
+		put_pw(w[0], name, 20000 + i, "gecos", later(), true);
+		put_gr(w[1], name, 20000 + i, mem, i % 4, later());
+		mc_put_initgroups(w[2], name, strlen(name), gids, i % 5, later());
+	}
+}
+
+/* Scribble over a live map through a writable mapping of the file itself. */
+static void scribble(const char *name, uint64_t until)
+{
+	char p[128];
+	snprintf(p, sizeof(p), "%s/%s", dir, name);
+	int fd = open(p, O_RDWR);
+	assert_true(fd >= 0);
+	struct stat st;
+	assert_int_equal(fstat(fd, &st), 0);
+	uint8_t *m = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	assert_true(m != MAP_FAILED);
+	close(fd);
+	while (idc_now_ns() < until) {
+		size_t at = rnd() % (size_t)st.st_size;
+		/* Mostly the slots and tables; sometimes the header. */
+		if (rnd() % 8 == 0)
+			at %= MC_HDR_SIZE;
+		m[at] = (uint8_t)rnd();
+	}
+	munmap(m, (size_t)st.st_size);
+}
+
+/* Replace a map by garbage: random bytes, a truncated copy, an empty file. */
+static void replace_garbage(const char *name, int how)
+{
+	char p[128], tmp[128];
+	snprintf(p, sizeof(p), "%s/%s", dir, name);
+	snprintf(tmp, sizeof(tmp), "%s/.garbage", dir);
+	int in = open(p, O_RDONLY);
+	int fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC, 0644);
+	assert_true(fd >= 0);
+	static uint8_t data[SMALL_MAP];
+	ssize_t n = in >= 0 ? read(in, data, sizeof(data)) : 0;
+	if (in >= 0)
+		close(in);
+	size_t len = how == 0 ? sizeof(data) : how == 1 ? (size_t)(n > 0 ? n / 2 : 0) : 0;
+	if (how == 0)
+		for (size_t i = 0; i < 64; i++)
+			data[rnd() % sizeof(data)] = (uint8_t)rnd();
+	assert_int_equal(write(fd, data, len), (ssize_t)len);
+	close(fd);
+	/* Mark the live one RECYCLED so readers come and map the garbage. */
+	fd = open(p, O_RDWR);
+	if (fd >= 0) {
+		struct mc_header *h =
+		    mmap(NULL, MC_HDR_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		if (h != MAP_FAILED) {
+			atomic_store(&h->status, MC_RECYCLED);
+			munmap(h, MC_HDR_SIZE);
+		}
+		close(fd);
+	}
+	assert_int_equal(rename(tmp, p), 0);
+}
+
+static void run_readers_during(void (*attack)(uint64_t until), double seconds)
+{
+	uint64_t until = idc_now_ns() + (uint64_t)(seconds * 1e9);
+	pid_t pids[3];
+	for (int i = 0; i < 3; i++) {
+		pids[i] = fork();
+		assert_true(pids[i] >= 0);
+		if (pids[i] == 0)
+			hammer(until);
+	}
+	attack(until);
+	for (int i = 0; i < 3; i++) {
+		int status;
+		assert_int_equal(waitpid(pids[i], &status, 0), pids[i]);
+		if (!WIFEXITED(status))
+			fail_msg("reader died: signal %d", WTERMSIG(status));
+		assert_int_equal(WEXITSTATUS(status), 0);
+	}
+}
+
+static void attack_scribble(uint64_t until)
+{
+	while (idc_now_ns() < until) {
+		uint64_t slice = idc_now_ns() + 50000000ull;
+		scribble("passwd", slice);
+		scribble("group", slice + 10000000ull);
+		scribble("initgroups", slice + 20000000ull);
+	}
+}
+
+static void attack_replace(uint64_t until)
+{
+	struct mc_writer *w[3];
+	for (int round = 0; idc_now_ns() < until; round++) {
+		fill_maps(w);
+		usleep(20000);
+		replace_garbage("passwd", round % 3);
+		replace_garbage("group", (round + 1) % 3);
+		replace_garbage("initgroups", (round + 2) % 3);
+		usleep(20000);
+		for (int k = 0; k < 3; k++)
+			mc_writer_close(w[k]);
+	}
+}
+
+static void test_corruption(void **state)
+{
+	(void)state;
+	struct mc_writer *w[3];
+	fill_maps(w);
+	run_readers_during(attack_scribble, 1.5);
+	for (int k = 0; k < 3; k++)
+		mc_writer_close(w[k]);
+	run_readers_during(attack_replace, 1.5);
+	/* A file whose size disagrees with its header (truncated) is refused
+	 * at map time. */
+	fill_maps(w);
+	for (int k = 0; k < 3; k++)
+		mc_writer_close(w[k]);
+	char p[128];
+	snprintf(p, sizeof(p), "%s/passwd", dir);
+	assert_int_equal(truncate(p, SMALL_MAP - 4096), 0);
+	struct mc_reader r;
+	reader(&r, MC_PASSWD);
+	struct passwd pw;
+	char buf[1024];
+	assert_int_equal(mc_getpwnam(&r, "u1", 2, &pw, buf, sizeof(buf)), -ENOENT);
+	mc_reader_close(&r);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test_setup_teardown(test_hit_miss, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_expiry_update_invalidate, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_eviction, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_buffer_sizes, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_initgroups, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_reset_recycle, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_fork, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_torn_reads, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_corruption, setup, teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
