@@ -1,0 +1,509 @@
+/*
+ * entries: turning directory entries into users and groups. Every value
+ * is hostile: numbers are checked digit by digit, strings for NUL and
+ * length, names by the cache's rules, member DNs by DN syntax. A bad entry
+ * is logged once (server and DN) and skipped; the rest of the answer stays.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "providers/ldap/ldap_int.h"
+
+/* ==== containers ============================================================ */
+
+struct lp_map_slot {
+	const char *key;
+	uint64_t h;
+	void *val;
+};
+
+static uint64_t str_hash(const char *k)
+{
+	return idc_hash64(k, strlen(k), 0x1dcac4e);
+}
+
+static int map_grow(struct lp_map *m)
+{
+	size_t n = m->slot ? (m->mask + 1) * 2 : 64;
+	struct lp_map_slot *s = calloc(n, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	for (size_t i = 0; m->slot && i <= m->mask; i++) {
+		if (!m->slot[i].key)
+			continue;
+		size_t j = m->slot[i].h & (n - 1);
+		while (s[j].key)
+			j = (j + 1) & (n - 1);
+		s[j] = m->slot[i];
+	}
+	free(m->slot);
+	m->slot = s;
+	m->mask = n - 1;
+	return 0;
+}
+
+int lp_map_put(struct lp_map *m, const char *key, void *val)
+{
+	if ((!m->slot || (m->used + 1) * 2 > m->mask + 1) && map_grow(m))
+		return -ENOMEM;
+	uint64_t h = str_hash(key);
+	size_t j = h & m->mask;
+	for (; m->slot[j].key; j = (j + 1) & m->mask)
+		if (m->slot[j].h == h && !strcmp(m->slot[j].key, key))
+			return 1;
+	m->slot[j] = (struct lp_map_slot){key, h, val};
+	m->used++;
+	return 0;
+}
+
+void *lp_map_get(const struct lp_map *m, const char *key)
+{
+	if (!m->slot)
+		return NULL;
+	uint64_t h = str_hash(key);
+	for (size_t j = h & m->mask; m->slot[j].key; j = (j + 1) & m->mask)
+		if (m->slot[j].h == h && !strcmp(m->slot[j].key, key))
+			return m->slot[j].val;
+	return NULL;
+}
+
+void lp_map_free(struct lp_map *m)
+{
+	free(m->slot);
+	memset(m, 0, sizeof(*m));
+}
+
+int lp_vec_push(struct lp_vec *v, void *p)
+{
+	if (v->n == v->cap) {
+		size_t c = v->cap ? v->cap * 2 : 16;
+		void **n = realloc(v->v, c * sizeof(*n));
+		if (!n)
+			return -ENOMEM;
+		v->v = n;
+		v->cap = c;
+	}
+	v->v[v->n++] = p;
+	return 0;
+}
+
+void lp_vec_free(struct lp_vec *v)
+{
+	free(v->v);
+	memset(v, 0, sizeof(*v));
+}
+
+/* ==== logging once ============================================================ */
+
+void lp_log_once(struct ldap_domain *ld, int level, const char *fmt, ...)
+{
+	char msg[768];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	uint64_t h = idc_hash64(msg, strlen(msg), ld->hash_seed) | 1;
+	uint64_t *slot = &ld->logged[h % LP_LOGGED_SLOTS];
+	if (*slot == h)
+		return;
+	*slot = h; /* a collision forgets an older message: it may log again */
+	idc_log(level, "%s", msg);
+}
+
+/* ==== DNs and filters =========================================================== */
+
+/* A DN in the form servers usually send (attr=value pairs of plain
+ * characters) is already normalized once lower-cased; anything else goes
+ * through libldap's parser. */
+static bool plain_dn(const char *dn, size_t len)
+{
+	bool want_attr = true, seen = false;
+	for (size_t i = 0; i < len; i++) {
+		char c = dn[i];
+		bool word = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+			    (c >= '0' && c <= '9') || c == '-' || c == '.' || c == '_';
+		if (c == '=' && want_attr && seen) {
+			want_attr = false;
+			seen = false;
+		} else if (c == ',' && !want_attr && seen) {
+			want_attr = true;
+			seen = false;
+		} else if (word) {
+			seen = true;
+		} else {
+			return false;
+		}
+	}
+	return !want_attr && seen;
+}
+
+char *lp_dn_normalize(struct idc_arena *a, const char *dn, size_t len)
+{
+	if (len == 0 || memchr(dn, '\0', len))
+		return NULL;
+	char *out;
+	if (plain_dn(dn, len)) {
+		out = idc_arena_strndup(a, dn, len);
+	} else {
+		LDAPDN parsed = NULL;
+		struct berval bv = {len, (char *)dn};
+		char *s = NULL;
+		if (ldap_bv2dn(&bv, &parsed, LDAP_DN_FORMAT_LDAP) != LDAP_SUCCESS)
+			return NULL;
+		int rc = parsed ? ldap_dn2str(parsed, &s, LDAP_DN_FORMAT_LDAPV3)
+				: LDAP_INVALID_DN_SYNTAX;
+		ldap_dnfree(parsed);
+		if (rc != LDAP_SUCCESS || !s)
+			return NULL;
+		out = idc_arena_strndup(a, s, strlen(s));
+		ldap_memfree(s);
+	}
+	for (char *p = out; p && *p; p++)
+		*p = idc_tolower(*p);
+	return out;
+}
+
+int lp_dn_first_ava(struct idc_arena *a, const char *ndn, char **attr, char **value)
+{
+	/* Fast path: a plain first RDN "attr=value," needs no parser. */
+	size_t rdn = strcspn(ndn, ",");
+	const char *eq = memchr(ndn, '=', rdn);
+	if (eq && eq > ndn && plain_dn(ndn, rdn)) {
+		*attr = idc_arena_strndup(a, ndn, (size_t)(eq - ndn));
+		*value = idc_arena_strndup(a, eq + 1, rdn - (size_t)(eq - ndn) - 1);
+		return *attr && *value ? 0 : -ENOMEM;
+	}
+	LDAPDN parsed = NULL;
+	if (ldap_str2dn(ndn, &parsed, LDAP_DN_FORMAT_LDAPV3) != LDAP_SUCCESS || !parsed ||
+	    !parsed[0] || !parsed[0][0]) {
+		ldap_dnfree(parsed);
+		return -EINVAL;
+	}
+	LDAPAVA *ava = parsed[0][0];
+	*attr = idc_arena_strndup(a, ava->la_attr.bv_val, ava->la_attr.bv_len);
+	*value = idc_arena_strndup(a, ava->la_value.bv_val, ava->la_value.bv_len);
+	bool bin = ava->la_flags & LDAP_AVA_BINARY;
+	ldap_dnfree(parsed);
+	if (!*attr || !*value)
+		return -ENOMEM;
+	return bin ? -EINVAL : 0;
+}
+
+bool lp_dn_under(const char *ndn, const char *nbase)
+{
+	size_t n = strlen(ndn), b = strlen(nbase);
+	if (b == 0)
+		return true;
+	if (n < b || strcmp(ndn + n - b, nbase))
+		return false;
+	return n == b || ndn[n - b - 1] == ',';
+}
+
+int lp_filter_escape(struct idc_buf *b, const char *v, size_t n)
+{
+	int rc = 0;
+	for (size_t i = 0; i < n && !rc; i++) {
+		unsigned char c = (unsigned char)v[i];
+		if (c == '*' || c == '(' || c == ')' || c == '\\' || c < 0x20 || c == 0x7f)
+			rc = idc_buf_printf(b, "\\%02x", c);
+		else
+			rc = idc_buf_putc(b, (char)c);
+	}
+	return rc;
+}
+
+/* ==== values ========================================================================= */
+
+/* A string value: no NUL, at most max bytes. NULL when unusable. */
+static const char *str_value(struct idc_arena *a, const struct berval *bv, size_t max)
+{
+	if (bv->bv_len > max || memchr(bv->bv_val, '\0', bv->bv_len))
+		return NULL;
+	return idc_arena_strndup(a, bv->bv_val, bv->bv_len);
+}
+
+/* An id: decimal digits only, at most 4294967294 (-1 is "no id" to libc). */
+static bool id_value(const struct berval *bv, uint32_t *out)
+{
+	uint64_t n = 0;
+	if (bv->bv_len == 0 || bv->bv_len > 10)
+		return false;
+	for (size_t i = 0; i < bv->bv_len; i++) {
+		char c = bv->bv_val[i];
+		if (c < '0' || c > '9')
+			return false;
+		n = n * 10 + (uint64_t)(c - '0');
+	}
+	if (n >= UINT32_MAX)
+		return false;
+	*out = (uint32_t)n;
+	return true;
+}
+
+struct ent {
+	struct ldap_domain *ld;
+	LDAPMessage *msg;
+	struct idc_arena *a;
+	const char *dn, *ndn;
+};
+
+static struct berval **values(struct ent *e, const char *attr)
+{
+	return ldap_get_values_len(e->ld->conn, e->msg, attr);
+}
+
+static void bad(struct ent *e, const char *what)
+{
+	lp_log_once(e->ld, IDC_LOG_WARN, "ldap domain %s: %s: entry \"%.300s\": %s; skipped",
+		    e->ld->cfg.name, lp_server(e->ld), e->dn, what);
+}
+
+/* First valid value of a single-valued string attribute, "" if absent. */
+static const char *get_str(struct ent *e, const char *attr, bool *ok)
+{
+	struct berval **v = values(e, attr);
+	const char *s = "";
+	if (v && v[0]) {
+		s = str_value(e->a, v[0], LP_VALUE_MAX);
+		if (!s)
+			*ok = false;
+	}
+	ldap_value_free_len(v);
+	return s;
+}
+
+static bool get_id(struct ent *e, const char *attr, uint32_t *out)
+{
+	struct berval **v = values(e, attr);
+	bool ok = v && v[0] && id_value(v[0], out);
+	ldap_value_free_len(v);
+	return ok;
+}
+
+/* The name: a valid value; with several, the one the RDN holds (the
+ * others are aliases), else the first valid one. */
+static const char *get_name(struct ent *e, const char *attr)
+{
+	struct berval **v = values(e, attr);
+	const char *name = NULL;
+	char *ra = NULL, *rv = NULL;
+	bool rdn = v && v[0] && v[1] && lp_dn_first_ava(e->a, e->ndn, &ra, &rv) == 0 &&
+		   !strcasecmp(ra, attr);
+	for (int pass = rdn ? 0 : 1; pass < 2 && !name; pass++)
+		for (size_t i = 0; v && v[i] && !name; i++) {
+			if (!cache_name_valid(v[i]->bv_val, v[i]->bv_len))
+				continue;
+			if (pass == 0 && !idc_memcaseeq(v[i]->bv_val, v[i]->bv_len, rv, strlen(rv)))
+				continue;
+			name = idc_arena_strndup(e->a, v[i]->bv_val, v[i]->bv_len);
+		}
+	ldap_value_free_len(v);
+	return name;
+}
+
+/* ==== users and groups ================================================================== */
+
+static void add_user(struct ent *e, struct lp_req *r)
+{
+	struct ldap_domain *ld = e->ld;
+	const char *const *at = ld->attr;
+	char why[160];
+	if (lp_map_get(&r->udn, e->ndn))
+		return; /* the same entry from another search of this request */
+	struct lp_user *u = idc_arena_alloc(e->a, sizeof(*u));
+	if (!u)
+		return;
+	memset(u, 0, sizeof(*u));
+	u->dn = e->dn;
+	u->ndn = e->ndn;
+	u->name = get_name(e, at[LDAP_MAP_USER_NAME]);
+	bool ok = true;
+	if (!u->name) {
+		snprintf(why, sizeof(why), "no valid %s", at[LDAP_MAP_USER_NAME]);
+		return bad(e, why);
+	}
+	if (!get_id(e, at[LDAP_MAP_USER_UID], &u->uid) ||
+	    !get_id(e, at[LDAP_MAP_USER_GID], &u->gid)) {
+		snprintf(why, sizeof(why), "%s or %s missing or not a number",
+			 at[LDAP_MAP_USER_UID], at[LDAP_MAP_USER_GID]);
+		return bad(e, why);
+	}
+	u->gecos = get_str(e, at[LDAP_MAP_USER_GECOS], &ok);
+	u->dir = get_str(e, at[LDAP_MAP_USER_HOME], &ok);
+	u->shell = get_str(e, at[LDAP_MAP_USER_SHELL], &ok);
+	u->modts = get_str(e, "modifyTimestamp", &ok);
+	if (!ok)
+		return bad(e, "a value is too long or holds a NUL byte");
+	char *fold = idc_arena_strndup(e->a, u->name, strlen(u->name));
+	for (char *p = fold; p && *p; p++)
+		*p = idc_tolower(*p);
+	struct lp_user *first = fold ? lp_map_get(&r->uname, fold) : NULL;
+	if (first) {
+		snprintf(why, sizeof(why), "user name '%.64s' also held by \"%.60s\"", u->name,
+			 first->dn);
+		return bad(e, why);
+	}
+	/* Out of memory: the entry is just missing from this answer. */
+	if (!fold || lp_map_put(&r->uname, fold, u) < 0 || lp_map_put(&r->udn, u->ndn, u) < 0)
+		return;
+	(void)lp_vec_push(&r->users, u);
+}
+
+/* The user name a member DN gives by itself: "uid=NAME,<under the user
+ * base>" with a plain value (ldap_member_names_from_rdn), else NULL and
+ * the DN is resolved by a search. */
+static const char *rdn_name(struct ent *e, const struct berval *bv)
+{
+	struct ldap_domain *ld = e->ld;
+	const char *attr = ld->attr[LDAP_MAP_USER_NAME], *p = bv->bv_val;
+	size_t alen = strlen(attr), len = bv->bv_len;
+	if (!ld->cfg.member_names_from_rdn || len <= alen + 1 || strncasecmp(p, attr, alen) ||
+	    p[alen] != '=')
+		return NULL;
+	const char *v = p + alen + 1;
+	const char *comma = memchr(v, ',', len - alen - 1);
+	if (!comma || comma == v || !plain_dn(p, (size_t)(comma - p)))
+		return NULL;
+	const char *rest = comma + 1;
+	size_t rlen = len - (size_t)(rest - p), blen = strlen(ld->nubase);
+	if (!plain_dn(rest, rlen) || rlen < blen ||
+	    strncasecmp(rest + rlen - blen, ld->nubase, blen))
+		return NULL;
+	if (rlen > blen && rest[rlen - blen - 1] != ',')
+		return NULL;
+	if (!cache_name_valid(v, (size_t)(comma - v)))
+		return NULL;
+	return idc_arena_strndup(e->a, v, (size_t)(comma - v));
+}
+
+/* Members: names from memberUid (names_attr) and DNs from dns_attr
+ * (rfc2307bis). Invalid names and values that are not DNs are dropped
+ * (logged once); DNs that name a user by their RDN become names. */
+static void add_members(struct ent *e, struct lp_group *g, const char *names_attr,
+			const char *dns_attr)
+{
+	struct berval **nv = values(e, names_attr);
+	struct berval **dv = dns_attr ? values(e, dns_attr) : NULL;
+	size_t nn = (size_t)ldap_count_values_len(nv), nd = (size_t)ldap_count_values_len(dv);
+	if (nn > LP_MEMBERS_MAX || nd > LP_MEMBERS_MAX) {
+		bad(e, "more members than the provider keeps; the rest dropped");
+		nn = nn > LP_MEMBERS_MAX ? LP_MEMBERS_MAX : nn;
+		nd = nd > LP_MEMBERS_MAX ? LP_MEMBERS_MAX : nd;
+	}
+	g->uids = nn + nd ? idc_arena_alloc(e->a, (nn + nd) * sizeof(*g->uids)) : NULL;
+	g->mdns = nd ? idc_arena_alloc(e->a, nd * sizeof(*g->mdns)) : NULL;
+	for (size_t i = 0; g->uids && i < nn; i++) {
+		if (!cache_name_valid(nv[i]->bv_val, nv[i]->bv_len)) {
+			lp_log_once(e->ld, IDC_LOG_WARN,
+				    "ldap domain %s: %s: group \"%.300s\": invalid member name "
+				    "dropped",
+				    e->ld->cfg.name, lp_server(e->ld), e->dn);
+			continue;
+		}
+		const char *s = idc_arena_strndup(e->a, nv[i]->bv_val, nv[i]->bv_len);
+		if (s)
+			g->uids[g->nuids++] = s;
+	}
+	for (size_t i = 0; g->uids && g->mdns && i < nd; i++) {
+		const char *name = rdn_name(e, dv[i]);
+		if (name) {
+			g->uids[g->nuids++] = name;
+			continue;
+		}
+		const char *s = lp_dn_normalize(e->a, dv[i]->bv_val, dv[i]->bv_len);
+		if (!s) {
+			lp_log_once(e->ld, IDC_LOG_WARN,
+				    "ldap domain %s: %s: group \"%.300s\": %s value \"%.100s\" is "
+				    "not a DN; dropped",
+				    e->ld->cfg.name, lp_server(e->ld), e->dn, dns_attr,
+				    memchr(dv[i]->bv_val, '\0', dv[i]->bv_len) ? "(NUL)"
+									       : dv[i]->bv_val);
+			continue;
+		}
+		g->mdns[g->nmdns++] = s;
+	}
+	ldap_value_free_len(nv);
+	ldap_value_free_len(dv);
+}
+
+static void add_group(struct ent *e, struct lp_req *r, bool ancestor)
+{
+	struct ldap_domain *ld = e->ld;
+	const char *const *at = ld->attr;
+	char why[160];
+	struct lp_group *g = lp_map_get(&r->gdn, e->ndn);
+	if (g) {
+		/* Seen as a member first, now found as an ancestor: walk up. */
+		if (ancestor && !g->ancestor) {
+			g->ancestor = true;
+			lp_vec_push(&r->parentq, (void *)g->ndn);
+		}
+		return;
+	}
+	g = idc_arena_alloc(e->a, sizeof(*g));
+	if (!g)
+		return;
+	memset(g, 0, sizeof(*g));
+	g->dn = e->dn;
+	g->ndn = e->ndn;
+	g->ancestor = ancestor;
+	g->name = get_name(e, at[LDAP_MAP_GROUP_NAME]);
+	if (!g->name) {
+		snprintf(why, sizeof(why), "no valid %s", at[LDAP_MAP_GROUP_NAME]);
+		return bad(e, why);
+	}
+	if (!get_id(e, at[LDAP_MAP_GROUP_GID], &g->gid)) {
+		snprintf(why, sizeof(why), "%s missing or not a number", at[LDAP_MAP_GROUP_GID]);
+		return bad(e, why);
+	}
+	bool ok = true;
+	g->modts = get_str(e, "modifyTimestamp", &ok);
+	if (!ok)
+		g->modts = "";
+	if (!ld->cfg.ignore_group_members) {
+		if (ld->cfg.schema == LDAP_DOM_RFC2307)
+			add_members(e, g, at[LDAP_MAP_GROUP_MEMBER], NULL);
+		else
+			add_members(e, g, "memberUid", at[LDAP_MAP_GROUP_MEMBER]);
+	}
+	if (lp_map_put(&r->gdn, g->ndn, g) == 0)
+		(void)lp_vec_push(&r->groups, g);
+}
+
+static bool has_class(struct berval **oc, const char *want)
+{
+	for (size_t i = 0; oc && oc[i]; i++)
+		if (idc_memcaseeq(oc[i]->bv_val, oc[i]->bv_len, want, strlen(want)))
+			return true;
+	return false;
+}
+
+void lp_entry(struct ldap_domain *ld, struct lp_search *s, LDAPMessage *msg)
+{
+	struct lp_req *r = s->req;
+	if (!r || s->purpose == LP_S_PROBE)
+		return;
+	char *dn = ldap_get_dn(ld->conn, msg);
+	if (!dn)
+		return;
+	struct ent e = {ld, msg, &r->arena, NULL, NULL};
+	e.dn = idc_arena_strndup(e.a, dn, strlen(dn));
+	ldap_memfree(dn);
+	if (!e.dn)
+		return;
+	e.ndn = lp_dn_normalize(e.a, e.dn, strlen(e.dn));
+	if (!e.ndn)
+		return bad(&e, "DN syntax error");
+	struct berval **oc = values(&e, "objectClass");
+	bool user = has_class(oc, ld->attr[LDAP_MAP_USER_OC]);
+	bool group = has_class(oc, ld->attr[LDAP_MAP_GROUP_OC]);
+	ldap_value_free_len(oc);
+	if (user)
+		add_user(&e, r);
+	if (group)
+		add_group(&e, r, s->purpose == LP_S_GROUPS_OF || s->purpose == LP_S_PARENTS);
+}

@@ -1,0 +1,184 @@
+/*
+ * ldap provider: users and groups from LDAP directories into the cache
+ * (DESIGN §6), for a single-threaded epoll daemon.
+ *
+ * Owns: one libldap connection per domain (a URI list with failover), the
+ * in-flight lookups (identical ones coalesced), an in-memory negative
+ * cache, and the online/offline state.
+ * May call: cache, util, libldap/liblber, libc.
+ *
+ * Include as "providers/ldap/ldap.h": OpenLDAP's own header is <ldap.h>.
+ *
+ * Wiring into an epoll loop:
+ *   ldap_domain_new(cfg, cache) once per domain;
+ *   after every ldap_domain_* call, ldap_domain_fds() tells which
+ *     descriptors to watch for EPOLLIN (the set changes on reconnect) and
+ *     ldap_domain_next_timeout() when to call ldap_domain_process() even
+ *     without an event (search deadlines, offline probes, failback);
+ *   on EPOLLIN or the timeout: ldap_domain_process().
+ *   A cache miss or an expired entry: ldap_domain_lookup(); when it
+ *   returns LDAP_LOOKUP_PENDING the callback runs later, from
+ *   ldap_domain_process() (or ldap_domain_free(), with LDAP_LOOKUP_FAILED),
+ *   after which the answer is read from the cache.
+ *
+ * Blocking: searches and their results are asynchronous (msgids, results
+ * read with a zero timeout when the socket is readable). Connection setup
+ * (TCP connect, the StartTLS/LDAPS handshake and the bind) is synchronous
+ * and bounded by ldap_network_timeout per server: libldap has no
+ * non-blocking TLS handshake. It happens on the first lookup, on failover
+ * and on probes while offline.
+ */
+#ifndef IDC_LDAP_PROVIDER_H
+#define IDC_LDAP_PROVIDER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cache/cache.h"
+#include "util/util.h"
+
+/* ==== configuration ====================================================== */
+
+enum ldap_dom_schema { LDAP_DOM_RFC2307 = 0, LDAP_DOM_RFC2307BIS };
+
+/* ldap_tls_reqcert values, as libldap's LDAP_OPT_X_TLS_* levels. */
+enum ldap_dom_reqcert {
+	LDAP_DOM_REQCERT_NEVER = 0,
+	LDAP_DOM_REQCERT_ALLOW,
+	LDAP_DOM_REQCERT_TRY,
+	LDAP_DOM_REQCERT_DEMAND
+};
+
+/* Attribute maps, indexes into ldap_domain_config.map. */
+enum ldap_dom_attr {
+	LDAP_MAP_USER_NAME = 0, /* ldap_user_name: uid */
+	LDAP_MAP_USER_UID,      /* ldap_user_uid_number: uidNumber */
+	LDAP_MAP_USER_GID,      /* ldap_user_gid_number: gidNumber */
+	LDAP_MAP_USER_GECOS,    /* ldap_user_gecos: gecos */
+	LDAP_MAP_USER_HOME,     /* ldap_user_home_directory: homeDirectory */
+	LDAP_MAP_USER_SHELL,    /* ldap_user_shell: loginShell */
+	LDAP_MAP_USER_OC,       /* ldap_user_object_class: posixAccount */
+	LDAP_MAP_GROUP_NAME,    /* ldap_group_name: cn */
+	LDAP_MAP_GROUP_GID,     /* ldap_group_gid_number: gidNumber */
+	LDAP_MAP_GROUP_MEMBER,  /* ldap_group_member: memberUid / member (2307bis) */
+	LDAP_MAP_GROUP_OC,      /* ldap_group_object_class: posixGroup */
+	LDAP_MAP_COUNT
+};
+
+#define LDAP_DOM_URIS_MAX 16
+
+/* All strings owned (malloc); times in milliseconds (the config gives
+ * seconds, fractions allowed). */
+struct ldap_domain_config {
+	char *name; /* cache domain */
+	char *uris[LDAP_DOM_URIS_MAX];
+	size_t nuris;
+	char *search_base, *user_base, *group_base; /* user/group default to search_base */
+	enum ldap_dom_schema schema;
+	char *map[LDAP_MAP_COUNT]; /* NULL: the schema's default */
+	char *bind_dn;             /* NULL: anonymous */
+	char *authtok_file;        /* password file for bind_dn (first line) */
+	bool start_tls;
+	char *tls_cacert;
+	enum ldap_dom_reqcert tls_reqcert;
+	uint32_t network_timeout_ms;  /* ldap_network_timeout: 6 s */
+	uint32_t search_timeout_ms;   /* ldap_search_timeout: 6 s */
+	uint32_t page_size;           /* ldap_page_size: 1000 */
+	uint32_t entry_cache_timeout; /* seconds; 5400 */
+	uint32_t negative_timeout_ms; /* entry_negative_timeout: 15 s */
+	uint32_t refresh_expired_ms;  /* refresh_expired_interval: 0 = off */
+	uint32_t offline_timeout_ms;  /* offline_timeout: first probe delay, 60 s */
+	uint32_t primary_retry_ms;    /* failover_primary_timeout: 31 s */
+	bool enumerate;
+	bool ignore_group_members;
+	/* ldap_member_names_from_rdn (default true): a member DN of the form
+	 * "<ldap_user_name>=NAME,<below the user base>" names user NAME
+	 * without fetching the entry (an RDN value is always one of the
+	 * entry's values; X.501). Such members are stored as names the cache
+	 * may not hold as users yet (fetched on their own lookup). false:
+	 * every member DN is fetched (in batches) and every member user is
+	 * cached. */
+	bool member_names_from_rdn;
+};
+
+/* Defaults for domain name. 0 or -ENOMEM. */
+int ldap_domain_config_init(struct ldap_domain_config *c, const char *name);
+void ldap_domain_config_free(struct ldap_domain_config *c);
+/* Apply one "key = value" (sssd.conf names). 0; -ENOENT for a key this
+ * provider does not know; -EINVAL for a bad value (d says why). ldap_uri
+ * is a comma/space separated list. */
+int ldap_domain_config_set(struct ldap_domain_config *c, const char *key, const char *value,
+			   struct idc_diag *d);
+/* Check the whole config (uris, bases, a password file when binding). */
+int ldap_domain_config_check(const struct ldap_domain_config *c, struct idc_diag *d);
+
+/* ==== domain ============================================================== */
+
+struct ldap_domain;
+
+/* Copies cfg; keeps c (which must outlive the domain). Connects nothing
+ * yet. 0, -EINVAL (d says why) or -ENOMEM. */
+int ldap_domain_new(const struct ldap_domain_config *cfg, struct cache *c, struct ldap_domain **out,
+		    struct idc_diag *d);
+/* Completes pending lookups with LDAP_LOOKUP_FAILED, then frees. */
+void ldap_domain_free(struct ldap_domain *ld);
+
+/* ==== lookups ============================================================= */
+
+enum ldap_lookup_kind {
+	LDAP_LOOKUP_PWNAM = 1,
+	LDAP_LOOKUP_PWUID,
+	LDAP_LOOKUP_GRNAM,
+	LDAP_LOOKUP_GRGID,
+	LDAP_LOOKUP_INITGROUPS, /* the user, its groups and their ancestors */
+	LDAP_LOOKUP_ENUMERATE,  /* everything, paged (key unused) */
+};
+
+enum ldap_lookup_result {
+	LDAP_LOOKUP_PENDING = 0, /* went out; the callback will say */
+	LDAP_LOOKUP_FOUND,       /* the cache now holds the answer */
+	LDAP_LOOKUP_NOTFOUND,    /* the directory has no such entry (negative-cached) */
+	LDAP_LOOKUP_OFFLINE,     /* no server answers: serve the cache, expired or not */
+	LDAP_LOOKUP_FAILED,      /* the answer could not be stored (d logged) */
+};
+
+typedef void (*ldap_lookup_cb)(enum ldap_lookup_result res, void *arg);
+
+/* Look up name (PWNAM, GRNAM, INITGROUPS) or id (PWUID, GRGID). Returns
+ * LDAP_LOOKUP_PENDING and calls cb exactly once later, or returns another
+ * result at once (negative cache hit, offline, invalid name) without
+ * calling cb. A lookup identical to one in flight joins it. */
+enum ldap_lookup_result ldap_domain_lookup(struct ldap_domain *ld, enum ldap_lookup_kind kind,
+					   const char *name, uint32_t id, ldap_lookup_cb cb,
+					   void *arg);
+
+/* ==== event loop =========================================================== */
+
+/* Descriptors to watch for EPOLLIN: writes up to max into fds, returns how
+ * many there are (0 or 1). */
+size_t ldap_domain_fds(const struct ldap_domain *ld, int *fds, size_t max);
+/* Milliseconds until ldap_domain_process() must run without an event, or
+ * -1 when nothing is scheduled. */
+int64_t ldap_domain_next_timeout(const struct ldap_domain *ld);
+/* Read what the server sent (never blocks), handle deadlines, probes and
+ * failback. Callbacks of finished lookups run from here. */
+void ldap_domain_process(struct ldap_domain *ld);
+
+/* ==== status =============================================================== */
+
+struct ldap_domain_status {
+	bool online;
+	int64_t since;          /* unix seconds the state began */
+	const char *server;     /* URI in use, or NULL (valid until the next call) */
+	const char *last_error; /* last connection error, "" if none */
+	uint64_t searches;      /* searches sent */
+	uint64_t lookups;       /* lookups started (not joined, not answered at once) */
+	uint64_t joined;        /* lookups that joined one in flight */
+	uint64_t negative_hits; /* answered NOTFOUND from the negative cache */
+	uint64_t commits;       /* cache transactions committed */
+	size_t in_flight;
+};
+void ldap_domain_get_status(const struct ldap_domain *ld, struct ldap_domain_status *st);
+
+#endif

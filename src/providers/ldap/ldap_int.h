@@ -1,0 +1,183 @@
+/*
+ * ldap provider internals, shared by options.c, conn.c, search.c,
+ * entries.c and request.c. Nothing here is API.
+ */
+#ifndef IDC_LDAP_INT_H
+#define IDC_LDAP_INT_H
+
+#include <ldap.h> /* OpenLDAP (the build does not put this directory on the path) */
+
+#include "providers/ldap/ldap.h"
+
+#define LP_MEMBER_BATCH   250     /* RDN values per member-resolution search */
+#define LP_PARENT_BATCH   100     /* group DNs per parent search */
+#define LP_MEMBERS_MAX    1000000 /* member values kept per group */
+#define LP_VALUE_MAX      4096    /* longest gecos/home/shell/timestamp kept */
+#define LP_NEG_SLOTS      4096    /* negative cache (direct-mapped) */
+#define LP_LOGGED_SLOTS   4096    /* "logged once" memory */
+#define LP_READ_MAX       200000  /* messages handled per process call */
+#define LP_BACKOFF_MAX_MS 3600000 /* longest wait between offline probes */
+#define LP_ENUM_EVERY_MS  300000  /* enumeration refresh */
+
+/* ==== small containers ==================================================== */
+
+/* String -> pointer hash map (keys not owned; open addressing). */
+struct lp_map {
+	struct lp_map_slot *slot;
+	size_t mask, used;
+};
+/* 0 when inserted, 1 when key was present (value untouched), -ENOMEM. */
+int lp_map_put(struct lp_map *m, const char *key, void *val);
+void *lp_map_get(const struct lp_map *m, const char *key);
+void lp_map_free(struct lp_map *m);
+
+struct lp_vec {
+	void **v;
+	size_t n, cap;
+};
+int lp_vec_push(struct lp_vec *v, void *p);
+void lp_vec_free(struct lp_vec *v);
+
+/* ==== parsed records (strings in the request's arena) ===================== */
+
+struct lp_user {
+	const char *dn, *ndn, *name, *gecos, *dir, *shell, *modts;
+	uint32_t uid, gid;
+};
+
+struct lp_group {
+	const char *dn, *ndn, *name, *modts;
+	uint32_t gid;
+	const char **uids; /* memberUid values */
+	size_t nuids;
+	const char **mdns; /* normalized member DNs */
+	size_t nmdns;
+	bool ancestor; /* found walking up from the user: its parents are wanted */
+};
+
+/* ==== searches and requests =============================================== */
+
+enum lp_purpose { LP_S_FIND, LP_S_GROUPS_OF, LP_S_PARENTS, LP_S_MEMBERS, LP_S_PROBE };
+
+struct lp_req;
+
+struct lp_search {
+	struct lp_search *next;
+	struct lp_req *req; /* NULL for the probe */
+	enum lp_purpose purpose;
+	int msgid;
+	char *base;
+	int scope;
+	char *filter;
+	bool paged;
+	struct berval cookie; /* paged results: where the next page starts */
+	uint64_t deadline_ns;
+};
+
+struct lp_waiter {
+	ldap_lookup_cb cb;
+	void *arg;
+};
+
+struct lp_req {
+	struct lp_req *next;
+	struct ldap_domain *ld;
+	enum ldap_lookup_kind kind;
+	char *name;
+	uint32_t id;
+	struct lp_waiter *w;
+	size_t nw, wcap;
+	int phase;    /* kind-specific step */
+	int pending;  /* searches in flight */
+	int restarts; /* after failovers */
+	struct idc_arena arena;
+	struct lp_vec users, groups;   /* lp_user *, lp_group * */
+	struct lp_map udn, gdn, uname; /* ndn -> user/group, name -> user */
+	struct lp_map asked;           /* member ndns already asked for */
+	struct lp_vec memq, parentq;   /* ndns to resolve / whose parents to find */
+	size_t scanned;                /* groups already queued for members/parents */
+	struct lp_user *target;        /* initgroups: the user */
+};
+
+/* ==== domain ============================================================== */
+
+struct lp_neg {
+	uint64_t h;
+	uint64_t expires_ns;
+};
+
+struct ldap_domain {
+	struct ldap_domain_config cfg;
+	struct cache *cache;
+	const char *attr[LDAP_MAP_COUNT];
+	const char *attrs[16]; /* requested in every search */
+	const char *ubase, *gbase;
+	char *password;
+	/* connection */
+	LDAP *conn;
+	int fd;
+	size_t server; /* index into cfg.uris of conn */
+	bool online;   /* false: offline, serving the cache */
+	int64_t since; /* unix seconds the state began */
+	uint32_t backoff_ms;
+	uint64_t next_probe_ns;  /* offline: when to probe */
+	uint64_t failback_ns;    /* on a secondary: when to try the primary; 0 never */
+	uint64_t next_enum_ns;   /* enumerate: next run; 0 none */
+	struct lp_search *probe; /* offline: the rootDSE search that proves a server */
+	bool more;               /* messages may be waiting inside libldap */
+	bool broken;             /* a send failed: replace the connection */
+	struct idc_arena arena;  /* normalized bases */
+	const char *nubase, *ngbase;
+	char last_error[256];
+	struct lp_search *searches; /* in flight, the probe included */
+	struct lp_req *reqs;        /* in flight */
+	struct lp_neg neg[LP_NEG_SLOTS];
+	uint64_t logged[LP_LOGGED_SLOTS];
+	uint64_t hash_seed;
+	uint64_t nsearches, nlookups, njoined, nneg, ncommits;
+};
+
+/* options.c */
+const char *lp_attr(const struct ldap_domain_config *c, enum ldap_dom_attr a);
+
+/* conn.c */
+int lp_conn_ensure(struct ldap_domain *ld);
+void lp_conn_close(struct ldap_domain *ld);
+/* The server failed (timeout, connection lost): drop it, restart what was
+ * in flight on the next one, or go offline. */
+void lp_conn_fail(struct ldap_domain *ld, const char *why);
+void lp_go_offline(struct ldap_domain *ld, const char *why);
+void lp_conn_timers(struct ldap_domain *ld, uint64_t now);
+void lp_probe_answered(struct ldap_domain *ld);
+const char *lp_server(const struct ldap_domain *ld);
+
+/* search.c */
+int lp_search_send(struct ldap_domain *ld, struct lp_req *req, enum lp_purpose purpose,
+		   const char *base, int scope, const char *filter, bool paged);
+void lp_search_free(struct lp_search *s);
+void lp_read(struct ldap_domain *ld);
+void lp_search_deadlines(struct ldap_domain *ld, uint64_t now);
+/* Unlink and free every search (the connection is gone). */
+void lp_search_drop_all(struct ldap_domain *ld);
+
+/* entries.c */
+void lp_entry(struct ldap_domain *ld, struct lp_search *s, LDAPMessage *msg);
+/* Normalized DN (lower case, LDAPv3 string form) in arena, or NULL when dn
+ * is not a DN. */
+char *lp_dn_normalize(struct idc_arena *a, const char *dn, size_t len);
+/* First RDN of a normalized DN: attr and (unescaped) value in arena. */
+int lp_dn_first_ava(struct idc_arena *a, const char *ndn, char **attr, char **value);
+/* Whether normalized dn lies at or below normalized base. */
+bool lp_dn_under(const char *ndn, const char *nbase);
+/* Append v escaped for a filter (RFC 4515). */
+int lp_filter_escape(struct idc_buf *b, const char *v, size_t n);
+/* Log fmt once per distinct message (bounded memory). */
+void lp_log_once(struct ldap_domain *ld, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* request.c */
+void lp_req_searched(struct lp_req *r); /* a search of r finished */
+void lp_req_restart_all(struct ldap_domain *ld);
+void lp_req_finish_all(struct ldap_domain *ld, enum ldap_lookup_result res);
+
+#endif

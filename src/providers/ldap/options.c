@@ -1,0 +1,264 @@
+/* options: the domain's sssd.conf-like keys, their defaults and checks. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "providers/ldap/ldap_int.h"
+
+static const char *const map_keys[LDAP_MAP_COUNT] = {
+    [LDAP_MAP_USER_NAME] = "ldap_user_name",
+    [LDAP_MAP_USER_UID] = "ldap_user_uid_number",
+    [LDAP_MAP_USER_GID] = "ldap_user_gid_number",
+    [LDAP_MAP_USER_GECOS] = "ldap_user_gecos",
+    [LDAP_MAP_USER_HOME] = "ldap_user_home_directory",
+    [LDAP_MAP_USER_SHELL] = "ldap_user_shell",
+    [LDAP_MAP_USER_OC] = "ldap_user_object_class",
+    [LDAP_MAP_GROUP_NAME] = "ldap_group_name",
+    [LDAP_MAP_GROUP_GID] = "ldap_group_gid_number",
+    [LDAP_MAP_GROUP_MEMBER] = "ldap_group_member",
+    [LDAP_MAP_GROUP_OC] = "ldap_group_object_class",
+};
+
+static const char *const map_defaults[LDAP_MAP_COUNT] = {
+    "uid",          "uidNumber", "gidNumber", "gecos",     "homeDirectory", "loginShell",
+    "posixAccount", "cn",        "gidNumber", "memberUid", "posixGroup",
+};
+
+const char *lp_attr(const struct ldap_domain_config *c, enum ldap_dom_attr a)
+{
+	if (c->map[a])
+		return c->map[a];
+	if (a == LDAP_MAP_GROUP_MEMBER && c->schema == LDAP_DOM_RFC2307BIS)
+		return "member";
+	return map_defaults[a];
+}
+
+int ldap_domain_config_init(struct ldap_domain_config *c, const char *name)
+{
+	memset(c, 0, sizeof(*c));
+	c->name = strdup(name ? name : "");
+	if (!c->name)
+		return -ENOMEM;
+	c->tls_reqcert = LDAP_DOM_REQCERT_DEMAND;
+	c->network_timeout_ms = 6000;
+	c->search_timeout_ms = 6000;
+	c->page_size = 1000;
+	c->entry_cache_timeout = 5400;
+	c->negative_timeout_ms = 15000;
+	c->offline_timeout_ms = 60000;
+	c->primary_retry_ms = 31000;
+	c->member_names_from_rdn = true;
+	return 0;
+}
+
+void ldap_domain_config_free(struct ldap_domain_config *c)
+{
+	free(c->name);
+	for (size_t i = 0; i < c->nuris; i++)
+		free(c->uris[i]);
+	free(c->search_base);
+	free(c->user_base);
+	free(c->group_base);
+	for (size_t i = 0; i < LDAP_MAP_COUNT; i++)
+		free(c->map[i]);
+	free(c->bind_dn);
+	free(c->authtok_file);
+	free(c->tls_cacert);
+	memset(c, 0, sizeof(*c));
+}
+
+/* Replace *slot with a copy of v. */
+static int set_str(char **slot, const char *v)
+{
+	char *p = strdup(v);
+	if (!p)
+		return -ENOMEM;
+	free(*slot);
+	*slot = p;
+	return 0;
+}
+
+static int parse_bool(const char *v, bool *out)
+{
+	if (!strcasecmp(v, "true") || !strcasecmp(v, "yes") || !strcmp(v, "1"))
+		*out = true;
+	else if (!strcasecmp(v, "false") || !strcasecmp(v, "no") || !strcmp(v, "0"))
+		*out = false;
+	else
+		return -EINVAL;
+	return 0;
+}
+
+/* "6", "0.5": seconds with up to three decimals, into milliseconds (at
+ * most a day: a longer network timeout is a mistake). */
+static int parse_secs_ms(const char *v, uint32_t *out)
+{
+	uint64_t ms = 0;
+	const char *p = v;
+	if (!*p)
+		return -EINVAL;
+	for (; *p >= '0' && *p <= '9'; p++) {
+		ms = ms * 10 + (uint64_t)(*p - '0');
+		if (ms > 86400)
+			return -EINVAL;
+	}
+	ms *= 1000;
+	if (*p == '.') {
+		uint64_t scale = 100;
+		for (p++; *p >= '0' && *p <= '9' && scale; p++, scale /= 10)
+			ms += (uint64_t)(*p - '0') * scale;
+	}
+	if (*p || p == v)
+		return -EINVAL;
+	*out = (uint32_t)ms;
+	return 0;
+}
+
+static int parse_u32(const char *v, uint32_t *out)
+{
+	uint64_t n = 0;
+	const char *p = v;
+	for (; *p >= '0' && *p <= '9'; p++) {
+		n = n * 10 + (uint64_t)(*p - '0');
+		if (n > UINT32_MAX)
+			return -EINVAL;
+	}
+	if (*p || p == v)
+		return -EINVAL;
+	*out = (uint32_t)n;
+	return 0;
+}
+
+/* ldap_uri: "ldap://a, ldaps://b" in failover order. A bad list leaves
+ * the old one in place. */
+static int parse_uris(struct ldap_domain_config *c, const char *v)
+{
+	char *uris[LDAP_DOM_URIS_MAX];
+	size_t n = 0;
+	int rc = 0;
+	for (const char *p = v; *p && !rc;) {
+		while (*p == ',' || *p == ' ' || *p == '\t')
+			p++;
+		size_t len = strcspn(p, ", \t");
+		if (!len)
+			break;
+		if (n == LDAP_DOM_URIS_MAX ||
+		    (strncasecmp(p, "ldap://", 7) && strncasecmp(p, "ldaps://", 8)))
+			rc = -EINVAL;
+		else if (!(uris[n++] = strndup(p, len)))
+			rc = -ENOMEM, n--;
+		p += len;
+	}
+	if (!rc && !n)
+		rc = -EINVAL;
+	if (rc) {
+		while (n)
+			free(uris[--n]);
+		return rc;
+	}
+	for (size_t i = 0; i < c->nuris; i++)
+		free(c->uris[i]);
+	memcpy(c->uris, uris, n * sizeof(*uris));
+	c->nuris = n;
+	return 0;
+}
+
+static int parse_reqcert(const char *v, enum ldap_dom_reqcert *out)
+{
+	static const char *const names[] = {"never", "allow", "try", "demand"};
+	for (size_t i = 0; i < IDC_ARRAY_SIZE(names); i++)
+		if (!strcasecmp(v, names[i])) {
+			*out = (enum ldap_dom_reqcert)i;
+			return 0;
+		}
+	if (!strcasecmp(v, "hard")) {
+		*out = LDAP_DOM_REQCERT_DEMAND;
+		return 0;
+	}
+	return -EINVAL;
+}
+
+static int set_known(struct ldap_domain_config *c, const char *k, const char *v)
+{
+	for (size_t i = 0; i < LDAP_MAP_COUNT; i++)
+		if (!strcmp(k, map_keys[i]))
+			return *v ? set_str(&c->map[i], v) : -EINVAL;
+	if (!strcmp(k, "ldap_uri"))
+		return parse_uris(c, v);
+	if (!strcmp(k, "ldap_search_base"))
+		return set_str(&c->search_base, v);
+	if (!strcmp(k, "ldap_user_search_base"))
+		return set_str(&c->user_base, v);
+	if (!strcmp(k, "ldap_group_search_base"))
+		return set_str(&c->group_base, v);
+	if (!strcmp(k, "ldap_schema")) {
+		if (!strcasecmp(v, "rfc2307"))
+			c->schema = LDAP_DOM_RFC2307;
+		else if (!strcasecmp(v, "rfc2307bis"))
+			c->schema = LDAP_DOM_RFC2307BIS;
+		else
+			return -EINVAL;
+		return 0;
+	}
+	if (!strcmp(k, "ldap_default_bind_dn"))
+		return set_str(&c->bind_dn, v);
+	if (!strcmp(k, "ldap_default_authtok_file"))
+		return set_str(&c->authtok_file, v);
+	if (!strcmp(k, "ldap_id_use_start_tls"))
+		return parse_bool(v, &c->start_tls);
+	if (!strcmp(k, "ldap_tls_cacert"))
+		return set_str(&c->tls_cacert, v);
+	if (!strcmp(k, "ldap_tls_reqcert"))
+		return parse_reqcert(v, &c->tls_reqcert);
+	if (!strcmp(k, "ldap_network_timeout"))
+		return parse_secs_ms(v, &c->network_timeout_ms);
+	if (!strcmp(k, "ldap_search_timeout"))
+		return parse_secs_ms(v, &c->search_timeout_ms);
+	if (!strcmp(k, "ldap_page_size"))
+		return parse_u32(v, &c->page_size);
+	if (!strcmp(k, "entry_cache_timeout"))
+		return parse_u32(v, &c->entry_cache_timeout);
+	if (!strcmp(k, "entry_negative_timeout"))
+		return parse_secs_ms(v, &c->negative_timeout_ms);
+	if (!strcmp(k, "refresh_expired_interval"))
+		return parse_secs_ms(v, &c->refresh_expired_ms);
+	if (!strcmp(k, "offline_timeout"))
+		return parse_secs_ms(v, &c->offline_timeout_ms);
+	if (!strcmp(k, "failover_primary_timeout"))
+		return parse_secs_ms(v, &c->primary_retry_ms);
+	if (!strcmp(k, "enumerate"))
+		return parse_bool(v, &c->enumerate);
+	if (!strcmp(k, "ldap_member_names_from_rdn"))
+		return parse_bool(v, &c->member_names_from_rdn);
+	if (!strcmp(k, "ignore_group_members"))
+		return parse_bool(v, &c->ignore_group_members);
+	return -ENOENT;
+}
+
+int ldap_domain_config_set(struct ldap_domain_config *c, const char *key, const char *value,
+			   struct idc_diag *d)
+{
+	int rc = set_known(c, key, value);
+	if (rc == -EINVAL)
+		return idc_diag_set(d, rc, "%s: bad value '%.200s'", key, value);
+	if (rc == -ENOENT)
+		return idc_diag_set(d, rc, "%s: not an ldap provider option", key);
+	return rc;
+}
+
+int ldap_domain_config_check(const struct ldap_domain_config *c, struct idc_diag *d)
+{
+	if (!c->nuris)
+		return idc_diag_set(d, -EINVAL, "ldap_uri is required");
+	if (!c->search_base && (!c->user_base || !c->group_base))
+		return idc_diag_set(d, -EINVAL, "ldap_search_base is required");
+	if (c->bind_dn && !c->authtok_file)
+		return idc_diag_set(d, -EINVAL,
+				    "ldap_default_bind_dn needs ldap_default_authtok_file");
+	if (c->page_size == 0 || c->page_size > 100000)
+		return idc_diag_set(d, -EINVAL, "ldap_page_size must be 1..100000");
+	if (c->network_timeout_ms == 0 || c->search_timeout_ms == 0)
+		return idc_diag_set(d, -EINVAL, "timeouts must be positive");
+	return 0;
+}

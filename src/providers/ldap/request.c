@@ -1,0 +1,818 @@
+/*
+ * request: one lookup from first search to cache commit, and the domain
+ * object around the requests (coalescing, negative cache, event loop).
+ *
+ * A lookup is a short series of waves; each wave is a set of searches sent
+ * together (pipelined) and the next wave starts when all of them answered:
+ *   find:      the user or group asked for (initgroups: the user);
+ *   groups-of: initgroups only, one search (|(memberUid=NAME)(member=DN));
+ *   parents:   rfc2307bis, groups that have a found group as member, in
+ *              batches of LP_PARENT_BATCH DNs per search, until no new group;
+ *   members:   member DNs no search has returned yet, batched by the
+ *              naming attribute of their RDN, (|(uid=a)(uid=b)...), and
+ *              matched back by DN; found groups bring their own members.
+ * Every DN is asked for at most once per lookup, so nested groups with a
+ * cycle end. Then everything found is written in one cache transaction.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "providers/ldap/ldap_int.h"
+
+/* ==== negative cache ========================================================= */
+
+static uint64_t key_hash(const struct ldap_domain *ld, enum ldap_lookup_kind kind, const char *name,
+			 uint32_t id)
+{
+	char buf[CACHE_NAME_MAX + 32];
+	int n = snprintf(buf, sizeof(buf), "%d:%u:", (int)kind, (unsigned)id);
+	for (const char *p = name; p && *p && (size_t)n < sizeof(buf) - 1; p++)
+		buf[n++] = idc_tolower(*p); /* names fold as the cache folds them */
+	return idc_hash64(buf, (size_t)n, ld->hash_seed) | 1;
+}
+
+static struct lp_neg *neg_slot(struct ldap_domain *ld, uint64_t h)
+{
+	return &ld->neg[h % LP_NEG_SLOTS];
+}
+
+static bool neg_hit(struct ldap_domain *ld, uint64_t h)
+{
+	struct lp_neg *n = neg_slot(ld, h);
+	return n->h == h && idc_now_ns() < n->expires_ns;
+}
+
+/* ==== request lifecycle ========================================================= */
+
+static void req_clear(struct lp_req *r)
+{
+	idc_arena_free(&r->arena);
+	lp_vec_free(&r->users);
+	lp_vec_free(&r->groups);
+	lp_vec_free(&r->memq);
+	lp_vec_free(&r->parentq);
+	lp_map_free(&r->udn);
+	lp_map_free(&r->gdn);
+	lp_map_free(&r->uname);
+	lp_map_free(&r->asked);
+	r->scanned = 0;
+	r->target = NULL;
+	r->phase = 0;
+	r->pending = 0;
+}
+
+static void req_free(struct lp_req *r)
+{
+	req_clear(r);
+	free(r->name);
+	free(r->w);
+	free(r);
+}
+
+static void req_unlink(struct ldap_domain *ld, struct lp_req *r)
+{
+	for (struct lp_req **p = &ld->reqs; *p; p = &(*p)->next)
+		if (*p == r) {
+			*p = r->next;
+			return;
+		}
+}
+
+/* Forget r's searches still in flight (their replies will be ignored). */
+static void req_forget_searches(struct ldap_domain *ld, struct lp_req *r)
+{
+	for (struct lp_search **p = &ld->searches; *p;) {
+		struct lp_search *s = *p;
+		if (s->req == r) {
+			*p = s->next;
+			if (ld->conn)
+				ldap_abandon_ext(ld->conn, s->msgid, NULL, NULL);
+			lp_search_free(s);
+		} else {
+			p = &s->next;
+		}
+	}
+}
+
+/* Take r out, tell every waiter, free it. */
+static void req_complete(struct lp_req *r, enum ldap_lookup_result res)
+{
+	struct ldap_domain *ld = r->ld;
+	req_unlink(ld, r);
+	req_forget_searches(ld, r);
+	if (r->kind != LDAP_LOOKUP_ENUMERATE) {
+		uint64_t h = key_hash(ld, r->kind, r->name, r->id);
+		struct lp_neg *n = neg_slot(ld, h);
+		if (res == LDAP_LOOKUP_NOTFOUND)
+			*n = (struct lp_neg){h, idc_now_ns() +
+						    ld->cfg.negative_timeout_ms * 1000000ull};
+		else if (n->h == h)
+			n->h = 0;
+	}
+	for (size_t i = 0; i < r->nw; i++)
+		r->w[i].cb(res, r->w[i].arg);
+	req_free(r);
+}
+
+void lp_req_finish_all(struct ldap_domain *ld, enum ldap_lookup_result res)
+{
+	/* Bounded: each round removes the head. */
+	while (ld->reqs)
+		req_complete(ld->reqs, res);
+}
+
+static int add_waiter(struct lp_req *r, ldap_lookup_cb cb, void *arg)
+{
+	if (!cb)
+		return 0;
+	if (r->nw == r->wcap) {
+		size_t c = r->wcap ? r->wcap * 2 : 4;
+		struct lp_waiter *w = realloc(r->w, c * sizeof(*w));
+		if (!w)
+			return -ENOMEM;
+		r->w = w;
+		r->wcap = c;
+	}
+	r->w[r->nw++] = (struct lp_waiter){cb, arg};
+	return 0;
+}
+
+/* ==== filters ==================================================================== */
+
+static int oc_filter(struct idc_buf *b, const struct ldap_domain *ld, bool user, bool group)
+{
+	const char *u = ld->attr[LDAP_MAP_USER_OC], *g = ld->attr[LDAP_MAP_GROUP_OC];
+	if (user && group)
+		return idc_buf_printf(b, "(|(objectClass=%s)(objectClass=%s))", u, g);
+	return idc_buf_printf(b, "(objectClass=%s)", user ? u : g);
+}
+
+/* "(attr=value)" with value escaped. */
+static int eq_filter(struct idc_buf *b, const char *attr, const char *v)
+{
+	int rc = idc_buf_printf(b, "(%s=", attr);
+	if (!rc)
+		rc = lp_filter_escape(b, v, strlen(v));
+	return rc ? rc : idc_buf_putc(b, ')');
+}
+
+/* ==== waves ====================================================================== */
+
+static int send_search(struct lp_req *r, enum lp_purpose p, const char *base,
+		       const struct idc_buf *f, bool paged)
+{
+	return lp_search_send(r->ld, r, p, base, LDAP_SCOPE_SUBTREE, f->data, paged);
+}
+
+static int send_find(struct lp_req *r)
+{
+	struct ldap_domain *ld = r->ld;
+	const char *const *at = ld->attr;
+	struct idc_buf f = IDC_BUF_INIT;
+	bool user = r->kind == LDAP_LOOKUP_PWNAM || r->kind == LDAP_LOOKUP_PWUID ||
+		    r->kind == LDAP_LOOKUP_INITGROUPS;
+	char id[16];
+	snprintf(id, sizeof(id), "%u", (unsigned)r->id);
+	int rc = idc_buf_printf(&f, "(&");
+	if (!rc)
+		rc = oc_filter(&f, ld, user, !user);
+	if (!rc && r->kind == LDAP_LOOKUP_PWUID)
+		rc = eq_filter(&f, at[LDAP_MAP_USER_UID], id);
+	else if (!rc && r->kind == LDAP_LOOKUP_GRGID)
+		rc = eq_filter(&f, at[LDAP_MAP_GROUP_GID], id);
+	else if (!rc)
+		rc = eq_filter(&f, at[user ? LDAP_MAP_USER_NAME : LDAP_MAP_GROUP_NAME], r->name);
+	if (!rc)
+		rc = idc_buf_putc(&f, ')');
+	if (!rc)
+		rc = send_search(r, LP_S_FIND, user ? ld->ubase : ld->gbase, &f, false);
+	idc_buf_free(&f);
+	return rc;
+}
+
+/* enumerate: every user, then every group, page by page. One after the
+ * other: slapd keeps one paged search per connection and invalidates the
+ * cookie of the first when a second starts. */
+static int send_enum(struct lp_req *r, bool groups)
+{
+	struct ldap_domain *ld = r->ld;
+	struct idc_buf f = IDC_BUF_INIT;
+	int rc = oc_filter(&f, ld, !groups, groups);
+	if (!rc)
+		rc = send_search(r, LP_S_FIND, groups ? ld->gbase : ld->ubase, &f, true);
+	idc_buf_free(&f);
+	return rc;
+}
+
+static int send_groups_of(struct lp_req *r)
+{
+	struct ldap_domain *ld = r->ld;
+	struct idc_buf f = IDC_BUF_INIT;
+	bool bis = ld->cfg.schema == LDAP_DOM_RFC2307BIS;
+	int rc = idc_buf_printf(&f, "(&");
+	if (!rc)
+		rc = oc_filter(&f, ld, false, true);
+	if (!rc && bis)
+		rc = idc_buf_printf(&f, "(|");
+	if (!rc)
+		rc = eq_filter(&f, bis ? "memberUid" : ld->attr[LDAP_MAP_GROUP_MEMBER],
+			       r->target->name);
+	if (!rc && bis)
+		rc = eq_filter(&f, ld->attr[LDAP_MAP_GROUP_MEMBER], r->target->dn);
+	if (!rc)
+		rc = idc_buf_printf(&f, bis ? "))" : ")");
+	if (!rc)
+		rc = send_search(r, LP_S_GROUPS_OF, ld->gbase, &f, false);
+	idc_buf_free(&f);
+	return rc;
+}
+
+/* Groups that have one of the queued groups as a member. */
+static int send_parents(struct lp_req *r)
+{
+	struct ldap_domain *ld = r->ld;
+	struct idc_buf f = IDC_BUF_INIT;
+	int rc = 0;
+	for (size_t i = 0; i < r->parentq.n && !rc; i += LP_PARENT_BATCH) {
+		idc_buf_reset(&f);
+		rc = idc_buf_printf(&f, "(&");
+		if (!rc)
+			rc = oc_filter(&f, ld, false, true);
+		if (!rc)
+			rc = idc_buf_printf(&f, "(|");
+		for (size_t j = i; j < r->parentq.n && j < i + LP_PARENT_BATCH && !rc; j++)
+			rc = eq_filter(&f, ld->attr[LDAP_MAP_GROUP_MEMBER], r->parentq.v[j]);
+		if (!rc)
+			rc = idc_buf_printf(&f, "))");
+		if (!rc)
+			rc = send_search(r, LP_S_PARENTS, ld->gbase, &f, false);
+	}
+	r->parentq.n = 0;
+	idc_buf_free(&f);
+	return rc;
+}
+
+/* Member DNs batched by (search base, naming attribute of the RDN). */
+struct bucket {
+	const char *base;
+	bool user, group;
+	char *attr;
+	struct idc_buf f;
+	size_t count;
+};
+
+static int bucket_flush(struct lp_req *r, struct bucket *b)
+{
+	if (!b->count)
+		return 0;
+	int rc = idc_buf_printf(&b->f, "))");
+	if (!rc)
+		rc = send_search(r, LP_S_MEMBERS, b->base, &b->f, false);
+	idc_buf_reset(&b->f);
+	b->count = 0;
+	return rc;
+}
+
+static int bucket_add(struct lp_req *r, struct bucket *b, const char *value)
+{
+	int rc = 0;
+	if (!b->count) {
+		rc = idc_buf_printf(&b->f, "(&");
+		if (!rc)
+			rc = oc_filter(&b->f, r->ld, b->user, b->group);
+		if (!rc)
+			rc = idc_buf_printf(&b->f, "(|");
+	}
+	if (!rc)
+		rc = eq_filter(&b->f, b->attr, value);
+	if (!rc && ++b->count == LP_MEMBER_BATCH)
+		rc = bucket_flush(r, b);
+	return rc;
+}
+
+#define LP_BUCKETS 16
+
+static struct bucket *bucket_for(struct bucket *bs, size_t *n, const char *base, bool user,
+				 bool group, char *attr)
+{
+	for (size_t i = 0; i < *n; i++)
+		if (bs[i].base == base && bs[i].user == user && !strcmp(bs[i].attr, attr))
+			return &bs[i];
+	if (*n == LP_BUCKETS)
+		return NULL;
+	bs[*n] = (struct bucket){base, user, group, attr, IDC_BUF_INIT, 0};
+	return &bs[(*n)++];
+}
+
+static int queue_member(struct lp_req *r, struct bucket *bs, size_t *nb, const char *ndn)
+{
+	struct ldap_domain *ld = r->ld;
+	char *attr, *value;
+	if (lp_dn_first_ava(&r->arena, ndn, &attr, &value))
+		return 0; /* not reachable by a filter: left unresolved */
+	bool same = ld->ubase == ld->gbase;
+	bool in_u = lp_dn_under(ndn, ld->nubase), in_g = lp_dn_under(ndn, ld->ngbase);
+	int rc = 0;
+	if (same && in_u) {
+		struct bucket *b = bucket_for(bs, nb, ld->ubase, true, true, attr);
+		return b ? bucket_add(r, b, value) : 0;
+	}
+	if (in_u) {
+		struct bucket *b = bucket_for(bs, nb, ld->ubase, true, false, attr);
+		rc = b ? bucket_add(r, b, value) : 0;
+	}
+	if (!rc && in_g) {
+		struct bucket *b = bucket_for(bs, nb, ld->gbase, false, true, attr);
+		rc = b ? bucket_add(r, b, value) : 0;
+	}
+	if (!in_u && !in_g)
+		lp_log_once(ld, IDC_LOG_INFO,
+			    "ldap domain %s: member \"%.300s\" is outside the search bases; "
+			    "not resolved",
+			    ld->cfg.name, ndn);
+	return rc;
+}
+
+static int send_members(struct lp_req *r)
+{
+	struct bucket bs[LP_BUCKETS];
+	size_t nb = 0;
+	int rc = 0;
+	for (size_t i = 0; i < r->memq.n && !rc; i++)
+		rc = queue_member(r, bs, &nb, r->memq.v[i]);
+	for (size_t i = 0; i < nb; i++) {
+		if (!rc)
+			rc = bucket_flush(r, &bs[i]);
+		idc_buf_free(&bs[i].f);
+	}
+	r->memq.n = 0;
+	return rc;
+}
+
+/* Queue the parents and members of groups found since the last wave. */
+static int queue_new_groups(struct lp_req *r)
+{
+	bool up = r->kind == LDAP_LOOKUP_INITGROUPS && r->ld->cfg.schema == LDAP_DOM_RFC2307BIS;
+	int rc = 0;
+	for (; r->scanned < r->groups.n && !rc; r->scanned++) {
+		struct lp_group *g = r->groups.v[r->scanned];
+		if (up && g->ancestor)
+			rc = lp_vec_push(&r->parentq, (void *)g->ndn);
+		for (size_t i = 0; i < g->nmdns && !rc; i++) {
+			const char *m = g->mdns[i];
+			if (lp_map_get(&r->udn, m) || lp_map_get(&r->gdn, m))
+				continue;
+			rc = lp_map_put(&r->asked, m, (void *)m);
+			if (rc == 0)
+				rc = lp_vec_push(&r->memq, (void *)m);
+			else if (rc == 1)
+				rc = 0;
+		}
+	}
+	return rc;
+}
+
+/* ==== the answer into the cache ======================================================= */
+
+static int put_group(struct cache_txn *t, struct lp_req *r, struct lp_group *g, struct idc_diag *d)
+{
+	size_t cap = g->nuids + g->nmdns;
+	const char **names = cap ? malloc(cap * sizeof(*names)) : NULL;
+	const char **nested = g->nmdns ? malloc(g->nmdns * sizeof(*nested)) : NULL;
+	if ((cap && !names) || (g->nmdns && !nested)) {
+		free(names);
+		free(nested);
+		return -ENOMEM;
+	}
+	size_t nn = 0, ng = 0;
+	for (size_t i = 0; i < g->nuids; i++)
+		names[nn++] = g->uids[i];
+	for (size_t i = 0; i < g->nmdns; i++) {
+		struct lp_user *u = lp_map_get(&r->udn, g->mdns[i]);
+		struct lp_group *m = u ? NULL : lp_map_get(&r->gdn, g->mdns[i]);
+		if (u)
+			names[nn++] = u->name;
+		else if (m && m != g)
+			nested[ng++] = m->name;
+	}
+	struct cache_group cg = {g->name, g->gid, 0, names, nn, nested, ng, g->dn, g->modts};
+	int rc = cache_put_group(t, r->ld->cfg.name, &cg, NULL, d);
+	free(names);
+	free(nested);
+	return rc;
+}
+
+/* Not storable (a name taken in another case...): log, keep the rest. */
+static int soft(struct ldap_domain *ld, int rc, const char *dn, struct idc_diag *d)
+{
+	if (rc != -EINVAL)
+		return rc;
+	lp_log_once(ld, IDC_LOG_WARN, "ldap domain %s: entry \"%.300s\" not cached: %s",
+		    ld->cfg.name, dn, d->msg);
+	return 0;
+}
+
+static bool name_eq(const char *a, const char *b)
+{
+	return idc_memcaseeq(a, strlen(a), b, strlen(b));
+}
+
+static enum ldap_lookup_result answer(const struct lp_req *r)
+{
+	bool found = false;
+	for (size_t i = 0; i < r->users.n && !found; i++) {
+		const struct lp_user *u = r->users.v[i];
+		found = (r->kind == LDAP_LOOKUP_PWNAM && name_eq(u->name, r->name)) ||
+			(r->kind == LDAP_LOOKUP_PWUID && u->uid == r->id);
+	}
+	for (size_t i = 0; i < r->groups.n && !found; i++) {
+		const struct lp_group *g = r->groups.v[i];
+		found = (r->kind == LDAP_LOOKUP_GRNAM && name_eq(g->name, r->name)) ||
+			(r->kind == LDAP_LOOKUP_GRGID && g->gid == r->id);
+	}
+	if (r->kind == LDAP_LOOKUP_INITGROUPS)
+		found = r->target != NULL;
+	if (r->kind == LDAP_LOOKUP_ENUMERATE)
+		found = true;
+	return found ? LDAP_LOOKUP_FOUND : LDAP_LOOKUP_NOTFOUND;
+}
+
+/* Everything found, in one transaction; a name the directory no longer
+ * has is removed. */
+static int store(struct lp_req *r, enum ldap_lookup_result res, struct idc_diag *d)
+{
+	struct ldap_domain *ld = r->ld;
+	struct cache_txn *t;
+	int rc = cache_txn_begin(ld->cache, &t, d);
+	if (rc)
+		return rc;
+	rc = cache_domain_ensure(t, ld->cfg.name, ld->cfg.entry_cache_timeout, d);
+	for (size_t i = 0; i < r->users.n && !rc; i++) {
+		const struct lp_user *u = r->users.v[i];
+		struct cache_user cu = {u->name,  u->uid, u->gid, u->gecos, u->dir,
+					u->shell, 0,      u->dn,  u->modts};
+		rc = soft(ld, cache_put_user(t, ld->cfg.name, &cu, NULL, d), u->dn, d);
+	}
+	for (size_t i = 0; i < r->groups.n && !rc; i++) {
+		struct lp_group *g = r->groups.v[i];
+		rc = soft(ld, put_group(t, r, g, d), g->dn, d);
+	}
+	if (!rc && res == LDAP_LOOKUP_NOTFOUND && r->kind == LDAP_LOOKUP_PWNAM)
+		rc = cache_del_user(t, ld->cfg.name, r->name, d);
+	if (!rc && res == LDAP_LOOKUP_NOTFOUND && r->kind == LDAP_LOOKUP_GRNAM)
+		rc = cache_del_group(t, ld->cfg.name, r->name, d);
+	if (rc == -ENOENT)
+		rc = 0;
+	if (rc) {
+		cache_txn_abort(t);
+		return rc;
+	}
+	rc = cache_txn_commit(t, d);
+	if (!rc)
+		ld->ncommits++;
+	return rc;
+}
+
+static void finish(struct lp_req *r)
+{
+	struct idc_diag d = {{0}};
+	enum ldap_lookup_result res = answer(r);
+	uint64_t t0 = idc_now_ns();
+	int rc = store(r, res, &d);
+	idc_log(IDC_LOG_DEBUG, "ldap domain %s: %zu users, %zu groups stored in %.1f ms",
+		r->ld->cfg.name, r->users.n, r->groups.n, (double)(idc_now_ns() - t0) / 1e6);
+	if (rc) {
+		idc_log(IDC_LOG_ERR, "ldap domain %s: storing the answer failed: %s",
+			r->ld->cfg.name, d.msg[0] ? d.msg : idc_strerror(rc));
+		res = LDAP_LOOKUP_FAILED;
+	}
+	req_complete(r, res);
+}
+
+/* ==== stepping ======================================================================= */
+
+static struct lp_user *find_target(struct lp_req *r)
+{
+	for (size_t i = 0; i < r->users.n; i++) {
+		struct lp_user *u = r->users.v[i];
+		if (name_eq(u->name, r->name))
+			return u;
+	}
+	return NULL;
+}
+
+/* Send the next wave, or finish. A failed send leaves r waiting for the
+ * connection to be replaced (ld->broken), which restarts it. */
+static void req_step(struct lp_req *r)
+{
+	int rc = 0;
+	if (r->phase == 0) {
+		r->phase = 1;
+		rc = r->kind == LDAP_LOOKUP_ENUMERATE ? send_enum(r, false) : send_find(r);
+	} else if (r->phase == 1 && r->kind == LDAP_LOOKUP_ENUMERATE) {
+		r->phase = 2;
+		rc = send_enum(r, true);
+	} else if (r->phase == 1 && r->kind == LDAP_LOOKUP_INITGROUPS) {
+		r->phase = 2;
+		r->target = find_target(r);
+		if (!r->target)
+			return finish(r);
+		rc = send_groups_of(r);
+	} else if (r->phase == 1 &&
+		   (r->kind == LDAP_LOOKUP_PWNAM || r->kind == LDAP_LOOKUP_PWUID)) {
+		return finish(r);
+	} else {
+		r->phase = 2;
+		rc = queue_new_groups(r);
+		if (!rc && r->parentq.n)
+			rc = send_parents(r);
+		else if (!rc && r->memq.n)
+			rc = send_members(r);
+		else if (!rc && !r->pending)
+			return finish(r);
+	}
+	if (rc == -ENOMEM) {
+		req_complete(r, LDAP_LOOKUP_FAILED);
+	} else if (rc) {
+		r->ld->broken = true;
+		req_forget_searches(r->ld, r);
+		req_clear(r);
+	}
+}
+
+void lp_req_searched(struct lp_req *r)
+{
+	req_step(r);
+}
+
+void lp_req_restart_all(struct ldap_domain *ld)
+{
+	/* Detach first: a restart may fail the new server too and complete
+	 * requests; each one is re-linked before it is stepped. */
+	struct lp_req *list = ld->reqs;
+	ld->reqs = NULL;
+	while (list) {
+		struct lp_req *r = list;
+		list = r->next;
+		r->next = ld->reqs;
+		ld->reqs = r;
+		req_clear(r);
+		if (++r->restarts > (int)ld->cfg.nuris + 1 || !ld->conn)
+			req_complete(r, LDAP_LOOKUP_OFFLINE);
+		else
+			req_step(r);
+	}
+}
+
+/* ==== domain ============================================================================ */
+
+static int read_password(const char *path, char **out, struct idc_diag *d)
+{
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return idc_diag_set(d, -errno, "ldap_default_authtok_file %s: %s", path,
+				    idc_strerror(-errno));
+	char buf[1024];
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	buf[strcspn(buf, "\r\n")] = '\0';
+	*out = strdup(buf);
+	explicit_bzero(buf, sizeof(buf));
+	return *out ? 0 : -ENOMEM;
+}
+
+static int copy_str(char **dst, const char *src)
+{
+	*dst = src ? strdup(src) : NULL;
+	return src && !*dst ? -ENOMEM : 0;
+}
+
+static int copy_config(struct ldap_domain_config *dst, const struct ldap_domain_config *src)
+{
+	*dst = *src;
+	char **s[] = {&dst->name,    &dst->search_base,  &dst->user_base, &dst->group_base,
+		      &dst->bind_dn, &dst->authtok_file, &dst->tls_cacert};
+	const char *v[] = {src->name,    src->search_base,  src->user_base, src->group_base,
+			   src->bind_dn, src->authtok_file, src->tls_cacert};
+	int rc = 0;
+	for (size_t i = 0; i < IDC_ARRAY_SIZE(s); i++)
+		*s[i] = NULL;
+	for (size_t i = 0; i < LDAP_MAP_COUNT; i++)
+		dst->map[i] = NULL;
+	for (size_t i = 0; i < src->nuris; i++)
+		dst->uris[i] = NULL;
+	for (size_t i = 0; i < IDC_ARRAY_SIZE(s) && !rc; i++)
+		rc = copy_str(s[i], v[i]);
+	for (size_t i = 0; i < LDAP_MAP_COUNT && !rc; i++)
+		rc = copy_str(&dst->map[i], src->map[i]);
+	for (size_t i = 0; i < src->nuris && !rc; i++)
+		rc = copy_str(&dst->uris[i], src->uris[i]);
+	return rc;
+}
+
+/* The attributes every search asks for (each once). */
+static void set_attrs(struct ldap_domain *ld)
+{
+	size_t n = 0;
+	const char *want[] = {"objectClass", "modifyTimestamp", "memberUid"};
+	for (size_t i = 0; i < LDAP_MAP_COUNT; i++)
+		ld->attr[i] = lp_attr(&ld->cfg, (enum ldap_dom_attr)i);
+	for (size_t i = 0; i < LDAP_MAP_COUNT + IDC_ARRAY_SIZE(want); i++) {
+		const char *a = i < LDAP_MAP_COUNT ? ld->attr[i] : want[i - LDAP_MAP_COUNT];
+		if (i == LDAP_MAP_USER_OC || i == LDAP_MAP_GROUP_OC)
+			continue;
+		bool dup = false;
+		for (size_t j = 0; j < n && !dup; j++)
+			dup = !strcasecmp(ld->attrs[j], a);
+		if (!dup && n < IDC_ARRAY_SIZE(ld->attrs) - 1)
+			ld->attrs[n++] = a;
+	}
+	ld->attrs[n] = NULL;
+}
+
+int ldap_domain_new(const struct ldap_domain_config *cfg, struct cache *c, struct ldap_domain **out,
+		    struct idc_diag *d)
+{
+	int rc = ldap_domain_config_check(cfg, d);
+	if (rc)
+		return rc;
+	struct ldap_domain *ld = calloc(1, sizeof(*ld));
+	if (!ld)
+		return -ENOMEM;
+	rc = copy_config(&ld->cfg, cfg);
+	if (!rc && cfg->bind_dn)
+		rc = read_password(cfg->authtok_file, &ld->password, d);
+	if (rc) {
+		ldap_domain_free(ld);
+		return rc;
+	}
+	ld->cache = c;
+	ld->fd = -1;
+	ld->online = true;
+	ld->since = (int64_t)time(NULL);
+	ld->hash_seed = idc_now_ns();
+	ld->ubase = ld->cfg.user_base ? ld->cfg.user_base : ld->cfg.search_base;
+	ld->gbase = ld->cfg.group_base ? ld->cfg.group_base : ld->cfg.search_base;
+	ld->nubase = lp_dn_normalize(&ld->arena, ld->ubase, strlen(ld->ubase));
+	ld->ngbase = lp_dn_normalize(&ld->arena, ld->gbase, strlen(ld->gbase));
+	if (!ld->nubase || !ld->ngbase) {
+		ldap_domain_free(ld);
+		return idc_diag_set(d, -EINVAL, "a search base is not a DN");
+	}
+	if (!strcmp(ld->nubase, ld->ngbase))
+		ld->gbase = ld->ubase; /* one base: member searches ask for both kinds */
+	set_attrs(ld);
+	if (ld->cfg.enumerate)
+		ld->next_enum_ns = idc_now_ns();
+	*out = ld;
+	return 0;
+}
+
+void ldap_domain_free(struct ldap_domain *ld)
+{
+	if (!ld)
+		return;
+	lp_req_finish_all(ld, LDAP_LOOKUP_FAILED);
+	lp_conn_close(ld);
+	if (ld->password)
+		explicit_bzero(ld->password, strlen(ld->password));
+	free(ld->password);
+	idc_arena_free(&ld->arena);
+	ldap_domain_config_free(&ld->cfg);
+	free(ld);
+}
+
+static struct lp_req *find_req(struct ldap_domain *ld, enum ldap_lookup_kind kind, const char *name,
+			       uint32_t id)
+{
+	for (struct lp_req *r = ld->reqs; r; r = r->next)
+		if (r->kind == kind && r->id == id &&
+		    ((!name && !r->name) || (name && r->name && name_eq(name, r->name))))
+			return r;
+	return NULL;
+}
+
+enum ldap_lookup_result ldap_domain_lookup(struct ldap_domain *ld, enum ldap_lookup_kind kind,
+					   const char *name, uint32_t id, ldap_lookup_cb cb,
+					   void *arg)
+{
+	bool by_name = kind == LDAP_LOOKUP_PWNAM || kind == LDAP_LOOKUP_GRNAM ||
+		       kind == LDAP_LOOKUP_INITGROUPS;
+	if (kind < LDAP_LOOKUP_PWNAM || kind > LDAP_LOOKUP_ENUMERATE)
+		return LDAP_LOOKUP_FAILED;
+	if (by_name && (!name || !cache_name_valid(name, strlen(name))))
+		return LDAP_LOOKUP_NOTFOUND;
+	if (!by_name) {
+		name = NULL;
+		if (kind == LDAP_LOOKUP_ENUMERATE)
+			id = 0;
+	}
+	if (kind != LDAP_LOOKUP_ENUMERATE && neg_hit(ld, key_hash(ld, kind, name, id))) {
+		ld->nneg++;
+		return LDAP_LOOKUP_NOTFOUND;
+	}
+	struct lp_req *r = find_req(ld, kind, name, id);
+	if (r) {
+		ld->njoined++;
+		return add_waiter(r, cb, arg) ? LDAP_LOOKUP_FAILED : LDAP_LOOKUP_PENDING;
+	}
+	if (lp_conn_ensure(ld))
+		return LDAP_LOOKUP_OFFLINE;
+	r = calloc(1, sizeof(*r));
+	if (!r || (name && !(r->name = strdup(name))) || add_waiter(r, cb, arg)) {
+		if (r)
+			req_free(r);
+		return LDAP_LOOKUP_FAILED;
+	}
+	r->ld = ld;
+	r->kind = kind;
+	r->id = id;
+	r->next = ld->reqs;
+	ld->reqs = r;
+	ld->nlookups++;
+	req_step(r);
+	return LDAP_LOOKUP_PENDING;
+}
+
+size_t ldap_domain_fds(const struct ldap_domain *ld, int *fds, size_t max)
+{
+	if (!ld->conn || ld->fd < 0)
+		return 0;
+	if (max)
+		fds[0] = ld->fd;
+	return 1;
+}
+
+static void earliest(uint64_t *best, uint64_t t)
+{
+	if (t && (!*best || t < *best))
+		*best = t;
+}
+
+int64_t ldap_domain_next_timeout(const struct ldap_domain *ld)
+{
+	if (ld->more || ld->broken)
+		return 0;
+	uint64_t best = 0;
+	for (const struct lp_search *s = ld->searches; s; s = s->next)
+		earliest(&best, s->deadline_ns);
+	if (!ld->online && !ld->probe)
+		earliest(&best, ld->next_probe_ns);
+	if (ld->online && ld->conn)
+		earliest(&best, ld->failback_ns);
+	if (ld->online)
+		earliest(&best, ld->next_enum_ns);
+	if (!best)
+		return -1;
+	uint64_t now = idc_now_ns();
+	return best <= now ? 0 : (int64_t)((best - now + 999999) / 1000000);
+}
+
+static void maybe_enumerate(struct ldap_domain *ld, uint64_t now)
+{
+	if (!ld->next_enum_ns || now < ld->next_enum_ns || !ld->online)
+		return;
+	ld->next_enum_ns = now + LP_ENUM_EVERY_MS * 1000000ull;
+	if (ldap_domain_lookup(ld, LDAP_LOOKUP_ENUMERATE, NULL, 0, NULL, NULL) ==
+	    LDAP_LOOKUP_OFFLINE)
+		idc_log(IDC_LOG_DEBUG, "ldap domain %s: enumeration postponed (offline)",
+			ld->cfg.name);
+}
+
+void ldap_domain_process(struct ldap_domain *ld)
+{
+	if (ld->broken) {
+		ld->broken = false;
+		lp_conn_fail(ld, "sending a search failed");
+	}
+	if (ld->conn && ld->searches)
+		lp_read(ld);
+	uint64_t now = idc_now_ns();
+	lp_search_deadlines(ld, now);
+	lp_conn_timers(ld, now);
+	maybe_enumerate(ld, now);
+}
+
+void ldap_domain_get_status(const struct ldap_domain *ld, struct ldap_domain_status *st)
+{
+	size_t n = 0;
+	for (const struct lp_req *r = ld->reqs; r; r = r->next)
+		n++;
+	*st = (struct ldap_domain_status){
+	    .online = ld->online,
+	    .since = ld->since,
+	    .server = ld->conn ? ld->cfg.uris[ld->server] : NULL,
+	    .last_error = ld->last_error,
+	    .searches = ld->nsearches,
+	    .lookups = ld->nlookups,
+	    .joined = ld->njoined,
+	    .negative_hits = ld->nneg,
+	    .commits = ld->ncommits,
+	    .in_flight = n,
+	};
+}

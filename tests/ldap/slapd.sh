@@ -1,0 +1,72 @@
+#!/bin/bash
+# slapd.sh: a throw-away slapd (Debian's, back-mdb) on loopback for tests
+# and benchmarks. Suffix dc=example,dc=com, rootdn cn=admin,dc=example,dc=com
+# with password "secret"; everything lives in DIR.
+#
+#   slapd.sh start DIR PORT [LDIF] [TLSDIR [LDAPS_PORT] [CERTNAME]]
+#       Writes DIR/slapd.conf, starts slapd logging stats (-d 256, to count
+#       SRCH operations) to DIR/slapd.log, waits until it answers, loads
+#       LDIF with ldapadd when the database is empty. With TLSDIR (made by
+#       mkcerts.sh) it offers StartTLS with TLSDIR/CERTNAME.pem (default
+#       "server") and, with LDAPS_PORT, ldaps:// too.
+#       With SLAPD_LOAD=slapadd in the environment, LDIF goes in with
+#       slapadd -q before slapd starts (large benchmark data).
+#   slapd.sh stop DIR        stops it and waits until it is gone
+set -eu
+cmd=$1 D=$2
+stop() {
+	[ -s "$D/slapd.pid" ] || return 0
+	local p; p=$(cat "$D/slapd.pid")
+	kill "$p" 2>/dev/null || true
+	for _ in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.05; done
+	kill -9 "$p" 2>/dev/null || true
+	rm -f "$D/slapd.pid"
+}
+if [ "$cmd" = stop ]; then stop; exit 0; fi
+P=$3 L=${4:-} T=${5:-} SP=${6:-} CN=${7:-server}
+mkdir -p "$D/db"
+stop
+{
+	for s in core cosine nis inetorgperson; do echo "include /etc/ldap/schema/$s.schema"; done
+	cat <<C
+modulepath /usr/lib/ldap
+moduleload back_mdb
+sizelimit unlimited
+pidfile $D/slapd.pid
+argsfile $D/slapd.args
+C
+	if [ -n "$T" ]; then
+		cat <<C
+TLSCACertificateFile $T/ca.pem
+TLSCertificateFile $T/$CN.pem
+TLSCertificateKeyFile $T/$CN.key
+C
+	fi
+	cat <<C
+database mdb
+maxsize 1073741824
+suffix "dc=example,dc=com"
+rootdn "cn=admin,dc=example,dc=com"
+rootpw secret
+directory $D/db
+index objectClass eq
+index uid,cn eq
+index uidNumber,gidNumber,memberUid,member eq
+C
+} > "$D/slapd.conf"
+if [ -n "$L" ] && [ "${SLAPD_LOAD:-}" = slapadd ] && [ ! -s "$D/db/data.mdb" ]; then
+	/usr/sbin/slapadd -q -f "$D/slapd.conf" -l "$L" >"$D/slapadd.log" 2>&1
+fi
+urls="ldap://127.0.0.1:$P/"
+[ -n "$SP" ] && urls="$urls ldaps://127.0.0.1:$SP/"
+nohup /usr/sbin/slapd -f "$D/slapd.conf" -h "$urls" -d 256 >"$D/slapd.log" 2>&1 &
+for _ in $(seq 200); do
+	ldapsearch -x -H "ldap://127.0.0.1:$P" -b '' -s base >/dev/null 2>&1 && break
+	sleep 0.05
+done
+ldapsearch -x -H "ldap://127.0.0.1:$P" -b '' -s base >/dev/null 2>&1 ||
+	{ echo "slapd.sh: slapd on port $P did not come up:" >&2; tail -5 "$D/slapd.log" >&2; exit 1; }
+if [ -n "$L" ] && ! ldapsearch -x -H "ldap://127.0.0.1:$P" -b dc=example,dc=com -s base >/dev/null 2>&1; then
+	ldapadd -x -c -H "ldap://127.0.0.1:$P" -D cn=admin,dc=example,dc=com -w secret -f "$L" >"$D/ldapadd.log" 2>&1 || true
+fi
+cat "$D/slapd.pid"

@@ -1,0 +1,561 @@
+/*
+ * The LDAP provider against real slapd instances on loopback (started by
+ * tests/ldap/slapd.sh from a generated slapd.conf, fixtures from
+ * tests/ldap/fixtures.ldif, certificates from tests/ldap/mkcerts.sh):
+ * rfc2307 and rfc2307bis lookups, nested groups with a cycle, paging,
+ * coalescing, the negative cache, failover and failback, StartTLS and
+ * LDAPS with a test CA, a wrong-hostname certificate, a bad password,
+ * offline behaviour and a server that never answers.
+ *
+ * Servers: A (StartTLS + LDAPS, good certificate), B (plain; failover
+ * target), F (plain; stopped and restarted), W (LDAPS with a certificate
+ * for another host name).
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "providers/ldap/ldap.h"
+
+#ifndef LDAP_TEST_DIR
+#error "LDAP_TEST_DIR must name tests/ldap"
+#endif
+
+static char tmp[64];
+static int port_a, port_as, port_b, port_f, port_w;
+
+/* ==== servers ================================================================= */
+
+/* A free loopback port (bound to port 0, then released). */
+static int free_port(void)
+{
+	int s = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof(a);
+	assert_true(s >= 0);
+	assert_int_equal(bind(s, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(getsockname(s, (struct sockaddr *)&a, &len), 0);
+	close(s);
+	return ntohs(a.sin_port);
+}
+
+static int sh(const char *fmt, ...)
+{
+	char cmd[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	return system(cmd);
+}
+
+static void start(const char *name, int port, const char *tls_args)
+{
+	assert_int_equal(sh("%s/slapd.sh start %s/%s %d %s/fixtures.ldif %s >/dev/null",
+			    LDAP_TEST_DIR, tmp, name, port, LDAP_TEST_DIR, tls_args),
+			 0);
+}
+
+static void stop(const char *name)
+{
+	assert_int_equal(sh("%s/slapd.sh stop %s/%s", LDAP_TEST_DIR, tmp, name), 0);
+}
+
+static int setup_servers(void **state)
+{
+	(void)state;
+	snprintf(tmp, sizeof(tmp), "/tmp/idc-ldap-test-%d", (int)getpid());
+	if (sh("mkdir -p %s && %s/mkcerts.sh %s/certs", tmp, LDAP_TEST_DIR, tmp))
+		return -1;
+	port_a = free_port();
+	port_as = free_port();
+	port_b = free_port();
+	port_f = free_port();
+	port_w = free_port();
+	char tls[256];
+	snprintf(tls, sizeof(tls), "%s/certs %d server", tmp, port_as);
+	start("a", port_a, tls);
+	start("b", port_b, "");
+	start("f", port_f, "");
+	snprintf(tls, sizeof(tls), "%s/certs %d wrong", tmp, port_w + 1);
+	start("w", port_w, tls);
+	port_w++; /* W's LDAPS port */
+	return 0;
+}
+
+static int teardown_servers(void **state)
+{
+	(void)state;
+	const char *names[] = {"a", "b", "f", "w"};
+	for (size_t i = 0; i < IDC_ARRAY_SIZE(names); i++)
+		sh("%s/slapd.sh stop %s/%s", LDAP_TEST_DIR, tmp, names[i]);
+	if (!getenv("KEEP_LDAP_TEST"))
+		sh("rm -rf %s", tmp);
+	return 0;
+}
+
+/* ==== a domain and its loop ===================================================== */
+
+struct env {
+	char dir[128];
+	struct cache *cache;
+	struct ldap_domain *ld;
+	struct ldap_domain_config cfg;
+	int ep, cur;
+};
+
+/* Fresh cache and domain; opts are "key=value" strings ending with NULL. */
+static void env_open(struct env *e, const char *uri, ...)
+{
+	static int seq;
+	struct idc_diag d = {{0}};
+	snprintf(e->dir, sizeof(e->dir), "%s/cache%d", tmp, seq++);
+	assert_int_equal(sh("mkdir -p %s", e->dir), 0);
+	struct cache_options co = {.nosync = true};
+	assert_int_equal(cache_open(e->dir, &co, &e->cache, &d), 0);
+	ldap_domain_config_init(&e->cfg, "dir");
+	assert_int_equal(ldap_domain_config_set(&e->cfg, "ldap_uri", uri, &d), 0);
+	assert_int_equal(
+	    ldap_domain_config_set(&e->cfg, "ldap_search_base", "dc=example,dc=com", &d), 0);
+	assert_int_equal(ldap_domain_config_set(&e->cfg, "ldap_network_timeout", "2", &d), 0);
+	assert_int_equal(ldap_domain_config_set(&e->cfg, "ldap_search_timeout", "3", &d), 0);
+	va_list ap;
+	va_start(ap, uri);
+	for (const char *kv = va_arg(ap, const char *); kv; kv = va_arg(ap, const char *)) {
+		char k[128];
+		const char *eq = strchr(kv, '=');
+		snprintf(k, sizeof(k), "%.*s", (int)(eq - kv), kv);
+		if (ldap_domain_config_set(&e->cfg, k, eq + 1, &d))
+			fail_msg("%s", d.msg);
+	}
+	va_end(ap);
+	if (ldap_domain_new(&e->cfg, e->cache, &e->ld, &d))
+		fail_msg("%s", d.msg);
+	e->ep = epoll_create1(EPOLL_CLOEXEC);
+	e->cur = -1;
+}
+
+static void env_close(struct env *e)
+{
+	ldap_domain_free(e->ld);
+	ldap_domain_config_free(&e->cfg);
+	cache_close(e->cache);
+	close(e->ep);
+}
+
+/* One turn of the daemon's loop: wait (at most max_ms) and process. */
+static void turn(struct env *e, int max_ms)
+{
+	int fd = -1;
+	if (ldap_domain_fds(e->ld, &fd, 1) == 0)
+		fd = -1;
+	if (fd != e->cur) {
+		if (e->cur >= 0)
+			epoll_ctl(e->ep, EPOLL_CTL_DEL, e->cur, NULL);
+		struct epoll_event ev = {.events = EPOLLIN, .data.fd = fd};
+		if (fd >= 0 && epoll_ctl(e->ep, EPOLL_CTL_ADD, fd, &ev))
+			fd = -1;
+		e->cur = fd;
+	}
+	int64_t t = ldap_domain_next_timeout(e->ld);
+	if (t < 0 || t > max_ms)
+		t = max_ms;
+	struct epoll_event ev;
+	epoll_wait(e->ep, &ev, 1, (int)t);
+	ldap_domain_process(e->ld);
+}
+
+struct done {
+	int calls;
+	enum ldap_lookup_result res;
+};
+
+static void on_done(enum ldap_lookup_result res, void *arg)
+{
+	struct done *d = arg;
+	d->calls++;
+	d->res = res;
+}
+
+static void wait_done(struct env *e, struct done *d, int n)
+{
+	uint64_t until = idc_now_ns() + 20000000000ull;
+	while (d->calls < n && idc_now_ns() < until)
+		turn(e, 100);
+	assert_int_equal(d->calls, n);
+}
+
+static enum ldap_lookup_result look(struct env *e, enum ldap_lookup_kind k, const char *name,
+				    uint32_t id)
+{
+	struct done d = {0, 0};
+	enum ldap_lookup_result r = ldap_domain_lookup(e->ld, k, name, id, on_done, &d);
+	if (r != LDAP_LOOKUP_PENDING)
+		return r;
+	wait_done(e, &d, 1);
+	return d.res;
+}
+
+static uint64_t searches(struct env *e)
+{
+	struct ldap_domain_status st;
+	ldap_domain_get_status(e->ld, &st);
+	return st.searches;
+}
+
+/* gids of initgroups(name) from the cache, sorted, as "a,b,c". */
+static void gids_of(struct env *e, const char *name, char *out, size_t n)
+{
+	struct cache_reader *r;
+	const char *doms[] = {"dir"};
+	uint32_t g[64];
+	size_t cnt = 0;
+	assert_int_equal(cache_reader_begin(e->cache, &r), 0);
+	assert_int_equal(cache_initgroups(r, doms, 1, name, false, g, 64, &cnt), 0);
+	cache_reader_end(r);
+	for (size_t i = 1; i < cnt; i++)
+		for (size_t j = i; j > 0 && g[j - 1] > g[j]; j--) {
+			uint32_t t = g[j];
+			g[j] = g[j - 1];
+			g[j - 1] = t;
+		}
+	size_t off = 0;
+	out[0] = '\0';
+	for (size_t i = 0; i < cnt && off < n; i++)
+		off += (size_t)snprintf(out + off, n - off, "%s%u", i ? "," : "", g[i]);
+}
+
+static bool cached_user(struct env *e, const char *name, uint32_t *uid)
+{
+	struct cache_reader *r;
+	const char *doms[] = {"dir"};
+	struct cache_user u;
+	assert_int_equal(cache_reader_begin(e->cache, &r), 0);
+	int rc = cache_user_by_name(r, doms, 1, name, false, &u, NULL);
+	if (!rc && uid)
+		*uid = u.uid;
+	cache_reader_end(r);
+	return rc == 0;
+}
+
+static char *uri(int port, const char *scheme)
+{
+	static char buf[4][64];
+	static int k;
+	char *b = buf[k++ % 4];
+	snprintf(b, sizeof(buf[0]), "%s://127.0.0.1:%d", scheme, port);
+	return b;
+}
+
+/* ==== tests ========================================================================= */
+
+static void test_rfc2307(void **state)
+{
+	(void)state;
+	struct env e;
+	env_open(&e, uri(port_b, "ldap"), "ldap_schema=rfc2307", NULL);
+	uint32_t uid = 0;
+	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "alice", 0), LDAP_LOOKUP_FOUND);
+	assert_true(cached_user(&e, "alice", &uid));
+	assert_int_equal(uid, 10001);
+	assert_int_equal(look(&e, LDAP_LOOKUP_PWUID, NULL, 10002), LDAP_LOOKUP_FOUND);
+	assert_true(cached_user(&e, "bob", NULL));
+	assert_int_equal(look(&e, LDAP_LOOKUP_INITGROUPS, "alice", 0), LDAP_LOOKUP_FOUND);
+	char g[256];
+	gids_of(&e, "alice", g, sizeof(g));
+	assert_string_equal(g, "20001"); /* memberUid only: the member DNs are 2307bis */
+	assert_int_equal(look(&e, LDAP_LOOKUP_GRNAM, "ops", 0), LDAP_LOOKUP_FOUND);
+	assert_int_equal(look(&e, LDAP_LOOKUP_GRGID, NULL, 29999), LDAP_LOOKUP_NOTFOUND);
+	env_close(&e);
+}
+
+/* Both ways of resolving member users: by their RDN, and by batched
+ * searches (ldap_member_names_from_rdn=false). */
+static void check_rfc2307bis(const char *rdn_opt);
+
+static void test_rfc2307bis_nested_cycle(void **state)
+{
+	(void)state;
+	check_rfc2307bis("ldap_member_names_from_rdn=true");
+	check_rfc2307bis("ldap_member_names_from_rdn=false");
+}
+
+static void check_rfc2307bis(const char *rdn_opt)
+{
+	struct env e;
+	env_open(&e, uri(port_b, "ldap"), "ldap_schema=rfc2307bis", rdn_opt, NULL);
+	uint64_t s0 = searches(&e);
+	assert_int_equal(look(&e, LDAP_LOOKUP_INITGROUPS, "alice", 0), LDAP_LOOKUP_FOUND);
+	/* user, groups-of, parents x3 levels, members: a handful, not one per member */
+	assert_true(searches(&e) - s0 <= 8);
+	char g[256];
+	gids_of(&e, "alice", g, sizeof(g));
+	assert_string_equal(g, "20001,20010,20011,20014"); /* ops, dev, all (nests dev), top */
+	assert_int_equal(look(&e, LDAP_LOOKUP_INITGROUPS, "frank", 0), LDAP_LOOKUP_FOUND);
+	gids_of(&e, "frank", g, sizeof(g));
+	assert_string_equal(g, "20012,20013"); /* c1 <-> c2: the cycle ends */
+	/* getgrnam of a nested group stores its member users and groups */
+	assert_int_equal(look(&e, LDAP_LOOKUP_GRNAM, "all", 0), LDAP_LOOKUP_FOUND);
+	struct cache_reader *r;
+	struct cache_group cg;
+	const char *doms[] = {"dir"};
+	assert_int_equal(cache_reader_begin(e.cache, &r), 0);
+	assert_int_equal(cache_group_by_name(r, doms, 1, "all", false, &cg, NULL), 0);
+	assert_int_equal(cg.gid, 20011);
+	assert_int_equal(cg.nmembers, 1);
+	assert_string_equal(cg.members[0], "carol");
+	cache_reader_end(r);
+	env_close(&e);
+}
+
+static void test_coalesce_negative_unchanged(void **state)
+{
+	(void)state;
+	struct env e;
+	env_open(&e, uri(port_b, "ldap"), "ldap_schema=rfc2307bis", NULL);
+	struct done d = {0, 0};
+	uint64_t s0 = searches(&e);
+	assert_int_equal(ldap_domain_lookup(e.ld, LDAP_LOOKUP_PWNAM, "bob", 0, on_done, &d),
+			 LDAP_LOOKUP_PENDING);
+	assert_int_equal(ldap_domain_lookup(e.ld, LDAP_LOOKUP_PWNAM, "BOB", 0, on_done, &d),
+			 LDAP_LOOKUP_PENDING);
+	wait_done(&e, &d, 2);
+	assert_int_equal(d.res, LDAP_LOOKUP_FOUND);
+	assert_int_equal(searches(&e) - s0, 1); /* one search for both */
+	/* negative cache */
+	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "nosuch", 0), LDAP_LOOKUP_NOTFOUND);
+	s0 = searches(&e);
+	assert_int_equal(ldap_domain_lookup(e.ld, LDAP_LOOKUP_PWNAM, "nosuch", 0, on_done, &d),
+			 LDAP_LOOKUP_NOTFOUND);
+	assert_int_equal(searches(&e), s0);
+	/* a refresh that finds nothing changed writes nothing durable */
+	assert_int_equal(look(&e, LDAP_LOOKUP_INITGROUPS, "alice", 0), LDAP_LOOKUP_FOUND);
+	uint64_t c0 = cache_durable_commits(e.cache);
+	assert_int_equal(look(&e, LDAP_LOOKUP_INITGROUPS, "alice", 0), LDAP_LOOKUP_FOUND);
+	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "alice", 0), LDAP_LOOKUP_FOUND);
+	assert_int_equal(cache_durable_commits(e.cache), c0);
+	env_close(&e);
+}
+
+static int count_group(const struct cache_group *g, void *arg)
+{
+	(void)g;
+	(*(size_t *)arg)++;
+	return 0;
+}
+
+static void test_paging_enumerate(void **state)
+{
+	(void)state;
+	struct env e;
+	env_open(&e, uri(port_b, "ldap"), "ldap_schema=rfc2307bis", "ldap_page_size=4",
+		 "enumerate=true", NULL);
+	uint64_t s0 = searches(&e);
+	assert_int_equal(look(&e, LDAP_LOOKUP_ENUMERATE, NULL, 0), LDAP_LOOKUP_FOUND);
+	/* 31 groups and 7 users in pages of 4: at least 8 + 2 requests */
+	assert_true(searches(&e) - s0 >= 10);
+	size_t n = 0;
+	struct cache_reader *r;
+	assert_int_equal(cache_reader_begin(e.cache, &r), 0);
+	assert_int_equal(cache_enum_groups(r, "dir", count_group, &n), 0);
+	cache_reader_end(r);
+	assert_int_equal(n, 31);
+	assert_true(cached_user(&e, "carol", NULL));
+	env_close(&e);
+}
+
+static void test_bad_entries(void **state)
+{
+	(void)state;
+	struct env e;
+	env_open(&e, uri(port_b, "ldap"), "ldap_schema=rfc2307bis", NULL);
+	/* uidNumber beyond 32 bits: skipped (logged once) */
+	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "eve", 0), LDAP_LOOKUP_NOTFOUND);
+	/* two entries with uid=dup: the first is kept */
+	uint32_t uid = 0;
+	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "dup", 0), LDAP_LOOKUP_FOUND);
+	assert_true(cached_user(&e, "dup", &uid));
+	assert_true(uid == 10100 || uid == 10101);
+	/* names the cache refuses never reach the directory */
+	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "a:b", 0), LDAP_LOOKUP_NOTFOUND);
+	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "x)(uid=*", 0), LDAP_LOOKUP_NOTFOUND);
+	env_close(&e);
+}
+
+static void test_failover_failback(void **state)
+{
+	(void)state;
+	struct env e;
+	char uris[128];
+	snprintf(uris, sizeof(uris), "%s,%s", uri(port_f, "ldap"), uri(port_b, "ldap"));
+	env_open(&e, uris, "failover_primary_timeout=0.5", NULL);
+	struct ldap_domain_status st;
+	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "alice", 0), LDAP_LOOKUP_FOUND);
+	ldap_domain_get_status(e.ld, &st);
+	assert_string_equal(st.server, uri(port_f, "ldap"));
+	stop("f");
+	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "bob", 0), LDAP_LOOKUP_FOUND);
+	ldap_domain_get_status(e.ld, &st);
+	assert_true(st.online);
+	assert_string_equal(st.server, uri(port_b, "ldap"));
+	start("f", port_f, "");
+	uint64_t until = idc_now_ns() + 700000000ull;
+	while (idc_now_ns() < until)
+		turn(&e, 50);
+	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "carol", 0), LDAP_LOOKUP_FOUND);
+	ldap_domain_get_status(e.ld, &st);
+	assert_string_equal(st.server, uri(port_f, "ldap")); /* back on the primary */
+	env_close(&e);
+}
+
+static void test_tls(void **state)
+{
+	(void)state;
+	char ca[128], opt[160];
+	snprintf(ca, sizeof(ca), "%s/certs/ca.pem", tmp);
+	snprintf(opt, sizeof(opt), "ldap_tls_cacert=%s", ca);
+	struct env e;
+	struct ldap_domain_status st;
+	/* StartTLS, certificate verified against the test CA */
+	env_open(&e, uri(port_a, "ldap"), opt, "ldap_id_use_start_tls=true", NULL);
+	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "alice", 0), LDAP_LOOKUP_FOUND);
+	env_close(&e);
+	/* LDAPS */
+	env_open(&e, uri(port_as, "ldaps"), opt, NULL);
+	assert_int_equal(look(&e, LDAP_LOOKUP_INITGROUPS, "alice", 0), LDAP_LOOKUP_FOUND);
+	env_close(&e);
+	/* a certificate for another host name is refused */
+	env_open(&e, uri(port_w, "ldaps"), opt, NULL);
+	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "alice", 0), LDAP_LOOKUP_OFFLINE);
+	ldap_domain_get_status(e.ld, &st);
+	assert_false(st.online);
+	assert_non_null(strstr(st.last_error, "connect"));
+	env_close(&e);
+	/* StartTLS without the CA: the chain does not verify */
+	env_open(&e, uri(port_a, "ldap"), "ldap_id_use_start_tls=true", NULL);
+	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "alice", 0), LDAP_LOOKUP_OFFLINE);
+	ldap_domain_get_status(e.ld, &st);
+	assert_non_null(strstr(st.last_error, "StartTLS"));
+	env_close(&e);
+}
+
+static void test_bind(void **state)
+{
+	(void)state;
+	char pw[128], opt[160];
+	snprintf(pw, sizeof(pw), "%s/pw", tmp);
+	snprintf(opt, sizeof(opt), "ldap_default_authtok_file=%s", pw);
+	struct env e;
+	assert_int_equal(sh("printf 'secret\\n' > %s", pw), 0);
+	env_open(&e, uri(port_b, "ldap"), "ldap_default_bind_dn=cn=admin,dc=example,dc=com", opt,
+		 NULL);
+	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "alice", 0), LDAP_LOOKUP_FOUND);
+	env_close(&e);
+	assert_int_equal(sh("printf 'wrong\\n' > %s", pw), 0);
+	env_open(&e, uri(port_b, "ldap"), "ldap_default_bind_dn=cn=admin,dc=example,dc=com", opt,
+		 NULL);
+	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "alice", 0), LDAP_LOOKUP_OFFLINE);
+	struct ldap_domain_status st;
+	ldap_domain_get_status(e.ld, &st);
+	assert_non_null(strstr(st.last_error, "Invalid credentials"));
+	env_close(&e);
+}
+
+static void test_offline(void **state)
+{
+	(void)state;
+	struct env e;
+	env_open(&e, uri(port_f, "ldap"), "ldap_schema=rfc2307bis", "offline_timeout=0.3", NULL);
+	assert_int_equal(look(&e, LDAP_LOOKUP_INITGROUPS, "alice", 0), LDAP_LOOKUP_FOUND);
+	stop("f");
+	turn(&e, 50); /* the loop notices the closed connection */
+	uint64_t t0 = idc_now_ns();
+	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "alice", 0), LDAP_LOOKUP_OFFLINE);
+	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "unknown", 0), LDAP_LOOKUP_OFFLINE);
+	assert_true(idc_now_ns() - t0 < 100000000ull); /* fast: no waiting per lookup */
+	/* what was cached is still there, expired or not */
+	assert_true(cached_user(&e, "alice", NULL));
+	char g[256];
+	gids_of(&e, "alice", g, sizeof(g));
+	assert_string_equal(g, "20001,20010,20011,20014");
+	assert_false(cached_user(&e, "unknown", NULL));
+	struct ldap_domain_status st;
+	ldap_domain_get_status(e.ld, &st);
+	assert_false(st.online);
+	assert_true(st.since > 0);
+	/* back: the probe finds the server again */
+	start("f", port_f, "");
+	uint64_t until = idc_now_ns() + 5000000000ull;
+	do {
+		turn(&e, 50);
+		ldap_domain_get_status(e.ld, &st);
+	} while (!st.online && idc_now_ns() < until);
+	assert_true(st.online);
+	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "bob", 0), LDAP_LOOKUP_FOUND);
+	env_close(&e);
+}
+
+/* A server that accepts connections and never says a word. */
+static void test_silent_server(void **state)
+{
+	(void)state;
+	int s = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof(a);
+	assert_int_equal(bind(s, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(s, 16), 0);
+	assert_int_equal(getsockname(s, (struct sockaddr *)&a, &len), 0);
+	int port = ntohs(a.sin_port);
+	struct env e;
+	env_open(&e, uri(port, "ldap"), "ldap_search_timeout=0.5", "ldap_network_timeout=0.5",
+		 NULL);
+	uint64_t t0 = idc_now_ns();
+	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "alice", 0), LDAP_LOOKUP_OFFLINE);
+	uint64_t ms = (idc_now_ns() - t0) / 1000000u;
+	assert_true(ms >= 400 && ms < 3000);
+	env_close(&e);
+	/* StartTLS: the synchronous setup is bounded by the network timeout */
+	env_open(&e, uri(port, "ldap"), "ldap_network_timeout=0.5", "ldap_id_use_start_tls=true",
+		 NULL);
+	t0 = idc_now_ns();
+	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "alice", 0), LDAP_LOOKUP_OFFLINE);
+	ms = (idc_now_ns() - t0) / 1000000u;
+	assert_true(ms < 3000);
+	env_close(&e);
+	close(s);
+}
+
+int main(void)
+{
+	/* Without Debian's slapd, ldap-utils and openssl there is nothing to
+	 * test against: tell meson "skipped". */
+	if (access("/usr/sbin/slapd", X_OK) || sh("command -v ldapadd openssl >/dev/null"))
+		return 77;
+	idc_log_init("test_ldap_slapd", true,
+		     getenv("LDAP_TEST_DEBUG") ? IDC_LOG_DEBUG : IDC_LOG_ERR);
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_rfc2307),
+	    cmocka_unit_test(test_rfc2307bis_nested_cycle),
+	    cmocka_unit_test(test_coalesce_negative_unchanged),
+	    cmocka_unit_test(test_paging_enumerate),
+	    cmocka_unit_test(test_bad_entries),
+	    cmocka_unit_test(test_failover_failback),
+	    cmocka_unit_test(test_tls),
+	    cmocka_unit_test(test_bind),
+	    cmocka_unit_test(test_offline),
+	    cmocka_unit_test(test_silent_server),
+	};
+	return cmocka_run_group_tests(tests, setup_servers, teardown_servers);
+}

@@ -1,0 +1,154 @@
+/* Unit tests of the LDAP provider's pure parts: options, DN normalization
+ * and first-RDN extraction, filter escaping, the domain lifecycle without
+ * a server. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "providers/ldap/ldap_int.h"
+
+static void test_options(void **state)
+{
+	(void)state;
+	struct ldap_domain_config c;
+	struct idc_diag d = {{0}};
+	assert_int_equal(ldap_domain_config_init(&c, "dir"), 0);
+	assert_int_equal(c.tls_reqcert, LDAP_DOM_REQCERT_DEMAND);
+	assert_false(c.enumerate);
+	assert_int_equal(
+	    ldap_domain_config_set(&c, "ldap_uri", "ldap://127.0.0.1:1, ldaps://h:2", &d), 0);
+	assert_int_equal(c.nuris, 2);
+	assert_string_equal(c.uris[1], "ldaps://h:2");
+	assert_int_equal(ldap_domain_config_set(&c, "ldap_uri", "http://x", &d), -EINVAL);
+	assert_int_equal(ldap_domain_config_set(&c, "ldap_network_timeout", "0.25", &d), 0);
+	assert_int_equal(c.network_timeout_ms, 250);
+	assert_int_equal(ldap_domain_config_set(&c, "ldap_search_timeout", "x", &d), -EINVAL);
+	assert_int_equal(ldap_domain_config_set(&c, "no_such_key", "1", &d), -ENOENT);
+	assert_int_equal(ldap_domain_config_set(&c, "ldap_schema", "rfc2307bis", &d), 0);
+	assert_string_equal(lp_attr(&c, LDAP_MAP_GROUP_MEMBER), "member");
+	assert_int_equal(ldap_domain_config_set(&c, "ldap_schema", "rfc2307", &d), 0);
+	assert_string_equal(lp_attr(&c, LDAP_MAP_GROUP_MEMBER), "memberUid");
+	assert_int_equal(ldap_domain_config_set(&c, "ldap_group_member", "uniqueMember", &d), 0);
+	assert_string_equal(lp_attr(&c, LDAP_MAP_GROUP_MEMBER), "uniqueMember");
+	assert_int_equal(ldap_domain_config_set(&c, "ldap_tls_reqcert", "never", &d), 0);
+	assert_int_equal(c.tls_reqcert, LDAP_DOM_REQCERT_NEVER);
+	assert_int_equal(ldap_domain_config_check(&c, &d), -EINVAL); /* no base */
+	assert_int_equal(ldap_domain_config_set(&c, "ldap_search_base", "dc=x", &d), 0);
+	assert_int_equal(ldap_domain_config_check(&c, &d), 0);
+	assert_int_equal(ldap_domain_config_set(&c, "ldap_default_bind_dn", "cn=a,dc=x", &d), 0);
+	assert_int_equal(ldap_domain_config_check(&c, &d), -EINVAL); /* no password file */
+	ldap_domain_config_free(&c);
+}
+
+static void test_dn(void **state)
+{
+	(void)state;
+	struct idc_arena a = IDC_ARENA_INIT;
+	const char *plain = "uid=Alice,ou=People,dc=Example,dc=com";
+	assert_string_equal(lp_dn_normalize(&a, plain, strlen(plain)),
+			    "uid=alice,ou=people,dc=example,dc=com");
+	const char *spaced = "uid = Bob , ou=people, dc=example,dc=com";
+	assert_string_equal(lp_dn_normalize(&a, spaced, strlen(spaced)),
+			    "uid=bob,ou=people,dc=example,dc=com");
+	const char *esc = "cn=Smith\\, John,dc=x";
+	char *n = lp_dn_normalize(&a, esc, strlen(esc));
+	assert_non_null(n);
+	char *attr, *value;
+	assert_int_equal(lp_dn_first_ava(&a, n, &attr, &value), 0);
+	assert_string_equal(attr, "cn");
+	assert_string_equal(value, "smith, john");
+	assert_int_equal(lp_dn_first_ava(&a, "uid=x,dc=y", &attr, &value), 0);
+	assert_string_equal(value, "x");
+	const char *bad[] = {"not a dn", "=x,dc=y", "uid=x,,dc=y", "uid"};
+	for (size_t i = 0; i < IDC_ARRAY_SIZE(bad); i++)
+		assert_null(lp_dn_normalize(&a, bad[i], strlen(bad[i])));
+	assert_null(lp_dn_normalize(&a, "uid=a\0b,dc=x", 12));
+	assert_true(lp_dn_under("uid=a,dc=x", "dc=x"));
+	assert_true(lp_dn_under("dc=x", "dc=x"));
+	assert_false(lp_dn_under("uid=a,dc=xx", "dc=x"));
+	assert_false(lp_dn_under("uid=a,adc=x", "dc=x"));
+	idc_arena_free(&a);
+}
+
+static void test_filter_escape(void **state)
+{
+	(void)state;
+	struct idc_buf b = IDC_BUF_INIT;
+	assert_int_equal(lp_filter_escape(&b, "a*(b)\\c", 7), 0);
+	assert_string_equal(b.data, "a\\2a\\28b\\29\\5cc");
+	idc_buf_free(&b);
+}
+
+static void test_map(void **state)
+{
+	(void)state;
+	struct lp_map m = {0};
+	char keys[2000][16];
+	for (int i = 0; i < 2000; i++) {
+		snprintf(keys[i], sizeof(keys[i]), "k%d", i);
+		assert_int_equal(lp_map_put(&m, keys[i], keys[i]), 0);
+	}
+	assert_int_equal(lp_map_put(&m, "k7", NULL), 1);
+	for (int i = 0; i < 2000; i++)
+		assert_ptr_equal(lp_map_get(&m, keys[i]), keys[i]);
+	assert_null(lp_map_get(&m, "nope"));
+	lp_map_free(&m);
+}
+
+/* No server listening: the lookup answers OFFLINE at once, and the next
+ * one too (no reconnect before the probe time). */
+static void test_offline_without_server(void **state)
+{
+	(void)state;
+	char dir[] = "/tmp/idc-ldap-unit-XXXXXX";
+	assert_non_null(mkdtemp(dir));
+	struct cache *c;
+	struct idc_diag d = {{0}};
+	struct cache_options co = {.nosync = true};
+	assert_int_equal(cache_open(dir, &co, &c, &d), 0);
+	struct ldap_domain_config cfg;
+	ldap_domain_config_init(&cfg, "dir");
+	ldap_domain_config_set(&cfg, "ldap_uri", "ldap://127.0.0.1:1", &d);
+	ldap_domain_config_set(&cfg, "ldap_search_base", "dc=example,dc=com", &d);
+	struct ldap_domain *ld;
+	assert_int_equal(ldap_domain_new(&cfg, c, &ld, &d), 0);
+	uint64_t t0 = idc_now_ns();
+	assert_int_equal(ldap_domain_lookup(ld, LDAP_LOOKUP_PWNAM, "alice", 0, NULL, NULL),
+			 LDAP_LOOKUP_OFFLINE);
+	assert_int_equal(ldap_domain_lookup(ld, LDAP_LOOKUP_PWUID, NULL, 5, NULL, NULL),
+			 LDAP_LOOKUP_OFFLINE);
+	assert_true(idc_now_ns() - t0 < 1000000000ull);
+	assert_int_equal(ldap_domain_lookup(ld, LDAP_LOOKUP_PWNAM, "bad:name", 0, NULL, NULL),
+			 LDAP_LOOKUP_NOTFOUND);
+	struct ldap_domain_status st;
+	ldap_domain_get_status(ld, &st);
+	assert_false(st.online);
+	assert_true(ldap_domain_next_timeout(ld) > 0);
+	ldap_domain_free(ld);
+	ldap_domain_config_free(&cfg);
+	cache_close(c);
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	assert_int_equal(system(cmd), 0);
+}
+
+int main(void)
+{
+	idc_log_init("test_ldap_unit", true, IDC_LOG_ERR);
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_options),
+	    cmocka_unit_test(test_dn),
+	    cmocka_unit_test(test_filter_escape),
+	    cmocka_unit_test(test_map),
+	    cmocka_unit_test(test_offline_without_server),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
