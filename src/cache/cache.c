@@ -15,18 +15,7 @@ static const char *const cache_indexes[] = {"objectClass", "name",      "uidNumb
 
 bool cache_name_valid(const char *name, size_t len)
 {
-	if (len == 0 || len > CACHE_NAME_MAX)
-		return false;
-	if (name[0] == '-' || name[0] == '+' || name[0] == ' ')
-		return false;
-	if ((len == 1 && name[0] == '.') || (len == 2 && name[0] == '.' && name[1] == '.'))
-		return false;
-	for (size_t i = 0; i < len; i++) {
-		unsigned char ch = (unsigned char)name[i];
-		if (ch < 0x20 || ch == 0x7f || ch == '/' || ch == ':' || ch == ',')
-			return false;
-	}
-	return true;
+	return idc_name_valid(name, len);
 }
 
 static bool domain_valid(const char *d)

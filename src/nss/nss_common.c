@@ -3,6 +3,7 @@
  * the one-shot lookup exchange shared by every getXXbyYY entry point.
  */
 #include "nss/nss_int.h"
+#include "util/util.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -25,15 +26,10 @@ bool idc_nss_name_ok(const char *name, struct proto_str *out)
 	if (name == NULL)
 		return false;
 	size_t len = strnlen(name, PROTO_NAME_MAX + 1);
-	if (len == 0 || len > PROTO_NAME_MAX)
+	/* The daemon's own rule (util), checked here so a malformed name costs
+	 * no connection: NOTFOUND at once, as DESIGN §8 asks. */
+	if (len > PROTO_NAME_MAX || !idc_name_valid(name, len))
 		return false;
-	for (size_t i = 0; i < len; i++) {
-		unsigned char ch = (unsigned char)name[i];
-		/* Never valid in a passwd/group name: ':' separates fields and
-		 * control characters (newline above all) break every consumer. */
-		if (ch < 0x20 || ch == 0x7f || ch == ':')
-			return false;
-	}
 	out->p = name;
 	out->len = (uint32_t)len;
 	return true;

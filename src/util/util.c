@@ -271,6 +271,22 @@ bool idc_memcaseeq(const char *a, size_t alen, const char *b, size_t blen)
 	return true;
 }
 
+bool idc_name_valid(const char *name, size_t len)
+{
+	if (len == 0 || len > IDC_NAME_MAX)
+		return false;
+	if (name[0] == '-' || name[0] == '+' || name[0] == ' ')
+		return false;
+	if ((len == 1 && name[0] == '.') || (len == 2 && name[0] == '.' && name[1] == '.'))
+		return false;
+	for (size_t i = 0; i < len; i++) {
+		unsigned char ch = (unsigned char)name[i];
+		if (ch < 0x20 || ch == 0x7f || ch == '/' || ch == ':' || ch == ',')
+			return false;
+	}
+	return true;
+}
+
 uint64_t idc_now_ns(void)
 {
 	struct timespec ts;

@@ -123,6 +123,12 @@ static inline char idc_tolower(char c)
 /* ASCII case-insensitive equality of two byte strings. */
 bool idc_memcaseeq(const char *a, size_t alen, const char *b, size_t blen);
 
+/* The one rule for user and group names, applied by the NSS module, the
+ * providers and the cache alike: 1..255 bytes, no '/', ':', ',', control
+ * characters or DEL, not starting with '-', '+' or space, not "." or "..". */
+#define IDC_NAME_MAX 255
+bool idc_name_valid(const char *name, size_t len);
+
 /* Monotonic clock in nanoseconds. */
 uint64_t idc_now_ns(void);
 
