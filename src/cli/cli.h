@@ -33,6 +33,8 @@ int cli_expire_main(int argc, char **argv);
 int cli_reload_main(int argc, char **argv);
 int cli_user_main(int argc, char **argv);
 int cli_group_main(int argc, char **argv);
+/* perf_main.c: idcache perf list/run/compare/plot */
+int cli_perf_main(int argc, char **argv);
 
 /* ---- messages (main.c) --------------------------------------------------------- */
 

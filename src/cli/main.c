@@ -28,6 +28,7 @@ static const struct cli_command commands[] = {
     {"reload", cli_reload_main, "make the daemon re-read its configuration"},
     {"user", cli_user_main, "show what the cache holds for a user"},
     {"group", cli_group_main, "show what the cache holds for a group"},
+    {"perf", cli_perf_main, "measure the store beside Samba ldb and OpenLDAP"},
 };
 
 /* ==== messages ============================================================== */

@@ -1,0 +1,241 @@
+/*
+ * perf: `idcache perf` — measure idcache's store beside Samba ldb and
+ * OpenLDAP on the same generated data, and report it for people (a table,
+ * SVG, HTML) and machines (JSON, CSV). Internal to src/cli.
+ *
+ * Files by role: perf_main.c (command line), perf_run.c (the run: data,
+ * engines, tests, budget), perf_work.c (timed workers in threads or
+ * processes), perf_stats.c (median, spread, outliers, ratio wording),
+ * perf_json.c (result file out and in), perf_report.c (terminal table,
+ * compare), perf_svg.c (SVG plot and the HTML page).
+ */
+#ifndef IDC_CLI_PERF_H
+#define IDC_CLI_PERF_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "util/util.h"
+
+#define PERF_MAX_SAMPLES 64
+#define PERF_MAX_ENGINES 8
+#define PERF_MAX_FACTS   24
+
+/* ==== statistics (perf_stats.c) ================================================ */
+
+/* Outlier rule: Tukey's fences. A sample below Q1 - 1.5 IQR or above
+ * Q3 + 1.5 IQR is an outlier; outliers are dropped before the median,
+ * min and max are taken, and counted. */
+#define PERF_OUTLIER_RULE                                                                          \
+	"samples outside Tukey's fences (Q1 - 1.5 IQR, Q3 + 1.5 IQR) are dropped and counted"
+
+struct perf_stats {
+	double median, min, max; /* of the samples kept */
+	double q1, q3;           /* of all samples (linear interpolation) */
+	unsigned n;              /* samples given */
+	unsigned outliers;       /* samples dropped by the rule */
+};
+
+/* Quantile p (0..1) of sorted[0..n), linear between closest ranks. n > 0. */
+double perf_quantile(const double *sorted, unsigned n, double p);
+
+/* Statistics of v[0..n) (v is not changed). -EINVAL when n is 0 or over
+ * PERF_MAX_SAMPLES. */
+int perf_stats_of(const double *v, unsigned n, struct perf_stats *out);
+
+/* Half the min..max range as a percentage of the median (0 when median 0). */
+double perf_spread_pct(const struct perf_stats *s);
+
+/* Which of two rates is better, when "about the same" is within 3%:
+ * 1 when a beats b, -1 when b beats a, 0 about the same. Higher is better. */
+int perf_ratio_dir(double a, double b);
+
+/* The ratio in words, direction first, never a signed percentage:
+ * "idcache 41.2× faster than ldb-tdb", "idcache 1.35× slower than
+ * openldap", "idcache about as fast as ldb-mdb (1.02×)". Rates: higher is
+ * better. Writes into out (NUL-terminated, truncated to cap); returns
+ * out. a or b not positive: "no ratio (...)". */
+const char *perf_ratio_text(const char *name_a, double a, const char *name_b, double b, char *out,
+			    size_t cap);
+
+/* v with thousands separators ("1,234,567"), or 3 significant digits
+ * below 100 ("41.2", "0.523"). */
+const char *perf_fmt_num(double v, char *out, size_t cap);
+
+/* ==== results ======================================================================= */
+
+enum perf_status { PERF_OK, PERF_UNAVAILABLE, PERF_SKIPPED, PERF_FAILED, PERF_UNSUPPORTED };
+const char *perf_status_name(enum perf_status s);
+int perf_status_parse(const char *s, enum perf_status *out);
+
+struct perf_row {
+	char test[24];
+	char engine[24];
+	uint64_t users;
+	unsigned threads; /* 0: not a threaded test */
+	enum perf_status status;
+	char why[320];   /* reason when not PERF_OK */
+	char unit[24];   /* "entries/s", "searches/s" ... */
+	char cache[160]; /* "hot", "cold", "hot (cold asked, not permitted: ...)" */
+	double samples[PERF_MAX_SAMPLES];
+	unsigned nsamples;
+	struct perf_stats st;
+	uint64_t count; /* entries imported/exported, or operations done */
+};
+
+struct perf_engine_info {
+	char name[24];
+	bool available;
+	char why[256];
+	char durability[160];
+	char access[160];
+};
+
+struct perf_size {
+	char engine[24];
+	uint64_t users;
+	uint64_t entries;
+	int64_t disk_bytes;
+	uint64_t ldif_bytes;
+};
+
+struct perf_fact {
+	char key[32];
+	char val[256];
+};
+
+struct perf_results {
+	struct perf_fact facts[PERF_MAX_FACTS]; /* machine and run facts */
+	size_t nfacts;
+	struct perf_engine_info engines[PERF_MAX_ENGINES];
+	size_t nengines;
+	struct perf_row *rows;
+	size_t nrows, caprows;
+	struct perf_size *sizes;
+	size_t nsizes, capsizes;
+	char indexes[256]; /* "uid,cn,..." */
+	bool interrupted;
+};
+
+/* A new row appended (zeroed); NULL on ENOMEM. Pointers to earlier rows
+ * may move. */
+struct perf_row *perf_row_add(struct perf_results *r);
+int perf_size_add(struct perf_results *r, const struct perf_size *s);
+void perf_fact_set(struct perf_results *r, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+const char *perf_fact_get(const struct perf_results *r, const char *key);
+void perf_results_free(struct perf_results *r);
+
+/* The row for (test, engine, users, threads), or NULL. */
+const struct perf_row *perf_find(const struct perf_results *r, const char *test, const char *engine,
+				 uint64_t users, unsigned threads);
+
+/* ==== tests (perf_run.c) ================================================================ */
+
+struct perf_test {
+	const char *name;
+	const char *unit;
+	const char *what; /* one line for `perf list` and the report */
+	bool threaded;    /* run at each thread count */
+	bool nss;         /* through the NSS module: needs idcached */
+};
+extern const struct perf_test perf_tests[];
+extern const size_t perf_ntests;
+const struct perf_test *perf_test_find(const char *name);
+
+/* Set by SIGINT: stop after the current measurement, keep what finished. */
+extern volatile sig_atomic_t perf_stop;
+
+struct perf_opts {
+	const char *tests[16];
+	size_t ntests;
+	uint64_t users[16];
+	size_t nusers;
+	unsigned threads[8];
+	size_t nthreads;
+	const char *engines[PERF_MAX_ENGINES];
+	size_t nengines;
+	unsigned samples;
+	double seconds; /* per sample of a time-bound test */
+	double budget;  /* skip a measurement predicted to take longer */
+	bool cold;
+	uint64_t seed;
+	const char *dir; /* scratch directory */
+	const char *out; /* JSON path; CSV beside it */
+};
+
+/* Why the NSS tests cannot run here ("idcached not built: ..."), or NULL. */
+const char *perf_nss_unavailable(char *buf, size_t cap);
+
+/* Run everything o asks for into res (facts, engines, rows, sizes). 0, or
+ * a negative code when the run could not start; a failing measurement is a
+ * PERF_FAILED row, not an error. Returns with res->interrupted on SIGINT. */
+int perf_run(const struct perf_opts *o, struct perf_results *res);
+
+/* ==== workers (perf_work.c) ================================================================ */
+
+struct eng_ops;
+struct eng;
+struct gen;
+
+enum perf_op {
+	PERF_OP_SEARCH_UID,
+	PERF_OP_SEARCH_UID_IN_DN,
+	PERF_OP_SEARCH_SUB,
+	PERF_OP_MODIFY_SN
+};
+
+struct perf_work {
+	const struct eng_ops *ops;
+	struct eng *e;
+	const struct gen *g;
+	enum perf_op op;
+	const char *people; /* base of the searches: "ou=people,<base>" */
+	unsigned workers;
+	unsigned phases; /* each `seconds` long; the caller decides which are warm-up */
+	double seconds;
+	uint64_t seed;
+};
+
+/* Run w->workers workers (threads, or processes for fork_workers engines)
+ * doing w->op for w->phases consecutive phases; rates[p] = operations
+ * completed in phase p by all workers / seconds. 0, or a negative code
+ * with d saying what failed (the first failing worker's message). */
+int perf_work_run(const struct perf_work *w, double *rates, struct idc_diag *d);
+
+/* ==== result files (perf_json.c) ================================================================
+ */
+
+int perf_json_write(const struct perf_results *r, const char *path, struct idc_diag *d);
+int perf_csv_write(const struct perf_results *r, const char *path, struct idc_diag *d);
+int perf_json_read(const char *path, struct perf_results *r, struct idc_diag *d);
+/* JSON string escaping (also used for SVG/HTML-free contexts). */
+void perf_json_str(FILE *f, const char *s);
+
+/* ==== output (perf_report.c, perf_svg.c) ================================================== */
+
+/* The table for people; colour when color. */
+void perf_report_table(FILE *out, const struct perf_results *r, bool color);
+/* Two result files side by side: B against A per row. */
+void perf_report_compare(FILE *out, const struct perf_results *a, const char *name_a,
+			 const struct perf_results *b, const char *name_b, bool color);
+/* Whether to colour f: a terminal and NO_COLOR unset or empty. */
+bool perf_want_color(FILE *f);
+
+/* SVG: one panel per test, log users vs log rate, a line per engine
+ * (lowest thread count). standalone: with the XML declaration. */
+void perf_svg_write(FILE *out, const struct perf_results *r, bool standalone);
+/* One self-contained HTML page: facts, tables, the plot; with b (may be
+ * NULL) a comparison of a and b instead of a's table. */
+void perf_html_write(FILE *out, const struct perf_results *a, const char *name_a,
+		     const struct perf_results *b, const char *name_b);
+/* Text with & < > " escaped for XML and HTML. */
+void perf_xml_text(FILE *f, const char *s);
+
+/* The entry point (perf_main.c). */
+int cli_perf_main(int argc, char **argv);
+
+#endif
