@@ -312,6 +312,23 @@ static int touch(struct cache_txn *t, int kind, const char *domain, const char *
 	return rc ? rc : ts_put(t->ts, t->c->ts_dbi, &t->tmp, &r);
 }
 
+/* The entry for name built from ps, stored (if it differs) and its
+ * timestamps renewed. */
+static int put_named(struct cache_txn *t, int kind, const char *domain, const char *name,
+		     struct pairs *ps, bool *changed, struct idc_diag *d)
+{
+	int rc = cache_dn_entry(&t->dn, kind, domain, name);
+	struct store_entry e;
+	if (!rc)
+		rc = store_entry_from_pairs(&t->arena, (struct store_val){t->dn.data, t->dn.len},
+					    pairs_arr(ps), ps->n, &e, d);
+	if (!rc)
+		rc = put_entry(t, &e, changed, d);
+	if (!rc)
+		rc = touch(t, kind, domain, name);
+	return rc;
+}
+
 static int check_names(const char *domain, const char *name, struct idc_diag *d)
 {
 	if (!domain_valid(domain))
@@ -344,17 +361,7 @@ int cache_put_user(struct cache_txn *t, const char *domain, const struct cache_u
 	for (size_t i = 0; i < IDC_ARRAY_SIZE(kv) && !rc; i++)
 		if (kv[i][1])
 			rc = pairs_add(t, &ps, kv[i][0], kv[i][1]);
-	if (!rc)
-		rc = cache_dn_entry(&t->dn, KIND_USER, domain, u->name);
-	struct store_entry e;
-	if (!rc)
-		rc = store_entry_from_pairs(&t->arena, (struct store_val){t->dn.data, t->dn.len},
-					    pairs_arr(&ps), ps.n, &e, d);
-	if (!rc)
-		rc = put_entry(t, &e, changed, d);
-	if (!rc)
-		rc = touch(t, KIND_USER, domain, u->name);
-	return rc;
+	return rc ? rc : put_named(t, KIND_USER, domain, u->name, &ps, changed, d);
 }
 
 /* Member names once each, in order (memberUid values form a set). */
@@ -441,17 +448,7 @@ int cache_put_group(struct cache_txn *t, const char *domain, const struct cache_
 		char *dn = idc_arena_strndup(&t->arena, t->tmp.data, t->tmp.len);
 		rc = dn ? pairs_add(t, &ps, "member", dn) : -ENOMEM;
 	}
-	if (!rc)
-		rc = cache_dn_entry(&t->dn, KIND_GROUP, domain, g->name);
-	struct store_entry e;
-	if (!rc)
-		rc = store_entry_from_pairs(&t->arena, (struct store_val){t->dn.data, t->dn.len},
-					    pairs_arr(&ps), ps.n, &e, d);
-	if (!rc)
-		rc = put_entry(t, &e, changed, d);
-	if (!rc)
-		rc = touch(t, KIND_GROUP, domain, g->name);
-	return rc;
+	return rc ? rc : put_named(t, KIND_GROUP, domain, g->name, &ps, changed, d);
 }
 
 static int del_entry(struct cache_txn *t, int kind, const char *domain, const char *name,
