@@ -383,6 +383,32 @@ static int walk_levels(struct walk *w, const char *domain)
 	return rc;
 }
 
+static int stop_cb(const struct store_entry *e, void *arg)
+{
+	(void)e;
+	*(bool *)arg = true;
+	return 1;
+}
+
+/* Whether any group of the domain has member groups: most domains (files
+ * ones always) have none, and then the level walk, one search per group
+ * found, is skipped. The presence index answers without a scan. */
+static bool has_nesting(struct cache_reader *r, const char *domain)
+{
+	struct store_filter *f;
+	if (store_filter_parse("(member=*)", 10, &f, NULL))
+		return true;
+	struct idc_buf base = IDC_BUF_INIT;
+	bool found = false;
+	int rc = cache_dn_container(&base, KIND_GROUP, domain);
+	struct store_search q = {{base.data, base.len}, STORE_SCOPE_ONE, f, 1};
+	if (!rc)
+		rc = store_search(r->st, &q, stop_cb, &found, NULL);
+	store_filter_free(f);
+	idc_buf_free(&base);
+	return found || (rc != 0 && rc != 1);
+}
+
 /* Each gid once (two groups may share one), in walk order. */
 static int copy_gids(const struct walk *w, uint32_t *gids, size_t max, size_t *n)
 {
@@ -421,8 +447,10 @@ int cache_initgroups(struct cache_reader *r, const char *const *domains, size_t 
 		rc = nm ? search_groups(&w, domains[i], "memberUid",
 					(struct store_val){nm, uname.len})
 			: -ENOMEM;
-		if (!rc)
+		if (!rc && w.n && has_nesting(r, domains[i]))
 			rc = walk_levels(&w, domains[i]);
+		else if (!rc && w.n > 1)
+			qsort(w.f, w.n, sizeof(*w.f), found_cmp); /* the one level, in order */
 		if (!rc)
 			rc = copy_gids(&w, gids, max, n);
 		free(w.f);
