@@ -56,6 +56,29 @@ static long rss_kib(void)
 	return n == 2 ? pages_rss * (sysconf(_SC_PAGESIZE) / 1024) : -1;
 }
 
+/* An ldap domain: connection state and the provider's counters. */
+static void status_ldap(struct domain *d, struct idc_buf *b)
+{
+	const char *n = d->cfg->name;
+	struct ldap_domain_status st;
+	char key[128];
+	ldapdom_status(d, &st);
+	idc_buf_printf(b, "domain.%s.state=%s\n", n, st.online ? "online" : "offline");
+	snprintf(key, sizeof(key), "domain.%s.state_since", n);
+	kv_time(b, key, st.since);
+	snprintf(key, sizeof(key), "domain.%s.server", n);
+	kv(b, key, st.server);
+	snprintf(key, sizeof(key), "domain.%s.last_error", n);
+	kv(b, key, st.last_error);
+	idc_buf_printf(b,
+		       "domain.%s.ldap_searches=%llu\ndomain.%s.ldap_lookups=%llu\n"
+		       "domain.%s.ldap_joined=%llu\ndomain.%s.ldap_negative_hits=%llu\n"
+		       "domain.%s.ldap_commits=%llu\ndomain.%s.ldap_in_flight=%zu\n",
+		       n, (unsigned long long)st.searches, n, (unsigned long long)st.lookups, n,
+		       (unsigned long long)st.joined, n, (unsigned long long)st.negative_hits, n,
+		       (unsigned long long)st.commits, n, st.in_flight);
+}
+
 static void status_domain(struct daemon *dm, struct domain *d, struct idc_buf *b)
 {
 	const char *n = d->cfg->name;
@@ -63,12 +86,16 @@ static void status_domain(struct daemon *dm, struct domain *d, struct idc_buf *b
 	struct cache_reader *r = daemon_reader(dm);
 	if (r && cache_domain_stats(r, n, &st) < 0)
 		memset(&st, 0, sizeof(st));
-	idc_buf_printf(b, "domain.%s.provider=files\n", n);
+	idc_buf_printf(b, "domain.%s.provider=%s\n", n, d->ldap ? "ldap" : "files");
 	idc_buf_printf(b, "domain.%s.users=%llu\n", n, (unsigned long long)st.users);
 	idc_buf_printf(b, "domain.%s.groups=%llu\n", n, (unsigned long long)st.groups);
 	char key[128];
 	snprintf(key, sizeof(key), "domain.%s.last_update", n);
 	kv_time(b, key, st.last_update);
+	if (d->ldap) {
+		status_ldap(d, b);
+		return;
+	}
 	snprintf(key, sizeof(key), "domain.%s.last_refresh", n);
 	kv_time(b, key, d->last_refresh);
 	idc_buf_printf(b, "domain.%s.last_refresh_ms=%llu\n", n,
@@ -106,6 +133,8 @@ static int do_status(struct daemon *dm, const struct proto_req *req, struct idc_
 	kv(&b, "config", dm->config_path);
 	kv(&b, "run_dir", dm->run_dir);
 	kv(&b, "state_dir", dm->state_dir);
+	idc_buf_printf(&b, "cache_durable_commits=%llu\n",
+		       (unsigned long long)cache_durable_commits(dm->cache));
 	idc_buf_printf(&b, "domains=");
 	for (size_t i = 0; i < dm->ndomains; i++)
 		idc_buf_printf(&b, "%s%s", i ? "," : "", dm->domains[i]->cfg->name);

@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <ini.h>
 #include <limits.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -289,14 +290,111 @@ static const char *const domain_keys[] = {
     "entry_cache_timeout", "case_sensitive", "debug_level",
 };
 
+#define DOMAIN_KEY_CASE_SENSITIVE 4 /* index in domain_keys */
+
 static void set_provider(struct parse *ps, struct config_domain *d, const char *v)
 {
 	if (strcmp(v, "files") == 0)
 		d->provider = CONFIG_PROVIDER_FILES;
+#ifdef IDC_HAVE_LDAP
 	else if (strcmp(v, "ldap") == 0)
-		perr(ps, "id_provider: 'ldap' is not supported yet");
+		d->provider = CONFIG_PROVIDER_LDAP;
+	else
+		perr(ps, "id_provider: unknown provider '%s' (supported: files, ldap)", v);
+#else
+	else if (strcmp(v, "ldap") == 0)
+		perr(ps, "id_provider: 'ldap' is not supported by this build (no libldap)");
 	else
 		perr(ps, "id_provider: unknown provider '%s' (supported: files)", v);
+#endif
+}
+
+/* The ldap provider's keys (idcache.conf(5)); their values are checked by
+ * ldap_domain_config_set. entry_cache_timeout is a common domain key. */
+static const char *const ldap_keys[] = {
+    "ldap_uri",
+    "ldap_search_base",
+    "ldap_user_search_base",
+    "ldap_group_search_base",
+    "ldap_schema",
+    "ldap_user_name",
+    "ldap_user_uid_number",
+    "ldap_user_gid_number",
+    "ldap_user_gecos",
+    "ldap_user_home_directory",
+    "ldap_user_shell",
+    "ldap_user_object_class",
+    "ldap_group_name",
+    "ldap_group_gid_number",
+    "ldap_group_member",
+    "ldap_group_object_class",
+    "ldap_default_bind_dn",
+    "ldap_default_authtok_file",
+    "ldap_id_use_start_tls",
+    "ldap_tls_cacert",
+    "ldap_tls_reqcert",
+    "ldap_network_timeout",
+    "ldap_search_timeout",
+    "ldap_page_size",
+    "entry_negative_timeout",
+    "refresh_expired_interval",
+    "enumerate",
+    "ignore_group_members",
+    "ldap_member_names_from_rdn",
+    "offline_timeout",
+    "failover_primary_timeout",
+};
+
+#ifdef IDC_HAVE_LDAP
+/* d's ldap options, created with their defaults on first use; NULL when
+ * out of memory (noted). */
+static struct ldap_domain_config *ldap_cfg(struct parse *ps, struct config_domain *d)
+{
+	if (d->ldap)
+		return d->ldap;
+	if (!(d->ldap = calloc(1, sizeof(*d->ldap))) ||
+	    ldap_domain_config_init(d->ldap, d->name) < 0) {
+		free(d->ldap);
+		d->ldap = NULL;
+		ps->oom = true;
+	}
+	return d->ldap;
+}
+#endif
+
+/* One ldap provider key: 0 when it is one (handled, errors reported),
+ * -ENOENT when it is not. */
+static int ldap_key(struct parse *ps, struct config_domain *d, const char *key, const char *v)
+{
+	int k = key_index(ldap_keys, IDC_ARRAY_SIZE(ldap_keys), key);
+	if (k < 0)
+		return -ENOENT;
+	if (d->ldap_seen & (1ull << k)) {
+		perr(ps, "'%s' is given twice in this section", key);
+		return 0;
+	}
+	d->ldap_seen |= 1ull << k;
+	if (!d->ldap_line)
+		d->ldap_line = ps->line;
+	bool file =
+	    strcmp(key, "ldap_default_authtok_file") == 0 || strcmp(key, "ldap_tls_cacert") == 0;
+	if (file && !path_ok(v, strlen(v))) {
+		perr(ps, "%s: '%s' is not an absolute path", key, v);
+		return 0;
+	}
+#ifdef IDC_HAVE_LDAP
+	struct idc_diag diag = {{0}};
+	if (!ldap_cfg(ps, d))
+		return 0;
+	int rc = ldap_domain_config_set(d->ldap, key, v, &diag);
+	if (rc == -ENOMEM)
+		ps->oom = true;
+	else if (rc < 0)
+		perr(ps, "%s", diag.msg);
+#else
+	(void)v;
+#endif
+	return 0;
 }
 
 static void set_files(struct parse *ps, const char *key, const char *v, char ***list, size_t *n)
@@ -322,6 +420,8 @@ static void domain_key(struct parse *ps, const char *key, const char *v)
 {
 	struct config_domain *d = &ps->all[ps->cur];
 	int k = key_index(domain_keys, IDC_ARRAY_SIZE(domain_keys), key);
+	if (k < 0 && ldap_key(ps, d, key, v) == 0)
+		return;
 	if (k < 0) {
 		perr(ps, "unknown key '%s' in [domain/%s]", key, d->name);
 		return;
@@ -507,6 +607,27 @@ static char *read_line(char *str, int num, void *stream)
 
 /* ==== whole file ============================================================================ */
 
+#ifdef IDC_HAVE_LDAP
+/* An ldap domain: no files keys; case-insensitive unless told (LDAP names
+ * are caseIgnore); the provider's whole-config check. */
+static void check_ldap_domain(struct parse *ps, struct config_domain *d)
+{
+	struct idc_diag diag = {{0}};
+	if (d->passwd_files || d->group_files)
+		perr_at(ps, d->line,
+			"[domain/%s]: passwd_files and group_files are for "
+			"id_provider = files",
+			d->name);
+	if (!(d->seen & (1u << DOMAIN_KEY_CASE_SENSITIVE)))
+		d->case_sensitive = false;
+	if (!ldap_cfg(ps, d))
+		return;
+	d->ldap->entry_cache_timeout = d->entry_cache_timeout;
+	if (ldap_domain_config_check(d->ldap, &diag) < 0)
+		perr_at(ps, d->line, "[domain/%s]: %s", d->name, diag.msg);
+}
+#endif
+
 static void check_domain(struct parse *ps, struct config_domain *d)
 {
 	if (!d->provider) {
@@ -514,6 +635,17 @@ static void check_domain(struct parse *ps, struct config_domain *d)
 			d->name);
 		return;
 	}
+	if (d->provider != CONFIG_PROVIDER_LDAP && d->ldap_line) {
+		perr_at(ps, d->ldap_line, "[domain/%s]: ldap options need id_provider = ldap",
+			d->name);
+		return;
+	}
+#ifdef IDC_HAVE_LDAP
+	if (d->provider == CONFIG_PROVIDER_LDAP) {
+		check_ldap_domain(ps, d);
+		return;
+	}
+#endif
 	/* sssd's files provider defaults, so a bare domain mirrors the host */
 	if (!d->passwd_files && parse_paths("/etc/passwd", &d->passwd_files, &d->npasswd, NULL))
 		ps->oom = true;
@@ -526,6 +658,11 @@ static void domain_free(struct config_domain *d)
 	free(d->name);
 	strv_free(d->passwd_files, d->npasswd);
 	strv_free(d->group_files, d->ngroup);
+#ifdef IDC_HAVE_LDAP
+	if (d->ldap)
+		ldap_domain_config_free(d->ldap);
+#endif
+	free(d->ldap);
 }
 
 /* Move domain *d into the served list (which takes ownership). */
@@ -685,6 +822,41 @@ static int read_all(int fd, char *buf, size_t cap, size_t *len)
 	return 0;
 }
 
+/* The configured user's uid, or (uid_t)-1 when it is not known. */
+static uid_t user_uid(const char *user)
+{
+	struct passwd pw, *res = NULL;
+	char buf[4096];
+	if (!user || getpwnam_r(user, &pw, buf, sizeof(buf), &res) != 0 || !res)
+		return (uid_t)-1;
+	return pw.pw_uid;
+}
+
+/* The bind password file of an ldap domain: a regular file only its owner
+ * can read, owned by root, the invoking user or the daemon's user. */
+static int check_secret(const struct config *c, const struct config_domain *d,
+			struct idc_buf *errors)
+{
+	const char *path = d->ldap ? d->ldap->authtok_file : NULL;
+	struct stat st;
+	if (!path)
+		return 0;
+	if (stat(path, &st) < 0)
+		return load_fail(errors, -errno, path, NULL);
+	if (!S_ISREG(st.st_mode))
+		return load_fail(errors, -EINVAL, path,
+				 "ldap_default_authtok_file: not a regular file");
+	if (st.st_mode & (S_IRWXG | S_IRWXO))
+		return load_fail(errors, -EPERM, path,
+				 "ldap_default_authtok_file: readable or writable by group or "
+				 "others; refusing it (chmod 600)");
+	if (st.st_uid != 0 && st.st_uid != geteuid() && st.st_uid != user_uid(c->user))
+		return load_fail(errors, -EPERM, path,
+				 "ldap_default_authtok_file: owned by another user; refusing it "
+				 "(chown it to the daemon's user)");
+	return 0;
+}
+
 int config_load(const char *path, struct config **out, struct idc_buf *errors)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
@@ -705,9 +877,16 @@ int config_load(const char *path, struct config **out, struct idc_buf *errors)
 	if (rc == 0 && len > CONFIG_FILE_MAX) /* grew since fstat */
 		rc = load_fail(errors, -EFBIG, path, "larger than 1 MiB");
 	close(fd);
+	struct config *cfg = NULL;
 	if (rc == 0)
-		rc = config_parse(path, buf, len, out, errors);
+		rc = config_parse(path, buf, len, &cfg, errors);
 	free(buf);
+	for (size_t i = 0; rc == 0 && i < cfg->ndomains; i++)
+		rc = check_secret(cfg, &cfg->domains[i], errors);
+	if (rc == 0)
+		*out = cfg;
+	else
+		config_free(cfg);
 	return rc;
 }
 

@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "providers/ldap/ldap.h" /* struct ldap_domain_config (no libldap needed) */
 #include "util/util.h"
 
 #define CONFIG_DEFAULT_PATH        "/etc/idcache/idcache.conf"
@@ -29,7 +30,7 @@
 #define CONFIG_FILE_MAX            (1024u * 1024u) /* larger config files are refused */
 #define CONFIG_LINE_MAX            4096u           /* longer lines are errors */
 
-enum config_provider { CONFIG_PROVIDER_FILES = 1 };
+enum config_provider { CONFIG_PROVIDER_FILES = 1, CONFIG_PROVIDER_LDAP };
 
 struct config_domain {
 	char *name;
@@ -43,6 +44,12 @@ struct config_domain {
 	bool case_sensitive;
 	int debug_level; /* 0-9, -1 when not set */
 	unsigned seen;   /* keys given (bit per key), to refuse repeats */
+	/* id_provider = ldap: every ldap_* option (and the provider's other
+	 * keys), checked by the provider's own ldap_domain_config_set/_check;
+	 * entry_cache_timeout is copied in. NULL for other providers. */
+	struct ldap_domain_config *ldap;
+	unsigned ldap_line; /* first provider-specific key, for errors */
+	uint64_t ldap_seen; /* provider keys given (bit per key) */
 };
 
 struct config {
@@ -67,8 +74,12 @@ int config_parse(const char *label, const char *text, size_t len, struct config 
 
 /* Read and parse path. Refused before parsing: not a regular file, larger
  * than CONFIG_FILE_MAX, or writable by group or others (the config decides
- * which files the daemon trusts for identities). Errors as config_parse,
- * or the -errno of open/read with a message in errors. */
+ * which files the daemon trusts for identities). Refused after parsing: an
+ * ldap_default_authtok_file that is not a regular file, is readable or
+ * writable by group or others, or is owned by someone other than root, the
+ * invoking user or the configured `user` (it holds the bind password).
+ * Errors as config_parse, or the -errno of open/read with a message in
+ * errors. */
 int config_load(const char *path, struct config **out, struct idc_buf *errors);
 
 void config_free(struct config *c);

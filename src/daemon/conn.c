@@ -82,6 +82,7 @@ void conn_close(struct conn *c, const char *why)
 	if (c->io.fd < 0)
 		return;
 	idc_log(IDC_LOG_DEBUG, "closing %s connection: %s", c->admin ? "admin" : "nss", why);
+	responder_detach(c);
 	loop_io_close(&c->io);
 	if (c->prev)
 		c->prev->next = c->next;
@@ -193,12 +194,13 @@ static int dispatch(struct conn *c, const struct proto_frame *f)
 	return route(c, &req);
 }
 
-/* Answer complete requests in order while the backlog allows. */
+/* Answer complete requests in order while the backlog allows and no
+ * request waits for a directory (its reply must go first). */
 static int process(struct conn *c)
 {
 	struct proto_frame f;
 	int rc = 0;
-	while (rc == 0 && !c->closing && out_pending(c) < DAEMON_OUT_HIGH) {
+	while (rc == 0 && !c->closing && !c->wait && out_pending(c) < DAEMON_OUT_HIGH) {
 		int got = proto_reader_next(&c->rd, &f);
 		if (got <= 0) {
 			rc = got;
@@ -229,7 +231,7 @@ static void update_interest(struct conn *c)
 {
 	size_t pending = out_pending(c);
 	uint32_t ev = 0;
-	if (c->closing && pending == 0) {
+	if (c->closing && pending == 0 && !c->wait) {
 		conn_close(c, "done");
 		return;
 	}
@@ -238,7 +240,7 @@ static void update_interest(struct conn *c)
 		conn_close(c, "backlog");
 		return;
 	}
-	if (!c->closing && pending < DAEMON_OUT_HIGH &&
+	if (!c->closing && !c->eof && pending < DAEMON_OUT_HIGH &&
 	    proto_reader_buffered(&c->rd) < DAEMON_IN_MAX)
 		ev |= EPOLLIN;
 	if (pending)
@@ -253,6 +255,10 @@ static void on_event(struct loop_io *io, uint32_t events)
 	bool eof = false;
 	int rc = 0;
 	if (events & EPOLLERR)
+		rc = -EPIPE;
+	/* Gone both ways while a request waits: no one to answer, and HUP
+	 * would be reported again on every turn until the directory replies. */
+	if ((events & EPOLLHUP) && c->wait)
 		rc = -EPIPE;
 	if (rc == 0 && (events & (EPOLLIN | EPOLLHUP)) && (io->events & EPOLLIN)) {
 		rc = read_some(c);
@@ -269,7 +275,24 @@ static void on_event(struct loop_io *io, uint32_t events)
 		conn_close(c, rc == -EBADMSG ? "protocol error" : idc_strerror(rc));
 		return;
 	}
-	if (eof)
+	c->eof |= eof;
+	if (c->eof && !c->wait) /* answered all it sent */
+		c->closing = true;
+	update_interest(c);
+}
+
+void conn_resume(struct conn *c, int rc)
+{
+	c->last_active_ns = idc_now_ns();
+	if (rc == 0)
+		rc = process(c);
+	if (rc == 0)
+		rc = flush(c);
+	if (rc < 0) {
+		conn_close(c, rc == -EBADMSG ? "protocol error" : idc_strerror(rc));
+		return;
+	}
+	if (c->eof && !c->wait)
 		c->closing = true;
 	update_interest(c);
 }

@@ -64,6 +64,7 @@ struct domain {
 	uint64_t last_refresh_ms;
 	struct files_refresh_stats last;
 	char last_error[512];
+	struct ldapdom *ldap; /* id_provider = ldap (ldapdom.c); NULL for files */
 };
 
 int domain_new(struct daemon *dm, const struct config_domain *cfg, struct domain **out);
@@ -78,6 +79,32 @@ int domain_refresh(struct domain *d);
 /* Whether two configurations need no new provider state to switch. */
 bool domain_same_source(const struct config_domain *a, const struct config_domain *b);
 struct domain *daemon_domain(struct daemon *dm, const char *name);
+
+/* ---- ldap domains (ldapdom.c) ------------------------------------------------
+ * The provider of an `id_provider = ldap` domain in the loop. Every call
+ * into the provider is followed by re-watching its descriptor and timer. */
+struct ldapdom;
+/* Create d->ldap from d->cfg->ldap. 0 or -errno (logged). */
+int ldapdom_new(struct domain *d);
+/* Stop watching (domain_retire: events of this batch may still come). */
+void ldapdom_close_io(struct ldapdom *l);
+/* Free; pending lookups complete with LDAP_LOOKUP_FAILED first. */
+void ldapdom_free(struct ldapdom *l);
+/* ldap_domain_lookup on d's provider (ldap.h: PENDING and cb later, or
+ * an immediate result without cb). */
+enum ldap_lookup_result ldapdom_lookup(struct domain *d, enum ldap_lookup_kind kind,
+				       const char *name, uint32_t id, ldap_lookup_cb cb, void *arg);
+/* Refresh an expired entry in the background (no callback). */
+void ldapdom_refresh(struct domain *d, enum ldap_lookup_kind kind, const char *name, uint32_t id);
+/* Whether name's group list was fetched from the directory since start
+ * (until then the cache may hold only some of its groups), and whether
+ * that fetch is older than entry_cache_timeout or an expire. */
+enum ldapdom_ig { LDAPDOM_IG_UNKNOWN = 0, LDAPDOM_IG_FRESH, LDAPDOM_IG_EXPIRED };
+enum ldapdom_ig ldapdom_initgroups_state(const struct domain *d, const char *name);
+void ldapdom_initgroups_note(struct domain *d, const char *name);
+/* `idcache expire`: every group list fetched counts as expired. */
+void ldapdom_expire(struct ldapdom *l);
+void ldapdom_status(const struct domain *d, struct ldap_domain_status *st);
 
 /* ---- one client connection (conn.c) ---------------------------------------- */
 /* One map's enumeration in wire encoding, built once per cache state and
@@ -111,6 +138,10 @@ struct conn {
 	size_t out_off; /* bytes of out already sent */
 	uint64_t last_active_ns;
 	struct enum_cursor pw, gr;
+	/* A request waiting for a directory (responder.c): no later request
+	 * of this connection is taken until its reply is queued. */
+	struct pending *wait;
+	bool eof; /* the peer is done sending: close once wait is answered */
 };
 
 /* Take over an accepted socket. 0 or -errno (fd closed). */
@@ -119,11 +150,16 @@ int conn_new(struct daemon *dm, int fd, bool admin);
 void conn_close(struct conn *c, const char *why);
 /* Close connections idle for DAEMON_IDLE_MS. */
 void conn_sweep(struct daemon *dm);
+/* The reply of c's waiting request was queued (rc 0) or could not be
+ * built (rc < 0: close): take its next requests, flush, re-arm. */
+void conn_resume(struct conn *c, int rc);
 
 /* ---- request handlers ---------------------------------------------------------
  * Append the reply (one frame) to out. Return 0, or <0 only when out of
  * memory (the connection is then closed). */
 int responder_handle(struct conn *c, const struct proto_req *req, struct idc_buf *out);
+/* The connection closes: its waiting request, if any, is answered to no one. */
+void responder_detach(struct conn *c);
 void enum_cursor_free(struct enum_cursor *e);
 int admin_handle(struct conn *c, const struct proto_req *req, struct idc_buf *out);
 
@@ -184,6 +220,9 @@ void daemon_mc_put_passwd(struct daemon *dm, const struct proto_passwd *pw, bool
 void daemon_mc_put_group(struct daemon *dm, const char *name, uint32_t gid, const char *const *mem,
 			 size_t nmem, bool by_id);
 void daemon_mc_put_initgroups(struct daemon *dm, const char *user, const uint32_t *gids, size_t n);
+/* A provider's committed change (files_domain_set_hook; arg: the daemon):
+ * drop exactly the records it affects. */
+void daemon_mc_files_change(const struct files_change *ch, void *arg);
 /* `idcache expire` (what: PROTO_EXPIRE_*): drop the affected records. */
 void daemon_mc_expire(struct daemon *dm, uint32_t what, const char *name);
 /* Drop every record of map k (0 passwd, 1 group, 2 initgroups). */

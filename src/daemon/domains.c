@@ -38,12 +38,16 @@ static void log_refresh(struct domain *d, const struct files_refresh_stats *st, 
 
 int domain_refresh(struct domain *d)
 {
+	if (d->ldap) /* ldap entries are refreshed one lookup at a time (ldapdom.c) */
+		return 0;
 	struct files_refresh_stats st;
 	struct idc_diag diag = {{0}};
 	uint64_t t0 = idc_now_ns();
 	if (d->invalidate)
 		files_domain_invalidate(d->files);
 	memset(&st, 0, sizeof(st));
+	/* Each committed change drops exactly the mc records it affects. */
+	files_domain_set_hook(d->files, daemon_mc_files_change, d->dm);
 	int rc = files_domain_refresh(d->files, d->dm->cache, &st, &diag);
 	uint64_t ms = (idc_now_ns() - t0) / 1000000u;
 	d->attempted = true;
@@ -58,13 +62,6 @@ int domain_refresh(struct domain *d)
 		return rc;
 	}
 	log_refresh(d, &st, d->start_ns ? (idc_now_ns() - d->start_ns) / 1000000u : ms);
-	if (st.users.added + st.users.changed + st.users.removed + st.groups.added +
-	    st.groups.changed + st.groups.removed) {
-		/* The refresh reports counts, not which entries: every record
-		 * a change can touch goes (memberships reach all three maps). */
-		for (int k = 0; k < 3; k++)
-			daemon_mc_reset(d->dm, k);
-	}
 	d->start_ns = 0;
 	d->invalidate = false;
 	d->loaded = true;
@@ -87,6 +84,13 @@ static void on_refresh_timer(struct loop_timer *t)
 
 void domain_schedule(struct domain *d, uint64_t delay_ms, bool invalidate)
 {
+	/* ldap: nothing to load up front; lookups go to the directory */
+	if (d->ldap) {
+		if (invalidate) /* expire: group lists are fetched again when asked */
+			ldapdom_expire(d->ldap);
+		daemon_check_ready(d->dm);
+		return;
+	}
 	d->invalidate |= invalidate;
 	/* an earlier deadline wins; a later request is covered by it */
 	if (d->refresh.armed && d->refresh.delay_ms <= delay_ms)
@@ -178,6 +182,21 @@ static int files_new(const struct config_domain *cfg, struct files_domain **out)
 	return files_domain_new(&fc, out);
 }
 
+/* An ldap domain: the provider, no files, no watch; "attempted" at once
+ * (there is no first load to wait for). */
+static int ldap_domain_start(struct domain *d, struct domain **out)
+{
+	int rc = ldapdom_new(d);
+	if (rc < 0) {
+		domain_free(d);
+		return rc;
+	}
+	d->attempted = d->loaded = true;
+	d->start_ns = 0;
+	*out = d;
+	return 0;
+}
+
 int domain_new(struct daemon *dm, const struct config_domain *cfg, struct domain **out)
 {
 	struct domain *d = calloc(1, sizeof(*d));
@@ -188,6 +207,8 @@ int domain_new(struct daemon *dm, const struct config_domain *cfg, struct domain
 	d->watch_io.fd = -1;
 	d->refresh.io.fd = d->retry.io.fd = -1;
 	d->start_ns = idc_now_ns();
+	if (cfg->provider == CONFIG_PROVIDER_LDAP)
+		return ldap_domain_start(d, out);
 	int rc = files_new(cfg, &d->files);
 	if (rc == 0)
 		rc = loop_timer_init(&dm->loop, &d->refresh, on_refresh_timer, d);
@@ -207,6 +228,7 @@ void domain_free(struct domain *d)
 {
 	if (!d)
 		return;
+	ldapdom_free(d->ldap);
 	loop_io_forget(&d->watch_io); /* the watch closes its fd */
 	files_watch_close(d->watch);
 	loop_timer_close(&d->refresh);
@@ -218,6 +240,7 @@ void domain_free(struct domain *d)
 static void domain_free_deferred(void *p)
 {
 	struct domain *d = p;
+	ldapdom_free(d->ldap);
 	files_watch_close(d->watch);
 	files_domain_free(d->files);
 	free(d);
@@ -227,6 +250,7 @@ void domain_retire(struct domain *d)
 {
 	/* events of this batch may still point at its ios: close them now
 	 * (the loop skips closed ios) and free the memory after the batch */
+	ldapdom_close_io(d->ldap);
 	loop_io_forget(&d->watch_io); /* the watch closes its fd */
 	loop_timer_close(&d->refresh);
 	loop_timer_close(&d->retry);
@@ -246,6 +270,10 @@ static bool same_list(char *const *a, size_t na, char *const *b, size_t nb)
 
 bool domain_same_source(const struct config_domain *a, const struct config_domain *b)
 {
+	/* An ldap domain starts over on every reload (a new connection with
+	 * the options in force; its cached entries stay). */
+	if (a->provider == CONFIG_PROVIDER_LDAP || b->provider == CONFIG_PROVIDER_LDAP)
+		return false;
 	return strcmp(a->name, b->name) == 0 && a->provider == b->provider &&
 	       a->entry_cache_timeout == b->entry_cache_timeout &&
 	       same_list(a->passwd_files, a->npasswd, b->passwd_files, b->npasswd) &&

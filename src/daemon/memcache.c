@@ -7,11 +7,30 @@
  * Records written here expire after DAEMON_MC_TTL_S at the latest: the
  * changes we know of drop them sooner, and the bound keeps a client from
  * serving a dead daemon's answers for long.
+ *
+ * What a change drops, exactly (nothing else is touched):
+ *   user added/removed/changed   passwd records by old and new name and by
+ *                                old and new uid; when the name came or
+ *                                went, its initgroups record too
+ *   group added/removed/changed  group records by old and new name and by
+ *                                old and new gid; the initgroups records of
+ *                                every member whose answer moves: all
+ *                                members when the group came, went, got a
+ *                                new gid or moved in the file, else those
+ *                                added or removed
+ *   expire --user / --group      the same for the entry as the cache and
+ *                                the map know it (its id included, whatever
+ *                                the case of the name asked)
+ * initgroups records are keyed by the name the client asked. A domain with
+ * case_sensitive = false answers several spellings, so there only the
+ * folded spelling (as the cache folds: ASCII lower case, blanks collapsed)
+ * is stored, and invalidation drops the given and the folded spelling.
  */
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -98,23 +117,191 @@ void daemon_mc_put_group(struct daemon *dm, const char *name, uint32_t gid, cons
 	idc_buf_free(&b);
 }
 
+/* ==== name spellings ============================================================ */
+
+static bool any_case_insensitive(const struct daemon *dm)
+{
+	for (size_t i = 0; i < dm->ndomains; i++)
+		if (!dm->domains[i]->cfg->case_sensitive)
+			return true;
+	return false;
+}
+
+/* name as the cache folds it (schema.c's caseIgnore: blanks trimmed, inner
+ * runs one blank, ASCII lower case) into out; its length, or 0 when it
+ * does not fit. */
+static size_t fold_name(const char *name, char out[PROTO_NAME_MAX + 1])
+{
+	size_t n = 0;
+	bool blank = false;
+	for (; *name; name++) {
+		if (*name == ' ') {
+			blank = n > 0;
+			continue;
+		}
+		if (n + (blank ? 2 : 1) > PROTO_NAME_MAX)
+			return 0;
+		if (blank)
+			out[n++] = ' ';
+		blank = false;
+		out[n++] = idc_tolower(*name);
+	}
+	out[n] = '\0';
+	return n;
+}
+
 void daemon_mc_put_initgroups(struct daemon *dm, const char *user, const uint32_t *gids, size_t n)
 {
+	char folded[PROTO_NAME_MAX + 1];
+	if (dm->mc[2] == NULL)
+		return;
+	/* See the top of the file: only a spelling invalidation can find. */
+	if (any_case_insensitive(dm) &&
+	    (fold_name(user, folded) != strlen(user) || strcmp(folded, user) != 0))
+		return;
 	note("a group list", mc_put_initgroups(dm->mc[2], user, strlen(user), gids, n, expiry()));
+}
+
+/* ==== invalidation ============================================================== */
+
+static void drop_initgroups(struct daemon *dm, const char *user)
+{
+	if (user == NULL || dm->mc[2] == NULL)
+		return;
+	mc_invalidate_name(dm->mc[2], user, strlen(user));
+	char folded[PROTO_NAME_MAX + 1];
+	size_t n = any_case_insensitive(dm) ? fold_name(user, folded) : 0;
+	if (n && strcmp(folded, user) != 0)
+		mc_invalidate_name(dm->mc[2], folded, n);
+}
+
+/* The record named name in map k and every record answering for its id. */
+static void drop_named(struct daemon *dm, int k, const char *name)
+{
+	if (name == NULL || dm->mc[k] == NULL)
+		return;
+	uint32_t id;
+	size_t len = strlen(name);
+	if (mc_lookup_id(dm->mc[k], name, len, &id) == 0)
+		mc_invalidate_id(dm->mc[k], id);
+	mc_invalidate_name(dm->mc[k], name, len);
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static void drop_all_members(struct daemon *dm, const struct files_change *ch)
+{
+	for (size_t i = 0; i < ch->nold_mem; i++)
+		drop_initgroups(dm, ch->old_mem[i]);
+	for (size_t i = 0; i < ch->nnew_mem; i++)
+		drop_initgroups(dm, ch->new_mem[i]);
+}
+
+/* The members in one list and not the other (sorted copies, merged). */
+static void drop_member_changes(struct daemon *dm, const struct files_change *ch)
+{
+	size_t no = ch->nold_mem, nn = ch->nnew_mem;
+	const char **o = malloc((no + 1) * sizeof(*o)), **n = malloc((nn + 1) * sizeof(*n));
+	if (o == NULL || n == NULL) {
+		drop_all_members(dm, ch); /* more than needed, never less */
+		free(o);
+		free(n);
+		return;
+	}
+	memcpy(o, ch->old_mem, no * sizeof(*o));
+	memcpy(n, ch->new_mem, nn * sizeof(*n));
+	qsort(o, no, sizeof(*o), cmp_str);
+	qsort(n, nn, sizeof(*n), cmp_str);
+	size_t i = 0, j = 0;
+	while (i < no || j < nn) {
+		int c = i == no ? 1 : j == nn ? -1 : strcmp(o[i], n[j]);
+		if (c < 0)
+			drop_initgroups(dm, o[i++]);
+		else if (c > 0)
+			drop_initgroups(dm, n[j++]);
+		else
+			i++, j++;
+	}
+	free(o);
+	free(n);
+}
+
+void daemon_mc_files_change(const struct files_change *ch, void *arg)
+{
+	struct daemon *dm = arg;
+	int k = ch->group ? 1 : 0;
+	bool came_or_went = ch->old_name == NULL || ch->new_name == NULL;
+	const char *names[2] = {ch->old_name, ch->new_name};
+	for (int i = 0; i < 2; i++) {
+		if (names[i] == NULL)
+			continue;
+		mc_invalidate_name(dm->mc[k], names[i], strlen(names[i]));
+		mc_invalidate_id(dm->mc[k], i == 0 ? ch->old_id : ch->new_id);
+	}
+	if (!ch->group) {
+		/* A user's group list depends on its name only. */
+		if (came_or_went)
+			drop_initgroups(dm, ch->old_name ? ch->old_name : ch->new_name);
+		return;
+	}
+	if (came_or_went || ch->old_id != ch->new_id || ch->moved)
+		drop_all_members(dm, ch);
+	else
+		drop_member_changes(dm, ch);
+}
+
+/* expire --user NAME: the user as each domain's cache knows it. */
+static void expire_user(struct daemon *dm, const char *name)
+{
+	drop_named(dm, 0, name);
+	drop_initgroups(dm, name);
+	struct cache_reader *r = daemon_reader(dm);
+	for (size_t i = 0; r && i < dm->ndomains; i++) {
+		const struct config_domain *cfg = dm->domains[i]->cfg;
+		const char *dn = cfg->name;
+		struct cache_user u;
+		if (cache_user_by_name(r, &dn, 1, name, cfg->case_sensitive, &u, NULL) != 0)
+			continue;
+		drop_named(dm, 0, u.name);
+		mc_invalidate_id(dm->mc[0], u.uid);
+		drop_initgroups(dm, u.name);
+	}
+}
+
+/* expire --group NAME: the group, and the group lists of its members. */
+static void expire_group(struct daemon *dm, const char *name)
+{
+	drop_named(dm, 1, name);
+	struct cache_reader *r = daemon_reader(dm);
+	for (size_t i = 0; r && i < dm->ndomains; i++) {
+		const struct config_domain *cfg = dm->domains[i]->cfg;
+		const char *dn = cfg->name;
+		struct cache_group g;
+		if (cache_group_by_name(r, &dn, 1, name, cfg->case_sensitive, &g, NULL) != 0)
+			continue;
+		drop_named(dm, 1, g.name);
+		mc_invalidate_id(dm->mc[1], g.gid);
+		for (size_t m = 0; m < g.nmembers; m++)
+			drop_initgroups(dm, g.members[m]);
+		/* Members of nested groups have it too, found only by a walk. */
+		if (g.nmember_groups)
+			daemon_mc_reset(dm, 2);
+	}
+	if (r == NULL) /* members unknown: drop every group list */
+		daemon_mc_reset(dm, 2);
 }
 
 void daemon_mc_expire(struct daemon *dm, uint32_t what, const char *name)
 {
-	size_t len = name ? strlen(name) : 0;
-	if (what == PROTO_EXPIRE_USER) {
-		mc_invalidate_name(dm->mc[0], name, len);
-		mc_invalidate_name(dm->mc[2], name, len);
+	if (what == PROTO_EXPIRE_USER && name != NULL) {
+		expire_user(dm, name);
 		return;
 	}
-	if (what == PROTO_EXPIRE_GROUP) {
-		mc_invalidate_name(dm->mc[1], name, len);
-		/* Whose group lists hold it is not known here. */
-		daemon_mc_reset(dm, 2);
+	if (what == PROTO_EXPIRE_GROUP && name != NULL) {
+		expire_group(dm, name);
 		return;
 	}
 	for (int k = 0; k < 3; k++)

@@ -98,55 +98,213 @@ static void note_meta(struct daemon *dm, const struct cache_meta *meta)
 	domain_schedule(d, 0, true);
 }
 
-/* ==== lookups ============================================================================= */
+/* ==== lookups =============================================================================
+ * Domains are asked in the configured order. A files domain answers from the
+ * cache or passes. An ldap domain answers from the cache when the entry is
+ * there and fresh; when it is missing, the directory is asked and the reply
+ * waits (struct pending) — the connection takes no later request until it
+ * is queued, so replies stay in order, while other connections are served.
+ * When the directory has answered, the walk runs again over the cache,
+ * without asking the directories already asked; offline or NOTFOUND moves
+ * on to the next domain.
+ *
+ * Expired ldap entries are served at once and refreshed in the background
+ * (DESIGN §5: served while a refresh is pending): `id` stays a cache read,
+ * and what the refresh changes is seen by the next lookup. An ldap user's
+ * group list is complete only once initgroups was fetched from the
+ * directory (ldapdom_initgroups_state); until then initgroups waits for it,
+ * like a miss. */
 
-static int user_by_name(struct daemon *dm, struct cache_reader *r, const char *name,
-			struct cache_user *u)
+struct pending {
+	struct daemon *dm;
+	struct conn *c; /* NULL once the connection closed */
+	struct proto_req req;
+	char name[PROTO_NAME_MAX + 1];
+	size_t next;          /* first domain whose directory may still be asked */
+	struct domain *asked; /* the domain asked last (alive while its callback runs) */
+	enum ldap_lookup_result res;
+};
+
+enum { WALK_NEXT = 0, WALK_ANSWER, WALK_DEFER };
+
+struct walk {
+	struct daemon *dm;
+	struct conn *c;
+	const struct proto_req *req;
+	struct pending *p; /* when resumed, else NULL until the walk defers */
+};
+
+static enum ldap_lookup_kind lookup_kind(uint32_t cmd)
 {
-	struct cache_meta meta;
-	for (size_t i = 0; i < dm->ndomains; i++) {
-		const struct config_domain *cfg = dm->domains[i]->cfg;
-		const char *dn = cfg->name;
-		int rc = cache_user_by_name(r, &dn, 1, name, cfg->case_sensitive, u, &meta);
-		if (rc == 0)
-			note_meta(dm, &meta);
-		if (rc != -ENOENT)
-			return rc;
+	switch (cmd) {
+	case PROTO_CMD_GETPWNAM:
+		return LDAP_LOOKUP_PWNAM;
+	case PROTO_CMD_GETPWUID:
+		return LDAP_LOOKUP_PWUID;
+	case PROTO_CMD_GETGRNAM:
+		return LDAP_LOOKUP_GRNAM;
+	case PROTO_CMD_GETGRGID:
+		return LDAP_LOOKUP_GRGID;
+	default:
+		return LDAP_LOOKUP_INITGROUPS;
 	}
-	return -ENOENT;
 }
 
-static int group_by_name(struct daemon *dm, struct cache_reader *r, const char *name,
-			 struct cache_group *g)
+static bool by_name(uint32_t cmd)
 {
-	struct cache_meta meta;
-	for (size_t i = 0; i < dm->ndomains; i++) {
-		const struct config_domain *cfg = dm->domains[i]->cfg;
-		const char *dn = cfg->name;
-		int rc = cache_group_by_name(r, &dn, 1, name, cfg->case_sensitive, g, &meta);
-		if (rc == 0)
-			note_meta(dm, &meta);
-		if (rc != -ENOENT)
-			return rc;
-	}
-	return -ENOENT;
+	return cmd == PROTO_CMD_GETPWNAM || cmd == PROTO_CMD_GETGRNAM ||
+	       cmd == PROTO_CMD_INITGROUPS;
 }
 
-static int do_user(struct daemon *dm, const struct proto_req *req, struct idc_buf *out)
+static int handle_lookup(struct walk *w, struct idc_buf *out);
+
+/* After the batch in which the directory answered: run the request again. */
+static void resume(void *arg)
 {
+	struct pending *p = arg;
+	struct conn *c = p->c;
+	if (!c) {
+		free(p);
+		return;
+	}
+	if (p->res == LDAP_LOOKUP_FOUND && p->req.cmd == PROTO_CMD_INITGROUPS && p->asked)
+		ldapdom_initgroups_note(p->asked, p->name);
+	c->wait = NULL;
+	struct walk w = {p->dm, c, &p->req, p};
+	int rc = handle_lookup(&w, &c->out);
+	daemon_reader_end(p->dm);
+	if (c->wait != p)
+		free(p);
+	conn_resume(c, rc);
+}
+
+/* The provider's callback (from ldap_domain_process, or at once on a
+ * failure): continue after the current batch, outside the provider. */
+static void on_looked(enum ldap_lookup_result res, void *arg)
+{
+	struct pending *p = arg;
+	p->res = res;
+	if (res == LDAP_LOOKUP_FAILED)
+		p->asked = NULL; /* may be a domain being freed */
+	if (loop_defer(&p->dm->loop, resume, p) < 0 && p->c)
+		conn_close(p->c, "out of memory"); /* p is leaked: it may still be referenced */
+}
+
+void responder_detach(struct conn *c)
+{
+	if (c->wait)
+		c->wait->c = NULL; /* freed when the directory answers */
+	c->wait = NULL;
+}
+
+static struct pending *pending_new(struct walk *w)
+{
+	struct pending *p = calloc(1, sizeof(*p));
+	if (!p)
+		return NULL;
+	p->dm = w->dm;
+	p->c = w->c;
+	p->req = *w->req;
+	if (by_name(w->req->cmd)) {
+		size_t n = w->req->name.len < PROTO_NAME_MAX ? w->req->name.len : PROTO_NAME_MAX;
+		memcpy(p->name, w->req->name.p, n);
+		p->req.name.p = p->name;
+		p->req.name.len = (uint32_t)n;
+	}
+	return p;
+}
+
+/* Ask domain i's directory. WALK_DEFER when the reply must wait for it,
+ * else WALK_NEXT (answered at once: not found, offline, failed). */
+static int ask(struct walk *w, size_t i, int *err)
+{
+	struct domain *d = w->dm->domains[i];
+	struct pending *p = w->p ? w->p : pending_new(w);
+	if (!p) {
+		*err = -ENOMEM;
+		return WALK_NEXT;
+	}
+	p->next = i + 1;
+	p->asked = d;
+	enum ldap_lookup_result res =
+	    ldapdom_lookup(d, lookup_kind(w->req->cmd), by_name(w->req->cmd) ? p->name : NULL,
+			   w->req->id, on_looked, p);
+	if (res == LDAP_LOOKUP_PENDING) {
+		w->p = p;
+		w->c->wait = p;
+		return WALK_DEFER;
+	}
+	if (!w->p)
+		free(p);
+	return WALK_NEXT;
+}
+
+/* Domain i's cache said rc (0 found, -ENOENT missing) with meta;
+ * complete: the entry holds all the request needs. What to do next. */
+static int settle(struct walk *w, size_t i, int rc, const struct cache_meta *meta, bool complete,
+		  int *err)
+{
+	struct domain *d = w->dm->domains[i];
+	bool may_ask = d->ldap && (!w->p || i >= w->p->next);
+	if (rc < 0 && rc != -ENOENT) {
+		*err = rc;
+		return WALK_ANSWER;
+	}
+	if (!d->ldap) {
+		if (rc == 0)
+			note_meta(w->dm, meta);
+		return rc == 0 ? WALK_ANSWER : WALK_NEXT;
+	}
+	if (rc == 0 && complete) {
+		if (meta->expired && may_ask) /* serve now, refresh behind */
+			ldapdom_refresh(d, lookup_kind(w->req->cmd),
+					by_name(w->req->cmd) ? w->req->name.p : NULL, w->req->id);
+		return WALK_ANSWER;
+	}
+	int step = may_ask ? ask(w, i, err) : WALK_NEXT;
+	if (step == WALK_DEFER || *err)
+		return step == WALK_DEFER ? WALK_DEFER : WALK_ANSWER;
+	return rc == 0 ? WALK_ANSWER : WALK_NEXT; /* incomplete: the cache's best */
+}
+
+static int user_in(struct cache_reader *r, const struct config_domain *cfg,
+		   const struct proto_req *req, struct cache_user *u, struct cache_meta *meta)
+{
+	const char *dn = cfg->name;
+	if (req->cmd == PROTO_CMD_GETPWUID)
+		return cache_user_by_uid(r, &dn, 1, req->id, u, meta);
+	return cache_user_by_name(r, &dn, 1, req->name.p, cfg->case_sensitive, u, meta);
+}
+
+static int group_in(struct cache_reader *r, const struct config_domain *cfg,
+		    const struct proto_req *req, struct cache_group *g, struct cache_meta *meta)
+{
+	const char *dn = cfg->name;
+	if (req->cmd == PROTO_CMD_GETGRGID)
+		return cache_group_by_gid(r, &dn, 1, req->id, g, meta);
+	return cache_group_by_name(r, &dn, 1, req->name.p, cfg->case_sensitive, g, meta);
+}
+
+static int do_user(struct walk *w, struct idc_buf *out)
+{
+	struct daemon *dm = w->dm;
+	const struct proto_req *req = w->req;
 	struct cache_reader *r = daemon_reader(dm);
 	struct cache_user u;
-	struct cache_meta meta = {0};
-	int rc = !r ? -EIO : dm->ndomains == 0 ? -ENOENT : 0;
-	if (rc == 0 && req->cmd == PROTO_CMD_GETPWNAM)
-		rc = cache_name_valid(req->name.p, req->name.len)
-			 ? user_by_name(dm, r, req->name.p, &u)
-			 : -ENOENT;
-	else if (rc == 0)
-		rc = cache_user_by_uid(r, dm->names, dm->ndomains, req->id, &u, &meta);
+	int rc = !r ? -EIO : -ENOENT, step = WALK_NEXT;
+	if (r && req->cmd == PROTO_CMD_GETPWNAM && !cache_name_valid(req->name.p, req->name.len))
+		step = WALK_ANSWER;
+	for (size_t i = 0; r && step == WALK_NEXT && i < dm->ndomains; i++) {
+		struct cache_meta meta = {0};
+		rc = user_in(r, dm->domains[i]->cfg, req, &u, &meta);
+		int err = 0;
+		step = settle(w, i, rc, &meta, true, &err);
+		rc = err ? err : rc;
+	}
+	if (step == WALK_DEFER)
+		return 0;
 	if (rc < 0)
 		return reply_failure(out, req->cmd, rc);
-	note_meta(dm, &meta);
 	struct proto_passwd pw = {pstr(u.name),  pstr(NO_PASSWORD), u.uid,        u.gid,
 				  pstr(u.gecos), pstr(u.dir),       pstr(u.shell)};
 	daemon_mc_put_passwd(dm, &pw, req->cmd == PROTO_CMD_GETPWUID);
@@ -155,21 +313,26 @@ static int do_user(struct daemon *dm, const struct proto_req *req, struct idc_bu
 	return finish(out, req->cmd, start, rc ? rc : put_user(out, &u));
 }
 
-static int do_group(struct daemon *dm, const struct proto_req *req, struct idc_buf *out)
+static int do_group(struct walk *w, struct idc_buf *out)
 {
+	struct daemon *dm = w->dm;
+	const struct proto_req *req = w->req;
 	struct cache_reader *r = daemon_reader(dm);
 	struct cache_group g;
-	struct cache_meta meta = {0};
-	int rc = !r ? -EIO : dm->ndomains == 0 ? -ENOENT : 0;
-	if (rc == 0 && req->cmd == PROTO_CMD_GETGRNAM)
-		rc = cache_name_valid(req->name.p, req->name.len)
-			 ? group_by_name(dm, r, req->name.p, &g)
-			 : -ENOENT;
-	else if (rc == 0)
-		rc = cache_group_by_gid(r, dm->names, dm->ndomains, req->id, &g, &meta);
+	int rc = !r ? -EIO : -ENOENT, step = WALK_NEXT;
+	if (r && req->cmd == PROTO_CMD_GETGRNAM && !cache_name_valid(req->name.p, req->name.len))
+		step = WALK_ANSWER;
+	for (size_t i = 0; r && step == WALK_NEXT && i < dm->ndomains; i++) {
+		struct cache_meta meta = {0};
+		rc = group_in(r, dm->domains[i]->cfg, req, &g, &meta);
+		int err = 0;
+		step = settle(w, i, rc, &meta, true, &err);
+		rc = err ? err : rc;
+	}
+	if (step == WALK_DEFER)
+		return 0;
 	if (rc < 0)
 		return reply_failure(out, req->cmd, rc);
-	note_meta(dm, &meta);
 	daemon_mc_put_group(dm, g.name, g.gid, (const char *const *)g.members, g.nmembers,
 			    req->cmd == PROTO_CMD_GETGRGID);
 	size_t start;
@@ -177,39 +340,51 @@ static int do_group(struct daemon *dm, const struct proto_req *req, struct idc_b
 	return finish(out, req->cmd, start, rc ? rc : put_group(out, &g));
 }
 
-/* The gids of name in the first domain that knows the user, into
- * dm->gids (grown as cache_initgroups asks). */
-static int user_gids(struct daemon *dm, struct cache_reader *r, const char *name, size_t *n)
+/* The gids of name in domain cfg, into dm->gids (grown as
+ * cache_initgroups asks). */
+static int domain_gids(struct daemon *dm, struct cache_reader *r, const struct config_domain *cfg,
+		       const char *name, size_t *n)
 {
-	for (size_t i = 0; i < dm->ndomains; i++) {
-		const struct config_domain *cfg = dm->domains[i]->cfg;
-		const char *dn = cfg->name;
-		int rc = cache_initgroups(r, &dn, 1, name, cfg->case_sensitive, dm->gids,
-					  dm->gids_cap, n);
-		if (rc == -ERANGE) {
-			uint32_t *grown = realloc(dm->gids, *n * sizeof(*grown));
-			if (!grown)
-				return -ENOMEM;
-			dm->gids = grown;
-			dm->gids_cap = *n;
-			rc = cache_initgroups(r, &dn, 1, name, cfg->case_sensitive, dm->gids,
-					      dm->gids_cap, n);
-		}
-		if (rc != -ENOENT)
-			return rc;
+	const char *dn = cfg->name;
+	int rc = cache_initgroups(r, &dn, 1, name, cfg->case_sensitive, dm->gids, dm->gids_cap, n);
+	if (rc == -ERANGE) {
+		uint32_t *grown = realloc(dm->gids, *n * sizeof(*grown));
+		if (!grown)
+			return -ENOMEM;
+		dm->gids = grown;
+		dm->gids_cap = *n;
+		rc = cache_initgroups(r, &dn, 1, name, cfg->case_sensitive, dm->gids, dm->gids_cap,
+				      n);
 	}
-	return -ENOENT;
+	return rc;
 }
 
-static int do_initgroups(struct daemon *dm, const struct proto_req *req, struct idc_buf *out)
+static int do_initgroups(struct walk *w, struct idc_buf *out)
 {
+	struct daemon *dm = w->dm;
+	const struct proto_req *req = w->req;
 	struct cache_reader *r = daemon_reader(dm);
 	size_t n = 0;
-	int rc = !r ? -EIO : 0;
-	if (rc == 0)
-		rc = cache_name_valid(req->name.p, req->name.len)
-			 ? user_gids(dm, r, req->name.p, &n)
-			 : -ENOENT;
+	int rc = !r ? -EIO : -ENOENT, step = WALK_NEXT;
+	if (r && !cache_name_valid(req->name.p, req->name.len))
+		step = WALK_ANSWER;
+	for (size_t i = 0; r && step == WALK_NEXT && i < dm->ndomains; i++) {
+		struct domain *d = dm->domains[i];
+		struct cache_meta meta = {0};
+		struct cache_user u;
+		rc = user_in(r, d->cfg, req, &u, &meta);
+		enum ldapdom_ig ig =
+		    d->ldap ? ldapdom_initgroups_state(d, req->name.p) : LDAPDOM_IG_FRESH;
+		bool complete = ig != LDAPDOM_IG_UNKNOWN;
+		meta.expired |= ig == LDAPDOM_IG_EXPIRED;
+		int err = 0;
+		step = settle(w, i, rc, &meta, complete, &err);
+		rc = err ? err : rc;
+		if (step == WALK_ANSWER && rc == 0)
+			rc = domain_gids(dm, r, d->cfg, req->name.p, &n);
+	}
+	if (step == WALK_DEFER)
+		return 0;
 	if (rc < 0)
 		return reply_failure(out, req->cmd, rc);
 	/* Keyed by the name asked: the cache found the user under it. */
@@ -220,6 +395,20 @@ static int do_initgroups(struct daemon *dm, const struct proto_req *req, struct 
 	for (size_t i = 0; rc == 0 && i < n; i++)
 		rc = proto_put_u32(out, dm->gids[i]);
 	return finish(out, req->cmd, start, rc);
+}
+
+static int handle_lookup(struct walk *w, struct idc_buf *out)
+{
+	switch (w->req->cmd) {
+	case PROTO_CMD_GETPWNAM:
+	case PROTO_CMD_GETPWUID:
+		return do_user(w, out);
+	case PROTO_CMD_GETGRNAM:
+	case PROTO_CMD_GETGRGID:
+		return do_group(w, out);
+	default:
+		return do_initgroups(w, out);
+	}
 }
 
 /* ==== enumeration ==========================================================================
@@ -384,12 +573,12 @@ int responder_handle(struct conn *c, const struct proto_req *req, struct idc_buf
 	switch (req->cmd) {
 	case PROTO_CMD_GETPWNAM:
 	case PROTO_CMD_GETPWUID:
-		return do_user(c->dm, req, out);
 	case PROTO_CMD_GETGRNAM:
 	case PROTO_CMD_GETGRGID:
-		return do_group(c->dm, req, out);
-	case PROTO_CMD_INITGROUPS:
-		return do_initgroups(c->dm, req, out);
+	case PROTO_CMD_INITGROUPS: {
+		struct walk w = {c->dm, c, req, NULL};
+		return handle_lookup(&w, out);
+	}
 	case PROTO_CMD_SETPWENT:
 	case PROTO_CMD_GETPWENT:
 	case PROTO_CMD_ENDPWENT:

@@ -68,6 +68,12 @@ int mc_put_initgroups(struct mc_writer *w, const char *user, size_t len, const u
 int mc_invalidate_name(struct mc_writer *w, const char *name, size_t len);
 int mc_invalidate_id(struct mc_writer *w, uint32_t id);
 
+/* The id (uid or gid) carried by the record named name, from the writer's
+ * own view of the map: 0, or -ENOENT when there is no such record (NULL
+ * writer, initgroups map: always -ENOENT). Lets the daemon drop the id a
+ * record answers for before the record itself. */
+int mc_lookup_id(const struct mc_writer *w, const char *name, size_t len, uint32_t *id);
+
 /* Counters for `idcache status`; all zero for a NULL (disabled) writer. */
 void mc_writer_stats(const struct mc_writer *w, struct mc_stats *st);
 

@@ -625,3 +625,14 @@ int mc_invalidate_id(struct mc_writer *w, uint32_t id)
 		return 0;
 	return drop_id(w, id, MC_NONE, true);
 }
+
+int mc_lookup_id(const struct mc_writer *w, const char *name, size_t len, uint32_t *id)
+{
+	if (w == NULL || w->kind == MC_INITGROUPS || !name_ok(name, len))
+		return -ENOENT;
+	uint32_t slot = find_name(w, name, len, hash_name(w, name, len));
+	if (slot == MC_NONE)
+		return -ENOENT;
+	*id = rec_at(w, slot)->id;
+	return 0;
+}

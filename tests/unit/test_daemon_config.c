@@ -167,8 +167,6 @@ static void test_errors(void **state)
 	expect_error("[domain/a b]\n", "t.conf:1: [domain/a b]: a domain name is");
 	expect_error(DOM "[domain/d]\n", "t.conf:3: [domain/d] is repeated (first at line 1)");
 	expect_error("[idcache]\n[idcache]\n" DOM, "t.conf:2: [idcache] is repeated");
-	expect_error("[domain/d]\nid_provider = ldap\n", "t.conf:2: id_provider: 'ldap' is not "
-							 "supported yet");
 	expect_error("[domain/d]\nid_provider = nis\n", "t.conf:2: id_provider: unknown");
 	expect_error("[domain/d]\npasswd_files = /p\n", "t.conf:1: [domain/d]: id_provider is "
 							"missing");
@@ -190,6 +188,100 @@ static void test_errors(void **state)
 	expect_error("[idcache]\nuser =\n" DOM, "t.conf:2: 'user' has an empty value");
 	expect_error("[idcache]\n", "t.conf: no domain configured");
 	expect_error("", "no domain configured");
+}
+
+/* ==== ldap domains ====================================================================== */
+
+#define LDAP_DOM "[domain/dir]\nid_provider = ldap\nldap_uri = ldap://127.0.0.1:389\n"
+
+static void test_ldap_domain(void **state)
+{
+	(void)state;
+	struct config *c = parse_ok("[domain/dir]\n"
+				    "ldap_uri = ldap://a.example, ldaps://b.example:636\n"
+				    "ldap_search_base = dc=example,dc=com\n"
+				    "ldap_group_search_base = ou=groups,dc=example,dc=com\n"
+				    "id_provider = ldap\n" /* after the ldap keys: order is free */
+				    "ldap_schema = rfc2307bis\n"
+				    "ldap_user_name = sAMAccountName\n"
+				    "ldap_id_use_start_tls = true\n"
+				    "ldap_tls_cacert = /etc/ssl/ca.pem\n"
+				    "ldap_tls_reqcert = try\n"
+				    "ldap_network_timeout = 2.5\n"
+				    "ldap_page_size = 500\n"
+				    "entry_cache_timeout = 600\n"
+				    "entry_negative_timeout = 30\n"
+				    "enumerate = yes\n"
+				    "ignore_group_members = false\n"
+				    "ldap_member_names_from_rdn = false\n"
+				    "offline_timeout = 10\n"
+				    "failover_primary_timeout = 40\n"
+				    "[domain/local]\nid_provider = files\n");
+	assert_int_equal(c->ndomains, 2);
+	const struct config_domain *d = config_domain(c, "dir");
+	assert_non_null(d);
+	assert_int_equal(d->provider, CONFIG_PROVIDER_LDAP);
+	assert_false(d->case_sensitive); /* LDAP names are caseIgnore */
+	assert_null(d->passwd_files);
+	assert_non_null(d->ldap);
+	assert_string_equal(d->ldap->name, "dir");
+	assert_int_equal(d->ldap->nuris, 2);
+	assert_string_equal(d->ldap->uris[1], "ldaps://b.example:636");
+	assert_string_equal(d->ldap->group_base, "ou=groups,dc=example,dc=com");
+	assert_int_equal(d->ldap->schema, LDAP_DOM_RFC2307BIS);
+	assert_string_equal(d->ldap->map[LDAP_MAP_USER_NAME], "sAMAccountName");
+	assert_true(d->ldap->start_tls);
+	assert_int_equal(d->ldap->tls_reqcert, LDAP_DOM_REQCERT_TRY);
+	assert_int_equal(d->ldap->network_timeout_ms, 2500);
+	assert_int_equal(d->ldap->page_size, 500);
+	assert_int_equal(d->ldap->entry_cache_timeout, 600);
+	assert_int_equal(d->entry_cache_timeout, 600);
+	assert_int_equal(d->ldap->negative_timeout_ms, 30000);
+	assert_true(d->ldap->enumerate);
+	assert_false(d->ldap->member_names_from_rdn);
+	assert_int_equal(d->ldap->offline_timeout_ms, 10000);
+	assert_int_equal(d->ldap->primary_retry_ms, 40000);
+	assert_true(config_domain(c, "local")->case_sensitive);
+	assert_null(config_domain(c, "local")->ldap);
+	config_free(c);
+
+	c = parse_ok(LDAP_DOM "ldap_search_base = dc=x\ncase_sensitive = true\n");
+	assert_true(c->domains[0].case_sensitive); /* given: kept */
+	assert_int_equal(c->domains[0].ldap->tls_reqcert, LDAP_DOM_REQCERT_DEMAND);
+	assert_null(c->domains[0].ldap->bind_dn);
+	config_free(c);
+}
+
+static void test_ldap_errors(void **state)
+{
+	(void)state;
+	expect_error(LDAP_DOM "ldap_search_base = dc=x\nldap_schema = ad\n",
+		     "t.conf:5: ldap_schema: bad value 'ad'");
+	expect_error(LDAP_DOM "ldap_search_base = dc=x\nldap_uri = http://x\n",
+		     "t.conf:5: 'ldap_uri' is given twice");
+	expect_error("[domain/dir]\nid_provider = ldap\nldap_uri = http://x\n",
+		     "t.conf:3: ldap_uri: bad value 'http://x'");
+	expect_error(LDAP_DOM "ldap_search_base = dc=x\nldap_tls_reqcert = maybe\n",
+		     "t.conf:5: ldap_tls_reqcert: bad value");
+	expect_error(LDAP_DOM "ldap_search_base = dc=x\nldap_network_timeout = -1\n",
+		     "t.conf:5: ldap_network_timeout: bad value");
+	expect_error(LDAP_DOM "ldap_search_base = dc=x\nenumerate = sometimes\n",
+		     "t.conf:5: enumerate: bad value");
+	expect_error(LDAP_DOM "ldap_search_base = dc=x\nldap_page_size = 0\n",
+		     "t.conf:1: [domain/dir]: ldap_page_size must be 1..100000");
+	expect_error(LDAP_DOM, "t.conf:1: [domain/dir]: ldap_search_base is required");
+	expect_error("[domain/dir]\nid_provider = ldap\n", "t.conf:1: [domain/dir]: ldap_uri is "
+							   "required");
+	expect_error(LDAP_DOM "ldap_search_base = dc=x\nldap_default_bind_dn = cn=a\n",
+		     "ldap_default_bind_dn needs ldap_default_authtok_file");
+	expect_error(LDAP_DOM "ldap_search_base = dc=x\npasswd_files = /p\n",
+		     "t.conf:1: [domain/dir]: passwd_files and group_files are for");
+	expect_error(DOM "ldap_uri = ldap://x\n", "t.conf:3: [domain/d]: ldap options need "
+						  "id_provider = ldap");
+	expect_error(LDAP_DOM "ldap_search_base = dc=x\nldap_tls_cacert = ca.pem\n",
+		     "t.conf:5: ldap_tls_cacert: 'ca.pem' is not an absolute path");
+	expect_error(LDAP_DOM "ldap_search_base = dc=x\nldap_bogus = 1\n",
+		     "t.conf:5: unknown key 'ldap_bogus' in [domain/dir]");
 }
 
 static void test_hostile_lines(void **state)
@@ -283,7 +375,42 @@ static void test_load(void **state)
 	assert_non_null(strstr(errors.data, "none.conf"));
 	idc_buf_free(&errors);
 
-	const char *names[] = {"ok.conf", "gw.conf", "ow.conf", "bad.conf"};
+	/* the bind password file: only its owner may read it */
+	char conf[1024], pw[256];
+	snprintf(pw, sizeof(pw), "%s/bind.pw", tmpdir);
+	snprintf(conf, sizeof(conf),
+		 LDAP_DOM "ldap_search_base = dc=x\nldap_default_bind_dn = cn=a,dc=x\n"
+			  "ldap_default_authtok_file = %s\n",
+		 pw);
+	char lconf[128];
+	snprintf(lconf, sizeof(lconf), "%s", write_conf("ldap.conf", conf, 0600));
+	p = lconf; /* write_conf's buffer is reused below */
+	assert_int_equal(config_load(p, &c, &errors), -ENOENT);
+	assert_non_null(strstr(errors.data, "bind.pw"));
+	idc_buf_reset(&errors);
+	write_conf("bind.pw", "secret\n", 0640);
+	c = NULL;
+	assert_int_equal(config_load(p, &c, &errors), -EPERM);
+	assert_null(c);
+	assert_non_null(strstr(errors.data, "bind.pw: ldap_default_authtok_file: readable or "
+					    "writable by group or others"));
+	idc_buf_reset(&errors);
+	write_conf("bind.pw", "secret\n", 0604);
+	assert_int_equal(config_load(p, &c, &errors), -EPERM);
+	idc_buf_reset(&errors);
+	write_conf("bind.pw", "secret\n", 0600);
+	assert_int_equal(config_load(p, &c, &errors), 0);
+	assert_string_equal(c->domains[0].ldap->authtok_file, pw);
+	config_free(c);
+	c = NULL;
+	if (geteuid() == 0) { /* another owner: refused */
+		assert_int_equal(chown(pw, 4242, 4242), 0);
+		assert_int_equal(config_load(p, &c, &errors), -EPERM);
+		assert_non_null(strstr(errors.data, "owned by another user"));
+	}
+	idc_buf_free(&errors);
+
+	const char *names[] = {"ok.conf", "gw.conf", "ow.conf", "bad.conf", "ldap.conf", "bind.pw"};
 	for (size_t i = 0; i < IDC_ARRAY_SIZE(names); i++) {
 		char path[128];
 		snprintf(path, sizeof(path), "%s/%s", tmpdir, names[i]);
@@ -300,6 +427,8 @@ int main(void)
 	    cmocka_unit_test(test_file_order_and_bom),
 	    cmocka_unit_test(test_log_levels),
 	    cmocka_unit_test(test_errors),
+	    cmocka_unit_test(test_ldap_domain),
+	    cmocka_unit_test(test_ldap_errors),
 	    cmocka_unit_test(test_hostile_lines),
 	    cmocka_unit_test(test_load),
 	};

@@ -312,6 +312,74 @@ static void test_initgroups(void **state)
 	mc_reader_close(&r);
 }
 
+/* Exact invalidation: the id a record carries, found by name, drops the
+ * record answering for that id under another name too; nothing else goes. */
+static void test_lookup_id_exact_invalidation(void **state)
+{
+	(void)state;
+	struct mc_writer *w, *wg, *wi;
+	struct mc_reader r, rg;
+	struct passwd pw;
+	struct group gr;
+	char buf[1024];
+	uint32_t id = 0;
+	reader(&r, MC_PASSWD);
+	reader(&rg, MC_GROUP);
+	assert_int_equal(mc_writer_open(dir, MC_PASSWD, BIG_MAP, &w), 0);
+	assert_int_equal(mc_writer_open(dir, MC_GROUP, BIG_MAP, &wg), 0);
+	assert_int_equal(mc_writer_open(dir, MC_INITGROUPS, BIG_MAP, &wi), 0);
+	assert_int_equal(mc_lookup_id(w, "alice", 5, &id), -ENOENT);
+	assert_int_equal(mc_lookup_id(NULL, "alice", 5, &id), -ENOENT);
+	assert_int_equal(mc_lookup_id(w, "", 0, &id), -ENOENT);
+	/* "alice" by name; uid 1000 answered by "Alice" (another spelling
+	 * the daemon once answered with), "bob" unrelated. */
+	assert_int_equal(put_pw(w, "alice", 1000, "a", later(), false), 0);
+	assert_int_equal(put_pw(w, "Alice", 1000, "A", later(), true), 0);
+	assert_int_equal(put_pw(w, "bob", 1001, "b", later(), true), 0);
+	assert_int_equal(mc_lookup_id(w, "alice", 5, &id), 0);
+	assert_int_equal(id, 1000);
+	assert_int_equal(mc_lookup_id(w, "alicE", 5, &id), -ENOENT);
+	/* What the daemon does for `expire --user alice`. */
+	assert_int_equal(mc_invalidate_id(w, id), 1);
+	assert_int_equal(mc_invalidate_name(w, "alice", 5), 1);
+	assert_int_equal(mc_getpwuid(&r, 1000, &pw, buf, sizeof(buf)), -ENOENT);
+	assert_int_equal(mc_getpwnam(&r, "alice", 5, &pw, buf, sizeof(buf)), -ENOENT);
+	assert_int_equal(mc_getpwnam(&r, "Alice", 5, &pw, buf, sizeof(buf)), -ENOENT);
+	assert_int_equal(mc_getpwnam(&r, "bob", 3, &pw, buf, sizeof(buf)), 0);
+	assert_int_equal(mc_getpwuid(&r, 1001, &pw, buf, sizeof(buf)), 0);
+	/* A record found by name only still reports its id. */
+	assert_int_equal(put_pw(w, "toor", 0, "t", later(), false), 0);
+	assert_int_equal(mc_lookup_id(w, "toor", 4, &id), 0);
+	assert_int_equal(id, 0);
+	struct mc_stats st;
+	mc_writer_stats(w, &st);
+	assert_int_equal(st.records, 2);
+
+	/* Groups: the same by gid. */
+	const char *mem[] = {"alice", "bob"};
+	assert_int_equal(put_gr(wg, "staff", 50, mem, 2, later()), 0);
+	assert_int_equal(put_gr(wg, "wheel", 10, mem, 1, later()), 0);
+	assert_int_equal(mc_lookup_id(wg, "staff", 5, &id), 0);
+	assert_int_equal(id, 50);
+	assert_int_equal(mc_invalidate_id(wg, id), 1);
+	assert_int_equal(mc_getgrgid(&rg, 50, &gr, buf, sizeof(buf)), -ENOENT);
+	assert_int_equal(mc_getgrnam(&rg, "wheel", 5, &gr, buf, sizeof(buf)), 0);
+	assert_int_equal(mc_getgrgid(&rg, 10, &gr, buf, sizeof(buf)), 0);
+
+	/* initgroups records carry no id: never found, never dropped by id. */
+	uint32_t gids[] = {10, 50};
+	assert_int_equal(mc_put_initgroups(wi, "alice", 5, gids, 2, later()), 0);
+	assert_int_equal(mc_lookup_id(wi, "alice", 5, &id), -ENOENT);
+	assert_int_equal(mc_invalidate_id(wi, 0), 0);
+	mc_writer_stats(wi, &st);
+	assert_int_equal(st.records, 1);
+	mc_writer_close(w);
+	mc_writer_close(wg);
+	mc_writer_close(wi);
+	mc_reader_close(&r);
+	mc_reader_close(&rg);
+}
+
 /* ---- reset, recycling, disabling ------------------------------------------------ */
 
 static void test_reset_recycle(void **state)
@@ -721,6 +789,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_eviction, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_buffer_sizes, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_initgroups, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_lookup_id_exact_invalidation, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_reset_recycle, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_fork, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_torn_reads, setup, teardown),

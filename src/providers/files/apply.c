@@ -25,6 +25,8 @@ struct files_domain {
 	struct files_snapshot *snap; /* last applied; NULL before the first */
 	uint64_t *applied;           /* per path: content hash in snap */
 	uint64_t *logged;            /* per path: content hash last parsed (and logged) */
+	files_change_fn hook;        /* told of each committed change; may be NULL */
+	void *hook_arg;
 };
 
 /* ==== domain ==================================================================== */
@@ -92,6 +94,12 @@ void files_domain_invalidate(struct files_domain *fd)
 const struct files_snapshot *files_domain_snapshot(const struct files_domain *fd)
 {
 	return fd->snap;
+}
+
+void files_domain_set_hook(struct files_domain *fd, files_change_fn fn, void *arg)
+{
+	fd->hook = fn;
+	fd->hook_arg = fn ? arg : NULL;
 }
 
 /* ==== reading the files ============================================================ */
@@ -427,6 +435,72 @@ static int apply_plan(struct files_domain *fd, struct cache *c, const struct fil
 	return rc;
 }
 
+/* ==== change hook ================================================================== */
+
+/* One user of the plan: o before (NULL: added), n after (NULL: removed). A
+ * record put again with the content and order it had is no change. */
+static void report_user(const struct files_domain *fd, const struct files_user *o,
+			const struct files_user *n)
+{
+	if (o && n && o->hash == n->hash && o->order == n->order)
+		return;
+	struct files_change ch = {.group = false};
+	if (o) {
+		ch.old_name = o->name;
+		ch.old_id = o->uid;
+	}
+	if (n) {
+		ch.new_name = n->name;
+		ch.new_id = n->uid;
+	}
+	ch.moved = o && n && o->order != n->order;
+	fd->hook(&ch, fd->hook_arg);
+}
+
+static void report_group(const struct files_domain *fd, const struct files_snapshot *old,
+			 const struct files_group *o, const struct files_snapshot *ns,
+			 const struct files_group *n)
+{
+	if (o && n && o->hash == n->hash && o->order == n->order)
+		return;
+	struct files_change ch = {.group = true};
+	if (o) {
+		ch.old_name = o->name;
+		ch.old_id = o->gid;
+		ch.old_mem = files_snapshot_members(old, o->mem_first);
+		ch.nold_mem = o->nmembers;
+	}
+	if (n) {
+		ch.new_name = n->name;
+		ch.new_id = n->gid;
+		ch.new_mem = files_snapshot_members(ns, n->mem_first);
+		ch.nnew_mem = n->nmembers;
+	}
+	ch.moved = o && n && o->order != n->order;
+	fd->hook(&ch, fd->hook_arg);
+}
+
+/* Tell the hook what the committed plan changed: removals first, as they
+ * were applied. */
+static void report_plan(const struct files_domain *fd, const struct files_snapshot *old,
+			const struct files_snapshot *ns, const struct plan *p)
+{
+	for (size_t j = 0; j < p->ndel_u; j++)
+		report_user(fd, &old->users[p->del_u[j]], NULL);
+	for (size_t j = 0; j < p->ndel_g; j++)
+		report_group(fd, old, &old->groups[p->del_g[j]], ns, NULL);
+	for (size_t i = 0; i < p->nput_u; i++) {
+		const struct files_user *n = &ns->users[p->put_u[i]];
+		long o = files_snapshot_find_user(old, n->name, n->key);
+		report_user(fd, o >= 0 ? &old->users[o] : NULL, n);
+	}
+	for (size_t i = 0; i < p->nput_g; i++) {
+		const struct files_group *n = &ns->groups[p->put_g[i]];
+		long o = files_snapshot_find_group(old, n->name, n->key);
+		report_group(fd, old, o >= 0 ? &old->groups[o] : NULL, ns, n);
+	}
+}
+
 /* ==== refresh ====================================================================== */
 
 static bool plan_empty(const struct plan *p)
@@ -453,6 +527,8 @@ static int diff_and_apply(struct files_domain *fd, struct cache *c, struct files
 	else if (!plan_empty(&p) || full)
 		rc = apply_plan(fd, c, old, ns, &p, d);
 	st->committed = rc == 0 && (!plan_empty(&p) || full);
+	if (st->committed && fd->hook)
+		report_plan(fd, old, ns, &p);
 	st->apply_ns = idc_now_ns() - t1;
 	plan_free(&p);
 	if (full)

@@ -1,0 +1,284 @@
+/*
+ * ldapdom: an `id_provider = ldap` domain inside idcached — the provider
+ * (src/providers/ldap) wired into the epoll loop, directory lookups for
+ * the responder, and the memory of which users' group lists came from the
+ * directory.
+ *
+ * Loop wiring (the provider's contract, ldap.h): after every call into the
+ * provider, sync() watches the descriptor ldap_domain_fds() names (it
+ * changes on reconnect and failover) and arms a timer for
+ * ldap_domain_next_timeout() (search deadlines, offline probes, failback,
+ * enumeration); either event calls ldap_domain_process(). The descriptor
+ * belongs to libldap: it is watched, never closed here.
+ *
+ * A provider call that committed durable changes to the cache resets the
+ * shared-memory maps (which records changed is not known here), as a files
+ * refresh with changes does.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <time.h>
+
+#include "daemon/daemon.h"
+
+#ifdef IDC_HAVE_LDAP
+
+/* Users whose initgroups was fetched from the directory since start, and
+ * when (direct-mapped name hashes; a collision only costs one more fetch).
+ * The user entry's own expiry is not enough: a getpwnam may refresh the
+ * user alone while its groups stay expired. */
+#define LDAPDOM_IG_SLOTS 16384u
+
+struct ldapdom {
+	struct domain *d;
+	struct ldap_domain *ld;
+	struct loop_io io; /* libldap's descriptor: forgotten, never closed */
+	struct loop_timer timer;
+	uint64_t seed;
+	unsigned ig_refreshing; /* background initgroups refreshes in flight */
+	struct ig_slot {
+		uint64_t h;
+		int64_t at; /* unix seconds of the fetch; 0: expired */
+	} ig[LDAPDOM_IG_SLOTS];
+};
+
+/* ==== the provider in the loop ==================================================== */
+
+static void on_io(struct loop_io *io, uint32_t events);
+
+/* (Re-)register fd. The number alone does not tell a new connection from
+ * the old one (libldap may get the same number back after a close, and the
+ * kernel dropped the old registration with the old socket), so an
+ * unchanged fd is re-registered: MOD, or ADD when it is gone. */
+static void watch_fd(struct ldapdom *l, int fd)
+{
+	struct loop *loop = &l->d->dm->loop;
+	if (fd != l->io.fd) {
+		loop_io_forget(&l->io); /* its fd was closed by libldap: DEL fails harmlessly */
+		if (fd >= 0 && loop_add(loop, &l->io, fd, EPOLLIN, on_io, l) < 0) {
+			idc_log(IDC_LOG_ERR, "ldap domain %s: cannot watch the connection",
+				l->d->cfg->name);
+			l->io.fd = -1;
+		}
+		return;
+	}
+	if (fd < 0)
+		return;
+	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &l->io};
+	if (epoll_ctl(loop->epfd, EPOLL_CTL_MOD, fd, &ev) < 0 && errno == ENOENT &&
+	    epoll_ctl(loop->epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
+		idc_log(IDC_LOG_ERR, "ldap domain %s: cannot watch the connection",
+			l->d->cfg->name);
+}
+
+/* Follow the provider's descriptor and next deadline. */
+static void sync_loop(struct ldapdom *l)
+{
+	int fd = -1;
+	if (ldap_domain_fds(l->ld, &fd, 1) == 0)
+		fd = -1;
+	watch_fd(l, fd);
+	int64_t ms = ldap_domain_next_timeout(l->ld);
+	if (ms < 0)
+		loop_timer_disarm(&l->timer);
+	else if (loop_timer_arm(&l->timer, (uint64_t)ms, 0) < 0)
+		idc_log(IDC_LOG_ERR, "ldap domain %s: cannot arm its timer", l->d->cfg->name);
+}
+
+static void process(struct ldapdom *l)
+{
+	struct daemon *dm = l->d->dm;
+	daemon_reader_end(dm); /* the provider writes: no read txn of ours open */
+	uint64_t before = cache_durable_commits(dm->cache);
+	ldap_domain_process(l->ld);
+	if (cache_durable_commits(dm->cache) != before)
+		for (int k = 0; k < 3; k++)
+			daemon_mc_reset(dm, k);
+	sync_loop(l);
+}
+
+static void on_io(struct loop_io *io, uint32_t events)
+{
+	(void)events;
+	process(loop_owner(io));
+}
+
+static void on_timer(struct loop_timer *t)
+{
+	process(t->owner);
+}
+
+/* ==== life cycle ======================================================================= */
+
+int ldapdom_new(struct domain *d)
+{
+	struct idc_diag diag = {{0}};
+	struct ldapdom *l = calloc(1, sizeof(*l));
+	if (!l)
+		return -ENOMEM;
+	l->d = d;
+	l->io.fd = -1;
+	l->timer.io.fd = -1;
+	l->seed = idc_now_ns();
+	int rc = ldap_domain_new(d->cfg->ldap, d->dm->cache, &l->ld, &diag);
+	if (rc == 0)
+		rc = loop_timer_init(&d->dm->loop, &l->timer, on_timer, l);
+	if (rc < 0) {
+		idc_log(IDC_LOG_ERR, "ldap domain %s: %s", d->cfg->name,
+			diag.msg[0] ? diag.msg : idc_strerror(rc));
+		ldap_domain_free(l->ld);
+		free(l);
+		return rc;
+	}
+	d->ldap = l;
+	sync_loop(l); /* enumerate = true: the first run is due now */
+	idc_log(IDC_LOG_INFO, "ldap domain %s: %zu server(s), first %s", d->cfg->name,
+		d->cfg->ldap->nuris, d->cfg->ldap->uris[0]);
+	return 0;
+}
+
+void ldapdom_close_io(struct ldapdom *l)
+{
+	if (!l)
+		return;
+	loop_io_forget(&l->io);
+	loop_timer_close(&l->timer);
+}
+
+void ldapdom_free(struct ldapdom *l)
+{
+	if (!l)
+		return;
+	ldapdom_close_io(l);
+	ldap_domain_free(l->ld); /* pending lookups complete with FAILED */
+	free(l);
+}
+
+/* ==== lookups ============================================================================ */
+
+enum ldap_lookup_result ldapdom_lookup(struct domain *d, enum ldap_lookup_kind kind,
+				       const char *name, uint32_t id, ldap_lookup_cb cb, void *arg)
+{
+	struct ldapdom *l = d->ldap;
+	enum ldap_lookup_result res = ldap_domain_lookup(l->ld, kind, name, id, cb, arg);
+	sync_loop(l);
+	return res;
+}
+
+static void on_ig_refreshed(enum ldap_lookup_result res, void *arg)
+{
+	(void)res;
+	struct ldapdom *l = arg;
+	l->ig_refreshing--;
+}
+
+/* Serving an expired entry: refresh it behind the reply. An initgroups
+ * refresh stores the user's groups, so while one runs the groups it is
+ * about to store are not refreshed one by one (`id` asks for each). */
+void ldapdom_refresh(struct domain *d, enum ldap_lookup_kind kind, const char *name, uint32_t id)
+{
+	struct ldapdom *l = d->ldap;
+	bool group = kind == LDAP_LOOKUP_GRNAM || kind == LDAP_LOOKUP_GRGID;
+	if (group && l->ig_refreshing)
+		return;
+	bool ig = kind == LDAP_LOOKUP_INITGROUPS;
+	if (ldap_domain_lookup(l->ld, kind, name, id, ig ? on_ig_refreshed : NULL, l) ==
+		LDAP_LOOKUP_PENDING &&
+	    ig)
+		l->ig_refreshing++;
+	sync_loop(l);
+}
+
+static uint64_t ig_hash(const struct ldapdom *l, const char *name)
+{
+	char buf[CACHE_NAME_MAX + 1];
+	size_t n = 0;
+	for (; name[n] && n < sizeof(buf); n++)
+		buf[n] = idc_tolower(name[n]); /* LDAP names are caseIgnore */
+	return idc_hash64(buf, n, l->seed) | 1;
+}
+
+enum ldapdom_ig ldapdom_initgroups_state(const struct domain *d, const char *name)
+{
+	uint64_t h = ig_hash(d->ldap, name);
+	const struct ig_slot *s = &d->ldap->ig[h % LDAPDOM_IG_SLOTS];
+	uint32_t ttl = d->cfg->entry_cache_timeout;
+	if (s->h != h)
+		return LDAPDOM_IG_UNKNOWN;
+	if (s->at == 0 || (ttl && (int64_t)time(NULL) - s->at >= (int64_t)ttl))
+		return LDAPDOM_IG_EXPIRED;
+	return LDAPDOM_IG_FRESH;
+}
+
+void ldapdom_initgroups_note(struct domain *d, const char *name)
+{
+	uint64_t h = ig_hash(d->ldap, name);
+	d->ldap->ig[h % LDAPDOM_IG_SLOTS] = (struct ig_slot){h, (int64_t)time(NULL)};
+}
+
+void ldapdom_expire(struct ldapdom *l)
+{
+	for (size_t i = 0; i < LDAPDOM_IG_SLOTS; i++)
+		l->ig[i].at = 0;
+}
+
+void ldapdom_status(const struct domain *d, struct ldap_domain_status *st)
+{
+	ldap_domain_get_status(d->ldap->ld, st);
+}
+
+#else /* no libldap: config.c refuses `id_provider = ldap`, so none of this runs */
+
+int ldapdom_new(struct domain *d)
+{
+	(void)d;
+	return -ENOTSUP;
+}
+
+void ldapdom_close_io(struct ldapdom *l)
+{
+	(void)l;
+}
+
+void ldapdom_free(struct ldapdom *l)
+{
+	(void)l;
+}
+
+enum ldap_lookup_result ldapdom_lookup(struct domain *d, enum ldap_lookup_kind kind,
+				       const char *name, uint32_t id, ldap_lookup_cb cb, void *arg)
+{
+	(void)d, (void)kind, (void)name, (void)id, (void)cb, (void)arg;
+	return LDAP_LOOKUP_FAILED;
+}
+
+enum ldapdom_ig ldapdom_initgroups_state(const struct domain *d, const char *name)
+{
+	(void)d, (void)name;
+	return LDAPDOM_IG_UNKNOWN;
+}
+
+void ldapdom_expire(struct ldapdom *l)
+{
+	(void)l;
+}
+
+void ldapdom_initgroups_note(struct domain *d, const char *name)
+{
+	(void)d, (void)name;
+}
+
+void ldapdom_refresh(struct domain *d, enum ldap_lookup_kind kind, const char *name, uint32_t id)
+{
+	(void)d, (void)kind, (void)name, (void)id;
+}
+
+void ldapdom_status(const struct domain *d, struct ldap_domain_status *st)
+{
+	(void)d;
+	memset(st, 0, sizeof(*st));
+}
+
+#endif

@@ -1,0 +1,564 @@
+"""End to end with a directory: real slapd instances on loopback, idcached
+with an `id_provider = ldap` domain, and glibc's getent/id through
+libnss_idcache.so.2 in private mount namespaces.
+
+Servers (tests/ldap/slapd.sh, fixtures tests/ldap/fixtures.ldif, test CA
+from tests/ldap/mkcerts.sh), each on a free loopback port, stopped at the
+end by the pid slapd.sh recorded:
+  A  StartTLS with a certificate for 127.0.0.1 (must verify)
+  B  plain: the failover target
+  F  plain: stopped half-way (failover, offline)
+  W  StartTLS with a certificate for wrong.example (must be refused)
+
+The differential idea: what getent and id print through idcache is
+computed independently from the directory's own content (ldapsearch of the
+same server): passwd lines, group members, and the transitive group list of
+each user (rfc2307 memberUid and rfc2307bis member DNs, nested, with a
+cycle).
+"""
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import nsenv
+
+LDAP_DIR = Path(__file__).resolve().parents[1] / "ldap"
+SLAPD = "/usr/sbin/slapd"
+BASE = "dc=example,dc=com"
+
+pytestmark = [
+    pytest.mark.usefixtures("as_root"),
+    pytest.mark.skipif(not (os.access(SLAPD, os.X_OK) and shutil.which("ldapadd")
+                            and shutil.which("openssl")),
+                       reason="needs Debian's slapd, ldap-utils and openssl "
+                              "(apt-get install slapd ldap-utils openssl)"),
+]
+
+# Users the fixtures hold with valid numbers (dave has no uidNumber, eve an
+# out-of-range one, dup is two entries with one uid: all left out).
+USERS = ["alice", "bob", "carol", "frank"]
+GROUPS = ["ops", "dev", "all", "top", "c1", "c2"]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Slapd:
+    """One slapd.sh instance in base/name."""
+
+    def __init__(self, base, name, certs=None, cert="server"):
+        self.dir = Path(base) / name
+        self.port = free_port()
+        self.certs = certs
+        self.cert = cert
+        self.pid = None
+
+    @property
+    def uri(self):
+        return f"ldap://127.0.0.1:{self.port}"
+
+    def start(self):
+        argv = [LDAP_DIR / "slapd.sh", "start", self.dir, self.port, LDAP_DIR / "fixtures.ldif"]
+        if self.certs:
+            argv += [self.certs, "", self.cert]
+        p = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=60)
+        if p.returncode != 0:
+            pytest.fail(f"slapd {self.dir.name} did not start: {p.stderr}")
+        self.pid = int(p.stdout.split()[-1])
+
+    def stop(self):
+        if self.pid is not None:
+            subprocess.run([str(LDAP_DIR / "slapd.sh"), "stop", str(self.dir)], timeout=30)
+            self.pid = None
+
+    def srch_count(self):
+        """SRCH operations slapd logged so far."""
+        log = (self.dir / "slapd.log").read_text(errors="replace")
+        return log.count(" SRCH base=")
+
+
+class Env:
+    def __init__(self, base):
+        self.base = base
+        self.certs = base / "certs"
+        self.servers = {}
+
+
+@pytest.fixture(scope="module")
+def env():
+    base = nsenv.make_private_dir("idc-ldap-e2e-")
+    e = Env(base)
+    subprocess.run([str(LDAP_DIR / "mkcerts.sh"), str(e.certs)], check=True, timeout=60)
+    os.chmod(e.certs, 0o755)
+    try:
+        for name, certs, cert in (("a", e.certs, "server"), ("b", None, "server"),
+                                  ("f", None, "server"), ("w", e.certs, "wrong")):
+            e.servers[name] = Slapd(base, name, certs, cert)
+            e.servers[name].start()
+        yield e
+    finally:
+        for s in e.servers.values():
+            s.stop()
+        nsenv.remove_tree(base)
+
+
+def ldap_domain(uris, extra=""):
+    """A [domain/dir] section (appended after [domain/local])."""
+    return ("\n[domain/dir]\n"
+            "id_provider = ldap\n"
+            f"ldap_uri = {uris}\n"
+            f"ldap_search_base = {BASE}\n"
+            "ldap_schema = rfc2307bis\n"
+            "ldap_network_timeout = 2\n"
+            "ldap_search_timeout = 3\n"
+            "entry_negative_timeout = 1\n"
+            f"{extra}")
+
+
+LOCAL_PASSWD = "loc:x:5000:5000:Local User:/home/loc:/bin/sh\n"
+LOCAL_GROUP = "locg:x:5000:loc\n"
+
+
+def start_daemon(daemons, uris, extra=""):
+    return daemons.start(LOCAL_PASSWD, LOCAL_GROUP, idcache_conf="domains = local, dir\n",
+                         domain_conf=ldap_domain(uris, extra))
+
+
+def cli(idcache, d, cmd, *args):
+    p = subprocess.run([str(idcache), cmd, "--run-dir", str(d.run_dir)] + list(args),
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    return p.stdout
+
+
+def status(idcache, d):
+    out = {}
+    for line in cli(idcache, d, "status").splitlines():
+        k, _, v = line.partition("=")
+        out[k] = v
+    return out
+
+
+# ==== the directory's own answer ===================================================
+
+def ldapsearch(uri, filt):
+    """Entries as {dn: {attr_lower: [values]}} (ldapsearch -LLL, unwrapped)."""
+    p = subprocess.run(["ldapsearch", "-x", "-LLL", "-o", "ldif-wrap=no", "-H", uri, "-b", BASE,
+                        filt], capture_output=True, text=True, timeout=30, check=True)
+    entries = {}
+    for block in p.stdout.strip().split("\n\n"):
+        attrs, dn = {}, None
+        for line in block.splitlines():
+            k, _, v = line.partition(": ")
+            if k == "dn":
+                dn = v.lower()
+            else:
+                attrs.setdefault(k.lower(), []).append(v)
+        if dn:
+            entries[dn] = attrs
+    return entries
+
+
+class Directory:
+    """Expected NSS answers computed from the directory's content."""
+
+    def __init__(self, uri):
+        self.users = {}
+        for dn, a in ldapsearch(uri, "(objectClass=posixAccount)").items():
+            if a["uid"][0] in USERS:
+                self.users[a["uid"][0]] = (dn, a)
+        self.groups = {}
+        for dn, a in ldapsearch(uri, "(objectClass=posixGroup)").items():
+            self.groups[dn] = a
+
+    def passwd_line(self, name):
+        dn, a = self.users[name]
+        return ":".join([name, "x", a["uidnumber"][0], a["gidnumber"][0], a.get("gecos", [""])[0],
+                         a["homedirectory"][0], a.get("loginshell", [""])[0]])
+
+    def group_by_name(self, cn):
+        for dn, a in self.groups.items():
+            if a["cn"][0] == cn:
+                return dn, a
+        raise KeyError(cn)
+
+    def direct_user_members(self, cn):
+        _, a = self.group_by_name(cn)
+        names = list(a.get("memberuid", []))
+        for m in a.get("member", []):
+            rdn = m.split(",")[0]
+            if rdn.lower().startswith("uid="):
+                names.append(rdn[4:])
+        return sorted(set(names))
+
+    def groups_of(self, name):
+        """gid numbers of every group name is in, nesting followed."""
+        dn, _ = self.users[name]
+        found, todo = set(), []
+        for gdn, a in self.groups.items():
+            if name in a.get("memberuid", []) or dn in [m.lower() for m in a.get("member", [])]:
+                todo.append(gdn)
+        while todo:
+            gdn = todo.pop()
+            if gdn in found:
+                continue
+            found.add(gdn)
+            for pdn, a in self.groups.items():
+                if gdn in [m.lower() for m in a.get("member", [])]:
+                    todo.append(pdn)
+        return sorted(int(self.groups[g]["gidnumber"][0]) for g in found)
+
+
+def id_groups(out):
+    """The gid numbers of `id`'s groups= list."""
+    part = out.split("groups=")[1].strip()
+    return sorted(int(x.split("(")[0]) for x in part.split(","))
+
+
+# ==== tests ==============================================================================
+
+@pytest.fixture(scope="module")
+def tls_daemon(env, module_daemons):
+    """Against A over StartTLS, the certificate checked against the test CA."""
+    a = env.servers["a"]
+    return start_daemon(module_daemons, a.uri,
+                        "ldap_id_use_start_tls = true\n"
+                        f"ldap_tls_cacert = {env.certs}/ca.pem\n"
+                        "ldap_tls_reqcert = demand\n")
+
+
+def test_getent_and_id_match_the_directory(env, tls_daemon, idcache):
+    d = tls_daemon
+    want = Directory(env.servers["a"].uri)
+    argvs = []
+    for u in USERS:
+        argvs += [["getent", "passwd", u], ["getent", "passwd", want.users[u][1]["uidnumber"][0]],
+                  ["id", u]]
+    for g in GROUPS:
+        argvs += [["getent", "group", g],
+                  ["getent", "group", want.group_by_name(g)[1]["gidnumber"][0]]]
+    got = d.ns.run_many(argvs)
+    i = 0
+    for u in USERS:
+        line = want.passwd_line(u)
+        assert got[i].rc == 0 and got[i].out.strip() == line, got[i]
+        assert got[i + 1].rc == 0 and got[i + 1].out.strip() == line, got[i + 1]
+        idr = got[i + 2]
+        assert idr.rc == 0, idr
+        uid, gid = want.users[u][1]["uidnumber"][0], want.users[u][1]["gidnumber"][0]
+        assert idr.out.startswith(f"uid={uid}({u}) gid={gid}"), idr
+        assert id_groups(idr.out) == sorted(set(want.groups_of(u)) | {int(gid)}), idr
+        i += 3
+    for g in GROUPS:
+        gdn, a = want.group_by_name(g)
+        for r in got[i:i + 2]:
+            assert r.rc == 0, r
+            name, pw, gid, members = r.out.strip().split(":")
+            assert (name, pw, gid) == (g, "x", a["gidnumber"][0]), r
+            assert sorted(filter(None, members.split(","))) == want.direct_user_members(g), r
+        i += 2
+    st = status(idcache, d)
+    assert st["domain.dir.provider"] == "ldap"
+    assert st["domain.dir.state"] == "online"
+    assert st["domain.dir.server"] == env.servers["a"].uri
+    assert int(st["domain.dir.ldap_searches"]) > 0
+
+
+def test_unknown_bad_and_local_names(tls_daemon):
+    d = tls_daemon
+    got = d.ns.run_many([["getent", "passwd", "nosuchuser"], ["getent", "group", "nosuchgroup"],
+                         ["getent", "passwd", "dave"], ["getent", "passwd", "424242"],
+                         ["getent", "passwd", "loc"], ["id", "-G", "loc"],
+                         ["getent", "passwd", "ALICE"]])
+    assert [r.rc for r in got[:4]] == [2, 2, 2, 2], got
+    assert got[4].out.startswith("loc:x:5000:5000:"), got[4]  # the files domain first
+    assert got[5].out.split() == ["5000"], got[5]
+    assert got[6].rc == 0 and got[6].out.startswith("alice:"), got[6]  # caseIgnore
+
+
+def test_warm_lookups_stay_local_and_expired_are_served(env, tls_daemon, idcache):
+    d = tls_daemon
+    a = env.servers["a"]
+    d.ns.run(["id", "alice"])
+    before = a.srch_count()
+    r = d.ns.run_many([["id", "alice"]] * 5)
+    assert all(x.rc == 0 for x in r)
+    assert a.srch_count() == before, "warm lookups went to the directory"
+    # expired: served at once from the cache, refreshed in the background
+    cli(idcache, d, "expire", "--all")
+    r = d.ns.run(["id", "alice"])
+    assert r.rc == 0 and "20014(top)" in r.out, r
+    nsenv.wait_for(lambda: a.srch_count() > before, timeout=5)
+    assert a.srch_count() > before, "the expired entry was not refreshed"
+
+
+def test_concurrent_clients_share_the_directory(env, module_daemons, idcache):
+    """Many clients at once, each asking names the cache does not hold yet:
+    every one gets its answer (deferred replies, in order per connection)."""
+    d = start_daemon(module_daemons, env.servers["b"].uri)
+    script = r'''
+import json, pwd, grp, threading
+res = {}
+def one(i):
+    out = []
+    for n in ("alice", "bob", "nosuch%d" % i, "carol", "frank"):
+        try:
+            out.append(pwd.getpwnam(n).pw_uid)
+        except KeyError:
+            out.append(None)
+    out.append(sorted(grp.getgrnam("top").gr_mem) == [])
+    res[i] = out
+ts = [threading.Thread(target=one, args=(i,)) for i in range(16)]
+[t.start() for t in ts]
+[t.join() for t in ts]
+print(json.dumps(res))
+'''
+    res = d.ns.run_py(script)
+    assert len(res) == 16
+    for out in res.values():
+        assert out == [10001, 10002, None, 10003, 10006, True], res
+    st = status(idcache, d)
+    assert int(st["domain.dir.ldap_lookups"]) < 16 * 5, st  # identical lookups shared
+
+
+def test_enumerate_loads_the_directory(env, module_daemons, idcache):
+    """enumerate = true: the whole directory is loaded (paged) without a
+    lookup, and enumeration lists it after the files domain."""
+    d = start_daemon(module_daemons, env.servers["b"].uri,
+                     "enumerate = true\nldap_page_size = 5\n")
+    want = Directory(env.servers["b"].uri)
+    got, _ = nsenv.wait_for(lambda: len(d.ns.run(["getent", "group"]).out.splitlines()) > 30,
+                            timeout=10)
+    assert got, d.log()[-2000:]
+    users = d.ns.run(["getent", "passwd"]).out.splitlines()
+    assert users[0].startswith("loc:")  # configured order
+    for u in USERS:
+        assert want.passwd_line(u) in users
+    groups = [x.split(":")[0] for x in d.ns.run(["getent", "group"]).out.splitlines()]
+    assert set(GROUPS) | {"p01", "p25"} <= set(groups)
+
+
+def test_simple_bind_and_password_file_rules(env, module_daemons, idcache):
+    """A bind password file the daemon's user owns, mode 0600, works; one
+    group can read is refused at start, naming the file."""
+    b = env.servers["b"]
+    pwdir = nsenv.make_private_dir("idc-ldap-pw-")
+    pw = pwdir / "bind.pw"
+    pw.write_text("secret\n")
+    os.chown(pw, nsenv.DAEMON_UID, nsenv.DAEMON_UID)
+    os.chmod(pw, 0o600)
+    extra = f"ldap_default_bind_dn = cn=admin,{BASE}\nldap_default_authtok_file = {pw}\n"
+    try:
+        d = start_daemon(module_daemons, b.uri, extra)
+        r = d.ns.run(["getent", "passwd", "carol"])
+        assert r.rc == 0 and r.out.startswith("carol:x:10003:"), r
+        assert status(idcache, d)["domain.dir.state"] == "online"
+        os.chmod(pw, 0o640)
+        d2 = module_daemons.start(
+            LOCAL_PASSWD, LOCAL_GROUP, idcache_conf="domains = local, dir\n",
+            domain_conf=ldap_domain(b.uri, extra), start=False)
+        with pytest.raises(nsenv.DaemonError) as e:
+            d2.start(timeout=10)
+        assert f"{pw}: ldap_default_authtok_file: readable or writable by group" in str(e.value)
+        d2.expected_exit = True
+    finally:
+        nsenv.remove_tree(pwdir)
+
+
+def test_wrong_hostname_certificate_is_refused(env, module_daemons, idcache):
+    w = env.servers["w"]
+    before = w.srch_count()  # slapd.sh's own start-up probes
+    d = start_daemon(module_daemons, w.uri,
+                     "ldap_id_use_start_tls = true\n"
+                     f"ldap_tls_cacert = {env.certs}/ca.pem\n")
+    r = d.ns.run(["getent", "passwd", "alice"])
+    assert r.rc == 2, r
+    st = status(idcache, d)
+    assert st["domain.dir.state"] == "offline", st
+    assert "StartTLS" in st["domain.dir.last_error"], st
+    assert "StartTLS" in d.log() and "offline" in d.log()
+    assert w.srch_count() == before  # nothing was asked over the refused channel
+
+
+def test_failover_and_offline(env, module_daemons, idcache):
+    f, b = env.servers["f"], env.servers["b"]
+    dead = f"ldap://127.0.0.1:{free_port()}"
+    only_f = start_daemon(module_daemons, f.uri, "offline_timeout = 30\n")
+    f_then_b = start_daemon(module_daemons, f"{dead}, {f.uri}, {b.uri}")
+    for d in (only_f, f_then_b):
+        r = d.ns.run(["id", "alice"])
+        assert r.rc == 0 and "20014(top)" in r.out, r
+    assert status(idcache, f_then_b)["domain.dir.server"] == f.uri  # the dead one skipped
+    f.stop()
+
+    # failover: the next server in the list answers
+    r = f_then_b.ns.run(["getent", "passwd", "bob"])
+    assert r.rc == 0 and r.out.startswith("bob:x:10002:"), r
+    assert status(idcache, f_then_b)["domain.dir.server"] == b.uri
+
+    # offline: cached entries are served, even expired; unknown names fail fast
+    d = only_f
+    cli(idcache, d, "expire", "--all")
+    t0 = time.monotonic()
+    got = d.ns.run_many([["getent", "passwd", "alice"], ["id", "alice"],
+                         ["getent", "group", "top"], ["getent", "passwd", "bob"],
+                         ["getent", "passwd", "nosuchuser"]])
+    elapsed = time.monotonic() - t0
+    assert got[0].rc == 0 and got[0].out.startswith("alice:x:10001:"), got[0]
+    assert got[1].rc == 0 and "20014(top)" in got[1].out, got[1]
+    assert got[2].rc == 0, got[2]
+    assert got[3].rc == 2 and got[4].rc == 2, got
+    assert elapsed < 3, f"offline lookups took {elapsed:.2f}s"
+    st = status(idcache, d)
+    assert st["domain.dir.state"] == "offline", st
+    assert st["domain.dir.last_error"], st
+    assert "offline" in d.log()
+
+
+# ==== the socket protocol: deferred replies ==================================================
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "load"))
+import idcproto as P  # noqa: E402
+
+
+def read_replies(sock, n, timeout=20):
+    """n reply frames from sock, in arrival order."""
+    rd, out = P.Reader(), []
+    sock.settimeout(timeout)
+    while len(out) < n:
+        chunk = sock.recv(1 << 20)
+        if not chunk:
+            break
+        out += rd.feed(chunk)
+    return out
+
+
+def test_pipelined_replies_keep_their_order(env, module_daemons):
+    """One connection sends lookups back to back, some answered by the
+    files domain at once, some waiting for the directory, then stops
+    sending: every reply comes, in request order."""
+    d = start_daemon(module_daemons, env.servers["b"].uri)
+    c = P.Client(d.run_dir / "nss.sock")
+    reqs = [(P.GETPWNAM, "loc"), (P.GETPWNAM, "alice"), (P.GETGRGID, 5000),
+            (P.GETPWNAM, "nosuchuser"), (P.INITGROUPS, "bob"), (P.GETPWUID, 10003),
+            (P.GETGRNAM, "top")]
+    c.s.sendall(b"".join(P.request_frame(op, key) for op, key in reqs))
+    c.s.shutdown(socket.SHUT_WR)  # done sending: answer, then close
+    got = read_replies(c.s, len(reqs))
+    assert [cmd for cmd, _, _ in got] == [op for op, _ in reqs]
+    st = [s for _, s, _ in got]
+    assert st == [P.OK, P.OK, P.OK, P.NOTFOUND, P.OK, P.OK, P.OK], got
+    assert P.decode_passwd(got[0][2])[0] == "loc"
+    assert P.decode_passwd(got[1][2])[:4] == ("alice", "x", 10001, 10001)
+    assert P.decode_group(got[2][2])[0] == "locg"
+    assert sorted(P.decode_gids(got[4][2])) == [20001, 20010, 20011, 20014]
+    assert P.decode_passwd(got[5][2])[0] == "carol"
+    assert P.decode_group(got[6][2])[:3] == ("top", "x", 20014)
+    assert c.s.recv(1) == b""  # closed after the last reply
+    c.close()
+
+
+class Blackhole:
+    """A TCP port that takes connections (the kernel's backlog) and never
+    answers: a server that accepts and then says nothing."""
+
+    def __init__(self):
+        self.s = socket.socket()
+        self.s.bind(("127.0.0.1", 0))
+        self.s.listen(16)
+        self.uri = f"ldap://127.0.0.1:{self.s.getsockname()[1]}"
+
+    def close(self):
+        self.s.close()
+
+
+def test_silent_server_does_not_stall_others(module_daemons):
+    """A lookup waiting on a server that never answers waits for
+    ldap_search_timeout, then is not found (offline); meanwhile other
+    connections are answered at once."""
+    bh = Blackhole()
+    try:
+        d = start_daemon(module_daemons, bh.uri)
+        slow = P.Client(d.run_dir / "nss.sock")
+        slow.s.sendall(P.request_frame(P.GETPWNAM, "alice"))
+        t0 = time.monotonic()
+        fast = P.Client(d.run_dir / "nss.sock")
+        assert fast.getpwnam("loc")[0] == "loc"
+        assert time.monotonic() - t0 < 1.0
+        fast.close()
+        (cmd, st, _), = read_replies(slow.s, 1)
+        waited = time.monotonic() - t0
+        assert (cmd, st) == (P.GETPWNAM, P.NOTFOUND)
+        assert 2.0 < waited < 8.0, waited  # ldap_search_timeout = 3
+        slow.close()
+        assert "offline" in d.log()
+    finally:
+        bh.close()
+
+
+VALGRIND = shutil.which("valgrind")
+
+
+@pytest.mark.skipif(VALGRIND is None, reason="valgrind not installed")
+def test_ldap_daemon_under_valgrind(env, idcached_bin, nss_module_dir, idcache):
+    """Lookups, deferred replies, status and expire, a reload and a stop
+    while a lookup waits on a silent server: no invalid access, no leak."""
+    import signal
+    base = nsenv.make_private_dir("idc-ldap-vg-")
+    vglog = base / "valgrind.log"
+    ns = nsenv.NsEnv(nss_module_dir, base / "run", base / "ns")
+    sys_passwd, sys_group = nsenv.daemon_sys_files(base / "sys")
+    wrap = ns.argv([], sources="files", passwd=sys_passwd, group=sys_group) + [
+        VALGRIND, "--vgdb=no", "--leak-check=full", "--errors-for-leak-kinds=definite",
+        "--error-exitcode=99", "--track-fds=no", f"--log-file={vglog}"]
+    bh = Blackhole()
+    b = env.servers["b"]
+    d = nsenv.Daemon(idcached_bin, base, LOCAL_PASSWD, LOCAL_GROUP,
+                     idcache_conf="domains = local, dir, silent\n",
+                     domain_conf=ldap_domain(b.uri) + ldap_domain(bh.uri).replace(
+                         "[domain/dir]", "[domain/silent]"),
+                     wrap=wrap)
+    ok = False
+    try:
+        d.start(timeout=120)
+        # waits on the silent server (dir does not know the name): reload meanwhile
+        c = P.Client(d.run_dir / "nss.sock", timeout=60)
+        c.s.sendall(P.request_frame(P.GETPWNAM, "nobody-here"))
+        nsenv.wait_for(lambda: "silent: connected" in d.log(), timeout=30)
+        d.signal(signal.SIGHUP)
+        (cmd, st, _), = read_replies(c.s, 1, timeout=60)
+        assert cmd == P.GETPWNAM and st == P.NOTFOUND
+        assert "configuration reloaded" in d.log()
+        assert "silent: offline" not in d.log()  # answered by the reload, not the timeout
+        r = ns.run_many([["id", "alice"], ["getent", "group", "top"], ["getent", "passwd", "carol"]],
+                        timeout=120)
+        assert all(x.rc == 0 for x in r), r
+        cli(idcache, d, "status")
+        cli(idcache, d, "expire", "--all")
+        assert ns.run(["id", "alice"], timeout=120).rc == 0
+        cli(idcache, d, "reload")  # the silent domain starts over, online
+        # and stop while one waits
+        c.s.sendall(P.request_frame(P.GETPWNAM, "nobody-else"))
+        time.sleep(0.5)
+        rc = d.stop(timeout=120)
+        c.close()
+        report = vglog.read_text() if vglog.exists() else ""
+        assert rc == 0, f"valgrind found errors (exit {rc}):\n{report}\n{d.log()[-3000:]}"
+        assert "ERROR SUMMARY: 0 errors" in report, report
+        ok = True
+    finally:
+        bh.close()
+        if d.alive():
+            d.proc.kill()
+            d.proc.wait()
+        if ok:
+            nsenv.remove_tree(base)
