@@ -73,7 +73,8 @@ static void help(const struct admin_cmd *cmd)
 	      "\n"
 	      "Admin commands need root or the daemon's user (default idcache).\n"
 	      "Exit status: 0 success, 1 the daemon refused or failed (or is not\n"
-	      "running, or the name is not cached), 2 wrong command line.\n"
+	      "running, or the name is not cached), 2 wrong command line (a NAME\n"
+	      "that is not a valid user or group name included).\n"
 	      "See idcache(1) and idcached(8).\n",
 	      stdout);
 }
@@ -83,6 +84,64 @@ static int usage(const struct admin_cmd *cmd)
 	char help_cmd[64];
 	snprintf(help_cmd, sizeof(help_cmd), "idcache %s", cmd->name);
 	return cli_usage(cmd->synopsis, help_cmd);
+}
+
+/* ==== names ========================================================================= */
+
+/* Length of the well-formed UTF-8 sequence at s (at most n bytes) that is
+ * neither a C1 control (U+0080..U+009F, which some terminals obey) nor an
+ * overlong or surrogate form; 0 when there is none. */
+static size_t utf8_printable(const unsigned char *s, size_t n)
+{
+	size_t len = s[0] >= 0xf0 ? 4 : s[0] >= 0xe0 ? 3 : s[0] >= 0xc2 ? 2 : 0;
+	if (len == 0 || s[0] > 0xf4 || len > n)
+		return 0;
+	uint32_t cp = s[0] & (0x7f >> len);
+	for (size_t i = 1; i < len; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+		cp = (cp << 6) | (s[i] & 0x3f);
+	}
+	if (cp <= 0x9f || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+	    (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff)
+		return 0;
+	return len;
+}
+
+/* name as it may be shown on a terminal, at most 255 bytes of it: control
+ * characters, DEL, '\\' and bytes that are not printable UTF-8 as \xHH. */
+static const char *shown(const char *name, char out[4 * 255 + 4])
+{
+	const unsigned char *s = (const unsigned char *)name;
+	size_t n = strnlen(name, 255), o = 0;
+	for (size_t i = 0; i < n;) {
+		size_t u = s[i] >= 0x80 ? utf8_printable(s + i, n - i) : 0;
+		if (u) {
+			memcpy(out + o, s + i, u);
+			o += u;
+			i += u;
+		} else if (s[i] < 0x20 || s[i] >= 0x7f || s[i] == '\\') {
+			o += (size_t)snprintf(out + o, 5, "\\x%02x", s[i++]);
+		} else {
+			out[o++] = (char)s[i++];
+		}
+	}
+	if (name[n] != '\0')
+		memcpy(out + o, "...", 4);
+	else
+		out[o] = '\0';
+	return out;
+}
+
+/* A NAME argument: valid by the daemon's own rule (util's idc_name_valid),
+ * else a usage error that shows the name escaped. */
+static bool name_arg_ok(const struct admin_cmd *cmd, const char *name)
+{
+	char esc[4 * 255 + 4];
+	if (idc_name_valid(name, strlen(name)))
+		return true;
+	cli_err("%s: invalid name '%s'", cmd->name, shown(name, esc));
+	return false;
 }
 
 /* ==== talking to the daemon ========================================================= */
@@ -231,12 +290,15 @@ static int admin_main(const char *name, uint32_t proto_cmd, int argc, char **arg
 	}
 	if (wants_name)
 		req.name = (struct proto_str){argv[optind], (uint32_t)strlen(argv[optind])};
+	bool named = wants_name || (proto_cmd == PROTO_CMD_EXPIRE && req.what != PROTO_EXPIRE_ALL);
+	if (named && !name_arg_ok(cmd, req.name.p))
+		return usage(cmd);
 	const char *dir = run_dir(dir_opt);
 	if (proto_cmd == PROTO_CMD_EXPIRE)
 		return expire(dir, &req);
-	char what[300];
-	snprintf(what, sizeof(what), "%s%s%.255s", name, wants_name ? " " : "",
-		 wants_name ? argv[optind] : "");
+	char what[4 * 255 + 64], esc[4 * 255 + 4];
+	snprintf(what, sizeof(what), "%s%s%s", name, wants_name ? " " : "",
+		 wants_name ? shown(argv[optind], esc) : "");
 	return print_text(dir, &req, what);
 }
 

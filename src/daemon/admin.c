@@ -157,6 +157,13 @@ static int do_expire(struct daemon *dm, const struct proto_req *req, struct idc_
 								 : CACHE_ANY;
 	const char *name = req->what == PROTO_EXPIRE_ALL ? NULL : req->name.p;
 	size_t total = 0;
+	/* A name no domain can hold: refused before the cache, the memory
+	 * cache or a refresh is touched. */
+	if (name != NULL && !idc_name_valid(name, req->name.len)) {
+		idc_log(IDC_LOG_INFO, "expire refused: invalid %s name",
+			kind == CACHE_USER ? "user" : "group");
+		return proto_reply_status(out, req->cmd, PROTO_ST_BADREQ, "invalid name");
+	}
 	daemon_reader_end(dm); /* LMDB: no write txn while this thread reads */
 	for (size_t i = 0; i < dm->ndomains; i++) {
 		size_t count = 0;

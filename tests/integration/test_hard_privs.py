@@ -24,12 +24,16 @@ import re
 import shutil
 import stat
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 import nsenv
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "load"))
+import idcproto as P  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("as_root")
 
@@ -523,48 +527,81 @@ def test_files_provider_skips_bad_names_with_file_line(daemons):
     assert good[3].out.strip() == "okgrp2:x:76004:good2", good[3]
 
 
+def _raw_controls(b):
+    """Control bytes (other than the newline ending a message) and DEL in b."""
+    return sorted({c for c in b if (c < 0x20 and c != 0x0a) or c == 0x7f})
+
+
 @pytest.mark.parametrize("cmd", ["user", "group"])
 def test_admin_cli_refuses_bad_names(daemons, idcache, cmd):
-    """`idcache user|group NAME` with a bad name: exit 1 with a message
-    naming the command, nothing on stdout, the daemon unharmed. Today the
-    CLI itself refuses only what the protocol cannot carry (empty, over 255
-    bytes: "invalid name"); every other bad name goes to the daemon, whose
-    cache_name_valid turns it into "not in the cache (no served domain
-    holds this name)"; both are accepted here."""
+    """`idcache user|group NAME` with a name idc_name_valid refuses: a
+    usage error (exit 2) "CMD: invalid name '...'" from the CLI itself,
+    nothing on stdout, no request sent, and the name shown escaped (\\xHH),
+    never its raw control bytes. A valid name still works."""
     d = daemons.start(NAME_USERS, NAME_GROUPS)
+    before = requests(idcache, d)
     messages = {}
     for n in MODULE_REFUSED + DAEMON_REFUSED:
         p = subprocess.run([str(idcache), cmd, "--run-dir", str(d.run_dir), "--", n],
                            capture_output=True, timeout=30)
         err = p.stderr.decode("utf-8", "backslashreplace")
         messages[_visible(n)] = (p.returncode, err.strip())
-        assert p.returncode == 1, f"{cmd} {_visible(n)}: rc {p.returncode}, {err!r}"
+        assert p.returncode == 2, f"{cmd} {_visible(n)}: rc {p.returncode}, {err!r}"
         assert p.stdout == b"", f"{cmd} {_visible(n)} printed {p.stdout!r}"
-        assert err.startswith(f"idcache: {cmd} ") or f"{cmd} " in err, err
-        assert "invalid name" in err or "not in the cache" in err, err
+        assert err.startswith(f"idcache: {cmd}: invalid name '"), err
+        assert not _raw_controls(p.stderr), f"{cmd} {_visible(n)}: raw bytes in {p.stderr!r}"
+        for c in n[:255]:
+            if ord(c) < 0x20 or ord(c) == 0x7f:
+                assert f"\\x{ord(c):02x}" in err, (n, err)
     for k, v in messages.items():
         print(f"{cmd} {k}: rc={v[0]} {v[1]!r}")
+    after = requests(idcache, d)
+    sent = {k: (before[k], after[k]) for k in before
+            if k not in ("status", "hello") and after[k] != before[k]}
+    assert not sent, f"bad names reached the daemon: {sent}"
     p = subprocess.run([str(idcache), cmd, "--run-dir", str(d.run_dir),
                         "bob" if cmd == "user" else "bobs"], capture_output=True, timeout=30)
     assert p.returncode == 0, p
     d.check_alive()
 
 
+EXPIRE_BAD = ["a/b", "+bob", " bob", "..", "a,b", "a\nb", "a\x1b[2Jb", "a\x7f", LONG, ""]
+
+
 def test_admin_expire_refuses_bad_names(daemons, idcache):
-    """`idcache expire --user/--group NAME` with a bad name: refused or a
-    no-op (0 entries), never an expiry of a real entry, the daemon alive."""
+    """`idcache expire --user/--group NAME` with a bad name: a usage error
+    (exit 2, "invalid name", escaped) from the CLI; and the daemon refuses
+    the same names sent straight to admin.sock (BADREQ "invalid name"),
+    expiring nothing and scheduling no refresh."""
     d = daemons.start(NAME_USERS, NAME_GROUPS)
-    out = {}
     for opt in ("--user", "--group"):
-        for n in ["a/b", "+bob", " bob", "..", "a\nb", LONG, ""]:
+        for n in EXPIRE_BAD:
             p = subprocess.run([str(idcache), "expire", "--run-dir", str(d.run_dir), f"{opt}={n}"],
                                capture_output=True, timeout=30)
-            o = p.stdout.decode(errors="backslashreplace").strip()
-            e = p.stderr.decode(errors="backslashreplace").strip()
-            out[(opt, _visible(n))] = (p.returncode, o, e)
-            assert p.returncode != 0 or o == "0 entries expired", (opt, _visible(n), o, e)
-    for k, v in out.items():
-        print(k, v)
+            e = p.stderr.decode(errors="backslashreplace")
+            assert p.returncode == 2, (opt, _visible(n), p.stdout, e)
+            assert p.stdout == b"", (opt, _visible(n), p.stdout)
+            assert e.startswith("idcache: expire: invalid name '"), e
+            assert not _raw_controls(p.stderr), (opt, _visible(n), p.stderr)
+
+    # The daemon's own check (do_expire): every name the protocol can carry.
+    log_before = d.log()
+    c = P.Client(d.run_dir / "admin.sock")
+    try:
+        for what in (1, 2):  # PROTO_EXPIRE_USER, PROTO_EXPIRE_GROUP
+            for n in EXPIRE_BAD[:-2]:
+                st, payload = c.call_raw(P.frame(P.EXPIRE, P.U32.pack(what) + P.pstr(n)))[1:]
+                assert st == P.BADREQ, (what, _visible(n), st, payload)
+                assert b"invalid name" in payload, (what, _visible(n), payload)
+    finally:
+        c.close()
+    new_log = d.log()[len(log_before):]
+    assert "expire refused: invalid user name" in new_log, new_log
+    assert "expire refused: invalid group name" in new_log, new_log
+    assert "entries on request" not in new_log, new_log  # nothing expired, nothing scheduled
     d.check_alive()
+    p = subprocess.run([str(idcache), "user", "--run-dir", str(d.run_dir), "bob"],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0 and "expired=no" in p.stdout, p
     r = d.ns.run(["getent", "passwd", "bob"])
     assert r.rc == 0, r
