@@ -78,6 +78,42 @@ extern const struct eng_ops eng_openldap;
 extern const struct eng_ops *const eng_all[];
 extern const size_t eng_count;
 
+/* ---- NSS engines (eng_nss.c) ------------------------------------------------
+ *
+ * For the getpwnam, getpwuid and initgroups tests the "engines" are ways of
+ * answering glibc's getpwnam_r, getpwuid_r and getgrouplist, on the same
+ * generated passwd and group: the harness (src/cli/perf_nss.c) writes an
+ * nsswitch.conf naming `source`, bind-mounts it over /etc/nsswitch.conf
+ * in a private mount namespace (and, for bind_files, the generated files
+ * over /etc/passwd and /etc/group), and execs the measuring processes
+ * there. Nothing outside the namespace changes.
+ */
+struct nss_eng_ops {
+	const char *name;   /* column name: "idcache-mc", "files", ... */
+	const char *access; /* how a lookup is answered, for the result file */
+	const char *source; /* the nsswitch.conf source for passwd and group */
+	bool daemon;        /* needs idcached serving the generated files */
+	bool memcache;      /* false: IDCACHE_MEMCACHE=no (every lookup asks idcached) */
+	bool bind_files;    /* the generated passwd/group over /etc/passwd, /etc/group */
+	/* Look up every key the test uses once before timing (fills the
+	 * daemon's shared-memory cache, which is filled by answers). */
+	bool prefill;
+	/* 0 when this engine's own needs are met here, else -ENOENT or
+	 * -ENOTSUP with why. The harness checks idcached, the module and
+	 * the namespace itself. */
+	int (*available)(char *why, size_t cap);
+};
+
+extern const struct nss_eng_ops nss_eng_idcache_mc;
+extern const struct nss_eng_ops nss_eng_idcache_socket;
+extern const struct nss_eng_ops nss_eng_files;
+extern const struct nss_eng_ops nss_eng_sssd;
+extern const struct nss_eng_ops nss_eng_nscd;
+
+/* Every NSS engine in column order (idcache-mc first: ratios are against it). */
+extern const struct nss_eng_ops *const nss_eng_all[];
+extern const size_t nss_eng_count;
+
 /* ---- helpers shared by engines (engine_util.c) ------------------------------ */
 
 /* Allocated bytes of every file below dir (st_blocks × 512), or -errno. */

@@ -12,16 +12,18 @@
 #ifndef IDC_CLI_PERF_H
 #define IDC_CLI_PERF_H
 
+#include <limits.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #include "util/util.h"
 
 #define PERF_MAX_SAMPLES 64
-#define PERF_MAX_ENGINES 8
+#define PERF_MAX_ENGINES 16
 #define PERF_MAX_FACTS   24
 
 /* ==== statistics (perf_stats.c) ================================================ */
@@ -167,9 +169,6 @@ struct perf_opts {
 	const char *out; /* JSON path; CSV beside it */
 };
 
-/* Why the NSS tests cannot run here ("idcached not built: ..."), or NULL. */
-const char *perf_nss_unavailable(char *buf, size_t cap);
-
 /* Run everything o asks for into res (facts, engines, rows, sizes). 0, or
  * a negative code when the run could not start; a failing measurement is a
  * PERF_FAILED row, not an error. Returns with res->interrupted on SIGINT. */
@@ -205,6 +204,57 @@ struct perf_work {
  * completed in phase p by all workers / seconds. 0, or a negative code
  * with d saying what failed (the first failing worker's message). */
 int perf_work_run(const struct perf_work *w, double *rates, struct idc_diag *d);
+
+/* ==== NSS lookups (perf_nss.c) ==============================================================
+ * The getpwnam, getpwuid and initgroups tests: glibc's lookups answered by
+ * each NSS engine (bench/engines/eng_nss.c) on generated passwd and group
+ * files, in processes inside a private mount namespace. */
+
+struct nss_eng_ops;
+
+#define PERF_NSS_BIG_GROUPS 200u /* groups of the initgroups user */
+
+struct perf_nss {
+	uint64_t users, seed;
+	char dir[PATH_MAX];      /* private: data, nsswitch.conf files, run, state, logs */
+	char exe[PATH_MAX];      /* this idcache, exec'd as the measuring process */
+	char idcached[PATH_MAX]; /* beside it in the build tree */
+	char moddir[PATH_MAX];   /* libnss_idcache.so.2's directory (LD_LIBRARY_PATH) */
+	pid_t daemon;            /* 0: not running */
+	int daemon_status;       /* wait status once stopped */
+	double ready_seconds;    /* start to "ready" */
+};
+
+/* Why no NSS test can run here (idcached or the module not built, no
+ * private mount namespace), or NULL. */
+const char *perf_nss_unavailable(char *buf, size_t cap);
+/* 0 when engine e can be measured here, else < 0 with why. */
+int perf_nss_available(const struct nss_eng_ops *e, char *why, size_t cap);
+
+/* A private directory (under work when its path is short enough for a
+ * socket, else /tmp) with the generated passwd and group for users, an
+ * nsswitch.conf per source and idcached's config. */
+int perf_nss_open(struct perf_nss *n, const char *work, uint64_t users, uint64_t seed,
+		  struct idc_diag *d);
+/* Start idcached on n's files and wait for its "ready" line. */
+int perf_nss_start_daemon(struct perf_nss *n, struct idc_diag *d);
+void perf_nss_stop_daemon(struct perf_nss *n);
+/* Stop the daemon (if running) and remove n's directory. */
+void perf_nss_close(struct perf_nss *n);
+
+/* procs processes doing test's lookup through e for phases consecutive
+ * phases of seconds each: rates[p] = lookups completed in phase p by all
+ * processes / seconds. 0, or < 0 with d saying what failed. */
+int perf_nss_measure(struct perf_nss *n, const struct nss_eng_ops *e, const char *test,
+		     unsigned procs, unsigned phases, double seconds, double *rates,
+		     struct idc_diag *d);
+
+/* `idcache perf _nss-child ...`: the measuring process (internal). */
+int perf_nss_child_main(int argc, char **argv);
+
+/* µs one process spends per lookup in a row of lookups/s: processes /
+ * total rate. 0 when the row has no figure. */
+double perf_us_per_lookup(const struct perf_row *w);
 
 /* ==== result files (perf_json.c) ================================================================
  */

@@ -61,6 +61,10 @@ static void write_row(FILE *f, const struct perf_row *w)
 		json_num(f, w->st.q1);
 		fputs(", \"q3\": ", f);
 		json_num(f, w->st.q3);
+		if (perf_us_per_lookup(w) > 0) {
+			fputs(", \"us_per_lookup\": ", f);
+			json_num(f, perf_us_per_lookup(w));
+		}
 		fprintf(f, ", \"outliers\": %u, \"count\": %llu, \"samples\": [", w->st.outliers,
 			(unsigned long long)w->count);
 		for (unsigned i = 0; i < w->nsamples; i++) {

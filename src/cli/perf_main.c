@@ -28,12 +28,15 @@ static void perf_help(FILE *out)
 	      "       idcache perf plot results.json --out plot.svg [--html page.html]\n"
 	      "\n"
 	      "Measure idcache's store beside Samba ldb and OpenLDAP on the same generated\n"
-	      "data: import, export, searches, modify and add, with each ratio in words.\n"
+	      "data: import, export, searches, modify and add; and glibc's getpwnam_r,\n"
+	      "getpwuid_r and getgrouplist answered by idcached's memory cache, its socket\n"
+	      "and glibc's files (as root: private mount namespace); each ratio in words.\n"
 	      "\n"
 	      "run options:\n"
 	      "  --tests     tests to run (default: all; see `idcache perf list`)\n"
 	      "  --users     directory sizes (default 100,1000,10000)\n"
-	      "  --threads   workers for searches and modify (default 1,4,8)\n"
+	      "  --threads   workers for searches and modify, processes for the NSS\n"
+	      "              lookups (default 1,4,8)\n"
 	      "  --engines   engines to measure (default: all)\n"
 	      "  --samples   samples per figure after one warm-up (default 5)\n"
 	      "  --seconds   length of a sample of a time-bound test (default 0.5)\n"
@@ -85,6 +88,8 @@ static int parse_names(char *s, const char **out, size_t cap, size_t *n, bool te
 		bool known = false;
 		for (size_t k = 0; !tests && k < eng_count; k++)
 			known |= strcmp(eng_all[k]->name, out[i]) == 0;
+		for (size_t k = 0; !tests && k < nss_eng_count; k++)
+			known |= strcmp(nss_eng_all[k]->name, out[i]) == 0;
 		if (tests)
 			known = perf_test_find(out[i]) != NULL;
 		if (!known)
@@ -113,6 +118,13 @@ static int cmd_list(void)
 		    "  %-17s %s%s\n", eng_all[i]->name,
 		    rc == 0 ? "available: " : "unavailable: ", rc == 0 ? eng_all[i]->access : why);
 	}
+	puts("NSS engines (getpwnam, getpwuid, initgroups):");
+	for (size_t i = 0; i < nss_eng_count; i++) {
+		int rc = perf_nss_available(nss_eng_all[i], why, sizeof(why));
+		printf("  %-17s %s%s\n", nss_eng_all[i]->name,
+		       rc == 0 ? "available: " : "unavailable: ",
+		       rc == 0 ? nss_eng_all[i]->access : why);
+	}
 	return CLI_OK;
 }
 
@@ -140,6 +152,8 @@ static void defaults(struct perf_opts *o)
 	o->nthreads = IDC_ARRAY_SIZE(threads);
 	for (size_t i = 0; i < eng_count; i++)
 		o->engines[o->nengines++] = eng_all[i]->name;
+	for (size_t i = 0; i < nss_eng_count && o->nengines < PERF_MAX_ENGINES; i++)
+		o->engines[o->nengines++] = nss_eng_all[i]->name;
 }
 
 static int parse_run(int argc, char **argv, struct perf_opts *o)
@@ -348,6 +362,8 @@ int cli_perf_main(int argc, char **argv)
 		return cmd_compare_or_plot(argc, argv, true);
 	if (strcmp(sub, "plot") == 0)
 		return cmd_compare_or_plot(argc, argv, false);
+	if (strcmp(sub, "_nss-child") == 0) /* internal: perf_nss.c execs it */
+		return perf_nss_child_main(argc, argv);
 	fprintf(stderr, "idcache: perf: unknown subcommand '%s'\n", sub);
 	return cli_usage("idcache perf list|run|compare|plot ...", "idcache perf");
 }

@@ -11,7 +11,8 @@
 
 #include "perf.h"
 
-#define REF     "idcache" /* ratios are idcache's against each other engine */
+#define REF     "idcache"    /* ratios are idcache's against each other engine */
+#define REF_NSS "idcache-mc" /* ... and for the NSS lookups the memory cache's */
 #define PROTO   "openldap"
 #define C_GOOD  "\033[32m"
 #define C_BAD   "\033[31m"
@@ -26,13 +27,21 @@ bool perf_want_color(FILE *f)
 	return isatty(fileno(f)) && !(nc && nc[0]);
 }
 
-/* Engines that have rows, in the result file's engine order. */
-static size_t engines_used(const struct perf_results *r, const char **out)
+/* The engine a test's ratios are against: the memory cache for lookups. */
+static const char *ref_engine(const char *test)
+{
+	const struct perf_test *t = perf_test_find(test);
+	return t && t->nss ? REF_NSS : REF;
+}
+
+/* Engines that have rows of test, in the result file's engine order. */
+static size_t engines_used(const struct perf_results *r, const char *test, const char **out)
 {
 	size_t n = 0;
-	for (size_t i = 0; i < r->nengines; i++)
+	for (size_t i = 0; i < r->nengines && n < PERF_MAX_ENGINES; i++)
 		for (size_t k = 0; k < r->nrows; k++)
-			if (strcmp(r->rows[k].engine, r->engines[i].name) == 0) {
+			if (strcmp(r->rows[k].engine, r->engines[i].name) == 0 &&
+			    strcmp(r->rows[k].test, test) == 0) {
 				out[n++] = r->engines[i].name;
 				break;
 			}
@@ -76,16 +85,17 @@ static void cell_text(const struct perf_row *w, char *out, size_t cap)
 static void ratio_line(FILE *out, const struct perf_results *r, const char **eng, size_t neng,
 		       const char *test, uint64_t users, unsigned threads, bool color)
 {
-	const struct perf_row *ref = perf_find(r, test, REF, users, threads);
+	const char *refname = ref_engine(test);
+	const struct perf_row *ref = perf_find(r, test, refname, users, threads);
 	if (!ref || ref->status != PERF_OK)
 		return;
 	bool first = true;
 	for (size_t i = 0; i < neng; i++) {
 		const struct perf_row *o = perf_find(r, test, eng[i], users, threads);
-		if (!o || o->status != PERF_OK || strcmp(eng[i], REF) == 0)
+		if (!o || o->status != PERF_OK || strcmp(eng[i], refname) == 0)
 			continue;
 		char txt[160];
-		perf_ratio_text(REF, ref->st.median, eng[i], o->st.median, txt, sizeof(txt));
+		perf_ratio_text(refname, ref->st.median, eng[i], o->st.median, txt, sizeof(txt));
 		int dir = perf_ratio_dir(ref->st.median, o->st.median);
 		fprintf(out, "%s%s%s%s", first ? "        " : "; ",
 			color ? (dir > 0   ? C_GOOD
@@ -97,6 +107,28 @@ static void ratio_line(FILE *out, const struct perf_results *r, const char **eng
 	}
 	if (!first)
 		fputc('\n', out);
+}
+
+/* For lookups: the time one process spends per call, per engine. */
+static void us_line(FILE *out, const struct perf_results *r, const char **eng, size_t neng,
+		    const char *test, uint64_t users, unsigned threads, bool color)
+{
+	bool first = true;
+	for (size_t i = 0; i < neng; i++) {
+		const struct perf_row *w = perf_find(r, test, eng[i], users, threads);
+		double us = w ? perf_us_per_lookup(w) : 0;
+		if (!(us > 0))
+			continue;
+		char num[48];
+		fprintf(out, "%s%s %s",
+			first ? (color ? "        " C_DIM "µs per lookup in each process: "
+				       : "        µs per lookup in each process: ")
+			      : "; ",
+			eng[i], perf_fmt_num(us, num, sizeof(num)));
+		first = false;
+	}
+	if (!first)
+		fprintf(out, "%s\n", color ? C_RESET : "");
 }
 
 static void block_header(FILE *out, const struct perf_test *t, const char *unit, const char **eng,
@@ -131,9 +163,10 @@ static void block_notes(FILE *out, const struct perf_results *r, const char *tes
 	}
 }
 
-static void test_block(FILE *out, const struct perf_results *r, const char *test, const char **eng,
-		       size_t neng, bool color)
+static void test_block(FILE *out, const struct perf_results *r, const char *test, bool color)
 {
+	const char *eng[PERF_MAX_ENGINES];
+	size_t neng = engines_used(r, test, eng);
 	uint64_t users[256];
 	unsigned threads[256];
 	size_t nk = keys_of(r, test, users, threads, 256);
@@ -163,6 +196,7 @@ static void test_block(FILE *out, const struct perf_results *r, const char *test
 		}
 		fputc('\n', out);
 		ratio_line(out, r, eng, neng, test, users[k], threads[k], color);
+		us_line(out, r, eng, neng, test, users[k], threads[k], color);
 	}
 	block_notes(out, r, test, color);
 }
@@ -175,8 +209,6 @@ static const char *fact(const struct perf_results *r, const char *key)
 
 void perf_report_table(FILE *out, const struct perf_results *r, bool color)
 {
-	const char *eng[PERF_MAX_ENGINES];
-	size_t neng = engines_used(r, eng);
 	fprintf(out, "idcache perf%s — %s, %s CPUs; %s\n", r->interrupted ? " (interrupted)" : "",
 		fact(r, "cpu"), fact(r, "cpus_online"), fact(r, "date"));
 	fprintf(out,
@@ -193,7 +225,7 @@ void perf_report_table(FILE *out, const struct perf_results *r, bool color)
 		for (size_t i = 0; i < r->nrows && !any; i++)
 			any = strcmp(r->rows[i].test, perf_tests[t].name) == 0;
 		if (any)
-			test_block(out, r, perf_tests[t].name, eng, neng, color);
+			test_block(out, r, perf_tests[t].name, color);
 	}
 	if (r->nsizes)
 		fputs("\nstore sizes on disk after import\n", out);

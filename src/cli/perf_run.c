@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <gnu/libc-version.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -39,9 +40,13 @@ const struct perf_test perf_tests[] = {
     {"modify_sn", "modifies/s", "replace sn of a random user, one durable transaction each", true,
      false},
     {"add", "adds/s", "one new user per durable transaction, one writer", false, false},
-    {"getpwnam", "lookups/s", "getpwnam_r through libnss_idcache and idcached", true, true},
-    {"getpwuid", "lookups/s", "getpwuid_r through libnss_idcache and idcached", true, true},
-    {"initgroups", "lookups/s", "getgrouplist through libnss_idcache and idcached", true, true},
+    {"getpwnam", "lookups/s", "getpwnam_r of a random existing user through glibc's NSS", true,
+     true},
+    {"getpwuid", "lookups/s", "getpwuid_r of a random existing uid through glibc's NSS", true,
+     true},
+    {"initgroups", "lookups/s",
+     "getgrouplist of the user in 200 groups (the others in about 10) through glibc's NSS", true,
+     true},
 };
 const size_t perf_ntests = IDC_ARRAY_SIZE(perf_tests);
 
@@ -57,32 +62,6 @@ const struct perf_test *perf_test_find(const char *name)
 		if (strcmp(perf_tests[i].name, name) == 0)
 			return &perf_tests[i];
 	return NULL;
-}
-
-/* The NSS tests need the daemon, the module and a memory-cache harness. */
-const char *perf_nss_unavailable(char *buf, size_t cap)
-{
-	char exe[PATH_MAX], path[PATH_MAX + 64];
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-	exe[n > 0 ? n : 0] = '\0';
-	char *slash = strrchr(exe, '/');
-	if (slash)
-		*slash = '\0';
-	snprintf(path, sizeof(path), "%s/../daemon/idcached", exe);
-	if (access(path, X_OK) < 0) {
-		snprintf(buf, cap, "idcached not built beside this idcache (%s)", path);
-		return buf;
-	}
-	snprintf(path, sizeof(path), "%s/../nss/libnss_idcache.so.2", exe);
-	if (access(path, R_OK) < 0) {
-		snprintf(buf, cap, "libnss_idcache.so.2 not built beside this idcache");
-		return buf;
-	}
-	/* the daemon and module exist, but the memory cache (DESIGN §7) they
-	 * are to be measured through does not yet: a socket-only figure would
-	 * be published as if it were the design's */
-	snprintf(buf, cap, "needs the shared-memory cache (src/mc), not built yet");
-	return buf;
 }
 
 /* ==== progress and scratch files ====================================================== */
@@ -488,13 +467,8 @@ static void run_cell(struct cell *c)
 		const struct perf_test *t = &perf_tests[i];
 		if (!wanted(o, t->name))
 			continue;
-		if (t->nss) { /* the daemon serves idcache's store only */
-			char why[256];
-			if (strcmp(c->ops->name, "idcache") == 0)
-				rows_all(c->r, t, c->ops->name, c->users, PERF_UNAVAILABLE,
-					 perf_nss_unavailable(why, sizeof(why)));
+		if (t->nss) /* the NSS engines' (run_nss) */
 			continue;
-		}
 		if (!c->e && strcmp(t->name, "import") != 0) {
 			rows_all(c->r, t, c->ops->name, c->users, PERF_SKIPPED,
 				 c->why[0] ? c->why : "no store: import not run");
@@ -560,6 +534,12 @@ static void machine_facts(struct perf_results *res, const struct perf_opts *o)
 	perf_fact_set(res, "data",
 		      "users with 10-digit uids, groups = users/100 (10 members "
 		      "on average), from bench/gen.c");
+	perf_fact_set(res, "glibc", "%s", gnu_get_libc_version());
+	perf_fact_set(res, "nss_method",
+		      "glibc getpwnam_r/getpwuid_r/getgrouplist in N processes (the threads "
+		      "option) in a private mount namespace with a generated nsswitch.conf; "
+		      "us per lookup = N / total rate; idcached run by the tool, passwd map "
+		      "sized for the users");
 	size_t n = 0;
 	for (size_t i = 0; i < IDC_ARRAY_SIZE(run_indexes); i++)
 		n += (size_t)snprintf(res->indexes + n, sizeof(res->indexes) - n, "%s%s",
@@ -602,22 +582,130 @@ static int write_data(const struct perf_opts *o, uint64_t users, const char *pat
 	return rc;
 }
 
+/* ==== the NSS tests ========================================================================= */
+
+static const struct perf_engine_info *engine_info(const struct run *r, const char *name)
+{
+	for (size_t i = 0; i < r->res->nengines; i++)
+		if (strcmp(r->res->engines[i].name, name) == 0)
+			return &r->res->engines[i];
+	return NULL;
+}
+
+/* Rows for every wanted NSS test of engine e, all with the same status. */
+static void nss_rows_all(struct run *r, const struct nss_eng_ops *e, uint64_t users,
+			 enum perf_status s, const char *why)
+{
+	for (size_t k = 0; k < perf_ntests; k++)
+		if (perf_tests[k].nss && wanted(r->o, perf_tests[k].name))
+			rows_all(r, &perf_tests[k], e->name, users, s, why);
+}
+
+static void nss_engine(struct run *r, struct perf_nss *n, const struct nss_eng_ops *e)
+{
+	char label[160];
+	snprintf(label, sizeof(label), "%s%s",
+		 e->prefill ? "hot (every key looked up once first: the memory cache holds "
+			      "what idcached answered)"
+			    : "hot",
+		 r->o->cold ? "; cold asked, not applied to lookups" : "");
+	for (size_t k = 0; k < perf_ntests && !perf_stop; k++) {
+		const struct perf_test *t = &perf_tests[k];
+		if (!t->nss || !wanted(r->o, t->name))
+			continue;
+		for (size_t i = 0; i < r->o->nthreads && !perf_stop; i++) {
+			unsigned procs = r->o->threads[i];
+			struct perf_row *row = row_new(r, t, e->name, n->users, procs);
+			struct idc_diag d = {{0}};
+			double v[PERF_MAX_SAMPLES + 1];
+			progress(r, t->name, e->name, n->users, procs);
+			if (row)
+				snprintf(row->cache, sizeof(row->cache), "%s", label);
+			int rc = perf_nss_measure(n, e, t->name, procs, r->o->samples + 1,
+						  r->o->seconds, v, &d);
+			if (rc < 0 || perf_stop) {
+				cli_diag_complete(&d, rc);
+				row_status(row, PERF_FAILED, perf_stop ? "interrupted" : d.msg);
+				continue;
+			}
+			row_samples(row, v + 1, r->o->samples);
+			double total = 0;
+			for (unsigned s = 1; s <= r->o->samples; s++)
+				total += v[s] * r->o->seconds;
+			if (row)
+				row->count = (uint64_t)(total + 0.5);
+		}
+	}
+}
+
+/* The NSS engines at one size: one data directory and one idcached for
+ * all of them (started when an engine needs it), stopped at the end. */
+static void run_nss(struct run *r, uint64_t users, const char *work)
+{
+	bool any = false;
+	for (size_t k = 0; k < perf_ntests; k++)
+		any |= perf_tests[k].nss && wanted(r->o, perf_tests[k].name);
+	if (!any)
+		return;
+	struct perf_nss n = {0};
+	struct idc_diag d = {{0}}, dd = {{0}};
+	int rc = 1, drc = 1; /* 1: not tried yet */
+	for (size_t i = 0; i < nss_eng_count && !perf_stop; i++) {
+		const struct nss_eng_ops *e = nss_eng_all[i];
+		const struct perf_engine_info *info = engine_info(r, e->name);
+		if (!engine_wanted(r->o, e->name) || !info)
+			continue;
+		if (!info->available) {
+			nss_rows_all(r, e, users, PERF_UNAVAILABLE, info->why);
+			continue;
+		}
+		if (rc == 1) {
+			progress(r, "generate passwd", "-", users, 0);
+			rc = perf_nss_open(&n, work, users, r->o->seed, &d);
+			cli_diag_complete(&d, rc);
+		}
+		if (rc < 0) {
+			nss_rows_all(r, e, users, PERF_FAILED, d.msg);
+			continue;
+		}
+		if (e->daemon && drc == 1) {
+			progress(r, "start idcached", "-", users, 0);
+			drc = perf_nss_start_daemon(&n, &dd);
+			cli_diag_complete(&dd, drc);
+			if (drc == 0)
+				perf_fact_set(r->res, "idcached_ready_s",
+					      "%.2f (start to ready, %llu users)", n.ready_seconds,
+					      (unsigned long long)users);
+		}
+		if (e->daemon && drc < 0) {
+			nss_rows_all(r, e, users, PERF_FAILED, dd.msg);
+			continue;
+		}
+		nss_engine(r, &n, e);
+	}
+	perf_nss_close(&n);
+}
+
 static void run_size(struct run *r, uint64_t users, const char *work)
 {
 	struct cell c = {.r = r, .users = users};
 	struct idc_diag d = {{0}};
 	struct gen *g = NULL;
+	bool store_tests = false; /* else no LDIF and no store: the NSS tests need neither */
+	for (size_t k = 0; k < perf_ntests; k++)
+		store_tests |= !perf_tests[k].nss && wanted(r->o, perf_tests[k].name);
 	snprintf(c.ldif, sizeof(c.ldif), "%.2000s/data-%llu.ldif", work, (unsigned long long)users);
-	progress(r, "generate LDIF", "-", users, 0);
-	int rc = write_data(r->o, users, c.ldif, &g, &d);
+	if (store_tests)
+		progress(r, "generate LDIF", "-", users, 0);
+	int rc = store_tests ? write_data(r->o, users, c.ldif, &g, &d) : 0;
 	c.g = g;
-	for (size_t i = 0; i < eng_count && !perf_stop; i++) {
+	for (size_t i = 0; store_tests && i < eng_count && !perf_stop; i++) {
 		struct perf_engine_info *info = &r->res->engines[i];
 		c.ops = eng_all[i];
 		if (!engine_wanted(r->o, c.ops->name))
 			continue;
 		for (size_t k = 0; (!info->available || rc < 0) && k < perf_ntests; k++) {
-			if (!wanted(r->o, perf_tests[k].name))
+			if (!wanted(r->o, perf_tests[k].name) || perf_tests[k].nss)
 				continue;
 			cli_diag_complete(&d, rc);
 			rows_all(r, &perf_tests[k], c.ops->name, users,
@@ -636,6 +724,7 @@ static void run_size(struct run *r, uint64_t users, const char *work)
 	}
 	gen_free(g);
 	unlink(c.ldif);
+	run_nss(r, users, work);
 }
 
 int perf_run(const struct perf_opts *o, struct perf_results *res)
@@ -655,6 +744,14 @@ int perf_run(const struct perf_opts *o, struct perf_results *res)
 		info->available = eng_all[i]->available(info->why, sizeof(info->why)) == 0;
 		snprintf(info->durability, sizeof(info->durability), "%s", eng_all[i]->durability);
 		snprintf(info->access, sizeof(info->access), "%s", eng_all[i]->access);
+	}
+	for (size_t i = 0; i < nss_eng_count && res->nengines < PERF_MAX_ENGINES; i++) {
+		struct perf_engine_info *info = &res->engines[res->nengines++];
+		snprintf(info->name, sizeof(info->name), "%s", nss_eng_all[i]->name);
+		info->available =
+		    perf_nss_available(nss_eng_all[i], info->why, sizeof(info->why)) == 0;
+		snprintf(info->durability, sizeof(info->durability), "n/a (lookups only)");
+		snprintf(info->access, sizeof(info->access), "%s", nss_eng_all[i]->access);
 	}
 	snprintf(work, sizeof(work), "%s/idcache-perf.XXXXXX", o->dir);
 	if (!mkdtemp(work)) {

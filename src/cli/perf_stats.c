@@ -216,3 +216,10 @@ void perf_results_free(struct perf_results *r)
 	free(r->sizes);
 	memset(r, 0, sizeof(*r));
 }
+
+double perf_us_per_lookup(const struct perf_row *w)
+{
+	if (w->status != PERF_OK || !(w->st.median > 0) || strcmp(w->unit, "lookups/s") != 0)
+		return 0;
+	return 1e6 * (w->threads ? w->threads : 1) / w->st.median;
+}

@@ -18,7 +18,11 @@
 #define COLS    2
 
 static const char *const palette[] = {"#1b7837", "#5aae61", "#c51b7d", "#e9a3c9",
-				      "#2166ac", "#b35806", "#542788", "#999999"};
+				      "#2166ac", "#b35806", "#542788", "#999999",
+				      "#d6604d", "#35978f", "#8c510a", "#4d4d4d"};
+
+#define LEGEND_PER_ROW 5
+#define LEGEND_ROW_H   18
 
 void perf_xml_text(FILE *f, const char *s)
 {
@@ -184,7 +188,9 @@ void perf_svg_write(FILE *f, const struct perf_results *r, bool standalone)
 	const char *tests[32];
 	size_t nt = plotted_tests(r, tests);
 	size_t rows = (nt + COLS - 1) / COLS;
-	int width = COLS * PANEL_W + 16, height = (int)rows * PANEL_H + 60;
+	int legend = (int)((r->nengines + LEGEND_PER_ROW - 1) / LEGEND_PER_ROW);
+	int extra = legend > 1 ? (legend - 1) * LEGEND_ROW_H : 0;
+	int width = COLS * PANEL_W + 16, height = (int)rows * PANEL_H + 60 + extra;
 	if (standalone)
 		fputs("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n", f);
 	fprintf(f,
@@ -194,11 +200,12 @@ void perf_svg_write(FILE *f, const struct perf_results *r, bool standalone)
 	fprintf(f, "<rect width=\"%d\" height=\"%d\" fill=\"#fafafa\"/>\n", width, height);
 	/* legend: every engine, in column order, whether or not it has figures */
 	for (size_t e = 0; e < r->nengines; e++) {
-		int x = 12 + (int)e * 150;
+		int x = 12 + (int)(e % LEGEND_PER_ROW) * 175;
+		int y = 14 + (int)(e / LEGEND_PER_ROW) * LEGEND_ROW_H;
 		fprintf(f,
-			"<rect x=\"%d\" y=\"14\" width=\"14\" height=\"4\" fill=\"%s\"/>"
-			"<text x=\"%d\" y=\"20\" font-size=\"12\">",
-			x, palette[e % IDC_ARRAY_SIZE(palette)], x + 18);
+			"<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"4\" fill=\"%s\"/>"
+			"<text x=\"%d\" y=\"%d\" font-size=\"12\">",
+			x, y, palette[e % IDC_ARRAY_SIZE(palette)], x + 18, y + 6);
 		perf_xml_text(f, r->engines[e].name);
 		fputs(r->engines[e].available ? "" : " (unavailable)", f);
 		fputs("</text>\n", f);
@@ -207,7 +214,7 @@ void perf_svg_write(FILE *f, const struct perf_results *r, bool standalone)
 		fputs("<text x=\"20\" y=\"60\" font-size=\"14\">no figures to plot</text>\n", f);
 	for (size_t t = 0; t < nt; t++) {
 		struct axes a = {.px = 8 + (int)(t % COLS) * PANEL_W,
-				 .py = 36 + (int)(t / COLS) * PANEL_H};
+				 .py = 36 + extra + (int)(t / COLS) * PANEL_H};
 		unsigned th = min_threads(r, tests[t]);
 		const struct perf_test *pt = perf_test_find(tests[t]);
 		find_range(r, tests[t], th, &a);

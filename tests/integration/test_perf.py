@@ -15,6 +15,11 @@ import pytest
 ENGINES = {"idcache", "idcache-nosync", "ldb-tdb", "ldb-mdb", "openldap"}
 TESTS = {"import", "export", "search_uid", "search_uid_in_dn", "search_sub",
          "modify_sn", "add"}
+# glibc lookups; their engines are ways of answering them
+NSS_ENGINES = {"idcache-mc", "idcache-socket", "files", "sssd", "nscd"}
+NSS_TESTS = {"getpwnam", "getpwuid", "initgroups"}
+# measured whenever this machine allows a private mount namespace (root)
+NSS_ALWAYS = {"idcache-mc", "idcache-socket", "files"}
 CHROMIUM = "/usr/bin/chromium"
 
 
@@ -42,12 +47,12 @@ def test_json_structure(result):
         assert data["machine"][key], key
     assert data["indexes"]
     names = {e["name"] for e in data["engines"]}
-    assert names == ENGINES
+    assert names == ENGINES | NSS_ENGINES
     for e in data["engines"]:
         assert e["status"] == "available" or e["status"].startswith("unavailable: ")
         assert e["durability"]
     rows = data["rows"]
-    assert {r["test"] for r in rows} >= TESTS
+    assert {r["test"] for r in rows} >= TESTS | NSS_TESTS
     for r in rows:
         if r["status"] == "ok":
             assert r["median"] > 0 and r["min"] <= r["median"] <= r["max"], r
@@ -56,9 +61,9 @@ def test_json_structure(result):
             assert r["status"] in ("unavailable", "skipped", "failed", "unsupported")
             assert r["why"], r
     # every engine either has figures or says why for every test
-    for eng in ENGINES:
+    for eng in ENGINES | NSS_ENGINES:
         mine = [r for r in rows if r["engine"] == eng]
-        assert {r["test"] for r in mine} >= TESTS, eng
+        assert {r["test"] for r in mine} == (TESTS if eng in ENGINES else NSS_TESTS), eng
         avail = next(e for e in data["engines"] if e["name"] == eng)["status"]
         if avail == "available":
             assert any(r["status"] == "ok" for r in mine), eng
@@ -78,6 +83,55 @@ def test_table_words(result):
     assert "faster than" in proc.stdout or "slower than" in proc.stdout
     assert "\x1b[" not in proc.stdout  # not a terminal: no colour
     assert "Tukey" in proc.stdout
+
+
+def _nss_possible():
+    """Whether the NSS rows must have figures here: root, and a private
+    mount namespace can be made."""
+    if os.geteuid() != 0:
+        return False
+    return subprocess.run(["unshare", "-m", "--propagation", "private", "true"],
+                          capture_output=True).returncode == 0
+
+
+def test_nss_rows(result):
+    """getpwnam, getpwuid and initgroups through glibc: as root with unshare,
+    the memory cache, the socket and glibc's files all have figures (one
+    per thread count = process count), with µs per lookup; otherwise every
+    row says why."""
+    _, out, proc = result
+    data = json.loads(out.read_text())
+    rows = [r for r in data["rows"] if r["test"] in NSS_TESTS]
+    engines = {e["name"]: e["status"] for e in data["engines"]}
+    for r in rows:
+        assert r["unit"] == "lookups/s"
+        assert r["threads"] in (1, 2), r
+    if not _nss_possible():
+        for r in rows:
+            assert r["status"] == "unavailable" and r["why"], r
+        return
+    for eng in NSS_ALWAYS:
+        assert engines[eng] == "available", engines
+        for test in NSS_TESTS:
+            mine = [r for r in rows if r["engine"] == eng and r["test"] == test]
+            assert len(mine) == 2, (eng, test, mine)
+            for r in mine:
+                assert r["status"] == "ok", r
+                assert r["median"] > 0 and r["count"] > 0, r
+                assert r["us_per_lookup"] > 0, r
+                expect = r["threads"] * 1e6 / r["median"]
+                assert abs(r["us_per_lookup"] - expect) < 1e-3 * expect, r
+    for eng in NSS_ENGINES - NSS_ALWAYS:  # sssd, nscd: measured or saying why
+        for r in rows:
+            if r["engine"] == eng and r["status"] != "ok":
+                assert r["status"] == "unavailable" and r["why"], r
+    # the ratios are the memory cache's, in words
+    assert "idcache-mc " in proc.stdout and " than files" in proc.stdout
+    assert "µs per lookup" in proc.stdout
+    # the tool stopped the idcached it started
+    left = subprocess.run(["pgrep", "-f", f"idcached -c {out.parent}"],
+                          capture_output=True, text=True).stdout.split()
+    assert not left, f"idcached still running: {left}"
 
 
 def _svg(idcache, out, work):

@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -122,6 +123,30 @@ static void test_status_names(void **state)
 	assert_int_equal(perf_status_parse("bogus", &s), -EINVAL);
 }
 
+static void test_us_per_lookup(void **state)
+{
+	(void)state;
+	struct perf_row w = {.status = PERF_OK, .threads = 4, .unit = "lookups/s"};
+	w.st.median = 2000000; /* 4 processes, 2 M lookups/s in all: 2 µs each */
+	assert_true(perf_us_per_lookup(&w) > 1.999 && perf_us_per_lookup(&w) < 2.001);
+	w.threads = 0; /* not threaded: one process */
+	assert_true(perf_us_per_lookup(&w) > 0.499 && perf_us_per_lookup(&w) < 0.501);
+	w.status = PERF_FAILED;
+	assert_true(perf_us_per_lookup(&w) == 0);
+	w.status = PERF_OK;
+	snprintf(w.unit, sizeof(w.unit), "searches/s"); /* only lookups have it */
+	assert_true(perf_us_per_lookup(&w) == 0);
+}
+
+static void test_ratio_words_nss(void **state)
+{
+	(void)state;
+	char buf[128];
+	assert_string_equal(
+	    perf_ratio_text("idcache-mc", 1420000, "files", 100000, buf, sizeof(buf)),
+	    "idcache-mc 14.2× faster than files");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -129,7 +154,8 @@ int main(void)
 	    cmocka_unit_test(test_outlier_rule),    cmocka_unit_test(test_bad_input),
 	    cmocka_unit_test(test_spread),          cmocka_unit_test(test_ratio_words),
 	    cmocka_unit_test(test_ratio_dir),       cmocka_unit_test(test_fmt_num),
-	    cmocka_unit_test(test_status_names),
+	    cmocka_unit_test(test_status_names),    cmocka_unit_test(test_us_per_lookup),
+	    cmocka_unit_test(test_ratio_words_nss),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
