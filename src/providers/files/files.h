@@ -154,7 +154,10 @@ long files_snapshot_group(const struct files_snapshot *s, const char *name);
  *   when files_watch_missing(w) > 0, call files_watch_retry(w) every
  *     FILES_WATCH_RETRY_MS; a return with FILES_EV_RESCAN means a directory
  *     just got its watch: refresh (the file may have appeared meanwhile). */
-#define FILES_DEBOUNCE_MS    20   /* from last event to refresh; budget is 50 ms */
+#define FILES_DEBOUNCE_MS                                                                          \
+	5                         /* first event to refresh: coalesces the files one               \
+				   * tool writes together (useradd: passwd, group,                 \
+				   * shadow within a millisecond); budget is 50 ms */
 #define FILES_SETTLE_MS      200  /* after IN_MODIFY without a close yet */
 #define FILES_WATCH_RETRY_MS 1000 /* retry a directory that does not exist */
 
