@@ -9,7 +9,7 @@
 # wall time of the lookup, LDAP searches sent (ours, and SRCH lines slapd
 # logged), durable cache commits, and the group count.
 # Compare: SSSD 2.8.2 cold 18.7 s / 60,007 searches, expired 16.4 s; nslcd
-# 0.19 s / 232 searches every time (../shared/anchors/README.md).
+# 0.19 s / 232 searches every time (measured on this kind of machine).
 set -eu
 HERE=$(cd "$(dirname "$0")" && pwd)
 BUILD=${1:-$HERE/../build}

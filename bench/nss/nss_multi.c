@@ -12,7 +12,7 @@
  * machine's CPUs. Then REPS runs: fork NPROCS children, each does LOOPS
  * lookups and checks every answer, the parent waits for all. Per run:
  * us_per_lookup = wall time / (NPROCS x LOOPS), the figure the reference
- * scripts (../shared/anchors) report. One line of key=value on stdout:
+ * measurements quoted in the README report. One line of key=value on stdout:
  * the median, min and max over the runs, and failed lookups (must be 0).
  * Which source answers is nsswitch.conf's business (bench/nss/nss_bench.sh
  * bind-mounts one per row in a private mount namespace).
