@@ -76,6 +76,10 @@ int daemon_mc_configure(struct daemon *dm, const struct config *cfg)
 void daemon_mc_close(struct daemon *dm)
 {
 	for (int k = 0; k < 3; k++) {
+		/* Stopping: records must not outlive the daemon that answers
+		 * for them (a killed daemon's records expire by their TTL). */
+		if (mc_writer_retire(dm->mc[k]) < 0)
+			idc_log(IDC_LOG_WARN, "memory cache: cannot retire a map file");
 		mc_writer_close(dm->mc[k]);
 		dm->mc[k] = NULL;
 	}

@@ -43,6 +43,10 @@ int mc_writer_open(const char *dir, uint32_t kind, uint64_t size, struct mc_writ
 /* Unmap and free; the file stays ALIVE for clients until a new daemon
  * replaces it (records expire on their own). */
 void mc_writer_close(struct mc_writer *w);
+/* Mark the map's file RECYCLED and remove it, so readers stop answering
+ * from it (a daemon stopping cleanly: its clients then go to their next
+ * NSS source, as with a dead daemon). 0 or -errno. */
+int mc_writer_retire(struct mc_writer *w);
 
 /* Drop every record: a new file (new seed) is written beside the old one,
  * renamed over it, and the old one marked RECYCLED. size: the new size, or

@@ -289,6 +289,11 @@ static int file_retire(const char *path)
 
 /* ---- open, reset, close -------------------------------------------------------------- */
 
+int mc_writer_retire(struct mc_writer *w)
+{
+	return w == NULL ? 0 : file_retire(w->path);
+}
+
 void mc_writer_close(struct mc_writer *w)
 {
 	if (w == NULL)

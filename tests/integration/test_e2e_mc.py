@@ -129,6 +129,20 @@ def test_repeated_lookups_are_served_from_the_maps(idcache, daemons):
         assert int(s1[f"memcache_{m}_records"]) >= 1, s1
 
 
+def test_clean_stop_withdraws_the_maps(daemons):
+    """A daemon stopping on SIGTERM withdraws its map files: records do not
+    outlive the daemon that answers for them, so clients go to their next
+    NSS source as with a dead daemon (a killed daemon's records expire by
+    their TTL)."""
+    d = daemons.start(PASSWD, GROUP)
+    lookups(d, [["getpwnam", "alice"]])
+    assert (d.run_dir / "mc" / "passwd").exists()
+    assert d.stop() == 0
+    assert not (d.run_dir / "mc" / "passwd").exists()
+    r = d.ns.run(["getent", "passwd", "alice"])
+    assert r.rc == 2 and r.out == "", r
+
+
 # ==== a change drops exactly what it affects ========================================
 
 def test_shell_change_drops_only_that_user(idcache, daemons):
