@@ -46,8 +46,9 @@ static const struct admin_cmd admin_cmds[] = {
      "daemon keeps the configuration it has.\n"},
     {"user", "idcache user [--run-dir DIR] NAME",
      "Show what the cache holds for the user NAME: its passwd fields, domain,\n"
-     "last update and expiry times, whether it is expired, and its group ids\n"
-     "(initgroups, primary group first).\n"},
+     "last update and expiry times, whether it is expired, and the ids of the\n"
+     "groups that list it, directly or through nested groups, in provider order\n"
+     "(what initgroups adds to the user's primary group).\n"},
     {"group", "idcache group [--run-dir DIR] NAME",
      "Show what the cache holds for the group NAME: gid, members, nested member\n"
      "groups, domain, last update and expiry times.\n"},
