@@ -822,6 +822,7 @@ static int read_all(int fd, char *buf, size_t cap, size_t *len)
 	return 0;
 }
 
+#ifdef IDC_HAVE_LDAP
 /* The configured user's uid, or (uid_t)-1 when it is not known. */
 static uid_t user_uid(const char *user)
 {
@@ -832,32 +833,76 @@ static uid_t user_uid(const char *user)
 	return pw.pw_uid;
 }
 
-/* The bind password file of an ldap domain: a regular file only its owner
- * can read, owned by root, the invoking user or the daemon's user. */
-static int check_secret(const struct config *c, const struct config_domain *d,
-			struct idc_buf *errors)
+/* The password prev's domain of that name read from the same file, or NULL. */
+static const char *prev_secret(const struct config *prev, const struct config_domain *d)
 {
-	const char *path = d->ldap ? d->ldap->authtok_file : NULL;
-	struct stat st;
-	if (!path)
-		return 0;
-	if (stat(path, &st) < 0)
-		return load_fail(errors, -errno, path, NULL);
-	if (!S_ISREG(st.st_mode))
-		return load_fail(errors, -EINVAL, path,
-				 "ldap_default_authtok_file: not a regular file");
-	if (st.st_mode & (S_IRWXG | S_IRWXO))
-		return load_fail(errors, -EPERM, path,
-				 "ldap_default_authtok_file: readable or writable by group or "
-				 "others; refusing it (chmod 600)");
-	if (st.st_uid != 0 && st.st_uid != geteuid() && st.st_uid != user_uid(c->user))
-		return load_fail(errors, -EPERM, path,
-				 "ldap_default_authtok_file: owned by another user; refusing it "
-				 "(chown it to the daemon's user)");
-	return 0;
+	const struct config_domain *o = prev ? config_domain(prev, d->name) : NULL;
+	if (!o || !o->ldap || !o->ldap->authtok || !o->ldap->authtok_file ||
+	    strcmp(o->ldap->authtok_file, d->ldap->authtok_file) != 0)
+		return NULL;
+	return o->ldap->authtok;
 }
 
-int config_load(const char *path, struct config **out, struct idc_buf *errors)
+/* The bind password file of an ldap domain, read now (at start, still as
+ * root) and kept in memory for the provider, which never opens it. Opened
+ * without following a symlink; the checks apply to the descriptor that is
+ * read: a regular file no group or other can touch, owned by root, the
+ * invoking user or the daemon's user. On a reload (prev) that cannot open
+ * it any more (EACCES: a root-only file after the privilege drop), the
+ * password read from the same path before is kept. */
+static int read_secret(const struct config *c, const struct config *prev, struct config_domain *d,
+		       struct idc_buf *errors)
+{
+	const char *path = d->ldap ? d->ldap->authtok_file : NULL;
+	if (!path)
+		return 0;
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fd < 0 && errno == EACCES && prev_secret(prev, d)) {
+		const char *old = prev_secret(prev, d);
+		idc_log(IDC_LOG_INFO,
+			"%s: not readable now; keeping the password read from it at start", path);
+		return ldap_domain_config_set_authtok(d->ldap, old, strlen(old));
+	}
+	if (fd < 0 && errno == ELOOP)
+		return load_fail(errors, -ELOOP, path,
+				 "ldap_default_authtok_file: a symbolic link; refusing it");
+	if (fd < 0)
+		return load_fail(errors, -errno, path, NULL);
+	struct stat st;
+	int rc = fstat(fd, &st) < 0 ? load_fail(errors, -errno, path, NULL) : 0;
+	if (!rc && !S_ISREG(st.st_mode))
+		rc = load_fail(errors, -EINVAL, path,
+			       "ldap_default_authtok_file: not a regular file");
+	if (!rc && (st.st_mode & (S_IRWXG | S_IRWXO)))
+		rc = load_fail(errors, -EPERM, path,
+			       "ldap_default_authtok_file: readable or writable by group or "
+			       "others; refusing it (chmod 600)");
+	if (!rc && st.st_uid != 0 && st.st_uid != geteuid() && st.st_uid != user_uid(c->user))
+		rc = load_fail(errors, -EPERM, path,
+			       "ldap_default_authtok_file: owned by another user; refusing it "
+			       "(chown it to root or the daemon's user)");
+	char buf[1024];
+	size_t len = 0;
+	if (!rc && (rc = read_all(fd, buf, sizeof(buf) - 1, &len)) < 0)
+		load_fail(errors, rc, path, NULL);
+	close(fd);
+	if (!rc) {
+		buf[len] = '\0';
+		len = strcspn(buf, "\r\n"); /* the first line */
+		if (len == 0)
+			rc = load_fail(errors, -EINVAL, path,
+				       "ldap_default_authtok_file: empty (no password on the "
+				       "first line)");
+		else
+			rc = ldap_domain_config_set_authtok(d->ldap, buf, len);
+	}
+	explicit_bzero(buf, sizeof(buf));
+	return rc;
+}
+#endif
+
+static int load(const char *path, const struct config *prev, struct config **out,
+		struct idc_buf *errors)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
 	if (fd < 0)
@@ -881,13 +926,28 @@ int config_load(const char *path, struct config **out, struct idc_buf *errors)
 	if (rc == 0)
 		rc = config_parse(path, buf, len, &cfg, errors);
 	free(buf);
+#ifdef IDC_HAVE_LDAP
 	for (size_t i = 0; rc == 0 && i < cfg->ndomains; i++)
-		rc = check_secret(cfg, &cfg->domains[i], errors);
+		rc = read_secret(cfg, prev, &cfg->domains[i], errors);
+#else
+	(void)prev;
+#endif
 	if (rc == 0)
 		*out = cfg;
 	else
 		config_free(cfg);
 	return rc;
+}
+
+int config_load(const char *path, struct config **out, struct idc_buf *errors)
+{
+	return load(path, NULL, out, errors);
+}
+
+int config_reload(const char *path, const struct config *prev, struct config **out,
+		  struct idc_buf *errors)
+{
+	return load(path, prev, out, errors);
 }
 
 void config_free(struct config *c)

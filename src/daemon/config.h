@@ -74,13 +74,20 @@ int config_parse(const char *label, const char *text, size_t len, struct config 
 
 /* Read and parse path. Refused before parsing: not a regular file, larger
  * than CONFIG_FILE_MAX, or writable by group or others (the config decides
- * which files the daemon trusts for identities). Refused after parsing: an
- * ldap_default_authtok_file that is not a regular file, is readable or
- * writable by group or others, or is owned by someone other than root, the
- * invoking user or the configured `user` (it holds the bind password).
- * Errors as config_parse, or the -errno of open/read with a message in
- * errors. */
+ * which files the daemon trusts for identities). After parsing, each
+ * ldap_default_authtok_file is read (its first line, kept in the domain's
+ * ldap options as the password, wiped when freed; the provider never opens
+ * the file): refused when it is a symbolic link, not a regular file,
+ * readable or writable by group or others, owned by someone other than
+ * root, the invoking user or the configured `user`, or empty — checked with
+ * fstat on the descriptor that is read. Errors as config_parse, or the
+ * -errno of open/read with a message in errors. */
 int config_load(const char *path, struct config **out, struct idc_buf *errors);
+/* config_load for a reload: a password file that cannot be opened any more
+ * (EACCES: root-only, and the daemon has dropped root) keeps the password
+ * prev read from the same path. */
+int config_reload(const char *path, const struct config *prev, struct config **out,
+		  struct idc_buf *errors);
 
 void config_free(struct config *c);
 

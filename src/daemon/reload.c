@@ -136,7 +136,7 @@ int daemon_apply_config(struct daemon *dm, struct config *cfg)
 int daemon_reload(struct daemon *dm, struct idc_buf *errors)
 {
 	struct config *cfg = NULL;
-	int rc = config_load(dm->config_path, &cfg, errors);
+	int rc = config_reload(dm->config_path, dm->cfg, &cfg, errors);
 	if (rc == 0) {
 		warn_fixed(dm, cfg);
 		rc = daemon_apply_config(dm, cfg);

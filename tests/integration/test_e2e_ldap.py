@@ -21,6 +21,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -55,11 +56,12 @@ def free_port():
 class Slapd:
     """One slapd.sh instance in base/name."""
 
-    def __init__(self, base, name, certs=None, cert="server"):
+    def __init__(self, base, name, certs=None, cert="server", ldif=None):
         self.dir = Path(base) / name
         self.port = free_port()
         self.certs = certs
         self.cert = cert
+        self.ldif = ldif  # None: the fixtures (ldapadd); else loaded with slapadd
         self.pid = None
 
     @property
@@ -67,10 +69,13 @@ class Slapd:
         return f"ldap://127.0.0.1:{self.port}"
 
     def start(self):
-        argv = [LDAP_DIR / "slapd.sh", "start", self.dir, self.port, LDAP_DIR / "fixtures.ldif"]
+        argv = [LDAP_DIR / "slapd.sh", "start", self.dir, self.port,
+                self.ldif or LDAP_DIR / "fixtures.ldif"]
         if self.certs:
             argv += [self.certs, "", self.cert]
-        p = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=60)
+        environ = dict(os.environ, SLAPD_LOAD="slapadd") if self.ldif else None
+        p = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=120,
+                           env=environ)
         if p.returncode != 0:
             pytest.fail(f"slapd {self.dir.name} did not start: {p.stderr}")
         self.pid = int(p.stdout.split()[-1])
@@ -301,6 +306,46 @@ def test_warm_lookups_stay_local_and_expired_are_served(env, tls_daemon, idcache
     assert a.srch_count() > before, "the expired entry was not refreshed"
 
 
+def user_info(idcache, d, name):
+    out = {}
+    for line in cli(idcache, d, "user", name).splitlines():
+        k, _, v = line.partition("=")
+        out[k.strip()] = v.strip()
+    return out
+
+
+def test_refresh_expired_interval_keeps_entries_warm(env, module_daemons, idcache):
+    """refresh_expired_interval: expired entries (and those about to
+    expire) are refreshed in the background without any client lookup, in
+    batched searches; the directory did not change, so nothing durable is
+    written."""
+    b = env.servers["b"]
+    d = start_daemon(module_daemons, b.uri,
+                     "entry_cache_timeout = 2\nrefresh_expired_interval = 1\n")
+    for n in ("alice", "bob", "carol"):
+        r = d.ns.run(["getent", "passwd", n])
+        assert r.rc == 0, r
+    assert user_info(idcache, d, "alice")["expired"] == "no"
+    commits0 = int(status(idcache, d)["cache_durable_commits"])
+    before = b.srch_count()
+    cli(idcache, d, "expire", "--all")
+    assert user_info(idcache, d, "alice")["expired"] == "yes"
+    # no lookup from here: only the background refresh can make it fresh
+    ok, _ = nsenv.wait_for(
+        lambda: all(user_info(idcache, d, n)["expired"] == "no" for n in ("alice", "bob", "carol")),
+        timeout=5, interval=0.1)
+    assert ok, d.log()[-2000:]
+    refresh_searches = b.srch_count() - before
+    # and it stays warm past entry_cache_timeout (refreshed before expiry)
+    time.sleep(3)
+    assert all(user_info(idcache, d, n)["expired"] == "no" for n in ("alice", "bob", "carol"))
+    commits1 = int(status(idcache, d)["cache_durable_commits"])
+    print(f"\nrefresh: {refresh_searches} searches for the first run, durable commits "
+          f"{commits0} -> {commits1}")
+    assert refresh_searches <= 3, refresh_searches  # one batch, not one per entry
+    assert commits1 == commits0, "an unchanged refresh wrote to cache.mdb"
+
+
 def test_concurrent_clients_share_the_directory(env, module_daemons, idcache):
     """Many clients at once, each asking names the cache does not hold yet:
     every one gets its answer (deferred replies, in order per connection)."""
@@ -347,6 +392,107 @@ def test_enumerate_loads_the_directory(env, module_daemons, idcache):
     assert set(GROUPS) | {"p01", "p25"} <= set(groups)
 
 
+def big_ldif(path, nusers, ngroups, members=10):
+    """A directory of nusers users (e0..) and ngroups rfc2307bis groups
+    (g0..) of `members` member DNs each."""
+    out = [f"dn: {BASE}\nobjectClass: dcObject\nobjectClass: organization\no: Example\n"
+           "dc: example\n",
+           f"dn: ou=people,{BASE}\nobjectClass: organizationalUnit\nou: people\n",
+           f"dn: ou=groups,{BASE}\nobjectClass: organizationalUnit\nou: groups\n"]
+    for i in range(nusers):
+        out.append(f"dn: uid=e{i},ou=people,{BASE}\nobjectClass: account\n"
+                   f"objectClass: posixAccount\nuid: e{i}\ncn: E {i}\n"
+                   f"uidNumber: {200000 + i}\ngidNumber: {300000 + i % ngroups}\n"
+                   f"homeDirectory: /home/e{i}\nloginShell: /bin/sh\n")
+    for j in range(ngroups):
+        mem = "".join(f"member: uid=e{(j * members + k) % nusers},ou=people,{BASE}\n"
+                      for k in range(members))
+        out.append(f"dn: cn=g{j},ou=groups,{BASE}\nobjectClass: posixGroup\n"
+                   f"objectClass: extensibleObject\ncn: g{j}\ngidNumber: {300000 + j}\n{mem}")
+    Path(path).write_text("\n".join(out))
+
+
+def test_enumeration_commits_by_page_and_keeps_serving(env, module_daemons, idcache):
+    """enumerate = true over 10,000 users and 1,000 groups: the provider
+    commits page by page and returns to the event loop between pages, so a
+    files-domain user (through the socket: memory cache off) and `idcache
+    status` keep answering quickly while it runs, and the domain fills in
+    progressively (several commits observed while the enumeration is in
+    flight). Latencies are printed."""
+    nusers, ngroups, page = 10000, 1000, 250
+    ldif = env.base / "big.ldif"
+    big_ldif(ldif, nusers, ngroups)
+    s = Slapd(env.base, "big", ldif=ldif)
+    env.servers["big"] = s  # stopped by the env fixture too
+    s.start()
+    try:
+        d = module_daemons.start(
+            LOCAL_PASSWD, LOCAL_GROUP, idcache_conf="domains = local, dir\n",
+            domain_conf=ldap_domain(s.uri, f"enumerate = true\nldap_page_size = {page}\n"),
+            start=False)
+        probe = r'''
+import json, pwd, sys, time
+lat, t_end = [], None
+deadline = time.monotonic() + 30
+while time.monotonic() < deadline:
+    t0 = time.monotonic()
+    try:
+        ok = pwd.getpwnam("loc").pw_uid == 5000
+    except KeyError:
+        ok = False
+    dt = time.monotonic() - t0
+    if ok:
+        lat.append(dt)
+        if t_end is None:
+            t_end = time.monotonic() + float(sys.argv[1])
+    if t_end is not None and time.monotonic() > t_end:
+        break
+    time.sleep(0.005)
+print(json.dumps(lat))
+'''
+        box = {}
+
+        def run_probe():
+            box["lat"] = d.ns.run_py(probe, args=("4",), env={"IDCACHE_MEMCACHE": "no"})
+
+        th = threading.Thread(target=run_probe)
+        th.start()
+        try:
+            d.start(timeout=20)
+            status_lat, commits_in_flight = [], set()
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                t0 = time.monotonic()
+                st = status(idcache, d)
+                status_lat.append(time.monotonic() - t0)
+                c, busy = int(st["domain.dir.ldap_commits"]), int(st["domain.dir.ldap_in_flight"])
+                if busy:
+                    commits_in_flight.add(c)
+                elif c:
+                    break
+                time.sleep(0.01)
+        finally:
+            th.join(timeout=60)
+        lat = box.get("lat")
+        assert lat, "the files-domain probe never got an answer"
+        print(f"\nenumeration of {nusers} users / {ngroups} groups, page {page}: "
+              f"ldap_commits={c}, getpwnam(loc) via socket n={len(lat)} "
+              f"max={max(lat) * 1000:.1f} ms, idcache status n={len(status_lat)} "
+              f"max={max(status_lat) * 1000:.1f} ms, commits seen while in flight: "
+              f"{len(commits_in_flight)}")
+        assert not busy, "the enumeration did not finish within 60 s"
+        assert max(lat) < 1.0, f"a files-domain lookup took {max(lat):.3f} s"
+        assert max(status_lat) < 1.0, f"idcache status took {max(status_lat):.3f} s"
+        assert c >= nusers // page, f"expected a commit per page, got {c}"
+        assert len(commits_in_flight) > 1, "no progressive fill observed"
+        users = d.ns.run(["getent", "passwd"]).out.splitlines()
+        assert sum(1 for u in users if u.startswith("e")) == nusers
+        groups = d.ns.run(["getent", "group", "g7"]).out.strip()
+        assert groups.startswith("g7:x:300007:") and "e70" in groups, groups
+    finally:
+        s.stop()
+
+
 def test_simple_bind_and_password_file_rules(env, module_daemons, idcache):
     """A bind password file the daemon's user owns, mode 0600, works; one
     group can read is refused at start, naming the file."""
@@ -369,6 +515,57 @@ def test_simple_bind_and_password_file_rules(env, module_daemons, idcache):
         with pytest.raises(nsenv.DaemonError) as e:
             d2.start(timeout=10)
         assert f"{pw}: ldap_default_authtok_file: readable or writable by group" in str(e.value)
+        d2.expected_exit = True
+    finally:
+        nsenv.remove_tree(pwdir)
+
+
+def test_root_only_password_file_and_symlink(env, module_daemons, idcache):
+    """The password file is read at start while still root, on the
+    descriptor it checks: a root-owned 0600 file works although the daemon
+    runs as its own user (and keeps working across a reload, which can no
+    longer open it); a symbolic link to a good file is refused at start."""
+    b = env.servers["b"]
+    pwdir = nsenv.make_private_dir("idc-ldap-pw-")
+    os.chmod(pwdir, 0o755)
+    pw = pwdir / "bind.pw"
+    pw.write_text("secret\n")
+    os.chown(pw, 0, 0)
+    os.chmod(pw, 0o600)
+    extra = f"ldap_default_bind_dn = cn=admin,{BASE}\nldap_default_authtok_file = {pw}\n"
+    try:
+        d = start_daemon(module_daemons, b.uri, extra)
+        pid = d.proc.pid
+        uids = [ln for ln in Path(f"/proc/{pid}/status").read_text().splitlines()
+                if ln.startswith("Uid:")]
+        # the wrapper's namespace may sit between: check the daemon's own
+        # process or its only child
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        for c in children:
+            uids = [ln for ln in Path(f"/proc/{c}/status").read_text().splitlines()
+                    if ln.startswith("Uid:")]
+        assert uids and all(int(x) == nsenv.DAEMON_UID for x in uids[0].split()[1:]), uids
+        r = d.ns.run(["getent", "passwd", "carol"])
+        assert r.rc == 0 and r.out.startswith("carol:x:10003:"), (r, d.log()[-2000:])
+        assert status(idcache, d)["domain.dir.state"] == "online"
+        assert "Invalid credentials" not in d.log()
+        # reload as the daemon's user: the file cannot be opened now; the
+        # password read at start is kept and binds again
+        cli(idcache, d, "reload")
+        r = d.ns.run(["getent", "passwd", "bob"])
+        assert r.rc == 0 and r.out.startswith("bob:x:10002:"), (r, d.log()[-2000:])
+        assert "keeping the password read from it at start" in d.log()
+        assert status(idcache, d)["domain.dir.state"] == "online"
+
+        link = pwdir / "bind.lnk"
+        link.symlink_to(pw)
+        extra2 = f"ldap_default_bind_dn = cn=admin,{BASE}\nldap_default_authtok_file = {link}\n"
+        d2 = module_daemons.start(
+            LOCAL_PASSWD, LOCAL_GROUP, idcache_conf="domains = local, dir\n",
+            domain_conf=ldap_domain(b.uri, extra2), start=False)
+        with pytest.raises(nsenv.DaemonError) as e:
+            d2.start(timeout=10)
+        assert f"{link}: ldap_default_authtok_file: a symbolic link; refusing it" in str(e.value)
         d2.expected_exit = True
     finally:
         nsenv.remove_tree(pwdir)

@@ -401,8 +401,52 @@ static void test_load(void **state)
 	write_conf("bind.pw", "secret\n", 0600);
 	assert_int_equal(config_load(p, &c, &errors), 0);
 	assert_string_equal(c->domains[0].ldap->authtok_file, pw);
+	/* read at load (as root, before any privilege drop): the first line */
+	assert_non_null(c->domains[0].ldap->authtok);
+	assert_string_equal(c->domains[0].ldap->authtok, "secret");
 	config_free(c);
 	c = NULL;
+	/* empty: refused, not an unauthenticated bind */
+	write_conf("bind.pw", "\nsecret\n", 0600);
+	assert_int_equal(config_load(p, &c, &errors), -EINVAL);
+	assert_non_null(strstr(errors.data, "bind.pw: ldap_default_authtok_file: empty"));
+	idc_buf_reset(&errors);
+	write_conf("bind.pw", "secret\n", 0600);
+	/* a symbolic link (even to a good file) is refused: O_NOFOLLOW */
+	char lnk[256], lconf2[1024];
+	snprintf(lnk, sizeof(lnk), "%s/bind.lnk", tmpdir);
+	assert_int_equal(symlink(pw, lnk), 0);
+	snprintf(lconf2, sizeof(lconf2),
+		 LDAP_DOM "ldap_search_base = dc=x\nldap_default_bind_dn = cn=a,dc=x\n"
+			  "ldap_default_authtok_file = %s\n",
+		 lnk);
+	char lnkconf[128];
+	snprintf(lnkconf, sizeof(lnkconf), "%s", write_conf("lnk.conf", lconf2, 0600));
+	assert_int_equal(config_load(lnkconf, &c, &errors), -ELOOP);
+	assert_null(c);
+	assert_non_null(
+	    strstr(errors.data, "bind.lnk: ldap_default_authtok_file: a symbolic link"));
+	idc_buf_reset(&errors);
+	unlink(lnk);
+	unlink(lnkconf);
+	/* a reload that cannot open the file keeps the password read before */
+	struct config *prev = NULL;
+	assert_int_equal(config_load(p, &prev, &errors), 0);
+	assert_int_equal(config_reload(p, prev, &c, &errors), 0);
+	assert_string_equal(c->domains[0].ldap->authtok, "secret");
+	config_free(c);
+	c = NULL;
+	if (geteuid() != 0) { /* root opens anything: only testable unprivileged */
+		assert_int_equal(chmod(pw, 0), 0);
+		assert_int_equal(config_load(p, &c, &errors), -EACCES);
+		idc_buf_reset(&errors);
+		assert_int_equal(config_reload(p, prev, &c, &errors), 0);
+		assert_string_equal(c->domains[0].ldap->authtok, "secret");
+		config_free(c);
+		c = NULL;
+		assert_int_equal(chmod(pw, 0600), 0);
+	}
+	config_free(prev);
 	if (geteuid() == 0) { /* another owner: refused */
 		assert_int_equal(chown(pw, 4242, 4242), 0);
 		assert_int_equal(config_load(p, &c, &errors), -EPERM);

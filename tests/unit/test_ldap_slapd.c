@@ -137,7 +137,10 @@ static void env_open(struct env *e, const char *uri, ...)
 		char k[128];
 		const char *eq = strchr(kv, '=');
 		snprintf(k, sizeof(k), "%.*s", (int)(eq - kv), kv);
-		if (ldap_domain_config_set(&e->cfg, k, eq + 1, &d))
+		if (!strcmp(k, "authtok")) /* the password itself, as idcached hands it */
+			assert_int_equal(
+			    ldap_domain_config_set_authtok(&e->cfg, eq + 1, strlen(eq + 1)), 0);
+		else if (ldap_domain_config_set(&e->cfg, k, eq + 1, &d))
 			fail_msg("%s", d.msg);
 	}
 	va_end(ap);
@@ -363,16 +366,81 @@ static void test_paging_enumerate(void **state)
 	env_open(&e, uri(port_b, "ldap"), "ldap_schema=rfc2307bis", "ldap_page_size=4",
 		 "enumerate=true", NULL);
 	uint64_t s0 = searches(&e);
+	struct ldap_domain_status st;
+	ldap_domain_get_status(e.ld, &st);
+	uint64_t k0 = st.commits;
 	assert_int_equal(look(&e, LDAP_LOOKUP_ENUMERATE, NULL, 0), LDAP_LOOKUP_FOUND);
 	/* 31 groups and 7 users in pages of 4: at least 8 + 2 requests */
 	assert_true(searches(&e) - s0 >= 10);
+	/* committed page by page, not in one transaction at the end */
+	ldap_domain_get_status(e.ld, &st);
+	assert_true(st.commits - k0 >= 8);
 	size_t n = 0;
 	struct cache_reader *r;
 	assert_int_equal(cache_reader_begin(e.cache, &r), 0);
 	assert_int_equal(cache_enum_groups(r, "dir", count_group, &n), 0);
 	cache_reader_end(r);
 	assert_int_equal(n, 31);
+	/* nested member groups survive the page commits */
+	char g[256];
+	gids_of(&e, "alice", g, sizeof(g));
+	assert_string_equal(g, "20001,20010,20011,20014"); /* ops, dev, all (nests dev), top */
 	assert_true(cached_user(&e, "carol", NULL));
+	/* enumerating again over an unchanged directory writes nothing durable */
+	uint64_t c0 = cache_durable_commits(e.cache);
+	assert_int_equal(look(&e, LDAP_LOOKUP_ENUMERATE, NULL, 0), LDAP_LOOKUP_FOUND);
+	assert_int_equal(cache_durable_commits(e.cache), c0);
+	env_close(&e);
+}
+
+static bool expired(struct env *e, const char *name, bool group)
+{
+	struct cache_reader *r;
+	const char *doms[] = {"dir"};
+	struct cache_user u;
+	struct cache_group g;
+	struct cache_meta m = {0};
+	assert_int_equal(cache_reader_begin(e->cache, &r), 0);
+	int rc = group ? cache_group_by_name(r, doms, 1, name, false, &g, &m)
+		       : cache_user_by_name(r, doms, 1, name, false, &u, &m);
+	cache_reader_end(r);
+	assert_int_equal(rc, 0);
+	return m.expired;
+}
+
+static void test_refresh_expired(void **state)
+{
+	(void)state;
+	struct env e;
+	env_open(&e, uri(port_b, "ldap"), "ldap_schema=rfc2307bis", "refresh_expired_interval=0.3",
+		 NULL);
+	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "alice", 0), LDAP_LOOKUP_FOUND);
+	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "bob", 0), LDAP_LOOKUP_FOUND);
+	assert_int_equal(look(&e, LDAP_LOOKUP_GRNAM, "all", 0), LDAP_LOOKUP_FOUND);
+	struct idc_diag d = {{0}};
+	size_t n = 0;
+	assert_int_equal(cache_expire(e.cache, "dir", CACHE_ANY, NULL, &n, &d), 0);
+	assert_true(n >= 3);
+	assert_true(expired(&e, "alice", false));
+	uint64_t c0 = cache_durable_commits(e.cache), s0 = searches(&e);
+	/* no lookup: the interval alone refreshes them, in batched searches */
+	uint64_t t0 = idc_now_ns();
+	while (
+	    idc_now_ns() - t0 < 1500000000ull &&
+	    (expired(&e, "alice", false) || expired(&e, "bob", false) || expired(&e, "all", true)))
+		turn(&e, 50);
+	assert_false(expired(&e, "alice", false));
+	assert_false(expired(&e, "bob", false));
+	assert_false(expired(&e, "all", true));
+	assert_true(searches(&e) - s0 <= 4); /* users, groups, maybe members */
+	/* nothing changed in the directory: nothing durable written */
+	assert_int_equal(cache_durable_commits(e.cache), c0);
+	/* a run with nothing expired sends nothing */
+	s0 = searches(&e);
+	t0 = idc_now_ns();
+	while (idc_now_ns() - t0 < 400000000ull)
+		turn(&e, 50);
+	assert_int_equal(searches(&e), s0);
 	env_close(&e);
 }
 
@@ -458,12 +526,30 @@ static void test_bind(void **state)
 	snprintf(pw, sizeof(pw), "%s/pw", tmp);
 	snprintf(opt, sizeof(opt), "ldap_default_authtok_file=%s", pw);
 	struct env e;
-	assert_int_equal(sh("printf 'secret\\n' > %s", pw), 0);
+	assert_int_equal(sh("printf 'secret\\n' > %s && chmod 600 %s", pw, pw), 0);
 	env_open(&e, uri(port_b, "ldap"), "ldap_default_bind_dn=cn=admin,dc=example,dc=com", opt,
 		 NULL);
 	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "alice", 0), LDAP_LOOKUP_FOUND);
 	env_close(&e);
-	assert_int_equal(sh("printf 'wrong\\n' > %s", pw), 0);
+	/* the secret handed over: the file is never opened (here it is gone) */
+	assert_int_equal(sh("rm -f %s", pw), 0);
+	env_open(&e, uri(port_b, "ldap"), "ldap_default_bind_dn=cn=admin,dc=example,dc=com", opt,
+		 "authtok=secret", NULL);
+	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "alice", 0), LDAP_LOOKUP_FOUND);
+	env_close(&e);
+	/* the provider's own reading refuses a file group or others can read */
+	struct idc_diag d = {{0}};
+	struct ldap_domain *ld = NULL;
+	assert_int_equal(sh("printf 'secret\\n' > %s && chmod 640 %s", pw, pw), 0);
+	ldap_domain_config_init(&e.cfg, "dir");
+	assert_int_equal(ldap_domain_config_set(&e.cfg, "ldap_uri", uri(port_b, "ldap"), &d), 0);
+	assert_int_equal(ldap_domain_config_set(&e.cfg, "ldap_search_base", "dc=x", &d), 0);
+	assert_int_equal(ldap_domain_config_set(&e.cfg, "ldap_default_bind_dn", "cn=a,dc=x", &d),
+			 0);
+	assert_int_equal(ldap_domain_config_set(&e.cfg, "ldap_default_authtok_file", pw, &d), 0);
+	assert_int_equal(ldap_domain_new(&e.cfg, NULL, &ld, &d), -EPERM);
+	ldap_domain_config_free(&e.cfg);
+	assert_int_equal(sh("printf 'wrong\\n' > %s && chmod 600 %s", pw, pw), 0);
 	env_open(&e, uri(port_b, "ldap"), "ldap_default_bind_dn=cn=admin,dc=example,dc=com", opt,
 		 NULL);
 	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "alice", 0), LDAP_LOOKUP_OFFLINE);
@@ -550,6 +636,7 @@ int main(void)
 	    cmocka_unit_test(test_rfc2307bis_nested_cycle),
 	    cmocka_unit_test(test_coalesce_negative_unchanged),
 	    cmocka_unit_test(test_paging_enumerate),
+	    cmocka_unit_test(test_refresh_expired),
 	    cmocka_unit_test(test_bad_entries),
 	    cmocka_unit_test(test_failover_failback),
 	    cmocka_unit_test(test_tls),

@@ -79,6 +79,8 @@ struct ldap_domain_config {
 	char *map[LDAP_MAP_COUNT]; /* NULL: the schema's default */
 	char *bind_dn;             /* NULL: anonymous */
 	char *authtok_file;        /* password file for bind_dn (first line) */
+	char *authtok;             /* the password itself (set_authtok), read by the
+				    * caller while it could; wiped when freed */
 	bool start_tls;
 	char *tls_cacert;
 	enum ldap_dom_reqcert tls_reqcert;
@@ -110,7 +112,12 @@ void ldap_domain_config_free(struct ldap_domain_config *c);
  * is a comma/space separated list. */
 int ldap_domain_config_set(struct ldap_domain_config *c, const char *key, const char *value,
 			   struct idc_diag *d);
-/* Check the whole config (uris, bases, a password file when binding). */
+/* The bind password itself (len bytes, no NUL needed), replacing any
+ * earlier one, which is wiped: the daemon reads ldap_default_authtok_file
+ * while still root and hands the secret over, so the provider never opens
+ * the file. When set, authtok_file is not read. 0 or -ENOMEM. */
+int ldap_domain_config_set_authtok(struct ldap_domain_config *c, const char *secret, size_t len);
+/* Check the whole config (uris, bases, a password when binding). */
 int ldap_domain_config_check(const struct ldap_domain_config *c, struct idc_diag *d);
 
 /* ==== domain ============================================================== */

@@ -18,6 +18,10 @@
 #define LP_READ_MAX       200000  /* messages handled per process call */
 #define LP_BACKOFF_MAX_MS 3600000 /* longest wait between offline probes */
 #define LP_ENUM_EVERY_MS  300000  /* enumeration refresh */
+#define LP_REFRESH_MAX    20000   /* names per kind one background refresh takes */
+/* The background refresh of expired entries (refresh_expired_interval):
+ * a request kind of its own, never asked for by a caller. */
+#define LP_REFRESH ((enum ldap_lookup_kind)100)
 
 /* ==== small containers ==================================================== */
 
@@ -53,6 +57,7 @@ struct lp_group {
 	const char **mdns; /* normalized member DNs */
 	size_t nmdns;
 	bool ancestor; /* found walking up from the user: its parents are wanted */
+	bool stored;   /* enumeration: committed with an earlier page */
 };
 
 /* ==== searches and requests =============================================== */
@@ -97,6 +102,8 @@ struct lp_req {
 	struct lp_vec memq, parentq;   /* ndns to resolve / whose parents to find */
 	size_t scanned;                /* groups already queued for members/parents */
 	struct lp_user *target;        /* initgroups: the user */
+	size_t users_stored;           /* enumeration: users committed page by page */
+	struct lp_vec ru, rg;          /* refresh: user and group names (arena) */
 };
 
 /* ==== domain ============================================================== */
@@ -120,13 +127,15 @@ struct ldap_domain {
 	bool online;   /* false: offline, serving the cache */
 	int64_t since; /* unix seconds the state began */
 	uint32_t backoff_ms;
-	uint64_t next_probe_ns;  /* offline: when to probe */
-	uint64_t failback_ns;    /* on a secondary: when to try the primary; 0 never */
-	uint64_t next_enum_ns;   /* enumerate: next run; 0 none */
-	struct lp_search *probe; /* offline: the rootDSE search that proves a server */
-	bool more;               /* messages may be waiting inside libldap */
-	bool broken;             /* a send failed: replace the connection */
-	struct idc_arena arena;  /* normalized bases */
+	uint64_t next_probe_ns;   /* offline: when to probe */
+	uint64_t failback_ns;     /* on a secondary: when to try the primary; 0 never */
+	uint64_t next_enum_ns;    /* enumerate: next run; 0 none */
+	uint64_t next_refresh_ns; /* refresh_expired_interval: next run; 0 none */
+	struct lp_search *probe;  /* offline: the rootDSE search that proves a server */
+	bool more;                /* messages may be waiting inside libldap */
+	bool broken;              /* a send failed: replace the connection */
+	bool yield;               /* a page was committed: back to the event loop */
+	struct idc_arena arena;   /* normalized bases */
 	const char *nubase, *ngbase;
 	char last_error[256];
 	struct lp_search *searches; /* in flight, the probe included */
@@ -177,6 +186,8 @@ void lp_log_once(struct ldap_domain *ld, int level, const char *fmt, ...)
 
 /* request.c */
 void lp_req_searched(struct lp_req *r); /* a search of r finished */
+/* A page of an enumeration arrived: commit what it completed. */
+void lp_req_page(struct lp_req *r);
 void lp_req_restart_all(struct ldap_domain *ld);
 void lp_req_finish_all(struct ldap_domain *ld, enum ldap_lookup_result res);
 

@@ -64,8 +64,25 @@ void ldap_domain_config_free(struct ldap_domain_config *c)
 		free(c->map[i]);
 	free(c->bind_dn);
 	free(c->authtok_file);
+	if (c->authtok)
+		explicit_bzero(c->authtok, strlen(c->authtok));
+	free(c->authtok);
 	free(c->tls_cacert);
 	memset(c, 0, sizeof(*c));
+}
+
+int ldap_domain_config_set_authtok(struct ldap_domain_config *c, const char *secret, size_t len)
+{
+	char *p = malloc(len + 1);
+	if (!p)
+		return -ENOMEM;
+	memcpy(p, secret, len);
+	p[len] = '\0';
+	if (c->authtok)
+		explicit_bzero(c->authtok, strlen(c->authtok));
+	free(c->authtok);
+	c->authtok = p;
+	return 0;
 }
 
 /* Replace *slot with a copy of v. */
@@ -253,7 +270,7 @@ int ldap_domain_config_check(const struct ldap_domain_config *c, struct idc_diag
 		return idc_diag_set(d, -EINVAL, "ldap_uri is required");
 	if (!c->search_base && (!c->user_base || !c->group_base))
 		return idc_diag_set(d, -EINVAL, "ldap_search_base is required");
-	if (c->bind_dn && !c->authtok_file)
+	if (c->bind_dn && !c->authtok_file && !c->authtok)
 		return idc_diag_set(d, -EINVAL,
 				    "ldap_default_bind_dn needs ldap_default_authtok_file");
 	if (c->page_size == 0 || c->page_size > 100000)

@@ -13,13 +13,19 @@
  *              matched back by DN; found groups bring their own members.
  * Every DN is asked for at most once per lookup, so nested groups with a
  * cycle end. Then everything found is written in one cache transaction.
+ * An enumeration commits as its pages arrive (lp_req_page): the users of
+ * each page, and the groups whose members are all known; what is left
+ * (groups with members still to resolve) goes in the final transaction.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "providers/ldap/ldap_int.h"
 
@@ -55,11 +61,14 @@ static void req_clear(struct lp_req *r)
 	lp_vec_free(&r->groups);
 	lp_vec_free(&r->memq);
 	lp_vec_free(&r->parentq);
+	lp_vec_free(&r->ru);
+	lp_vec_free(&r->rg);
 	lp_map_free(&r->udn);
 	lp_map_free(&r->gdn);
 	lp_map_free(&r->uname);
 	lp_map_free(&r->asked);
 	r->scanned = 0;
+	r->users_stored = 0;
 	r->target = NULL;
 	r->phase = 0;
 	r->pending = 0;
@@ -104,7 +113,7 @@ static void req_complete(struct lp_req *r, enum ldap_lookup_result res)
 	struct ldap_domain *ld = r->ld;
 	req_unlink(ld, r);
 	req_forget_searches(ld, r);
-	if (r->kind != LDAP_LOOKUP_ENUMERATE) {
+	if (r->kind != LDAP_LOOKUP_ENUMERATE && r->kind != LP_REFRESH) {
 		uint64_t h = key_hash(ld, r->kind, r->name, r->id);
 		struct lp_neg *n = neg_slot(ld, h);
 		if (res == LDAP_LOOKUP_NOTFOUND)
@@ -204,6 +213,97 @@ static int send_enum(struct lp_req *r, bool groups)
 	int rc = oc_filter(&f, ld, !groups, groups);
 	if (!rc)
 		rc = send_search(r, LP_S_FIND, groups ? ld->gbase : ld->ubase, &f, true);
+	idc_buf_free(&f);
+	return rc;
+}
+
+/* refresh: the names of the domain's entries that are expired or expire
+ * before the next run (at most LP_REFRESH_MAX of each kind), into r->ru
+ * and r->rg. */
+struct expired_scan {
+	struct lp_req *r;
+	struct lp_vec *all;
+};
+
+static int scan_user(const struct cache_user *u, void *arg)
+{
+	struct expired_scan *x = arg;
+	char *n = idc_arena_strndup(&x->r->arena, u->name, strlen(u->name));
+	return n ? lp_vec_push(x->all, n) : -ENOMEM;
+}
+
+static int scan_group(const struct cache_group *g, void *arg)
+{
+	struct expired_scan *x = arg;
+	char *n = idc_arena_strndup(&x->r->arena, g->name, strlen(g->name));
+	return n ? lp_vec_push(x->all, n) : -ENOMEM;
+}
+
+static int collect_expired(struct lp_req *r)
+{
+	struct ldap_domain *ld = r->ld;
+	const char *doms[] = {ld->cfg.name};
+	int64_t soon = (int64_t)time(NULL) + (int64_t)(ld->cfg.refresh_expired_ms / 1000) + 1;
+	struct cache_reader *rd;
+	int rc = cache_reader_begin(ld->cache, &rd);
+	if (rc)
+		return rc;
+	for (int kind = 0; kind < 2 && !rc; kind++) {
+		struct lp_vec all = {0};
+		struct expired_scan x = {r, &all};
+		struct lp_vec *out = kind ? &r->rg : &r->ru;
+		rc = kind ? cache_enum_groups(rd, ld->cfg.name, scan_group, &x)
+			  : cache_enum_users(rd, ld->cfg.name, scan_user, &x);
+		if (rc == -ENOENT)
+			rc = 0; /* nothing cached yet */
+		for (size_t i = 0; i < all.n && !rc && out->n < LP_REFRESH_MAX; i++) {
+			struct cache_meta m;
+			struct cache_user u;
+			struct cache_group g;
+			int found = kind ? cache_group_by_name(rd, doms, 1, all.v[i], false, &g, &m)
+					 : cache_user_by_name(rd, doms, 1, all.v[i], false, &u, &m);
+			if (found == 0 && (m.expired || (m.expires && m.expires <= soon)))
+				rc = lp_vec_push(out, all.v[i]);
+		}
+		lp_vec_free(&all);
+	}
+	cache_reader_end(rd);
+	return rc;
+}
+
+/* refresh: the collected names, LP_MEMBER_BATCH per search. */
+static int send_refresh(struct lp_req *r)
+{
+	struct ldap_domain *ld = r->ld;
+	struct idc_buf f = IDC_BUF_INIT;
+	int rc = collect_expired(r);
+	if (rc && rc != -ENOMEM) {
+		idc_log(IDC_LOG_WARN, "ldap domain %s: reading the cache for a refresh: %s",
+			ld->cfg.name, idc_strerror(rc));
+		rc = 0; /* refresh what was collected */
+	}
+	for (int kind = 0; kind < 2 && !rc; kind++) {
+		const struct lp_vec *v = kind ? &r->rg : &r->ru;
+		const char *attr = ld->attr[kind ? LDAP_MAP_GROUP_NAME : LDAP_MAP_USER_NAME];
+		for (size_t i = 0; i < v->n && !rc; i += LP_MEMBER_BATCH) {
+			idc_buf_reset(&f);
+			rc = idc_buf_printf(&f, "(&");
+			if (!rc)
+				rc = oc_filter(&f, ld, !kind, kind);
+			if (!rc)
+				rc = idc_buf_printf(&f, "(|");
+			for (size_t j = i; j < v->n && j < i + LP_MEMBER_BATCH && !rc; j++)
+				rc = eq_filter(&f, attr, v->v[j]);
+			if (!rc)
+				rc = idc_buf_printf(&f, "))");
+			if (!rc)
+				rc = send_search(r, LP_S_FIND, kind ? ld->gbase : ld->ubase, &f,
+						 false);
+		}
+	}
+	if (!rc && (r->ru.n || r->rg.n))
+		idc_log(IDC_LOG_DEBUG, "ldap domain %s: refreshing %zu users and %zu groups",
+			ld->cfg.name, r->ru.n, r->rg.n);
 	idc_buf_free(&f);
 	return rc;
 }
@@ -436,22 +536,47 @@ static enum ldap_lookup_result answer(const struct lp_req *r)
 	}
 	if (r->kind == LDAP_LOOKUP_INITGROUPS)
 		found = r->target != NULL;
-	if (r->kind == LDAP_LOOKUP_ENUMERATE)
+	if (r->kind == LDAP_LOOKUP_ENUMERATE || r->kind == LP_REFRESH)
 		found = true;
 	return found ? LDAP_LOOKUP_FOUND : LDAP_LOOKUP_NOTFOUND;
 }
 
-/* Everything found, in one transaction; a name the directory no longer
- * has is removed. */
-static int store(struct lp_req *r, enum ldap_lookup_result res, struct idc_diag *d)
+/* Whether every member DN of g is a user or group of this answer. */
+static bool members_known(const struct lp_req *r, const struct lp_group *g)
+{
+	for (size_t i = 0; i < g->nmdns; i++)
+		if (!lp_map_get(&r->udn, g->mdns[i]) && !lp_map_get(&r->gdn, g->mdns[i]))
+			return false;
+	return true;
+}
+
+/* Whether g goes into this transaction: not committed yet, and for a page
+ * of an enumeration only when its members are known (the others wait for
+ * the final transaction, after the member searches). */
+static bool group_due(const struct lp_req *r, const struct lp_group *g, bool page)
+{
+	return !g->stored && (!page || members_known(r, g));
+}
+
+/* What was found and not yet committed, in one transaction; a name the
+ * directory no longer has is removed. page: an enumeration's intermediate
+ * commit (users so far, groups whose members are known). An unchanged
+ * entry writes only the timestamps db (cache_put_user/cache_put_group). */
+static int store(struct lp_req *r, enum ldap_lookup_result res, bool page, struct idc_diag *d)
 {
 	struct ldap_domain *ld = r->ld;
+	size_t ngroups = 0;
+	for (size_t i = 0; i < r->groups.n; i++)
+		ngroups += group_due(r, r->groups.v[i], page);
+	bool enumerating = page || r->kind == LDAP_LOOKUP_ENUMERATE || r->kind == LP_REFRESH;
+	if (enumerating && r->users_stored == r->users.n && !ngroups)
+		return 0;
 	struct cache_txn *t;
 	int rc = cache_txn_begin(ld->cache, &t, d);
 	if (rc)
 		return rc;
 	rc = cache_domain_ensure(t, ld->cfg.name, ld->cfg.entry_cache_timeout, d);
-	for (size_t i = 0; i < r->users.n && !rc; i++) {
+	for (size_t i = r->users_stored; i < r->users.n && !rc; i++) {
 		const struct lp_user *u = r->users.v[i];
 		struct cache_user cu = {u->name,  u->uid, u->gid, u->gecos, u->dir,
 					u->shell, 0,      u->dn,  u->modts};
@@ -459,11 +584,12 @@ static int store(struct lp_req *r, enum ldap_lookup_result res, struct idc_diag 
 	}
 	for (size_t i = 0; i < r->groups.n && !rc; i++) {
 		struct lp_group *g = r->groups.v[i];
-		rc = soft(ld, put_group(t, r, g, d), g->dn, d);
+		if (group_due(r, g, page))
+			rc = soft(ld, put_group(t, r, g, d), g->dn, d);
 	}
-	if (!rc && res == LDAP_LOOKUP_NOTFOUND && r->kind == LDAP_LOOKUP_PWNAM)
+	if (!rc && !page && res == LDAP_LOOKUP_NOTFOUND && r->kind == LDAP_LOOKUP_PWNAM)
 		rc = cache_del_user(t, ld->cfg.name, r->name, d);
-	if (!rc && res == LDAP_LOOKUP_NOTFOUND && r->kind == LDAP_LOOKUP_GRNAM)
+	if (!rc && !page && res == LDAP_LOOKUP_NOTFOUND && r->kind == LDAP_LOOKUP_GRNAM)
 		rc = cache_del_group(t, ld->cfg.name, r->name, d);
 	if (rc == -ENOENT)
 		rc = 0;
@@ -472,9 +598,33 @@ static int store(struct lp_req *r, enum ldap_lookup_result res, struct idc_diag 
 		return rc;
 	}
 	rc = cache_txn_commit(t, d);
-	if (!rc)
-		ld->ncommits++;
-	return rc;
+	if (rc)
+		return rc;
+	ld->ncommits++;
+	r->users_stored = r->users.n;
+	for (size_t i = 0; i < r->groups.n; i++) {
+		struct lp_group *g = r->groups.v[i];
+		if (group_due(r, g, page))
+			g->stored = true;
+	}
+	return 0;
+}
+
+void lp_req_page(struct lp_req *r)
+{
+	struct idc_diag d = {{0}};
+	size_t nu = r->users.n - r->users_stored;
+	uint64_t t0 = idc_now_ns();
+	int rc = store(r, LDAP_LOOKUP_FOUND, true, &d);
+	if (rc)
+		/* Left for the final transaction, which tries again. */
+		idc_log(IDC_LOG_WARN, "ldap domain %s: storing an enumeration page failed: %s",
+			r->ld->cfg.name, d.msg[0] ? d.msg : idc_strerror(rc));
+	else
+		idc_log(IDC_LOG_DEBUG,
+			"ldap domain %s: enumeration page: %zu users stored in %.1f ms",
+			r->ld->cfg.name, nu, (double)(idc_now_ns() - t0) / 1e6);
+	r->ld->yield = true;
 }
 
 static void finish(struct lp_req *r)
@@ -482,7 +632,7 @@ static void finish(struct lp_req *r)
 	struct idc_diag d = {{0}};
 	enum ldap_lookup_result res = answer(r);
 	uint64_t t0 = idc_now_ns();
-	int rc = store(r, res, &d);
+	int rc = store(r, res, false, &d);
 	idc_log(IDC_LOG_DEBUG, "ldap domain %s: %zu users, %zu groups stored in %.1f ms",
 		r->ld->cfg.name, r->users.n, r->groups.n, (double)(idc_now_ns() - t0) / 1e6);
 	if (rc) {
@@ -510,7 +660,12 @@ static struct lp_user *find_target(struct lp_req *r)
 static void req_step(struct lp_req *r)
 {
 	int rc = 0;
-	if (r->phase == 0) {
+	if (r->phase == 0 && r->kind == LP_REFRESH) {
+		r->phase = 2; /* then members, like a group lookup */
+		rc = send_refresh(r);
+		if (!rc && !r->pending)
+			return finish(r); /* nothing expired */
+	} else if (r->phase == 0) {
 		r->phase = 1;
 		rc = r->kind == LDAP_LOOKUP_ENUMERATE ? send_enum(r, false) : send_find(r);
 	} else if (r->phase == 1 && r->kind == LDAP_LOOKUP_ENUMERATE) {
@@ -570,20 +725,42 @@ void lp_req_restart_all(struct ldap_domain *ld)
 
 /* ==== domain ============================================================================ */
 
+/* The first line of the password file, for a caller that did not hand
+ * the secret over (ldap_domain_config_set_authtok). Opened without
+ * following a symlink; the descriptor read must be a regular file with no
+ * group or other permission bits. */
 static int read_password(const char *path, char **out, struct idc_diag *d)
 {
-	FILE *f = fopen(path, "re");
-	if (!f)
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0)
 		return idc_diag_set(d, -errno, "ldap_default_authtok_file %s: %s", path,
 				    idc_strerror(-errno));
+	struct stat st;
+	int rc = fstat(fd, &st) < 0 ? -errno : 0;
+	if (!rc && (!S_ISREG(st.st_mode) || (st.st_mode & (S_IRWXG | S_IRWXO))))
+		rc = idc_diag_set(d, -EPERM,
+				  "ldap_default_authtok_file %s: not a regular file only its "
+				  "owner can read",
+				  path);
 	char buf[1024];
-	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
+	size_t n = 0;
+	while (!rc && n < sizeof(buf) - 1) {
+		ssize_t k = read(fd, buf + n, sizeof(buf) - 1 - n);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0) {
+			rc = k < 0 ? -errno : 0;
+			break;
+		}
+		n += (size_t)k;
+	}
+	close(fd);
 	buf[n] = '\0';
 	buf[strcspn(buf, "\r\n")] = '\0';
-	*out = strdup(buf);
+	if (!rc && !(*out = strdup(buf)))
+		rc = -ENOMEM;
 	explicit_bzero(buf, sizeof(buf));
-	return *out ? 0 : -ENOMEM;
+	return rc;
 }
 
 static int copy_str(char **dst, const char *src)
@@ -595,10 +772,10 @@ static int copy_str(char **dst, const char *src)
 static int copy_config(struct ldap_domain_config *dst, const struct ldap_domain_config *src)
 {
 	*dst = *src;
-	char **s[] = {&dst->name,    &dst->search_base,  &dst->user_base, &dst->group_base,
-		      &dst->bind_dn, &dst->authtok_file, &dst->tls_cacert};
-	const char *v[] = {src->name,    src->search_base,  src->user_base, src->group_base,
-			   src->bind_dn, src->authtok_file, src->tls_cacert};
+	char **s[] = {&dst->name,    &dst->search_base,  &dst->user_base,  &dst->group_base,
+		      &dst->bind_dn, &dst->authtok_file, &dst->tls_cacert, &dst->authtok};
+	const char *v[] = {src->name,    src->search_base,  src->user_base,  src->group_base,
+			   src->bind_dn, src->authtok_file, src->tls_cacert, src->authtok};
 	int rc = 0;
 	for (size_t i = 0; i < IDC_ARRAY_SIZE(s); i++)
 		*s[i] = NULL;
@@ -645,7 +822,9 @@ int ldap_domain_new(const struct ldap_domain_config *cfg, struct cache *c, struc
 	if (!ld)
 		return -ENOMEM;
 	rc = copy_config(&ld->cfg, cfg);
-	if (!rc && cfg->bind_dn)
+	if (!rc && cfg->bind_dn && cfg->authtok)
+		rc = copy_str(&ld->password, cfg->authtok);
+	else if (!rc && cfg->bind_dn)
 		rc = read_password(cfg->authtok_file, &ld->password, d);
 	if (rc) {
 		ldap_domain_free(ld);
@@ -669,6 +848,8 @@ int ldap_domain_new(const struct ldap_domain_config *cfg, struct cache *c, struc
 	set_attrs(ld);
 	if (ld->cfg.enumerate)
 		ld->next_enum_ns = idc_now_ns();
+	if (ld->cfg.refresh_expired_ms)
+		ld->next_refresh_ns = idc_now_ns() + ld->cfg.refresh_expired_ms * 1000000ull;
 	*out = ld;
 	return 0;
 }
@@ -697,6 +878,10 @@ static struct lp_req *find_req(struct ldap_domain *ld, enum ldap_lookup_kind kin
 	return NULL;
 }
 
+static enum ldap_lookup_result start_lookup(struct ldap_domain *ld, enum ldap_lookup_kind kind,
+					    const char *name, uint32_t id, ldap_lookup_cb cb,
+					    void *arg);
+
 enum ldap_lookup_result ldap_domain_lookup(struct ldap_domain *ld, enum ldap_lookup_kind kind,
 					   const char *name, uint32_t id, ldap_lookup_cb cb,
 					   void *arg)
@@ -716,6 +901,14 @@ enum ldap_lookup_result ldap_domain_lookup(struct ldap_domain *ld, enum ldap_loo
 		ld->nneg++;
 		return LDAP_LOOKUP_NOTFOUND;
 	}
+	return start_lookup(ld, kind, name, id, cb, arg);
+}
+
+/* Join an identical request in flight, or start one. */
+static enum ldap_lookup_result start_lookup(struct ldap_domain *ld, enum ldap_lookup_kind kind,
+					    const char *name, uint32_t id, ldap_lookup_cb cb,
+					    void *arg)
+{
 	struct lp_req *r = find_req(ld, kind, name, id);
 	if (r) {
 		ld->njoined++;
@@ -765,8 +958,10 @@ int64_t ldap_domain_next_timeout(const struct ldap_domain *ld)
 		earliest(&best, ld->next_probe_ns);
 	if (ld->online && ld->conn)
 		earliest(&best, ld->failback_ns);
-	if (ld->online)
+	if (ld->online) {
 		earliest(&best, ld->next_enum_ns);
+		earliest(&best, ld->next_refresh_ns);
+	}
 	if (!best)
 		return -1;
 	uint64_t now = idc_now_ns();
@@ -784,6 +979,23 @@ static void maybe_enumerate(struct ldap_domain *ld, uint64_t now)
 			ld->cfg.name);
 }
 
+/* refresh_expired_interval: refresh what expired (or is about to) in the
+ * background, one request at a time; unchanged entries only get new
+ * timestamps. Offline: skipped until the next interval. */
+static void maybe_refresh(struct ldap_domain *ld, uint64_t now)
+{
+	if (!ld->next_refresh_ns || now < ld->next_refresh_ns || !ld->online)
+		return;
+	ld->next_refresh_ns = now + ld->cfg.refresh_expired_ms * 1000000ull;
+	if (find_req(ld, LP_REFRESH, NULL, 0))
+		return; /* the last one is still running */
+	if (start_lookup(ld, LP_REFRESH, NULL, 0, NULL, NULL) == LDAP_LOOKUP_OFFLINE)
+		idc_log(IDC_LOG_DEBUG,
+			"ldap domain %s: refresh of expired entries postponed "
+			"(offline)",
+			ld->cfg.name);
+}
+
 void ldap_domain_process(struct ldap_domain *ld)
 {
 	if (ld->broken) {
@@ -796,6 +1008,7 @@ void ldap_domain_process(struct ldap_domain *ld)
 	lp_search_deadlines(ld, now);
 	lp_conn_timers(ld, now);
 	maybe_enumerate(ld, now);
+	maybe_refresh(ld, now);
 }
 
 void ldap_domain_get_status(const struct ldap_domain *ld, struct ldap_domain_status *st)

@@ -162,6 +162,10 @@ static void on_result(struct ldap_domain *ld, struct lp_search *s, LDAPMessage *
 	}
 	ldap_memfree(text);
 	ldap_controls_free(ctrls);
+	/* An enumeration commits page by page and lets the loop serve others
+	 * before the next page is read (never completes the request). */
+	if (benign(err) && s->req && s->req->kind == LDAP_LOOKUP_ENUMERATE)
+		lp_req_page(s->req);
 	if (again)
 		return;
 	if (!benign(err)) {
@@ -226,8 +230,12 @@ void lp_read(struct ldap_domain *ld)
 		}
 		on_message(ld, msg);
 		ldap_msgfree(msg);
+		if (ld->yield) {
+			ld->yield = false;
+			break;
+		}
 	}
-	ld->more = ld->conn != NULL; /* stopped at the bound: come back at once */
+	ld->more = ld->conn != NULL; /* stopped at the bound or a page: come back at once */
 }
 
 void lp_search_deadlines(struct ldap_domain *ld, uint64_t now)
