@@ -16,12 +16,22 @@ struct pair_ref {
 static int pair_ref_cmp(const void *a, const void *b)
 {
 	const struct pair_ref *x = a, *y = b;
-	size_t n = x->norm_len < y->norm_len ? x->norm_len : y->norm_len;
-	int c = memcmp(x->norm, y->norm, n);
-	if (c)
-		return c;
-	if (x->norm_len != y->norm_len)
+	/* Repeated names share one copy (pair_refs), and other names mostly
+	 * differ in their first byte: both settle without calling memcmp,
+	 * which the sort of every entry's pairs otherwise calls dozens of
+	 * times. Names are never empty. */
+	if (x->norm != y->norm) {
+		if (x->norm[0] != y->norm[0])
+			return (unsigned char)x->norm[0] < (unsigned char)y->norm[0] ? -1 : 1;
+		size_t n = x->norm_len < y->norm_len ? x->norm_len : y->norm_len;
+		int c = memcmp(x->norm, y->norm, n);
+		if (c)
+			return c;
+		if (x->norm_len != y->norm_len)
+			return x->norm_len < y->norm_len ? -1 : 1;
+	} else if (x->norm_len != y->norm_len) {
 		return x->norm_len < y->norm_len ? -1 : 1;
+	}
 	return x->idx < y->idx ? -1 : (x->idx > y->idx);
 }
 

@@ -21,6 +21,17 @@ int index_key(struct store_val n, struct idc_buf *out, bool *skip)
 	return rc ? rc : idc_buf_append(out, &h, sizeof(h));
 }
 
+int index_key_inplace(struct idc_buf *out, size_t start, bool *skip)
+{
+	size_t n = out->len - start;
+	*skip = n == 0;
+	if (n < STORE_KEY_MAX)
+		return 0;
+	uint64_t h = idc_hash64(out->data + start, n, 0);
+	out->len = start + STORE_KEY_PREFIX;
+	return idc_buf_append(out, &h, sizeof(h));
+}
+
 const struct store_index *index_find(const struct store *s, const char *norm, size_t len)
 {
 	for (size_t i = 0; i < s->nidx; i++)
@@ -99,9 +110,16 @@ size_t store_index_list(struct store *s, const char *const **names)
 
 struct bulk_group {
 	size_t off; /* key bytes in keys */
+	uint64_t hash;
 	uint32_t len;
 	uint32_t count; /* then: start of its ids in the sorted order */
 };
+
+/* A hash slot: the group index in the low half, the top of the key's hash
+ * in the high half, so a probe past a different key (and every new key,
+ * the common case for uid) reads neither the group nor its bytes. */
+#define SLOT_EMPTY UINT64_MAX
+#define SLOT(g, h) ((uint64_t)(g) | ((h)&UINT64_C(0xffffffff00000000)))
 
 struct bulk_item {
 	uint32_t group;
@@ -118,25 +136,29 @@ static struct bulk_list *bulk_for(struct store_txn *t, MDB_dbi dbi)
 		return NULL;
 	t->bulk = b;
 	b = &t->bulk[t->nbulk++];
-	*b = (struct bulk_list){.dbi = dbi};
+	*b = (struct bulk_list){.dbi = dbi, .sorted = true};
 	MDB_stat st;
 	b->was_empty = mdb_stat(t->txn, dbi, &st) == 0 && st.ms_entries == 0;
 	return b;
 }
 
-static int bulk_rehash(struct bulk_list *b)
+/* A table of at least twice the groups' count (and a power of two) holding
+ * all groups. */
+static int bulk_rehash(struct bulk_list *b, size_t want)
 {
 	size_t cap = b->hcap ? b->hcap * 2 : 1024;
-	uint32_t *h = malloc(cap * sizeof(*h));
+	while (cap < want * 2)
+		cap *= 2;
+	uint64_t *h = malloc(cap * sizeof(*h));
 	if (!h)
 		return -ENOMEM;
 	memset(h, 0xff, cap * sizeof(*h));
 	for (uint32_t g = 0; g < b->ngroups; g++) {
-		uint64_t x = idc_hash64(b->keys.data + b->groups[g].off, b->groups[g].len, 0);
+		uint64_t x = b->groups[g].hash;
 		size_t i = x & (cap - 1);
-		while (h[i] != UINT32_MAX)
+		while (h[i] != SLOT_EMPTY)
 			i = (i + 1) & (cap - 1);
-		h[i] = g;
+		h[i] = SLOT(g, x);
 	}
 	free(b->hash);
 	b->hash = h;
@@ -144,17 +166,15 @@ static int bulk_rehash(struct bulk_list *b)
 	return 0;
 }
 
-/* The group of key, created when new; UINT32_MAX on ENOMEM. */
-static uint32_t bulk_group_of(struct bulk_list *b, struct store_val key)
+static int key_cmp(const char *a, size_t alen, const char *b, size_t blen)
 {
-	if ((b->ngroups + 1) * 2 > b->hcap && bulk_rehash(b))
-		return UINT32_MAX;
-	size_t i = idc_hash64(key.ptr, key.len, 0) & (b->hcap - 1);
-	for (; b->hash[i] != UINT32_MAX; i = (i + 1) & (b->hcap - 1)) {
-		const struct bulk_group *g = &b->groups[b->hash[i]];
-		if (g->len == key.len && memcmp(b->keys.data + g->off, key.ptr, key.len) == 0)
-			return b->hash[i];
-	}
+	int c = memcmp(a, b, alen < blen ? alen : blen);
+	return c ? c : (alen > blen) - (alen < blen);
+}
+
+/* A new group for key (hash x); UINT32_MAX on ENOMEM. */
+static uint32_t bulk_new_group(struct bulk_list *b, struct store_val key, uint64_t x)
+{
 	if (b->ngroups == b->gcap) {
 		size_t cap = b->gcap ? b->gcap * 2 : 256;
 		struct bulk_group *g = realloc(b->groups, cap * sizeof(*g));
@@ -163,11 +183,54 @@ static uint32_t bulk_group_of(struct bulk_list *b, struct store_val key)
 		b->groups = g;
 		b->gcap = cap;
 	}
-	b->groups[b->ngroups] = (struct bulk_group){b->keys.len, (uint32_t)key.len, 0};
+	b->groups[b->ngroups] = (struct bulk_group){b->keys.len, x, (uint32_t)key.len, 0};
 	if (idc_buf_append(&b->keys, key.ptr, key.len))
 		return UINT32_MAX;
-	b->hash[i] = (uint32_t)b->ngroups;
 	return (uint32_t)b->ngroups++;
+}
+
+/* The group of key, created when new; UINT32_MAX on ENOMEM.
+ *
+ * While keys come in increasing order (uid and uidNumber of a generated or
+ * exported file), a key is either the last group's or greater than every
+ * group's: no hash is computed and no table touched, which for a million
+ * distinct keys saves a cache miss per key. The first key out of order
+ * hashes the groups so far and the table takes over. */
+static uint32_t bulk_group_of(struct bulk_list *b, struct store_val key)
+{
+	if (b->sorted) {
+		int c = 1;
+		if (b->ngroups) {
+			const struct bulk_group *last = &b->groups[b->ngroups - 1];
+			c = key_cmp(key.ptr, key.len, b->keys.data + last->off, last->len);
+		}
+		if (c > 0)
+			return bulk_new_group(b, key, 0);
+		if (c == 0)
+			return (uint32_t)(b->ngroups - 1);
+		b->sorted = false;
+		for (uint32_t g = 0; g < b->ngroups; g++)
+			b->groups[g].hash =
+			    idc_hash64(b->keys.data + b->groups[g].off, b->groups[g].len, 0);
+		if (bulk_rehash(b, b->ngroups + 1))
+			return UINT32_MAX;
+	}
+	if ((b->ngroups + 1) * 2 > b->hcap && bulk_rehash(b, b->ngroups + 1))
+		return UINT32_MAX;
+	uint64_t x = idc_hash64(key.ptr, key.len, 0), tag = SLOT(0, x);
+	size_t i = x & (b->hcap - 1);
+	for (; b->hash[i] != SLOT_EMPTY; i = (i + 1) & (b->hcap - 1)) {
+		if ((b->hash[i] & UINT64_C(0xffffffff00000000)) != tag)
+			continue;
+		uint32_t gi = (uint32_t)b->hash[i];
+		const struct bulk_group *g = &b->groups[gi];
+		if (g->len == key.len && memcmp(b->keys.data + g->off, key.ptr, key.len) == 0)
+			return gi;
+	}
+	uint32_t g = bulk_new_group(b, key, x);
+	if (g != UINT32_MAX)
+		b->hash[i] = SLOT(g, x);
+	return g;
 }
 
 static int bulk_add(struct store_txn *t, MDB_dbi dbi, struct store_val key, uint64_t id)
@@ -214,7 +277,8 @@ static uint64_t *bulk_sort(struct bulk_list *b, uint32_t *order)
 		order[g] = g;
 	bulk_base = b->keys.data;
 	bulk_groups = b->groups;
-	qsort(order, b->ngroups, sizeof(*order), group_cmp);
+	if (!b->sorted)
+		qsort(order, b->ngroups, sizeof(*order), group_cmp);
 	size_t pos = 0;
 	for (uint32_t k = 0; k < b->ngroups; k++) {
 		struct bulk_group *g = &b->groups[order[k]];
@@ -439,6 +503,22 @@ int index_update(struct store_txn *t, uint64_t id, const struct store_entry *old
 			return rc;
 	}
 	return 0;
+}
+
+int index_add(struct store_txn *t, uint64_t id)
+{
+	const struct store *s = t->s;
+	int rc = 0;
+	for (size_t i = 0; i < t->nak && !rc; i++) {
+		const struct add_key *k = &t->ak[i];
+		rc = pair_put(t, s->idx[k->ix].dbi,
+			      (struct store_val){t->akeys.data + k->off, k->len}, id);
+	}
+	for (size_t i = 0; i < t->npres && !rc; i++) {
+		const struct store_index *ix = &s->idx[t->ak_pres[i]];
+		rc = pair_put(t, s->pres, (struct store_val){ix->name, ix->name_len}, id);
+	}
+	return rc;
 }
 
 /* ---- adding and dropping an index ---------------------------------------------------- */

@@ -268,7 +268,7 @@ static bool options_valid(const char *s, size_t len)
 	return true;
 }
 
-size_t store_attr_canon(const char *name, size_t len, char out[STORE_ATTR_MAX])
+static size_t attr_canon(const char *name, size_t len, char out[STORE_ATTR_MAX])
 {
 	/* one byte is kept for the NUL, so out is always a C string */
 	if (!name || len == 0 || len >= STORE_ATTR_MAX)
@@ -291,6 +291,52 @@ size_t store_attr_canon(const char *name, size_t len, char out[STORE_ATTR_MAX])
 	return tlen + len - base;
 }
 
+/* Recent results of store_attr_canon, per thread: an import asks for the
+ * same dozen names with every entry (twice: LDIF reader, entry builder), and
+ * a hit costs a hash and two short copies instead of a scan, a lowercase
+ * pass and a table search. Names that are too long are simply not kept. */
+#define MEMO_SLOTS 64
+#define MEMO_NAME  32 /* <= STORE_ATTR_MAX */
+
+struct canon_memo {
+	unsigned char len; /* 0: empty slot */
+	unsigned char clen;
+	char name[MEMO_NAME];
+	char canon[MEMO_NAME];
+};
+
+static _Thread_local struct canon_memo canon_memo[MEMO_SLOTS];
+
+static size_t memo_slot(const char *name, size_t len)
+{
+	/* the length and three bytes tell the usual names apart */
+	size_t h = len * 31u + (unsigned char)name[0] * 7u + (unsigned char)name[len / 2] * 13u +
+		   (unsigned char)name[len - 1];
+	return h % MEMO_SLOTS;
+}
+
+size_t store_attr_canon(const char *name, size_t len, char out[STORE_ATTR_MAX])
+{
+	if (!name || len == 0 || len >= MEMO_NAME)
+		return attr_canon(name, len, out);
+	struct canon_memo *m = &canon_memo[memo_slot(name, len)];
+	if (m->len == len && memcmp(m->name, name, len) == 0) {
+		/* out has STORE_ATTR_MAX bytes: a fixed-size copy is two vector
+		 * moves, where a length-sized one became a slow "rep movs" */
+		memcpy(out, m->canon, MEMO_NAME);
+		return m->clen;
+	}
+	size_t n = attr_canon(name, len, out);
+	if (n > 0 && n < MEMO_NAME) {
+		m->len = (unsigned char)len;
+		m->clen = (unsigned char)n;
+		memcpy(m->name, name, len);
+		memcpy(m->canon, out, n + 1);
+		memset(m->canon + n + 1, 0, MEMO_NAME - n - 1);
+	}
+	return n;
+}
+
 /* Whether the options of a canonical description include ";binary", which
  * says the values are BER: they only compare as bytes. */
 static bool has_binary_option(const char *opts, size_t len)
@@ -305,7 +351,7 @@ static bool has_binary_option(const char *opts, size_t len)
 	return false;
 }
 
-enum store_rule store_attr_rule(const char *norm, size_t len)
+static enum store_rule attr_rule(const char *norm, size_t len)
 {
 	if (!norm)
 		return STORE_RULE_CASE_IGNORE;
@@ -316,6 +362,29 @@ enum store_rule store_attr_rule(const char *norm, size_t len)
 	const struct schema_name *r =
 	    table_find(rule_table, IDC_ARRAY_SIZE(rule_table), norm, base);
 	return r ? (enum store_rule)r->rule : STORE_RULE_CASE_IGNORE;
+}
+
+/* Recent results of store_attr_rule, per thread (every value check asks). */
+struct rule_memo {
+	unsigned char len; /* 0: empty slot */
+	unsigned char rule;
+	char name[MEMO_NAME];
+};
+
+static _Thread_local struct rule_memo rule_memo[MEMO_SLOTS];
+
+enum store_rule store_attr_rule(const char *norm, size_t len)
+{
+	if (!norm || len == 0 || len >= MEMO_NAME)
+		return attr_rule(norm, len);
+	struct rule_memo *m = &rule_memo[memo_slot(norm, len)];
+	if (m->len == len && memcmp(m->name, norm, len) == 0)
+		return (enum store_rule)m->rule;
+	enum store_rule r = attr_rule(norm, len);
+	m->len = (unsigned char)len;
+	m->rule = (unsigned char)r;
+	memcpy(m->name, norm, len);
+	return r;
 }
 
 int store_rule_by_name(const char *name, size_t len, enum store_rule *out)

@@ -293,6 +293,8 @@ static void txn_free(struct store_txn *t)
 	idc_buf_free(&t->norm);
 	idc_buf_free(&t->enc);
 	idc_buf_free(&t->copy);
+	idc_buf_free(&t->akeys);
+	free(t->ak);
 	idc_arena_free(&t->arena);
 	index_bulk_free(t);
 	free(t);

@@ -107,10 +107,21 @@ struct bulk_list {
 	struct idc_buf keys; /* distinct key bytes back to back */
 	struct bulk_group *groups;
 	size_t ngroups, gcap;
-	uint32_t *hash; /* group index or UINT32_MAX */
+	uint64_t *hash; /* SLOT(group, hash) or SLOT_EMPTY (index.c) */
 	size_t hcap;
 	struct bulk_item *items;
 	size_t n, cap;
+	bool sorted; /* groups were created in increasing key order (uid,
+		      * uidNumber of generated or exported data): no sort */
+};
+
+/* One index key of the entry being added: bytes akeys[off..off+len) for
+ * index idx[ix]. store_add gathers them while checking the values, so each
+ * value is normalized once for both. */
+struct add_key {
+	size_t off;
+	uint32_t len;
+	uint32_t ix;
 };
 
 struct store_txn {
@@ -128,6 +139,11 @@ struct store_txn {
 	struct idc_arena arena; /* per-operation; reset at each op */
 	struct bulk_list *bulk; /* per dbi, while bulk_ok */
 	size_t nbulk;
+	struct idc_buf akeys; /* store_add: index keys of the entry */
+	struct add_key *ak;
+	size_t nak, akcap;
+	uint32_t ak_pres[STORE_MAX_INDEXES]; /* store_add: idx[] of attributes present */
+	size_t npres;
 };
 
 /* Map an LMDB code to ours (MDB_MAP_FULL -> IDC_EMAPFULL, ...). */
@@ -152,6 +168,14 @@ const struct store_index *index_find(const struct store *s, const char *norm, si
 /* Bring the indexes from old to new (either may be NULL) for entry id. */
 int index_update(struct store_txn *t, uint64_t id, const struct store_entry *old,
 		 const struct store_entry *new_e);
+/* Index pairs of a new entry from the keys store_add gathered (t->ak):
+ * the same pairs as index_update(t, id, NULL, e) without normalizing
+ * again. */
+int index_add(struct store_txn *t, uint64_t id);
+/* Append the index key of a normalized value that store_normalize wrote
+ * at out[start..): an empty value is removed (*skip), a long one becomes
+ * prefix + hash in place. The rules of index_key, without a copy. */
+int index_key_inplace(struct idc_buf *out, size_t start, bool *skip);
 /* Write pending bulk pairs (sorted) to the databases. */
 int index_bulk_flush(struct store_txn *t);
 void index_bulk_free(struct store_txn *t);

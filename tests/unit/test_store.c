@@ -774,6 +774,175 @@ static void test_long_values(void **state)
 	store_txn_abort(t);
 }
 
+/* ---- the add fast paths ------------------------------------------------------------------ */
+
+/* Keys of the bulk path arriving in order, then out of order, then again
+ * equal to earlier ones: every grouping mode must give the same index. */
+static int order_fn(struct store_txn *t, void *arg, struct idc_diag *d)
+{
+	struct fx *f = arg;
+	idc_arena_reset(&f->arena);
+	/* uid increasing, gidNumber increasing with repeats; then a smaller
+	 * uid and gidNumber; then gidNumbers seen before the switch. */
+	static const struct {
+		const char *uid;
+		int gid;
+	} rows[] = {
+	    {"k100", -5}, {"k101", -5}, {"k102", 7},  {"k103", 7},   {"k104", 100},
+	    {"k050", 3},  {"k105", 7},  {"k106", -5}, {"k107", 100}, {"k001", 1000},
+	};
+	for (size_t i = 0; i < IDC_ARRAY_SIZE(rows); i++) {
+		char buf[512];
+		snprintf(buf, sizeof(buf),
+			 "uid=%s,ou=people,dc=example,dc=com\nobjectClass: person\nuid: %s\n"
+			 "cn: same\ngidNumber: %d",
+			 rows[i].uid, rows[i].uid, rows[i].gid);
+		struct store_entry e = mk(f, buf);
+		int rc = store_add(t, &e, NULL, d);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static void test_bulk_key_order(void **state)
+{
+	struct fx *f = *state;
+	add_tree(f);
+	struct idc_diag d = {""};
+	assert_int_equal(store_write(f->s, STORE_TXN_BULK, order_fn, f, &d), 0);
+	assert_int_equal(count(f, "(uid=k050)"), 1);
+	assert_int_equal(count(f, "(uid=k001)"), 1);
+	assert_int_equal(count(f, "(uid=k107)"), 1);
+	assert_int_equal(count(f, "(uid=k1*)"), 8);
+	assert_int_equal(count(f, "(gidNumber=-5)"), 3);
+	assert_int_equal(count(f, "(gidNumber=7)"), 3);
+	assert_int_equal(count(f, "(gidNumber=100)"), 8); /* 2 here, 6 in add_tree */
+	assert_int_equal(count(f, "(gidNumber=3)"), 1);
+	assert_int_equal(count(f, "(&(gidNumber>=-5)(gidNumber<=7))"), 7);
+	assert_int_equal(count(f, "(cn=same)"), 10);
+	struct store_txn *t;
+	assert_int_equal(store_txn_begin(f->s, NULL, STORE_TXN_RDONLY, &t, NULL), 0);
+	assert_int_equal(store_check(t, NULL, NULL), 0);
+	store_txn_abort(t);
+}
+
+/* One normalization per value serves the checks and the index keys: a
+ * failed add leaves no keys behind for the next one, and values that skip
+ * normalization (one text value, unindexed) still compare by their rule. */
+static int failing_fn(struct store_txn *t, void *arg, struct idc_diag *d)
+{
+	struct fx *f = arg;
+	idc_arena_reset(&f->arena);
+	static const struct {
+		const char *text;
+		int rc;
+	} cases[] = {
+	    {"uid=p1,ou=people,dc=example,dc=com\nuid: p1\ncn: bad\nuidNumber: 1x", IDC_ESYNTAX},
+	    {"uid=p2,ou=people,dc=example,dc=com\nuid: p2\ncn: dup\ncn: DUP", IDC_EVALEXISTS},
+	    {"uid=p3,ou=people,dc=example,dc=com\nuid: other\ncn: naming", IDC_ENAMING},
+	    {"uid=p4,ou=people,dc=example,dc=com\nuid: p4\ncn: ok\nsn:  Two   Words ", 0},
+	    {"uid=P5,ou=people,dc=example,dc=com\nuid: p5\ncn: upper rdn", 0},
+	    {"cn=a\\2cb,ou=groups,dc=example,dc=com\ncn: a,b", 0},
+	    {"cn=e,ou=groups,dc=example,dc=com\ncn: e\ndescription: ", 0},
+	};
+	for (size_t i = 0; i < IDC_ARRAY_SIZE(cases); i++) {
+		struct store_entry e = mk(f, cases[i].text);
+		int rc = store_add(t, &e, NULL, d);
+		if (rc != cases[i].rc)
+			return rc ? rc : -EINVAL;
+	}
+	/* 20 values (past the small-array case), the last equal to the third */
+	char buf[1024];
+	int n = snprintf(buf, sizeof(buf), "cn=many,ou=groups,dc=example,dc=com\ncn: many");
+	for (int i = 0; i < 19; i++)
+		n += snprintf(buf + n, sizeof(buf) - (size_t)n, "\nmemberUid: m%d", i);
+	snprintf(buf + n, sizeof(buf) - (size_t)n, "\nmemberUid: m2");
+	struct store_entry e = mk(f, buf);
+	int rc = store_add(t, &e, NULL, d);
+	if (rc != IDC_EVALEXISTS)
+		return rc ? rc : -EINVAL;
+	buf[strlen(buf) - 1] = 'X'; /* memberUid is caseExact: m2 and mX differ */
+	e = mk(f, buf);
+	return store_add(t, &e, NULL, d);
+}
+
+static void test_add_checks_and_keys(void **state)
+{
+	struct fx *f = *state;
+	add_tree(f);
+	struct idc_diag d = {""};
+	assert_int_equal(store_write(f->s, STORE_TXN_BULK, failing_fn, f, &d), 0);
+	assert_int_equal(count(f, "(cn=bad)"), 0);
+	assert_int_equal(count(f, "(cn=dup)"), 0);
+	assert_int_equal(count(f, "(cn=naming)"), 0);
+	assert_int_equal(count(f, "(uid=p1)"), 0);
+	assert_int_equal(count(f, "(uid=p4)"), 1);
+	assert_int_equal(count(f, "(sn=two words)"), 1);
+	assert_int_equal(count(f, "(uid=p5)"), 1);
+	assert_int_equal(count(f, "(cn=a,b)"), 1);
+	assert_int_equal(count(f, "(cn=many)"), 1);
+	assert_int_equal(count(f, "(memberUid=m18)"), 1);
+	assert_int_equal(count(f, "(description=*)"), 1);
+	struct store_txn *t;
+	assert_int_equal(store_txn_begin(f->s, NULL, STORE_TXN_RDONLY, &t, NULL), 0);
+	assert_int_equal(store_check(t, NULL, NULL), 0);
+	store_txn_abort(t);
+}
+
+/* store_attr_canon and store_attr_rule remember recent answers: asking many
+ * names in turn (so that slots are shared and replaced) must give the same
+ * answers as asking each once. */
+static void test_attr_name_memo(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *name, *canon;
+		enum store_rule rule;
+	} names[] = {
+	    {"objectClass", "objectclass", STORE_RULE_CASE_IGNORE},
+	    {"objectclass", "objectclass", STORE_RULE_CASE_IGNORE},
+	    {"OBJECTCLASS", "objectclass", STORE_RULE_CASE_IGNORE},
+	    {"uidNumber", "uidnumber", STORE_RULE_INTEGER},
+	    {"gidNumber", "gidnumber", STORE_RULE_INTEGER},
+	    {"member", "member", STORE_RULE_DN},
+	    {"memberUid", "memberuid", STORE_RULE_CASE_EXACT},
+	    {"gn", "givenname", STORE_RULE_CASE_IGNORE},
+	    {"GN", "givenname", STORE_RULE_CASE_IGNORE},
+	    {"2.5.4.3", "cn", STORE_RULE_CASE_IGNORE},
+	    {"commonName;lang-de", "cn;lang-de", STORE_RULE_CASE_IGNORE},
+	    {"userCertificate;binary", "usercertificate;binary", STORE_RULE_OCTET},
+	    {"description;binary", "description;binary", STORE_RULE_OCTET},
+	    {"x-Some-Very-Long-Attribute-Name-Past-The-Memo",
+	     "x-some-very-long-attribute-name-past-the-memo", STORE_RULE_CASE_IGNORE},
+	    {"1bad", NULL, STORE_RULE_CASE_IGNORE},
+	    {"bad name", NULL, STORE_RULE_CASE_IGNORE},
+	    {"a", "a", STORE_RULE_CASE_IGNORE},
+	    {"A", "a", STORE_RULE_CASE_IGNORE},
+	};
+	for (int round = 0; round < 3; round++) {
+		for (size_t i = 0; i < IDC_ARRAY_SIZE(names); i++) {
+			char out[STORE_ATTR_MAX];
+			size_t n = store_attr_canon(names[i].name, strlen(names[i].name), out);
+			if (!names[i].canon) {
+				assert_int_equal(n, 0);
+				continue;
+			}
+			assert_int_equal(n, strlen(names[i].canon));
+			assert_string_equal(out, names[i].canon);
+			assert_int_equal(store_attr_rule(out, n), names[i].rule);
+		}
+		/* many distinct names in between push the ones above out */
+		for (int k = 0; k < 200 && round == 1; k++) {
+			char nm[16], out[STORE_ATTR_MAX];
+			int len = snprintf(nm, sizeof(nm), "attr%dX", k);
+			assert_int_equal(store_attr_canon(nm, (size_t)len, out), (size_t)len);
+			assert_int_equal(out[len - 1], 'x');
+			assert_int_equal(store_attr_rule(out, (size_t)len), STORE_RULE_CASE_IGNORE);
+		}
+	}
+}
+
 static void test_entry_codec_rejects_garbage(void **state)
 {
 	(void)state;
@@ -811,6 +980,9 @@ int main(void)
 	    T(test_check_finds_faults),
 	    T(test_bulk_and_growth),
 	    T(test_long_values),
+	    T(test_bulk_key_order),
+	    T(test_add_checks_and_keys),
+	    cmocka_unit_test(test_attr_name_memo),
 	    cmocka_unit_test(test_entry_codec_rejects_garbage),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
