@@ -715,6 +715,394 @@ static void test_big_file(void **state)
 	idc_buf_free(&b);
 }
 
+/* ==== differential: partial refresh against a full one ============================
+ * Two domains over the same file contents, each with its own cache: one
+ * refreshes as the daemon does (parsing only changed lines when it can),
+ * the other always parses everything. After every random edit both must
+ * report the same stats and hook calls, keep the same snapshot (lines and
+ * offsets included) and hold the same cache content. */
+
+#define DIFF_FILES 4 /* passwd 0, passwd 1, group 0, group 1 */
+#define DIFF_LINES 160
+
+struct side {
+	char *dir, *path[DIFF_FILES];
+	struct cache *c;
+	struct files_domain *fd;
+	struct idc_buf hook; /* what the hook heard, as text */
+};
+
+struct model {
+	char *line[DIFF_FILES][DIFF_LINES]; /* without '\n' */
+	size_t n[DIFF_FILES];
+	bool absent[DIFF_FILES];
+	bool no_final_nl[DIFF_FILES];
+};
+
+static void hook_text(const struct files_change *ch, void *arg)
+{
+	struct idc_buf *b = arg;
+	assert_int_equal(idc_buf_printf(b, "%c %s>%s %u>%u m%d [", ch->group ? 'g' : 'u',
+					ch->old_name ? ch->old_name : "-",
+					ch->new_name ? ch->new_name : "-", ch->old_id, ch->new_id,
+					ch->moved),
+			 0);
+	for (size_t i = 0; i < ch->nold_mem; i++)
+		assert_int_equal(idc_buf_printf(b, "%s,", ch->old_mem[i]), 0);
+	assert_int_equal(idc_buf_printf(b, "] ["), 0);
+	for (size_t i = 0; i < ch->nnew_mem; i++)
+		assert_int_equal(idc_buf_printf(b, "%s,", ch->new_mem[i]), 0);
+	assert_int_equal(idc_buf_printf(b, "]\n"), 0);
+}
+
+static void side_open(struct side *sd, bool partial)
+{
+	static const char *const names[DIFF_FILES] = {"passwd", "passwd2", "group", "group2"};
+	sd->dir = tmpdir();
+	for (int i = 0; i < DIFF_FILES; i++)
+		sd->path[i] = path_in(sd->dir, names[i]);
+	struct cache_options o = {.nosync = true};
+	struct idc_diag d = {""};
+	if (cache_open(sd->dir, &o, &sd->c, &d) != 0)
+		fail_msg("cache_open: %s", d.msg);
+	const char *pws[] = {sd->path[0], sd->path[1]}, *grs[] = {sd->path[2], sd->path[3]};
+	struct files_domain_config cfg = {"files", pws, 2, grs, 2, 0};
+	assert_int_equal(files_domain_new(&cfg, &sd->fd), 0);
+	files_domain_set_partial(sd->fd, partial);
+	files_domain_set_hook(sd->fd, hook_text, &sd->hook);
+}
+
+static void side_close(struct side *sd)
+{
+	files_domain_free(sd->fd);
+	cache_close(sd->c);
+	rmrf(sd->dir);
+	free(sd->dir);
+	for (int i = 0; i < DIFF_FILES; i++)
+		free(sd->path[i]);
+	idc_buf_free(&sd->hook);
+}
+
+static uint64_t next_rand(uint64_t *rng)
+{
+	*rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
+	return *rng >> 33;
+}
+
+/* A line that is often a repeat of a name (also in another case), and
+ * sometimes malformed, a comment, blank, NIS or CRLF-terminated. */
+static char *diff_line(uint64_t *rng, bool group)
+{
+	static const char *const names[] = {"alice", "bob", "Bob",  "carol", "dave", "eve",
+					    "frank", "g h", "G  h", "ivan",  "judy", "mallory"};
+	char buf[256];
+	const char *nm = names[next_rand(rng) % IDC_ARRAY_SIZE(names)];
+	unsigned v = (unsigned)(next_rand(rng) % 8);
+	unsigned sfx = (unsigned)(next_rand(rng) % 6);
+	switch (next_rand(rng) % 16) {
+	case 0:
+		snprintf(buf, sizeof(buf), "# comment %u", v);
+		break;
+	case 1:
+		buf[0] = '\0';
+		break;
+	case 2:
+		snprintf(buf, sizeof(buf), "%s%u:x:notanumber:1:::", nm, sfx);
+		break;
+	case 3:
+		snprintf(buf, sizeof(buf), "+%s%u", nm, sfx);
+		break;
+	case 4:
+		snprintf(buf, sizeof(buf), "a/b%u:x:1:1:::", v); /* a name the cache refuses */
+		break;
+	default:
+		if (group)
+			snprintf(buf, sizeof(buf), "%s%u:x:%u:%s%u,bob,%s", nm, sfx, 100 + v,
+				 names[v % IDC_ARRAY_SIZE(names)], v, v & 1 ? "eve" : "");
+		else
+			snprintf(buf, sizeof(buf), "%s%u:x:%u:%u:G %u:/home/%s:/bin/sh", nm, sfx,
+				 1000 + v, 100 + v % 3, v, nm);
+		if (next_rand(rng) % 8 == 0)
+			strcat(buf, "\r");
+		if (next_rand(rng) % 10 == 0) {
+			memmove(buf + 2, buf, strlen(buf) + 1);
+			buf[0] = ' ';
+			buf[1] = '\t';
+		}
+	}
+	char *l = strdup(buf);
+	assert_non_null(l);
+	return l;
+}
+
+static void model_insert(struct model *m, int f, size_t at, char *l)
+{
+	if (m->n[f] == DIFF_LINES) {
+		free(l);
+		return;
+	}
+	memmove(&m->line[f][at + 1], &m->line[f][at], (m->n[f] - at) * sizeof(char *));
+	m->line[f][at] = l;
+	m->n[f]++;
+}
+
+static void model_delete(struct model *m, int f, size_t at)
+{
+	free(m->line[f][at]);
+	memmove(&m->line[f][at], &m->line[f][at + 1], (m->n[f] - at - 1) * sizeof(char *));
+	m->n[f]--;
+}
+
+static void model_clear(struct model *m, int f)
+{
+	while (m->n[f])
+		model_delete(m, f, m->n[f] - 1);
+}
+
+static void model_fill(struct model *m, int f, uint64_t *rng, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		model_insert(m, f, m->n[f], diff_line(rng, f >= 2));
+}
+
+/* One random edit of file f. */
+static void model_edit(struct model *m, int f, uint64_t *rng)
+{
+	size_t n = m->n[f], at = n ? next_rand(rng) % n : 0;
+	bool group = f >= 2;
+	switch (next_rand(rng) % 13) {
+	case 0: /* append, as useradd does */
+	case 1:
+		model_fill(m, f, rng, 1 + next_rand(rng) % 3);
+		break;
+	case 2: /* insert in the middle */
+		model_insert(m, f, n ? next_rand(rng) % (n + 1) : 0, diff_line(rng, group));
+		break;
+	case 3: /* delete lines */
+		for (size_t k = 1 + next_rand(rng) % 3; k && m->n[f]; k--)
+			model_delete(m, f, next_rand(rng) % m->n[f]);
+		break;
+	case 4: /* change a line */
+		if (n) {
+			free(m->line[f][at]);
+			m->line[f][at] = diff_line(rng, group);
+		}
+		break;
+	case 5: { /* copy a line of another file of the kind (a name from elsewhere) */
+		int g = group ? 2 + (int)(next_rand(rng) % 2) : (int)(next_rand(rng) % 2);
+		if (m->n[g]) {
+			char *l = strdup(m->line[g][next_rand(rng) % m->n[g]]);
+			assert_non_null(l);
+			model_insert(m, f, n ? next_rand(rng) % (n + 1) : 0, l);
+		}
+		break;
+	}
+	case 6: /* toggle CR at the end of a line */
+		if (n) {
+			char *l = m->line[f][at];
+			size_t len = strlen(l);
+			if (len && l[len - 1] == '\r') {
+				l[len - 1] = '\0';
+			} else {
+				char *x = malloc(len + 2);
+				assert_non_null(x);
+				memcpy(x, l, len);
+				memcpy(x + len, "\r", 2);
+				free(l);
+				m->line[f][at] = x;
+			}
+		}
+		break;
+	case 7: /* shrink */
+		while (m->n[f] > at)
+			model_delete(m, f, m->n[f] - 1);
+		break;
+	case 8: /* replaced by unrelated content */
+		model_clear(m, f);
+		model_fill(m, f, rng, next_rand(rng) % 40);
+		break;
+	case 9: /* removed, or back */
+		m->absent[f] = !m->absent[f];
+		break;
+	case 10: /* the last line loses or gains its newline */
+		m->no_final_nl[f] = !m->no_final_nl[f];
+		break;
+	case 11: /* one byte of a line changed */
+		if (n && *m->line[f][at]) {
+			char *l = m->line[f][at];
+			l[next_rand(rng) % strlen(l)] = "x:0,9 #\tA"[next_rand(rng) % 9];
+		}
+		break;
+	default: /* move a line */
+		if (n > 1) {
+			char *l = m->line[f][at];
+			memmove(&m->line[f][at], &m->line[f][at + 1],
+				(n - at - 1) * sizeof(char *));
+			m->n[f]--;
+			model_insert(m, f, next_rand(rng) % m->n[f], l);
+		}
+	}
+}
+
+static void model_write(const struct model *m, struct side *sd, int f)
+{
+	if (m->absent[f]) {
+		if (unlink(sd->path[f]) != 0)
+			assert_int_equal(errno, ENOENT);
+		return;
+	}
+	struct idc_buf b = IDC_BUF_INIT;
+	assert_int_equal(idc_buf_printf(&b, "%s", ""), 0); /* a NUL-terminated empty text */
+	for (size_t i = 0; i < m->n[f]; i++) {
+		bool nl = i + 1 < m->n[f] || !m->no_final_nl[f];
+		assert_int_equal(idc_buf_printf(&b, "%s%s", m->line[f][i], nl ? "\n" : ""), 0);
+	}
+	replace_file(sd->path[f], b.data);
+	idc_buf_free(&b);
+}
+
+static int dump_user(const struct cache_user *u, void *arg)
+{
+	return idc_buf_printf(arg, "U %s %u %u %s %s %s %llu\n", u->name, u->uid, u->gid, u->gecos,
+			      u->dir, u->shell, (unsigned long long)u->order);
+}
+
+static int dump_group(const struct cache_group *g, void *arg)
+{
+	int rc = idc_buf_printf(arg, "G %s %u %llu", g->name, g->gid, (unsigned long long)g->order);
+	for (size_t i = 0; rc == 0 && i < g->nmembers; i++)
+		rc = idc_buf_printf(arg, " %s", g->members[i]);
+	return rc ? rc : idc_buf_putc(arg, '\n');
+}
+
+/* Everything the side holds, as text: the kept snapshot and the cache. */
+static void side_dump(struct side *sd, struct idc_buf *b)
+{
+	idc_buf_reset(b);
+	const struct files_snapshot *s = files_domain_snapshot(sd->fd);
+	assert_non_null(s);
+	assert_int_equal(
+	    idc_buf_printf(b, "malformed %zu duplicates %zu\n", s->malformed, s->duplicates), 0);
+	for (size_t i = 0; i < s->nusers; i++) {
+		const struct files_user *u = &s->users[i];
+		assert_int_equal(idc_buf_printf(b, "u %s %u %u %s|%s|%s f%u l%u o%u %llu %llx\n",
+						u->name, u->uid, u->gid, u->gecos, u->dir, u->shell,
+						u->file, u->line, u->off,
+						(unsigned long long)u->order,
+						(unsigned long long)u->hash),
+				 0);
+		assert_int_equal(files_snapshot_user(s, u->name), (long)i);
+	}
+	for (size_t i = 0; i < s->ngroups; i++) {
+		const struct files_group *g = &s->groups[i];
+		assert_int_equal(idc_buf_printf(b, "g %s %u f%u l%u o%u %llu %llx", g->name, g->gid,
+						g->file, g->line, g->off,
+						(unsigned long long)g->order,
+						(unsigned long long)g->hash),
+				 0);
+		const char *const *mem = files_snapshot_members(s, g->mem_first);
+		for (size_t j = 0; j < g->nmembers; j++)
+			assert_int_equal(idc_buf_printf(b, " %s", mem[j]), 0);
+		assert_int_equal(idc_buf_putc(b, '\n'), 0);
+		assert_int_equal(files_snapshot_group(s, g->name), (long)i);
+	}
+	struct cache_reader *r;
+	assert_int_equal(cache_reader_begin(sd->c, &r), 0);
+	int rc = cache_enum_users(r, "files", dump_user, b);
+	assert_true(rc == 0 || rc == -ENOENT);
+	rc = cache_enum_groups(r, "files", dump_group, b);
+	assert_true(rc == 0 || rc == -ENOENT);
+	cache_reader_end(r);
+}
+
+static void stats_text(const struct files_refresh_stats *st, char *buf, size_t cap)
+{
+	const struct files_kind_stats *u = &st->users, *g = &st->groups;
+	snprintf(buf, cap, "u %zu+%zu~%zu-%zu=%zu g %zu+%zu~%zu-%zu=%zu bad %zu dup %zu s%d c%d",
+		 u->total, u->added, u->changed, u->removed, u->unchanged, g->total, g->added,
+		 g->changed, g->removed, g->unchanged, st->malformed, st->duplicates, st->skipped,
+		 st->committed);
+}
+
+static void side_refresh(struct side *sd, struct files_refresh_stats *st)
+{
+	struct idc_diag d = {""};
+	int rc = files_domain_refresh(sd->fd, sd->c, st, &d);
+	if (rc)
+		fail_msg("refresh: %s (%s)", idc_strerror(rc), d.msg);
+}
+
+static void run_differential(uint64_t seed, int rounds, size_t *npartial)
+{
+	struct side a = {0}, b = {0};
+	side_open(&a, true);
+	side_open(&b, false);
+	struct model m = {0};
+	uint64_t rng = seed;
+	for (int f = 0; f < DIFF_FILES; f++) {
+		model_fill(&m, f, &rng, f % 2 ? next_rand(&rng) % 10 : 20 + next_rand(&rng) % 40);
+		m.absent[f] = f % 2 && next_rand(&rng) % 2;
+	}
+	struct idc_buf da = IDC_BUF_INIT, db = IDC_BUF_INIT;
+	for (int round = 0; round < rounds; round++) {
+		/* mostly one file, sometimes two or three at once */
+		int nedit = next_rand(&rng) % 5 ? 1 : 2 + (int)(next_rand(&rng) % 2);
+		for (int e = 0; round > 0 && e < nedit; e++) {
+			int f = (int)(next_rand(&rng) % 10);
+			f = f < 5 ? 0 : f < 7 ? 2 : f < 9 ? 1 : 3; /* the first files most */
+			for (int k = 1 + (int)(next_rand(&rng) % 2); k; k--)
+				model_edit(&m, f, &rng);
+		}
+		for (int f = 0; f < DIFF_FILES; f++) {
+			model_write(&m, &a, f);
+			model_write(&m, &b, f);
+		}
+		idc_buf_reset(&a.hook);
+		idc_buf_reset(&b.hook);
+		struct files_refresh_stats sa, sb;
+		side_refresh(&a, &sa);
+		side_refresh(&b, &sb);
+		assert_false(sb.partial);
+		*npartial += sa.partial;
+		char ta[256], tb[256];
+		stats_text(&sa, ta, sizeof(ta));
+		stats_text(&sb, tb, sizeof(tb));
+		if (strcmp(ta, tb) != 0)
+			fail_msg("seed %llu round %d: stats differ:\n partial %s\n full    %s",
+				 (unsigned long long)seed, round, ta, tb);
+		if (strcmp(a.hook.data ? a.hook.data : "", b.hook.data ? b.hook.data : "") != 0)
+			fail_msg(
+			    "seed %llu round %d: hook reports differ:\n--- partial\n%s--- full\n%s",
+			    (unsigned long long)seed, round, a.hook.data ? a.hook.data : "",
+			    b.hook.data ? b.hook.data : "");
+		side_dump(&a, &da);
+		side_dump(&b, &db);
+		if (strcmp(da.data, db.data) != 0)
+			fail_msg(
+			    "seed %llu round %d: content differs:\n--- partial\n%s--- full\n%s",
+			    (unsigned long long)seed, round, da.data, db.data);
+	}
+	for (int f = 0; f < DIFF_FILES; f++)
+		model_clear(&m, f);
+	idc_buf_free(&da);
+	idc_buf_free(&db);
+	side_close(&a);
+	side_close(&b);
+}
+
+static void test_partial_differential(void **state)
+{
+	(void)state;
+	size_t partial = 0, rounds = 0;
+	for (uint64_t seed = 1; seed <= 12; seed++) {
+		run_differential(seed, 150, &partial);
+		rounds += 150;
+	}
+	printf("partial refreshes: %zu of %zu\n", partial, rounds);
+	/* most edits must take the partial path, or it is not being tested */
+	assert_true(partial * 3 > rounds);
+}
+
 int main(void)
 {
 	idc_log_init("test_files", true, IDC_LOG_ERR);
@@ -735,6 +1123,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_apply_failure_keeps_old, fixture_setup,
 					    fixture_teardown),
 	    cmocka_unit_test_setup_teardown(test_big_file, fixture_setup, fixture_teardown),
+	    cmocka_unit_test(test_partial_differential),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -78,6 +78,7 @@ struct files_user {
 	uint32_t uid, gid;
 	uint32_t file; /* index in the domain's file list */
 	uint32_t line; /* 1-based; 0 for a record read back from the cache */
+	uint32_t off;  /* byte offset of the line in its file */
 	uint64_t order;
 	uint64_t hash; /* of everything stored except order */
 	uint64_t key;  /* hash of the folded name */
@@ -87,6 +88,7 @@ struct files_group {
 	const char *name;
 	uint32_t gid;
 	uint32_t file, line;
+	uint32_t off;     /* byte offset of the line in its file */
 	size_t mem_first; /* members are snapshot->mem[mem_first..+nmembers) */
 	size_t nmembers;
 	uint64_t order;
@@ -100,6 +102,25 @@ struct files_name_table {
 	size_t used;
 };
 
+/* A line that yielded no record although it is not blank, a comment or NIS:
+ * malformed, or a repeated name. Kept so that a refresh re-parsing only
+ * the changed lines of a file can keep the counts exact and see which
+ * names an edit could uncover. */
+struct files_skip {
+	uint32_t file, line, off;
+	bool dup;
+	uint64_t key; /* dup: the folded name's key */
+};
+
+#define FILES_SKIP_MAX 65536u /* kept per kind; beyond, refreshes parse everything */
+
+struct files_skips {
+	struct files_skip *v; /* in file order */
+	size_t n, cap;
+	bool overflow;                /* v is incomplete: counts below still exact */
+	size_t malformed, duplicates; /* of this kind */
+};
+
 struct files_snapshot {
 	struct files_user *users;
 	size_t nusers, users_cap;
@@ -108,8 +129,11 @@ struct files_snapshot {
 	const char **mem; /* member names of all groups */
 	size_t nmem, mem_cap;
 	struct files_name_table user_names, group_names; /* folded name -> index */
-	char **bufs; /* owned file contents the strings point into */
+	char **bufs;                                     /* file contents the strings point into */
 	size_t nbufs;
+	size_t nborrowed; /* bufs[0..nborrowed) belong to another snapshot */
+	size_t buf_bytes; /* sum of the bufs' lengths */
+	struct files_skips uskip, gskip;
 	struct idc_arena arena; /* strings copied from the cache */
 	size_t malformed;       /* lines skipped as malformed (bad syntax, name) */
 	size_t duplicates;      /* lines skipped as a repeated name */
@@ -209,6 +233,7 @@ struct files_refresh_stats {
 	size_t duplicates; /* lines skipped as a repeated name */
 	bool skipped;      /* files unchanged since the last refresh: nothing done */
 	bool committed;    /* a cache transaction was committed */
+	bool partial;      /* only the changed lines were parsed */
 	uint64_t parse_ns, diff_ns, apply_ns;
 };
 
@@ -256,6 +281,11 @@ typedef void (*files_change_fn)(const struct files_change *ch, void *arg);
 
 /* Report the changes of later refreshes to fn(ch, arg); fn NULL: stop. */
 void files_domain_set_hook(struct files_domain *fd, files_change_fn fn, void *arg);
+
+/* Whether a refresh may parse only the changed lines of a file (on by
+ * default; the result is the same either way, which the tests check by
+ * turning it off). */
+void files_domain_set_partial(struct files_domain *fd, bool on);
 
 /* Forget the kept snapshot: the next refresh re-reads what the cache holds
  * and stores every record again (after `idcache cache expire`, or when the

@@ -17,6 +17,40 @@ int files_snapshot_take_passwd(struct files_snapshot *s, const char *label, uint
 int files_snapshot_take_group(struct files_snapshot *s, const char *label, uint32_t file, char *buf,
 			      size_t len, bool log_bad);
 
+/* ==== partial re-parse =========================================================
+ * When one file of a kind changed between two refreshes, only its changed
+ * lines (the window) are parsed; the records before and after the window
+ * are taken over from the old snapshot. Index 0 is users, 1 groups. */
+struct files_outer {
+	const struct files_snapshot *old;
+	size_t before[2]; /* old records [0, before) precede the window */
+	size_t after[2];  /* old records [after, n) follow it */
+	bool collide;     /* out: a window record has the name of one after it */
+};
+
+/* Parse buf (len bytes, buf[len] writable), the window starting at byte off
+ * of the file, after line number line, into s (a fresh snapshot). Names
+ * the old records before the window hold count as repeats; a name one after
+ * the window holds sets outer->collide. On error buf is freed too. */
+int files_snapshot_take_window(struct files_snapshot *s, bool group, const char *label,
+			       uint32_t file, uint32_t line, uint32_t off, char *buf, size_t len,
+			       bool log_bad, struct files_outer *outer);
+
+struct files_window {
+	bool active;                /* else the kind is taken over unchanged */
+	uint32_t file;              /* index within the kind's files */
+	uint32_t pre, old_end;      /* the window was bytes [pre, old_end) of the old file */
+	int64_t dline, doff;        /* shift of the lines after it in the same file */
+	size_t before, after;       /* old record indexes, as in files_outer */
+	struct files_snapshot *win; /* the window parsed; its buffers move to the result */
+};
+
+/* A new snapshot: old with each active window's records replaced. Its
+ * first nborrowed buffers are old's (orders are not set for window
+ * records). 0 or -ENOMEM. */
+int files_snapshot_splice(const struct files_snapshot *old, struct files_window w[2],
+			  struct files_snapshot **out);
+
 /* Append a record already validated (from the cache); strings are copied
  * into s's arena. 0 or -ENOMEM. */
 int files_snapshot_push_user(struct files_snapshot *s, const struct cache_user *u);

@@ -336,8 +336,10 @@ void files_snapshot_free(struct files_snapshot *s)
 {
 	if (!s)
 		return;
-	for (size_t i = 0; i < s->nbufs; i++)
+	for (size_t i = s->nborrowed; i < s->nbufs; i++)
 		free(s->bufs[i]);
+	free(s->uskip.v);
+	free(s->gskip.v);
 	free(s->bufs);
 	free(s->users);
 	free(s->groups);
@@ -376,14 +378,43 @@ static int keep_buf(struct files_snapshot *s, char *buf)
 
 struct line_ctx {
 	struct files_snapshot *s;
+	enum kind k;
 	const char *label;
 	uint32_t file, line;
+	uint32_t off; /* of the current line in its file */
 	bool log_bad;
+	struct files_outer *outer; /* NULL unless parsing a window */
 };
+
+static struct files_skips *skips_of(struct files_snapshot *s, enum kind k)
+{
+	return k == USERS ? &s->uskip : &s->gskip;
+}
+
+/* Remember a skipped line. Out of room (or memory) the list is marked
+ * incomplete, which only turns partial refreshes off: not an error. */
+static void note_skip(struct line_ctx *c, bool dup, uint64_t key)
+{
+	struct files_skips *sk = skips_of(c->s, c->k);
+	if (dup) {
+		sk->duplicates++;
+		c->s->duplicates++;
+	} else {
+		sk->malformed++;
+		c->s->malformed++;
+	}
+	if (sk->overflow)
+		return;
+	if (sk->n >= FILES_SKIP_MAX || grow((void **)&sk->v, sk->n, &sk->cap, sizeof(*sk->v))) {
+		sk->overflow = true;
+		return;
+	}
+	sk->v[sk->n++] = (struct files_skip){c->file, c->line, c->off, dup, key};
+}
 
 static void note_bad(struct line_ctx *c, const char *why)
 {
-	c->s->malformed++;
+	note_skip(c, false, 0);
 	if (c->log_bad)
 		idc_log(IDC_LOG_WARN, "%s:%u: %s; line skipped", c->label, c->line, why);
 }
@@ -402,10 +433,21 @@ static bool name_ok(struct line_ctx *c, enum kind k, const char *name, uint64_t 
 	}
 	*key = name_key(name);
 	long prev = table_find(c->s, k, name, *key);
-	if (prev < 0)
+	const char *old = prev >= 0 ? name_of(c->s, k, (size_t)prev) : NULL;
+	if (!old && c->outer) {
+		/* A window's lines follow the old records [0, before): a name
+		 * seen there is a repeat. One that only a record after the window
+		 * has would take that record's place: the caller gives up. */
+		const struct files_outer *o = c->outer;
+		long j = table_find(o->old, k, name, *key);
+		if (j >= 0 && (size_t)j < o->before[k])
+			old = name_of(o->old, k, (size_t)j);
+		else if (j >= 0 && (size_t)j >= o->after[k])
+			c->outer->collide = true;
+	}
+	if (!old)
 		return true;
-	c->s->duplicates++;
-	const char *old = name_of(c->s, k, (size_t)prev);
+	note_skip(c, true, *key);
 	bool exact = strcmp(old, name) == 0;
 	if (c->log_bad)
 		idc_log(exact ? IDC_LOG_DEBUG : IDC_LOG_WARN,
@@ -433,6 +475,7 @@ static int add_user(struct line_ctx *c, const struct files_pwent *e)
 				 .gid = e->gid,
 				 .file = c->file,
 				 .line = c->line,
+				 .off = c->off,
 				 .key = key};
 	u->hash = files_user_hash(u->name, u->uid, u->gid, u->gecos, u->dir, u->shell);
 	rc = table_add(s, USERS, s->nusers);
@@ -506,6 +549,7 @@ static int add_group(struct line_ctx *c, struct files_grent *e)
 				  .gid = e->gid,
 				  .file = c->file,
 				  .line = c->line,
+				  .off = c->off,
 				  .mem_first = first,
 				  .nmembers = s->nmem - first,
 				  .key = key};
@@ -536,16 +580,19 @@ static int parse_line(struct line_ctx *c, enum kind k, char *line, size_t len)
 	return 0;
 }
 
-/* Split buf[0..len) (buf[len] writable) into lines and parse each. */
-static int parse_buf(struct line_ctx *c, enum kind k, char *buf, size_t len)
+/* Split buf[0..len) (buf[len] writable) into lines and parse each; buf
+ * starts at byte c->off of its file, on line c->line + 1. */
+static int parse_buf(struct line_ctx *c, char *buf, size_t len)
 {
 	char *p = buf, *end = buf + len;
+	uint32_t base = c->off;
 	while (p < end) {
 		char *nl = memchr(p, '\n', (size_t)(end - p));
 		size_t l = nl ? (size_t)(nl - p) : (size_t)(end - p);
 		p[l] = '\0';
 		c->line++;
-		int rc = parse_line(c, k, p, l);
+		c->off = base + (uint32_t)(p - buf);
+		int rc = parse_line(c, c->k, p, l);
 		if (rc)
 			return rc;
 		p += l + 1;
@@ -553,29 +600,39 @@ static int parse_buf(struct line_ctx *c, enum kind k, char *buf, size_t len)
 	return 0;
 }
 
-static int take(struct files_snapshot *s, enum kind k, const char *label, uint32_t file, char *buf,
-		size_t len, bool log_bad)
+static int take(struct line_ctx *c, char *buf, size_t len)
 {
+	struct files_snapshot *s = c->s;
 	int rc = keep_buf(s, buf);
 	if (rc) {
 		if (s->nbufs == 0 || s->bufs[s->nbufs - 1] != buf)
 			free(buf);
 		return rc;
 	}
-	struct line_ctx c = {s, label, file, 0, log_bad};
-	return parse_buf(&c, k, buf, len);
+	s->buf_bytes += len;
+	return parse_buf(c, buf, len);
 }
 
 int files_snapshot_take_passwd(struct files_snapshot *s, const char *label, uint32_t file,
 			       char *buf, size_t len, bool log_bad)
 {
-	return take(s, USERS, label, file, buf, len, log_bad);
+	struct line_ctx c = {s, USERS, label, file, 0, 0, log_bad, NULL};
+	return take(&c, buf, len);
 }
 
 int files_snapshot_take_group(struct files_snapshot *s, const char *label, uint32_t file, char *buf,
 			      size_t len, bool log_bad)
 {
-	return take(s, GROUPS, label, file, buf, len, log_bad);
+	struct line_ctx c = {s, GROUPS, label, file, 0, 0, log_bad, NULL};
+	return take(&c, buf, len);
+}
+
+int files_snapshot_take_window(struct files_snapshot *s, bool group, const char *label,
+			       uint32_t file, uint32_t line, uint32_t off, char *buf, size_t len,
+			       bool log_bad, struct files_outer *outer)
+{
+	struct line_ctx c = {s, group ? GROUPS : USERS, label, file, line, off, log_bad, outer};
+	return take(&c, buf, len);
 }
 
 static int copy_in(const void *data, size_t len, char **out)
@@ -597,7 +654,7 @@ int files_snapshot_add_passwd(struct files_snapshot *s, const char *label, uint3
 {
 	char *buf;
 	int rc = copy_in(data, len, &buf);
-	return rc ? rc : take(s, USERS, label, file, buf, len, log_bad);
+	return rc ? rc : files_snapshot_take_passwd(s, label, file, buf, len, log_bad);
 }
 
 int files_snapshot_add_group(struct files_snapshot *s, const char *label, uint32_t file,
@@ -605,7 +662,225 @@ int files_snapshot_add_group(struct files_snapshot *s, const char *label, uint32
 {
 	char *buf;
 	int rc = copy_in(data, len, &buf);
-	return rc ? rc : take(s, GROUPS, label, file, buf, len, log_bad);
+	return rc ? rc : files_snapshot_take_group(s, label, file, buf, len, log_bad);
+}
+
+/* ==== splicing a window into a snapshot ============================================ */
+
+/* Name table of kind k for records [0, n) of s, built from scratch: the
+ * names are known distinct (they come from snapshots that kept only first
+ * occurrences, and the window was checked against both sides), so each
+ * only needs an empty slot. Sized as table_add would have grown it. */
+static int table_rebuild(struct files_snapshot *s, enum kind k, size_t n)
+{
+	struct files_name_table *t = table_of(s, k);
+	*t = (struct files_name_table){0};
+	if (n == 0)
+		return 0;
+	if (n >= UINT32_MAX - 1)
+		return -EFBIG;
+	size_t size = 1024;
+	while ((n + 1) * 2 > size)
+		size *= 2;
+	t->slot = calloc(size, sizeof(*t->slot));
+	if (!t->slot)
+		return -ENOMEM;
+	t->mask = size - 1;
+	for (size_t i = 0; i < n; i++) {
+		uint64_t key = key_of(s, k, i);
+		size_t j = (size_t)key & t->mask;
+		while (t->slot[j])
+			j = (j + 1) & t->mask;
+		t->slot[j] = (key >> 32 << 32) | ((uint64_t)i + 1);
+	}
+	t->used = n;
+	return 0;
+}
+
+static bool in_window(const struct files_window *w, uint32_t file, uint32_t off)
+{
+	return file == w->file && off >= w->pre && off < w->old_end;
+}
+
+static bool after_window(const struct files_window *w, uint32_t file, uint32_t off)
+{
+	return file > w->file || (file == w->file && off >= w->old_end);
+}
+
+/* The skipped lines: old's before the window, the window's (win), old's
+ * after it (shifted when in the same file). With an active window neither
+ * list is incomplete (the caller checked), so the counts follow from the
+ * lists. */
+static int splice_skips(struct files_skips *out, const struct files_skips *old,
+			const struct files_window *w, const struct files_skips *win)
+{
+	*out = (struct files_skips){0};
+	size_t cap = old->n + (win ? win->n : 0);
+	if (cap && !(out->v = malloc(cap * sizeof(*out->v))))
+		return -ENOMEM;
+	out->cap = cap;
+	if (!w->active) {
+		if (old->n)
+			memcpy(out->v, old->v, old->n * sizeof(*out->v));
+		out->n = old->n;
+		out->overflow = old->overflow;
+		out->malformed = old->malformed;
+		out->duplicates = old->duplicates;
+		return 0;
+	}
+	size_t i = 0;
+	for (; i < old->n && !in_window(w, old->v[i].file, old->v[i].off) &&
+	       !after_window(w, old->v[i].file, old->v[i].off);
+	     i++)
+		out->v[out->n++] = old->v[i];
+	for (size_t j = 0; j < win->n; j++)
+		out->v[out->n++] = win->v[j];
+	for (; i < old->n; i++) {
+		struct files_skip e = old->v[i];
+		if (in_window(w, e.file, e.off))
+			continue;
+		if (e.file == w->file) {
+			e.line = (uint32_t)((int64_t)e.line + w->dline);
+			e.off = (uint32_t)((int64_t)e.off + w->doff);
+		}
+		out->v[out->n++] = e;
+	}
+	for (size_t j = 0; j < out->n; j++) {
+		out->malformed += !out->v[j].dup;
+		out->duplicates += out->v[j].dup;
+	}
+	return 0;
+}
+
+/* Move a record of old after the window to its new place in the file. */
+#define SHIFT(r, w)                                                                                \
+	do {                                                                                       \
+		if ((w)->active && (r).file == (w)->file) {                                        \
+			(r).line = (uint32_t)((int64_t)(r).line + (w)->dline);                     \
+			(r).off = (uint32_t)((int64_t)(r).off + (w)->doff);                        \
+		}                                                                                  \
+	} while (0)
+
+static int splice_users(struct files_snapshot *ns, const struct files_snapshot *old,
+			const struct files_window *w)
+{
+	size_t before = w->active ? w->before : old->nusers;
+	size_t after = w->active ? w->after : old->nusers;
+	size_t nwin = w->active ? w->win->nusers : 0;
+	size_t n = before + nwin + (old->nusers - after);
+	if (n && !(ns->users = malloc(n * sizeof(*ns->users))))
+		return -ENOMEM;
+	ns->users_cap = n;
+	if (before)
+		memcpy(ns->users, old->users, before * sizeof(*ns->users));
+	if (nwin)
+		memcpy(ns->users + before, w->win->users, nwin * sizeof(*ns->users));
+	struct files_user *dst = ns->users + before + nwin;
+	for (size_t i = after; i < old->nusers; i++) {
+		*dst = old->users[i];
+		SHIFT(*dst, w);
+		dst++;
+	}
+	ns->nusers = n;
+	return table_rebuild(ns, USERS, n);
+}
+
+/* Groups likewise; their member lists are contiguous in group order, so
+ * the members of the groups before, in and after the window are three
+ * runs of mem. */
+static int splice_groups(struct files_snapshot *ns, const struct files_snapshot *old,
+			 const struct files_window *w)
+{
+	size_t before = w->active ? w->before : old->ngroups;
+	size_t after = w->active ? w->after : old->ngroups;
+	const struct files_snapshot *win = w->active ? w->win : NULL;
+	size_t nwin = win ? win->ngroups : 0;
+	size_t n = before + nwin + (old->ngroups - after);
+	size_t mem_before =
+	    before ? old->groups[before - 1].mem_first + old->groups[before - 1].nmembers : 0;
+	size_t mem_after = after < old->ngroups ? old->groups[after].mem_first : old->nmem;
+	size_t nwin_mem = win ? win->nmem : 0;
+	size_t nmem = mem_before + nwin_mem + (old->nmem - mem_after);
+	if (n && !(ns->groups = malloc(n * sizeof(*ns->groups))))
+		return -ENOMEM;
+	ns->groups_cap = n;
+	if (nmem && !(ns->mem = malloc(nmem * sizeof(*ns->mem))))
+		return -ENOMEM;
+	ns->mem_cap = nmem;
+	if (mem_before)
+		memcpy(ns->mem, old->mem, mem_before * sizeof(*ns->mem));
+	if (nwin_mem)
+		memcpy(ns->mem + mem_before, win->mem, nwin_mem * sizeof(*ns->mem));
+	if (old->nmem > mem_after)
+		memcpy(ns->mem + mem_before + nwin_mem, old->mem + mem_after,
+		       (old->nmem - mem_after) * sizeof(*ns->mem));
+	ns->nmem = nmem;
+	if (before)
+		memcpy(ns->groups, old->groups, before * sizeof(*ns->groups));
+	struct files_group *dst = ns->groups + before;
+	for (size_t i = 0; i < nwin; i++, dst++) {
+		*dst = win->groups[i];
+		dst->mem_first += mem_before;
+	}
+	for (size_t i = after; i < old->ngroups; i++, dst++) {
+		*dst = old->groups[i];
+		dst->mem_first = dst->mem_first - mem_after + mem_before + nwin_mem;
+		SHIFT(*dst, w);
+	}
+	ns->ngroups = n;
+	return table_rebuild(ns, GROUPS, n);
+}
+
+/* Buffers: old's, borrowed, then the windows', taken. */
+static int splice_bufs(struct files_snapshot *ns, const struct files_snapshot *old,
+		       struct files_window w[2])
+{
+	size_t n = old->nbufs;
+	for (int k = 0; k < 2; k++)
+		n += w[k].active ? w[k].win->nbufs : 0;
+	if (n && !(ns->bufs = malloc(n * sizeof(*ns->bufs))))
+		return -ENOMEM;
+	if (old->nbufs)
+		memcpy(ns->bufs, old->bufs, old->nbufs * sizeof(*ns->bufs));
+	ns->nbufs = ns->nborrowed = old->nbufs;
+	ns->buf_bytes = old->buf_bytes;
+	for (int k = 0; k < 2; k++) {
+		if (!w[k].active)
+			continue;
+		struct files_snapshot *win = w[k].win;
+		for (size_t i = 0; i < win->nbufs; i++)
+			ns->bufs[ns->nbufs++] = win->bufs[i];
+		ns->buf_bytes += win->buf_bytes;
+		win->nbufs = 0; /* ns frees them now */
+	}
+	return 0;
+}
+
+int files_snapshot_splice(const struct files_snapshot *old, struct files_window w[2],
+			  struct files_snapshot **out)
+{
+	struct files_snapshot *ns = files_snapshot_new();
+	if (!ns)
+		return -ENOMEM;
+	int rc = splice_bufs(ns, old, w);
+	if (rc == 0)
+		rc = splice_users(ns, old, &w[0]);
+	if (rc == 0)
+		rc = splice_groups(ns, old, &w[1]);
+	if (rc == 0)
+		rc = splice_skips(&ns->uskip, &old->uskip, &w[0],
+				  w[0].active ? &w[0].win->uskip : NULL);
+	if (rc == 0)
+		rc = splice_skips(&ns->gskip, &old->gskip, &w[1],
+				  w[1].active ? &w[1].win->gskip : NULL);
+	if (rc) {
+		files_snapshot_free(ns);
+		return rc;
+	}
+	ns->malformed = ns->uskip.malformed + ns->gskip.malformed;
+	ns->duplicates = ns->uskip.duplicates + ns->gskip.duplicates;
+	*out = ns;
+	return 0;
 }
 
 /* ==== records from the cache ===================================================== */
