@@ -331,6 +331,7 @@ static const char *const ldap_keys[] = {
     "ldap_default_bind_dn",
     "ldap_default_authtok_file",
     "ldap_id_use_start_tls",
+    "ldap_auth_disable_tls_never_use_in_production",
     "ldap_tls_cacert",
     "ldap_tls_reqcert",
     "ldap_network_timeout",
@@ -343,6 +344,8 @@ static const char *const ldap_keys[] = {
     "ldap_member_names_from_rdn",
     "offline_timeout",
     "failover_primary_timeout",
+    "min_id",
+    "max_id",
 };
 
 #ifdef IDC_HAVE_LDAP

@@ -223,6 +223,9 @@ void daemon_mc_put_initgroups(struct daemon *dm, const char *user, const uint32_
 /* A provider's committed change (files_domain_set_hook; arg: the daemon):
  * drop exactly the records it affects. */
 void daemon_mc_files_change(const struct files_change *ch, void *arg);
+/* The same for an ldap domain (ldap_domain_set_hook; arg: the daemon);
+ * ch NULL (the changes are unknown): every map is reset. */
+void daemon_mc_ldap_change(const struct ldap_change *ch, void *arg);
 /* `idcache expire` (what: PROTO_EXPIRE_*): drop the affected records. */
 void daemon_mc_expire(struct daemon *dm, uint32_t what, const char *name);
 /* Drop every record of map k (0 passwd, 1 group, 2 initgroups). */

@@ -11,9 +11,10 @@
  * enumeration); either event calls ldap_domain_process(). The descriptor
  * belongs to libldap: it is watched, never closed here.
  *
- * A provider call that committed durable changes to the cache resets the
- * shared-memory maps (which records changed is not known here), as a files
- * refresh with changes does.
+ * The provider reports every user and group a commit changed (added,
+ * removed, changed in place, with old and new name, id and members;
+ * ldap_domain_set_hook), and the memory cache drops exactly the records
+ * they affect (daemon_mc_ldap_change), as for a files refresh.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -90,12 +91,8 @@ static void sync_loop(struct ldapdom *l)
 static void process(struct ldapdom *l)
 {
 	struct daemon *dm = l->d->dm;
-	daemon_reader_end(dm); /* the provider writes: no read txn of ours open */
-	uint64_t before = cache_durable_commits(dm->cache);
-	ldap_domain_process(l->ld);
-	if (cache_durable_commits(dm->cache) != before)
-		for (int k = 0; k < 3; k++)
-			daemon_mc_reset(dm, k);
+	daemon_reader_end(dm);      /* the provider writes: no read txn of ours open */
+	ldap_domain_process(l->ld); /* changes reach daemon_mc_ldap_change */
 	sync_loop(l);
 }
 
@@ -133,6 +130,7 @@ int ldapdom_new(struct domain *d)
 		return rc;
 	}
 	d->ldap = l;
+	ldap_domain_set_hook(l->ld, daemon_mc_ldap_change, d->dm);
 	sync_loop(l); /* enumerate = true: the first run is due now */
 	idc_log(IDC_LOG_INFO, "ldap domain %s: %zu server(s), first %s", d->cfg->name,
 		d->cfg->ldap->nuris, d->cfg->ldap->uris[0]);

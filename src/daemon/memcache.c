@@ -18,6 +18,13 @@
  *                                members when the group came, went, got a
  *                                new gid or moved in the file, else those
  *                                added or removed
+ *   ldap group, nested           as a group change, and when the users of
+ *                                its member groups gain or lose it (its
+ *                                member groups changed, or it came, went
+ *                                or got a new gid with member groups), every
+ *                                initgroups record (those users are found
+ *                                only by a walk)
+ *   ldap commit not described    every record (daemon_mc_ldap_change(NULL))
  *   expire --user / --group      the same for the entry as the cache and
  *                                the map know it (its id included, whatever
  *                                the case of the name asked)
@@ -255,6 +262,31 @@ void daemon_mc_files_change(const struct files_change *ch, void *arg)
 		drop_all_members(dm, ch);
 	else
 		drop_member_changes(dm, ch);
+}
+
+void daemon_mc_ldap_change(const struct ldap_change *ch, void *arg)
+{
+	struct daemon *dm = arg;
+	if (ch == NULL) {
+		idc_log(IDC_LOG_INFO, "memory cache: an ldap commit's changes are not known; "
+				      "every map reset");
+		for (int k = 0; k < 3; k++)
+			daemon_mc_reset(dm, k);
+		return;
+	}
+	/* The same record layout as a files change (no order: moved stays false). */
+	struct files_change fc = {.group = ch->group,
+				  .old_name = ch->old_name,
+				  .new_name = ch->new_name,
+				  .old_id = ch->old_id,
+				  .new_id = ch->new_id,
+				  .old_mem = ch->old_mem,
+				  .nold_mem = ch->nold_mem,
+				  .new_mem = ch->new_mem,
+				  .nnew_mem = ch->nnew_mem};
+	daemon_mc_files_change(&fc, dm);
+	if (ch->group && ch->nested_changed)
+		daemon_mc_reset(dm, 2);
 }
 
 /* expire --user NAME: the user as each domain's cache knows it. */

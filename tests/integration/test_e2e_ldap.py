@@ -42,8 +42,12 @@ pytestmark = [
 ]
 
 # Users the fixtures hold with valid numbers (dave has no uidNumber, eve an
-# out-of-range one, dup is two entries with one uid: all left out).
+# out-of-range one, dup is two entries with one uid: all left out; root0
+# and gid0 have uid or gid 0, below the default min_id = 1; colon, newline
+# and escape hold ':', a newline or ESC in a passwd field: ignored too).
 USERS = ["alice", "bob", "carol", "frank"]
+IGNORED_USERS = ["root0", "gid0", "colon", "newline", "escape"]
+MIN_ID = 1  # the default
 GROUPS = ["ops", "dev", "all", "top", "c1", "c2"]
 
 
@@ -183,7 +187,8 @@ class Directory:
                 self.users[a["uid"][0]] = (dn, a)
         self.groups = {}
         for dn, a in ldapsearch(uri, "(objectClass=posixGroup)").items():
-            self.groups[dn] = a
+            if int(a["gidnumber"][0]) >= MIN_ID:  # wheel0 (gid 0) is ignored
+                self.groups[dn] = a
 
     def passwd_line(self, name):
         dn, a = self.users[name]
@@ -493,6 +498,44 @@ print(json.dumps(lat))
         s.stop()
 
 
+# Server B is plain ldap://: a bind password there needs the override.
+INSECURE = "ldap_auth_disable_tls_never_use_in_production = true\n"
+
+
+def test_bind_over_plain_ldap_refused(env, module_daemons, idcache):
+    """A bind password over plain ldap:// without StartTLS is refused at
+    start, naming the domain; over StartTLS it binds. ldap_tls_reqcert =
+    allow is accepted with a warning."""
+    a, b = env.servers["a"], env.servers["b"]
+    pwdir = nsenv.make_private_dir("idc-ldap-pw-")
+    pw = pwdir / "bind.pw"
+    pw.write_text("secret\n")
+    os.chown(pw, nsenv.DAEMON_UID, nsenv.DAEMON_UID)
+    os.chmod(pw, 0o600)
+    extra = f"ldap_default_bind_dn = cn=admin,{BASE}\nldap_default_authtok_file = {pw}\n"
+    try:
+        d = module_daemons.start(
+            LOCAL_PASSWD, LOCAL_GROUP, idcache_conf="domains = local, dir\n",
+            domain_conf=ldap_domain(b.uri, extra), start=False)
+        with pytest.raises(nsenv.DaemonError) as e:
+            d.start(timeout=10)
+        assert "[domain/dir]: a bind password over plain " + b.uri in str(e.value), e.value
+        assert "ldap_auth_disable_tls_never_use_in_production = true" in str(e.value)
+        d.expected_exit = True
+        before = a.srch_count()
+        d = start_daemon(module_daemons, a.uri,
+                         extra + "ldap_id_use_start_tls = true\n"
+                         f"ldap_tls_cacert = {env.certs}/ca.pem\n"
+                         "ldap_tls_reqcert = allow\n")
+        r = d.ns.run(["getent", "passwd", "carol"])
+        assert r.rc == 0 and r.out.startswith("carol:x:10003:"), (r, d.log()[-2000:])
+        assert a.srch_count() > before
+        assert "ldap_tls_reqcert = allow: the server's certificate is not verified" in d.log()
+        assert "in clear" not in d.log()
+    finally:
+        nsenv.remove_tree(pwdir)
+
+
 def test_simple_bind_and_password_file_rules(env, module_daemons, idcache):
     """A bind password file the daemon's user owns, mode 0600, works; one
     group can read is refused at start, naming the file."""
@@ -502,12 +545,14 @@ def test_simple_bind_and_password_file_rules(env, module_daemons, idcache):
     pw.write_text("secret\n")
     os.chown(pw, nsenv.DAEMON_UID, nsenv.DAEMON_UID)
     os.chmod(pw, 0o600)
-    extra = f"ldap_default_bind_dn = cn=admin,{BASE}\nldap_default_authtok_file = {pw}\n"
+    extra = (f"ldap_default_bind_dn = cn=admin,{BASE}\nldap_default_authtok_file = {pw}\n"
+             f"{INSECURE}")
     try:
         d = start_daemon(module_daemons, b.uri, extra)
         r = d.ns.run(["getent", "passwd", "carol"])
         assert r.rc == 0 and r.out.startswith("carol:x:10003:"), r
         assert status(idcache, d)["domain.dir.state"] == "online"
+        assert "the bind password crosses plain ldap:// in clear" in d.log()
         os.chmod(pw, 0o640)
         d2 = module_daemons.start(
             LOCAL_PASSWD, LOCAL_GROUP, idcache_conf="domains = local, dir\n",
@@ -532,7 +577,8 @@ def test_root_only_password_file_and_symlink(env, module_daemons, idcache):
     pw.write_text("secret\n")
     os.chown(pw, 0, 0)
     os.chmod(pw, 0o600)
-    extra = f"ldap_default_bind_dn = cn=admin,{BASE}\nldap_default_authtok_file = {pw}\n"
+    extra = (f"ldap_default_bind_dn = cn=admin,{BASE}\nldap_default_authtok_file = {pw}\n"
+             f"{INSECURE}")
     try:
         d = start_daemon(module_daemons, b.uri, extra)
         pid = d.proc.pid
@@ -559,7 +605,8 @@ def test_root_only_password_file_and_symlink(env, module_daemons, idcache):
 
         link = pwdir / "bind.lnk"
         link.symlink_to(pw)
-        extra2 = f"ldap_default_bind_dn = cn=admin,{BASE}\nldap_default_authtok_file = {link}\n"
+        extra2 = (f"ldap_default_bind_dn = cn=admin,{BASE}\n"
+                  f"ldap_default_authtok_file = {link}\n{INSECURE}")
         d2 = module_daemons.start(
             LOCAL_PASSWD, LOCAL_GROUP, idcache_conf="domains = local, dir\n",
             domain_conf=ldap_domain(b.uri, extra2), start=False)
@@ -569,6 +616,89 @@ def test_root_only_password_file_and_symlink(env, module_daemons, idcache):
         d2.expected_exit = True
     finally:
         nsenv.remove_tree(pwdir)
+
+
+def test_uid0_and_bad_fields_are_ignored(env, module_daemons, idcache):
+    """Entries with uidNumber or gidNumber 0 (below the default min_id = 1)
+    and passwd fields with ':', a newline or ESC are ignored and logged
+    once with their DN; lookups by an id below min_id never reach the
+    directory; alice's membership of wheel0 (gid 0) is not reported."""
+    b = env.servers["b"]
+    d = start_daemon(module_daemons, b.uri)
+    argvs = [["getent", "passwd", u] for u in IGNORED_USERS]
+    argvs += [["getent", "group", "wheel0"], ["id", "-G", "alice"]]
+    got = d.ns.run_many(argvs)
+    for r in got[:len(IGNORED_USERS) + 1]:
+        assert r.rc == 2 and r.out == "", r
+    assert "0" not in got[-1].out.split(), got[-1]
+    log = d.log()
+    for u in IGNORED_USERS:
+        assert log.count(f'entry "uid={u},ou=people,{BASE}"') == 1, (u, log[-3000:])
+    assert f'"cn=wheel0,ou=groups,{BASE}": gidNumber 0 outside min_id 1..max_id 0' in log
+    assert "uidNumber 0 or gidNumber 0 outside min_id 1" in log
+    assert "gecos is too long or holds a NUL, ':' or a control character" in log
+    assert "homeDirectory is too long" in log and "loginShell is too long" in log
+    # by id: below min_id, answered without a search
+    before = b.srch_count()
+    got = d.ns.run_many([["getent", "passwd", "0"], ["getent", "group", "0"]])
+    assert [r.rc for r in got] == [2, 2], got
+    assert b.srch_count() == before
+    # asked again: logged once only
+    d.ns.run(["getent", "passwd", "root0"])
+    assert d.log().count(f'entry "uid=root0,ou=people,{BASE}"') == 1
+
+
+NSS_REQUESTS = ("requests.get", "requests.set", "requests.end", "requests.initgroups")
+
+
+def nss_requests(st):
+    return {k: int(v) for k, v in st.items() if k.startswith(NSS_REQUESTS)}
+
+
+def requests_grown(before, after):
+    """The NSS request counters that grew between two status dicts."""
+    a, b = nss_requests(before), nss_requests(after)
+    return {k: v - a.get(k, 0) for k, v in b.items() if v != a.get(k, 0)}
+
+
+def test_cold_lookup_keeps_memory_cache(env, module_daemons, idcache):
+    """A directory lookup that stores one user drops only that user's
+    records from the memory cache: no map is reset, and the records of
+    other users (LDAP and local) and of groups still answer without a
+    request to the daemon."""
+    b = env.servers["b"]
+    d = start_daemon(module_daemons, b.uri)
+    warm = [["getent", "passwd", "alice"], ["getent", "passwd", "10002"],
+            ["getent", "passwd", "loc"], ["getent", "group", "ops"], ["id", "alice"]]
+    for argv in warm:  # twice: the second run answers from the maps
+        assert d.ns.run(argv).rc == 0, argv
+    s0 = status(idcache, d)
+    got = d.ns.run_many(warm)
+    assert all(r.rc == 0 for r in got), got
+    s1 = status(idcache, d)
+    # what a warm round still asks (`id` looks up its primary gid, which
+    # names no group: misses are not kept in the maps)
+    warm_asks = requests_grown(s0, s1)
+    assert warm_asks.get("requests.getpwnam", 0) == 0, warm_asks
+    assert warm_asks.get("requests.initgroups", 0) == 0, warm_asks
+    # a cold lookup: carol comes from the directory and is stored
+    r = d.ns.run(["getent", "passwd", "carol"])
+    assert r.rc == 0 and r.out.startswith("carol:x:10003:"), r
+    s2 = status(idcache, d)
+    assert int(s2["domain.dir.ldap_commits"]) > int(s1["domain.dir.ldap_commits"]), s2
+    for m in ("passwd", "group", "initgroups"):
+        assert s2[f"memcache_{m}_generation"] == s1[f"memcache_{m}_generation"], (m, s1, s2)
+    # the others' records are still hits: no request grows
+    got = d.ns.run_many(warm)
+    assert all(r.rc == 0 for r in got), got
+    s3 = status(idcache, d)
+    grown = requests_grown(s2, s3)
+    assert grown == warm_asks, f"records of other users were dropped: {grown} vs {warm_asks}"
+    # carol's own record is now cached and served from the map too
+    d.ns.run(["getent", "passwd", "carol"])
+    s4 = status(idcache, d)
+    d.ns.run(["getent", "passwd", "carol"])
+    assert nss_requests(status(idcache, d)) == nss_requests(s4)
 
 
 def test_wrong_hostname_certificate_is_refused(env, module_daemons, idcache):

@@ -249,6 +249,36 @@ static void test_ldap_domain(void **state)
 	assert_true(c->domains[0].case_sensitive); /* given: kept */
 	assert_int_equal(c->domains[0].ldap->tls_reqcert, LDAP_DOM_REQCERT_DEMAND);
 	assert_null(c->domains[0].ldap->bind_dn);
+	/* min_id = 1 by default: no uid 0 or gid 0 from a directory */
+	assert_int_equal(c->domains[0].ldap->min_id, 1);
+	assert_int_equal(c->domains[0].ldap->max_id, 0);
+	assert_false(c->domains[0].ldap->insecure_bind);
+	config_free(c);
+
+	c = parse_ok(LDAP_DOM "ldap_search_base = dc=x\nmin_id = 1000\nmax_id = 60000\n");
+	assert_int_equal(c->domains[0].ldap->min_id, 1000);
+	assert_int_equal(c->domains[0].ldap->max_id, 60000);
+	config_free(c);
+	c = parse_ok(LDAP_DOM "ldap_search_base = dc=x\nmax_id = 60000\nmin_id = 0\n");
+	assert_int_equal(c->domains[0].ldap->min_id, 0);
+	config_free(c);
+
+	/* a bind password: over ldaps://, StartTLS, or with the explicit override */
+	c = parse_ok("[domain/dir]\nid_provider = ldap\nldap_uri = ldaps://a.example\n"
+		     "ldap_search_base = dc=x\nldap_default_bind_dn = cn=a,dc=x\n"
+		     "ldap_default_authtok_file = /nonexistent/pw\n");
+	config_free(c);
+	c = parse_ok(LDAP_DOM "ldap_search_base = dc=x\nldap_default_bind_dn = cn=a,dc=x\n"
+			      "ldap_default_authtok_file = /nonexistent/pw\n"
+			      "ldap_auth_disable_tls_never_use_in_production = true\n");
+	assert_true(c->domains[0].ldap->insecure_bind);
+	config_free(c);
+	/* never/allow are accepted (and warned about at start) */
+	c = parse_ok(LDAP_DOM "ldap_search_base = dc=x\nldap_tls_reqcert = never\n");
+	assert_int_equal(c->domains[0].ldap->tls_reqcert, LDAP_DOM_REQCERT_NEVER);
+	config_free(c);
+	c = parse_ok(LDAP_DOM "ldap_search_base = dc=x\nldap_tls_reqcert = allow\n");
+	assert_int_equal(c->domains[0].ldap->tls_reqcert, LDAP_DOM_REQCERT_ALLOW);
 	config_free(c);
 }
 
@@ -282,6 +312,39 @@ static void test_ldap_errors(void **state)
 		     "t.conf:5: ldap_tls_cacert: 'ca.pem' is not an absolute path");
 	expect_error(LDAP_DOM "ldap_search_base = dc=x\nldap_bogus = 1\n",
 		     "t.conf:5: unknown key 'ldap_bogus' in [domain/dir]");
+	/* min_id / max_id */
+	expect_error(LDAP_DOM "ldap_search_base = dc=x\nmin_id = -1\n",
+		     "t.conf:5: min_id: bad value '-1'");
+	expect_error(LDAP_DOM "ldap_search_base = dc=x\nmax_id = 4294967296\n",
+		     "t.conf:5: max_id: bad value");
+	expect_error(LDAP_DOM "ldap_search_base = dc=x\nmin_id = 10x\n",
+		     "t.conf:5: min_id: bad value");
+	expect_error(LDAP_DOM "ldap_search_base = dc=x\nmax_id = 100\nmin_id = 500\n",
+		     "t.conf:6: min_id = 500: min_id must not exceed max_id");
+	expect_error(LDAP_DOM "ldap_search_base = dc=x\nmin_id = 500\nmax_id = 100\n",
+		     "t.conf:6: max_id = 100: min_id must not exceed max_id");
+	expect_error(LDAP_DOM "ldap_search_base = dc=x\nmin_id = 5\nmin_id = 6\n",
+		     "t.conf:6: 'min_id' is given twice");
+	expect_error(DOM "min_id = 1000\n", "t.conf:3: [domain/d]: ldap options need "
+					    "id_provider = ldap");
+	/* a bind password over plain ldap:// without StartTLS: refused, naming
+	 * the domain, unless explicitly overridden */
+	expect_error(LDAP_DOM "ldap_search_base = dc=x\nldap_default_bind_dn = cn=a,dc=x\n"
+			      "ldap_default_authtok_file = /nonexistent/pw\n",
+		     "t.conf:1: [domain/dir]: a bind password over plain ldap://127.0.0.1:389 "
+		     "without StartTLS would cross the network in clear");
+	expect_error("[domain/dir]\nid_provider = ldap\nldap_uri = ldaps://a, ldap://b\n"
+		     "ldap_search_base = dc=x\nldap_default_bind_dn = cn=a,dc=x\n"
+		     "ldap_default_authtok_file = /nonexistent/pw\n",
+		     "[domain/dir]: a bind password over plain ldap://b");
+	expect_error(LDAP_DOM "ldap_search_base = dc=x\nldap_default_bind_dn = cn=a,dc=x\n"
+			      "ldap_default_authtok_file = /nonexistent/pw\n"
+			      "ldap_id_use_start_tls = false\n"
+			      "ldap_auth_disable_tls_never_use_in_production = false\n",
+		     "ldap_auth_disable_tls_never_use_in_production = true");
+	expect_error(LDAP_DOM "ldap_search_base = dc=x\n"
+			      "ldap_auth_disable_tls_never_use_in_production = maybe\n",
+		     "t.conf:5: ldap_auth_disable_tls_never_use_in_production: bad value");
 }
 
 static void test_hostile_lines(void **state)
@@ -380,6 +443,7 @@ static void test_load(void **state)
 	snprintf(pw, sizeof(pw), "%s/bind.pw", tmpdir);
 	snprintf(conf, sizeof(conf),
 		 LDAP_DOM "ldap_search_base = dc=x\nldap_default_bind_dn = cn=a,dc=x\n"
+			  "ldap_id_use_start_tls = true\n"
 			  "ldap_default_authtok_file = %s\n",
 		 pw);
 	char lconf[128];
@@ -418,6 +482,7 @@ static void test_load(void **state)
 	assert_int_equal(symlink(pw, lnk), 0);
 	snprintf(lconf2, sizeof(lconf2),
 		 LDAP_DOM "ldap_search_base = dc=x\nldap_default_bind_dn = cn=a,dc=x\n"
+			  "ldap_id_use_start_tls = true\n"
 			  "ldap_default_authtok_file = %s\n",
 		 lnk);
 	char lnkconf[128];

@@ -462,6 +462,110 @@ static void test_bad_entries(void **state)
 	env_close(&e);
 }
 
+/* Change reports (ldap_domain_set_hook), recorded for the tests below. */
+struct changes {
+	int n, unknown;
+	char last[256];
+};
+
+static void on_change(const struct ldap_change *ch, void *arg)
+{
+	struct changes *c = arg;
+	if (!ch) {
+		c->unknown++;
+		return;
+	}
+	c->n++;
+	snprintf(c->last, sizeof(c->last), "%s %s:%u>%s:%u m%zu>%zu%s", ch->group ? "g" : "u",
+		 ch->old_name ? ch->old_name : "-", (unsigned)ch->old_id,
+		 ch->new_name ? ch->new_name : "-", (unsigned)ch->new_id, ch->nold_mem,
+		 ch->nnew_mem, ch->nested_changed ? " nested" : "");
+}
+
+/* min_id/max_id and passwd fields: uid 0 / gid 0 are ignored by default,
+ * ids outside the range never reach the directory, and ':', newlines and
+ * control characters in gecos/home/shell make the entry unusable. */
+static void test_id_range_and_fields(void **state)
+{
+	(void)state;
+	struct env e;
+	env_open(&e, uri(port_b, "ldap"), "ldap_schema=rfc2307bis", NULL);
+	assert_int_equal(e.cfg.min_id, 1); /* the default */
+	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "root0", 0), LDAP_LOOKUP_NOTFOUND);
+	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "gid0", 0), LDAP_LOOKUP_NOTFOUND);
+	assert_int_equal(look(&e, LDAP_LOOKUP_GRNAM, "wheel0", 0), LDAP_LOOKUP_NOTFOUND);
+	assert_false(cached_user(&e, "root0", NULL));
+	uint64_t s0 = searches(&e);
+	assert_int_equal(look(&e, LDAP_LOOKUP_PWUID, NULL, 0), LDAP_LOOKUP_NOTFOUND);
+	assert_int_equal(look(&e, LDAP_LOOKUP_GRGID, NULL, 0), LDAP_LOOKUP_NOTFOUND);
+	assert_int_equal(searches(&e), s0); /* not asked */
+	/* alice is in wheel0 (gid 0): not among her groups */
+	assert_int_equal(look(&e, LDAP_LOOKUP_INITGROUPS, "alice", 0), LDAP_LOOKUP_FOUND);
+	char g[256];
+	gids_of(&e, "alice", g, sizeof(g));
+	assert_string_equal(g, "20001,20010,20011,20014");
+	/* passwd fields */
+	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "colon", 0), LDAP_LOOKUP_NOTFOUND);
+	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "newline", 0), LDAP_LOOKUP_NOTFOUND);
+	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "escape", 0), LDAP_LOOKUP_NOTFOUND);
+	assert_int_equal(look(&e, LDAP_LOOKUP_PWUID, NULL, 10201), LDAP_LOOKUP_NOTFOUND);
+	assert_false(cached_user(&e, "colon", NULL));
+	assert_false(cached_user(&e, "newline", NULL));
+	env_close(&e);
+
+	/* min_id = 0 lets uid 0 through; max_id bounds from above */
+	env_open(&e, uri(port_b, "ldap"), "min_id=0", "max_id=10002", NULL);
+	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "root0", 0), LDAP_LOOKUP_FOUND);
+	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "bob", 0), LDAP_LOOKUP_FOUND);
+	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "carol", 0), LDAP_LOOKUP_NOTFOUND);
+	s0 = searches(&e);
+	assert_int_equal(look(&e, LDAP_LOOKUP_PWUID, NULL, 10003), LDAP_LOOKUP_NOTFOUND);
+	assert_int_equal(searches(&e), s0);
+	assert_int_equal(look(&e, LDAP_LOOKUP_PWUID, NULL, 10002), LDAP_LOOKUP_FOUND);
+	env_close(&e);
+
+	/* the option checks */
+	struct ldap_domain_config c;
+	struct idc_diag d = {{0}};
+	ldap_domain_config_init(&c, "x");
+	assert_int_equal(ldap_domain_config_set(&c, "max_id", "100", &d), 0);
+	assert_int_equal(ldap_domain_config_set(&c, "min_id", "200", &d), -EINVAL);
+	assert_non_null(strstr(d.msg, "min_id must not exceed max_id"));
+	assert_int_equal(ldap_domain_config_set(&c, "min_id", "-1", &d), -EINVAL);
+	assert_int_equal(ldap_domain_config_set(&c, "max_id", "4294967296", &d), -EINVAL);
+	assert_int_equal(c.min_id, 1);
+	assert_int_equal(c.max_id, 100);
+	ldap_domain_config_free(&c);
+}
+
+/* The change hook: a first lookup adds, a repeat with the same content
+ * reports nothing, a NOTFOUND for a cached name removes. */
+static void test_change_hook(void **state)
+{
+	(void)state;
+	struct env e;
+	struct changes ch = {0};
+	env_open(&e, uri(port_b, "ldap"), "ldap_schema=rfc2307bis", "entry_negative_timeout=0",
+		 NULL);
+	ldap_domain_set_hook(e.ld, on_change, &ch);
+	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "bob", 0), LDAP_LOOKUP_FOUND);
+	assert_int_equal(ch.n, 1);
+	assert_string_equal(ch.last, "u -:0>bob:10002 m0>0");
+	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "bob", 0), LDAP_LOOKUP_FOUND);
+	assert_int_equal(ch.n, 1); /* unchanged: nothing to report */
+	assert_int_equal(look(&e, LDAP_LOOKUP_GRNAM, "ops", 0), LDAP_LOOKUP_FOUND);
+	assert_int_equal(ch.n, 1 + 1);
+	assert_non_null(strstr(ch.last, "g -:0>ops:20001"));
+	/* a group with a member group (all nests dev): its members' lists move */
+	assert_int_equal(look(&e, LDAP_LOOKUP_GRNAM, "all", 0), LDAP_LOOKUP_FOUND);
+	assert_true(ch.n >= 3);
+	int before = ch.n;
+	assert_int_equal(look(&e, LDAP_LOOKUP_GRNAM, "all", 0), LDAP_LOOKUP_FOUND);
+	assert_int_equal(ch.n, before);
+	assert_int_equal(ch.unknown, 0);
+	env_close(&e);
+}
+
 static void test_failover_failback(void **state)
 {
 	(void)state;
@@ -527,19 +631,36 @@ static void test_bind(void **state)
 	snprintf(opt, sizeof(opt), "ldap_default_authtok_file=%s", pw);
 	struct env e;
 	assert_int_equal(sh("printf 'secret\\n' > %s && chmod 600 %s", pw, pw), 0);
+	/* a password over plain ldap:// needs the explicit override */
+	struct idc_diag d = {{0}};
+	struct ldap_domain *ld = NULL;
+	ldap_domain_config_init(&e.cfg, "dir");
+	assert_int_equal(ldap_domain_config_set(&e.cfg, "ldap_uri", uri(port_b, "ldap"), &d), 0);
+	assert_int_equal(ldap_domain_config_set(&e.cfg, "ldap_search_base", "dc=x", &d), 0);
+	assert_int_equal(ldap_domain_config_set(&e.cfg, "ldap_default_bind_dn", "cn=a,dc=x", &d),
+			 0);
+	assert_int_equal(ldap_domain_config_set(&e.cfg, "ldap_default_authtok_file", pw, &d), 0);
+	assert_int_equal(ldap_domain_new(&e.cfg, NULL, &ld, &d), -EINVAL);
+	assert_non_null(strstr(d.msg, "in clear"));
+	ldap_domain_config_free(&e.cfg);
 	env_open(&e, uri(port_b, "ldap"), "ldap_default_bind_dn=cn=admin,dc=example,dc=com", opt,
-		 NULL);
+		 "ldap_auth_disable_tls_never_use_in_production=true", NULL);
+	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "alice", 0), LDAP_LOOKUP_FOUND);
+	env_close(&e);
+	/* StartTLS: no override needed */
+	char caopt[160];
+	snprintf(caopt, sizeof(caopt), "ldap_tls_cacert=%s/certs/ca.pem", tmp);
+	env_open(&e, uri(port_a, "ldap"), "ldap_default_bind_dn=cn=admin,dc=example,dc=com", opt,
+		 caopt, "ldap_id_use_start_tls=true", NULL);
 	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "alice", 0), LDAP_LOOKUP_FOUND);
 	env_close(&e);
 	/* the secret handed over: the file is never opened (here it is gone) */
 	assert_int_equal(sh("rm -f %s", pw), 0);
 	env_open(&e, uri(port_b, "ldap"), "ldap_default_bind_dn=cn=admin,dc=example,dc=com", opt,
-		 "authtok=secret", NULL);
+		 "authtok=secret", "ldap_auth_disable_tls_never_use_in_production=true", NULL);
 	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "alice", 0), LDAP_LOOKUP_FOUND);
 	env_close(&e);
 	/* the provider's own reading refuses a file group or others can read */
-	struct idc_diag d = {{0}};
-	struct ldap_domain *ld = NULL;
 	assert_int_equal(sh("printf 'secret\\n' > %s && chmod 640 %s", pw, pw), 0);
 	ldap_domain_config_init(&e.cfg, "dir");
 	assert_int_equal(ldap_domain_config_set(&e.cfg, "ldap_uri", uri(port_b, "ldap"), &d), 0);
@@ -547,11 +668,12 @@ static void test_bind(void **state)
 	assert_int_equal(ldap_domain_config_set(&e.cfg, "ldap_default_bind_dn", "cn=a,dc=x", &d),
 			 0);
 	assert_int_equal(ldap_domain_config_set(&e.cfg, "ldap_default_authtok_file", pw, &d), 0);
+	assert_int_equal(ldap_domain_config_set(&e.cfg, "ldap_id_use_start_tls", "true", &d), 0);
 	assert_int_equal(ldap_domain_new(&e.cfg, NULL, &ld, &d), -EPERM);
 	ldap_domain_config_free(&e.cfg);
 	assert_int_equal(sh("printf 'wrong\\n' > %s && chmod 600 %s", pw, pw), 0);
 	env_open(&e, uri(port_b, "ldap"), "ldap_default_bind_dn=cn=admin,dc=example,dc=com", opt,
-		 NULL);
+		 "ldap_auth_disable_tls_never_use_in_production=true", NULL);
 	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "alice", 0), LDAP_LOOKUP_OFFLINE);
 	struct ldap_domain_status st;
 	ldap_domain_get_status(e.ld, &st);
@@ -638,6 +760,8 @@ int main(void)
 	    cmocka_unit_test(test_paging_enumerate),
 	    cmocka_unit_test(test_refresh_expired),
 	    cmocka_unit_test(test_bad_entries),
+	    cmocka_unit_test(test_id_range_and_fields),
+	    cmocka_unit_test(test_change_hook),
 	    cmocka_unit_test(test_failover_failback),
 	    cmocka_unit_test(test_tls),
 	    cmocka_unit_test(test_bind),

@@ -1,7 +1,9 @@
 /*
  * entries: turning directory entries into users and groups. Every value
- * is hostile: numbers are checked digit by digit, strings for NUL and
- * length, names by the cache's rules, member DNs by DN syntax. A bad entry
+ * is hostile: numbers are checked digit by digit and against min_id and
+ * max_id, strings for NUL and length (passwd fields also for ':' and
+ * control characters), names by the cache's rules, member DNs by DN
+ * syntax. A bad entry
  * is logged once (server and DN) and skipped; the rest of the answer stays.
  */
 #include <errno.h>
@@ -262,15 +264,34 @@ static void bad(struct ent *e, const char *what)
 		    e->ld->cfg.name, lp_server(e->ld), e->dn, what);
 }
 
-/* First valid value of a single-valued string attribute, "" if absent. */
-static const char *get_str(struct ent *e, const char *attr, bool *ok)
+/* A passwd field (gecos, home, shell): no ':' (the field separator of
+ * passwd lines) and no control character (a newline ends the line):
+ * consumers that parse getent's output would be misled, and glibc's files
+ * module never produces such a field. */
+static bool field_ok(const char *s)
+{
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+		if (*p == ':' || *p < 0x20 || *p == 0x7f)
+			return false;
+	return true;
+}
+
+/* First value of a single-valued string attribute, "" if absent. An
+ * unusable value (too long, a NUL, or for a passwd field a ':' or a
+ * control character) clears *ok and names attr in *bad_attr. */
+static const char *get_str(struct ent *e, const char *attr, bool field, bool *ok,
+			   const char **bad_attr)
 {
 	struct berval **v = values(e, attr);
 	const char *s = "";
 	if (v && v[0]) {
 		s = str_value(e->a, v[0], LP_VALUE_MAX);
-		if (!s)
+		if (!s || (field && !field_ok(s))) {
+			if (*ok)
+				*bad_attr = attr;
 			*ok = false;
+			s = "";
+		}
 	}
 	ldap_value_free_len(v);
 	return s;
@@ -332,12 +353,22 @@ static void add_user(struct ent *e, struct lp_req *r)
 			 at[LDAP_MAP_USER_UID], at[LDAP_MAP_USER_GID]);
 		return bad(e, why);
 	}
-	u->gecos = get_str(e, at[LDAP_MAP_USER_GECOS], &ok);
-	u->dir = get_str(e, at[LDAP_MAP_USER_HOME], &ok);
-	u->shell = get_str(e, at[LDAP_MAP_USER_SHELL], &ok);
-	u->modts = get_str(e, "modifyTimestamp", &ok);
-	if (!ok)
-		return bad(e, "a value is too long or holds a NUL byte");
+	if (!lp_id_in_range(&ld->cfg, u->uid) || !lp_id_in_range(&ld->cfg, u->gid)) {
+		snprintf(why, sizeof(why), "%s %u or %s %u outside min_id %u..max_id %u",
+			 at[LDAP_MAP_USER_UID], (unsigned)u->uid, at[LDAP_MAP_USER_GID],
+			 (unsigned)u->gid, (unsigned)ld->cfg.min_id, (unsigned)ld->cfg.max_id);
+		return bad(e, why);
+	}
+	const char *bad_attr = "";
+	u->gecos = get_str(e, at[LDAP_MAP_USER_GECOS], true, &ok, &bad_attr);
+	u->dir = get_str(e, at[LDAP_MAP_USER_HOME], true, &ok, &bad_attr);
+	u->shell = get_str(e, at[LDAP_MAP_USER_SHELL], true, &ok, &bad_attr);
+	u->modts = get_str(e, "modifyTimestamp", false, &ok, &bad_attr);
+	if (!ok) {
+		snprintf(why, sizeof(why),
+			 "%.40s is too long or holds a NUL, ':' or a control character", bad_attr);
+		return bad(e, why);
+	}
 	char *fold = idc_arena_strndup(e->a, u->name, strlen(u->name));
 	for (char *p = fold; p && *p; p++)
 		*p = idc_tolower(*p);
@@ -460,10 +491,15 @@ static void add_group(struct ent *e, struct lp_req *r, bool ancestor)
 		snprintf(why, sizeof(why), "%s missing or not a number", at[LDAP_MAP_GROUP_GID]);
 		return bad(e, why);
 	}
+	if (!lp_id_in_range(&ld->cfg, g->gid)) {
+		snprintf(why, sizeof(why), "%s %u outside min_id %u..max_id %u",
+			 at[LDAP_MAP_GROUP_GID], (unsigned)g->gid, (unsigned)ld->cfg.min_id,
+			 (unsigned)ld->cfg.max_id);
+		return bad(e, why);
+	}
 	bool ok = true;
-	g->modts = get_str(e, "modifyTimestamp", &ok);
-	if (!ok)
-		g->modts = "";
+	const char *bad_attr = NULL;
+	g->modts = get_str(e, "modifyTimestamp", false, &ok, &bad_attr); /* "" when bad */
 	if (!ld->cfg.ignore_group_members) {
 		if (ld->cfg.schema == LDAP_DOM_RFC2307)
 			add_members(e, g, at[LDAP_MAP_GROUP_MEMBER], NULL);

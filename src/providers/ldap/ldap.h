@@ -82,6 +82,10 @@ struct ldap_domain_config {
 	char *authtok;             /* the password itself (set_authtok), read by the
 				    * caller while it could; wiped when freed */
 	bool start_tls;
+	/* ldap_auth_disable_tls_never_use_in_production (sssd's name): allow
+	 * a bind password over plain ldap:// without StartTLS, which
+	 * ldap_domain_config_check refuses otherwise. */
+	bool insecure_bind;
 	char *tls_cacert;
 	enum ldap_dom_reqcert tls_reqcert;
 	uint32_t network_timeout_ms;  /* ldap_network_timeout: 6 s */
@@ -92,6 +96,12 @@ struct ldap_domain_config {
 	uint32_t refresh_expired_ms;  /* refresh_expired_interval: 0 = off */
 	uint32_t offline_timeout_ms;  /* offline_timeout: first probe delay, 60 s */
 	uint32_t primary_retry_ms;    /* failover_primary_timeout: 31 s */
+	/* min_id / max_id (sssd.conf): users whose uidNumber or gidNumber and
+	 * groups whose gidNumber fall outside min_id..max_id are ignored
+	 * (logged once with the DN), and lookups by such an id are NOTFOUND
+	 * without a search. Defaults 1 and 0 (no upper limit): a directory
+	 * cannot hand out uid 0 or gid 0 unless min_id = 0 says so. */
+	uint32_t min_id, max_id;
 	bool enumerate;
 	bool ignore_group_members;
 	/* ldap_member_names_from_rdn (default true): a member DN of the form
@@ -117,7 +127,9 @@ int ldap_domain_config_set(struct ldap_domain_config *c, const char *key, const 
  * while still root and hands the secret over, so the provider never opens
  * the file. When set, authtok_file is not read. 0 or -ENOMEM. */
 int ldap_domain_config_set_authtok(struct ldap_domain_config *c, const char *secret, size_t len);
-/* Check the whole config (uris, bases, a password when binding). */
+/* Check the whole config (uris, bases, a password when binding, min_id
+ * <= max_id, no bind password over plain ldap:// without StartTLS unless
+ * insecure_bind). */
 int ldap_domain_config_check(const struct ldap_domain_config *c, struct idc_diag *d);
 
 /* ==== domain ============================================================== */
@@ -171,6 +183,36 @@ int64_t ldap_domain_next_timeout(const struct ldap_domain *ld);
 /* Read what the server sent (never blocks), handle deadlines, probes and
  * failback. Callbacks of finished lookups run from here. */
 void ldap_domain_process(struct ldap_domain *ld);
+
+/* ==== change reports ========================================================= */
+
+/* After a transaction of the domain commits, the hook hears of every user
+ * and group whose stored record changed: added (old_name NULL), removed
+ * (new_name NULL), or changed in place (both set and equal; a name whose
+ * case changed is reported as a removal and an addition). Strings and
+ * member lists are valid during the call only. Entries stored with the
+ * content the cache held are not reported. A call with ch NULL means the
+ * changes of a commit could not be told (out of memory, the cache could
+ * not be read before writing): anything may have changed. */
+struct ldap_change {
+	bool group;                 /* else a user */
+	const char *old_name;       /* NULL: added */
+	const char *new_name;       /* NULL: removed */
+	uint32_t old_id, new_id;    /* uid or gid; valid with the name */
+	const char *const *old_mem; /* groups: member user names before */
+	size_t nold_mem;
+	const char *const *new_mem; /* groups: member user names after */
+	size_t nnew_mem;
+	/* groups: the users of member groups (nested, rfc2307bis) gained or
+	 * lost this group: the set of member groups changed, or the group
+	 * came, went or got a new gid while it had member groups */
+	bool nested_changed;
+};
+
+typedef void (*ldap_change_fn)(const struct ldap_change *ch, void *arg);
+
+/* Report the changes of later commits to fn(ch, arg); fn NULL: stop. */
+void ldap_domain_set_hook(struct ldap_domain *ld, ldap_change_fn fn, void *arg);
 
 /* ==== status =============================================================== */
 

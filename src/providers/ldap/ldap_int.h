@@ -143,11 +143,15 @@ struct ldap_domain {
 	struct lp_neg neg[LP_NEG_SLOTS];
 	uint64_t logged[LP_LOGGED_SLOTS];
 	uint64_t hash_seed;
+	ldap_change_fn hook; /* ldap_domain_set_hook */
+	void *hook_arg;
 	uint64_t nsearches, nlookups, njoined, nneg, ncommits;
 };
 
 /* options.c */
 const char *lp_attr(const struct ldap_domain_config *c, enum ldap_dom_attr a);
+/* Whether id lies in min_id..max_id (max_id 0: no upper limit). */
+bool lp_id_in_range(const struct ldap_domain_config *c, uint32_t id);
 
 /* conn.c */
 int lp_conn_ensure(struct ldap_domain *ld);

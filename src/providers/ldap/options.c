@@ -34,6 +34,11 @@ const char *lp_attr(const struct ldap_domain_config *c, enum ldap_dom_attr a)
 	return map_defaults[a];
 }
 
+bool lp_id_in_range(const struct ldap_domain_config *c, uint32_t id)
+{
+	return id >= c->min_id && (c->max_id == 0 || id <= c->max_id);
+}
+
 int ldap_domain_config_init(struct ldap_domain_config *c, const char *name)
 {
 	memset(c, 0, sizeof(*c));
@@ -49,6 +54,7 @@ int ldap_domain_config_init(struct ldap_domain_config *c, const char *name)
 	c->offline_timeout_ms = 60000;
 	c->primary_retry_ms = 31000;
 	c->member_names_from_rdn = true;
+	c->min_id = 1; /* sssd's default: no uid 0 or gid 0 from a directory */
 	return 0;
 }
 
@@ -224,6 +230,8 @@ static int set_known(struct ldap_domain_config *c, const char *k, const char *v)
 		return set_str(&c->authtok_file, v);
 	if (!strcmp(k, "ldap_id_use_start_tls"))
 		return parse_bool(v, &c->start_tls);
+	if (!strcmp(k, "ldap_auth_disable_tls_never_use_in_production"))
+		return parse_bool(v, &c->insecure_bind);
 	if (!strcmp(k, "ldap_tls_cacert"))
 		return set_str(&c->tls_cacert, v);
 	if (!strcmp(k, "ldap_tls_reqcert"))
@@ -244,6 +252,18 @@ static int set_known(struct ldap_domain_config *c, const char *k, const char *v)
 		return parse_secs_ms(v, &c->offline_timeout_ms);
 	if (!strcmp(k, "failover_primary_timeout"))
 		return parse_secs_ms(v, &c->primary_retry_ms);
+	if (!strcmp(k, "min_id") || !strcmp(k, "max_id")) {
+		uint32_t n;
+		bool min = k[1] == 'i';
+		if (parse_u32(v, &n))
+			return -EINVAL;
+		/* Checked against the other bound as set so far: whichever of
+		 * the two comes second is the one refused. */
+		if (min ? c->max_id && n > c->max_id : n && n < c->min_id)
+			return -ERANGE;
+		*(min ? &c->min_id : &c->max_id) = n;
+		return 0;
+	}
 	if (!strcmp(k, "enumerate"))
 		return parse_bool(v, &c->enumerate);
 	if (!strcmp(k, "ldap_member_names_from_rdn"))
@@ -261,6 +281,11 @@ int ldap_domain_config_set(struct ldap_domain_config *c, const char *key, const 
 		return idc_diag_set(d, rc, "%s: bad value '%.200s'", key, value);
 	if (rc == -ENOENT)
 		return idc_diag_set(d, rc, "%s: not an ldap provider option", key);
+	if (rc == -ERANGE)
+		return idc_diag_set(
+		    d, -EINVAL,
+		    "%s = %.200s: min_id must not exceed max_id (so far min_id %u, max_id %u)", key,
+		    value, (unsigned)c->min_id, (unsigned)c->max_id);
 	return rc;
 }
 
@@ -277,5 +302,16 @@ int ldap_domain_config_check(const struct ldap_domain_config *c, struct idc_diag
 		return idc_diag_set(d, -EINVAL, "ldap_page_size must be 1..100000");
 	if (c->network_timeout_ms == 0 || c->search_timeout_ms == 0)
 		return idc_diag_set(d, -EINVAL, "timeouts must be positive");
+	if (c->max_id && c->min_id > c->max_id)
+		return idc_diag_set(d, -EINVAL, "min_id (%u) must not exceed max_id (%u)",
+				    (unsigned)c->min_id, (unsigned)c->max_id);
+	for (size_t i = 0; c->bind_dn && !c->start_tls && !c->insecure_bind && i < c->nuris; i++)
+		if (!strncasecmp(c->uris[i], "ldap://", 7))
+			return idc_diag_set(
+			    d, -EINVAL,
+			    "a bind password over plain %.200s without StartTLS would cross the "
+			    "network in clear: use ldaps:// or ldap_id_use_start_tls = true "
+			    "(ldap_auth_disable_tls_never_use_in_production = true allows it)",
+			    c->uris[i]);
 	return 0;
 }

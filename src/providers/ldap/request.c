@@ -476,9 +476,199 @@ static int queue_new_groups(struct lp_req *r)
 	return rc;
 }
 
+/* ==== change reports (ldap_domain_set_hook) ============================================ */
+
+static bool group_due(const struct lp_req *r, const struct lp_group *g, bool page);
+
+/* One side of a change: a record as the cache held it before the
+ * transaction or as it was stored (strings in the tracker's arena or the
+ * request's). */
+struct rec {
+	bool present;
+	const char *name;
+	uint32_t id;
+	const char **mem, **nested; /* groups: member users, member groups */
+	size_t nmem, nnested;
+};
+
+/* What one store() needs to tell the hook: the records before (read
+ * before the transaction begins) and after, for the users and groups it
+ * writes and the entry it deletes. */
+struct track {
+	bool on;      /* a hook is set */
+	bool unknown; /* something could not be read or kept: report NULL */
+	struct idc_arena a;
+	struct rec *uold, *unew; /* per user from users_stored */
+	struct rec *gold, *gnew; /* per group index */
+	struct rec dold;         /* the deleted entry */
+	bool deleted;
+};
+
+static const char **copy_names(struct idc_arena *a, const char *const *v, size_t n)
+{
+	const char **out = idc_arena_alloc(a, (n ? n : 1) * sizeof(*out));
+	for (size_t i = 0; out && i < n; i++)
+		if (!(out[i] = idc_arena_strndup(a, v[i], strlen(v[i]))))
+			return NULL;
+	return out;
+}
+
+static void keep_user(struct track *tr, const struct cache_user *u, struct rec *o)
+{
+	o->name = idc_arena_strndup(&tr->a, u->name, strlen(u->name));
+	o->id = u->uid;
+	o->present = o->name != NULL;
+	tr->unknown |= !o->present;
+}
+
+static void keep_group(struct track *tr, const struct cache_group *g, struct rec *o)
+{
+	o->name = idc_arena_strndup(&tr->a, g->name, strlen(g->name));
+	o->id = g->gid;
+	o->mem = copy_names(&tr->a, g->members, g->nmembers);
+	o->nmem = g->nmembers;
+	o->nested = copy_names(&tr->a, g->member_groups, g->nmember_groups);
+	o->nnested = g->nmember_groups;
+	o->present = o->name && o->mem && o->nested;
+	tr->unknown |= !o->present;
+}
+
+/* The records as the cache holds them before the transaction. */
+static void track_begin(struct lp_req *r, struct track *tr, bool page, bool del, bool group)
+{
+	struct ldap_domain *ld = r->ld;
+	const char *doms[] = {ld->cfg.name};
+	memset(tr, 0, sizeof(*tr));
+	tr->on = ld->hook != NULL;
+	if (!tr->on)
+		return;
+	size_t nu = r->users.n - r->users_stored, ng = r->groups.n;
+	tr->uold = calloc(nu + 1, sizeof(*tr->uold));
+	tr->unew = calloc(nu + 1, sizeof(*tr->unew));
+	tr->gold = calloc(ng + 1, sizeof(*tr->gold));
+	tr->gnew = calloc(ng + 1, sizeof(*tr->gnew));
+	struct cache_reader *rd = NULL;
+	if (!tr->uold || !tr->unew || !tr->gold || !tr->gnew ||
+	    cache_reader_begin(ld->cache, &rd)) {
+		tr->unknown = true;
+		return;
+	}
+	struct cache_user u;
+	struct cache_group g;
+	for (size_t i = 0; i < nu && !tr->unknown; i++) {
+		const struct lp_user *lu = r->users.v[r->users_stored + i];
+		int rc = cache_user_by_name(rd, doms, 1, lu->name, false, &u, NULL);
+		if (rc == 0)
+			keep_user(tr, &u, &tr->uold[i]);
+		else if (rc != -ENOENT)
+			tr->unknown = true;
+	}
+	for (size_t i = 0; i < ng && !tr->unknown; i++) {
+		const struct lp_group *lg = r->groups.v[i];
+		if (!group_due(r, lg, page))
+			continue;
+		int rc = cache_group_by_name(rd, doms, 1, lg->name, false, &g, NULL);
+		if (rc == 0)
+			keep_group(tr, &g, &tr->gold[i]);
+		else if (rc != -ENOENT)
+			tr->unknown = true;
+	}
+	if (del && !tr->unknown) {
+		int rc = group ? cache_group_by_name(rd, doms, 1, r->name, false, &g, NULL)
+			       : cache_user_by_name(rd, doms, 1, r->name, false, &u, NULL);
+		if (rc == 0 && group)
+			keep_group(tr, &g, &tr->dold);
+		else if (rc == 0)
+			keep_user(tr, &u, &tr->dold);
+		else if (rc != -ENOENT)
+			tr->unknown = true;
+	}
+	cache_reader_end(rd);
+}
+
+static int cmp_name(const void *a, const void *b)
+{
+	return strcasecmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Whether two lists of group names hold the same names (sorted in place). */
+static bool same_names(const char **a, size_t na, const char **b, size_t nb)
+{
+	if (na != nb)
+		return false;
+	if (na) {
+		qsort(a, na, sizeof(*a), cmp_name);
+		qsort(b, nb, sizeof(*b), cmp_name);
+	}
+	for (size_t i = 0; i < na; i++)
+		if (strcasecmp(a[i], b[i]))
+			return false;
+	return true;
+}
+
+static void emit(struct ldap_domain *ld, bool group, struct rec *o, struct rec *n)
+{
+	if (o->present && n->present && strcmp(o->name, n->name)) {
+		/* The same entry under a name in another case: went and came. */
+		struct rec none = {0};
+		emit(ld, group, o, &none);
+		emit(ld, group, &none, n);
+		return;
+	}
+	if (!o->present && !n->present)
+		return;
+	struct ldap_change ch = {.group = group,
+				 .old_name = o->present ? o->name : NULL,
+				 .new_name = n->present ? n->name : NULL,
+				 .old_id = o->id,
+				 .new_id = n->id,
+				 .old_mem = o->mem,
+				 .nold_mem = o->nmem,
+				 .new_mem = n->mem,
+				 .nnew_mem = n->nmem};
+	if (group && (o->nnested || n->nnested))
+		ch.nested_changed = !o->present || !n->present || o->id != n->id ||
+				    !same_names(o->nested, o->nnested, n->nested, n->nnested);
+	ld->hook(&ch, ld->hook_arg);
+}
+
+/* After the commit: tell the hook what changed. */
+static void track_report(struct lp_req *r, struct track *tr, bool group)
+{
+	struct ldap_domain *ld = r->ld;
+	if (!tr->on)
+		return;
+	if (tr->unknown) {
+		ld->hook(NULL, ld->hook_arg);
+		return;
+	}
+	for (size_t i = 0; i < r->users.n - r->users_stored; i++)
+		if (tr->unew[i].present)
+			emit(ld, false, &tr->uold[i], &tr->unew[i]);
+	for (size_t i = 0; i < r->groups.n; i++)
+		if (tr->gnew[i].present)
+			emit(ld, true, &tr->gold[i], &tr->gnew[i]);
+	if (tr->deleted) {
+		struct rec none = {0};
+		emit(ld, group, &tr->dold, &none);
+	}
+}
+
+static void track_free(struct track *tr)
+{
+	free(tr->uold);
+	free(tr->unew);
+	free(tr->gold);
+	free(tr->gnew);
+	idc_arena_free(&tr->a);
+}
+
 /* ==== the answer into the cache ======================================================= */
 
-static int put_group(struct cache_txn *t, struct lp_req *r, struct lp_group *g, struct idc_diag *d)
+/* Store g; when tr is on and the record changed, *out gets what was
+ * stored (the lists copied into tr's arena). */
+static int put_group(struct cache_txn *t, struct lp_req *r, struct lp_group *g, struct track *tr,
+		     struct rec *out, struct idc_diag *d)
 {
 	size_t cap = g->nuids + g->nmdns;
 	const char **names = cap ? malloc(cap * sizeof(*names)) : NULL;
@@ -500,7 +690,22 @@ static int put_group(struct cache_txn *t, struct lp_req *r, struct lp_group *g, 
 			nested[ng++] = m->name;
 	}
 	struct cache_group cg = {g->name, g->gid, 0, names, nn, nested, ng, g->dn, g->modts};
-	int rc = cache_put_group(t, r->ld->cfg.name, &cg, NULL, d);
+	bool changed = false;
+	int rc = cache_put_group(t, r->ld->cfg.name, &cg, &changed, d);
+	if (rc == 0 && changed && tr->on && !tr->unknown) {
+		/* The strings live in the request's arena; the arrays are copied. */
+		out->mem = idc_arena_alloc(&tr->a, (nn ? nn : 1) * sizeof(*out->mem));
+		out->nested = idc_arena_alloc(&tr->a, (ng ? ng : 1) * sizeof(*out->nested));
+		if (out->mem && out->nested) {
+			if (nn)
+				memcpy(out->mem, names, nn * sizeof(*names));
+			if (ng)
+				memcpy(out->nested, nested, ng * sizeof(*nested));
+			*out = (struct rec){true, g->name, g->gid, out->mem, out->nested, nn, ng};
+		} else {
+			tr->unknown = true;
+		}
+	}
 	free(names);
 	free(nested);
 	return rc;
@@ -571,36 +776,54 @@ static int store(struct lp_req *r, enum ldap_lookup_result res, bool page, struc
 	bool enumerating = page || r->kind == LDAP_LOOKUP_ENUMERATE || r->kind == LP_REFRESH;
 	if (enumerating && r->users_stored == r->users.n && !ngroups)
 		return 0;
+	bool del = !page && res == LDAP_LOOKUP_NOTFOUND &&
+		   (r->kind == LDAP_LOOKUP_PWNAM || r->kind == LDAP_LOOKUP_GRNAM);
+	bool del_group = r->kind == LDAP_LOOKUP_GRNAM;
+	struct track tr;
+	track_begin(r, &tr, page, del, del_group);
 	struct cache_txn *t;
 	int rc = cache_txn_begin(ld->cache, &t, d);
-	if (rc)
+	if (rc) {
+		track_free(&tr);
 		return rc;
+	}
 	rc = cache_domain_ensure(t, ld->cfg.name, ld->cfg.entry_cache_timeout, d);
 	for (size_t i = r->users_stored; i < r->users.n && !rc; i++) {
 		const struct lp_user *u = r->users.v[i];
 		struct cache_user cu = {u->name,  u->uid, u->gid, u->gecos, u->dir,
 					u->shell, 0,      u->dn,  u->modts};
-		rc = soft(ld, cache_put_user(t, ld->cfg.name, &cu, NULL, d), u->dn, d);
+		bool changed = false;
+		rc = soft(ld, cache_put_user(t, ld->cfg.name, &cu, &changed, d), u->dn, d);
+		if (!rc && changed && tr.on && !tr.unknown)
+			tr.unew[i - r->users_stored] =
+			    (struct rec){.present = true, .name = u->name, .id = u->uid};
 	}
 	for (size_t i = 0; i < r->groups.n && !rc; i++) {
 		struct lp_group *g = r->groups.v[i];
 		if (group_due(r, g, page))
-			rc = soft(ld, put_group(t, r, g, d), g->dn, d);
+			rc = soft(ld, put_group(t, r, g, &tr, tr.on ? &tr.gnew[i] : NULL, d), g->dn,
+				  d);
 	}
-	if (!rc && !page && res == LDAP_LOOKUP_NOTFOUND && r->kind == LDAP_LOOKUP_PWNAM)
-		rc = cache_del_user(t, ld->cfg.name, r->name, d);
-	if (!rc && !page && res == LDAP_LOOKUP_NOTFOUND && r->kind == LDAP_LOOKUP_GRNAM)
-		rc = cache_del_group(t, ld->cfg.name, r->name, d);
+	if (!rc && del) {
+		rc = del_group ? cache_del_group(t, ld->cfg.name, r->name, d)
+			       : cache_del_user(t, ld->cfg.name, r->name, d);
+		tr.deleted = rc == 0;
+	}
 	if (rc == -ENOENT)
 		rc = 0;
 	if (rc) {
 		cache_txn_abort(t);
+		track_free(&tr);
 		return rc;
 	}
 	rc = cache_txn_commit(t, d);
-	if (rc)
+	if (rc) {
+		track_free(&tr);
 		return rc;
+	}
 	ld->ncommits++;
+	track_report(r, &tr, del_group);
+	track_free(&tr);
 	r->users_stored = r->users.n;
 	for (size_t i = 0; i < r->groups.n; i++) {
 		struct lp_group *g = r->groups.v[i];
@@ -812,6 +1035,30 @@ static void set_attrs(struct ldap_domain *ld)
 	ld->attrs[n] = NULL;
 }
 
+/* What the configuration leaves open on the wire, said once at start. */
+static void warn_channel(const struct ldap_domain_config *c)
+{
+	static const char *const level[] = {"never", "allow"};
+	bool plain = false;
+	for (size_t i = 0; i < c->nuris; i++)
+		plain |= !strncasecmp(c->uris[i], "ldap://", 7);
+	if (c->tls_reqcert <= LDAP_DOM_REQCERT_ALLOW)
+		idc_log(IDC_LOG_WARN,
+			"ldap domain %s: ldap_tls_reqcert = %s: the server's certificate is not "
+			"verified; anyone on the path can impersonate the directory",
+			c->name, level[c->tls_reqcert]);
+	if (plain && !c->start_tls && c->bind_dn)
+		idc_log(IDC_LOG_WARN,
+			"ldap domain %s: the bind password crosses plain ldap:// in clear "
+			"(ldap_auth_disable_tls_never_use_in_production = true)",
+			c->name);
+	else if (plain && !c->start_tls)
+		idc_log(IDC_LOG_WARN,
+			"ldap domain %s: plain ldap:// without StartTLS: answers are neither "
+			"encrypted nor authenticated",
+			c->name);
+}
+
 int ldap_domain_new(const struct ldap_domain_config *cfg, struct cache *c, struct ldap_domain **out,
 		    struct idc_diag *d)
 {
@@ -846,12 +1093,19 @@ int ldap_domain_new(const struct ldap_domain_config *cfg, struct cache *c, struc
 	if (!strcmp(ld->nubase, ld->ngbase))
 		ld->gbase = ld->ubase; /* one base: member searches ask for both kinds */
 	set_attrs(ld);
+	warn_channel(&ld->cfg);
 	if (ld->cfg.enumerate)
 		ld->next_enum_ns = idc_now_ns();
 	if (ld->cfg.refresh_expired_ms)
 		ld->next_refresh_ns = idc_now_ns() + ld->cfg.refresh_expired_ms * 1000000ull;
 	*out = ld;
 	return 0;
+}
+
+void ldap_domain_set_hook(struct ldap_domain *ld, ldap_change_fn fn, void *arg)
+{
+	ld->hook = fn;
+	ld->hook_arg = fn ? arg : NULL;
 }
 
 void ldap_domain_free(struct ldap_domain *ld)
@@ -897,6 +1151,10 @@ enum ldap_lookup_result ldap_domain_lookup(struct ldap_domain *ld, enum ldap_loo
 		if (kind == LDAP_LOOKUP_ENUMERATE)
 			id = 0;
 	}
+	/* min_id/max_id: such an id is never stored; the directory is not asked. */
+	if ((kind == LDAP_LOOKUP_PWUID || kind == LDAP_LOOKUP_GRGID) &&
+	    !lp_id_in_range(&ld->cfg, id))
+		return LDAP_LOOKUP_NOTFOUND;
 	if (kind != LDAP_LOOKUP_ENUMERATE && neg_hit(ld, key_hash(ld, kind, name, id))) {
 		ld->nneg++;
 		return LDAP_LOOKUP_NOTFOUND;
