@@ -91,22 +91,42 @@ int idc_log_level(void)
 	return log_max;
 }
 
+/* Control characters become \xNN: a value from a file, a client or a
+ * directory must not be able to forge log lines (a newline) or drive the
+ * admin's terminal (an escape sequence). */
+static void log_escape(const char *in, char *out, size_t cap)
+{
+	static const char hex[] = "0123456789abcdef";
+	size_t o = 0;
+	for (const unsigned char *p = (const unsigned char *)in; *p && o + 5 < cap; p++) {
+		if (*p < 0x20 || *p == 0x7f) {
+			out[o++] = '\\';
+			out[o++] = 'x';
+			out[o++] = hex[*p >> 4];
+			out[o++] = hex[*p & 15];
+		} else {
+			out[o++] = (char)*p;
+		}
+	}
+	out[o] = '\0';
+}
+
 void idc_log(int level, const char *fmt, ...)
 {
 	static const int prio[] = {LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG};
 	static const char *const name[] = {"error", "warning", "info", "debug"};
 	if (level > log_max || level < 0)
 		return;
+	char line[2048], safe[4 * sizeof(line)];
 	va_list ap;
 	va_start(ap, fmt);
-	if (log_stderr) {
-		char line[2048];
-		vsnprintf(line, sizeof(line), fmt, ap);
-		fprintf(stderr, "%s: %s: %s\n", log_ident, name[level], line);
-	} else {
-		vsyslog(prio[level], fmt, ap);
-	}
+	vsnprintf(line, sizeof(line), fmt, ap);
 	va_end(ap);
+	log_escape(line, safe, sizeof(safe));
+	if (log_stderr)
+		fprintf(stderr, "%s: %s: %s\n", log_ident, name[level], safe);
+	else
+		syslog(prio[level], "%s", safe);
 }
 
 /* ---- buffers ---------------------------------------------------------------- */
