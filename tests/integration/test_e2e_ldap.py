@@ -832,6 +832,52 @@ def test_silent_server_does_not_stall_others(module_daemons):
         bh.close()
 
 
+
+def test_stalled_bind_does_not_freeze_the_daemon(module_daemons):
+    """A server that accepts the connection and never answers the bind:
+    the setup runs from the event loop (bind by message id, its deadline a
+    timer), so a files-domain lookup keeps answering at once while the
+    handshake waits; after ldap_network_timeout the domain goes offline."""
+    bh = Blackhole()
+    pwdir = nsenv.make_private_dir("idc-ldap-stall-")
+    pw = pwdir / "bind.pw"
+    pw.write_text("secret\n")
+    os.chown(pw, nsenv.DAEMON_UID, nsenv.DAEMON_UID)
+    os.chmod(pw, 0o600)
+    try:
+        d = start_daemon(module_daemons, bh.uri,
+                         f"ldap_default_bind_dn = cn=admin,{BASE}\n"
+                         f"ldap_default_authtok_file = {pw}\n"
+                         "ldap_auth_disable_tls_never_use_in_production = true\n")
+        slow = P.Client(d.run_dir / "nss.sock")
+        t0 = time.monotonic()
+        slow.s.sendall(P.request_frame(P.GETPWNAM, "alice"))  # connect + bind: stalls
+        lat = []
+        fast = P.Client(d.run_dir / "nss.sock")
+        while True:
+            t = time.monotonic()
+            assert fast.getpwnam("loc")[0] == "loc"
+            lat.append(time.monotonic() - t)
+            if time.monotonic() - t0 > 1.5:  # inside the 2 s handshake deadline
+                break
+            time.sleep(0.1)
+        fast.close()
+        print(f"files lookups while the bind stalls: {len(lat)}, "
+              f"max {max(lat) * 1000:.1f} ms, mean {sum(lat) / len(lat) * 1000:.1f} ms")
+        assert len(lat) >= 5 and max(lat) < 1.0, lat
+        (cmd, st, _), = read_replies(slow.s, 1)
+        waited = time.monotonic() - t0
+        print(f"the stalled lookup was answered after {waited:.2f} s")
+        assert (cmd, st) == (P.GETPWNAM, P.NOTFOUND)
+        assert 1.5 < waited < 8.0, waited  # ldap_network_timeout = 2
+        slow.close()
+        assert "bind: Timed out" in d.log(), d.log()[-2000:]
+        assert "offline" in d.log()
+    finally:
+        bh.close()
+        nsenv.remove_tree(pwdir)
+
+
 VALGRIND = shutil.which("valgrind")
 
 
@@ -889,3 +935,332 @@ def test_ldap_daemon_under_valgrind(env, idcached_bin, nss_module_dir, idcache):
             d.proc.wait()
         if ok:
             nsenv.remove_tree(base)
+
+
+# ==== hostile values a real slapd serves =====================================================
+# slapd refuses some of these over ldapadd (uidNumber is INTEGER syntax:
+# "007", "+1", "abc" and "0x10" are "invalid per syntax"), but slapadd -q
+# (tests/ldap/slapd.sh with SLAPD_LOAD=slapadd) stores values without
+# checking their syntax, and slapd then serves them as they are. "-5",
+# "4294967296" and names with '/', a leading '-' or control characters are
+# accepted by ldapadd too.
+
+PEOPLE, GROUPS_OU = f"ou=people,{BASE}", f"ou=groups,{BASE}"
+HUGE_MEMBERS = 20000
+
+# user (uid) -> (uidNumber, gidNumber) as stored: each refused
+BAD_IDS = {
+    "h_neg": ("-5", "40000"),
+    "h_plus": ("+40002", "40000"),
+    "h_big": ("4294967296", "40000"),
+    "h_nouid": ("4294967295", "40000"),  # libc's "no id"
+    "h_huge": ("99999999999999999999", "40000"),
+    "h_alpha": ("abc", "40000"),
+    "h_hex": ("0x10", "40000"),
+    "h_space": (" 40003", "40000"),
+    "h_gidneg": ("40004", "-1"),
+}
+# names a directory can hold that the cache refuses: (DN, uidNumber)
+BAD_NAMES = {
+    "a/b": 41000, "-lead": 41001, "ctl\x01x": 41002, "esc\x1b[31mx": 41003, "+plus": 41004,
+    " lead": 41005, "co:lon": 41006, "com,ma": 41007, "tab\tx": 41008, "del\x7fx": 41009,
+}
+
+
+def ldif_attr(k, v):
+    """One LDIF line; base64 for anything that is not plain."""
+    import base64
+    if v and v.isascii() and v.isprintable() and v[0] not in " :<" and v[-1] != " ":
+        return f"{k}: {v}\n"
+    return f"{k}:: {base64.b64encode(v.encode()).decode()}\n"
+
+
+def ldif_entry(dn, *pairs):
+    return ldif_attr("dn", dn) + "".join(ldif_attr(k, v) for k, v in pairs)
+
+
+def user_entry(dn, name, uid, gid, *extra):
+    return ldif_entry(dn, ("objectClass", "account"), ("objectClass", "posixAccount"),
+                      ("objectClass", "extensibleObject"), ("uid", name), ("cn", "x"),
+                      ("uidNumber", uid), ("gidNumber", gid), ("homeDirectory", "/home/x"),
+                      ("loginShell", "/bin/sh"), *extra)
+
+
+def group_entry(dn, name, gid, *members):
+    return ldif_entry(dn, ("objectClass", "posixGroup"), ("objectClass", "extensibleObject"),
+                      ("cn", name), ("gidNumber", gid), *[("memberUid", m) for m in members])
+
+
+def hostile_ldif(path):
+    out = [ldif_entry(BASE, ("objectClass", "dcObject"), ("objectClass", "organization"),
+                      ("o", "Example"), ("dc", "example")),
+           ldif_entry(PEOPLE, ("objectClass", "organizationalUnit"), ("ou", "people")),
+           ldif_entry(GROUPS_OU, ("objectClass", "organizationalUnit"), ("ou", "groups")),
+           user_entry(f"uid=h_ok,{PEOPLE}", "h_ok", "40010", "40010"),
+           user_entry(f"uid=h_other,{PEOPLE}", "h_other", "40011", "40010"),
+           # leading zeros: decimal digits, at most 10 of them: uid 40001
+           user_entry(f"uid=h_zero,{PEOPLE}", "h_zero", "0040001", "40010")]
+    out += [user_entry(f"uid={n},{PEOPLE}", n, u, g) for n, (u, g) in BAD_IDS.items()]
+    # two names, one uid; two groups, one gid
+    out += [user_entry(f"uid=twin1,{PEOPLE}", "twin1", "40020", "40010"),
+            user_entry(f"uid=twin2,{PEOPLE}", "twin2", "40020", "40010"),
+            group_entry(f"cn=gtwin1,{GROUPS_OU}", "gtwin1", "40030", "h_ok"),
+            group_entry(f"cn=gtwin2,{GROUPS_OU}", "gtwin2", "40030", "h_ok")]
+    out += [user_entry(f"cn=n{u},{PEOPLE}", n, str(u), "40010") for n, u in BAD_NAMES.items()]
+    # a bad alias beside the RDN's valid name: the valid one is kept
+    out.append(user_entry(f"uid=h_alias,{PEOPLE}", "h_alias", "40040", "40010",
+                          ("uid", "bad/alias")))
+    # the DN itself carries the bad name (a newline that would forge a log line)
+    out.append(user_entry(f"uid=evil\nwarning: forged,{PEOPLE}", "evil\nwarning: forged",
+                          "41100", "40010"))
+    out += [group_entry(f"cn=bad/group,{GROUPS_OU}", "bad/group", "42000", "h_ok"),
+            group_entry(f"cn=-dash,{GROUPS_OU}", "-dash", "42001", "h_ok"),
+            group_entry(f"cn=hg_neg,{GROUPS_OU}", "hg_neg", "-7", "h_ok"),
+            group_entry(f"cn=hg_alpha,{GROUPS_OU}", "hg_alpha", "x1", "h_ok"),
+            group_entry(f"cn=mixed,{GROUPS_OU}", "mixed", "42010", "h_ok", "a/b", "-x",
+                        "ctl\x01", "h_other"),
+            group_entry(f"cn=huge,{GROUPS_OU}", "huge", "42100", "h_ok",
+                        *[f"m{i:05d}" for i in range(HUGE_MEMBERS)])]
+    # a referral object inside the search base: every subtree search that
+    # covers it returns a search reference
+    out.append(ldif_entry(f"ou=elsewhere,{PEOPLE}", ("objectClass", "referral"),
+                          ("objectClass", "extensibleObject"), ("ou", "elsewhere"),
+                          ("ref", "ldap://127.0.0.1:9/ou=people,dc=elsewhere,dc=com")))
+    Path(path).write_text("\n".join(out))
+
+
+@pytest.fixture(scope="module")
+def hostile(env):
+    """Server H: the hostile values above, loaded with slapadd -q."""
+    ldif = env.base / "hostile.ldif"
+    hostile_ldif(ldif)
+    s = Slapd(env.base, "h", ldif=ldif)
+    env.servers["h"] = s  # stopped by the env fixture
+    s.start()
+    got = ldapsearch(s.uri, "(uid=h_alpha)")
+    assert got[f"uid=h_alpha,{PEOPLE}".lower()]["uidnumber"] == ["abc"], got
+    return s
+
+
+def skipped_line(dn, why):
+    return f'entry "{dn}": {why}; skipped'
+
+
+def assert_logged_once(log, wanted, server):
+    """Each wanted message is in the log, with the server, and (over two
+    rounds of lookups) once. lp_log_once remembers messages in a table of
+    LP_LOGGED_SLOTS hashes (entries.c): two messages sharing a slot evict
+    each other and may each come again, so one such pair is tolerated (a
+    few percent of runs with this many messages)."""
+    counts = {w: log.count(w) for w in wanted}
+    assert all(counts.values()), {w: c for w, c in counts.items() if not c}
+    for w in wanted:
+        assert server in next(x for x in log.splitlines() if w in x), w
+    repeats = {w: c for w, c in counts.items() if c > 1}
+    assert len(repeats) <= 2 and all(c == 2 for c in repeats.values()), repeats
+
+
+def warm_and_check_kept(d, idcache):
+    """h_ok cached first; returns a check that it is still in the cache
+    (expired or not) and served after the hostile lookups."""
+    r = d.ns.run(["getent", "passwd", "h_ok"])
+    assert r.rc == 0 and r.out.startswith("h_ok:x:40010:40010:"), (r, d.log()[-2000:])
+
+    def check():
+        assert user_info(idcache, d, "h_ok").get("uid") == "40010", user_info(idcache, d, "h_ok")
+        r = d.ns.run(["getent", "passwd", "h_ok"])
+        assert r.rc == 0 and r.out.startswith("h_ok:x:40010:40010:"), r
+    return check
+
+
+def test_hostile_ids_are_refused(hostile, module_daemons, idcache):
+    """Signed, overflowing, non-numeric, hex and space-led uidNumber or
+    gidNumber values (stored by slapadd, served by slapd) make the entry
+    unusable: not found, logged once with the server and the DN, the rest
+    keeps working. Leading zeros are decimal digits: accepted."""
+    d = start_daemon(module_daemons, hostile.uri)
+    kept = warm_and_check_kept(d, idcache)
+    names = list(BAD_IDS)
+    argvs = [["getent", "passwd", n] for n in names]
+    argvs += [["getent", "group", "hg_neg"], ["getent", "group", "hg_alpha"],
+              ["getent", "passwd", "h_zero"], ["getent", "passwd", "h_other"]]
+    for round_ in range(2):
+        before = hostile.srch_count()
+        got = d.ns.run_many(argvs)
+        for r in got[:len(names) + 2]:
+            assert r.rc == 2 and r.out == "", r
+        assert got[-2].rc == 0 and got[-2].out.startswith("h_zero:x:40001:40010:"), got[-2]
+        assert got[-1].rc == 0 and got[-1].out.startswith("h_other:x:40011:40010:"), got[-1]
+        assert hostile.srch_count() > before  # asked the directory each round
+        time.sleep(1.2)  # past entry_negative_timeout: the next round searches again
+    log = d.log()
+    lines = [skipped_line(f"uid={n},{PEOPLE}", "uidNumber or gidNumber missing or not a number")
+             for n in names]
+    lines += [skipped_line(f"cn={g},{GROUPS_OU}", "gidNumber missing or not a number")
+              for g in ("hg_neg", "hg_alpha")]
+    assert_logged_once(log, lines, hostile.uri)
+    kept()
+
+
+def test_same_uid_or_gid_on_two_names(hostile, module_daemons, idcache):
+    """Two users with one uidNumber and two groups with one gidNumber: not
+    refused (glibc's files module allows it too). Each resolves by its
+    name; by number one of them answers, the same one every time (the
+    cache's lowest entry order; LDAP entries have no order of their own);
+    `id` lists the shared gid once."""
+    d = start_daemon(module_daemons, hostile.uri)
+    kept = warm_and_check_kept(d, idcache)
+    got = d.ns.run_many([["getent", "passwd", "40020"], ["getent", "group", "40030"],
+                         ["getent", "passwd", "twin1"], ["getent", "passwd", "twin2"],
+                         ["getent", "group", "gtwin1"], ["getent", "group", "gtwin2"],
+                         ["id", "-G", "h_ok"]])
+    assert all(r.rc == 0 for r in got), got
+    by_uid, by_gid = got[0].out.split(":")[0], got[1].out.split(":")[0]
+    assert by_uid in ("twin1", "twin2"), got[0]
+    assert by_gid in ("gtwin1", "gtwin2"), got[1]
+    assert got[2].out.startswith("twin1:x:40020:"), got[2]
+    assert got[3].out.startswith("twin2:x:40020:"), got[3]
+    assert got[4].out.startswith("gtwin1:x:40030:h_ok"), got[4]
+    assert got[5].out.startswith("gtwin2:x:40030:h_ok"), got[5]
+    assert got[6].out.split().count("40030") == 1, got[6]
+    # stable: asked again (from the cache, then after an expiry from the
+    # directory) the same name answers
+    for _ in range(2):
+        again = d.ns.run_many([["getent", "passwd", "40020"], ["getent", "group", "40030"]])
+        assert [r.out.split(":")[0] for r in again] == [by_uid, by_gid], again
+        cli(idcache, d, "expire", "--all")
+    assert "twin" not in d.log()  # not refused: nothing logged
+    kept()
+
+
+def test_hostile_names_are_refused(hostile, module_daemons, idcache):
+    """Names with '/', a leading '-', '+' or space, ':', ',' or a control
+    character (the cache's name rule) sent by the directory: the entry is
+    skipped (asked by number, it is not found) and logged once with its DN;
+    a bad alias beside a valid RDN name is ignored; invalid memberUid values
+    are dropped from a group, which keeps its valid members."""
+    d = start_daemon(module_daemons, hostile.uri)
+    kept = warm_and_check_kept(d, idcache)
+    argvs = [["getent", "passwd", str(u)] for u in BAD_NAMES.values()]
+    argvs += [["getent", "group", "42000"], ["getent", "group", "42001"],
+              ["getent", "passwd", "h_alias"], ["getent", "passwd", "40040"],
+              ["getent", "group", "mixed"]]
+    for _ in range(2):
+        got = d.ns.run_many(argvs)
+        n = len(BAD_NAMES)
+        for r in got[:n + 2]:
+            assert r.rc == 2 and r.out == "", r
+        assert got[n + 2].rc == 0 and got[n + 2].out.startswith("h_alias:x:40040:"), got[n + 2]
+        assert got[n + 3].out == got[n + 2].out, got[n + 3]
+        assert got[n + 4].rc == 0, got[n + 4]
+        assert got[n + 4].out.strip() == "mixed:x:42010:h_ok,h_other", got[n + 4]
+        time.sleep(1.2)
+    log = d.log()
+    lines = [skipped_line(f"cn=n{u},{PEOPLE}", "no valid uid") for u in BAD_NAMES.values()]
+    lines += [skipped_line(f"cn=bad/group,{GROUPS_OU}", "no valid cn"),
+              skipped_line(f"cn=-dash,{GROUPS_OU}", "no valid cn"),
+              f'group "cn=mixed,{GROUPS_OU}": invalid member name dropped']
+    assert_logged_once(log, lines, hostile.uri)
+    assert "h_alias" not in log  # nothing to say about it
+    # the enumeration of what is cached holds none of them
+    users = d.ns.run(["getent", "passwd"]).out
+    assert "a/b" not in users and "-lead" not in users and "\x01" not in users, users
+    kept()
+
+
+def test_control_characters_in_a_dn_do_not_forge_log_lines(hostile, module_daemons):
+    """An entry whose DN holds a newline (and whose name is therefore
+    invalid too) is skipped and logged once, without the newline reaching
+    the log as a line break (idc_log writes control characters as \\xNN)."""
+    d = start_daemon(module_daemons, hostile.uri)
+    r = d.ns.run(["getent", "passwd", "41100"])
+    assert r.rc == 2, r
+    lines = d.log().splitlines()
+    assert any("no valid uid; skipped" in x and "evil" in x for x in lines), lines[-20:]
+    assert not any(x.startswith("warning: forged") for x in lines), lines[-20:]
+
+
+def test_search_reference_is_logged_once(hostile, module_daemons, idcache):
+    """slapd returns a search reference for the referral object under
+    ou=people with every subtree search covering it: it is not followed,
+    logged once, and the answers keep every entry the search did return."""
+    d = start_daemon(module_daemons, hostile.uri)
+    kept = warm_and_check_kept(d, idcache)
+    p = subprocess.run(["ldapsearch", "-x", "-LLL", "-H", hostile.uri, "-b", BASE,
+                        "(uid=h_ok)", "dn"], capture_output=True, text=True, timeout=30)
+    assert "ldap://127.0.0.1:9/ou=people,dc=elsewhere" in p.stdout, p.stdout  # slapd sends it
+    for _ in range(2):
+        got = d.ns.run_many([["getent", "passwd", "h_other"], ["getent", "passwd", "40020"],
+                             ["getent", "group", "gtwin1"], ["id", "h_ok"],
+                             ["getent", "passwd", "nosuchuser"]])
+        assert [r.rc for r in got] == [0, 0, 0, 0, 2], got
+        assert "42010(mixed)" in got[3].out, got[3]
+        cli(idcache, d, "expire", "--all")
+        time.sleep(1.2)
+    refs = [x for x in d.log().splitlines() if "referral under" in x]
+    assert refs, d.log()[-3000:]
+    assert len(refs) == len(set(refs)), refs  # each once
+    assert all(f'referral under "{BASE}" not followed' in x and hostile.uri in x
+               for x in refs), refs
+    st = status(idcache, d)
+    assert st["domain.dir.state"] == "online", st
+    kept()
+
+
+def test_referral_search_base_ends_with_what_came(hostile, module_daemons, idcache):
+    """A user search base that is itself a referral object: slapd answers
+    with a referral result; the search ends (not found), logged once, the
+    domain stays online and group lookups keep working."""
+    d = start_daemon(module_daemons, hostile.uri,
+                     f"ldap_user_search_base = ou=elsewhere,{PEOPLE}\n"
+                     f"ldap_group_search_base = {GROUPS_OU}\n")
+    for _ in range(2):
+        got = d.ns.run_many([["getent", "passwd", "h_ok"], ["getent", "group", "gtwin1"]])
+        assert got[0].rc == 2, got[0]
+        assert got[1].rc == 0 and got[1].out.startswith("gtwin1:x:40030:"), got[1]
+        time.sleep(1.2)
+    log = d.log()
+    lines = [x for x in log.splitlines() if f'base="ou=elsewhere,{PEOPLE}"' in x]
+    assert lines and len(lines) == len(set(lines)), log[-3000:]
+    assert any("Referral" in x for x in lines), lines
+    assert status(idcache, d)["domain.dir.state"] == "online"
+
+
+def test_group_with_20000_members(hostile, module_daemons, idcache):
+    """A group of 20,001 memberUid values resolves completely within a
+    bounded time, by name and by gid, and `id` of a member lists it; warm,
+    it is served from the cache without a search."""
+    d = start_daemon(module_daemons, hostile.uri)
+    kept = warm_and_check_kept(d, idcache)
+    s0 = hostile.srch_count()
+    t0 = time.monotonic()
+    r = r_huge = d.ns.run(["getent", "group", "huge"])
+    cold = time.monotonic() - t0
+    assert hostile.srch_count() > s0  # cold: from the directory
+    assert r.rc == 0, (r, d.log()[-2000:])
+    name, pw, gid, members = r.out.strip().split(":")
+    assert (name, pw, gid) == ("huge", "x", "42100")
+    mem = members.split(",")
+    assert len(mem) == HUGE_MEMBERS + 1 and len(set(mem)) == len(mem)
+    assert mem[0] == "h_ok" and "m00000" in mem and "m19999" in mem
+    r = d.ns.run(["id", "-G", "h_ok"])  # initgroups: from the directory
+    assert r.rc == 0 and "42100" in r.out.split(), r
+    before = hostile.srch_count()
+    t0 = time.monotonic()
+    got = d.ns.run_many([["getent", "group", "42100"], ["id", "-G", "h_ok"]])
+    warm = time.monotonic() - t0
+    assert got[0].out == r_huge.out, got[0].out[:200]
+    assert got[1].out == r.out, got[1]
+    assert hostile.srch_count() == before  # cached: no search
+    # expired: a refresh of the unchanged group still answers at once
+    cli(idcache, d, "expire", "--group", "huge")
+    t0 = time.monotonic()
+    r2 = d.ns.run(["getent", "group", "huge"])
+    expired = time.monotonic() - t0
+    assert r2.out == r_huge.out
+    print(f"\ngroup of {HUGE_MEMBERS + 1} members: cold {cold:.3f} s, warm (2 lookups) "
+          f"{warm:.3f} s, expired {expired:.3f} s")
+    assert cold < 5.0, cold
+    assert warm < 2.0 and expired < 2.0, (warm, expired)
+    assert "more members than the provider keeps" not in d.log()
+    kept()

@@ -734,13 +734,125 @@ static void test_silent_server(void **state)
 	uint64_t ms = (idc_now_ns() - t0) / 1000000u;
 	assert_true(ms >= 400 && ms < 3000);
 	env_close(&e);
-	/* StartTLS: the synchronous setup is bounded by the network timeout */
+	/* StartTLS: the setup gives up after the network timeout */
 	env_open(&e, uri(port, "ldap"), "ldap_network_timeout=0.5", "ldap_id_use_start_tls=true",
 		 NULL);
 	t0 = idc_now_ns();
 	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "alice", 0), LDAP_LOOKUP_OFFLINE);
 	ms = (idc_now_ns() - t0) / 1000000u;
 	assert_true(ms < 3000);
+	env_close(&e);
+	close(s);
+}
+
+/* Wait for a lookup started on a stalled server: every ldap_domain_process
+ * call returns at once; the answer (elapsed ms back) comes by the timer. */
+static uint64_t wait_stalled(struct env *e, struct done *d, uint64_t t0)
+{
+	uint64_t worst = 0, until = idc_now_ns() + 10000000000ull;
+	while (!d->calls && idc_now_ns() < until) {
+		int fd = -1;
+		if (ldap_domain_fds(e->ld, &fd, 1) == 0)
+			fd = -1;
+		if (fd != e->cur) {
+			if (e->cur >= 0)
+				epoll_ctl(e->ep, EPOLL_CTL_DEL, e->cur, NULL);
+			struct epoll_event ev = {.events = EPOLLIN, .data.fd = fd};
+			if (fd >= 0 && epoll_ctl(e->ep, EPOLL_CTL_ADD, fd, &ev))
+				fd = -1;
+			e->cur = fd;
+		}
+		int64_t t = ldap_domain_next_timeout(e->ld);
+		assert_true(t >= 0); /* the handshake's deadline is a timer */
+		struct epoll_event ev;
+		epoll_wait(e->ep, &ev, 1, t > 100 ? 100 : (int)t);
+		uint64_t p0 = idc_now_ns();
+		ldap_domain_process(e->ld);
+		uint64_t took = idc_now_ns() - p0;
+		worst = took > worst ? took : worst;
+	}
+	assert_int_equal(d->calls, 1);
+	uint64_t ms = (idc_now_ns() - t0) / 1000000u;
+	printf("stalled handshake: answered after %llu ms, longest process call %.3f ms\n",
+	       (unsigned long long)ms, (double)worst / 1e6);
+	assert_true(worst < 50000000ull);
+	return ms;
+}
+
+/* A server that accepts the connection and never answers the bind (or the
+ * StartTLS request): the setup never blocks the caller; the handshake's
+ * deadline (ldap_network_timeout) fails the server over, or the domain goes
+ * offline. */
+static void test_stalled_handshake(void **state)
+{
+	(void)state;
+	int s = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof(a);
+	assert_int_equal(bind(s, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(s, 16), 0);
+	assert_int_equal(getsockname(s, (struct sockaddr *)&a, &len), 0);
+	int port = ntohs(a.sin_port);
+	struct env e;
+	struct ldap_domain_status st;
+	/* plain bind, one server: pending at once, offline after the deadline */
+	env_open(&e, uri(port, "ldap"), "ldap_network_timeout=0.5",
+		 "ldap_default_bind_dn=cn=admin,dc=example,dc=com", "authtok=secret",
+		 "ldap_auth_disable_tls_never_use_in_production=true", NULL);
+	struct done d = {0, 0};
+	uint64_t t0 = idc_now_ns();
+	assert_int_equal(ldap_domain_lookup(e.ld, LDAP_LOOKUP_PWNAM, "alice", 0, on_done, &d),
+			 LDAP_LOOKUP_PENDING);
+	uint64_t call_ms = (idc_now_ns() - t0) / 1000000u;
+	printf("stalled bind: ldap_domain_lookup returned after %llu ms\n",
+	       (unsigned long long)call_ms);
+	assert_true(call_ms < 100);
+	/* a second lookup meanwhile waits for the same connection */
+	struct done d2 = {0, 0};
+	assert_int_equal(ldap_domain_lookup(e.ld, LDAP_LOOKUP_GRNAM, "top", 0, on_done, &d2),
+			 LDAP_LOOKUP_PENDING);
+	uint64_t ms = wait_stalled(&e, &d, t0);
+	assert_int_equal(d.res, LDAP_LOOKUP_OFFLINE);
+	assert_int_equal(d2.calls, 1);
+	assert_int_equal(d2.res, LDAP_LOOKUP_OFFLINE);
+	assert_true(ms >= 450 && ms < 3000);
+	ldap_domain_get_status(e.ld, &st);
+	assert_false(st.online);
+	assert_non_null(strstr(st.last_error, "bind"));
+	assert_non_null(strstr(st.last_error, "Timed out"));
+	env_close(&e);
+	/* failover: the stalled primary, then a real server */
+	char uris[160];
+	snprintf(uris, sizeof(uris), "%s,%s", uri(port, "ldap"), uri(port_b, "ldap"));
+	env_open(&e, uris, "ldap_network_timeout=0.5",
+		 "ldap_default_bind_dn=cn=admin,dc=example,dc=com", "authtok=secret",
+		 "ldap_auth_disable_tls_never_use_in_production=true", NULL);
+	d = (struct done){0, 0};
+	t0 = idc_now_ns();
+	assert_int_equal(ldap_domain_lookup(e.ld, LDAP_LOOKUP_PWNAM, "alice", 0, on_done, &d),
+			 LDAP_LOOKUP_PENDING);
+	assert_true(idc_now_ns() - t0 < 100000000ull);
+	ms = wait_stalled(&e, &d, t0);
+	assert_int_equal(d.res, LDAP_LOOKUP_FOUND);
+	assert_true(ms >= 450 && ms < 3000);
+	ldap_domain_get_status(e.ld, &st);
+	assert_true(st.online);
+	assert_string_equal(st.server, uri(port_b, "ldap"));
+	assert_true(cached_user(&e, "alice", NULL));
+	env_close(&e);
+	/* StartTLS never answered: the same, named "StartTLS" */
+	env_open(&e, uri(port, "ldap"), "ldap_network_timeout=0.5", "ldap_id_use_start_tls=true",
+		 NULL);
+	d = (struct done){0, 0};
+	t0 = idc_now_ns();
+	assert_int_equal(ldap_domain_lookup(e.ld, LDAP_LOOKUP_PWNAM, "alice", 0, on_done, &d),
+			 LDAP_LOOKUP_PENDING);
+	assert_true(idc_now_ns() - t0 < 100000000ull);
+	ms = wait_stalled(&e, &d, t0);
+	assert_int_equal(d.res, LDAP_LOOKUP_OFFLINE);
+	assert_true(ms >= 450 && ms < 3000);
+	ldap_domain_get_status(e.ld, &st);
+	assert_non_null(strstr(st.last_error, "StartTLS"));
 	env_close(&e);
 	close(s);
 }
@@ -767,6 +879,7 @@ int main(void)
 	    cmocka_unit_test(test_bind),
 	    cmocka_unit_test(test_offline),
 	    cmocka_unit_test(test_silent_server),
+	    cmocka_unit_test(test_stalled_handshake),
 	};
 	return cmocka_run_group_tests(tests, setup_servers, teardown_servers);
 }

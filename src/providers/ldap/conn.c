@@ -1,13 +1,17 @@
 /*
- * conn: the domain's one connection — setup (bounded by
- * ldap_network_timeout), failover along the URI list, failback to the
- * primary, and the offline state with probes on a doubling backoff.
+ * conn: the domain's one connection — setup step by step from the event
+ * loop (TCP connect in progress, StartTLS and bind by message id, each step
+ * given ldap_network_timeout by the provider's timer), failover along the
+ * URI list, failback to the primary, and the offline state with probes on
+ * a doubling backoff.
  */
 #include <errno.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "providers/ldap/ldap_int.h"
@@ -25,7 +29,7 @@ static void set_error(struct ldap_domain *ld, const char *uri, const char *what,
 
 /* libldap options for one handle; certificate checks apply to it alone
  * (NEWCTX builds a TLS context from this handle's settings). */
-static int set_options(struct ldap_domain *ld, LDAP *l)
+static int set_options(struct ldap_domain *ld, LDAP *l, bool async)
 {
 	const struct ldap_domain_config *c = &ld->cfg;
 	int v3 = LDAP_VERSION3;
@@ -40,11 +44,15 @@ static int set_options(struct ldap_domain *ld, LDAP *l)
 	/* Referrals are not chased: the provider reads one directory. */
 	if (rc == LDAP_SUCCESS)
 		rc = ldap_set_option(l, LDAP_OPT_REFERRALS, LDAP_OPT_OFF);
+	/* Bounds what still waits: the TCP connect and TLS handshake of
+	 * ldaps://, the TLS handshake after StartTLS. */
 	if (rc == LDAP_SUCCESS)
 		rc = ldap_set_option(l, LDAP_OPT_NETWORK_TIMEOUT, &tv);
-	/* Bounds the synchronous StartTLS and bind below. */
 	if (rc == LDAP_SUCCESS)
 		rc = ldap_set_option(l, LDAP_OPT_TIMEOUT, &tv);
+	/* ldap_connect returns with the TCP connect in progress. */
+	if (rc == LDAP_SUCCESS && async)
+		rc = ldap_set_option(l, LDAP_OPT_CONNECT_ASYNC, LDAP_OPT_ON);
 	if (rc == LDAP_SUCCESS && c->tls_cacert)
 		rc = ldap_set_option(l, LDAP_OPT_X_TLS_CACERTFILE, c->tls_cacert);
 	if (rc == LDAP_SUCCESS)
@@ -54,75 +62,230 @@ static int set_options(struct ldap_domain *ld, LDAP *l)
 	return rc;
 }
 
-/* Connect to uris[i]: TCP (+ TLS for ldaps), StartTLS, bind. */
-static int open_one(struct ldap_domain *ld, size_t i, LDAP **out)
+static const char *hs_step(int hs)
+{
+	return hs == LP_HS_CONNECT ? "connect" : hs == LP_HS_STARTTLS ? "StartTLS" : "bind";
+}
+
+/* The setup of the current server failed at step: say why (with the
+ * server's diagnostic when there is one) and drop the handle. */
+static void hs_error(struct ldap_domain *ld, const char *step, int rc)
+{
+	const char *uri = ld->cfg.uris[ld->server];
+	set_error(ld, uri, step, rc);
+	char *diag = NULL;
+	if (ld->conn &&
+	    ldap_get_option(ld->conn, LDAP_OPT_DIAGNOSTIC_MESSAGE, &diag) == LDAP_SUCCESS && diag &&
+	    *diag) {
+		size_t n = strlen(ld->last_error);
+		snprintf(ld->last_error + n, sizeof(ld->last_error) - n, " (%s)", diag);
+	}
+	ldap_memfree(diag);
+	lp_log_once(ld, IDC_LOG_WARN, "ldap domain %s: %s", ld->cfg.name, ld->last_error);
+	lp_conn_close(ld);
+}
+
+/* The connection is ready. Offline, it is a probe: a rootDSE search must
+ * come back (a server may accept and never answer). Online, what waited
+ * for it goes out. */
+static void connected(struct ldap_domain *ld)
+{
+	size_t k = ld->server;
+	ld->hs = LP_HS_NONE;
+	ld->failback_ns = k > 0 ? idc_now_ns() + ld->cfg.primary_retry_ms * 1000000ull : 0;
+	idc_log(IDC_LOG_INFO, "ldap domain %s: connected to %s", ld->cfg.name, ld->cfg.uris[k]);
+	if (!ld->online) {
+		if (lp_search_send(ld, NULL, LP_S_PROBE, "", LDAP_SCOPE_BASE, "(objectClass=*)",
+				   false))
+			lp_conn_close(ld);
+		return;
+	}
+	if (ld->reqs)
+		lp_req_restart_all(ld);
+}
+
+/* Send the next step of the setup after `done`, or finish it. LDAP error
+ * code (the caller fails the server). */
+static int hs_next(struct ldap_domain *ld, int done)
+{
+	const char *uri = ld->cfg.uris[ld->server];
+	ld->hs_deadline_ns = idc_now_ns() + (uint64_t)ld->cfg.network_timeout_ms * 1000000u;
+	if (done < LP_HS_STARTTLS && ld->cfg.start_tls && strncasecmp(uri, "ldaps:", 6)) {
+		ld->hs = LP_HS_STARTTLS;
+		return ldap_start_tls(ld->conn, NULL, NULL, &ld->hs_msgid);
+	}
+	if (done < LP_HS_BIND && ld->cfg.bind_dn) {
+		struct berval pw = {strlen(ld->password), ld->password};
+		ld->hs = LP_HS_BIND;
+		return ldap_sasl_bind(ld->conn, ld->cfg.bind_dn, LDAP_SASL_SIMPLE, &pw, NULL, NULL,
+				      &ld->hs_msgid);
+	}
+	connected(ld);
+	return LDAP_SUCCESS;
+}
+
+/* LP_HS_CONNECT: 1 connected, 0 still in progress, else an LDAP error. */
+static int tcp_connected(struct ldap_domain *ld)
+{
+	struct pollfd p = {.fd = ld->fd, .events = POLLOUT};
+	int n = poll(&p, 1, 0);
+	if (n == 0)
+		return 0;
+	int err = 0;
+	socklen_t len = sizeof(err);
+	if (n < 0 || getsockopt(ld->fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0 || err)
+		return LDAP_SERVER_DOWN; /* refused, unreachable */
+	return (p.revents & POLLOUT) ? 1 : 0;
+}
+
+/* Start the setup of uris[i]: TCP connect (in progress) for ldap://, then
+ * StartTLS and bind by message id; ldaps:// connects and handshakes here,
+ * bounded by ldap_network_timeout. 0 started (or ready), else failed. */
+static int open_one(struct ldap_domain *ld, size_t i)
 {
 	const char *uri = ld->cfg.uris[i];
+	bool ldaps = !strncasecmp(uri, "ldaps:", 6);
 	LDAP *l = NULL;
 	int rc = ldap_initialize(&l, uri);
 	if (rc != LDAP_SUCCESS) {
 		set_error(ld, uri, "initialize", rc);
-		return rc;
+		lp_log_once(ld, IDC_LOG_WARN, "ldap domain %s: %s", ld->cfg.name, ld->last_error);
+		return -1;
 	}
-	const char *step = "options";
-	rc = set_options(ld, l);
-	if (rc == LDAP_SUCCESS) {
-		step = "connect";
-		rc = ldap_connect(l);
-	}
-	if (rc == LDAP_SUCCESS && ld->cfg.start_tls && strncasecmp(uri, "ldaps:", 6)) {
-		step = "StartTLS";
-		rc = ldap_start_tls_s(l, NULL, NULL);
-	}
-	if (rc == LDAP_SUCCESS && ld->cfg.bind_dn) {
-		struct berval pw = {strlen(ld->password), ld->password};
-		step = "bind";
-		rc = ldap_sasl_bind_s(l, ld->cfg.bind_dn, LDAP_SASL_SIMPLE, &pw, NULL, NULL, NULL);
-	}
+	ld->conn = l;
+	ld->server = i;
+	ld->hs = LP_HS_CONNECT;
+	ld->hs_deadline_ns = idc_now_ns() + (uint64_t)ld->cfg.network_timeout_ms * 1000000u;
+	rc = set_options(ld, l, !ldaps);
 	if (rc != LDAP_SUCCESS) {
-		set_error(ld, uri, step, rc);
-		char *diag = NULL;
-		if (ldap_get_option(l, LDAP_OPT_DIAGNOSTIC_MESSAGE, &diag) == LDAP_SUCCESS &&
-		    diag && *diag) {
-			size_t n = strlen(ld->last_error);
-			snprintf(ld->last_error + n, sizeof(ld->last_error) - n, " (%s)", diag);
-		}
-		ldap_memfree(diag);
-		ldap_unbind_ext(l, NULL, NULL);
-		return rc;
+		hs_error(ld, "options", rc);
+		return -1;
 	}
-	*out = l;
-	return LDAP_SUCCESS;
+	rc = ldap_connect(l);
+	int fd = -1;
+	if (rc == LDAP_SUCCESS &&
+	    (ldap_get_option(l, LDAP_OPT_DESC, &fd) != LDAP_SUCCESS || fd < 0))
+		rc = LDAP_CONNECT_ERROR;
+	if (rc != LDAP_SUCCESS) {
+		hs_error(ld, "connect", rc);
+		return -1;
+	}
+	ld->fd = fd;
+	/* On loopback and a near network, the connect is already done. */
+	rc = tcp_connected(ld);
+	if (rc == 1)
+		rc = hs_next(ld, LP_HS_CONNECT);
+	if (rc != LDAP_SUCCESS) {
+		hs_error(ld, hs_step(ld->hs), rc);
+		return -1;
+	}
+	return 0;
 }
 
-/* Try the servers in order from first, each once. */
+/* Start with the servers in order from first, each once, until one starts
+ * its setup. -EHOSTUNREACH when none is left. */
 static int open_from(struct ldap_domain *ld, size_t first)
 {
-	for (size_t k = first; k < ld->cfg.nuris; k++) {
-		LDAP *l;
-		if (open_one(ld, k, &l) != LDAP_SUCCESS) {
-			lp_log_once(ld, IDC_LOG_WARN, "ldap domain %s: %s", ld->cfg.name,
-				    ld->last_error);
-			continue;
-		}
-		int fd = -1;
-		ldap_get_option(l, LDAP_OPT_DESC, &fd);
-		ld->conn = l;
-		ld->fd = fd;
-		ld->server = k;
-		ld->failback_ns = k > 0 ? idc_now_ns() + ld->cfg.primary_retry_ms * 1000000ull : 0;
-		idc_log(IDC_LOG_INFO, "ldap domain %s: connected to %s", ld->cfg.name,
-			ld->cfg.uris[k]);
-		return 0;
-	}
+	for (size_t k = first; k < ld->cfg.nuris; k++)
+		if (open_one(ld, k) == 0)
+			return 0;
 	return -EHOSTUNREACH;
+}
+
+/* The setup of the current server failed: the next one, or (none left)
+ * offline; a probe that failed waits for the next one. */
+static void hs_fail(struct ldap_domain *ld, const char *step, int rc)
+{
+	size_t next = ld->server + 1;
+	hs_error(ld, step, rc);
+	if (open_from(ld, next) == 0)
+		return;
+	if (ld->online)
+		lp_go_offline(ld, ld->last_error);
+}
+
+void lp_conn_handshake(struct ldap_domain *ld, uint64_t now)
+{
+	if (!ld->conn || ld->hs == LP_HS_NONE)
+		return;
+	int step = ld->hs;
+	if (step == LP_HS_CONNECT) {
+		int rc = tcp_connected(ld);
+		if (rc == 1) {
+			rc = hs_next(ld, LP_HS_CONNECT);
+			if (rc != LDAP_SUCCESS)
+				hs_fail(ld, hs_step(ld->hs), rc);
+			return;
+		}
+		if (rc) {
+			hs_fail(ld, "connect", rc);
+			return;
+		}
+	} else {
+		struct timeval zero = {0, 0};
+		LDAPMessage *msg = NULL;
+		int n = ldap_result(ld->conn, ld->hs_msgid, LDAP_MSG_ALL, &zero, &msg);
+		if (n < 0) {
+			int err = LDAP_SERVER_DOWN;
+			ldap_get_option(ld->conn, LDAP_OPT_RESULT_CODE, &err);
+			ldap_msgfree(msg);
+			hs_fail(ld, hs_step(step), err);
+			return;
+		}
+		if (n > 0) {
+			int err = LDAP_OTHER;
+			int rc = ldap_parse_result(ld->conn, msg, &err, NULL, NULL, NULL, NULL, 1);
+			if (rc != LDAP_SUCCESS)
+				err = rc;
+			/* The TLS handshake itself: libldap cannot do it without
+			 * waiting; bounded by LDAP_OPT_NETWORK_TIMEOUT. */
+			if (err == LDAP_SUCCESS && step == LP_HS_STARTTLS)
+				err = ldap_install_tls(ld->conn);
+			if (err == LDAP_SUCCESS)
+				err = hs_next(ld, step);
+			if (err != LDAP_SUCCESS)
+				hs_fail(ld, hs_step(ld->hs), err);
+			return;
+		}
+	}
+	if (now >= ld->hs_deadline_ns)
+		hs_fail(ld, hs_step(step), LDAP_TIMEOUT);
+}
+
+/* ldap_unbind_ext writes an unbind request: on a socket whose connect
+ * failed (refused while in progress) or that the server reset, that write
+ * raises SIGPIPE, which a program using the provider may not ignore. Block
+ * it around the call and take back one it raised. */
+static void unbind_quietly(LDAP *l)
+{
+	sigset_t pipe, old, pending;
+	sigemptyset(&pipe);
+	sigaddset(&pipe, SIGPIPE);
+	sigemptyset(&pending);
+	bool was_pending = false;
+	if (pthread_sigmask(SIG_BLOCK, &pipe, &old) == 0) {
+		if (sigpending(&pending) == 0)
+			was_pending = sigismember(&pending, SIGPIPE) == 1;
+	} else {
+		ldap_unbind_ext(l, NULL, NULL);
+		return;
+	}
+	ldap_unbind_ext(l, NULL, NULL);
+	sigemptyset(&pending);
+	if (!was_pending && sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1) {
+		struct timespec zero = {0, 0};
+		while (sigtimedwait(&pipe, NULL, &zero) < 0 && errno == EINTR)
+			;
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
 void lp_conn_close(struct ldap_domain *ld)
 {
 	lp_search_drop_all(ld);
+	ld->hs = LP_HS_NONE;
 	if (ld->conn)
-		ldap_unbind_ext(ld->conn, NULL, NULL);
+		unbind_quietly(ld->conn);
 	ld->conn = NULL;
 	ld->fd = -1;
 	ld->more = false;
@@ -163,26 +326,21 @@ void lp_conn_fail(struct ldap_domain *ld, const char *why)
 	lp_conn_close(ld);
 	if (!ld->online)
 		return;
-	/* The next server in order; the primary comes back by failback. */
-	if (had && open_from(ld, next) == 0) {
-		lp_req_restart_all(ld);
+	/* The next server in order (the primary comes back by failback);
+	 * requests restart when it is ready (connected). */
+	if (had && open_from(ld, next) == 0)
 		return;
-	}
 	lp_go_offline(ld, ld->last_error);
 }
 
-/* Offline: probe the servers from the primary. Connected is not enough (a
- * server may accept and never answer): a rootDSE search must come back. */
+/* Offline: probe the servers from the primary (see connected). */
 static void probe(struct ldap_domain *ld, uint64_t now)
 {
 	uint64_t b = (uint64_t)ld->backoff_ms * 2;
 	ld->backoff_ms = b > LP_BACKOFF_MAX_MS ? LP_BACKOFF_MAX_MS : (uint32_t)b;
 	ld->next_probe_ns = now + (uint64_t)ld->backoff_ms * 1000000u;
 	lp_conn_close(ld);
-	if (open_from(ld, 0) != 0)
-		return;
-	if (lp_search_send(ld, NULL, LP_S_PROBE, "", LDAP_SCOPE_BASE, "(objectClass=*)", false))
-		lp_conn_close(ld);
+	open_from(ld, 0); /* connected() sends the rootDSE search */
 }
 
 void lp_probe_answered(struct ldap_domain *ld)
@@ -199,7 +357,7 @@ void lp_probe_answered(struct ldap_domain *ld)
  * epoll busy (libldap only notices when it reads for a request). */
 static void check_idle(struct ldap_domain *ld)
 {
-	if (!ld->conn || ld->searches || ld->fd < 0)
+	if (!ld->conn || ld->hs || ld->searches || ld->fd < 0)
 		return;
 	struct pollfd p = {.fd = ld->fd, .events = POLLIN};
 	if (poll(&p, 1, 0) > 0)
@@ -208,14 +366,15 @@ static void check_idle(struct ldap_domain *ld)
 
 void lp_conn_timers(struct ldap_domain *ld, uint64_t now)
 {
-	if (!ld->online && !ld->probe && now >= ld->next_probe_ns) {
+	if (!ld->online && !ld->probe && !ld->hs && now >= ld->next_probe_ns) {
 		probe(ld, now);
 		return;
 	}
 	check_idle(ld);
 	/* Failback when nothing is in flight: reconnecting from the primary
 	 * falls over again to the secondary if the primary is still down. */
-	if (ld->online && ld->conn && ld->failback_ns && now >= ld->failback_ns && !ld->searches) {
+	if (ld->online && ld->conn && !ld->hs && ld->failback_ns && now >= ld->failback_ns &&
+	    !ld->searches) {
 		lp_conn_close(ld);
 		if (open_from(ld, 0) != 0)
 			lp_go_offline(ld, ld->last_error);

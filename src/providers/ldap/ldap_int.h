@@ -125,7 +125,12 @@ struct ldap_domain {
 	int fd;
 	size_t server; /* index into cfg.uris of conn */
 	bool online;   /* false: offline, serving the cache */
-	int64_t since; /* unix seconds the state began */
+	/* setup of conn in progress (enum lp_hs): nothing but the handshake
+	 * goes out until it is LP_HS_NONE */
+	int hs;
+	int hs_msgid;            /* StartTLS or bind in flight */
+	uint64_t hs_deadline_ns; /* this step gives up (ldap_network_timeout) */
+	int64_t since;           /* unix seconds the state began */
 	uint32_t backoff_ms;
 	uint64_t next_probe_ns;   /* offline: when to probe */
 	uint64_t failback_ns;     /* on a secondary: when to try the primary; 0 never */
@@ -154,6 +159,13 @@ const char *lp_attr(const struct ldap_domain_config *c, enum ldap_dom_attr a);
 bool lp_id_in_range(const struct ldap_domain_config *c, uint32_t id);
 
 /* conn.c */
+/* Connection setup, step by step, never waiting on the network but for
+ * the TLS handshake itself (ldaps://, after StartTLS). */
+enum lp_hs { LP_HS_NONE, LP_HS_CONNECT, LP_HS_STARTTLS, LP_HS_BIND };
+#define LP_HS_POLL_MS 10 /* LP_HS_CONNECT: how often the socket is checked */
+/* Advance the setup (a reply came, the socket connected, the step's
+ * deadline passed: next server). */
+void lp_conn_handshake(struct ldap_domain *ld, uint64_t now);
 int lp_conn_ensure(struct ldap_domain *ld);
 void lp_conn_close(struct ldap_domain *ld);
 /* The server failed (timeout, connection lost): drop it, restart what was
@@ -192,6 +204,8 @@ void lp_log_once(struct ldap_domain *ld, int level, const char *fmt, ...)
 void lp_req_searched(struct lp_req *r); /* a search of r finished */
 /* A page of an enumeration arrived: commit what it completed. */
 void lp_req_page(struct lp_req *r);
+/* The connection is ready: send what waited for it, restart what was in
+ * flight on a server that failed. */
 void lp_req_restart_all(struct ldap_domain *ld);
 void lp_req_finish_all(struct ldap_domain *ld, enum ldap_lookup_result res);
 

@@ -938,8 +938,10 @@ void lp_req_restart_all(struct ldap_domain *ld)
 		list = r->next;
 		r->next = ld->reqs;
 		ld->reqs = r;
+		/* one that waited for the connection has not started yet */
+		bool began = r->phase != 0;
 		req_clear(r);
-		if (++r->restarts > (int)ld->cfg.nuris + 1 || !ld->conn)
+		if ((began && ++r->restarts > (int)ld->cfg.nuris + 1) || !ld->conn)
 			req_complete(r, LDAP_LOOKUP_OFFLINE);
 		else
 			req_step(r);
@@ -1186,7 +1188,8 @@ static enum ldap_lookup_result start_lookup(struct ldap_domain *ld, enum ldap_lo
 	r->next = ld->reqs;
 	ld->reqs = r;
 	ld->nlookups++;
-	req_step(r);
+	if (!ld->hs)
+		req_step(r); /* else it goes out when the connection is ready */
 	return LDAP_LOOKUP_PENDING;
 }
 
@@ -1212,9 +1215,15 @@ int64_t ldap_domain_next_timeout(const struct ldap_domain *ld)
 	uint64_t best = 0;
 	for (const struct lp_search *s = ld->searches; s; s = s->next)
 		earliest(&best, s->deadline_ns);
-	if (!ld->online && !ld->probe)
+	if (ld->hs) {
+		earliest(&best, ld->hs_deadline_ns);
+		/* a connect in progress is seen by polling (only EPOLLIN is watched) */
+		if (ld->hs == LP_HS_CONNECT)
+			earliest(&best, idc_now_ns() + LP_HS_POLL_MS * 1000000ull);
+	}
+	if (!ld->online && !ld->probe && !ld->hs)
 		earliest(&best, ld->next_probe_ns);
-	if (ld->online && ld->conn)
+	if (ld->online && ld->conn && !ld->hs)
 		earliest(&best, ld->failback_ns);
 	if (ld->online) {
 		earliest(&best, ld->next_enum_ns);
@@ -1260,7 +1269,9 @@ void ldap_domain_process(struct ldap_domain *ld)
 		ld->broken = false;
 		lp_conn_fail(ld, "sending a search failed");
 	}
-	if (ld->conn && ld->searches)
+	if (ld->hs)
+		lp_conn_handshake(ld, idc_now_ns());
+	if (ld->conn && !ld->hs && ld->searches)
 		lp_read(ld);
 	uint64_t now = idc_now_ns();
 	lp_search_deadlines(ld, now);

@@ -58,7 +58,7 @@ static int send_one(struct ldap_domain *ld, struct lp_search *s)
 int lp_search_send(struct ldap_domain *ld, struct lp_req *req, enum lp_purpose purpose,
 		   const char *base, int scope, const char *filter, bool paged)
 {
-	if (!ld->conn)
+	if (!ld->conn || ld->hs)
 		return -ENOTCONN;
 	struct lp_search *s = calloc(1, sizeof(*s));
 	if (!s)
