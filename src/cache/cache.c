@@ -451,6 +451,46 @@ int cache_put_group(struct cache_txn *t, const char *domain, const struct cache_
 	return rc ? rc : put_named(t, KIND_GROUP, domain, g->name, &ps, changed, d);
 }
 
+struct taken {
+	const char *name;
+	char *other;
+	bool found;
+};
+
+static int taken_cb(const struct store_entry *e, void *arg)
+{
+	struct taken *k = arg;
+	const struct store_attr *a = store_entry_attr(e, "name", 4);
+	if (!a || a->nvals == 0 ||
+	    idc_memcaseeq(a->vals[0].ptr, a->vals[0].len, k->name, strlen(k->name)))
+		return 0;
+	size_t n = a->vals[0].len > CACHE_NAME_MAX ? CACHE_NAME_MAX : a->vals[0].len;
+	memcpy(k->other, a->vals[0].ptr, n);
+	k->other[n] = '\0';
+	k->found = true;
+	return 1; /* one is enough */
+}
+
+int cache_uid_taken(struct cache_txn *t, const char *domain, uint32_t uid, const char *name,
+		    char other[CACHE_NAME_MAX + 1])
+{
+	char text[32];
+	int n = snprintf(text, sizeof(text), "(uidNumber=%u)", uid);
+	struct store_filter *f;
+	int rc = store_filter_parse(text, (size_t)n, &f, NULL);
+	if (rc)
+		return rc;
+	struct taken k = {name, other, false};
+	rc = cache_dn_container(&t->tmp, KIND_USER, domain);
+	struct store_search q = {{t->tmp.data, t->tmp.len}, STORE_SCOPE_ONE, f, 0};
+	if (!rc)
+		rc = store_search(t->st, &q, taken_cb, &k, NULL);
+	store_filter_free(f);
+	if (rc == 1 || rc == -ENOENT)
+		rc = 0;
+	return rc < 0 ? rc : k.found;
+}
+
 static int del_entry(struct cache_txn *t, int kind, const char *domain, const char *name,
 		     struct idc_diag *d)
 {

@@ -110,6 +110,13 @@ int cache_put_user(struct cache_txn *t, const char *domain, const struct cache_u
 		   bool *changed, struct idc_diag *d);
 int cache_put_group(struct cache_txn *t, const char *domain, const struct cache_group *g,
 		    bool *changed, struct idc_diag *d);
+/* Another user of domain already holding uid (as stored so far in this
+ * transaction): 1 with its name copied into other[0..CACHE_NAME_MAX], 0 when
+ * none but `name` holds it, or a negative error. Providers that treat a
+ * shared uid as suspect (LDAP) use it to log; files domains allow it. */
+int cache_uid_taken(struct cache_txn *t, const char *domain, uint32_t uid, const char *name,
+		    char other[CACHE_NAME_MAX + 1]);
+
 /* Remove; -ENOENT when absent. */
 int cache_del_user(struct cache_txn *t, const char *domain, const char *name, struct idc_diag *d);
 int cache_del_group(struct cache_txn *t, const char *domain, const char *name, struct idc_diag *d);

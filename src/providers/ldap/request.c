@@ -721,6 +721,18 @@ static int soft(struct ldap_domain *ld, int rc, const char *dn, struct idc_diag 
 	return 0;
 }
 
+/* A uidNumber the directory gives two names is kept for both (as glibc's
+ * files module would), but worth an administrator's look: logged once. */
+static void note_shared_uid(struct ldap_domain *ld, struct cache_txn *t, const struct lp_user *u)
+{
+	char other[CACHE_NAME_MAX + 1];
+	if (cache_uid_taken(t, ld->cfg.name, u->uid, u->name, other) == 1)
+		lp_log_once(ld, IDC_LOG_WARN,
+			    "ldap domain %s: %s: entry \"%.300s\": uidNumber %u is also held by "
+			    "%s",
+			    ld->cfg.name, lp_server(ld), u->dn, u->uid, other);
+}
+
 static bool name_eq(const char *a, const char *b)
 {
 	return idc_memcaseeq(a, strlen(a), b, strlen(b));
@@ -794,6 +806,8 @@ static int store(struct lp_req *r, enum ldap_lookup_result res, bool page, struc
 					u->shell, 0,      u->dn,  u->modts};
 		bool changed = false;
 		rc = soft(ld, cache_put_user(t, ld->cfg.name, &cu, &changed, d), u->dn, d);
+		if (!rc && changed)
+			note_shared_uid(ld, t, u);
 		if (!rc && changed && tr.on && !tr.unknown)
 			tr.unew[i - r->users_stored] =
 			    (struct rec){.present = true, .name = u->name, .id = u->uid};
