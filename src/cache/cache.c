@@ -72,6 +72,20 @@ int cache_dn_entry(struct idc_buf *out, int kind, const char *domain, const char
 	return rc;
 }
 
+int cache_search_kind(struct store_txn *st, struct idc_buf *base, int kind, const char *domain,
+		      const char *filter, size_t flen, size_t limit, store_entry_cb cb, void *arg)
+{
+	struct store_filter *f = NULL;
+	int rc = filter ? store_filter_parse(filter, flen, &f, NULL) : 0;
+	if (!rc)
+		rc = cache_dn_container(base, kind, domain);
+	struct store_search q = {{base->data, base->len}, STORE_SCOPE_ONE, f, limit};
+	if (!rc)
+		rc = store_search(st, &q, cb, arg, NULL);
+	store_filter_free(f);
+	return rc;
+}
+
 uint32_t cache_domain_ttl(const struct cache *c, const char *domain)
 {
 	for (size_t i = 0; i < c->nttl; i++)
@@ -476,16 +490,9 @@ int cache_uid_taken(struct cache_txn *t, const char *domain, uint32_t uid, const
 {
 	char text[32];
 	int n = snprintf(text, sizeof(text), "(uidNumber=%u)", uid);
-	struct store_filter *f;
-	int rc = store_filter_parse(text, (size_t)n, &f, NULL);
-	if (rc)
-		return rc;
 	struct taken k = {name, other, false};
-	rc = cache_dn_container(&t->tmp, KIND_USER, domain);
-	struct store_search q = {{t->tmp.data, t->tmp.len}, STORE_SCOPE_ONE, f, 0};
-	if (!rc)
-		rc = store_search(t->st, &q, taken_cb, &k, NULL);
-	store_filter_free(f);
+	int rc =
+	    cache_search_kind(t->st, &t->tmp, KIND_USER, domain, text, (size_t)n, 0, taken_cb, &k);
 	if (rc == 1 || rc == -ENOENT)
 		rc = 0;
 	return rc < 0 ? rc : k.found;

@@ -70,5 +70,11 @@ int cache_dn_domain(struct idc_buf *out, const char *domain);
 int cache_dn_container(struct idc_buf *out, int kind, const char *domain);
 int cache_dn_entry(struct idc_buf *out, int kind, const char *domain, const char *name);
 uint32_t cache_domain_ttl(const struct cache *c, const char *domain);
+/* Search one level below the domain's users or groups container with the
+ * filter text (NULL: every entry), at most limit matches (0: all); base is
+ * scratch for the container's DN. store_search's result (cb's value
+ * included). */
+int cache_search_kind(struct store_txn *st, struct idc_buf *base, int kind, const char *domain,
+		      const char *filter, size_t flen, size_t limit, store_entry_cb cb, void *arg);
 
 #endif

@@ -229,16 +229,8 @@ static int get_numbered(struct cache_reader *r, int kind, const char *domain, co
 {
 	char text[64];
 	int n = snprintf(text, sizeof(text), "(%s=%u)", attr, v);
-	struct store_filter *f;
-	int rc = store_filter_parse(text, (size_t)n, &f, NULL);
-	if (rc)
-		return rc;
-	rc = cache_dn_container(&r->dn, kind, domain);
 	struct pick p = {0};
-	struct store_search q = {{r->dn.data, r->dn.len}, STORE_SCOPE_ONE, f, 0};
-	if (!rc)
-		rc = store_search(r->st, &q, pick_cb, &p, NULL);
-	store_filter_free(f);
+	int rc = cache_search_kind(r->st, &r->dn, kind, domain, text, (size_t)n, 0, pick_cb, &p);
 	if (rc)
 		return rc;
 	return p.found ? store_get_id(r->st, p.best_id, e) : -ENOENT;
@@ -335,18 +327,12 @@ static int search_groups(struct walk *w, const char *domain, const char *attr,
 		rc = strchr("*()\\", ch) || ch < 0x20 ? idc_buf_printf(&ft, "\\%02x", ch)
 						      : idc_buf_putc(&ft, (char)ch);
 	}
-	struct store_filter *f = NULL;
 	if (!rc)
 		rc = idc_buf_putc(&ft, ')');
-	if (!rc)
-		rc = store_filter_parse(ft.data, ft.len, &f, NULL);
 	struct idc_buf base = IDC_BUF_INIT;
 	if (!rc)
-		rc = cache_dn_container(&base, KIND_GROUP, domain);
-	struct store_search q = {{base.data, base.len}, STORE_SCOPE_ONE, f, 0};
-	if (!rc)
-		rc = store_search(r->st, &q, group_cb, w, NULL);
-	store_filter_free(f);
+		rc = cache_search_kind(r->st, &base, KIND_GROUP, domain, ft.data, ft.len, 0,
+				       group_cb, w);
 	idc_buf_free(&ft);
 	idc_buf_free(&base);
 	return rc;
@@ -395,16 +381,10 @@ static int stop_cb(const struct store_entry *e, void *arg)
  * found, is skipped. The presence index answers without a scan. */
 static bool has_nesting(struct cache_reader *r, const char *domain)
 {
-	struct store_filter *f;
-	if (store_filter_parse("(member=*)", 10, &f, NULL))
-		return true;
 	struct idc_buf base = IDC_BUF_INIT;
 	bool found = false;
-	int rc = cache_dn_container(&base, KIND_GROUP, domain);
-	struct store_search q = {{base.data, base.len}, STORE_SCOPE_ONE, f, 1};
-	if (!rc)
-		rc = store_search(r->st, &q, stop_cb, &found, NULL);
-	store_filter_free(f);
+	int rc = cache_search_kind(r->st, &base, KIND_GROUP, domain, "(member=*)", 10, 1, stop_cb,
+				   &found);
 	idc_buf_free(&base);
 	return found || (rc != 0 && rc != 1);
 }
@@ -498,10 +478,7 @@ static int ordered_cmp(const void *a, const void *b)
 
 static int collect_kind(struct cache_reader *r, int kind, const char *domain, struct collect *c)
 {
-	int rc = cache_dn_container(&r->dn, kind, domain);
-	struct store_search q = {{r->dn.data, r->dn.len}, STORE_SCOPE_ONE, NULL, 0};
-	if (!rc)
-		rc = store_search(r->st, &q, collect_cb, c, NULL);
+	int rc = cache_search_kind(r->st, &r->dn, kind, domain, NULL, 0, 0, collect_cb, c);
 	if (rc == -ENOENT)
 		rc = 0; /* domain not loaded yet: empty */
 	if (!rc && c->n > 1)
