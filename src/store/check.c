@@ -115,65 +115,62 @@ static void check_one_entry(struct checker *c, const struct store_entry *e, stru
 	check_entry_indexes(c, e);
 }
 
-static int check_entries(struct checker *c)
+/* Call fn for every record of dbi, in key order. */
+typedef void (*record_fn)(struct checker *c, MDB_val k, MDB_val v, const void *arg);
+
+static int walk(struct checker *c, MDB_dbi dbi, record_fn fn, const void *arg)
 {
-	struct store_txn *t = c->t;
 	MDB_cursor *cur;
-	int rc = mdb_cursor_open(t->txn, t->s->id2entry, &cur);
+	int rc = mdb_cursor_open(c->t->txn, dbi, &cur);
 	if (rc)
 		return store_mdb_err(rc);
 	MDB_val k, v;
 	for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
-	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-		size_t id;
-		struct store_entry e;
-		struct store_val ndn;
-		memcpy(&id, k.mv_data, sizeof(id));
-		if (id > c->max_id)
-			c->max_id = id;
-		if (store_entry_decode(v.mv_data, v.mv_size, id, &t->sc2, &e, &ndn) != 0) {
-			fault(c, "entry %llu: record does not decode", (unsigned long long)id);
-			continue;
-		}
-		check_one_entry(c, &e, ndn);
-	}
+	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))
+		fn(c, k, v, arg);
 	mdb_cursor_close(cur);
 	return rc == MDB_NOTFOUND ? 0 : store_mdb_err(rc);
 }
 
+static void entry_record(struct checker *c, MDB_val k, MDB_val v, const void *arg)
+{
+	(void)arg;
+	size_t id;
+	struct store_entry e;
+	struct store_val ndn;
+	memcpy(&id, k.mv_data, sizeof(id));
+	if (id > c->max_id)
+		c->max_id = id;
+	if (store_entry_decode(v.mv_data, v.mv_size, id, &c->t->sc2, &e, &ndn) != 0)
+		fault(c, "entry %llu: record does not decode", (unsigned long long)id);
+	else
+		check_one_entry(c, &e, ndn);
+}
+
 /* ---- dn2id and indexes -> entries ----------------------------------------------------- */
 
-static int check_dn2id(struct checker *c)
+static void dn2id_record(struct checker *c, MDB_val k, MDB_val v, const void *arg)
 {
+	(void)arg;
 	struct store_txn *t = c->t;
-	MDB_cursor *cur;
-	int rc = mdb_cursor_open(t->txn, t->s->dn2id, &cur);
-	if (rc)
-		return store_mdb_err(rc);
-	MDB_val k, v;
-	for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
-	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-		uint64_t id;
-		struct store_entry e;
-		struct store_val ndn;
-		if (v.mv_size != sizeof(id)) {
-			fault(c, "dn2id %.*s: bad value size", (int)k.mv_size, (char *)k.mv_data);
-			continue;
-		}
-		memcpy(&id, v.mv_data, sizeof(id));
-		if (store_read_entry(t, id, &t->sc2, &e, &ndn) != 0) {
-			fault(c, "dn2id %.*s: points at missing entry %llu", (int)k.mv_size,
-			      (char *)k.mv_data, (unsigned long long)id);
-			continue;
-		}
-		if (store_dn_normalize(ndn.ptr, ndn.len, &c->ndn, NULL) != 0 ||
-		    store_dn_key(t, &c->ndn, 0) != 0 || t->key.len != k.mv_size ||
-		    memcmp(t->key.data, k.mv_data, k.mv_size) != 0)
-			fault(c, "dn2id %.*s: entry %llu has another DN", (int)k.mv_size,
-			      (char *)k.mv_data, (unsigned long long)id);
+	uint64_t id;
+	struct store_entry e;
+	struct store_val ndn;
+	if (v.mv_size != sizeof(id)) {
+		fault(c, "dn2id %.*s: bad value size", (int)k.mv_size, (char *)k.mv_data);
+		return;
 	}
-	mdb_cursor_close(cur);
-	return rc == MDB_NOTFOUND ? 0 : store_mdb_err(rc);
+	memcpy(&id, v.mv_data, sizeof(id));
+	if (store_read_entry(t, id, &t->sc2, &e, &ndn) != 0) {
+		fault(c, "dn2id %.*s: points at missing entry %llu", (int)k.mv_size,
+		      (char *)k.mv_data, (unsigned long long)id);
+		return;
+	}
+	if (store_dn_normalize(ndn.ptr, ndn.len, &c->ndn, NULL) != 0 ||
+	    store_dn_key(t, &c->ndn, 0) != 0 || t->key.len != k.mv_size ||
+	    memcmp(t->key.data, k.mv_data, k.mv_size) != 0)
+		fault(c, "dn2id %.*s: entry %llu has another DN", (int)k.mv_size, (char *)k.mv_data,
+		      (unsigned long long)id);
 }
 
 /* Does entry id hold a value of ix whose key is k? */
@@ -196,49 +193,31 @@ static bool entry_has_key(struct checker *c, const struct store_index *ix, MDB_v
 	return false;
 }
 
-static int check_index(struct checker *c, const struct store_index *ix)
+static void index_record(struct checker *c, MDB_val k, MDB_val v, const void *arg)
 {
-	MDB_cursor *cur;
-	int rc = mdb_cursor_open(c->t->txn, ix->dbi, &cur);
-	if (rc)
-		return store_mdb_err(rc);
-	MDB_val k, v;
-	for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
-	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-		uint64_t id;
-		memcpy(&id, v.mv_data, sizeof(id));
-		if (!entry_has_key(c, ix, k, id))
-			fault(c, "eq.%s: key '%.*s' points at entry %llu which lacks that value",
-			      ix->name, (int)(k.mv_size > 100 ? 100 : k.mv_size), (char *)k.mv_data,
-			      (unsigned long long)id);
-	}
-	mdb_cursor_close(cur);
-	return rc == MDB_NOTFOUND ? 0 : store_mdb_err(rc);
+	const struct store_index *ix = arg;
+	uint64_t id;
+	memcpy(&id, v.mv_data, sizeof(id));
+	if (!entry_has_key(c, ix, k, id))
+		fault(c, "eq.%s: key '%.*s' points at entry %llu which lacks that value", ix->name,
+		      (int)(k.mv_size > 100 ? 100 : k.mv_size), (char *)k.mv_data,
+		      (unsigned long long)id);
 }
 
-static int check_pres(struct checker *c)
+static void pres_record(struct checker *c, MDB_val k, MDB_val v, const void *arg)
 {
+	(void)arg;
 	struct store_txn *t = c->t;
-	MDB_cursor *cur;
-	int rc = mdb_cursor_open(t->txn, t->s->pres, &cur);
-	if (rc)
-		return store_mdb_err(rc);
-	MDB_val k, v;
-	for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
-	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-		uint64_t id;
-		struct store_entry e;
-		memcpy(&id, v.mv_data, sizeof(id));
-		if (!index_find(t->s, k.mv_data, k.mv_size))
-			fault(c, "pres: %.*s is not an indexed attribute", (int)k.mv_size,
-			      (char *)k.mv_data);
-		else if (store_read_entry(t, id, &t->sc2, &e, NULL) != 0 ||
-			 !store_entry_attr(&e, k.mv_data, k.mv_size))
-			fault(c, "pres: %.*s points at entry %llu which lacks it", (int)k.mv_size,
-			      (char *)k.mv_data, (unsigned long long)id);
-	}
-	mdb_cursor_close(cur);
-	return rc == MDB_NOTFOUND ? 0 : store_mdb_err(rc);
+	uint64_t id;
+	struct store_entry e;
+	memcpy(&id, v.mv_data, sizeof(id));
+	if (!index_find(t->s, k.mv_data, k.mv_size))
+		fault(c, "pres: %.*s is not an indexed attribute", (int)k.mv_size,
+		      (char *)k.mv_data);
+	else if (store_read_entry(t, id, &t->sc2, &e, NULL) != 0 ||
+		 !store_entry_attr(&e, k.mv_data, k.mv_size))
+		fault(c, "pres: %.*s points at entry %llu which lacks it", (int)k.mv_size,
+		      (char *)k.mv_data, (unsigned long long)id);
 }
 
 static void check_meta(struct checker *c)
@@ -260,13 +239,13 @@ long store_check(struct store_txn *t, store_fault_cb cb, void *arg)
 	struct checker c = {.t = t, .cb = cb, .arg = arg, .ndn = STORE_NDN_INIT};
 	int rc = t->nbulk ? index_bulk_flush(t) : 0;
 	if (!rc)
-		rc = check_entries(&c);
+		rc = walk(&c, t->s->id2entry, entry_record, NULL);
 	if (!rc)
-		rc = check_dn2id(&c);
+		rc = walk(&c, t->s->dn2id, dn2id_record, NULL);
 	for (size_t i = 0; i < t->s->nidx && !rc; i++)
-		rc = check_index(&c, &t->s->idx[i]);
+		rc = walk(&c, t->s->idx[i].dbi, index_record, &t->s->idx[i]);
 	if (!rc)
-		rc = check_pres(&c);
+		rc = walk(&c, t->s->pres, pres_record, NULL);
 	if (!rc)
 		check_meta(&c);
 	store_ndn_free(&c.ndn);
