@@ -30,6 +30,8 @@ static void conn_free(void *p)
 	idc_buf_free(&c->out);
 	enum_cursor_free(&c->pw);
 	enum_cursor_free(&c->gr);
+	if (c->pass_fd >= 0)
+		close(c->pass_fd);
 	free(c);
 }
 
@@ -58,6 +60,7 @@ int conn_new(struct daemon *dm, int fd, bool admin)
 	}
 	c->dm = dm;
 	c->admin = admin;
+	c->pass_fd = -1;
 	c->last_active_ns = idc_now_ns();
 	proto_reader_init(&c->rd, PROTO_MAX_REQUEST);
 	int rc = loop_add(&dm->loop, &c->io, fd, EPOLLIN, on_event, c);
@@ -112,12 +115,50 @@ static size_t out_pending(const struct conn *c)
 	return c->out.len - c->out_off;
 }
 
-/* Send what the socket takes. 0 (perhaps with output left) or -errno. */
+void conn_pass_fd(struct conn *c, int fd, size_t at)
+{
+	c->pass_fd = fd;
+	c->pass_at = at;
+}
+
+/* Send out[out_off, end), the first byte with the waiting descriptor when
+ * out_off is where it goes. Bytes sent, or -1 with errno. */
+static ssize_t send_part(struct conn *c, size_t end)
+{
+	struct iovec iov = {c->out.data + c->out_off, end - c->out_off};
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(sizeof(int))];
+	} ctl;
+	if (c->pass_fd >= 0 && c->out_off == c->pass_at) {
+		memset(&ctl, 0, sizeof(ctl));
+		mh.msg_control = ctl.buf;
+		mh.msg_controllen = sizeof(ctl.buf);
+		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(cm), &c->pass_fd, sizeof(int));
+	}
+	ssize_t n = sendmsg(c->io.fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+	if (n > 0 && mh.msg_control != NULL) {
+		close(c->pass_fd); /* the peer has its own reference now */
+		c->pass_fd = -1;
+	}
+	return n;
+}
+
+/* Send what the socket takes. 0 (perhaps with output left) or -errno. A
+ * waiting descriptor goes with its reply's first byte: the bytes before it
+ * are sent on their own, so it cannot ride on an earlier reply. */
 static int flush(struct conn *c)
 {
 	while (out_pending(c) > 0) {
-		ssize_t n = send(c->io.fd, c->out.data + c->out_off, out_pending(c),
-				 MSG_NOSIGNAL | MSG_DONTWAIT);
+		size_t end = c->out.len;
+		if (c->pass_fd >= 0 && c->out_off < c->pass_at)
+			end = c->pass_at;
+		ssize_t n = send_part(c, end);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0)
@@ -200,7 +241,8 @@ static int process(struct conn *c)
 {
 	struct proto_frame f;
 	int rc = 0;
-	while (rc == 0 && !c->closing && !c->wait && out_pending(c) < DAEMON_OUT_HIGH) {
+	while (rc == 0 && !c->closing && !c->wait && c->pass_fd < 0 &&
+	       out_pending(c) < DAEMON_OUT_HIGH) {
 		int got = proto_reader_next(&c->rd, &f);
 		if (got <= 0) {
 			rc = got;
@@ -210,6 +252,21 @@ static int process(struct conn *c)
 	}
 	daemon_reader_end(c->dm);
 	return rc;
+}
+
+/* Answer and send, again as long as a descriptor going out lets further
+ * requests be taken (each round consumes a request, so this ends). */
+static int serve(struct conn *c)
+{
+	int rc = 0;
+	for (;;) {
+		rc = process(c);
+		bool held = c->pass_fd >= 0;
+		if (rc == 0)
+			rc = flush(c);
+		if (rc < 0 || !held || c->pass_fd >= 0)
+			return rc;
+	}
 }
 
 /* ==== events ============================================================================ */
@@ -268,9 +325,7 @@ static void on_event(struct loop_io *io, uint32_t events)
 	if (rc == 0)
 		rc = flush(c);
 	if (rc == 0)
-		rc = process(c);
-	if (rc == 0)
-		rc = flush(c);
+		rc = serve(c);
 	if (rc < 0) {
 		conn_close(c, rc == -EBADMSG ? "protocol error" : idc_strerror(rc));
 		return;
@@ -285,9 +340,7 @@ void conn_resume(struct conn *c, int rc)
 {
 	c->last_active_ns = idc_now_ns();
 	if (rc == 0)
-		rc = process(c);
-	if (rc == 0)
-		rc = flush(c);
+		rc = serve(c);
 	if (rc < 0) {
 		conn_close(c, rc == -EBADMSG ? "protocol error" : idc_strerror(rc));
 		return;

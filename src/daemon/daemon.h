@@ -142,8 +142,15 @@ struct conn {
 	 * of this connection is taken until its reply is queued. */
 	struct pending *wait;
 	bool eof; /* the peer is done sending: close once wait is answered */
+	/* A descriptor to send with the byte at out offset pass_at (an MCMAP
+	 * reply), or -1. One at a time: no request is taken while one waits. */
+	int pass_fd;
+	size_t pass_at;
 };
 
+/* Queue the reply frame starting at out offset at to carry fd (which c
+ * then owns). */
+void conn_pass_fd(struct conn *c, int fd, size_t at);
 /* Take over an accepted socket. 0 or -errno (fd closed). */
 int conn_new(struct daemon *dm, int fd, bool admin);
 /* Close and free (after the current batch). */
@@ -215,6 +222,11 @@ int daemon_reload(struct daemon *dm, struct idc_buf *errors);
  * over. Every function tolerates disabled maps. */
 int daemon_mc_configure(struct daemon *dm, const struct config *cfg);
 void daemon_mc_close(struct daemon *dm);
+/* Answer MCMAP: the reply, and a read-only descriptor of map kind for c to
+ * send with it. 0 or -ENOMEM. */
+int daemon_mc_share(struct conn *c, uint32_t kind, struct idc_buf *out);
+/* The maps' heartbeat (mc/layout.h): called every DAEMON_SWEEP_MS. */
+void daemon_mc_beat(struct daemon *dm);
 /* Records the responder answered with; by_id: the answer to a by-id lookup. */
 void daemon_mc_put_passwd(struct daemon *dm, const struct proto_passwd *pw, bool by_id);
 void daemon_mc_put_group(struct daemon *dm, const char *name, uint32_t gid, const char *const *mem,

@@ -150,6 +150,7 @@ static void on_signal(struct loop_io *io, uint32_t events)
 static void on_sweep(struct loop_timer *t)
 {
 	conn_sweep(t->owner);
+	daemon_mc_beat(t->owner);
 }
 
 void daemon_check_ready(struct daemon *dm)

@@ -1,8 +1,9 @@
 /*
- * memcache: the daemon's side of the shared-memory cache (src/mc) — opening
- * the maps in run_dir/mc at the configured sizes, writing the records the
- * responder answers with, dropping what a change or an expire makes stale,
- * and the counters `idcache status` shows.
+ * memcache: the daemon's side of the shared-memory cache (src/mc) — creating
+ * the maps at the configured sizes, handing them to clients (MCMAP), their
+ * heartbeat, writing the records the responder answers with, dropping what
+ * a change or an expire makes stale, and the counters `idcache status`
+ * shows.
  *
  * Records written here expire after DAEMON_MC_TTL_S at the latest: the
  * changes we know of drop them sooner, and the bound keeps a client from
@@ -34,16 +35,20 @@
  * is stored, and invalidation drops the given and the folded spelling.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "daemon/daemon.h"
 
 #define DAEMON_MC_TTL_S 300
+
+_Static_assert(DAEMON_SWEEP_MS <= MC_BEAT_S * 1000u, "the sweep timer beats the maps");
 
 static uint64_t map_bytes(const struct config *cfg, int k)
 {
@@ -55,22 +60,22 @@ static uint64_t map_bytes(const struct config *cfg, int k)
 
 int daemon_mc_configure(struct daemon *dm, const struct config *cfg)
 {
-	char dir[PATH_MAX];
-	snprintf(dir, sizeof(dir), "%s/mc", dm->run_dir);
 	for (int k = 0; k < 3; k++) {
 		uint64_t want = map_bytes(cfg, k);
 		struct mc_stats st;
 		mc_writer_stats(dm->mc[k], &st);
 		if (dm->mc_opened && st.size == want)
 			continue;
-		/* A map whose size changes starts over in a new file. */
+		/* A map whose size changes starts over in a new map; one
+		 * being disabled is withdrawn from its readers first. */
 		int rc;
 		if (dm->mc[k] != NULL && want != 0) {
 			rc = mc_writer_reset(dm->mc[k], want);
 		} else {
+			mc_writer_retire(dm->mc[k]);
 			mc_writer_close(dm->mc[k]);
 			dm->mc[k] = NULL;
-			rc = mc_writer_open(dir, MC_PASSWD + (uint32_t)k, want, &dm->mc[k]);
+			rc = mc_writer_open(MC_PASSWD + (uint32_t)k, want, &dm->mc[k]);
 		}
 		if (rc < 0)
 			idc_log(IDC_LOG_ERR, "memory cache %s: %s",
@@ -85,11 +90,43 @@ void daemon_mc_close(struct daemon *dm)
 	for (int k = 0; k < 3; k++) {
 		/* Stopping: records must not outlive the daemon that answers
 		 * for them (a killed daemon's records expire by their TTL). */
-		if (mc_writer_retire(dm->mc[k]) < 0)
-			idc_log(IDC_LOG_WARN, "memory cache: cannot retire a map file");
+		mc_writer_retire(dm->mc[k]);
 		mc_writer_close(dm->mc[k]);
 		dm->mc[k] = NULL;
 	}
+}
+
+int daemon_mc_share(struct conn *c, uint32_t kind, struct idc_buf *out)
+{
+	if (kind < MC_PASSWD || kind > MC_INITGROUPS)
+		return proto_reply_status(out, PROTO_CMD_MCMAP, PROTO_ST_BADREQ, "no such map");
+	int fd = mc_writer_fd(c->dm->mc[kind - MC_PASSWD]);
+	if (fd < 0)
+		return proto_reply_status(out, PROTO_CMD_MCMAP, PROTO_ST_UNAVAIL, "map disabled");
+	/* Our own copy for the connection: a reset closes the writer's. */
+	int dup = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+	if (dup < 0) {
+		idc_log(IDC_LOG_WARN, "memory cache: cannot hand out a map: %s",
+			idc_strerror(-errno));
+		return proto_reply_status(out, PROTO_CMD_MCMAP, PROTO_ST_TRYAGAIN, NULL);
+	}
+	size_t start;
+	int rc = proto_reply_begin(out, PROTO_CMD_MCMAP, PROTO_ST_OK, &start);
+	rc = rc ? rc : proto_put_u32(out, kind);
+	rc = rc ? rc : proto_reply_end(out, start);
+	if (rc < 0) {
+		close(dup);
+		return rc;
+	}
+	conn_pass_fd(c, dup, start);
+	return 0;
+}
+
+void daemon_mc_beat(struct daemon *dm)
+{
+	int64_t now = (int64_t)time(NULL);
+	for (int k = 0; k < 3; k++)
+		mc_writer_beat(dm->mc[k], now);
 }
 
 static int64_t expiry(void)

@@ -586,6 +586,8 @@ int responder_handle(struct conn *c, const struct proto_req *req, struct idc_buf
 	case PROTO_CMD_GETGRENT:
 	case PROTO_CMD_ENDGRENT:
 		return enum_request(c, req, out);
+	case PROTO_CMD_MCMAP:
+		return daemon_mc_share(c, req->id, out);
 	default:
 		return proto_reply_status(out, req->cmd, PROTO_ST_BADREQ, "not a lookup");
 	}

@@ -3,10 +3,16 @@
  * (idcached) and the reader (the NSS module). Nothing here allocates or makes
  * a system call; the reader treats every byte of a mapped file as hostile.
  *
- * ==== File format, version 1 ===============================================
+ * ==== Map format, version 2 ================================================
  *
- * One file per map (passwd, group, initgroups) in run_dir/mc/, host byte
- * order, written only by idcached, mapped MAP_SHARED read-only by clients.
+ * One map per kind (passwd, group, initgroups), host byte order: a sealed
+ * memfd written only by idcached and handed to clients over nss.sock
+ * (MCMAP, proto/proto.h) as a read-only descriptor, which they map
+ * MAP_SHARED and close. The seals (shrink, grow, future writes) mean no one
+ * — a client, root, the daemon itself — can truncate a map under a reader
+ * (no SIGBUS) or write to it but through the daemon's own mapping; a reader
+ * refuses a descriptor without F_SEAL_SHRINK. There is no file to delete,
+ * truncate or replace.
  *
  *   [0, MC_HDR_SIZE)          header (struct mc_header)
  *   [table_off, +8*nbuckets)  two tables of nbuckets u32 slot indexes: by
@@ -38,11 +44,17 @@
  *   always notices: it reads reuse_gen before the walk and after the copy,
  *   and a change is a miss. Without it, payload bytes of a new record could
  *   pose as a record header to a reader that followed an old link.
- * - status: UNINIT while a file is built, ALIVE when served, RECYCLED once
- *   a newer file has been renamed over it. A reader checks status on each
- *   lookup (it is in the header it already has mapped: no system call) and
- *   remaps on RECYCLED.
- * - The writer never shrinks a live file; a reset writes a new one.
+ * - status: UNINIT while a map is built, ALIVE when served, RECYCLED once
+ *   the daemon has replaced it (a reset) or withdrawn it (a clean stop). A
+ *   reader checks status on each lookup (it is in the header it already has
+ *   mapped: no system call) and asks the daemon for the current map on
+ *   RECYCLED.
+ * - beat: the writer stores the time (unix seconds, low 32 bits) at least
+ *   every MC_BEAT_S. A map whose beat is more than MC_STALE_S old belongs to
+ *   a daemon that died or hangs: a reader treats it like RECYCLED, so a
+ *   killed daemon's records stop answering within MC_STALE_S, and a
+ *   restarted daemon's new maps replace them then at the latest.
+ * - The writer never resizes a live map; a reset builds a new one.
  *
  * Only u32 fields are accessed atomically: a 64-bit atomic load may be a
  * cmpxchg on some 32-bit targets, which faults on a read-only mapping.
@@ -56,7 +68,7 @@
 #include <stdint.h>
 
 #define MC_MAGIC   UINT64_C(0x3143434d43444900) /* "\0IDCMCC1" little-endian */
-#define MC_VERSION 1u
+#define MC_VERSION 2u
 
 #define MC_HDR_SIZE 128u
 /* Slot size: a typical passwd record (40-byte header, ~100 bytes payload)
@@ -73,6 +85,10 @@
 #define MC_MAX_FILE   (UINT64_C(1) << 32)
 #define MC_MIN_FILE   4096u
 #define MC_MAX_RECORD (1u << 20) /* payload bytes */
+/* Heartbeat: the writer's period and the age at which a reader gives a map
+ * up. The gap leaves room for a daemon busy with one long step. */
+#define MC_BEAT_S  5u
+#define MC_STALE_S 30
 
 enum mc_kind {
 	MC_PASSWD = 1,
@@ -103,7 +119,7 @@ struct mc_header {
 	uint32_t slot_size;
 	/* Informational, written by the writer only (idcache status). */
 	uint32_t records;
-	uint32_t reserved;
+	_Atomic uint32_t beat; /* unix seconds, low 32 bits (see above) */
 	uint64_t evictions;
 };
 
@@ -123,7 +139,7 @@ _Static_assert(sizeof(struct mc_header) <= MC_HDR_SIZE, "header too large");
 _Static_assert(sizeof(struct mc_rec) == 48, "record header size is part of the format");
 _Static_assert(MC_SLOT_SIZE % 8 == 0 && MC_SLOT_SIZE >= sizeof(struct mc_rec), "slot size");
 
-/* File name of a map inside the mc directory; NULL for an unknown kind. */
+/* Name of a map (logs, the memfd's name); NULL for an unknown kind. */
 static inline const char *mc_kind_name(uint32_t kind)
 {
 	switch (kind) {

@@ -1,11 +1,12 @@
 /*
  * mc: the shared-memory cache — the writer idcached updates and the reader
  * the NSS module consults before it asks the daemon over the socket.
- * File format and concurrency protocol: mc/layout.h.
+ * Map format, sealing and concurrency protocol: mc/layout.h.
  *
- * Writer (daemon side, may allocate, single-threaded: one writer per map
- * and file at a time). Reader (client side): libc only, never allocates,
- * no system call on a hit, thread-safe, fork-safe.
+ * Writer (daemon side, may allocate, single-threaded: one writer per map at
+ * a time). Reader (client side): libc only, never allocates, no system call
+ * on a hit, thread-safe, fork-safe; it gets its maps from a source callback
+ * (the NSS module's asks the daemon) and may call only that and libc.
  */
 #ifndef IDC_MC_H
 #define IDC_MC_H
@@ -32,26 +33,34 @@ struct mc_stats {
 	uint64_t evictions; /* live records dropped to make room */
 };
 
-/* Create a fresh map of kind in directory dir (created 0755 if missing):
- * the file dir/<kind name> of size bytes (rounded down to 8; at least
- * MC_MIN_FILE), with a new seed, replacing and recycling whatever file was
- * there. size 0 disables the map: an existing file is marked RECYCLED and
- * removed, and *out is NULL; every writer function accepts a NULL writer
- * and does nothing. 0 or -errno (-EINVAL: bad kind or size). */
-int mc_writer_open(const char *dir, uint32_t kind, uint64_t size, struct mc_writer **out);
+/* Create a fresh map of kind: a sealed memfd of size bytes (rounded down
+ * to 8; at least MC_MIN_FILE) with a new seed. size 0 disables the map:
+ * *out is NULL, and every writer function accepts a NULL writer and does
+ * nothing. 0 or -errno (-EINVAL: bad kind or size). */
+int mc_writer_open(uint32_t kind, uint64_t size, struct mc_writer **out);
 
-/* Unmap and free; the file stays ALIVE for clients until a new daemon
- * replaces it (records expire on their own). */
+/* Unmap and free. The map stays ALIVE for the clients that have it mapped
+ * until its beat goes stale (MC_STALE_S); mc_writer_retire first to stop
+ * them at once. */
 void mc_writer_close(struct mc_writer *w);
-/* Mark the map's file RECYCLED and remove it, so readers stop answering
- * from it (a daemon stopping cleanly: its clients then go to their next
- * NSS source, as with a dead daemon). 0 or -errno. */
+/* Mark the map RECYCLED, so readers stop answering from it (a daemon
+ * stopping cleanly, or a map being disabled: its clients then ask the
+ * socket). Always 0. */
 int mc_writer_retire(struct mc_writer *w);
 
-/* Drop every record: a new file (new seed) is written beside the old one,
- * renamed over it, and the old one marked RECYCLED. size: the new size, or
- * 0 to keep the current one. 0 or -errno (the old file stays in use). */
+/* Drop every record: a new map (new seed) replaces the current one, which
+ * is marked RECYCLED. size: the new size, or 0 to keep the current one. 0
+ * or -errno (the old map stays in use). */
 int mc_writer_reset(struct mc_writer *w, uint64_t size);
+
+/* The read-only descriptor of the current map, which the daemon hands to
+ * clients (dup it: it is closed by the next reset). Owned by the writer.
+ * -ENODATA for a NULL writer. */
+int mc_writer_fd(const struct mc_writer *w);
+
+/* Record that the writer is alive at now (unix seconds); the daemon calls
+ * it at least every MC_BEAT_S (layout.h). */
+void mc_writer_beat(struct mc_writer *w, int64_t now);
 
 /* Store a record (replacing the one with the same name) valid until expire
  * (unix seconds). Every record answers lookups by its name. It answers
@@ -91,7 +100,15 @@ void mc_writer_stats(const struct mc_writer *w, struct mc_stats *st);
 /* Mappings one reader keeps at a time: the current one and those retired
  * by a reset but possibly still being read by another thread. */
 #define MC_READER_MAPS 4
-#define MC_PATH_MAX    256
+/* After the daemon said it has no such map, ask again no sooner than this. */
+#define MC_RETRY_S 5
+
+/* Where a reader gets a map: a descriptor it then owns (and closes once
+ * mapped), or -errno: -ENODATA when the daemon serves no such map
+ * (disabled), anything else when it cannot be asked. The NSS module asks the
+ * daemon over nss.sock (MCMAP). Called with the reader's remap lock held, at
+ * most once per lookup. */
+typedef int (*mc_source_fn)(void *ctx, uint32_t kind);
 
 /* Private to reader.c. */
 struct mc_mapping {
@@ -107,17 +124,19 @@ struct mc_mapping {
 };
 
 struct mc_reader {
-	char path[MC_PATH_MAX];
+	mc_source_fn source;
+	void *source_ctx;
 	uint32_t kind;
-	_Atomic int current;  /* index into maps, -1: nothing mapped */
-	_Atomic int lock_pid; /* pid remapping, 0: free (see reader.c) */
+	_Atomic int current;       /* index into maps, -1: nothing mapped */
+	_Atomic int lock_pid;      /* pid remapping, 0: free (see reader.c) */
+	_Atomic uint32_t retry_at; /* unix seconds (low 32 bits); 0: any time */
 	struct mc_mapping maps[MC_READER_MAPS];
 };
 
-/* Set up r for the map of kind in directory dir. Not thread-safe: call once
- * before r is shared (pthread_once in the NSS module). Nothing is opened
- * until the first lookup. -ENAMETOOLONG or -EINVAL. */
-int mc_reader_init(struct mc_reader *r, const char *dir, uint32_t kind);
+/* Set up r for the map of kind, obtained from source. Not thread-safe:
+ * call once before r is shared (pthread_once in the NSS module). Nothing is
+ * asked for until the first lookup. -EINVAL for a bad kind or no source. */
+int mc_reader_init(struct mc_reader *r, uint32_t kind, mc_source_fn source, void *ctx);
 
 /* Unmap everything. Only when no other thread can be using r (tests, the
  * fuzzer); the NSS module never calls it. */

@@ -31,12 +31,15 @@
  * mutex: a lock held by a parent thread at fork is recognised as stale in
  * the child and taken over, where a mutex would stay locked for ever.
  *
- * Truncation: the mapping is never longer than the file at map time and the
- * writer never shrinks a live file (a reset writes a new one), so a reader
- * cannot touch a page past the end of the file. Someone else truncating a
- * mapped file in place is outside what a reader can survive without a
- * signal handler; the files are writable only by idcached (0644 in a
- * directory it owns).
+ * Where maps come from: a source callback (the NSS module asks the daemon
+ * over its socket) hands a descriptor. It must be a sealed memfd: a regular
+ * file carrying F_SEAL_SHRINK, whose size we map exactly, so no one can
+ * truncate it under us and no access can fault (SIGBUS). Anything else is
+ * refused. The descriptor is closed once mapped.
+ *
+ * A mapping is used while its header says ALIVE and its beat is fresh
+ * (layout.h); otherwise the next lookup asks the source for the current
+ * map.
  */
 #include "mc/mc.h"
 
@@ -56,22 +59,18 @@
 /* Lookups retried after a record or the file changed under us. */
 #define MC_ATTEMPTS 3
 
-int mc_reader_init(struct mc_reader *r, const char *dir, uint32_t kind)
+int mc_reader_init(struct mc_reader *r, uint32_t kind, mc_source_fn source, void *ctx)
 {
-	const char *name = mc_kind_name(kind);
 	memset(r, 0, sizeof(*r));
 	atomic_init(&r->current, -1);
 	atomic_init(&r->lock_pid, 0);
+	atomic_init(&r->retry_at, 0);
 	for (int i = 0; i < MC_READER_MAPS; i++)
 		atomic_init(&r->maps[i].refs, 0);
-	if (name == NULL || dir == NULL)
+	if (mc_kind_name(kind) == NULL || source == NULL)
 		return -EINVAL;
-	size_t dl = strlen(dir), nl = strlen(name);
-	if (dl + 1 + nl + 1 > sizeof(r->path))
-		return -ENAMETOOLONG;
-	memcpy(r->path, dir, dl);
-	r->path[dl] = '/';
-	memcpy(r->path + dl + 1, name, nl + 1);
+	r->source = source;
+	r->source_ctx = ctx;
 	r->kind = kind;
 	return 0;
 }
@@ -209,9 +208,33 @@ static void sweep(struct mc_reader *r, int keep)
 	}
 }
 
-/* Open and map the file, validate it, and make it current in a free slot.
- * Lock held. */
-static int map_new(struct mc_reader *r)
+/* Whether a mapping may answer at now: ALIVE, and its writer beat within
+ * MC_STALE_S. A beat ahead of now (the clock was set back) counts as fresh. */
+static bool usable(const struct mc_mapping *m, int64_t now)
+{
+	if (load_acq(&hdr_of(m)->status) != MC_ALIVE)
+		return false;
+	int32_t age = (int32_t)((uint32_t)now - load_rlx(&hdr_of(m)->beat));
+	return age <= MC_STALE_S;
+}
+
+/* A descriptor fit to map: a regular file sealed against shrinking (a
+ * memfd), of MC_MIN_FILE..MC_MAX_FILE bytes. Its size, or -EBADMSG. */
+static int64_t sealed_size(int fd)
+{
+	struct stat st;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size < (off_t)MC_MIN_FILE ||
+	    (uint64_t)st.st_size > MC_MAX_FILE)
+		return -EBADMSG;
+	int seals = fcntl(fd, F_GET_SEALS);
+	if (seals < 0 || !(seals & F_SEAL_SHRINK))
+		return -EBADMSG;
+	return (int64_t)st.st_size;
+}
+
+/* Ask the source for the current map, map and validate it, and make it
+ * current in a free slot. Lock held. */
+static int map_new(struct mc_reader *r, int64_t now)
 {
 	int cur = atomic_load(&r->current);
 	int slot = -1;
@@ -220,18 +243,22 @@ static int map_new(struct mc_reader *r)
 			slot = i;
 	if (slot < 0)
 		return -EBUSY;
-	int fd = open(r->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	uint32_t retry = atomic_load(&r->retry_at);
+	if (retry != 0 && (int32_t)(retry - (uint32_t)now) > 0)
+		return -ENODATA;
+	int fd = r->source(r->source_ctx, r->kind);
+	if (fd == -ENODATA)
+		atomic_store(&r->retry_at, (uint32_t)now + MC_RETRY_S);
 	if (fd < 0)
-		return -errno;
-	struct stat st;
-	int rc = fstat(fd, &st) < 0 ? -errno : 0;
-	if (rc == 0 && (!S_ISREG(st.st_mode) || st.st_size < (off_t)MC_MIN_FILE ||
-			(uint64_t)st.st_size > MC_MAX_FILE))
-		rc = -EBADMSG;
+		return fd;
+	atomic_store(&r->retry_at, 0);
+	int64_t size = sealed_size(fd);
+	int rc = size < 0 ? (int)size : 0;
 	void *p = MAP_FAILED;
 	if (rc == 0) {
-		/* Exactly the file's size now: never a page past its end. */
-		p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+		/* Exactly its size, which the seal keeps: never a page past
+		 * the end. */
+		p = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
 		if (p == MAP_FAILED)
 			rc = -errno;
 	}
@@ -239,54 +266,54 @@ static int map_new(struct mc_reader *r)
 	if (rc < 0)
 		return rc;
 	struct mc_mapping *m = &r->maps[slot];
-	rc = geometry_load(m, p, (size_t)st.st_size, r->kind);
-	if (rc == 0 && load_acq(&hdr_of(m)->status) != MC_ALIVE)
+	rc = geometry_load(m, p, (size_t)size, r->kind);
+	if (rc == 0 && !usable(m, now))
 		rc = -ESTALE;
 	if (rc < 0) {
 		m->base = NULL;
-		munmap(p, (size_t)st.st_size);
+		munmap(p, (size_t)size);
 		return rc;
 	}
 	atomic_store(&r->current, slot);
 	return 0;
 }
 
-/* Replace the current mapping (none, or RECYCLED) by the file now at the
- * path. Another thread already remapping: -EBUSY, the caller misses. */
-static int remap(struct mc_reader *r)
+/* Replace the current mapping (none, RECYCLED or stale) by the source's
+ * current map. Another thread already remapping: -EBUSY, the caller misses. */
+static int remap(struct mc_reader *r, int64_t now)
 {
 	int me = (int)getpid();
 	if (!lock_take(r, me))
 		return -EBUSY;
 	int rc = 0;
 	struct mc_mapping *m = map_enter(r);
-	bool alive = m != NULL && load_acq(&hdr_of(m)->status) == MC_ALIVE;
+	bool ok = m != NULL && usable(m, now);
 	if (m != NULL)
 		map_leave(m);
 	/* Someone remapped while we waited for the lock: nothing to do. */
-	if (!alive) {
+	if (!ok) {
 		sweep(r, atomic_load(&r->current));
-		rc = map_new(r);
+		rc = map_new(r, now);
 		if (rc < 0 && m != NULL)
-			atomic_store(&r->current, -1); /* stop using a recycled file */
+			atomic_store(&r->current, -1); /* stop using a recycled map */
 		sweep(r, atomic_load(&r->current));
 	}
 	atomic_store_explicit(&r->lock_pid, 0, memory_order_release);
 	return rc;
 }
 
-/* A referenced, ALIVE mapping to look in (remapping if needed), or NULL. */
-static struct mc_mapping *map_get(struct mc_reader *r)
+/* A referenced, usable mapping to look in (remapping if needed), or NULL. */
+static struct mc_mapping *map_get(struct mc_reader *r, int64_t now)
 {
 	struct mc_mapping *m = map_enter(r);
-	if (m != NULL && load_acq(&hdr_of(m)->status) == MC_ALIVE)
+	if (m != NULL && usable(m, now))
 		return m;
 	if (m != NULL)
 		map_leave(m);
-	if (remap(r) < 0)
+	if (remap(r, now) < 0)
 		return NULL;
 	m = map_enter(r);
-	if (m != NULL && load_acq(&hdr_of(m)->status) == MC_ALIVE)
+	if (m != NULL && usable(m, now))
 		return m;
 	if (m != NULL)
 		map_leave(m);
@@ -400,7 +427,7 @@ static int fetch(struct mc_reader *r, const struct key *k, uint8_t *area, size_t
 	int64_t now = (int64_t)time(NULL); /* vDSO: no system call */
 	int rc = -ENOENT;
 	for (int attempt = 0; attempt < MC_ATTEMPTS; attempt++) {
-		struct mc_mapping *m = map_get(r);
+		struct mc_mapping *m = map_get(r, now);
 		if (m == NULL)
 			return -ENOENT;
 		struct hit h;
@@ -476,7 +503,7 @@ static int passwd_direct(struct mc_reader *r, const struct key *k, struct passwd
 			 size_t buflen)
 {
 	int64_t now = (int64_t)time(NULL);
-	struct mc_mapping *m = map_get(r);
+	struct mc_mapping *m = map_get(r, now);
 	if (m == NULL)
 		return -ENOENT;
 	struct hit h;
@@ -605,7 +632,7 @@ int mc_initgroups(struct mc_reader *r, const char *user, size_t len, uint32_t *g
 	struct key k = {user, len, 0};
 	int64_t now = (int64_t)time(NULL);
 	for (int attempt = 0; attempt < MC_ATTEMPTS; attempt++) {
-		struct mc_mapping *m = map_get(r);
+		struct mc_mapping *m = map_get(r, now);
 		if (m == NULL)
 			return -ENOENT;
 		struct hit h;

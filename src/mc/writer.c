@@ -1,5 +1,5 @@
 /*
- * mc writer: builds and updates the shared-memory cache files (daemon side).
+ * mc writer: builds and updates the shared-memory cache maps (daemon side).
  *
  * Allocation is a ring over the slots: a new record goes at the ring head,
  * and whatever live record overlaps the range is evicted first (oldest
@@ -10,7 +10,7 @@
  *
  * The writer keeps its own bookkeeping (which record owns each slot, which
  * chains a record is on) in private memory, so it never has to trust the
- * file for anything but the chain words it walks to unlink, and those walks
+ * map for anything but the chain words it walks to unlink, and those walks
  * are bounded and bound-checked.
  */
 #include "mc/mc.h"
@@ -32,10 +32,10 @@
 #define LINK_ID   2u
 
 struct mc_writer {
-	char *dir, *path, *tmp;
 	uint32_t kind;
+	int ro_fd; /* read-only descriptor of the current map, for clients */
 	uint64_t generation;
-	uint8_t *base; /* the whole file, read-write */
+	uint8_t *base; /* the whole map, read-write */
 	size_t len;
 	struct mc_header *hdr;
 	_Atomic uint32_t *tab_name, *tab_id;
@@ -89,7 +89,7 @@ static uint64_t seed_new(void)
 	return idc_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL);
 }
 
-/* ---- building a file ---------------------------------------------------------- */
+/* ---- building a map ----------------------------------------------------------- */
 
 struct geometry {
 	uint32_t nbuckets, slot_count;
@@ -131,57 +131,69 @@ static void header_init(struct mc_header *h, uint32_t kind, uint64_t size, uint6
 	h->slot_size = MC_SLOT_SIZE;
 }
 
-/* Create w->tmp of size bytes, fully allocated (a sparse file on a full
- * tmpfs would SIGBUS the daemon on first write), mapped read-write, with an
- * ALIVE header and empty tables. On success the new mapping is in *base. */
-static int file_build(const struct mc_writer *w, uint64_t size, uint8_t **base)
+/* Seal bits glibc 2.36 may not name yet (Linux 5.1+). */
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE 0x0010
+#endif
+#define MAP_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL)
+
+/* A read-only descriptor of the memfd at fd, for clients: reopened through
+ * /proc, so what we hand out cannot write even where the seals would not
+ * stop it (a private writable mapping is harmless). */
+static int reopen_ro(int fd)
+{
+	char p[64];
+	snprintf(p, sizeof(p), "/proc/self/fd/%d", fd);
+	int ro = open(p, O_RDONLY | O_CLOEXEC);
+	return ro < 0 ? -errno : ro;
+}
+
+/* Build a map of size bytes: a memfd, fully allocated (a sparse map on a
+ * full tmpfs would fault the daemon on its first write), mapped read-write
+ * here, then sealed against shrinking, growing and any later writable
+ * mapping or write(2), with an ALIVE header and empty tables. On success
+ * the mapping is in *base and the read-only descriptor in *ro. */
+static int map_build(const struct mc_writer *w, uint64_t size, uint8_t **base, int *ro)
 {
 	struct geometry g;
 	int rc = geometry_for(size, &g);
 	if (rc < 0)
 		return rc;
-	if (unlink(w->tmp) < 0 && errno != ENOENT)
-		return -errno;
-	int fd = open(w->tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+	char name[32];
+	snprintf(name, sizeof(name), "idcache-%s", mc_kind_name(w->kind));
+	int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (fd < 0)
 		return -errno;
-	/* Every client must be able to read it, whatever our umask. */
-	rc = fchmod(fd, 0644) < 0 ? -errno : -posix_fallocate(fd, 0, (off_t)size);
+	/* 0444: a client reopening its descriptor through /proc gets no write
+	 * access either (root aside, whom the seals stop). */
+	rc = fchmod(fd, 0444) < 0 ? -errno : -posix_fallocate(fd, 0, (off_t)size);
 	void *p = MAP_FAILED;
 	if (rc == 0) {
 		p = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 		if (p == MAP_FAILED)
 			rc = -errno;
 	}
+	if (rc == 0 && fcntl(fd, F_ADD_SEALS, MAP_SEALS) < 0)
+		rc = -errno;
+	*ro = rc == 0 ? reopen_ro(fd) : -1;
+	if (rc == 0 && *ro < 0)
+		rc = *ro;
 	close(fd);
 	if (rc < 0) {
-		unlink(w->tmp);
+		if (p != MAP_FAILED)
+			munmap(p, (size_t)size);
 		return rc;
 	}
 	struct mc_header *h = p;
 	header_init(h, w->kind, size, w->generation + 1, &g);
 	memset((uint8_t *)p + MC_HDR_SIZE, 0xff, (size_t)g.nbuckets * 8); /* MC_NONE */
+	atomic_store_explicit(&h->beat, (uint32_t)time(NULL), memory_order_relaxed);
 	atomic_store_explicit(&h->status, MC_ALIVE, memory_order_release);
 	*base = p;
 	return 0;
 }
 
-/* Mark the file open at fd RECYCLED if it looks like one of ours. Through a
- * mapping, so the store is the same atomic store readers load. */
-static void recycle_fd(int fd)
-{
-	struct stat st;
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size < (off_t)MC_HDR_SIZE)
-		return;
-	struct mc_header *h = mmap(NULL, MC_HDR_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (h == MAP_FAILED)
-		return;
-	if (h->magic == MC_MAGIC)
-		atomic_store_explicit(&h->status, MC_RECYCLED, memory_order_release);
-	munmap(h, MC_HDR_SIZE);
-}
-
-/* Point w at the mapping base (already renamed into place). */
+/* Point w at the mapping base. */
 static int adopt(struct mc_writer *w, uint8_t *base)
 {
 	struct mc_header *h = (struct mc_header *)(void *)base;
@@ -212,86 +224,51 @@ static int adopt(struct mc_writer *w, uint8_t *base)
 	return 0;
 }
 
-/* Build a new file and put it in place of the old one (w->base, if any, or
- * whatever file is at w->path), which is then marked RECYCLED. */
-static int file_replace(struct mc_writer *w, uint64_t size)
+static void mark_recycled(uint8_t *base)
+{
+	atomic_store_explicit(&((struct mc_header *)(void *)base)->status, MC_RECYCLED,
+			      memory_order_release);
+}
+
+/* Build a new map and make it the one handed out; the old one, if any, is
+ * marked RECYCLED (its readers ask for the new one) and let go. */
+static int map_replace(struct mc_writer *w, uint64_t size)
 {
 	uint8_t *base = NULL;
-	int rc = file_build(w, size, &base);
+	int ro = -1;
+	int rc = map_build(w, size, &base, &ro);
 	if (rc < 0)
 		return rc;
 	uint64_t len = ((struct mc_header *)(void *)base)->file_size;
-	int old_fd = w->base ? -1 : open(w->path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-	if (rename(w->tmp, w->path) < 0) {
-		rc = -errno;
-		goto fail;
-	}
 	uint8_t *old = w->base;
 	size_t old_len = w->len;
+	int old_ro = w->ro_fd;
 	uint64_t evictions = w->evictions;
 	rc = adopt(w, base);
 	if (rc < 0) {
-		/* The new file is in place but we cannot track it: mark it
-		 * RECYCLED so readers drop it rather than trust a file nobody
-		 * will invalidate. */
-		atomic_store_explicit(&((struct mc_header *)(void *)base)->status, MC_RECYCLED,
-				      memory_order_release);
-		goto fail;
+		munmap(base, (size_t)len);
+		close(ro);
+		return rc; /* the old map stays in use */
 	}
+	w->ro_fd = ro;
 	w->evictions = evictions; /* a reset is not a restart: keep counting */
 	w->hdr->evictions = evictions;
-	/* Only now, with the new file at the path, may readers be told to
-	 * remap: they reopen the path. */
 	if (old != NULL) {
-		atomic_store_explicit(&((struct mc_header *)(void *)old)->status, MC_RECYCLED,
-				      memory_order_release);
+		mark_recycled(old);
 		munmap(old, old_len);
-	} else if (old_fd >= 0) {
-		recycle_fd(old_fd);
 	}
-	if (old_fd >= 0)
-		close(old_fd);
+	if (old_ro >= 0)
+		close(old_ro);
 	return 0;
-fail:
-	if (old_fd >= 0)
-		close(old_fd);
-	munmap(base, (size_t)len);
-	unlink(w->tmp);
-	return rc;
-}
-
-static char *path_join(const char *dir, const char *prefix, const char *name)
-{
-	size_t n = strlen(dir) + strlen(prefix) + strlen(name) + 2;
-	char *p = malloc(n);
-	if (p != NULL) {
-		strcpy(p, dir);
-		strcat(p, "/");
-		strcat(p, prefix);
-		strcat(p, name);
-	}
-	return p;
-}
-
-/* Disable a map: tell readers of whatever file is there, then remove it. */
-static int file_retire(const char *path)
-{
-	int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-	if (fd < 0)
-		return errno == ENOENT ? 0 : -errno;
-	/* Unlink first: a reader that sees RECYCLED and reopens must find
-	 * nothing rather than the same file again. */
-	int rc = unlink(path) < 0 ? -errno : 0;
-	recycle_fd(fd);
-	close(fd);
-	return rc;
 }
 
 /* ---- open, reset, close -------------------------------------------------------------- */
 
 int mc_writer_retire(struct mc_writer *w)
 {
-	return w == NULL ? 0 : file_retire(w->path);
+	if (w != NULL && w->base != NULL)
+		mark_recycled(w->base);
+	return 0;
 }
 
 void mc_writer_close(struct mc_writer *w)
@@ -300,34 +277,29 @@ void mc_writer_close(struct mc_writer *w)
 		return;
 	if (w->base)
 		munmap(w->base, w->len);
+	if (w->ro_fd >= 0)
+		close(w->ro_fd);
 	free(w->owner);
 	free(w->links);
-	free(w->dir);
-	free(w->path);
-	free(w->tmp);
 	idc_buf_free(&w->scratch);
 	free(w);
 }
 
-int mc_writer_open(const char *dir, uint32_t kind, uint64_t size, struct mc_writer **out)
+int mc_writer_open(uint32_t kind, uint64_t size, struct mc_writer **out)
 {
-	const char *name = mc_kind_name(kind);
 	*out = NULL;
-	if (name == NULL || (size != 0 && geometry_for(size & ~(uint64_t)7, &(struct geometry){0})))
+	if (mc_kind_name(kind) == NULL ||
+	    (size != 0 && geometry_for(size & ~(uint64_t)7, &(struct geometry){0})))
 		return -EINVAL;
-	if (mkdir(dir, 0755) < 0 && errno != EEXIST)
-		return -errno;
+	if (size == 0)
+		return 0;
 	struct mc_writer *w = calloc(1, sizeof(*w));
 	if (w == NULL)
 		return -ENOMEM;
 	w->kind = kind;
-	w->dir = strdup(dir);
-	w->path = path_join(dir, "", name);
-	w->tmp = path_join(dir, ".new.", name);
-	int rc = -ENOMEM;
-	if (w->dir && w->path && w->tmp)
-		rc = size == 0 ? file_retire(w->path) : file_replace(w, size & ~(uint64_t)7);
-	if (rc < 0 || size == 0) {
+	w->ro_fd = -1;
+	int rc = map_replace(w, size & ~(uint64_t)7);
+	if (rc < 0) {
 		mc_writer_close(w);
 		return rc;
 	}
@@ -339,7 +311,18 @@ int mc_writer_reset(struct mc_writer *w, uint64_t size)
 {
 	if (w == NULL)
 		return 0;
-	return file_replace(w, size ? size & ~(uint64_t)7 : w->len);
+	return map_replace(w, size ? size & ~(uint64_t)7 : w->len);
+}
+
+int mc_writer_fd(const struct mc_writer *w)
+{
+	return w == NULL ? -ENODATA : w->ro_fd;
+}
+
+void mc_writer_beat(struct mc_writer *w, int64_t now)
+{
+	if (w != NULL && w->hdr != NULL)
+		atomic_store_explicit(&w->hdr->beat, (uint32_t)now, memory_order_release);
 }
 
 void mc_writer_stats(const struct mc_writer *w, struct mc_stats *st)

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define IDC_DEFAULT_RUNDIR "/run/idcache"
 #define IDC_NSS_SOCKET     "nss.sock"
@@ -43,6 +44,34 @@ static const char *run_dir(void)
 	return dir == NULL || dir[0] == '\0' ? IDC_DEFAULT_RUNDIR : dir;
 }
 
+/* The daemon hands each map over nss.sock as a read-only descriptor of a
+ * sealed memfd (MCMAP): nothing under run_dir is opened or trusted as a
+ * file, and the seal is what makes a mapping safe to read (mc/reader.c). */
+static int mc_source(void *ctx, uint32_t kind)
+{
+	(void)ctx;
+	uint8_t frame[PROTO_HDR_SIZE + 4];
+	struct proto_req req = {.cmd = PROTO_CMD_MCMAP, .id = kind};
+	struct proto_client c;
+	struct proto_hdr h;
+	int len = proto_encode_request(frame, sizeof(frame), &req);
+	if (len < 0)
+		return len;
+	int rc = idc_nss_connect(&c);
+	if (rc < 0)
+		return rc;
+	int fd = -1;
+	rc = proto_client_request_fd(&c, frame, (size_t)len, &h, &fd);
+	if (rc == 0 && h.status == PROTO_ST_UNAVAIL)
+		rc = -ENODATA; /* map disabled: the reader waits before asking again */
+	else if (rc == 0 && (h.status != PROTO_ST_OK || fd < 0))
+		rc = -EPROTO;
+	proto_client_close(&c);
+	if (rc < 0 && fd >= 0)
+		close(fd);
+	return rc < 0 ? rc : fd;
+}
+
 /* One reader per map for the whole process, set up once. A forked child
  * inherits them with their mappings (see mc/reader.c). */
 static struct mc_reader mc_readers[3];
@@ -54,12 +83,8 @@ static void mc_setup(void)
 	const char *env = secure_getenv("IDCACHE_MEMCACHE");
 	if (env != NULL && strcmp(env, "no") == 0)
 		return;
-	char dir[128];
-	int n = snprintf(dir, sizeof(dir), "%s/mc", run_dir());
-	if (n < 0 || (size_t)n >= sizeof(dir))
-		return;
 	for (uint32_t k = 0; k < 3; k++)
-		if (mc_reader_init(&mc_readers[k], dir, MC_PASSWD + k) < 0)
+		if (mc_reader_init(&mc_readers[k], MC_PASSWD + k, mc_source, NULL) < 0)
 			return;
 	mc_enabled = true;
 }

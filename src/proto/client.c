@@ -141,11 +141,50 @@ static int send_two(struct proto_client *c, const uint8_t *a, size_t an, const u
 	return 0;
 }
 
-static int recv_all(struct proto_client *c, uint8_t *p, size_t n)
+/* Descriptors passed with one recvmsg: keep a lone one in *fd (if fd is not
+ * NULL and none came before), close anything else. -EBADMSG when something
+ * had to be closed or the control data was cut short. */
+static int take_fds(struct msghdr *mh, int *fd)
 {
+	int rc = (mh->msg_flags & MSG_CTRUNC) ? -EBADMSG : 0;
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm != NULL; cm = CMSG_NXTHDR(mh, cm)) {
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+			continue;
+		size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < n; i++) {
+			int got;
+			memcpy(&got, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+			if (fd != NULL && *fd < 0 && n == 1 && rc == 0) {
+				*fd = got;
+				continue;
+			}
+			close(got);
+			rc = -EBADMSG;
+		}
+	}
+	return rc;
+}
+
+/* Read exactly n bytes. With fd, descriptors that come with them are
+ * received (see take_fds); without, the kernel discards any. */
+static int recv_fds(struct proto_client *c, uint8_t *p, size_t n, int *fd)
+{
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(4 * sizeof(int))];
+	} ctl;
 	while (n > 0) {
-		ssize_t r = recv(c->fd, p, n, 0);
+		struct iovec iov = {p, n};
+		struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+		if (fd != NULL) {
+			mh.msg_control = ctl.buf;
+			mh.msg_controllen = sizeof(ctl.buf);
+		}
+		ssize_t r = recvmsg(c->fd, &mh, fd != NULL ? MSG_CMSG_CLOEXEC : 0);
 		if (r > 0) {
+			int rc = fd != NULL ? take_fds(&mh, fd) : 0;
+			if (rc < 0)
+				return rc;
 			p += r;
 			n -= (size_t)r;
 			continue;
@@ -165,11 +204,17 @@ static int recv_all(struct proto_client *c, uint8_t *p, size_t n)
 	return 0;
 }
 
-/* Read a reply header and check it answers cmd. */
-static int recv_hdr(struct proto_client *c, uint32_t cmd, struct proto_hdr *h)
+static int recv_all(struct proto_client *c, uint8_t *p, size_t n)
+{
+	return recv_fds(c, p, n, NULL);
+}
+
+/* Read a reply header (and a descriptor with it, if fd) and check it
+ * answers cmd. */
+static int recv_hdr(struct proto_client *c, uint32_t cmd, struct proto_hdr *h, int *fd)
 {
 	uint8_t raw[PROTO_HDR_SIZE];
-	int rc = recv_all(c, raw, sizeof(raw));
+	int rc = recv_fds(c, raw, sizeof(raw), fd);
 	if (rc < 0)
 		return rc;
 	if (proto_decode_hdr(raw, sizeof(raw), PROTO_MAX_REPLY, h) < 0)
@@ -184,7 +229,7 @@ static int recv_hdr(struct proto_client *c, uint32_t cmd, struct proto_hdr *h)
 static int finish_hello(struct proto_client *c)
 {
 	struct proto_hdr h;
-	int rc = recv_hdr(c, PROTO_CMD_HELLO, &h);
+	int rc = recv_hdr(c, PROTO_CMD_HELLO, &h, NULL);
 	if (rc < 0)
 		return rc;
 	uint8_t payload[64];
@@ -203,7 +248,8 @@ static int finish_hello(struct proto_client *c)
 	return 0;
 }
 
-int proto_client_request(struct proto_client *c, const void *frame, size_t len, struct proto_hdr *h)
+static int request(struct proto_client *c, const void *frame, size_t len, struct proto_hdr *h,
+		   int *fd)
 {
 	if (c->fd < 0)
 		return -ENOTCONN;
@@ -229,9 +275,26 @@ int proto_client_request(struct proto_client *c, const void *frame, size_t len, 
 	if (rc == 0 && !c->greeted)
 		rc = finish_hello(c);
 	if (rc == 0)
-		rc = recv_hdr(c, cmd, h);
+		rc = recv_hdr(c, cmd, h, fd);
 	if (rc < 0)
 		proto_client_close(c);
+	return rc;
+}
+
+int proto_client_request(struct proto_client *c, const void *frame, size_t len, struct proto_hdr *h)
+{
+	return request(c, frame, len, h, NULL);
+}
+
+int proto_client_request_fd(struct proto_client *c, const void *frame, size_t len,
+			    struct proto_hdr *h, int *fd)
+{
+	*fd = -1;
+	int rc = request(c, frame, len, h, fd);
+	if (rc < 0 && *fd >= 0) {
+		close(*fd);
+		*fd = -1;
+	}
 	return rc;
 }
 

@@ -83,6 +83,8 @@ const char *proto_cmd_name(uint32_t cmd)
 		return "GETGRENT";
 	case PROTO_CMD_ENDGRENT:
 		return "ENDGRENT";
+	case PROTO_CMD_MCMAP:
+		return "MCMAP";
 	case PROTO_CMD_STATUS:
 		return "STATUS";
 	case PROTO_CMD_EXPIRE:
@@ -124,6 +126,7 @@ static enum shape req_shape(uint32_t cmd)
 		return SH_NAME;
 	case PROTO_CMD_GETPWUID:
 	case PROTO_CMD_GETGRGID:
+	case PROTO_CMD_MCMAP:
 		return SH_ID;
 	case PROTO_CMD_SETPWENT:
 	case PROTO_CMD_ENDPWENT:

@@ -72,6 +72,10 @@
  *      records, n <= max_count (0: server's choice), and the whole frame is
  *      <= max_bytes (0: only PROTO_MAX_REPLY) unless it holds exactly one
  *      record — a record is never split or skipped. End: status NOTFOUND.
+ *  13  MCMAP        u32 kind (mc/layout.h)       -> u32 kind
+ *      The shared-memory map of kind: the OK reply's first byte carries
+ *      one read-only descriptor of it (SCM_RIGHTS). UNAVAIL: no such map
+ *      (disabled); BADREQ: not a map kind. nss.sock only.
  *  32  STATUS       (empty)                      -> str text
  *      text: "key=value\n" lines (e.g. "version=0.1.0\nusers=1234\n").
  *  33  EXPIRE       u32 what, str name           -> u32 count
@@ -117,6 +121,7 @@ enum proto_cmd {
 	PROTO_CMD_SETGRENT = 10,
 	PROTO_CMD_GETGRENT = 11,
 	PROTO_CMD_ENDGRENT = 12,
+	PROTO_CMD_MCMAP = 13,
 	PROTO_CMD_STATUS = 32,
 	PROTO_CMD_EXPIRE = 33,
 	PROTO_CMD_RELOAD = 34,
@@ -207,7 +212,8 @@ uint32_t proto_gids_get(const struct proto_gids *g, uint32_t i);
 /* ---- requests ---------------------------------------------------------------- */
 
 /* One request, decoded or to encode. Which fields are used depends on cmd:
- * name (GETPWNAM, GETGRNAM, INITGROUPS, EXPIRE, USERINFO, GROUPINFO), id (GETPWUID, GETGRGID),
+ * name (GETPWNAM, GETGRNAM, INITGROUPS, EXPIRE, USERINFO, GROUPINFO), id (GETPWUID, GETGRGID,
+ * MCMAP: the kind),
  * version (HELLO), max_count/max_bytes (GET*ENT), what (EXPIRE). */
 struct proto_req {
 	uint32_t cmd;
@@ -298,6 +304,12 @@ void proto_client_close(struct proto_client *c);
  * frame), -EPROTO (version refused, or a reply out of order), -errno. */
 int proto_client_request(struct proto_client *c, const void *frame, size_t len,
 			 struct proto_hdr *h);
+/* proto_client_request for a reply that may carry a descriptor (MCMAP):
+ * *fd gets the one descriptor that came with the reply's header (CLOEXEC),
+ * or -1. A reply carrying several, or cut short (MSG_CTRUNC), is a
+ * protocol error (-EBADMSG) and every descriptor that came is closed. */
+int proto_client_request_fd(struct proto_client *c, const void *frame, size_t len,
+			    struct proto_hdr *h, int *fd);
 /* Read exactly n (<= pending) payload bytes into buf. */
 int proto_client_read(struct proto_client *c, void *buf, size_t n);
 /* Read and discard what is pending so the connection can be reused. */

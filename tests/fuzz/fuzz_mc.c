@@ -1,8 +1,10 @@
 /*
- * Fuzz target for the shared-memory cache reader: the input is a map file.
+ * Fuzz target for the shared-memory cache reader: the input is a map.
  * Byte 0 picks the map kind, byte 1 a buffer size; the rest is written to a
- * file that a fresh reader maps and looks up names and ids in (those the
- * corpus files hold, and a few more), with every API of that kind. Nothing
+ * sealed memfd (its beat set to now, as a live daemon keeps it, when the
+ * input is long enough to hold one) that a fresh reader maps and looks up
+ * names and ids in (those the corpus files hold, and a few more), with
+ * every API of that kind. Nothing
  * may crash, hang, read out of bounds or hand back a record that breaks the
  * API's promises (a hit is packed inside the buffer and is the one asked).
  */
@@ -12,13 +14,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "mc/mc.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static char dir[64];
 static _Alignas(16) char buf[1 << 16];
 
 static const char *const names[] = {"alice", "bob", "root", "u1", "staff", "wheel", "x"};
@@ -75,25 +78,32 @@ static void try_initgroups(struct mc_reader *r, size_t cap)
 	}
 }
 
+/* The reader's source: a descriptor of the input's memfd. */
+static int source(void *ctx, uint32_t kind)
+{
+	(void)kind;
+	int fd = fcntl(*(const int *)ctx, F_DUPFD_CLOEXEC, 0);
+	return fd < 0 ? -errno : fd;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	if (size < 2)
 		return 0;
-	if (dir[0] == '\0') {
-		strcpy(dir, "/tmp/fuzz_mc.XXXXXX");
-		if (mkdtemp(dir) == NULL)
-			abort();
-	}
 	uint32_t kind = 1 + data[0] % 3;
 	size_t buflen = data[1] == 255 ? sizeof(buf) : (size_t)data[1] * 16;
-	char path[128];
-	snprintf(path, sizeof(path), "%s/%s", dir, mc_kind_name(kind));
-	int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	int fd = memfd_create("fuzz_mc", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (fd < 0 || write(fd, data + 2, size - 2) != (ssize_t)(size - 2))
 		abort();
-	close(fd);
+	size_t beat = offsetof(struct mc_header, beat);
+	uint32_t now = (uint32_t)time(NULL);
+	if (size - 2 >= beat + sizeof(now) &&
+	    pwrite(fd, &now, sizeof(now), (off_t)beat) != (ssize_t)sizeof(now))
+		abort();
+	if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0)
+		abort();
 	struct mc_reader r;
-	if (mc_reader_init(&r, dir, kind) < 0)
+	if (mc_reader_init(&r, kind, source, &fd) < 0)
 		abort();
 	if (kind == MC_PASSWD)
 		try_passwd(&r, buflen);
@@ -102,6 +112,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	else
 		try_initgroups(&r, data[1]);
 	mc_reader_close(&r);
-	unlink(path);
+	close(fd);
 	return 0;
 }

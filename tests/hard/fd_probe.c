@@ -10,7 +10,7 @@
  * group enumeration OPEN (setpwent/getpwent and setgrent/getgrent, no
  * endXXent), so the module holds its enumeration connections. It prints
  *   before FD TARGET      every descriptor it holds now (but 0, 1, 2)
- *   mc_maps=N             mappings of run_dir/mc files
+ *   mc_maps=N             mappings of the daemon's maps (memfd:idcache-*)
  *   lookups=OK|FAILED ... what each lookup returned
  * then execs itself as `fd_probe --list`, which prints
  *   after FD TARGET       every descriptor that survived the exec (0-2 and
@@ -60,8 +60,7 @@ static int count_mc_maps(void)
 	char line[4096];
 	int n = 0;
 	while (fgets(line, sizeof(line), f))
-		if (strstr(line, "/mc/passwd") || strstr(line, "/mc/group") ||
-		    strstr(line, "/mc/initgroups"))
+		if (strstr(line, "/memfd:idcache-"))
 			n++;
 	fclose(f);
 	return n;

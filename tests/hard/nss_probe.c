@@ -8,7 +8,7 @@
  *   env_memcache=<getenv("IDCACHE_MEMCACHE") or "-">
  *   then for each NAME argument:
  *     user NAME found <uid> <gid> <gecos>      or   user NAME missing <errno>
- *   mc_maps=<number of /proc/self/maps lines naming a memory-cache file>
+ *   mc_maps=<number of /proc/self/maps lines naming a memory-cache map>
  *   mc_map <path>   (one line per such mapping)
  * Exit status 0 unless something outside NSS failed.
  */
@@ -26,8 +26,8 @@ static const char *or_dash(const char *s)
 	return s ? s : "-";
 }
 
-/* Mappings of run_dir/mc/{passwd,group,initgroups}: proof that the module
- * opened the memory cache (and which run_dir it used). */
+/* Mappings of the daemon's maps (memfds named idcache-passwd, -group,
+ * -initgroups): proof that the module mapped the memory cache. */
 static int print_mc_maps(void)
 {
 	FILE *f = fopen("/proc/self/maps", "re");
@@ -40,13 +40,9 @@ static int print_mc_maps(void)
 	int n = 0;
 	while (fgets(line, sizeof(line), f)) {
 		char *path = strchr(line, '/');
-		if (!path)
+		if (!path || strncmp(path, "/memfd:idcache-", 15) != 0)
 			continue;
 		path[strcspn(path, "\n")] = '\0';
-		const char *base = strrchr(path, '/');
-		if (!strstr(path, "/mc/") || (strcmp(base, "/passwd") && strcmp(base, "/group") &&
-					      strcmp(base, "/initgroups")))
-			continue;
 		if (n < 16)
 			snprintf(paths[n], sizeof(paths[n]), "%s", path);
 		n++;

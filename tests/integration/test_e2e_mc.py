@@ -9,6 +9,7 @@ Whether a lookup reached the daemon is read from its request counters in
 timing (budgets belong to bench/nss).
 """
 import json
+import os
 import subprocess
 
 import pytest
@@ -129,16 +130,67 @@ def test_repeated_lookups_are_served_from_the_maps(idcache, daemons):
         assert int(s1[f"memcache_{m}_records"]) >= 1, s1
 
 
-def test_clean_stop_withdraws_the_maps(daemons):
-    """A daemon stopping on SIGTERM withdraws its map files: records do not
-    outlive the daemon that answers for them, so clients go to their next
-    NSS source as with a dead daemon (a killed daemon's records expire by
-    their TTL)."""
+# A client process that stays: one lookup per line of stdin, one JSON answer
+# per line of stdout ("pid" answers its pid).
+CLIENT = r'''
+import json, os, pwd, sys
+for line in sys.stdin:
+    call, _, key = line.strip().partition(" ")
+    if call == "pid":
+        r = os.getpid()
+    else:
+        try:
+            r = list(pwd.getpwnam(key))
+        except KeyError:
+            r = "KeyError"
+    print(json.dumps(r), flush=True)
+'''
+
+
+def ask(p, line):
+    p.stdin.write((line + "\n").encode())
+    p.stdin.flush()
+    out = p.stdout.readline()
+    assert out, f"client gone: {p.stderr.read().decode(errors='replace')}"
+    return json.loads(out)
+
+
+def test_maps_resist_truncation_and_a_clean_stop_withdraws_them(idcache, daemons):
+    """The maps a client has mapped are sealed memfds: root opening them
+    read-write through /proc/PID/map_files cannot truncate, grow or write
+    them (EPERM), and the client keeps answering from them without asking
+    the daemon. There is no map file under run_dir to delete or replace.
+    A daemon stopping on SIGTERM withdraws its maps: the same client then
+    gets no answer (nsswitch has only idcache), as with a dead daemon."""
     d = daemons.start(PASSWD, GROUP)
-    lookups(d, [["getpwnam", "alice"]])
-    assert (d.run_dir / "mc" / "passwd").exists()
-    assert d.stop() == 0
-    assert not (d.run_dir / "mc" / "passwd").exists()
+    p = d.ns.popen([nsenv.sys_python(), "-c", CLIENT])
+    try:
+        assert ask(p, "getpwnam alice")[:3] == ["alice", "x", 2001]
+        assert ask(p, "getpwnam alice")[0] == "alice"
+        pid = ask(p, "pid")
+        with open(f"/proc/{pid}/maps") as f:
+            ranges = [ln.split()[0] for ln in f if "/memfd:idcache-passwd" in ln]
+        assert ranges, "the client did not map the passwd map"
+        assert not (d.run_dir / "mc").exists()
+        before = status(idcache, d)
+        for rng in ranges:
+            fd = os.open(f"/proc/{pid}/map_files/{rng}", os.O_RDWR)
+            try:
+                for attempt in (lambda: os.ftruncate(fd, 0),
+                                lambda: os.ftruncate(fd, 1 << 30),
+                                lambda: os.pwrite(fd, b"\0" * 64, 0)):
+                    with pytest.raises(PermissionError):
+                        attempt()
+            finally:
+                os.close(fd)
+        for _ in range(20):
+            assert ask(p, "getpwnam alice")[:3] == ["alice", "x", 2001]
+        assert grown(before, status(idcache, d)) == {}
+        assert d.stop() == 0
+        assert ask(p, "getpwnam alice") == "KeyError"
+    finally:
+        p.stdin.close()
+        p.wait(timeout=30)
     r = d.ns.run(["getent", "passwd", "alice"])
     assert r.rc == 2 and r.out == "", r
 

@@ -1,8 +1,14 @@
 /*
  * Unit tests for src/mc: writer and reader in one process and across fork —
- * hits, misses, expiry, eviction, invalidation, reset and recycling, every
- * buffer size, a torn-read stress test with a writer process and reader
- * processes, and corruption of the file while readers run.
+ * hits, misses, expiry, eviction, invalidation, reset and recycling, the
+ * heartbeat, the seals, every buffer size, a torn-read stress test with a
+ * writer process and reader processes, and corruption of the maps while
+ * readers run.
+ *
+ * The readers get their maps the way the NSS module does, as a descriptor
+ * handed over by whoever holds the writer: here a broker in memory shared
+ * across fork names (pid, descriptor) per kind, and the source reopens it
+ * through /proc/PID/fd.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -29,6 +35,59 @@
 
 static char dir[64];
 
+struct broker {
+	_Atomic int pid[4];
+	_Atomic int fd[4];         /* -1: no map (no daemon) */
+	_Atomic bool disabled[4];  /* the daemon says the map is disabled */
+	_Atomic unsigned asked[4]; /* source calls */
+};
+static struct broker *broker_mem;
+
+/* Hand out the writer's current map of kind (a NULL writer: none). */
+static void publish(struct mc_writer *w, uint32_t kind)
+{
+	atomic_store(&broker_mem->pid[kind], (int)getpid());
+	atomic_store(&broker_mem->fd[kind], w ? mc_writer_fd(w) : -1);
+}
+
+/* The same for any descriptor of this process (garbage, an unsealed file). */
+static void publish_fd(int fd, uint32_t kind)
+{
+	atomic_store(&broker_mem->pid[kind], (int)getpid());
+	atomic_store(&broker_mem->fd[kind], fd);
+}
+
+static int source(void *ctx, uint32_t kind)
+{
+	(void)ctx;
+	atomic_fetch_add(&broker_mem->asked[kind], 1);
+	if (atomic_load(&broker_mem->disabled[kind]))
+		return -ENODATA;
+	int fd = atomic_load(&broker_mem->fd[kind]);
+	if (fd < 0)
+		return -ECONNREFUSED;
+	char p[64];
+	snprintf(p, sizeof(p), "/proc/%d/fd/%d", atomic_load(&broker_mem->pid[kind]), fd);
+	int ro = open(p, O_RDONLY | O_CLOEXEC);
+	return ro < 0 ? -errno : ro;
+}
+
+static int wopen(uint32_t kind, uint64_t size, struct mc_writer **w)
+{
+	int rc = mc_writer_open(kind, size, w);
+	if (rc == 0)
+		publish(*w, kind);
+	return rc;
+}
+
+static int wreset(struct mc_writer *w, uint32_t kind, uint64_t size)
+{
+	int rc = mc_writer_reset(w, size);
+	if (rc == 0)
+		publish(w, kind);
+	return rc;
+}
+
 static int64_t later(void)
 {
 	return (int64_t)time(NULL) + 3600;
@@ -37,6 +96,17 @@ static int64_t later(void)
 static int setup(void **state)
 {
 	(void)state;
+	if (broker_mem == NULL) {
+		broker_mem = mmap(NULL, sizeof(*broker_mem), PROT_READ | PROT_WRITE,
+				  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+		if (broker_mem == MAP_FAILED)
+			return -1;
+	}
+	for (int k = 0; k < 4; k++) {
+		atomic_store(&broker_mem->fd[k], -1);
+		atomic_store(&broker_mem->disabled[k], false);
+		atomic_store(&broker_mem->asked[k], 0);
+	}
 	strcpy(dir, "/tmp/test_mc.XXXXXX");
 	return mkdtemp(dir) ? 0 : -1;
 }
@@ -78,7 +148,7 @@ static int put_gr(struct mc_writer *w, const char *name, uint32_t gid, const cha
 
 static void reader(struct mc_reader *r, uint32_t kind)
 {
-	assert_int_equal(mc_reader_init(r, dir, kind), 0);
+	assert_int_equal(mc_reader_init(r, kind, source, NULL), 0);
 }
 
 /* ---- basics ------------------------------------------------------------------ */
@@ -93,7 +163,7 @@ static void test_hit_miss(void **state)
 	reader(&r, MC_PASSWD);
 	/* No file yet: a miss, not an error. */
 	assert_int_equal(mc_getpwnam(&r, "alice", 5, &pw, buf, sizeof(buf)), -ENOENT);
-	assert_int_equal(mc_writer_open(dir, MC_PASSWD, BIG_MAP, &w), 0);
+	assert_int_equal(wopen(MC_PASSWD, BIG_MAP, &w), 0);
 	assert_int_equal(put_pw(w, "alice", 1000, "Alice A", later(), true), 0);
 	assert_int_equal(mc_getpwnam(&r, "alice", 5, &pw, buf, sizeof(buf)), 0);
 	assert_string_equal(pw.pw_name, "alice");
@@ -138,7 +208,7 @@ static void test_expiry_update_invalidate(void **state)
 	struct passwd pw;
 	char buf[1024];
 	reader(&r, MC_PASSWD);
-	assert_int_equal(mc_writer_open(dir, MC_PASSWD, BIG_MAP, &w), 0);
+	assert_int_equal(wopen(MC_PASSWD, BIG_MAP, &w), 0);
 	assert_int_equal(put_pw(w, "old", 5, "g", (int64_t)time(NULL) - 1, true), 0);
 	assert_int_equal(mc_getpwnam(&r, "old", 3, &pw, buf, sizeof(buf)), -ENOENT);
 	assert_int_equal(mc_getpwuid(&r, 5, &pw, buf, sizeof(buf)), -ENOENT);
@@ -176,7 +246,7 @@ static void test_eviction(void **state)
 	struct passwd pw;
 	char buf[1024], name[32];
 	reader(&r, MC_PASSWD);
-	assert_int_equal(mc_writer_open(dir, MC_PASSWD, SMALL_MAP, &w), 0);
+	assert_int_equal(wopen(MC_PASSWD, SMALL_MAP, &w), 0);
 	for (uint32_t i = 0; i < 2000; i++) {
 		snprintf(name, sizeof(name), "user%u", i);
 		assert_int_equal(put_pw(w, name, 10000 + i, name, later(), true), 0);
@@ -216,8 +286,8 @@ static void test_buffer_sizes(void **state)
 	struct mc_reader r, rg;
 	reader(&r, MC_PASSWD);
 	reader(&rg, MC_GROUP);
-	assert_int_equal(mc_writer_open(dir, MC_PASSWD, BIG_MAP, &w), 0);
-	assert_int_equal(mc_writer_open(dir, MC_GROUP, BIG_MAP, &wg), 0);
+	assert_int_equal(wopen(MC_PASSWD, BIG_MAP, &w), 0);
+	assert_int_equal(wopen(MC_GROUP, BIG_MAP, &wg), 0);
 	char gecos[3000];
 	memset(gecos, 'z', sizeof(gecos) - 1);
 	gecos[sizeof(gecos) - 1] = '\0';
@@ -278,7 +348,7 @@ static void test_initgroups(void **state)
 	struct mc_writer *w;
 	struct mc_reader r;
 	reader(&r, MC_INITGROUPS);
-	assert_int_equal(mc_writer_open(dir, MC_INITGROUPS, BIG_MAP, &w), 0);
+	assert_int_equal(wopen(MC_INITGROUPS, BIG_MAP, &w), 0);
 	/* Stored in the order given (the daemon's, which is the provider's). */
 	uint32_t in[] = {30, 10, 20, 5};
 	assert_int_equal(mc_put_initgroups(w, "alice", 5, in, 4, later()), 0);
@@ -325,9 +395,9 @@ static void test_lookup_id_exact_invalidation(void **state)
 	uint32_t id = 0;
 	reader(&r, MC_PASSWD);
 	reader(&rg, MC_GROUP);
-	assert_int_equal(mc_writer_open(dir, MC_PASSWD, BIG_MAP, &w), 0);
-	assert_int_equal(mc_writer_open(dir, MC_GROUP, BIG_MAP, &wg), 0);
-	assert_int_equal(mc_writer_open(dir, MC_INITGROUPS, BIG_MAP, &wi), 0);
+	assert_int_equal(wopen(MC_PASSWD, BIG_MAP, &w), 0);
+	assert_int_equal(wopen(MC_GROUP, BIG_MAP, &wg), 0);
+	assert_int_equal(wopen(MC_INITGROUPS, BIG_MAP, &wi), 0);
 	assert_int_equal(mc_lookup_id(w, "alice", 5, &id), -ENOENT);
 	assert_int_equal(mc_lookup_id(NULL, "alice", 5, &id), -ENOENT);
 	assert_int_equal(mc_lookup_id(w, "", 0, &id), -ENOENT);
@@ -390,12 +460,12 @@ static void test_reset_recycle(void **state)
 	struct passwd pw;
 	char buf[1024];
 	reader(&r, MC_PASSWD);
-	assert_int_equal(mc_writer_open(dir, MC_PASSWD, BIG_MAP, &w), 0);
+	assert_int_equal(wopen(MC_PASSWD, BIG_MAP, &w), 0);
 	assert_int_equal(put_pw(w, "alice", 1000, "A", later(), true), 0);
 	assert_int_equal(mc_getpwnam(&r, "alice", 5, &pw, buf, sizeof(buf)), 0);
 	/* Reset: empty, new file; the reader notices from its mapping. */
 	for (int i = 0; i < 10; i++) {
-		assert_int_equal(mc_writer_reset(w, i % 2 ? BIG_MAP : SMALL_MAP), 0);
+		assert_int_equal(wreset(w, MC_PASSWD, i % 2 ? BIG_MAP : SMALL_MAP), 0);
 		assert_int_equal(mc_getpwnam(&r, "alice", 5, &pw, buf, sizeof(buf)), -ENOENT);
 		assert_int_equal(put_pw(w, "alice", 1000, "B", later(), true), 0);
 		assert_int_equal(mc_getpwnam(&r, "alice", 5, &pw, buf, sizeof(buf)), 0);
@@ -405,22 +475,47 @@ static void test_reset_recycle(void **state)
 	mc_writer_stats(w, &st);
 	assert_int_equal(st.generation, 11);
 	assert_int_equal(st.size, BIG_MAP);
-	/* A new daemon: the old file is recycled, the reader follows. */
-	mc_writer_close(w);
+	/* A daemon killed: its map keeps answering until its beat is stale,
+	 * then the reader asks again and gets nothing (no daemon). */
+	int64_t now = (int64_t)time(NULL);
+	mc_writer_beat(w, now - MC_STALE_S + 2);
 	assert_int_equal(mc_getpwnam(&r, "alice", 5, &pw, buf, sizeof(buf)), 0);
-	assert_int_equal(mc_writer_open(dir, MC_PASSWD, SMALL_MAP, &w), 0);
+	mc_writer_beat(w, now - MC_STALE_S - 1);
+	publish(NULL, MC_PASSWD);
+	unsigned asked = atomic_load(&broker_mem->asked[MC_PASSWD]);
 	assert_int_equal(mc_getpwnam(&r, "alice", 5, &pw, buf, sizeof(buf)), -ENOENT);
-	assert_int_equal(put_pw(w, "alice", 1000, "C", later(), true), 0);
+	assert_int_equal(atomic_load(&broker_mem->asked[MC_PASSWD]), asked + 1);
+	/* A clock set back makes a beat look ahead of now: still fresh. */
+	mc_writer_beat(w, now + 3600);
+	publish(w, MC_PASSWD);
+	assert_int_equal(mc_getpwnam(&r, "alice", 5, &pw, buf, sizeof(buf)), 0);
+	/* A new daemon after a killed one: the reader follows once the old
+	 * beat is stale, not before. */
+	struct mc_writer *w2;
+	mc_writer_beat(w, now);
+	assert_int_equal(wopen(MC_PASSWD, SMALL_MAP, &w2), 0);
+	assert_int_equal(put_pw(w2, "alice", 1000, "C", later(), true), 0);
+	assert_int_equal(mc_getpwnam(&r, "alice", 5, &pw, buf, sizeof(buf)), 0);
+	assert_string_equal(pw.pw_gecos, "B");
+	mc_writer_beat(w, now - MC_STALE_S - 1);
+	mc_writer_close(w);
 	assert_int_equal(mc_getpwnam(&r, "alice", 5, &pw, buf, sizeof(buf)), 0);
 	assert_string_equal(pw.pw_gecos, "C");
-	mc_writer_close(w);
-	/* Disabled: the file goes away and readers miss. */
-	assert_int_equal(mc_writer_open(dir, MC_PASSWD, 0, &w), 0);
-	assert_null(w);
+	/* A clean stop withdraws the map at once. */
+	mc_writer_retire(w2);
+	mc_writer_close(w2);
+	publish(NULL, MC_PASSWD);
 	assert_int_equal(mc_getpwnam(&r, "alice", 5, &pw, buf, sizeof(buf)), -ENOENT);
-	char p[128];
-	snprintf(p, sizeof(p), "%s/passwd", dir);
-	assert_int_equal(access(p, F_OK), -1);
+	/* Disabled: no writer; the daemon says so, and the reader does not ask
+	 * again for MC_RETRY_S (every lookup would cost a round trip). */
+	assert_int_equal(wopen(MC_PASSWD, 0, &w), 0);
+	assert_null(w);
+	assert_int_equal(mc_writer_fd(w), -ENODATA);
+	atomic_store(&broker_mem->disabled[MC_PASSWD], true);
+	asked = atomic_load(&broker_mem->asked[MC_PASSWD]);
+	for (int i = 0; i < 5; i++)
+		assert_int_equal(mc_getpwnam(&r, "alice", 5, &pw, buf, sizeof(buf)), -ENOENT);
+	assert_int_equal(atomic_load(&broker_mem->asked[MC_PASSWD]), asked + 1);
 	assert_int_equal(put_pw(w, "alice", 1000, "C", later(), true), 0); /* NULL: no-op */
 	mc_reader_close(&r);
 }
@@ -433,7 +528,7 @@ static void test_fork(void **state)
 	struct passwd pw;
 	char buf[1024];
 	reader(&r, MC_PASSWD);
-	assert_int_equal(mc_writer_open(dir, MC_PASSWD, BIG_MAP, &w), 0);
+	assert_int_equal(wopen(MC_PASSWD, BIG_MAP, &w), 0);
 	assert_int_equal(put_pw(w, "alice", 1000, "A", later(), true), 0);
 	assert_int_equal(mc_getpwnam(&r, "alice", 5, &pw, buf, sizeof(buf)), 0);
 	int go[2], done[2];
@@ -461,7 +556,7 @@ static void test_fork(void **state)
 	assert_int_equal(put_pw(w, "alice", 1000, "updated", later(), true), 0);
 	assert_int_equal(write(go[1], "1", 1), 1);
 	assert_int_equal(read(done[0], &c, 1), 1);
-	assert_int_equal(mc_writer_reset(w, 0), 0);
+	assert_int_equal(wreset(w, MC_PASSWD, 0), 0);
 	assert_int_equal(put_pw(w, "alice", 1000, "after reset", later(), true), 0);
 	assert_int_equal(write(go[1], "1", 1), 1);
 	int status;
@@ -531,11 +626,12 @@ static bool stress_check(const struct passwd *pw, uint32_t i)
 static void stress_writer(uint64_t until)
 {
 	struct mc_writer *w;
-	if (mc_writer_open(dir, MC_PASSWD, SMALL_MAP, &w) < 0)
+	if (wopen(MC_PASSWD, SMALL_MAP, &w) < 0)
 		_exit(4);
 	for (uint32_t v = 1; idc_now_ns() < until; v++) {
 		stress_put(w, v % STRESS_USERS, v);
-		if (v % 5000 == 0 && mc_writer_reset(w, v % 10000 ? SMALL_MAP : 2 * SMALL_MAP) < 0)
+		if (v % 5000 == 0 &&
+		    wreset(w, MC_PASSWD, v % 10000 ? SMALL_MAP : 2 * SMALL_MAP) < 0)
 			_exit(5);
 		if (v % 777 == 0)
 			mc_invalidate_id(w, 20000 + (v / 777) % STRESS_USERS);
@@ -547,7 +643,7 @@ static void stress_writer(uint64_t until)
 static void stress_reader(uint64_t until, uint64_t *hits)
 {
 	struct mc_reader r;
-	if (mc_reader_init(&r, dir, MC_PASSWD) < 0)
+	if (mc_reader_init(&r, MC_PASSWD, source, NULL) < 0)
 		_exit(4);
 	char buf[512];
 	uint64_t n = 0;
@@ -574,10 +670,7 @@ static void test_torn_reads(void **state)
 	uint64_t *hits =
 	    mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	assert_true(hits != MAP_FAILED);
-	/* Create the file first so readers start hitting at once. */
-	struct mc_writer *w0;
-	assert_int_equal(mc_writer_open(dir, MC_PASSWD, SMALL_MAP, &w0), 0);
-	mc_writer_close(w0);
+	/* Readers miss until the writer process has published its map. */
 	uint64_t until = idc_now_ns() + STRESS_SECONDS * 1000000000ull;
 	pid_t pids[1 + STRESS_READERS];
 	for (int i = 0; i <= STRESS_READERS; i++) {
@@ -619,8 +712,9 @@ static uint64_t rnd(void)
 static void hammer(uint64_t until)
 {
 	struct mc_reader rp, rg, ri;
-	if (mc_reader_init(&rp, dir, MC_PASSWD) < 0 || mc_reader_init(&rg, dir, MC_GROUP) < 0 ||
-	    mc_reader_init(&ri, dir, MC_INITGROUPS) < 0)
+	if (mc_reader_init(&rp, MC_PASSWD, source, NULL) < 0 ||
+	    mc_reader_init(&rg, MC_GROUP, source, NULL) < 0 ||
+	    mc_reader_init(&ri, MC_INITGROUPS, source, NULL) < 0)
 		_exit(4);
 	static char buf[4096];
 	uint32_t gids[64];
@@ -646,7 +740,7 @@ static void fill_maps(struct mc_writer **w)
 	static const char *const mem[] = {"u1", "u2", "u3"};
 	uint32_t gids[] = {1, 2, 3, 4};
 	for (int k = 0; k < 3; k++)
-		assert_int_equal(mc_writer_open(dir, kinds[k], SMALL_MAP, &w[k]), 0);
+		assert_int_equal(wopen(kinds[k], SMALL_MAP, &w[k]), 0);
 	for (uint32_t i = 0; i < 50; i++) {
 		char name[16];
 		snprintf(name, sizeof(name), "u%u", i);
@@ -656,59 +750,80 @@ static void fill_maps(struct mc_writer **w)
 	}
 }
 
-/* Scribble over a live map through a writable mapping of the file itself. */
+/* The writer's own read-write mapping of map name in this process, found in
+ * /proc/self/maps: the seals leave no other way to write to a live map. */
+static uint8_t *writable_map(const char *name, size_t *len)
+{
+	char want[64], line[512];
+	snprintf(want, sizeof(want), "/memfd:idcache-%s ", name);
+	FILE *f = fopen("/proc/self/maps", "r");
+	assert_non_null(f);
+	uint8_t *at = NULL;
+	while (at == NULL && fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+		char perms[8];
+		if (strstr(line, want) && sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) == 3 &&
+		    strcmp(perms, "rw-s") == 0) {
+			at = (uint8_t *)lo;
+			*len = hi - lo;
+		}
+	}
+	fclose(f);
+	assert_non_null(at);
+	return at;
+}
+
+/* Scribble over a live map through the writer's mapping. */
 static void scribble(const char *name, uint64_t until)
 {
-	char p[128];
-	snprintf(p, sizeof(p), "%s/%s", dir, name);
-	int fd = open(p, O_RDWR);
-	assert_true(fd >= 0);
-	struct stat st;
-	assert_int_equal(fstat(fd, &st), 0);
-	uint8_t *m = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	assert_true(m != MAP_FAILED);
-	close(fd);
+	size_t len;
+	uint8_t *m = writable_map(name, &len);
 	while (idc_now_ns() < until) {
-		size_t at = rnd() % (size_t)st.st_size;
+		size_t at = rnd() % len;
 		/* Mostly the slots and tables; sometimes the header. */
 		if (rnd() % 8 == 0)
 			at %= MC_HDR_SIZE;
 		m[at] = (uint8_t)rnd();
 	}
-	munmap(m, (size_t)st.st_size);
 }
 
-/* Replace a map by garbage: random bytes, a truncated copy, an empty file. */
-static void replace_garbage(const char *name, int how)
+/* A descriptor holding bytes p[0..len): a memfd sealed against shrinking
+ * (what a reader accepts), or with sealed false a plain file in dir. */
+static int garbage_fd(const uint8_t *p, size_t len, bool sealed)
 {
-	char p[128], tmp[128];
-	snprintf(p, sizeof(p), "%s/%s", dir, name);
-	snprintf(tmp, sizeof(tmp), "%s/.garbage", dir);
-	int in = open(p, O_RDONLY);
-	int fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC, 0644);
+	int fd;
+	if (sealed) {
+		fd = memfd_create("garbage", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	} else {
+		char path[128];
+		snprintf(path, sizeof(path), "%s/plain.XXXXXX", dir);
+		fd = mkstemp(path);
+		if (fd >= 0)
+			unlink(path);
+	}
 	assert_true(fd >= 0);
+	assert_int_equal(write(fd, p, len), (ssize_t)len);
+	if (sealed)
+		assert_int_equal(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+	return fd;
+}
+
+/* Hand readers garbage in place of the live map of kind: random bytes over
+ * a copy, a truncated copy, an empty memfd. The live one is withdrawn so
+ * they come for it. Returns the descriptor to close later. */
+static int replace_garbage(struct mc_writer *w, uint32_t kind, int how)
+{
 	static uint8_t data[SMALL_MAP];
-	ssize_t n = in >= 0 ? read(in, data, sizeof(data)) : 0;
-	if (in >= 0)
-		close(in);
-	size_t len = how == 0 ? sizeof(data) : how == 1 ? (size_t)(n > 0 ? n / 2 : 0) : 0;
+	ssize_t n = pread(mc_writer_fd(w), data, sizeof(data), 0);
+	assert_int_equal(n, (ssize_t)sizeof(data));
+	size_t len = how == 0 ? sizeof(data) : how == 1 ? sizeof(data) / 2 : 0;
 	if (how == 0)
 		for (size_t i = 0; i < 64; i++)
 			data[rnd() % sizeof(data)] = (uint8_t)rnd();
-	assert_int_equal(write(fd, data, len), (ssize_t)len);
-	close(fd);
-	/* Mark the live one RECYCLED so readers come and map the garbage. */
-	fd = open(p, O_RDWR);
-	if (fd >= 0) {
-		struct mc_header *h =
-		    mmap(NULL, MC_HDR_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-		if (h != MAP_FAILED) {
-			atomic_store(&h->status, MC_RECYCLED);
-			munmap(h, MC_HDR_SIZE);
-		}
-		close(fd);
-	}
-	assert_int_equal(rename(tmp, p), 0);
+	int fd = garbage_fd(data, len, true);
+	publish_fd(fd, kind);
+	mc_writer_retire(w);
+	return fd;
 }
 
 static void run_readers_during(void (*attack)(uint64_t until), double seconds)
@@ -744,16 +859,74 @@ static void attack_scribble(uint64_t until)
 static void attack_replace(uint64_t until)
 {
 	struct mc_writer *w[3];
+	int fds[3];
 	for (int round = 0; idc_now_ns() < until; round++) {
 		fill_maps(w);
 		usleep(20000);
-		replace_garbage("passwd", round % 3);
-		replace_garbage("group", (round + 1) % 3);
-		replace_garbage("initgroups", (round + 2) % 3);
-		usleep(20000);
 		for (int k = 0; k < 3; k++)
+			fds[k] = replace_garbage(w[k], MC_PASSWD + (uint32_t)k, (round + k) % 3);
+		usleep(20000);
+		for (int k = 0; k < 3; k++) {
 			mc_writer_close(w[k]);
+			close(fds[k]);
+		}
 	}
+}
+
+/* Nobody can shrink, grow or write a live map but through the writer's
+ * mapping, root included, and the descriptor clients get is read-only:
+ * readers keep hitting through every attempt. */
+static void test_seals(void **state)
+{
+	(void)state;
+	struct mc_writer *w;
+	struct mc_reader r;
+	struct passwd pw;
+	char buf[1024];
+	reader(&r, MC_PASSWD);
+	assert_int_equal(wopen(MC_PASSWD, SMALL_MAP, &w), 0);
+	assert_int_equal(put_pw(w, "alice", 1000, "A", later(), true), 0);
+	assert_int_equal(mc_getpwnam(&r, "alice", 5, &pw, buf, sizeof(buf)), 0);
+	int fd = mc_writer_fd(w);
+	assert_int_equal(fcntl(fd, F_GETFL) & O_ACCMODE, O_RDONLY);
+	int seals = fcntl(fd, F_GET_SEALS);
+	assert_true(seals & F_SEAL_SHRINK);
+	assert_true(seals & F_SEAL_GROW);
+	assert_true(seals & F_SEAL_SEAL);
+	assert_int_equal(fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE), -1); /* sealed for good */
+	assert_int_equal(ftruncate(fd, 0), -1);
+	assert_true(mmap(NULL, SMALL_MAP, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) == MAP_FAILED);
+	/* Reopened for writing through /proc: refused by mode 0444, or, for
+	 * root, every way of changing the map refused by the seals. */
+	char p[64];
+	snprintf(p, sizeof(p), "/proc/self/fd/%d", fd);
+	int rw = open(p, O_RDWR | O_CLOEXEC);
+	if (rw < 0) {
+		assert_int_equal(errno, EACCES);
+	} else {
+		assert_int_equal(ftruncate(rw, 0), -1);
+		assert_int_equal(errno, EPERM);
+		assert_int_equal(ftruncate(rw, 2 * SMALL_MAP), -1);
+		assert_int_equal(pwrite(rw, "x", 1, 0), -1);
+		assert_int_equal(errno, EPERM);
+		assert_true(mmap(NULL, SMALL_MAP, PROT_READ | PROT_WRITE, MAP_SHARED, rw, 0) ==
+			    MAP_FAILED);
+		assert_int_equal(
+		    fallocate(rw, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, SMALL_MAP), -1);
+		/* A read-only mapping cannot be made writable later. */
+		void *ro = mmap(NULL, SMALL_MAP, PROT_READ, MAP_SHARED, rw, 0);
+		assert_true(ro != MAP_FAILED);
+		assert_int_equal(mprotect(ro, SMALL_MAP, PROT_READ | PROT_WRITE), -1);
+		munmap(ro, SMALL_MAP);
+		close(rw);
+	}
+	struct stat st;
+	assert_int_equal(fstat(fd, &st), 0);
+	assert_int_equal(st.st_size, SMALL_MAP);
+	assert_int_equal(mc_getpwnam(&r, "alice", 5, &pw, buf, sizeof(buf)), 0);
+	assert_string_equal(pw.pw_gecos, "A");
+	mc_writer_close(w);
+	mc_reader_close(&r);
 }
 
 static void test_corruption(void **state)
@@ -765,19 +938,31 @@ static void test_corruption(void **state)
 	for (int k = 0; k < 3; k++)
 		mc_writer_close(w[k]);
 	run_readers_during(attack_replace, 1.5);
-	/* A file whose size disagrees with its header (truncated) is refused
-	 * at map time. */
+	/* A descriptor that is not sealed (a plain file: someone could
+	 * truncate it under us) is refused, however valid its bytes; the same
+	 * bytes in a sealed memfd are taken. A map whose size disagrees with
+	 * its header is refused too. */
 	fill_maps(w);
-	for (int k = 0; k < 3; k++)
-		mc_writer_close(w[k]);
-	char p[128];
-	snprintf(p, sizeof(p), "%s/passwd", dir);
-	assert_int_equal(truncate(p, SMALL_MAP - 4096), 0);
+	static uint8_t data[SMALL_MAP];
+	assert_int_equal(pread(mc_writer_fd(w[0]), data, sizeof(data), 0), (ssize_t)sizeof(data));
 	struct mc_reader r;
 	reader(&r, MC_PASSWD);
 	struct passwd pw;
 	char buf[1024];
+	int plain = garbage_fd(data, sizeof(data), false);
+	publish_fd(plain, MC_PASSWD);
 	assert_int_equal(mc_getpwnam(&r, "u1", 2, &pw, buf, sizeof(buf)), -ENOENT);
+	int half = garbage_fd(data, sizeof(data) - 4096, true);
+	publish_fd(half, MC_PASSWD);
+	assert_int_equal(mc_getpwnam(&r, "u1", 2, &pw, buf, sizeof(buf)), -ENOENT);
+	int sealed = garbage_fd(data, sizeof(data), true);
+	publish_fd(sealed, MC_PASSWD);
+	assert_int_equal(mc_getpwnam(&r, "u1", 2, &pw, buf, sizeof(buf)), 0);
+	close(plain);
+	close(half);
+	close(sealed);
+	for (int k = 0; k < 3; k++)
+		mc_writer_close(w[k]);
 	mc_reader_close(&r);
 }
 
@@ -793,6 +978,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_reset_recycle, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_fork, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_torn_reads, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_seals, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_corruption, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

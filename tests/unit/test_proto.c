@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -38,6 +39,7 @@ static const struct proto_req sample_reqs[] = {
     {.cmd = PROTO_CMD_SETGRENT},
     {.cmd = PROTO_CMD_GETGRENT, .max_count = 0, .max_bytes = 0},
     {.cmd = PROTO_CMD_ENDGRENT},
+    {.cmd = PROTO_CMD_MCMAP, .id = 2},
     {.cmd = PROTO_CMD_STATUS},
     {.cmd = PROTO_CMD_EXPIRE, .what = PROTO_EXPIRE_USER, .name = {"carol", 5}},
     {.cmd = PROTO_CMD_EXPIRE, .what = PROTO_EXPIRE_GROUP, .name = {"staff", 5}},
@@ -194,7 +196,9 @@ static void test_header(void **state)
 	raw[3] = 1;
 	assert_int_equal(proto_decode_hdr(raw, 16, PROTO_MAX_REPLY, &h), -EBADMSG);
 	assert_true(proto_cmd_known(PROTO_CMD_RELOAD));
-	assert_false(proto_cmd_known(13));
+	assert_true(proto_cmd_known(PROTO_CMD_MCMAP));
+	assert_false(proto_cmd_is_admin(PROTO_CMD_MCMAP));
+	assert_false(proto_cmd_known(14));
 	assert_true(proto_cmd_is_admin(PROTO_CMD_EXPIRE));
 	assert_false(proto_cmd_is_admin(PROTO_CMD_GETPWNAM));
 	assert_string_equal(proto_cmd_name(PROTO_CMD_INITGROUPS), "INITGROUPS");
@@ -749,6 +753,115 @@ static void test_client_drain(void **state)
 	idc_buf_free(&b);
 }
 
+/* Descriptors this process has open. */
+static int open_fds(void)
+{
+	int n = 0;
+	for (int fd = 0; fd < 1024; fd++)
+		n += fcntl(fd, F_GETFD) >= 0;
+	return n;
+}
+
+/* Send b as a reply, its first byte carrying nfds copies of fd. */
+static void send_with_fds(int sock, const struct idc_buf *b, int fd, int nfds)
+{
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(4 * sizeof(int))];
+	} ctl;
+	memset(&ctl, 0, sizeof(ctl));
+	struct iovec iov = {b->data, b->len};
+	struct msghdr mh = {.msg_iov = &iov,
+			    .msg_iovlen = 1,
+			    .msg_control = ctl.buf,
+			    .msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int))};
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
+	for (int i = 0; i < nfds; i++)
+		memcpy(CMSG_DATA(cm) + (size_t)i * sizeof(int), &fd, sizeof(int));
+	assert_int_equal(sendmsg(sock, &mh, 0), (ssize_t)b->len);
+}
+
+static void mcmap_reply(struct idc_buf *b, bool hello)
+{
+	size_t start;
+	idc_buf_reset(b);
+	if (hello) {
+		assert_int_equal(proto_reply_begin(b, PROTO_CMD_HELLO, PROTO_ST_OK, &start), 0);
+		assert_int_equal(proto_put_u32(b, PROTO_VERSION), 0);
+		assert_int_equal(proto_reply_end(b, start), 0);
+	}
+	assert_int_equal(proto_reply_begin(b, PROTO_CMD_MCMAP, PROTO_ST_OK, &start), 0);
+	assert_int_equal(proto_put_u32(b, 1), 0);
+	assert_int_equal(proto_reply_end(b, start), 0);
+}
+
+/* MCMAP: the descriptor riding on the reply is received (CLOEXEC); two are
+ * a protocol error with nothing left open; a descriptor riding on a reply
+ * that takes none is dropped by the kernel, not leaked. */
+static void test_client_fd(void **state)
+{
+	(void)state;
+	int sv[2], pp[2];
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+	assert_int_equal(pipe(pp), 0);
+	struct stat want, got;
+	assert_int_equal(fstat(pp[0], &want), 0);
+	uint8_t req[64];
+	struct proto_req r = {.cmd = PROTO_CMD_MCMAP, .id = 1};
+	int len = proto_encode_request(req, sizeof(req), &r);
+	assert_true(len > 0);
+	struct idc_buf b = IDC_BUF_INIT;
+	struct proto_hdr h;
+
+	/* HELLO's reply first, on its own; the fd with the MCMAP reply. */
+	size_t start;
+	assert_int_equal(proto_reply_begin(&b, PROTO_CMD_HELLO, PROTO_ST_OK, &start), 0);
+	assert_int_equal(proto_put_u32(&b, PROTO_VERSION), 0);
+	assert_int_equal(proto_reply_end(&b, start), 0);
+	assert_int_equal(write(sv[1], b.data, b.len), (ssize_t)b.len);
+	mcmap_reply(&b, false);
+	send_with_fds(sv[1], &b, pp[0], 1);
+	struct proto_client c = {.fd = sv[0], .timeout_ms = 2000};
+	fcntl(sv[0], F_SETFL, O_NONBLOCK);
+	int fd = -2;
+	assert_int_equal(proto_client_request_fd(&c, req, (size_t)len, &h, &fd), 0);
+	assert_int_equal(h.status, PROTO_ST_OK);
+	assert_true(fd >= 0);
+	assert_int_equal(fstat(fd, &got), 0);
+	assert_int_equal(got.st_ino, want.st_ino);
+	assert_true(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+	close(fd);
+	assert_int_equal(proto_client_skip(&c), 0);
+
+	/* Two descriptors: refused, both closed, connection closed. */
+	int before = open_fds();
+	mcmap_reply(&b, false);
+	send_with_fds(sv[1], &b, pp[0], 2);
+	assert_int_equal(proto_client_request_fd(&c, req, (size_t)len, &h, &fd), -EBADMSG);
+	assert_int_equal(fd, -1);
+	assert_int_equal(c.fd, -1);
+	assert_int_equal(open_fds(), before - 1); /* the client's socket */
+	close(sv[1]);
+
+	/* A plain request: whatever rides on the reply is not installed. */
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+	fcntl(sv[0], F_SETFL, O_NONBLOCK);
+	mcmap_reply(&b, true);
+	send_with_fds(sv[1], &b, pp[0], 1);
+	before = open_fds();
+	c = (struct proto_client){.fd = sv[0], .timeout_ms = 2000};
+	assert_int_equal(proto_client_request(&c, req, (size_t)len, &h), 0);
+	assert_int_equal(open_fds(), before);
+	proto_client_close(&c);
+	close(sv[1]);
+	close(pp[0]);
+	close(pp[1]);
+	idc_buf_free(&b);
+}
+
 static void test_client_connect_missing(void **state)
 {
 	(void)state;
@@ -780,6 +893,7 @@ int main(void)
 	    cmocka_unit_test(test_reader),
 	    cmocka_unit_test(test_reader_rejects),
 	    cmocka_unit_test(test_client_drain),
+	    cmocka_unit_test(test_client_fd),
 	    cmocka_unit_test(test_client_connect_missing),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
