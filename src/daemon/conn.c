@@ -30,8 +30,8 @@ static void conn_free(void *p)
 	idc_buf_free(&c->out);
 	enum_cursor_free(&c->pw);
 	enum_cursor_free(&c->gr);
-	if (c->pass_fd >= 0)
-		close(c->pass_fd);
+	for (int i = 0; i < c->npass; i++)
+		close(c->pass_fds[i]);
 	free(c);
 }
 
@@ -60,7 +60,6 @@ int conn_new(struct daemon *dm, int fd, bool admin)
 	}
 	c->dm = dm;
 	c->admin = admin;
-	c->pass_fd = -1;
 	c->last_active_ns = idc_now_ns();
 	proto_reader_init(&c->rd, PROTO_MAX_REQUEST);
 	int rc = loop_add(&dm->loop, &c->io, fd, EPOLLIN, on_event, c);
@@ -115,48 +114,52 @@ static size_t out_pending(const struct conn *c)
 	return c->out.len - c->out_off;
 }
 
-void conn_pass_fd(struct conn *c, int fd, size_t at)
+void conn_pass_fds(struct conn *c, const int *fds, int n, size_t at)
 {
-	c->pass_fd = fd;
+	memcpy(c->pass_fds, fds, (size_t)n * sizeof(int));
+	c->npass = n;
 	c->pass_at = at;
 }
 
-/* Send out[out_off, end), the first byte with the waiting descriptor when
- * out_off is where it goes. Bytes sent, or -1 with errno. */
+/* Send out[out_off, end), the first byte with the waiting descriptors when
+ * out_off is where they go. Bytes sent, or -1 with errno. */
 static ssize_t send_part(struct conn *c, size_t end)
 {
 	struct iovec iov = {c->out.data + c->out_off, end - c->out_off};
 	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
 	union {
 		struct cmsghdr align;
-		char buf[CMSG_SPACE(sizeof(int))];
+		char buf[CMSG_SPACE(DAEMON_PASS_MAX * sizeof(int))];
 	} ctl;
-	if (c->pass_fd >= 0 && c->out_off == c->pass_at) {
+	if (c->npass > 0 && c->out_off == c->pass_at) {
+		size_t len = (size_t)c->npass * sizeof(int);
 		memset(&ctl, 0, sizeof(ctl));
 		mh.msg_control = ctl.buf;
-		mh.msg_controllen = sizeof(ctl.buf);
+		mh.msg_controllen = CMSG_SPACE(len);
 		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
 		cm->cmsg_level = SOL_SOCKET;
 		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(cm), &c->pass_fd, sizeof(int));
+		cm->cmsg_len = CMSG_LEN(len);
+		memcpy(CMSG_DATA(cm), c->pass_fds, len);
 	}
 	ssize_t n = sendmsg(c->io.fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
 	if (n > 0 && mh.msg_control != NULL) {
-		close(c->pass_fd); /* the peer has its own reference now */
-		c->pass_fd = -1;
+		/* The peer has its own references now. */
+		for (int i = 0; i < c->npass; i++)
+			close(c->pass_fds[i]);
+		c->npass = 0;
 	}
 	return n;
 }
 
 /* Send what the socket takes. 0 (perhaps with output left) or -errno. A
- * waiting descriptor goes with its reply's first byte: the bytes before it
+ * reply's waiting descriptors go with its first byte: the bytes before it
  * are sent on their own, so it cannot ride on an earlier reply. */
 static int flush(struct conn *c)
 {
 	while (out_pending(c) > 0) {
 		size_t end = c->out.len;
-		if (c->pass_fd >= 0 && c->out_off < c->pass_at)
+		if (c->npass > 0 && c->out_off < c->pass_at)
 			end = c->pass_at;
 		ssize_t n = send_part(c, end);
 		if (n < 0 && errno == EINTR)
@@ -241,7 +244,7 @@ static int process(struct conn *c)
 {
 	struct proto_frame f;
 	int rc = 0;
-	while (rc == 0 && !c->closing && !c->wait && c->pass_fd < 0 &&
+	while (rc == 0 && !c->closing && !c->wait && c->npass == 0 &&
 	       out_pending(c) < DAEMON_OUT_HIGH) {
 		int got = proto_reader_next(&c->rd, &f);
 		if (got <= 0) {
@@ -261,10 +264,10 @@ static int serve(struct conn *c)
 	int rc = 0;
 	for (;;) {
 		rc = process(c);
-		bool held = c->pass_fd >= 0;
+		bool held = c->npass > 0;
 		if (rc == 0)
 			rc = flush(c);
-		if (rc < 0 || !held || c->pass_fd >= 0)
+		if (rc < 0 || !held || c->npass > 0)
 			return rc;
 	}
 }

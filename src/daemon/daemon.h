@@ -39,6 +39,7 @@
 #define DAEMON_OUT_MAX       (64u * 1024u * 1024u) /* close a client whose backlog passes this */
 #define DAEMON_IN_MAX        (64u * 1024u)         /* stop reading above this much unparsed input */
 #define DAEMON_CMD_MAX       40u                   /* request counters by command number */
+#define DAEMON_PASS_MAX      3                     /* descriptors one reply carries (the maps) */
 #define DAEMON_RETRY_MS      10000u                /* after a failed refresh */
 #define DAEMON_POLL_MS       30000u /* refresh interval when inotify is unavailable */
 #define DAEMON_EXPIRED_MIN_S 60     /* at most one expiry-driven refresh per domain */
@@ -142,15 +143,16 @@ struct conn {
 	 * of this connection is taken until its reply is queued. */
 	struct pending *wait;
 	bool eof; /* the peer is done sending: close once wait is answered */
-	/* A descriptor to send with the byte at out offset pass_at (an MCMAP
-	 * reply), or -1. One at a time: no request is taken while one waits. */
-	int pass_fd;
+	/* Descriptors to send with the byte at out offset pass_at (an MCMAP
+	 * reply). One reply's at a time: no request is taken while they wait. */
+	int pass_fds[DAEMON_PASS_MAX];
+	int npass;
 	size_t pass_at;
 };
 
-/* Queue the reply frame starting at out offset at to carry fd (which c
- * then owns). */
-void conn_pass_fd(struct conn *c, int fd, size_t at);
+/* Queue the reply frame starting at out offset at to carry fds[0..n)
+ * (n <= DAEMON_PASS_MAX; c then owns them). */
+void conn_pass_fds(struct conn *c, const int *fds, int n, size_t at);
 /* Take over an accepted socket. 0 or -errno (fd closed). */
 int conn_new(struct daemon *dm, int fd, bool admin);
 /* Close and free (after the current batch). */
@@ -222,8 +224,8 @@ int daemon_reload(struct daemon *dm, struct idc_buf *errors);
  * over. Every function tolerates disabled maps. */
 int daemon_mc_configure(struct daemon *dm, const struct config *cfg);
 void daemon_mc_close(struct daemon *dm);
-/* Answer MCMAP: the reply, and a read-only descriptor of map kind for c to
- * send with it. 0 or -ENOMEM. */
+/* Answer MCMAP: the reply, and read-only descriptors of map kind (0: of
+ * every map served) for c to send with it. 0 or -ENOMEM. */
 int daemon_mc_share(struct conn *c, uint32_t kind, struct idc_buf *out);
 /* The maps' heartbeat (mc/layout.h): called every DAEMON_SWEEP_MS. */
 void daemon_mc_beat(struct daemon *dm);

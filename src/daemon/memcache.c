@@ -49,6 +49,7 @@
 #define DAEMON_MC_TTL_S 300
 
 _Static_assert(DAEMON_SWEEP_MS <= MC_BEAT_S * 1000u, "the sweep timer beats the maps");
+_Static_assert(DAEMON_PASS_MAX >= MC_INITGROUPS - MC_PASSWD + 1, "one reply carries every map");
 
 static uint64_t map_bytes(const struct config *cfg, int k)
 {
@@ -96,29 +97,52 @@ void daemon_mc_close(struct daemon *dm)
 	}
 }
 
+/* Our own copies for the connection: a reset closes the writer's. */
+static int share_dups(struct daemon *dm, uint32_t kind, int *fds, uint32_t *kinds)
+{
+	int n = 0;
+	for (uint32_t k = MC_PASSWD; k <= MC_INITGROUPS; k++) {
+		int fd = mc_writer_fd(dm->mc[k - MC_PASSWD]);
+		if ((kind != 0 && k != kind) || fd < 0)
+			continue;
+		int dup = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+		if (dup < 0) {
+			int rc = -errno;
+			idc_log(IDC_LOG_WARN, "memory cache: cannot hand out a map: %s",
+				idc_strerror(rc));
+			while (n > 0)
+				close(fds[--n]);
+			return rc;
+		}
+		fds[n] = dup;
+		kinds[n++] = k;
+	}
+	return n;
+}
+
 int daemon_mc_share(struct conn *c, uint32_t kind, struct idc_buf *out)
 {
-	if (kind < MC_PASSWD || kind > MC_INITGROUPS)
+	if (kind > MC_INITGROUPS)
 		return proto_reply_status(out, PROTO_CMD_MCMAP, PROTO_ST_BADREQ, "no such map");
-	int fd = mc_writer_fd(c->dm->mc[kind - MC_PASSWD]);
-	if (fd < 0)
-		return proto_reply_status(out, PROTO_CMD_MCMAP, PROTO_ST_UNAVAIL, "map disabled");
-	/* Our own copy for the connection: a reset closes the writer's. */
-	int dup = fcntl(fd, F_DUPFD_CLOEXEC, 3);
-	if (dup < 0) {
-		idc_log(IDC_LOG_WARN, "memory cache: cannot hand out a map: %s",
-			idc_strerror(-errno));
+	int fds[DAEMON_PASS_MAX];
+	uint32_t kinds[DAEMON_PASS_MAX];
+	int n = share_dups(c->dm, kind, fds, kinds);
+	if (n < 0)
 		return proto_reply_status(out, PROTO_CMD_MCMAP, PROTO_ST_TRYAGAIN, NULL);
-	}
+	if (n == 0)
+		return proto_reply_status(out, PROTO_CMD_MCMAP, PROTO_ST_UNAVAIL, "map disabled");
 	size_t start;
 	int rc = proto_reply_begin(out, PROTO_CMD_MCMAP, PROTO_ST_OK, &start);
-	rc = rc ? rc : proto_put_u32(out, kind);
+	rc = rc ? rc : proto_put_u32(out, (uint32_t)n);
+	for (int i = 0; rc == 0 && i < n; i++)
+		rc = proto_put_u32(out, kinds[i]);
 	rc = rc ? rc : proto_reply_end(out, start);
 	if (rc < 0) {
-		close(dup);
+		while (n > 0)
+			close(fds[--n]);
 		return rc;
 	}
-	conn_pass_fd(c, dup, start);
+	conn_pass_fds(c, fds, n, start);
 	return 0;
 }
 

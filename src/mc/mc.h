@@ -138,6 +138,12 @@ struct mc_reader {
  * asked for until the first lookup. -EINVAL for a bad kind or no source. */
 int mc_reader_init(struct mc_reader *r, uint32_t kind, mc_source_fn source, void *ctx);
 
+/* Give r a descriptor of its map that it did not ask for (the NSS module
+ * gets every map with one request): mapped if r has no usable mapping and
+ * the map passes the checks, closed in every case. 0, -EEXIST (r had one),
+ * -EBUSY (r is remapping), or why the map was refused. */
+int mc_reader_offer(struct mc_reader *r, int fd);
+
 /* Unmap everything. Only when no other thread can be using r (tests, the
  * fuzzer); the NSS module never calls it. */
 void mc_reader_close(struct mc_reader *r);

@@ -232,27 +232,22 @@ static int64_t sealed_size(int fd)
 	return (int64_t)st.st_size;
 }
 
-/* Ask the source for the current map, map and validate it, and make it
- * current in a free slot. Lock held. */
-static int map_new(struct mc_reader *r, int64_t now)
+/* A free mapping slot (not current, unmapped, unreferenced), or -1. */
+static int free_slot(struct mc_reader *r)
 {
 	int cur = atomic_load(&r->current);
-	int slot = -1;
-	for (int i = 0; i < MC_READER_MAPS && slot < 0; i++)
+	for (int i = 0; i < MC_READER_MAPS; i++)
 		if (i != cur && r->maps[i].base == NULL && atomic_load(&r->maps[i].refs) == 0)
-			slot = i;
-	if (slot < 0)
-		return -EBUSY;
-	uint32_t retry = atomic_load(&r->retry_at);
-	if (retry != 0 && (int32_t)(retry - (uint32_t)now) > 0)
-		return -ENODATA;
-	int fd = r->source(r->source_ctx, r->kind);
-	if (fd == -ENODATA)
-		atomic_store(&r->retry_at, (uint32_t)now + MC_RETRY_S);
-	if (fd < 0)
-		return fd;
-	atomic_store(&r->retry_at, 0);
-	int64_t size = sealed_size(fd);
+			return i;
+	return -1;
+}
+
+/* Map the map at fd (closed here whatever happens), validate it, and make
+ * it current in a free slot. Lock held. */
+static int map_fd(struct mc_reader *r, int fd, int64_t now)
+{
+	int slot = free_slot(r);
+	int64_t size = slot < 0 ? -EBUSY : sealed_size(fd);
 	int rc = size < 0 ? (int)size : 0;
 	void *p = MAP_FAILED;
 	if (rc == 0) {
@@ -278,6 +273,23 @@ static int map_new(struct mc_reader *r, int64_t now)
 	return 0;
 }
 
+/* Ask the source for the current map and map it. Lock held. */
+static int map_new(struct mc_reader *r, int64_t now)
+{
+	if (free_slot(r) < 0)
+		return -EBUSY;
+	uint32_t retry = atomic_load(&r->retry_at);
+	if (retry != 0 && (int32_t)(retry - (uint32_t)now) > 0)
+		return -ENODATA;
+	int fd = r->source(r->source_ctx, r->kind);
+	if (fd == -ENODATA)
+		atomic_store(&r->retry_at, (uint32_t)now + MC_RETRY_S);
+	if (fd < 0)
+		return fd;
+	atomic_store(&r->retry_at, 0);
+	return map_fd(r, fd, now);
+}
+
 /* Replace the current mapping (none, RECYCLED or stale) by the source's
  * current map. Another thread already remapping: -EBUSY, the caller misses. */
 static int remap(struct mc_reader *r, int64_t now)
@@ -296,6 +308,29 @@ static int remap(struct mc_reader *r, int64_t now)
 		rc = map_new(r, now);
 		if (rc < 0 && m != NULL)
 			atomic_store(&r->current, -1); /* stop using a recycled map */
+		sweep(r, atomic_load(&r->current));
+	}
+	atomic_store_explicit(&r->lock_pid, 0, memory_order_release);
+	return rc;
+}
+
+int mc_reader_offer(struct mc_reader *r, int fd)
+{
+	int64_t now = (int64_t)time(NULL);
+	if (!lock_take(r, (int)getpid())) {
+		close(fd);
+		return -EBUSY;
+	}
+	struct mc_mapping *m = map_enter(r);
+	bool ok = m != NULL && usable(m, now);
+	if (m != NULL)
+		map_leave(m);
+	int rc = -EEXIST;
+	if (ok) {
+		close(fd);
+	} else {
+		sweep(r, atomic_load(&r->current));
+		rc = map_fd(r, fd, now);
 		sweep(r, atomic_load(&r->current));
 	}
 	atomic_store_explicit(&r->lock_pid, 0, memory_order_release);

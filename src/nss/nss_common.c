@@ -44,39 +44,70 @@ static const char *run_dir(void)
 	return dir == NULL || dir[0] == '\0' ? IDC_DEFAULT_RUNDIR : dir;
 }
 
-/* The daemon hands each map over nss.sock as a read-only descriptor of a
- * sealed memfd (MCMAP): nothing under run_dir is opened or trusted as a
- * file, and the seal is what makes a mapping safe to read (mc/reader.c). */
+/* One reader per map for the whole process, set up once. A forked child
+ * inherits them with their mappings (see mc/reader.c). */
+static struct mc_reader mc_readers[3];
+static bool mc_enabled;
+static pthread_once_t mc_once = PTHREAD_ONCE_INIT;
+
+/* Hand out what one MCMAP reply brought: the map of kind is returned, the
+ * others are offered to their readers; anything unexpected is closed. */
+static int mc_distribute(uint32_t kind, const int *fds, const uint32_t *kinds, size_t n)
+{
+	int mine = -ENODATA; /* the daemon serves other maps, not this one */
+	for (size_t i = 0; i < n; i++) {
+		uint32_t k = kinds[i];
+		if (k == kind && mine < 0)
+			mine = fds[i];
+		else if (k >= MC_PASSWD && k <= MC_INITGROUPS && k != kind)
+			mc_reader_offer(&mc_readers[k - MC_PASSWD], fds[i]);
+		else
+			close(fds[i]);
+	}
+	return mine;
+}
+
+/* The daemon hands the maps over nss.sock as read-only descriptors of
+ * sealed memfds (MCMAP): nothing under run_dir is opened or trusted as a
+ * file, and the seal is what makes a mapping safe to read (mc/reader.c).
+ * One request brings every map, so a process pays one round trip however
+ * many kinds it looks up. */
 static int mc_source(void *ctx, uint32_t kind)
 {
 	(void)ctx;
 	uint8_t frame[PROTO_HDR_SIZE + 4];
-	struct proto_req req = {.cmd = PROTO_CMD_MCMAP, .id = kind};
+	uint8_t payload[4 + 4 * PROTO_FDS_MAX];
+	struct proto_req req = {.cmd = PROTO_CMD_MCMAP, .id = 0};
 	struct proto_client c;
 	struct proto_hdr h;
+	int fds[PROTO_FDS_MAX];
+	uint32_t kinds[PROTO_FDS_MAX];
+	size_t nfds = 0, nkinds = 0;
 	int len = proto_encode_request(frame, sizeof(frame), &req);
 	if (len < 0)
 		return len;
 	int rc = idc_nss_connect(&c);
 	if (rc < 0)
 		return rc;
-	int fd = -1;
-	rc = proto_client_request_fd(&c, frame, (size_t)len, &h, &fd);
-	if (rc == 0 && h.status == PROTO_ST_UNAVAIL)
-		rc = -ENODATA; /* map disabled: the reader waits before asking again */
-	else if (rc == 0 && (h.status != PROTO_ST_OK || fd < 0))
-		rc = -EPROTO;
+	rc = proto_client_request_fds(&c, frame, (size_t)len, &h, fds, PROTO_FDS_MAX, &nfds);
+	if (rc == 0 && h.status == PROTO_ST_UNAVAIL) {
+		rc = -ENODATA; /* maps disabled: the reader waits before asking again */
+	} else if (rc == 0) {
+		size_t n = c.pending;
+		if (h.status != PROTO_ST_OK || n > sizeof(payload) ||
+		    proto_client_read(&c, payload, n) < 0 ||
+		    proto_decode_mcmap(payload, n, kinds, PROTO_FDS_MAX, &nkinds) < 0 ||
+		    nkinds != nfds)
+			rc = -EPROTO;
+	}
 	proto_client_close(&c);
-	if (rc < 0 && fd >= 0)
-		close(fd);
-	return rc < 0 ? rc : fd;
+	if (rc < 0) {
+		while (nfds > 0)
+			close(fds[--nfds]);
+		return rc;
+	}
+	return mc_distribute(kind, fds, kinds, nfds);
 }
-
-/* One reader per map for the whole process, set up once. A forked child
- * inherits them with their mappings (see mc/reader.c). */
-static struct mc_reader mc_readers[3];
-static bool mc_enabled;
-static pthread_once_t mc_once = PTHREAD_ONCE_INIT;
 
 static void mc_setup(void)
 {

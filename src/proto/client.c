@@ -141,21 +141,29 @@ static int send_two(struct proto_client *c, const uint8_t *a, size_t an, const u
 	return 0;
 }
 
-/* Descriptors passed with one recvmsg: keep a lone one in *fd (if fd is not
- * NULL and none came before), close anything else. -EBADMSG when something
- * had to be closed or the control data was cut short. */
-static int take_fds(struct msghdr *mh, int *fd)
+/* Where descriptors that come with a reply go: fds[0..cap), *n so far. */
+struct fdsink {
+	int *fds;
+	size_t cap, n;
+};
+
+/* Descriptors passed with one recvmsg: appended to sink while they fit and
+ * came in one message with the first byte read, else every one closed.
+ * -EBADMSG when something had to be closed or the control data was cut
+ * short. */
+static int take_fds(struct msghdr *mh, struct fdsink *sink, bool first)
 {
 	int rc = (mh->msg_flags & MSG_CTRUNC) ? -EBADMSG : 0;
 	for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm != NULL; cm = CMSG_NXTHDR(mh, cm)) {
 		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
 			continue;
 		size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		bool keep = first && sink->n == 0 && n <= sink->cap && rc == 0;
 		for (size_t i = 0; i < n; i++) {
 			int got;
 			memcpy(&got, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-			if (fd != NULL && *fd < 0 && n == 1 && rc == 0) {
-				*fd = got;
+			if (keep) {
+				sink->fds[sink->n++] = got;
 				continue;
 			}
 			close(got);
@@ -165,26 +173,28 @@ static int take_fds(struct msghdr *mh, int *fd)
 	return rc;
 }
 
-/* Read exactly n bytes. With fd, descriptors that come with them are
+/* Read exactly n bytes. With sink, descriptors that come with them are
  * received (see take_fds); without, the kernel discards any. */
-static int recv_fds(struct proto_client *c, uint8_t *p, size_t n, int *fd)
+static int recv_fds(struct proto_client *c, uint8_t *p, size_t n, struct fdsink *sink)
 {
 	union {
 		struct cmsghdr align;
-		char buf[CMSG_SPACE(4 * sizeof(int))];
+		char buf[CMSG_SPACE(PROTO_FDS_MAX * sizeof(int))];
 	} ctl;
+	bool first = true;
 	while (n > 0) {
 		struct iovec iov = {p, n};
 		struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-		if (fd != NULL) {
+		if (sink != NULL) {
 			mh.msg_control = ctl.buf;
 			mh.msg_controllen = sizeof(ctl.buf);
 		}
-		ssize_t r = recvmsg(c->fd, &mh, fd != NULL ? MSG_CMSG_CLOEXEC : 0);
+		ssize_t r = recvmsg(c->fd, &mh, sink != NULL ? MSG_CMSG_CLOEXEC : 0);
 		if (r > 0) {
-			int rc = fd != NULL ? take_fds(&mh, fd) : 0;
+			int rc = sink != NULL ? take_fds(&mh, sink, first) : 0;
 			if (rc < 0)
 				return rc;
+			first = false;
 			p += r;
 			n -= (size_t)r;
 			continue;
@@ -209,12 +219,12 @@ static int recv_all(struct proto_client *c, uint8_t *p, size_t n)
 	return recv_fds(c, p, n, NULL);
 }
 
-/* Read a reply header (and a descriptor with it, if fd) and check it
+/* Read a reply header (and descriptors with it, if sink) and check it
  * answers cmd. */
-static int recv_hdr(struct proto_client *c, uint32_t cmd, struct proto_hdr *h, int *fd)
+static int recv_hdr(struct proto_client *c, uint32_t cmd, struct proto_hdr *h, struct fdsink *sink)
 {
 	uint8_t raw[PROTO_HDR_SIZE];
-	int rc = recv_fds(c, raw, sizeof(raw), fd);
+	int rc = recv_fds(c, raw, sizeof(raw), sink);
 	if (rc < 0)
 		return rc;
 	if (proto_decode_hdr(raw, sizeof(raw), PROTO_MAX_REPLY, h) < 0)
@@ -249,7 +259,7 @@ static int finish_hello(struct proto_client *c)
 }
 
 static int request(struct proto_client *c, const void *frame, size_t len, struct proto_hdr *h,
-		   int *fd)
+		   struct fdsink *sink)
 {
 	if (c->fd < 0)
 		return -ENOTCONN;
@@ -275,7 +285,7 @@ static int request(struct proto_client *c, const void *frame, size_t len, struct
 	if (rc == 0 && !c->greeted)
 		rc = finish_hello(c);
 	if (rc == 0)
-		rc = recv_hdr(c, cmd, h, fd);
+		rc = recv_hdr(c, cmd, h, sink);
 	if (rc < 0)
 		proto_client_close(c);
 	return rc;
@@ -286,15 +296,15 @@ int proto_client_request(struct proto_client *c, const void *frame, size_t len, 
 	return request(c, frame, len, h, NULL);
 }
 
-int proto_client_request_fd(struct proto_client *c, const void *frame, size_t len,
-			    struct proto_hdr *h, int *fd)
+int proto_client_request_fds(struct proto_client *c, const void *frame, size_t len,
+			     struct proto_hdr *h, int *fds, size_t cap, size_t *n)
 {
-	*fd = -1;
-	int rc = request(c, frame, len, h, fd);
-	if (rc < 0 && *fd >= 0) {
-		close(*fd);
-		*fd = -1;
-	}
+	struct fdsink sink = {fds, cap < PROTO_FDS_MAX ? cap : PROTO_FDS_MAX, 0};
+	int rc = request(c, frame, len, h, &sink);
+	if (rc < 0)
+		while (sink.n > 0)
+			close(fds[--sink.n]);
+	*n = sink.n;
 	return rc;
 }
 

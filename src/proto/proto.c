@@ -281,6 +281,21 @@ int proto_decode_u32(const void *payload, size_t n, uint32_t *v)
 	return 0;
 }
 
+int proto_decode_mcmap(const void *payload, size_t len, uint32_t *kinds, size_t cap, size_t *n)
+{
+	struct rd r = {payload, len, 0};
+	uint32_t count;
+	if (rd_u32(&r, &count) < 0 || count == 0 || count > cap)
+		return -EBADMSG;
+	for (uint32_t i = 0; i < count; i++)
+		if (rd_u32(&r, &kinds[i]) < 0)
+			return -EBADMSG;
+	if (rd_end(&r) < 0)
+		return -EBADMSG;
+	*n = count;
+	return 0;
+}
+
 static int rd_passwd(struct rd *r, struct proto_passwd *pw)
 {
 	if (rd_str(r, &pw->name) < 0 || rd_str(r, &pw->passwd) < 0 || rd_u32(r, &pw->uid) < 0 ||

@@ -72,10 +72,12 @@
  *      records, n <= max_count (0: server's choice), and the whole frame is
  *      <= max_bytes (0: only PROTO_MAX_REPLY) unless it holds exactly one
  *      record — a record is never split or skipped. End: status NOTFOUND.
- *  13  MCMAP        u32 kind (mc/layout.h)       -> u32 kind
- *      The shared-memory map of kind: the OK reply's first byte carries
- *      one read-only descriptor of it (SCM_RIGHTS). UNAVAIL: no such map
- *      (disabled); BADREQ: not a map kind. nss.sock only.
+ *  13  MCMAP        u32 kind (mc/layout.h)       -> u32 n, n × u32 kind
+ *      The shared-memory map of kind, or with kind 0 every map the daemon
+ *      serves (a client maps them all with one round trip): the OK reply's
+ *      first byte carries n read-only descriptors (SCM_RIGHTS), one per
+ *      kind listed, in that order. UNAVAIL: no such map (disabled);
+ *      BADREQ: not a map kind. nss.sock only.
  *  32  STATUS       (empty)                      -> str text
  *      text: "key=value\n" lines (e.g. "version=0.1.0\nusers=1234\n").
  *  33  EXPIRE       u32 what, str name           -> u32 count
@@ -304,12 +306,16 @@ void proto_client_close(struct proto_client *c);
  * frame), -EPROTO (version refused, or a reply out of order), -errno. */
 int proto_client_request(struct proto_client *c, const void *frame, size_t len,
 			 struct proto_hdr *h);
-/* proto_client_request for a reply that may carry a descriptor (MCMAP):
- * *fd gets the one descriptor that came with the reply's header (CLOEXEC),
- * or -1. A reply carrying several, or cut short (MSG_CTRUNC), is a
- * protocol error (-EBADMSG) and every descriptor that came is closed. */
-int proto_client_request_fd(struct proto_client *c, const void *frame, size_t len,
-			    struct proto_hdr *h, int *fd);
+/* proto_client_request for a reply that may carry descriptors (MCMAP):
+ * fds[0..*n) get those that came with the reply's header (CLOEXEC), in
+ * order; the caller owns them. More than cap, descriptors anywhere else
+ * in the header, or control data cut short (MSG_CTRUNC) are a protocol
+ * error (-EBADMSG) and every descriptor that came is closed. */
+#define PROTO_FDS_MAX 4
+int proto_client_request_fds(struct proto_client *c, const void *frame, size_t len,
+			     struct proto_hdr *h, int *fds, size_t cap, size_t *n);
+/* The payload of an OK MCMAP reply: n kinds, n <= cap. 0 or -EBADMSG. */
+int proto_decode_mcmap(const void *payload, size_t len, uint32_t *kinds, size_t cap, size_t *n);
 /* Read exactly n (<= pending) payload bytes into buf. */
 int proto_client_read(struct proto_client *c, void *buf, size_t n);
 /* Read and discard what is pending so the connection can be reused. */

@@ -133,11 +133,18 @@ def test_repeated_lookups_are_served_from_the_maps(idcache, daemons):
 # A client process that stays: one lookup per line of stdin, one JSON answer
 # per line of stdout ("pid" answers its pid).
 CLIENT = r'''
-import json, os, pwd, sys
+import grp, json, os, pwd, sys
 for line in sys.stdin:
     call, _, key = line.strip().partition(" ")
     if call == "pid":
         r = os.getpid()
+    elif call == "getgrnam":
+        try:
+            r = grp.getgrnam(key).gr_gid
+        except KeyError:
+            r = "KeyError"
+    elif call == "getgrouplist":
+        r = os.getgrouplist(key, 4242)
     else:
         try:
             r = list(pwd.getpwnam(key))
@@ -161,13 +168,22 @@ def test_maps_resist_truncation_and_a_clean_stop_withdraws_them(idcache, daemons
     them (EPERM), and the client keeps answering from them without asking
     the daemon. There is no map file under run_dir to delete or replace.
     A daemon stopping on SIGTERM withdraws its maps: the same client then
-    gets no answer (nsswitch has only idcache), as with a dead daemon."""
+    gets no answer (nsswitch has only idcache), as with a dead daemon.
+    The client got all three maps with one MCMAP request."""
     d = daemons.start(PASSWD, GROUP)
     p = d.ns.popen([nsenv.sys_python(), "-c", CLIENT])
     try:
+        s0 = status(idcache, d)
         assert ask(p, "getpwnam alice")[:3] == ["alice", "x", 2001]
         assert ask(p, "getpwnam alice")[0] == "alice"
+        assert ask(p, "getgrnam dev") == 3001
+        assert ask(p, "getgrouplist carol") == [4242, 3001, 3002]
+        assert int(status(idcache, d)["requests.mcmap"]) - int(s0["requests.mcmap"]) == 1
         pid = ask(p, "pid")
+        with open(f"/proc/{pid}/maps") as f:
+            names = {ln.split()[-2] for ln in f if "/memfd:idcache-" in ln}
+        assert names == {"/memfd:idcache-passwd", "/memfd:idcache-group",
+                         "/memfd:idcache-initgroups"}, names
         with open(f"/proc/{pid}/maps") as f:
             ranges = [ln.split()[0] for ln in f if "/memfd:idcache-passwd" in ln]
         assert ranges, "the client did not map the passwd map"

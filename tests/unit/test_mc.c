@@ -72,6 +72,15 @@ static int source(void *ctx, uint32_t kind)
 	return ro < 0 ? -errno : ro;
 }
 
+/* Descriptors this process has open. */
+static int open_count(void)
+{
+	int n = 0;
+	for (int fd = 0; fd < 1024; fd++)
+		n += fcntl(fd, F_GETFD) >= 0;
+	return n;
+}
+
 static int wopen(uint32_t kind, uint64_t size, struct mc_writer **w)
 {
 	int rc = mc_writer_open(kind, size, w);
@@ -929,6 +938,44 @@ static void test_seals(void **state)
 	mc_reader_close(&r);
 }
 
+/* A map offered to a reader that did not ask (the NSS module gets every
+ * map with one request) is used without a call to the source; one offered
+ * to a reader that has a usable map, or one failing the checks, is only
+ * closed. */
+static void test_offer(void **state)
+{
+	(void)state;
+	struct mc_writer *w, *w2;
+	struct mc_reader r;
+	struct passwd pw;
+	char buf[1024];
+	reader(&r, MC_PASSWD);
+	assert_int_equal(mc_writer_open(MC_PASSWD, SMALL_MAP, &w), 0);
+	assert_int_equal(put_pw(w, "alice", 1000, "A", later(), true), 0);
+	int before = open_count();
+	assert_int_equal(mc_reader_offer(&r, fcntl(mc_writer_fd(w), F_DUPFD_CLOEXEC, 0)), 0);
+	assert_int_equal(open_count(), before);
+	assert_int_equal(mc_getpwnam(&r, "alice", 5, &pw, buf, sizeof(buf)), 0);
+	assert_int_equal(atomic_load(&broker_mem->asked[MC_PASSWD]), 0);
+	assert_int_equal(mc_writer_open(MC_PASSWD, SMALL_MAP, &w2), 0);
+	before = open_count();
+	assert_int_equal(mc_reader_offer(&r, fcntl(mc_writer_fd(w2), F_DUPFD_CLOEXEC, 0)), -EEXIST);
+	assert_int_equal(open_count(), before);
+	assert_int_equal(mc_getpwnam(&r, "alice", 5, &pw, buf, sizeof(buf)), 0);
+	/* Withdrawn: an unsealed copy is refused, the sealed new map taken. */
+	static uint8_t data[SMALL_MAP];
+	assert_int_equal(pread(mc_writer_fd(w), data, sizeof(data), 0), (ssize_t)sizeof(data));
+	mc_writer_retire(w);
+	assert_int_equal(mc_reader_offer(&r, garbage_fd(data, sizeof(data), false)), -EBADMSG);
+	assert_int_equal(open_count(), before);
+	assert_int_equal(mc_reader_offer(&r, fcntl(mc_writer_fd(w2), F_DUPFD_CLOEXEC, 0)), 0);
+	assert_int_equal(mc_getpwnam(&r, "alice", 5, &pw, buf, sizeof(buf)), -ENOENT);
+	assert_int_equal(atomic_load(&broker_mem->asked[MC_PASSWD]), 0);
+	mc_writer_close(w);
+	mc_writer_close(w2);
+	mc_reader_close(&r);
+}
+
 static void test_corruption(void **state)
 {
 	(void)state;
@@ -979,6 +1026,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_fork, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_torn_reads, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_seals, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_offer, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_corruption, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -40,6 +40,7 @@ static const struct proto_req sample_reqs[] = {
     {.cmd = PROTO_CMD_GETGRENT, .max_count = 0, .max_bytes = 0},
     {.cmd = PROTO_CMD_ENDGRENT},
     {.cmd = PROTO_CMD_MCMAP, .id = 2},
+    {.cmd = PROTO_CMD_MCMAP, .id = 0},
     {.cmd = PROTO_CMD_STATUS},
     {.cmd = PROTO_CMD_EXPIRE, .what = PROTO_EXPIRE_USER, .name = {"carol", 5}},
     {.cmd = PROTO_CMD_EXPIRE, .what = PROTO_EXPIRE_GROUP, .name = {"staff", 5}},
@@ -784,7 +785,7 @@ static void send_with_fds(int sock, const struct idc_buf *b, int fd, int nfds)
 	assert_int_equal(sendmsg(sock, &mh, 0), (ssize_t)b->len);
 }
 
-static void mcmap_reply(struct idc_buf *b, bool hello)
+static void mcmap_reply(struct idc_buf *b, bool hello, uint32_t n)
 {
 	size_t start;
 	idc_buf_reset(b);
@@ -794,13 +795,16 @@ static void mcmap_reply(struct idc_buf *b, bool hello)
 		assert_int_equal(proto_reply_end(b, start), 0);
 	}
 	assert_int_equal(proto_reply_begin(b, PROTO_CMD_MCMAP, PROTO_ST_OK, &start), 0);
-	assert_int_equal(proto_put_u32(b, 1), 0);
+	assert_int_equal(proto_put_u32(b, n), 0);
+	for (uint32_t k = 1; k <= n; k++)
+		assert_int_equal(proto_put_u32(b, k), 0);
 	assert_int_equal(proto_reply_end(b, start), 0);
 }
 
-/* MCMAP: the descriptor riding on the reply is received (CLOEXEC); two are
- * a protocol error with nothing left open; a descriptor riding on a reply
- * that takes none is dropped by the kernel, not leaked. */
+/* MCMAP: the descriptors riding on the reply are received in order
+ * (CLOEXEC); more than the caller takes are a protocol error with nothing
+ * left open; a descriptor riding on a reply that takes none is dropped by
+ * the kernel, not leaked. */
 static void test_client_fd(void **state)
 {
 	(void)state;
@@ -809,39 +813,51 @@ static void test_client_fd(void **state)
 	assert_int_equal(pipe(pp), 0);
 	struct stat want, got;
 	assert_int_equal(fstat(pp[0], &want), 0);
-	uint8_t req[64];
-	struct proto_req r = {.cmd = PROTO_CMD_MCMAP, .id = 1};
+	uint8_t req[64], payload[64];
+	struct proto_req r = {.cmd = PROTO_CMD_MCMAP, .id = 0};
 	int len = proto_encode_request(req, sizeof(req), &r);
 	assert_true(len > 0);
 	struct idc_buf b = IDC_BUF_INIT;
 	struct proto_hdr h;
+	int fds[PROTO_FDS_MAX];
+	uint32_t kinds[PROTO_FDS_MAX];
+	size_t n = 99, nk = 0;
 
-	/* HELLO's reply first, on its own; the fd with the MCMAP reply. */
+	/* HELLO's reply first, on its own; the fds with the MCMAP reply. */
 	size_t start;
 	assert_int_equal(proto_reply_begin(&b, PROTO_CMD_HELLO, PROTO_ST_OK, &start), 0);
 	assert_int_equal(proto_put_u32(&b, PROTO_VERSION), 0);
 	assert_int_equal(proto_reply_end(&b, start), 0);
 	assert_int_equal(write(sv[1], b.data, b.len), (ssize_t)b.len);
-	mcmap_reply(&b, false);
-	send_with_fds(sv[1], &b, pp[0], 1);
+	mcmap_reply(&b, false, 3);
+	send_with_fds(sv[1], &b, pp[0], 3);
 	struct proto_client c = {.fd = sv[0], .timeout_ms = 2000};
 	fcntl(sv[0], F_SETFL, O_NONBLOCK);
-	int fd = -2;
-	assert_int_equal(proto_client_request_fd(&c, req, (size_t)len, &h, &fd), 0);
+	assert_int_equal(proto_client_request_fds(&c, req, (size_t)len, &h, fds, 3, &n), 0);
 	assert_int_equal(h.status, PROTO_ST_OK);
-	assert_true(fd >= 0);
-	assert_int_equal(fstat(fd, &got), 0);
-	assert_int_equal(got.st_ino, want.st_ino);
-	assert_true(fcntl(fd, F_GETFD) & FD_CLOEXEC);
-	close(fd);
-	assert_int_equal(proto_client_skip(&c), 0);
+	assert_int_equal(n, 3);
+	for (size_t i = 0; i < n; i++) {
+		assert_int_equal(fstat(fds[i], &got), 0);
+		assert_int_equal(got.st_ino, want.st_ino);
+		assert_true(fcntl(fds[i], F_GETFD) & FD_CLOEXEC);
+		close(fds[i]);
+	}
+	size_t plen = c.pending;
+	assert_int_equal(proto_client_read(&c, payload, plen), 0);
+	assert_int_equal(proto_decode_mcmap(payload, plen, kinds, PROTO_FDS_MAX, &nk), 0);
+	assert_int_equal(nk, 3);
+	assert_int_equal(kinds[2], 3);
+	assert_int_equal(proto_decode_mcmap(payload, plen, kinds, 2, &nk), -EBADMSG);
+	assert_int_equal(proto_decode_mcmap(payload, plen - 1, kinds, 3, &nk), -EBADMSG);
+	uint32_t none = 0;
+	assert_int_equal(proto_decode_mcmap(&none, 4, kinds, 3, &nk), -EBADMSG);
 
-	/* Two descriptors: refused, both closed, connection closed. */
+	/* More descriptors than taken: refused, all closed, connection closed. */
 	int before = open_fds();
-	mcmap_reply(&b, false);
+	mcmap_reply(&b, false, 1);
 	send_with_fds(sv[1], &b, pp[0], 2);
-	assert_int_equal(proto_client_request_fd(&c, req, (size_t)len, &h, &fd), -EBADMSG);
-	assert_int_equal(fd, -1);
+	assert_int_equal(proto_client_request_fds(&c, req, (size_t)len, &h, fds, 1, &n), -EBADMSG);
+	assert_int_equal(n, 0);
 	assert_int_equal(c.fd, -1);
 	assert_int_equal(open_fds(), before - 1); /* the client's socket */
 	close(sv[1]);
@@ -849,7 +865,7 @@ static void test_client_fd(void **state)
 	/* A plain request: whatever rides on the reply is not installed. */
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
 	fcntl(sv[0], F_SETFL, O_NONBLOCK);
-	mcmap_reply(&b, true);
+	mcmap_reply(&b, true, 1);
 	send_with_fds(sv[1], &b, pp[0], 1);
 	before = open_fds();
 	c = (struct proto_client){.fd = sv[0], .timeout_ms = 2000};
