@@ -19,6 +19,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -704,6 +705,81 @@ static void test_torn_reads(void **state)
 	munmap(hits, 4096);
 }
 
+/* ---- threads ---------------------------------------------------------------------- */
+
+struct thr {
+	struct mc_reader *r;
+	uint64_t until, hits;
+	int bad;
+};
+
+static void *thr_main(void *arg)
+{
+	struct thr *t = arg;
+	char buf[512];
+	for (uint32_t k = 0; idc_now_ns() < t->until; k++) {
+		struct passwd pw;
+		uint32_t i = k % STRESS_USERS;
+		char name[16];
+		snprintf(name, sizeof(name), "u%u", i);
+		int rc = k % 2 ? mc_getpwuid(t->r, 20000 + i, &pw, buf, sizeof(buf))
+			       : mc_getpwnam(t->r, name, strlen(name), &pw, buf, sizeof(buf));
+		if ((rc == 0 && !stress_check(&pw, i)) || (rc != 0 && rc != -ENOENT))
+			t->bad++;
+		t->hits += rc == 0;
+	}
+	return NULL;
+}
+
+/* Threads of one process share a reader while the maps are rewritten,
+ * reset, resized and withdrawn under them: every hit is a whole record, and
+ * the reader keeps following (remaps race, retired mappings stay until no
+ * thread holds them). */
+static void test_threads(void **state)
+{
+	(void)state;
+	struct mc_writer *w;
+	struct mc_reader r;
+	reader(&r, MC_PASSWD);
+	assert_int_equal(wopen(MC_PASSWD, SMALL_MAP, &w), 0);
+	struct thr t[4];
+	pthread_t tid[4];
+	uint64_t until = idc_now_ns() + 1500000000ull;
+	for (int i = 0; i < 4; i++) {
+		t[i] = (struct thr){&r, until, 0, 0};
+		assert_int_equal(pthread_create(&tid[i], NULL, thr_main, &t[i]), 0);
+	}
+	unsigned resets = 0;
+	for (uint32_t v = 1; idc_now_ns() < until; v++) {
+		stress_put(w, v % STRESS_USERS, v);
+		if (v % 3000 == 0) {
+			if (v % 9000 == 0)
+				mc_writer_retire(w);
+			assert_int_equal(wreset(w, MC_PASSWD, v % 6000 ? SMALL_MAP : 2 * SMALL_MAP),
+					 0);
+			resets++;
+		}
+	}
+	uint64_t hits = 0;
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(pthread_join(tid[i], NULL), 0);
+		assert_int_equal(t[i].bad, 0);
+		hits += t[i].hits;
+	}
+	print_message("threads: %llu verified hits across %u resets\n", (unsigned long long)hits,
+		      resets);
+	assert_true(resets > 3);
+	assert_true(hits > 1000);
+	/* After the storm: the reader is on the current map. */
+	struct passwd pw;
+	char buf[512];
+	stress_put(w, 1, 7);
+	assert_int_equal(mc_getpwnam(&r, "u1", 2, &pw, buf, sizeof(buf)), 0);
+	assert_true(stress_check(&pw, 1));
+	mc_writer_close(w);
+	mc_reader_close(&r);
+}
+
 /* ---- corruption ------------------------------------------------------------------ */
 
 static uint64_t rng = 88172645463325252ull;
@@ -1025,6 +1101,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_reset_recycle, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_fork, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_torn_reads, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_seals, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_offer, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_corruption, setup, teardown),
