@@ -414,3 +414,31 @@ def test_readers_never_miss_while_maps_recycle_and_resize(idcache, daemons):
     assert gen1 - gen0 >= 6
     for r in results:
         assert r["nbad"] == 0, r
+
+
+def test_maps_hold_no_password_hash(idcache, daemons):
+    """A password hash in the passwd file never reaches a client: the
+    socket answers "x", and the bytes of every map the client has mapped
+    (read by root through /proc/PID/map_files) hold no trace of it."""
+    secret = "$6$Zq9saltsalt$" + "Hh7" * 28
+    d = daemons.start(PASSWD + f"eve:{secret}:2005:2005:Eve:/home/eve:/bin/sh\n", GROUP)
+    p = d.ns.popen([nsenv.sys_python(), "-c", CLIENT])
+    try:
+        assert ask(p, "getpwnam eve")[:3] == ["eve", "x", 2005]
+        assert ask(p, "getpwnam eve")[:3] == ["eve", "x", 2005]
+        pid = ask(p, "pid")
+        with open(f"/proc/{pid}/maps") as f:
+            ranges = [ln.split()[0] for ln in f if "/memfd:idcache-" in ln]
+        assert len(ranges) == 3, ranges
+        seen = b""
+        for rng in ranges:
+            with open(f"/proc/{pid}/map_files/{rng}", "rb") as m:
+                data = m.read()
+            assert secret.encode() not in data and b"$6$" not in data, rng
+            seen += data
+        assert b"/home/eve" in seen, "eve's record is not in the maps read"
+
+    finally:
+        p.stdin.close()
+        p.wait(timeout=30)
+    assert "$6$" not in d.ns.run(["getent", "passwd", "eve"]).out
