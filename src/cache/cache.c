@@ -485,17 +485,29 @@ static int taken_cb(const struct store_entry *e, void *arg)
 	return 1; /* one is enough */
 }
 
-int cache_uid_taken(struct cache_txn *t, const char *domain, uint32_t uid, const char *name,
-		    char other[CACHE_NAME_MAX + 1])
+static int id_taken(struct cache_txn *t, int kind, const char *domain, uint32_t id,
+		    const char *name, char other[CACHE_NAME_MAX + 1])
 {
 	char text[32];
-	int n = snprintf(text, sizeof(text), "(uidNumber=%u)", uid);
+	int n = snprintf(text, sizeof(text), "(%s=%u)",
+			 kind == KIND_USER ? "uidNumber" : "gidNumber", id);
 	struct taken k = {name, other, false};
-	int rc =
-	    cache_search_kind(t->st, &t->tmp, KIND_USER, domain, text, (size_t)n, 0, taken_cb, &k);
+	int rc = cache_search_kind(t->st, &t->tmp, kind, domain, text, (size_t)n, 0, taken_cb, &k);
 	if (rc == 1 || rc == -ENOENT)
 		rc = 0;
 	return rc < 0 ? rc : k.found;
+}
+
+int cache_uid_taken(struct cache_txn *t, const char *domain, uint32_t uid, const char *name,
+		    char other[CACHE_NAME_MAX + 1])
+{
+	return id_taken(t, KIND_USER, domain, uid, name, other);
+}
+
+int cache_gid_taken(struct cache_txn *t, const char *domain, uint32_t gid, const char *name,
+		    char other[CACHE_NAME_MAX + 1])
+{
+	return id_taken(t, KIND_GROUP, domain, gid, name, other);
 }
 
 static int del_entry(struct cache_txn *t, int kind, const char *domain, const char *name,

@@ -116,6 +116,9 @@ int cache_put_group(struct cache_txn *t, const char *domain, const struct cache_
  * shared uid as suspect (LDAP) use it to log; files domains allow it. */
 int cache_uid_taken(struct cache_txn *t, const char *domain, uint32_t uid, const char *name,
 		    char other[CACHE_NAME_MAX + 1]);
+/* The same for another group of domain holding gid. */
+int cache_gid_taken(struct cache_txn *t, const char *domain, uint32_t gid, const char *name,
+		    char other[CACHE_NAME_MAX + 1]);
 
 /* Remove; -ENOENT when absent. */
 int cache_del_user(struct cache_txn *t, const char *domain, const char *name, struct idc_diag *d);

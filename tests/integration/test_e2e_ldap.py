@@ -18,6 +18,7 @@ cycle).
 """
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -349,6 +350,109 @@ def test_refresh_expired_interval_keeps_entries_warm(env, module_daemons, idcach
           f"{commits0} -> {commits1}")
     assert refresh_searches <= 3, refresh_searches  # one batch, not one per entry
     assert commits1 == commits0, "an unchanged refresh wrote to cache.mdb"
+
+
+def cache_holds(idcache, d, kind, name):
+    """`idcache user|group NAME`: what the cache holds (no lookup), as a
+    dict, or None when no domain holds the name."""
+    p = subprocess.run([str(idcache), kind, "--run-dir", str(d.run_dir), name],
+                       capture_output=True, text=True, timeout=30)
+    if p.returncode != 0:
+        assert "no served domain holds this name" in p.stderr, p.stderr
+        return None
+    return dict(line.partition("=")[::2] for line in p.stdout.splitlines())
+
+
+@pytest.fixture
+def server_r(env):
+    """Server R: the fixtures on a server of this test's own, which it may
+    change or stop."""
+    s = Slapd(env.base, f"r{free_port()}")
+    s.start()
+    yield s
+    if s.pid is not None:
+        try:
+            os.kill(s.pid, signal.SIGCONT)  # in case the test stopped it
+        except ProcessLookupError:
+            pass
+    s.stop()
+    shutil.rmtree(s.dir, ignore_errors=True)
+
+
+def ldap_delete(server, *dns):
+    subprocess.run(["ldapdelete", "-x", "-H", server.uri, "-D", f"cn=admin,{BASE}", "-w",
+                    "secret", *dns], check=True, capture_output=True, timeout=30)
+
+
+REFRESHING = "entry_cache_timeout = 2\nrefresh_expired_interval = 1\n"
+# bob, and dev: alice's group, through which she is in all and top
+GONE_WARM = [["getent", "passwd", "bob"], ["getent", "passwd", "10002"],
+             ["getent", "group", "dev"], ["getent", "group", "20010"], ["id", "alice"],
+             ["id", "bob"], ["getent", "passwd", "alice"]]
+
+
+def warm_gone(d):
+    for _ in range(2):  # the second round answers from the memory cache
+        got = d.ns.run_many(GONE_WARM)
+        assert all(r.rc == 0 for r in got), got
+    assert {"20010(dev)", "20011(all)", "20014(top)"} <= set(got[4].out.split("groups=")[1]
+                                                             .strip().split(",")), got[4]
+
+
+def test_refresh_removes_entries_deleted_from_the_directory(server_r, module_daemons, idcache):
+    """refresh_expired_interval: a user and a group deleted from the
+    directory are removed from the cache by the background refresh alone
+    (neither is looked up by name again), with their memberships: by uid
+    and gid they no longer answer (the memory cache included), and alice,
+    who was in dev (and through it in all and top), no longer lists them."""
+    r = server_r
+    d = start_daemon(module_daemons, r.uri, REFRESHING)
+    warm_gone(d)
+    assert cache_holds(idcache, d, "user", "bob") and cache_holds(idcache, d, "group", "dev")
+    s0 = status(idcache, d)
+    ldap_delete(r, f"uid=bob,ou=people,{BASE}", f"cn=dev,ou=groups,{BASE}")
+    ok, _ = nsenv.wait_for(lambda: cache_holds(idcache, d, "user", "bob") is None
+                           and cache_holds(idcache, d, "group", "dev") is None,
+                           timeout=10, interval=0.2)
+    assert ok, d.log()[-3000:]
+    alice = cache_holds(idcache, d, "user", "alice")
+    assert alice and alice["groups"] == "20001", alice  # ops only: dev, all, top gone
+    assert cache_holds(idcache, d, "group", "all") and cache_holds(idcache, d, "group", "ops")
+    got = d.ns.run_many([["getent", "passwd", "10002"], ["getent", "group", "20010"],
+                         ["id", "-G", "alice"], ["getent", "passwd", "alice"],
+                         ["getent", "group", "ops"]])
+    assert got[0].rc == 2 and got[0].out == "", got[0]
+    assert got[1].rc == 2 and got[1].out == "", got[1]
+    assert got[2].rc == 0 and sorted(got[2].out.split()) == ["10001", "20001"], got[2]
+    assert got[3].rc == 0 and got[3].out.startswith("alice:x:10001:"), got[3]
+    assert got[4].rc == 0 and got[4].out.startswith("ops:x:20001:"), got[4]
+    assert "refresh: 1 users and 1 groups no longer in the directory removed" in d.log()
+    s1 = status(idcache, d)
+    # told record by record: the passwd and group maps were not reset
+    for m in ("passwd", "group"):
+        assert s1[f"memcache_{m}_generation"] == s0[f"memcache_{m}_generation"], (m, s0, s1)
+
+
+def test_refresh_deletes_nothing_when_the_server_stops(server_r, module_daemons, idcache):
+    """The server stops answering in the middle of the refreshes (SIGSTOP:
+    searches time out), then goes away: the domain goes offline and every
+    cached entry stays, served as before."""
+    r = server_r
+    d = start_daemon(module_daemons, r.uri, REFRESHING)
+    warm_gone(d)
+    os.kill(r.pid, signal.SIGSTOP)
+    ok, _ = nsenv.wait_for(lambda: status(idcache, d)["domain.dir.state"] == "offline",
+                           timeout=15, interval=0.2)
+    assert ok, d.log()[-3000:]
+    os.kill(r.pid, signal.SIGCONT)
+    r.stop()
+    time.sleep(3)  # refresh intervals pass while the server is down
+    for kind, name in (("user", "bob"), ("user", "alice"), ("group", "dev"), ("group", "top")):
+        assert cache_holds(idcache, d, kind, name), (kind, name, d.log()[-3000:])
+    got = d.ns.run_many(GONE_WARM)
+    assert all(x.rc == 0 for x in got), got
+    assert "20010(dev)" in got[4].out, got[4]
+    assert "no longer in the directory" not in d.log()
 
 
 def test_concurrent_clients_share_the_directory(env, module_daemons, idcache):
@@ -946,7 +1050,7 @@ def test_ldap_daemon_under_valgrind(env, idcached_bin, nss_module_dir, idcache):
 # accepted by ldapadd too.
 
 PEOPLE, GROUPS_OU = f"ou=people,{BASE}", f"ou=groups,{BASE}"
-HUGE_MEMBERS = 20000
+HUGE_MEMBERS = 100000
 
 # user (uid) -> (uidNumber, gidNumber) as stored: each refused
 BAD_IDS = {
@@ -1048,16 +1152,12 @@ def skipped_line(dn, why):
 
 def assert_logged_once(log, wanted, server):
     """Each wanted message is in the log, with the server, and (over two
-    rounds of lookups) once. lp_log_once remembers messages in a table of
-    LP_LOGGED_SLOTS hashes (entries.c): two messages sharing a slot evict
-    each other and may each come again, so one such pair is tolerated (a
-    few percent of runs with this many messages)."""
+    rounds of lookups) exactly once (lp_log_once remembers every distinct
+    message up to LP_LOGGED_MAX, entries.c)."""
     counts = {w: log.count(w) for w in wanted}
-    assert all(counts.values()), {w: c for w, c in counts.items() if not c}
+    assert all(c == 1 for c in counts.values()), {w: c for w, c in counts.items() if c != 1}
     for w in wanted:
         assert server in next(x for x in log.splitlines() if w in x), w
-    repeats = {w: c for w, c in counts.items() if c > 1}
-    assert len(repeats) <= 2 and all(c == 2 for c in repeats.values()), repeats
 
 
 def warm_and_check_kept(d, idcache):
@@ -1104,8 +1204,9 @@ def test_hostile_ids_are_refused(hostile, module_daemons, idcache):
 
 def test_same_uid_or_gid_on_two_names(hostile, module_daemons, idcache):
     """Two users with one uidNumber and two groups with one gidNumber: not
-    refused (glibc's files module allows it too), the shared uid logged once
-    with the DN (issue 5's "duplicate uids"). Each resolves by its
+    refused (glibc's files module allows it too), the shared uid and the
+    shared gid each logged once with the DN (issue 5's "duplicate uids";
+    issue 7). Each resolves by its
     name; by number one of them answers, the same one every time (the
     cache's lowest entry order; LDAP entries have no order of their own);
     `id` lists the shared gid once."""
@@ -1133,6 +1234,11 @@ def test_same_uid_or_gid_on_two_names(hostile, module_daemons, idcache):
     # kept for both, but the shared uidNumber is logged, once, with the DN
     shared = [x for x in d.log().splitlines() if "uidNumber 40020 is also held by" in x]
     assert len(shared) == 1 and "twin" in shared[0], shared
+    # and the gidNumber two groups share, likewise
+    shared = [x for x in d.log().splitlines() if "gidNumber 40030 is also held by" in x]
+    assert len(shared) == 1, shared
+    assert f'entry "cn=gtwin' in shared[0] and hostile.uri in shared[0], shared
+    assert "also held by gtwin" in shared[0], shared
     kept()
 
 
@@ -1229,9 +1335,9 @@ def test_referral_search_base_ends_with_what_came(hostile, module_daemons, idcac
     assert status(idcache, d)["domain.dir.state"] == "online"
 
 
-def test_group_with_20000_members(hostile, module_daemons, idcache):
-    """A group of 20,001 memberUid values resolves completely within a
-    bounded time, by name and by gid, and `id` of a member lists it; warm,
+def test_group_with_100000_members(hostile, module_daemons, idcache):
+    """A group of 100,001 memberUid values (the issue's enormous group)
+    resolves completely, by name and by gid, and `id` of a member lists it; warm,
     it is served from the cache without a search."""
     d = start_daemon(module_daemons, hostile.uri)
     kept = warm_and_check_kept(d, idcache)
@@ -1245,7 +1351,7 @@ def test_group_with_20000_members(hostile, module_daemons, idcache):
     assert (name, pw, gid) == ("huge", "x", "42100")
     mem = members.split(",")
     assert len(mem) == HUGE_MEMBERS + 1 and len(set(mem)) == len(mem)
-    assert mem[0] == "h_ok" and "m00000" in mem and "m19999" in mem
+    assert mem[0] == "h_ok" and "m00000" in mem and "m99999" in mem
     r = d.ns.run(["id", "-G", "h_ok"])  # initgroups: from the directory
     assert r.rc == 0 and "42100" in r.out.split(), r
     before = hostile.srch_count()
@@ -1263,7 +1369,5 @@ def test_group_with_20000_members(hostile, module_daemons, idcache):
     assert r2.out == r_huge.out
     print(f"\ngroup of {HUGE_MEMBERS + 1} members: cold {cold:.3f} s, warm (2 lookups) "
           f"{warm:.3f} s, expired {expired:.3f} s")
-    assert cold < 5.0, cold
-    assert warm < 2.0 and expired < 2.0, (warm, expired)
-    assert "more members than the provider keeps" not in d.log()
+    assert "kept; the rest dropped" not in d.log()  # under LP_MEMBERS_MAX: nothing cut
     kept()

@@ -1,6 +1,6 @@
 /* Unit tests of the LDAP provider's pure parts: options, DN normalization
- * and first-RDN extraction, filter escaping, the domain lifecycle without
- * a server. */
+ * and first-RDN extraction, filter escaping, "logged once", the domain
+ * lifecycle without a server. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -103,6 +103,164 @@ static void test_map(void **state)
 	lp_map_free(&m);
 }
 
+/* ==== logged once ======================================================= */
+
+/* A domain that never connects (nothing listens on port 1). */
+static struct ldap_domain *quiet_domain(struct ldap_domain_config *cfg)
+{
+	struct idc_diag d = {{0}};
+	struct ldap_domain *ld;
+	ldap_domain_config_init(cfg, "dir");
+	ldap_domain_config_set(cfg, "ldap_uri", "ldap://127.0.0.1:1", &d);
+	ldap_domain_config_set(cfg, "ldap_search_base", "dc=example,dc=com", &d);
+	assert_int_equal(ldap_domain_new(cfg, NULL, &ld, &d), 0);
+	return ld;
+}
+
+/* stderr (where idc_log writes) into a temporary file until log_end. */
+struct captured {
+	FILE *f;
+	int saved;
+};
+
+static void log_begin(struct captured *c)
+{
+	fflush(stderr);
+	c->f = tmpfile();
+	assert_non_null(c->f);
+	c->saved = dup(2);
+	assert_true(c->saved >= 0);
+	assert_int_equal(dup2(fileno(c->f), 2), 2);
+}
+
+/* The captured lines; NUL-separated in the returned buffer, *n of them. */
+static char *log_end(struct captured *c, size_t *n)
+{
+	fflush(stderr);
+	assert_int_equal(dup2(c->saved, 2), 2);
+	close(c->saved);
+	long len = ftell(c->f);
+	assert_true(len >= 0);
+	char *text = calloc(1, (size_t)len + 1);
+	assert_non_null(text);
+	rewind(c->f);
+	assert_int_equal(fread(text, 1, (size_t)len, c->f), (size_t)len);
+	fclose(c->f);
+	*n = 0;
+	for (char *p = text; *p; p++)
+		if (*p == '\n') {
+			*p = '\0';
+			(*n)++;
+		}
+	return text;
+}
+
+/* How often "msg <i>;" was logged, for each i < max, into count[]; the
+ * number of lines that are none of them into *other. */
+static void count_msgs(const char *text, size_t nlines, unsigned *count, size_t max, size_t *other,
+		       size_t *suppressed)
+{
+	const char *p = text;
+	*other = *suppressed = 0;
+	for (size_t l = 0; l < nlines; l++, p += strlen(p) + 1) {
+		const char *m = strstr(p, "msg ");
+		char *end;
+		unsigned long i = m ? strtoul(m + 4, &end, 10) : 0;
+		if (m && *end == ';' && i < max)
+			count[i]++;
+		else if (strstr(p, "further distinct warnings suppressed"))
+			(*suppressed)++;
+		else
+			(*other)++;
+	}
+}
+
+/* Many distinct messages, each repeated later in another order: each
+ * appears exactly once (a table where two messages can share a slot
+ * evicts one and logs it again). */
+static void test_log_once_exact(void **state)
+{
+	(void)state;
+	enum { N = 12000 };
+	struct ldap_domain_config cfg;
+	struct ldap_domain *ld = quiet_domain(&cfg);
+	unsigned *count = calloc(N + 1, sizeof(*count));
+	assert_non_null(count);
+	idc_log_init("test_ldap_unit", true, IDC_LOG_WARN);
+	struct captured c;
+	log_begin(&c);
+	for (int round = 0; round < 3; round++)
+		for (unsigned i = 0; i < N; i++) {
+			unsigned k = round == 1 ? N - 1 - i : (i * 7919u) % N;
+			lp_log_once(ld, IDC_LOG_WARN, "entry \"uid=u%u,dc=x\": msg %u; skipped", k,
+				    k);
+		}
+	/* above the log level: neither logged nor remembered */
+	lp_log_once(ld, IDC_LOG_INFO, "msg %u; info", (unsigned)N);
+	size_t nlines, other, suppressed;
+	char *text = log_end(&c, &nlines);
+	idc_log_init("test_ldap_unit", true, IDC_LOG_ERR);
+	count_msgs(text, nlines, count, N + 1, &other, &suppressed);
+	for (unsigned i = 0; i < N; i++)
+		if (count[i] != 1)
+			fail_msg("message %u logged %u times", i, count[i]);
+	assert_int_equal(count[N], 0);
+	assert_int_equal(other + suppressed, 0);
+	assert_int_equal(nlines, N);
+	free(text);
+	free(count);
+	ldap_domain_free(ld);
+	ldap_domain_config_free(&cfg);
+}
+
+/* Past LP_LOGGED_MAX distinct messages: one line says further ones are
+ * suppressed, none of them is logged, the remembered ones stay silent,
+ * and the set stops growing. */
+static void test_log_once_cap(void **state)
+{
+	(void)state;
+	enum { N = LP_LOGGED_MAX + 3000 };
+	struct ldap_domain_config cfg;
+	struct ldap_domain *ld = quiet_domain(&cfg);
+	unsigned *count = calloc(N, sizeof(*count));
+	assert_non_null(count);
+	idc_log_init("test_ldap_unit", true, IDC_LOG_WARN);
+	struct captured c;
+	log_begin(&c);
+	for (int round = 0; round < 2; round++)
+		for (unsigned i = 0; i < N; i++)
+			lp_log_once(ld, IDC_LOG_ERR, "msg %u; bad", i);
+	size_t nlines, other, suppressed;
+	char *text = log_end(&c, &nlines);
+	idc_log_init("test_ldap_unit", true, IDC_LOG_ERR);
+	count_msgs(text, nlines, count, N, &other, &suppressed);
+	for (unsigned i = 0; i < N; i++)
+		if (count[i] != (i < LP_LOGGED_MAX ? 1u : 0u))
+			fail_msg("message %u logged %u times", i, count[i]);
+	assert_int_equal(suppressed, 1);
+	assert_int_equal(other, 0);
+	assert_int_equal(ld->logged.used, LP_LOGGED_MAX);
+	assert_true(ld->logged.mask + 1 <= 2 * (size_t)LP_LOGGED_MAX); /* 256 KiB at most */
+	free(text);
+	free(count);
+	ldap_domain_free(ld);
+	ldap_domain_config_free(&cfg);
+}
+
+static void test_hset(void **state)
+{
+	(void)state;
+	struct lp_hset s = {0};
+	for (uint64_t h = 1; h <= 1000; h++)
+		assert_int_equal(lp_hset_add(&s, h * 0x9e3779b97f4a7c15ull | 1, 1000), 0);
+	for (uint64_t h = 1; h <= 1000; h++)
+		assert_int_equal(lp_hset_add(&s, h * 0x9e3779b97f4a7c15ull | 1, 1000), 1);
+	assert_int_equal(lp_hset_add(&s, 2, 1000), -ENOSPC);
+	assert_int_equal(s.used, 1000);
+	lp_hset_free(&s);
+	assert_null(s.slot);
+}
+
 /* No server listening: the lookup answers OFFLINE at once, and the next
  * one too (no reconnect before the probe time). */
 static void test_offline_without_server(void **state)
@@ -144,11 +302,10 @@ int main(void)
 {
 	idc_log_init("test_ldap_unit", true, IDC_LOG_ERR);
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_options),
-	    cmocka_unit_test(test_dn),
-	    cmocka_unit_test(test_filter_escape),
-	    cmocka_unit_test(test_map),
-	    cmocka_unit_test(test_offline_without_server),
+	    cmocka_unit_test(test_options),       cmocka_unit_test(test_dn),
+	    cmocka_unit_test(test_filter_escape), cmocka_unit_test(test_map),
+	    cmocka_unit_test(test_hset),          cmocka_unit_test(test_log_once_exact),
+	    cmocka_unit_test(test_log_once_cap),  cmocka_unit_test(test_offline_without_server),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -101,18 +101,79 @@ void lp_vec_free(struct lp_vec *v)
 
 /* ==== logging once ============================================================ */
 
+/* Open addressing with linear probing, at most half full; 0 marks an empty
+ * slot (the hashes given are never 0). */
+static int hset_grow(struct lp_hset *s)
+{
+	size_t n = s->slot ? (s->mask + 1) * 2 : 64;
+	uint64_t *slot = calloc(n, sizeof(*slot));
+	if (!slot)
+		return -ENOMEM;
+	for (size_t i = 0; s->slot && i <= s->mask; i++) {
+		if (!s->slot[i])
+			continue;
+		size_t j = s->slot[i] & (n - 1);
+		while (slot[j])
+			j = (j + 1) & (n - 1);
+		slot[j] = s->slot[i];
+	}
+	free(s->slot);
+	s->slot = slot;
+	s->mask = n - 1;
+	return 0;
+}
+
+int lp_hset_add(struct lp_hset *s, uint64_t h, size_t max)
+{
+	if (s->slot)
+		for (size_t j = h & s->mask; s->slot[j]; j = (j + 1) & s->mask)
+			if (s->slot[j] == h)
+				return 1;
+	if (s->used >= max)
+		return -ENOSPC;
+	if ((!s->slot || (s->used + 1) * 2 > s->mask + 1) && hset_grow(s))
+		return -ENOMEM;
+	size_t j = h & s->mask;
+	while (s->slot[j])
+		j = (j + 1) & s->mask;
+	s->slot[j] = h;
+	s->used++;
+	return 0;
+}
+
+void lp_hset_free(struct lp_hset *s)
+{
+	free(s->slot);
+	memset(s, 0, sizeof(*s));
+}
+
 void lp_log_once(struct ldap_domain *ld, int level, const char *fmt, ...)
 {
+	if (level > idc_log_level())
+		return; /* not logged, so not worth a slot */
 	char msg[768];
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
+	/* Seeded per domain at start: a directory does not know the seed, so
+	 * it cannot pick two messages that collide and silence one. */
 	uint64_t h = idc_hash64(msg, strlen(msg), ld->hash_seed) | 1;
-	uint64_t *slot = &ld->logged[h % LP_LOGGED_SLOTS];
-	if (*slot == h)
+	int rc = lp_hset_add(&ld->logged, h, LP_LOGGED_MAX);
+	if (rc == 1)
 		return;
-	*slot = h; /* a collision forgets an older message: it may log again */
+	if (rc < 0) {
+		/* Remembering no more: logging new messages anyway could repeat
+		 * each of them without bound, so they are dropped instead. */
+		if (!ld->logged_full)
+			idc_log(IDC_LOG_WARN,
+				"ldap domain %s: %zu distinct warnings logged%s; further distinct "
+				"warnings suppressed",
+				ld->cfg.name, ld->logged.used,
+				rc == -ENOMEM ? " (out of memory)" : "");
+		ld->logged_full = true;
+		return;
+	}
 	idc_log(level, "%s", msg);
 }
 
@@ -220,14 +281,6 @@ int lp_filter_escape(struct idc_buf *b, const char *v, size_t n)
 
 /* ==== values ========================================================================= */
 
-/* A string value: no NUL, at most max bytes. NULL when unusable. */
-static const char *str_value(struct idc_arena *a, const struct berval *bv, size_t max)
-{
-	if (bv->bv_len > max || memchr(bv->bv_val, '\0', bv->bv_len))
-		return NULL;
-	return idc_arena_strndup(a, bv->bv_val, bv->bv_len);
-}
-
 /* An id: decimal digits only, at most 4294967294 (-1 is "no id" to libc). */
 static bool id_value(const struct berval *bv, uint32_t *out)
 {
@@ -251,7 +304,24 @@ struct ent {
 	LDAPMessage *msg;
 	struct idc_arena *a;
 	const char *dn, *ndn;
+	bool oom; /* part of the entry was lost to memory, not refused */
 };
+
+static char *ent_dup(struct ent *e, const char *p, size_t n)
+{
+	char *s = idc_arena_strndup(e->a, p, n);
+	e->oom |= !s;
+	return s;
+}
+
+/* A string value: no NUL, at most max bytes. NULL when unusable (or out
+ * of memory: e->oom). */
+static const char *str_value(struct ent *e, const struct berval *bv, size_t max)
+{
+	if (bv->bv_len > max || memchr(bv->bv_val, '\0', bv->bv_len))
+		return NULL;
+	return ent_dup(e, bv->bv_val, bv->bv_len);
+}
 
 static struct berval **values(struct ent *e, const char *attr)
 {
@@ -285,7 +355,7 @@ static const char *get_str(struct ent *e, const char *attr, bool field, bool *ok
 	struct berval **v = values(e, attr);
 	const char *s = "";
 	if (v && v[0]) {
-		s = str_value(e->a, v[0], LP_VALUE_MAX);
+		s = str_value(e, v[0], LP_VALUE_MAX);
 		if (!s || (field && !field_ok(s))) {
 			if (*ok)
 				*bad_attr = attr;
@@ -320,7 +390,7 @@ static const char *get_name(struct ent *e, const char *attr)
 				continue;
 			if (pass == 0 && !idc_memcaseeq(v[i]->bv_val, v[i]->bv_len, rv, strlen(rv)))
 				continue;
-			name = idc_arena_strndup(e->a, v[i]->bv_val, v[i]->bv_len);
+			name = ent_dup(e, v[i]->bv_val, v[i]->bv_len);
 		}
 	ldap_value_free_len(v);
 	return name;
@@ -336,8 +406,10 @@ static void add_user(struct ent *e, struct lp_req *r)
 	if (lp_map_get(&r->udn, e->ndn))
 		return; /* the same entry from another search of this request */
 	struct lp_user *u = idc_arena_alloc(e->a, sizeof(*u));
-	if (!u)
+	if (!u) {
+		e->oom = true;
 		return;
+	}
 	memset(u, 0, sizeof(*u));
 	u->dn = e->dn;
 	u->ndn = e->ndn;
@@ -369,7 +441,7 @@ static void add_user(struct ent *e, struct lp_req *r)
 			 "%.40s is too long or holds a NUL, ':' or a control character", bad_attr);
 		return bad(e, why);
 	}
-	char *fold = idc_arena_strndup(e->a, u->name, strlen(u->name));
+	char *fold = ent_dup(e, u->name, strlen(u->name));
 	for (char *p = fold; p && *p; p++)
 		*p = idc_tolower(*p);
 	struct lp_user *first = fold ? lp_map_get(&r->uname, fold) : NULL;
@@ -378,10 +450,10 @@ static void add_user(struct ent *e, struct lp_req *r)
 			 first->dn);
 		return bad(e, why);
 	}
-	/* Out of memory: the entry is just missing from this answer. */
-	if (!fold || lp_map_put(&r->uname, fold, u) < 0 || lp_map_put(&r->udn, u->ndn, u) < 0)
-		return;
-	(void)lp_vec_push(&r->users, u);
+	/* Out of memory: the entry is missing from this answer (e->oom). */
+	if (!fold || lp_map_put(&r->uname, fold, u) < 0 || lp_map_put(&r->udn, u->ndn, u) < 0 ||
+	    lp_vec_push(&r->users, u) < 0)
+		e->oom = true;
 }
 
 /* The user name a member DN gives by itself: "uid=NAME,<under the user
@@ -408,7 +480,7 @@ static const char *rdn_name(struct ent *e, const struct berval *bv)
 		return NULL;
 	if (!cache_name_valid(v, (size_t)(comma - v)))
 		return NULL;
-	return idc_arena_strndup(e->a, v, (size_t)(comma - v));
+	return ent_dup(e, v, (size_t)(comma - v));
 }
 
 /* Members: names from memberUid (names_attr) and DNs from dns_attr
@@ -420,13 +492,23 @@ static void add_members(struct ent *e, struct lp_group *g, const char *names_att
 	struct berval **nv = values(e, names_attr);
 	struct berval **dv = dns_attr ? values(e, dns_attr) : NULL;
 	size_t nn = (size_t)ldap_count_values_len(nv), nd = (size_t)ldap_count_values_len(dv);
-	if (nn > LP_MEMBERS_MAX || nd > LP_MEMBERS_MAX) {
-		bad(e, "more members than the provider keeps; the rest dropped");
-		nn = nn > LP_MEMBERS_MAX ? LP_MEMBERS_MAX : nn;
-		nd = nd > LP_MEMBERS_MAX ? LP_MEMBERS_MAX : nd;
+	size_t max = e->ld->members_max;
+	size_t *count[] = {&nn, &nd};
+	const char *attr[] = {names_attr, dns_attr};
+	for (size_t k = 0; k < 2; k++) {
+		if (*count[k] <= max)
+			continue;
+		/* The group is kept with the values that came first: a cut
+		 * member list beats losing the group (and the answer). */
+		lp_log_once(e->ld, IDC_LOG_WARN,
+			    "ldap domain %s: %s: group \"%.300s\": %zu %s values, more than the "
+			    "%zu kept; the rest dropped",
+			    e->ld->cfg.name, lp_server(e->ld), e->dn, *count[k], attr[k], max);
+		*count[k] = max;
 	}
 	g->uids = nn + nd ? idc_arena_alloc(e->a, (nn + nd) * sizeof(*g->uids)) : NULL;
 	g->mdns = nd ? idc_arena_alloc(e->a, nd * sizeof(*g->mdns)) : NULL;
+	e->oom |= (nn + nd && !g->uids) || (nd && !g->mdns);
 	for (size_t i = 0; g->uids && i < nn; i++) {
 		if (!cache_name_valid(nv[i]->bv_val, nv[i]->bv_len)) {
 			lp_log_once(e->ld, IDC_LOG_WARN,
@@ -435,7 +517,7 @@ static void add_members(struct ent *e, struct lp_group *g, const char *names_att
 				    e->ld->cfg.name, lp_server(e->ld), e->dn);
 			continue;
 		}
-		const char *s = idc_arena_strndup(e->a, nv[i]->bv_val, nv[i]->bv_len);
+		const char *s = ent_dup(e, nv[i]->bv_val, nv[i]->bv_len);
 		if (s)
 			g->uids[g->nuids++] = s;
 	}
@@ -476,8 +558,10 @@ static void add_group(struct ent *e, struct lp_req *r, bool ancestor)
 		return;
 	}
 	g = idc_arena_alloc(e->a, sizeof(*g));
-	if (!g)
+	if (!g) {
+		e->oom = true;
 		return;
+	}
 	memset(g, 0, sizeof(*g));
 	g->dn = e->dn;
 	g->ndn = e->ndn;
@@ -506,8 +590,9 @@ static void add_group(struct ent *e, struct lp_req *r, bool ancestor)
 		else
 			add_members(e, g, "memberUid", at[LDAP_MAP_GROUP_MEMBER]);
 	}
-	if (lp_map_put(&r->gdn, g->ndn, g) == 0)
-		(void)lp_vec_push(&r->groups, g);
+	int rc = lp_map_put(&r->gdn, g->ndn, g);
+	if (rc < 0 || (rc == 0 && lp_vec_push(&r->groups, g) < 0))
+		e->oom = true;
 }
 
 static bool has_class(struct berval **oc, const char *want)
@@ -524,13 +609,17 @@ void lp_entry(struct ldap_domain *ld, struct lp_search *s, LDAPMessage *msg)
 	if (!r || s->purpose == LP_S_PROBE)
 		return;
 	char *dn = ldap_get_dn(ld->conn, msg);
-	if (!dn)
+	if (!dn) {
+		r->partial = true; /* out of memory: an entry of the answer is lost */
 		return;
-	struct ent e = {ld, msg, &r->arena, NULL, NULL};
-	e.dn = idc_arena_strndup(e.a, dn, strlen(dn));
+	}
+	struct ent e = {ld, msg, &r->arena, NULL, NULL, false};
+	e.dn = ent_dup(&e, dn, strlen(dn));
 	ldap_memfree(dn);
-	if (!e.dn)
+	if (!e.dn) {
+		r->partial = true;
 		return;
+	}
 	e.ndn = lp_dn_normalize(e.a, e.dn, strlen(e.dn));
 	if (!e.ndn)
 		return bad(&e, "DN syntax error");
@@ -542,4 +631,6 @@ void lp_entry(struct ldap_domain *ld, struct lp_search *s, LDAPMessage *msg)
 		add_user(&e, r);
 	if (group)
 		add_group(&e, r, s->purpose == LP_S_GROUPS_OF || s->purpose == LP_S_PARENTS);
+	if (e.oom)
+		r->partial = true;
 }

@@ -14,7 +14,7 @@
 #define LP_MEMBERS_MAX    1000000 /* member values kept per group */
 #define LP_VALUE_MAX      4096    /* longest gecos/home/shell/timestamp kept */
 #define LP_NEG_SLOTS      4096    /* negative cache (direct-mapped) */
-#define LP_LOGGED_SLOTS   4096    /* "logged once" memory */
+#define LP_LOGGED_MAX     16384   /* distinct messages "logged once" remembers */
 #define LP_READ_MAX       200000  /* messages handled per process call */
 #define LP_BACKOFF_MAX_MS 3600000 /* longest wait between offline probes */
 #define LP_ENUM_EVERY_MS  300000  /* enumeration refresh */
@@ -41,6 +41,17 @@ struct lp_vec {
 };
 int lp_vec_push(struct lp_vec *v, void *p);
 void lp_vec_free(struct lp_vec *v);
+
+/* Set of 64-bit hashes (never 0), open addressing, grown up to `max`
+ * of them: what lp_log_once has logged. */
+struct lp_hset {
+	uint64_t *slot;
+	size_t mask, used;
+};
+/* 0 when added, 1 when h was present, -ENOSPC when max are held (h not
+ * added), -ENOMEM. */
+int lp_hset_add(struct lp_hset *s, uint64_t h, size_t max);
+void lp_hset_free(struct lp_hset *s);
 
 /* ==== parsed records (strings in the request's arena) ===================== */
 
@@ -104,6 +115,11 @@ struct lp_req {
 	struct lp_user *target;        /* initgroups: the user */
 	size_t users_stored;           /* enumeration: users committed page by page */
 	struct lp_vec ru, rg;          /* refresh: user and group names (arena) */
+	int64_t refresh_sent;          /* refresh: unix seconds its searches went out */
+	/* some search ended without LDAP_SUCCESS (referral, size or admin
+	 * limit...) or an entry was lost to memory: the answer may lack
+	 * entries the directory has, so a refresh deletes nothing */
+	bool partial;
 };
 
 /* ==== domain ============================================================== */
@@ -146,7 +162,9 @@ struct ldap_domain {
 	struct lp_search *searches; /* in flight, the probe included */
 	struct lp_req *reqs;        /* in flight */
 	struct lp_neg neg[LP_NEG_SLOTS];
-	uint64_t logged[LP_LOGGED_SLOTS];
+	struct lp_hset logged; /* lp_log_once */
+	bool logged_full;      /* LP_LOGGED_MAX reached: said so once */
+	size_t members_max;    /* member values kept per attribute (LP_MEMBERS_MAX) */
 	uint64_t hash_seed;
 	ldap_change_fn hook; /* ldap_domain_set_hook */
 	void *hook_arg;
@@ -196,7 +214,10 @@ int lp_dn_first_ava(struct idc_arena *a, const char *ndn, char **attr, char **va
 bool lp_dn_under(const char *ndn, const char *nbase);
 /* Append v escaped for a filter (RFC 4515). */
 int lp_filter_escape(struct idc_buf *b, const char *v, size_t n);
-/* Log fmt once per distinct message (bounded memory). */
+/* Log fmt once per distinct message (as told by a seeded 64-bit hash);
+ * after LP_LOGGED_MAX distinct messages, new ones are dropped (one line
+ * says so), repeats stay silent. Messages above the log level are neither
+ * logged nor remembered. */
 void lp_log_once(struct ldap_domain *ld, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

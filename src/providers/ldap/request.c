@@ -72,6 +72,8 @@ static void req_clear(struct lp_req *r)
 	r->target = NULL;
 	r->phase = 0;
 	r->pending = 0;
+	r->refresh_sent = 0;
+	r->partial = false;
 }
 
 static void req_free(struct lp_req *r)
@@ -276,6 +278,9 @@ static int send_refresh(struct lp_req *r)
 {
 	struct ldap_domain *ld = r->ld;
 	struct idc_buf f = IDC_BUF_INIT;
+	/* An entry stored in this second or later (by a lookup of its own,
+	 * while this refresh runs) is not deleted on its word (refresh_gone). */
+	r->refresh_sent = (int64_t)time(NULL);
 	int rc = collect_expired(r);
 	if (rc && rc != -ENOMEM) {
 		idc_log(IDC_LOG_WARN, "ldap domain %s: reading the cache for a refresh: %s",
@@ -491,17 +496,30 @@ struct rec {
 	size_t nmem, nnested;
 };
 
+/* An entry the directory no longer has, removed by store(): the name a
+ * lookup by name did not find, or a name a refresh asked for that its
+ * complete answer did not hold (collect_gone). */
+struct gone {
+	const char *name;
+	bool group;
+	bool deleted;   /* by this transaction */
+	struct rec old; /* as the cache held it (when tracking) */
+};
+
+struct gone_list {
+	struct gone *v;
+	size_t n;
+};
+
 /* What one store() needs to tell the hook: the records before (read
  * before the transaction begins) and after, for the users and groups it
- * writes and the entry it deletes. */
+ * writes and the entries it deletes. */
 struct track {
 	bool on;      /* a hook is set */
 	bool unknown; /* something could not be read or kept: report NULL */
 	struct idc_arena a;
 	struct rec *uold, *unew; /* per user from users_stored */
 	struct rec *gold, *gnew; /* per group index */
-	struct rec dold;         /* the deleted entry */
-	bool deleted;
 };
 
 static const char **copy_names(struct idc_arena *a, const char *const *v, size_t n)
@@ -534,7 +552,7 @@ static void keep_group(struct track *tr, const struct cache_group *g, struct rec
 }
 
 /* The records as the cache holds them before the transaction. */
-static void track_begin(struct lp_req *r, struct track *tr, bool page, bool del, bool group)
+static void track_begin(struct lp_req *r, struct track *tr, bool page, struct gone_list *gl)
 {
 	struct ldap_domain *ld = r->ld;
 	const char *doms[] = {ld->cfg.name};
@@ -573,13 +591,14 @@ static void track_begin(struct lp_req *r, struct track *tr, bool page, bool del,
 		else if (rc != -ENOENT)
 			tr->unknown = true;
 	}
-	if (del && !tr->unknown) {
-		int rc = group ? cache_group_by_name(rd, doms, 1, r->name, false, &g, NULL)
-			       : cache_user_by_name(rd, doms, 1, r->name, false, &u, NULL);
-		if (rc == 0 && group)
-			keep_group(tr, &g, &tr->dold);
+	for (size_t i = 0; i < gl->n && !tr->unknown; i++) {
+		struct gone *x = &gl->v[i];
+		int rc = x->group ? cache_group_by_name(rd, doms, 1, x->name, false, &g, NULL)
+				  : cache_user_by_name(rd, doms, 1, x->name, false, &u, NULL);
+		if (rc == 0 && x->group)
+			keep_group(tr, &g, &x->old);
 		else if (rc == 0)
-			keep_user(tr, &u, &tr->dold);
+			keep_user(tr, &u, &x->old);
 		else if (rc != -ENOENT)
 			tr->unknown = true;
 	}
@@ -633,7 +652,7 @@ static void emit(struct ldap_domain *ld, bool group, struct rec *o, struct rec *
 }
 
 /* After the commit: tell the hook what changed. */
-static void track_report(struct lp_req *r, struct track *tr, bool group)
+static void track_report(struct lp_req *r, struct track *tr, struct gone_list *gl)
 {
 	struct ldap_domain *ld = r->ld;
 	if (!tr->on)
@@ -648,9 +667,10 @@ static void track_report(struct lp_req *r, struct track *tr, bool group)
 	for (size_t i = 0; i < r->groups.n; i++)
 		if (tr->gnew[i].present)
 			emit(ld, true, &tr->gold[i], &tr->gnew[i]);
-	if (tr->deleted) {
+	for (size_t i = 0; i < gl->n; i++) {
 		struct rec none = {0};
-		emit(ld, group, &tr->dold, &none);
+		if (gl->v[i].deleted)
+			emit(ld, gl->v[i].group, &gl->v[i].old, &none);
 	}
 }
 
@@ -664,6 +684,24 @@ static void track_free(struct track *tr)
 }
 
 /* ==== the answer into the cache ======================================================= */
+
+/* An id the directory gives two names (a uidNumber of two users, a
+ * gidNumber of two groups) is kept for both, as glibc's files module
+ * would, but is worth an administrator's look: logged once with the DN
+ * being stored and the name already holding it. */
+static void note_shared_id(struct ldap_domain *ld, struct cache_txn *t, bool group, const char *dn,
+			   const char *name, uint32_t id)
+{
+	char other[CACHE_NAME_MAX + 1];
+	int rc = group ? cache_gid_taken(t, ld->cfg.name, id, name, other)
+		       : cache_uid_taken(t, ld->cfg.name, id, name, other);
+	if (rc == 1)
+		lp_log_once(ld, IDC_LOG_WARN,
+			    "ldap domain %s: %s: entry \"%.300s\": %s %u is also held by %s",
+			    ld->cfg.name, lp_server(ld), dn,
+			    ld->attr[group ? LDAP_MAP_GROUP_GID : LDAP_MAP_USER_UID], (unsigned)id,
+			    other);
+}
 
 /* Store g; when tr is on and the record changed, *out gets what was
  * stored (the lists copied into tr's arena). */
@@ -692,6 +730,8 @@ static int put_group(struct cache_txn *t, struct lp_req *r, struct lp_group *g, 
 	struct cache_group cg = {g->name, g->gid, 0, names, nn, nested, ng, g->dn, g->modts};
 	bool changed = false;
 	int rc = cache_put_group(t, r->ld->cfg.name, &cg, &changed, d);
+	if (rc == 0 && changed)
+		note_shared_id(r->ld, t, true, g->dn, g->name, g->gid);
 	if (rc == 0 && changed && tr->on && !tr->unknown) {
 		/* The strings live in the request's arena; the arrays are copied. */
 		out->mem = idc_arena_alloc(&tr->a, (nn ? nn : 1) * sizeof(*out->mem));
@@ -719,18 +759,6 @@ static int soft(struct ldap_domain *ld, int rc, const char *dn, struct idc_diag 
 	lp_log_once(ld, IDC_LOG_WARN, "ldap domain %s: entry \"%.300s\" not cached: %s",
 		    ld->cfg.name, dn, d->msg);
 	return 0;
-}
-
-/* A uidNumber the directory gives two names is kept for both (as glibc's
- * files module would), but worth an administrator's look: logged once. */
-static void note_shared_uid(struct ldap_domain *ld, struct cache_txn *t, const struct lp_user *u)
-{
-	char other[CACHE_NAME_MAX + 1];
-	if (cache_uid_taken(t, ld->cfg.name, u->uid, u->name, other) == 1)
-		lp_log_once(ld, IDC_LOG_WARN,
-			    "ldap domain %s: %s: entry \"%.300s\": uidNumber %u is also held by "
-			    "%s",
-			    ld->cfg.name, lp_server(ld), u->dn, u->uid, other);
 }
 
 static bool name_eq(const char *a, const char *b)
@@ -775,30 +803,151 @@ static bool group_due(const struct lp_req *r, const struct lp_group *g, bool pag
 	return !g->stored && (!page || members_known(r, g));
 }
 
-/* What was found and not yet committed, in one transaction; a name the
- * directory no longer has is removed. page: an enumeration's intermediate
- * commit (users so far, groups whose members are known). An unchanged
- * entry writes only the timestamps db (cache_put_user/cache_put_group). */
+/* name as the cache's caseIgnore rule compares it (ASCII lower case,
+ * spaces trimmed and runs of them folded to one), in a: two spellings the
+ * cache holds as one entry fold alike, so an answer in the directory's
+ * spelling is not taken for the cached name's absence. */
+static char *fold_name(struct idc_arena *a, const char *name)
+{
+	char *f = idc_arena_strndup(a, name, strlen(name));
+	size_t n = 0;
+	for (const char *p = f; f && *p; p++) {
+		if (*p == ' ' && (n == 0 || f[n - 1] == ' '))
+			continue;
+		f[n++] = idc_tolower(*p);
+	}
+	if (f && n && f[n - 1] == ' ')
+		n--;
+	if (f)
+		f[n] = '\0';
+	return f;
+}
+
+/* Folded names (fold_name) of the users or groups of the answer. */
+static int answered_names(struct lp_req *r, bool group, struct lp_map *out)
+{
+	const struct lp_vec *v = group ? &r->groups : &r->users;
+	for (size_t i = 0; i < v->n; i++) {
+		const char *name = group ? ((const struct lp_group *)v->v[i])->name
+					 : ((const struct lp_user *)v->v[i])->name;
+		char *f = fold_name(&r->arena, name);
+		if (!f || lp_map_put(out, f, v->v[i]) < 0)
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+static int gone_push(struct gone_list *gl, size_t cap, const char *name, bool group)
+{
+	if (!gl->v && !(gl->v = calloc(cap, sizeof(*gl->v))))
+		return -ENOMEM;
+	gl->v[gl->n++] = (struct gone){.name = name, .group = group};
+	return 0;
+}
+
+/* The names of one kind a refresh asked for, its answer lacks, and the
+ * cache holds stored before the refresh's searches went out (one stored
+ * since, by a lookup of its own, waits for the next refresh). A name the
+ * cache cannot be read for is kept. */
+static int refresh_gone(struct lp_req *r, struct cache_reader *rd, bool group,
+			const struct lp_map *answered, struct gone_list *gl, size_t cap)
+{
+	const char *doms[] = {r->ld->cfg.name};
+	const struct lp_vec *asked = group ? &r->rg : &r->ru;
+	int rc = 0;
+	for (size_t i = 0; i < asked->n && !rc; i++) {
+		const char *name = asked->v[i];
+		char *f = fold_name(&r->arena, name);
+		if (!f)
+			return -ENOMEM;
+		if (lp_map_get(answered, f))
+			continue;
+		struct cache_meta m;
+		struct cache_user u;
+		struct cache_group g;
+		int found = group ? cache_group_by_name(rd, doms, 1, name, false, &g, &m)
+				  : cache_user_by_name(rd, doms, 1, name, false, &u, &m);
+		if (found == 0 && m.last_update < r->refresh_sent)
+			rc = gone_push(gl, cap, name, group);
+	}
+	return rc;
+}
+
+/* What store() removes: for a lookup by name that found nothing, that
+ * name; for a refresh whose every search completed (LDAP_SUCCESS, nothing
+ * lost to memory: !r->partial), the names it asked for that the directory
+ * answered without. A failed or timed-out search never gets here (the
+ * request is restarted or completed offline without a store). */
+static int collect_gone(struct lp_req *r, enum ldap_lookup_result res, bool page,
+			struct gone_list *gl)
+{
+	memset(gl, 0, sizeof(*gl));
+	if (page)
+		return 0;
+	if (res == LDAP_LOOKUP_NOTFOUND &&
+	    (r->kind == LDAP_LOOKUP_PWNAM || r->kind == LDAP_LOOKUP_GRNAM))
+		return gone_push(gl, 1, r->name, r->kind == LDAP_LOOKUP_GRNAM);
+	if (r->kind != LP_REFRESH || r->partial || (!r->ru.n && !r->rg.n))
+		return 0;
+	struct lp_map unames = {0}, gnames = {0};
+	int rc = answered_names(r, false, &unames);
+	if (!rc)
+		rc = answered_names(r, true, &gnames);
+	struct cache_reader *rd = NULL;
+	if (!rc && cache_reader_begin(r->ld->cache, &rd))
+		rd = NULL; /* unreadable: nothing is deleted this time */
+	size_t cap = r->ru.n + r->rg.n;
+	if (!rc && rd)
+		rc = refresh_gone(r, rd, false, &unames, gl, cap);
+	if (!rc && rd)
+		rc = refresh_gone(r, rd, true, &gnames, gl, cap);
+	if (rd)
+		cache_reader_end(rd);
+	lp_map_free(&unames);
+	lp_map_free(&gnames);
+	return rc;
+}
+
+/* Remove the entries of gl from the cache (one absent already is no
+ * error); marks those removed for track_report. */
+static int del_gone(struct cache_txn *t, struct ldap_domain *ld, struct gone_list *gl,
+		    struct idc_diag *d)
+{
+	for (size_t i = 0; i < gl->n; i++) {
+		struct gone *x = &gl->v[i];
+		int rc = x->group ? cache_del_group(t, ld->cfg.name, x->name, d)
+				  : cache_del_user(t, ld->cfg.name, x->name, d);
+		if (rc && rc != -ENOENT)
+			return rc;
+		x->deleted = rc == 0;
+	}
+	return 0;
+}
+
+/* What was found and not yet committed, in one transaction; what the
+ * directory no longer has is removed (collect_gone). page: an
+ * enumeration's intermediate commit (users so far, groups whose members
+ * are known). An unchanged entry writes only the timestamps db
+ * (cache_put_user/cache_put_group). */
 static int store(struct lp_req *r, enum ldap_lookup_result res, bool page, struct idc_diag *d)
 {
 	struct ldap_domain *ld = r->ld;
 	size_t ngroups = 0;
 	for (size_t i = 0; i < r->groups.n; i++)
 		ngroups += group_due(r, r->groups.v[i], page);
+	struct gone_list gl;
+	int rc = collect_gone(r, res, page, &gl);
 	bool enumerating = page || r->kind == LDAP_LOOKUP_ENUMERATE || r->kind == LP_REFRESH;
-	if (enumerating && r->users_stored == r->users.n && !ngroups)
-		return 0;
-	bool del = !page && res == LDAP_LOOKUP_NOTFOUND &&
-		   (r->kind == LDAP_LOOKUP_PWNAM || r->kind == LDAP_LOOKUP_GRNAM);
-	bool del_group = r->kind == LDAP_LOOKUP_GRNAM;
-	struct track tr;
-	track_begin(r, &tr, page, del, del_group);
-	struct cache_txn *t;
-	int rc = cache_txn_begin(ld->cache, &t, d);
-	if (rc) {
-		track_free(&tr);
+	if (rc || (enumerating && r->users_stored == r->users.n && !ngroups && !gl.n)) {
+		free(gl.v);
 		return rc;
 	}
+	struct track tr;
+	track_begin(r, &tr, page, &gl);
+	struct cache_txn *t;
+	rc = cache_txn_begin(ld->cache, &t, d);
+	if (rc)
+		goto out;
 	rc = cache_domain_ensure(t, ld->cfg.name, ld->cfg.entry_cache_timeout, d);
 	for (size_t i = r->users_stored; i < r->users.n && !rc; i++) {
 		const struct lp_user *u = r->users.v[i];
@@ -807,7 +956,7 @@ static int store(struct lp_req *r, enum ldap_lookup_result res, bool page, struc
 		bool changed = false;
 		rc = soft(ld, cache_put_user(t, ld->cfg.name, &cu, &changed, d), u->dn, d);
 		if (!rc && changed)
-			note_shared_uid(ld, t, u);
+			note_shared_id(ld, t, false, u->dn, u->name, u->uid);
 		if (!rc && changed && tr.on && !tr.unknown)
 			tr.unew[i - r->users_stored] =
 			    (struct rec){.present = true, .name = u->name, .id = u->uid};
@@ -818,33 +967,37 @@ static int store(struct lp_req *r, enum ldap_lookup_result res, bool page, struc
 			rc = soft(ld, put_group(t, r, g, &tr, tr.on ? &tr.gnew[i] : NULL, d), g->dn,
 				  d);
 	}
-	if (!rc && del) {
-		rc = del_group ? cache_del_group(t, ld->cfg.name, r->name, d)
-			       : cache_del_user(t, ld->cfg.name, r->name, d);
-		tr.deleted = rc == 0;
-	}
+	if (!rc)
+		rc = del_gone(t, ld, &gl, d);
 	if (rc == -ENOENT)
 		rc = 0;
 	if (rc) {
 		cache_txn_abort(t);
-		track_free(&tr);
-		return rc;
+		goto out;
 	}
 	rc = cache_txn_commit(t, d);
-	if (rc) {
-		track_free(&tr);
-		return rc;
-	}
+	if (rc)
+		goto out;
 	ld->ncommits++;
-	track_report(r, &tr, del_group);
-	track_free(&tr);
+	track_report(r, &tr, &gl);
+	size_t nu = 0, ng = 0;
+	for (size_t i = 0; i < gl.n; i++)
+		*(gl.v[i].group ? &ng : &nu) += gl.v[i].deleted;
+	if (r->kind == LP_REFRESH && nu + ng)
+		idc_log(IDC_LOG_INFO,
+			"ldap domain %s: refresh: %zu users and %zu groups no longer in the "
+			"directory removed from the cache",
+			ld->cfg.name, nu, ng);
 	r->users_stored = r->users.n;
 	for (size_t i = 0; i < r->groups.n; i++) {
 		struct lp_group *g = r->groups.v[i];
 		if (group_due(r, g, page))
 			g->stored = true;
 	}
-	return 0;
+out:
+	track_free(&tr);
+	free(gl.v);
+	return rc;
 }
 
 void lp_req_page(struct lp_req *r)
@@ -1098,6 +1251,7 @@ int ldap_domain_new(const struct ldap_domain_config *cfg, struct cache *c, struc
 	ld->online = true;
 	ld->since = (int64_t)time(NULL);
 	ld->hash_seed = idc_now_ns();
+	ld->members_max = LP_MEMBERS_MAX;
 	ld->ubase = ld->cfg.user_base ? ld->cfg.user_base : ld->cfg.search_base;
 	ld->gbase = ld->cfg.group_base ? ld->cfg.group_base : ld->cfg.search_base;
 	ld->nubase = lp_dn_normalize(&ld->arena, ld->ubase, strlen(ld->ubase));
@@ -1134,6 +1288,7 @@ void ldap_domain_free(struct ldap_domain *ld)
 		explicit_bzero(ld->password, strlen(ld->password));
 	free(ld->password);
 	idc_arena_free(&ld->arena);
+	lp_hset_free(&ld->logged);
 	ldap_domain_config_free(&ld->cfg);
 	free(ld);
 }

@@ -155,11 +155,20 @@ static void on_result(struct ldap_domain *ld, struct lp_search *s, LDAPMessage *
 			    "ldap domain %s: %s: search base=\"%.200s\" filter=\"%.120s\": %s%s%s",
 			    ld->cfg.name, lp_server(ld), s->base, s->filter, ldap_err2string(err),
 			    text && *text ? ": " : "", text ? text : "");
-	bool again = false;
+	bool again = false, cut = err != LDAP_SUCCESS;
 	if (err == LDAP_SUCCESS && s->paged) {
-		if (next_cookie(ld, s, ctrls) == 0 && s->cookie.bv_len)
+		int ck = next_cookie(ld, s, ctrls);
+		if (ck == 0 && s->cookie.bv_len)
 			again = send_one(ld, s) == LDAP_SUCCESS;
+		/* no cookie to go on with, or the next page not sent: the
+		 * pages still to come are missing */
+		cut = ck != 0 || (s->cookie.bv_len && !again);
 	}
+	/* What came is kept, but it may not be all the directory holds:
+	 * nothing may be concluded from an entry's absence (a refresh deletes
+	 * nothing; lp_req.partial). */
+	if (cut && s->req)
+		s->req->partial = true;
 	ldap_memfree(text);
 	ldap_controls_free(ctrls);
 	/* An enumeration commits page by page and lets the loop serve others

@@ -1,0 +1,517 @@
+/*
+ * The LDAP provider's background refresh and member cap against a real
+ * slapd on loopback (tests/ldap/slapd.sh, fixtures tests/ldap/refresh.ldif):
+ *  - a refresh removes the users and groups it asked for that the
+ *    directory no longer has, reports them to the change hook, and their
+ *    memberships go with them;
+ *  - a refresh whose search is cut by a referral, or whose server stops
+ *    answering half-way, removes nothing;
+ *  - a group with more member values than the domain's cap keeps exactly
+ *    the cap, says so once with its DN, and the rest of the answer stays.
+ * Reaches into the domain (ldap_int.h) to run the refresh at once and to
+ * lower the cap.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "providers/ldap/ldap_int.h"
+
+#ifndef LDAP_TEST_DIR
+#error "LDAP_TEST_DIR must name tests/ldap"
+#endif
+
+#define SUFFIX "dc=example,dc=com"
+#define PEOPLE "ou=people," SUFFIX
+#define GROUPS "ou=groups," SUFFIX
+
+static char tmp[64];
+static char uri[64];
+static int slapd_pid;
+
+/* ==== the server ============================================================ */
+
+static int run(const char *fmt, ...)
+{
+	char cmd[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	return system(cmd);
+}
+
+static int loopback_port(void)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof(a);
+	int s = socket(AF_INET, SOCK_STREAM, 0);
+	if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof(a)) ||
+	    getsockname(s, (struct sockaddr *)&a, &len)) {
+		if (s >= 0)
+			close(s);
+		return -1;
+	}
+	close(s);
+	return ntohs(a.sin_port);
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	snprintf(tmp, sizeof(tmp), "/tmp/idc-ldap-refresh-%d", (int)getpid());
+	int port = loopback_port();
+	if (port < 0 || run("mkdir -p %s", tmp))
+		return -1;
+	snprintf(uri, sizeof(uri), "ldap://127.0.0.1:%d", port);
+	char cmd[512], out[64] = "";
+	snprintf(cmd, sizeof(cmd), "%s/slapd.sh start %s/r %d %s/refresh.ldif", LDAP_TEST_DIR, tmp,
+		 port, LDAP_TEST_DIR);
+	FILE *p = popen(cmd, "r");
+	if (!p)
+		return -1;
+	while (fgets(out, sizeof(out), p)) /* the last line is slapd's pid */
+		slapd_pid = atoi(out);
+	if (pclose(p) != 0 || slapd_pid <= 0)
+		return -1;
+	/* A referral object under the people branch, for test_referral_*
+	 * (ManageDsaIT: added as an entry, not followed). */
+	return run("printf 'dn: ou=elsewhere,%s\\nobjectClass: referral\\nobjectClass: "
+		   "extensibleObject\\nou: elsewhere\\nref: ldap://127.0.0.1:9/%s\\n' | ldapadd -x "
+		   "-M -H %s -D cn=admin,%s -w secret >/dev/null",
+		   PEOPLE, PEOPLE, uri, SUFFIX);
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	run("%s/slapd.sh stop %s/r", LDAP_TEST_DIR, tmp);
+	if (!getenv("KEEP_LDAP_TEST"))
+		run("rm -rf %s", tmp);
+	return 0;
+}
+
+static void ldap_delete(const char *dn)
+{
+	assert_int_equal(run("ldapdelete -x -H %s -D cn=admin,%s -w secret '%s'", uri, SUFFIX, dn),
+			 0);
+}
+
+static void ldap_add_back(const char *ldif)
+{
+	assert_int_equal(run("printf '%s' | ldapadd -x -H %s -D cn=admin,%s -w secret >/dev/null",
+			     ldif, uri, SUFFIX),
+			 0);
+}
+
+/* ==== a domain and its loop =================================================== */
+
+struct change {
+	bool group;
+	char old_name[64], new_name[64];
+	uint32_t old_id;
+};
+
+struct env {
+	char dir[128];
+	struct cache *cache;
+	struct ldap_domain_config cfg;
+	struct ldap_domain *ld;
+	int ep, fd;
+	struct change ch[64];
+	size_t nch;
+	bool unknown; /* the hook was told "anything may have changed" */
+};
+
+static void on_change(const struct ldap_change *ch, void *arg)
+{
+	struct env *e = arg;
+	if (!ch) {
+		e->unknown = true;
+		return;
+	}
+	if (e->nch == IDC_ARRAY_SIZE(e->ch))
+		return;
+	struct change *c = &e->ch[e->nch++];
+	c->group = ch->group;
+	snprintf(c->old_name, sizeof(c->old_name), "%s", ch->old_name ? ch->old_name : "");
+	snprintf(c->new_name, sizeof(c->new_name), "%s", ch->new_name ? ch->new_name : "");
+	c->old_id = ch->old_id;
+}
+
+/* A domain "dir" on dir's cache (opened by the first domain of a test);
+ * extra "key=value" settings end with NULL. */
+static void env_open(struct env *e, struct env *share, ...)
+{
+	static int seq;
+	struct idc_diag d = {{0}};
+	memset(e, 0, sizeof(*e));
+	if (share) {
+		e->cache = share->cache;
+	} else {
+		snprintf(e->dir, sizeof(e->dir), "%s/cache%d", tmp, seq++);
+		assert_int_equal(run("mkdir -p %s", e->dir), 0);
+		struct cache_options co = {.nosync = true};
+		assert_int_equal(cache_open(e->dir, &co, &e->cache, &d), 0);
+	}
+	ldap_domain_config_init(&e->cfg, "dir");
+	const char *base[] = {"ldap_uri",
+			      uri,
+			      "ldap_search_base",
+			      SUFFIX,
+			      "ldap_schema",
+			      "rfc2307bis",
+			      "ldap_network_timeout",
+			      "2",
+			      "ldap_search_timeout",
+			      "2",
+			      "refresh_expired_interval",
+			      "3600"};
+	for (size_t i = 0; i < IDC_ARRAY_SIZE(base); i += 2)
+		assert_int_equal(ldap_domain_config_set(&e->cfg, base[i], base[i + 1], &d), 0);
+	va_list ap;
+	va_start(ap, share);
+	for (const char *k = va_arg(ap, const char *); k; k = va_arg(ap, const char *))
+		if (ldap_domain_config_set(&e->cfg, k, va_arg(ap, const char *), &d))
+			fail_msg("%s: %s", k, d.msg);
+	va_end(ap);
+	if (ldap_domain_new(&e->cfg, e->cache, &e->ld, &d))
+		fail_msg("%s", d.msg);
+	ldap_domain_set_hook(e->ld, on_change, e);
+	e->ep = epoll_create1(EPOLL_CLOEXEC);
+	e->fd = -1;
+}
+
+static void env_close(struct env *e, bool close_cache)
+{
+	ldap_domain_free(e->ld);
+	ldap_domain_config_free(&e->cfg);
+	close(e->ep);
+	if (close_cache)
+		cache_close(e->cache);
+}
+
+/* Wait for the domain's socket or timer (at most 100 ms), then process. */
+static void pump(struct env *e)
+{
+	int fd = -1;
+	if (ldap_domain_fds(e->ld, &fd, 1) == 0)
+		fd = -1;
+	if (fd != e->fd) {
+		if (e->fd >= 0)
+			epoll_ctl(e->ep, EPOLL_CTL_DEL, e->fd, NULL);
+		struct epoll_event ev = {.events = EPOLLIN, .data.fd = fd};
+		e->fd = fd >= 0 && epoll_ctl(e->ep, EPOLL_CTL_ADD, fd, &ev) == 0 ? fd : -1;
+	}
+	int64_t t = ldap_domain_next_timeout(e->ld);
+	struct epoll_event ev;
+	epoll_wait(e->ep, &ev, 1, t < 0 || t > 100 ? 100 : (int)t);
+	ldap_domain_process(e->ld);
+}
+
+struct result {
+	bool done;
+	enum ldap_lookup_result res;
+};
+
+static void on_result(enum ldap_lookup_result res, void *arg)
+{
+	struct result *r = arg;
+	r->done = true;
+	r->res = res;
+}
+
+static enum ldap_lookup_result lookup(struct env *e, enum ldap_lookup_kind kind, const char *name)
+{
+	struct result r = {false, LDAP_LOOKUP_FAILED};
+	enum ldap_lookup_result res = ldap_domain_lookup(e->ld, kind, name, 0, on_result, &r);
+	if (res != LDAP_LOOKUP_PENDING)
+		return res;
+	uint64_t until = idc_now_ns() + 20000000000ull;
+	while (!r.done && idc_now_ns() < until)
+		pump(e);
+	assert_true(r.done);
+	return r.res;
+}
+
+/* Mark everything expired and run a refresh now, until it is over. */
+static void refresh_now(struct env *e)
+{
+	struct idc_diag d = {{0}};
+	size_t n = 0;
+	assert_int_equal(cache_expire(e->cache, "dir", CACHE_ANY, NULL, &n, &d), 0);
+	assert_null(e->ld->reqs);
+	e->ld->next_refresh_ns = idc_now_ns();
+	ldap_domain_process(e->ld);
+	assert_non_null(e->ld->reqs); /* started */
+	uint64_t until = idc_now_ns() + 20000000000ull;
+	while (e->ld->reqs && idc_now_ns() < until)
+		pump(e);
+	assert_null(e->ld->reqs);
+}
+
+static bool has_user(struct env *e, const char *name)
+{
+	const char *doms[] = {"dir"};
+	struct cache_reader *r;
+	struct cache_user u;
+	assert_int_equal(cache_reader_begin(e->cache, &r), 0);
+	int rc = cache_user_by_name(r, doms, 1, name, false, &u, NULL);
+	cache_reader_end(r);
+	assert_true(rc == 0 || rc == -ENOENT);
+	return rc == 0;
+}
+
+static bool has_group(struct env *e, const char *name, size_t *nmembers)
+{
+	const char *doms[] = {"dir"};
+	struct cache_reader *r;
+	struct cache_group g;
+	assert_int_equal(cache_reader_begin(e->cache, &r), 0);
+	int rc = cache_group_by_name(r, doms, 1, name, false, &g, NULL);
+	if (rc == 0 && nmembers)
+		*nmembers = g.nmembers;
+	cache_reader_end(r);
+	assert_true(rc == 0 || rc == -ENOENT);
+	return rc == 0;
+}
+
+/* The gids initgroups gives user, sorted, as "a,b,c" in out. */
+static void groups_of(struct env *e, const char *user, char *out, size_t size)
+{
+	const char *doms[] = {"dir"};
+	struct cache_reader *r;
+	uint32_t gids[32];
+	size_t n = 0;
+	assert_int_equal(cache_reader_begin(e->cache, &r), 0);
+	assert_int_equal(cache_initgroups(r, doms, 1, user, false, gids, 32, &n), 0);
+	cache_reader_end(r);
+	for (size_t i = 1; i < n; i++)
+		for (size_t j = i; j > 0 && gids[j - 1] > gids[j]; j--) {
+			uint32_t t = gids[j];
+			gids[j] = gids[j - 1];
+			gids[j - 1] = t;
+		}
+	size_t len = 0;
+	out[0] = '\0';
+	for (size_t i = 0; i < n && len < size; i++)
+		len += (size_t)snprintf(out + len, size - len, "%s%u", i ? "," : "", gids[i]);
+}
+
+static const struct change *removal(const struct env *e, bool group, const char *name)
+{
+	for (size_t i = 0; i < e->nch; i++)
+		if (e->ch[i].group == group && !strcmp(e->ch[i].old_name, name) &&
+		    !e->ch[i].new_name[0])
+			return &e->ch[i];
+	return NULL;
+}
+
+/* ==== refresh ==================================================================== */
+
+static const char remy_ldif[] = "dn: uid=remy," PEOPLE "\\nobjectClass: account\\nobjectClass: "
+				"posixAccount\\nuid: remy\\ncn: remy\\nuidNumber: 30002\\n"
+				"gidNumber: 30002\\nhomeDirectory: /home/remy\\n\\n"
+				"dn: cn=rg_gone," GROUPS "\\nobjectClass: posixGroup\\n"
+				"objectClass: extensibleObject\\ncn: rg_gone\\ngidNumber: 31002\\n"
+				"memberUid: rena\\n";
+
+static void cache_the_fixtures(struct env *a)
+{
+	const char *users[] = {"rena", "remy", "rita"};
+	const char *groups[] = {"rg_stay", "rg_gone", "rg_top"};
+	for (size_t i = 0; i < IDC_ARRAY_SIZE(users); i++)
+		assert_int_equal(lookup(a, LDAP_LOOKUP_PWNAM, users[i]), LDAP_LOOKUP_FOUND);
+	for (size_t i = 0; i < IDC_ARRAY_SIZE(groups); i++)
+		assert_int_equal(lookup(a, LDAP_LOOKUP_GRNAM, groups[i]), LDAP_LOOKUP_FOUND);
+	assert_int_equal(lookup(a, LDAP_LOOKUP_INITGROUPS, "rena"), LDAP_LOOKUP_FOUND);
+	char gids[128];
+	groups_of(a, "rena", gids, sizeof(gids));
+	assert_string_equal(gids, "31001,31002,31003,31010,31011");
+}
+
+/* remy and rg_gone are deleted from the directory. A refresh whose user
+ * search is cut by a referral deletes nothing, nor one whose server stops
+ * answering; a complete one removes both (the hook told), rena loses
+ * rg_gone and rg_top (reached through it), everything else stays. */
+static void test_refresh_removes_what_the_directory_lost(void **state)
+{
+	(void)state;
+	struct env a;
+	env_open(&a, NULL, NULL);
+	cache_the_fixtures(&a);
+	/* A refresh leaves alone what was stored in the second its searches
+	 * went out (a lookup may have brought it back): let that second pass,
+	 * so that only the refresh's own rules keep entries below. */
+	time_t stored = time(NULL);
+	while (time(NULL) <= stored)
+		usleep(50000);
+	ldap_delete("uid=remy," PEOPLE);
+	ldap_delete("cn=rg_gone," GROUPS);
+
+	/* referral: the user base is the referral object */
+	struct env b;
+	env_open(&b, &a, "ldap_user_search_base", "ou=elsewhere," PEOPLE, "ldap_group_search_base",
+		 GROUPS, NULL);
+	uint64_t s0 = b.ld->nsearches;
+	refresh_now(&b);
+	assert_true(b.ld->nsearches > s0);
+	assert_true(has_user(&b, "remy") && has_group(&b, "rg_gone", NULL));
+	assert_false(b.unknown);
+	for (size_t i = 0; i < b.nch; i++)
+		assert_true(b.ch[i].new_name[0]); /* no removal reported */
+	env_close(&b, false);
+
+	/* the server stops answering during the refresh: offline, nothing
+	 * deleted */
+	struct env c;
+	env_open(&c, &a, NULL);
+	assert_int_equal(lookup(&c, LDAP_LOOKUP_PWNAM, "rita"), LDAP_LOOKUP_FOUND);
+	assert_int_equal(kill(slapd_pid, SIGSTOP), 0);
+	s0 = c.ld->nsearches;
+	refresh_now(&c);
+	assert_int_equal(kill(slapd_pid, SIGCONT), 0);
+	assert_true(c.ld->nsearches > s0);
+	assert_false(c.ld->online);
+	assert_true(has_user(&c, "remy") && has_group(&c, "rg_gone", NULL));
+	for (size_t i = 0; i < c.nch; i++)
+		assert_true(c.ch[i].new_name[0]); /* no removal reported */
+	env_close(&c, false);
+
+	/* complete: both removed, and reported */
+	refresh_now(&a);
+	assert_false(a.unknown);
+	assert_false(has_user(&a, "remy"));
+	assert_false(has_group(&a, "rg_gone", NULL));
+	assert_true(has_user(&a, "rena") && has_user(&a, "rita"));
+	assert_true(has_group(&a, "rg_stay", NULL) && has_group(&a, "rg_top", NULL));
+	const struct change *u = removal(&a, false, "remy"), *g = removal(&a, true, "rg_gone");
+	assert_non_null(u);
+	assert_int_equal(u->old_id, 30002);
+	assert_non_null(g);
+	assert_int_equal(g->old_id, 31002);
+	char gids[128];
+	groups_of(&a, "rena", gids, sizeof(gids));
+	assert_string_equal(gids, "31001,31010,31011");
+	const char *doms[] = {"dir"};
+	struct cache_reader *r;
+	struct cache_user cu;
+	struct cache_group cg;
+	assert_int_equal(cache_reader_begin(a.cache, &r), 0);
+	assert_int_equal(cache_user_by_uid(r, doms, 1, 30002, &cu, NULL), -ENOENT);
+	assert_int_equal(cache_group_by_gid(r, doms, 1, 31002, &cg, NULL), -ENOENT);
+	cache_reader_end(r);
+	/* a second refresh finds nothing more to remove */
+	size_t nch = a.nch;
+	refresh_now(&a);
+	for (size_t i = nch; i < a.nch; i++)
+		assert_true(a.ch[i].new_name[0]);
+	env_close(&a, true);
+	ldap_add_back(remy_ldif);
+}
+
+/* ==== the member cap ================================================================= */
+
+struct captured {
+	FILE *f;
+	int saved;
+};
+
+static void capture_begin(struct captured *c)
+{
+	fflush(stderr);
+	c->f = tmpfile();
+	assert_non_null(c->f);
+	c->saved = dup(2);
+	assert_int_equal(dup2(fileno(c->f), 2), 2);
+}
+
+/* What was logged meanwhile (malloc'ed). */
+static char *capture_end(struct captured *c)
+{
+	fflush(stderr);
+	assert_int_equal(dup2(c->saved, 2), 2);
+	close(c->saved);
+	long len = ftell(c->f);
+	char *text = calloc(1, (size_t)len + 1);
+	assert_non_null(text);
+	rewind(c->f);
+	assert_int_equal(fread(text, 1, (size_t)len, c->f), (size_t)len);
+	fclose(c->f);
+	return text;
+}
+
+static size_t occurrences(const char *text, const char *what)
+{
+	size_t n = 0;
+	for (const char *p = strstr(text, what); p; p = strstr(p + 1, what))
+		n++;
+	return n;
+}
+
+/* members_max lowered to 5: "big" (12 memberUid values) keeps 5 members,
+ * "bigdn" (1 memberUid, 8 member DNs) keeps 1 + 5; each cut logged once
+ * with the group's DN over repeated lookups; an initgroups answer holding
+ * both keeps its other groups. */
+static void test_member_cap(void **state)
+{
+	(void)state;
+	struct env a;
+	env_open(&a, NULL, NULL);
+	assert_int_equal(a.ld->members_max, LP_MEMBERS_MAX);
+	a.ld->members_max = 5;
+	struct captured c;
+	idc_log_init("test_ldap_refresh", true, IDC_LOG_WARN);
+	capture_begin(&c);
+	for (int round = 0; round < 3; round++) {
+		struct idc_diag d = {{0}};
+		assert_int_equal(cache_expire(a.cache, "dir", CACHE_ANY, NULL, NULL, &d), 0);
+		assert_int_equal(lookup(&a, LDAP_LOOKUP_GRNAM, "big"), LDAP_LOOKUP_FOUND);
+		assert_int_equal(lookup(&a, LDAP_LOOKUP_GRNAM, "bigdn"), LDAP_LOOKUP_FOUND);
+		assert_int_equal(lookup(&a, LDAP_LOOKUP_INITGROUPS, "rena"), LDAP_LOOKUP_FOUND);
+	}
+	char *log = capture_end(&c);
+	idc_log_init("test_ldap_refresh", true, IDC_LOG_ERR);
+	size_t n = 0;
+	assert_true(has_group(&a, "big", &n));
+	assert_int_equal(n, 5);
+	assert_true(has_group(&a, "bigdn", &n));
+	assert_int_equal(n, 6);
+	char gids[128];
+	groups_of(&a, "rena", gids, sizeof(gids));
+	assert_string_equal(gids, "31001,31002,31003,31010,31011");
+	const char *want[] = {
+	    "group \"cn=big," GROUPS "\": 12 memberUid values, more than the 5 kept",
+	    "group \"cn=bigdn," GROUPS "\": 8 member values, more than the 5 kept"};
+	for (size_t i = 0; i < IDC_ARRAY_SIZE(want); i++)
+		if (occurrences(log, want[i]) != 1)
+			fail_msg("\"%s\" logged %zu times in:\n%s", want[i],
+				 occurrences(log, want[i]), log);
+	assert_int_equal(occurrences(log, "kept; the rest dropped"), 2);
+	free(log);
+	env_close(&a, true);
+}
+
+int main(void)
+{
+	idc_log_init("test_ldap_refresh", true, IDC_LOG_ERR);
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_refresh_removes_what_the_directory_lost),
+	    cmocka_unit_test(test_member_cap),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
