@@ -5,7 +5,8 @@
  * rfc2307 and rfc2307bis lookups, nested groups with a cycle, paging,
  * coalescing, the negative cache, failover and failback, StartTLS and
  * LDAPS with a test CA, a wrong-hostname certificate, a bad password,
- * offline behaviour and a server that never answers.
+ * offline behaviour, a server that never answers, and servers that stall
+ * the TLS handshake (ldaps://, after StartTLS).
  *
  * Servers: A (StartTLS + LDAPS, good certificate), B (plain; failover
  * target), F (plain; stopped and restarted), W (LDAPS with a certificate
@@ -15,6 +16,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -22,7 +24,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -95,9 +99,12 @@ static int setup_servers(void **state)
 	return 0;
 }
 
+static void stallers_stop(void);
+
 static int teardown_servers(void **state)
 {
 	(void)state;
+	stallers_stop();
 	const char *names[] = {"a", "b", "f", "w"};
 	for (size_t i = 0; i < IDC_ARRAY_SIZE(names); i++)
 		sh("%s/slapd.sh stop %s/%s", LDAP_TEST_DIR, tmp, names[i]);
@@ -613,7 +620,7 @@ static void test_tls(void **state)
 	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "alice", 0), LDAP_LOOKUP_OFFLINE);
 	ldap_domain_get_status(e.ld, &st);
 	assert_false(st.online);
-	assert_non_null(strstr(st.last_error, "connect"));
+	assert_non_null(strstr(st.last_error, "TLS handshake"));
 	env_close(&e);
 	/* StartTLS without the CA: the chain does not verify */
 	env_open(&e, uri(port_a, "ldap"), "ldap_id_use_start_tls=true", NULL);
@@ -857,6 +864,242 @@ static void test_stalled_handshake(void **state)
 	close(s);
 }
 
+/* ==== servers that stall the TLS handshake ====================================== */
+
+/* A loopback listener (port in *port) that the kernel completes TCP
+ * connections for and nobody ever reads: an ldaps:// server that never
+ * answers the ClientHello. */
+static int mute_listener(int *port)
+{
+	int s = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof(a);
+	assert_true(s >= 0);
+	assert_int_equal(bind(s, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(s, 16), 0);
+	assert_int_equal(getsockname(s, (struct sockaddr *)&a, &len), 0);
+	*port = ntohs(a.sin_port);
+	return s;
+}
+
+/* The StartTLS extended request in req (n bytes) answered with success: an
+ * ExtendedResponse (RFC 4511 4.12, 4.14.2) with the request's message id,
+ * resultCode 0, empty matchedDN and diagnosticMessage, and responseName
+ * 1.3.6.1.4.1.1466.20037. Its length, or 0 when req is not an LDAPMessage
+ * with a short message id. */
+static size_t starttls_reply(const unsigned char *req, size_t n, unsigned char *out)
+{
+	static const char oid[] = "1.3.6.1.4.1.1466.20037";
+	static const unsigned char result[] = {0x0a, 1, 0, 0x04, 0, 0x04, 0};
+	size_t at = 2 + ((n > 1 && (req[1] & 0x80)) ? (req[1] & 0x7f) : 0); /* messageID */
+	if (n < at + 3 || req[0] != 0x30 || req[at] != 0x02 || req[at + 1] > 4 ||
+	    n < at + 2 + req[at + 1])
+		return 0;
+	size_t id = 2 + req[at + 1], body = sizeof(result) + 2 + (sizeof(oid) - 1), k = 0;
+	out[k++] = 0x30; /* LDAPMessage */
+	out[k++] = (unsigned char)(id + 2 + body);
+	memcpy(out + k, req + at, id);
+	k += id;
+	out[k++] = 0x78; /* [APPLICATION 24] ExtendedResponse */
+	out[k++] = (unsigned char)body;
+	memcpy(out + k, result, sizeof(result));
+	k += sizeof(result);
+	out[k++] = 0x8a; /* [10] responseName */
+	out[k++] = sizeof(oid) - 1;
+	memcpy(out + k, oid, sizeof(oid) - 1);
+	return k + sizeof(oid) - 1;
+}
+
+/* The staller's side of one connection: read what the client sends first,
+ * then (mode 's') accept StartTLS or (mode 'p', after a ClientHello) send
+ * the first 5 bytes of a TLS record that promises 64 more. Either way the
+ * connection then stays open and silent. */
+static void stall_one(int c, char mode)
+{
+	unsigned char in[4096], out[64];
+	ssize_t n = read(c, in, sizeof(in));
+	if (n <= 0)
+		return;
+	size_t k = 0;
+	if (mode == 's') {
+		k = starttls_reply(in, (size_t)n, out);
+	} else if (mode == 'p') {
+		static const unsigned char head[] = {0x16, 0x03, 0x03, 0x00, 0x40};
+		memcpy(out, head, sizeof(head));
+		k = sizeof(head);
+	}
+	if (k && write(c, out, k) != (ssize_t)k)
+		return;
+}
+
+static pid_t stallers[4];
+
+/* A staller (see stall_one) in a child process on a free loopback port;
+ * stopped by stallers_stop. */
+static int staller_start(char mode)
+{
+	int port;
+	int s = mute_listener(&port);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL); /* gone with the test, however it ends */
+		for (;;) {
+			int c = accept(s, NULL, NULL);
+			if (c >= 0)
+				stall_one(c, mode); /* c stays open until the child is killed */
+		}
+	}
+	close(s);
+	for (size_t i = 0; i < IDC_ARRAY_SIZE(stallers); i++)
+		if (!stallers[i]) {
+			stallers[i] = pid;
+			return port;
+		}
+	fail_msg("too many stallers");
+	return -1;
+}
+
+static void stallers_stop(void)
+{
+	for (size_t i = 0; i < IDC_ARRAY_SIZE(stallers); i++)
+		if (stallers[i]) {
+			kill(stallers[i], SIGKILL);
+			waitpid(stallers[i], NULL, 0);
+			stallers[i] = 0;
+		}
+}
+
+/* Start a lookup of alice on e: it must be pending at once, and the
+ * callback is to come from the loop (wait_stalled). */
+static uint64_t start_stalled(struct env *e, struct done *d)
+{
+	*d = (struct done){0, 0};
+	uint64_t t0 = idc_now_ns();
+	assert_int_equal(ldap_domain_lookup(e->ld, LDAP_LOOKUP_PWNAM, "alice", 0, on_done, d),
+			 LDAP_LOOKUP_PENDING);
+	uint64_t ms = (idc_now_ns() - t0) / 1000000u;
+	printf("stalled TLS: ldap_domain_lookup returned after %llu ms\n", (unsigned long long)ms);
+	assert_true(ms < 100);
+	return t0;
+}
+
+static void assert_error(struct env *e, const char *a, const char *b)
+{
+	struct ldap_domain_status st;
+	ldap_domain_get_status(e->ld, &st);
+	if (!strstr(st.last_error, a) || !strstr(st.last_error, b))
+		fail_msg("last_error \"%s\": want \"%s\" and \"%s\"", st.last_error, a, b);
+}
+
+/* Servers that complete the TCP connect and then stall the TLS handshake:
+ * the handshake runs off the loop (every ldap_domain_process call returns
+ * at once), its deadline (ldap_network_timeout) fails the server over to
+ * the next URI, or the domain goes offline. First ldaps:// that never
+ * answers the ClientHello. */
+static void test_stalled_ldaps_handshake(void **state)
+{
+	(void)state;
+	char ca[160], uris[200];
+	snprintf(ca, sizeof(ca), "ldap_tls_cacert=%s/certs/ca.pem", tmp);
+	int port;
+	int mute = mute_listener(&port);
+	struct env e;
+	struct done d;
+	struct ldap_domain_status st;
+	/* one server: offline after the deadline */
+	env_open(&e, uri(port, "ldaps"), ca, "ldap_network_timeout=0.5", NULL);
+	uint64_t ms = wait_stalled(&e, &d, start_stalled(&e, &d));
+	assert_int_equal(d.res, LDAP_LOOKUP_OFFLINE);
+	assert_true(ms >= 450 && ms < 3000);
+	assert_error(&e, "TLS handshake", "Timed out");
+	env_close(&e);
+	/* then a real server */
+	snprintf(uris, sizeof(uris), "%s,%s", uri(port, "ldaps"), uri(port_b, "ldap"));
+	env_open(&e, uris, ca, "ldap_network_timeout=0.5", NULL);
+	ms = wait_stalled(&e, &d, start_stalled(&e, &d));
+	assert_int_equal(d.res, LDAP_LOOKUP_FOUND);
+	assert_true(ms >= 450 && ms < 3000);
+	ldap_domain_get_status(e.ld, &st);
+	assert_string_equal(st.server, uri(port_b, "ldap"));
+	assert_true(cached_user(&e, "alice", NULL));
+	env_close(&e);
+	close(mute);
+}
+
+/* A server that accepts StartTLS and then never answers the ClientHello. */
+static void test_stalled_starttls_handshake(void **state)
+{
+	(void)state;
+	char ca[160], uris[200];
+	snprintf(ca, sizeof(ca), "ldap_tls_cacert=%s/certs/ca.pem", tmp);
+	int port = staller_start('s');
+	struct env e;
+	struct done d;
+	struct ldap_domain_status st;
+	env_open(&e, uri(port, "ldap"), ca, "ldap_id_use_start_tls=true",
+		 "ldap_network_timeout=0.5", NULL);
+	uint64_t ms = wait_stalled(&e, &d, start_stalled(&e, &d));
+	assert_int_equal(d.res, LDAP_LOOKUP_OFFLINE);
+	assert_true(ms >= 450 && ms < 3000);
+	assert_error(&e, "TLS handshake after StartTLS", "Timed out");
+	env_close(&e);
+	/* then a real StartTLS server */
+	snprintf(uris, sizeof(uris), "%s,%s", uri(port, "ldap"), uri(port_a, "ldap"));
+	env_open(&e, uris, ca, "ldap_id_use_start_tls=true", "ldap_network_timeout=0.5", NULL);
+	ms = wait_stalled(&e, &d, start_stalled(&e, &d));
+	assert_int_equal(d.res, LDAP_LOOKUP_FOUND);
+	assert_true(ms >= 450 && ms < 3000);
+	ldap_domain_get_status(e.ld, &st);
+	assert_string_equal(st.server, uri(port_a, "ldap"));
+	env_close(&e);
+	stallers_stop();
+}
+
+/* The first bytes of a reply to the ClientHello, then silence: past its
+ * first read libldap waits in blocking mode with no bound of its own. */
+static void test_partial_tls_reply(void **state)
+{
+	(void)state;
+	char ca[160];
+	snprintf(ca, sizeof(ca), "ldap_tls_cacert=%s/certs/ca.pem", tmp);
+	int port = staller_start('p');
+	struct env e;
+	struct done d;
+	env_open(&e, uri(port, "ldaps"), ca, "ldap_network_timeout=0.5", NULL);
+	uint64_t ms = wait_stalled(&e, &d, start_stalled(&e, &d));
+	assert_int_equal(d.res, LDAP_LOOKUP_OFFLINE);
+	assert_true(ms >= 450 && ms < 3000);
+	assert_error(&e, "TLS handshake", "Timed out");
+	env_close(&e);
+	stallers_stop();
+}
+
+/* The domain freed while a handshake stalls: the helper thread is ended
+ * and joined at once (no wait for ldap_network_timeout), the lookup
+ * completes as FAILED; under valgrind nothing leaks. */
+static void test_free_during_tls_handshake(void **state)
+{
+	(void)state;
+	int port;
+	int mute = mute_listener(&port);
+	struct env e;
+	struct done d;
+	env_open(&e, uri(port, "ldaps"), "ldap_network_timeout=30", NULL);
+	start_stalled(&e, &d);
+	for (int i = 0; i < 5; i++)
+		turn(&e, 20); /* the helper is waiting for the ServerHello */
+	assert_int_equal(d.calls, 0);
+	uint64_t t0 = idc_now_ns();
+	env_close(&e);
+	uint64_t ms = (idc_now_ns() - t0) / 1000000u;
+	printf("domain freed during a stalled TLS handshake in %llu ms\n", (unsigned long long)ms);
+	assert_int_equal(d.calls, 1);
+	assert_int_equal(d.res, LDAP_LOOKUP_FAILED);
+	assert_true(ms < 1000);
+	close(mute);
+}
+
 int main(void)
 {
 	/* Without Debian's slapd, ldap-utils and openssl there is nothing to
@@ -880,6 +1123,13 @@ int main(void)
 	    cmocka_unit_test(test_offline),
 	    cmocka_unit_test(test_silent_server),
 	    cmocka_unit_test(test_stalled_handshake),
+	    cmocka_unit_test(test_stalled_ldaps_handshake),
+	    cmocka_unit_test(test_stalled_starttls_handshake),
+	    cmocka_unit_test(test_partial_tls_reply),
+	    cmocka_unit_test(test_free_during_tls_handshake),
 	};
+	/* LDAP_TEST_FILTER=test_partial*: run some tests only */
+	if (getenv("LDAP_TEST_FILTER"))
+		cmocka_set_test_filter(getenv("LDAP_TEST_FILTER"));
 	return cmocka_run_group_tests(tests, setup_servers, teardown_servers);
 }

@@ -1,18 +1,22 @@
 /*
  * conn: the domain's one connection — setup step by step from the event
- * loop (TCP connect in progress, StartTLS and bind by message id, each step
- * given ldap_network_timeout by the provider's timer), failover along the
- * URI list, failback to the primary, and the offline state with probes on
- * a doubling backoff.
+ * loop (TCP connect in progress, StartTLS and bind by message id, the TLS
+ * handshake on a helper thread the loop hears from through an eventfd;
+ * each step given ldap_network_timeout by the provider's timer), failover
+ * along the URI list, failback to the primary, and the offline state with
+ * probes on a doubling backoff.
  */
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "providers/ldap/ldap_int.h"
 
@@ -29,7 +33,7 @@ static void set_error(struct ldap_domain *ld, const char *uri, const char *what,
 
 /* libldap options for one handle; certificate checks apply to it alone
  * (NEWCTX builds a TLS context from this handle's settings). */
-static int set_options(struct ldap_domain *ld, LDAP *l, bool async)
+static int set_options(struct ldap_domain *ld, LDAP *l)
 {
 	const struct ldap_domain_config *c = &ld->cfg;
 	int v3 = LDAP_VERSION3;
@@ -44,14 +48,17 @@ static int set_options(struct ldap_domain *ld, LDAP *l, bool async)
 	/* Referrals are not chased: the provider reads one directory. */
 	if (rc == LDAP_SUCCESS)
 		rc = ldap_set_option(l, LDAP_OPT_REFERRALS, LDAP_OPT_OFF);
-	/* Bounds what still waits: the TCP connect and TLS handshake of
-	 * ldaps://, the TLS handshake after StartTLS. */
+	/* libldap's own bound on the TLS handshake on the helper thread. Not
+	 * the one relied on: past its first successful poll libldap reads and
+	 * writes in blocking mode without a bound; the provider's deadline
+	 * ends a stalled handshake (tls_stop). */
 	if (rc == LDAP_SUCCESS)
 		rc = ldap_set_option(l, LDAP_OPT_NETWORK_TIMEOUT, &tv);
 	if (rc == LDAP_SUCCESS)
 		rc = ldap_set_option(l, LDAP_OPT_TIMEOUT, &tv);
-	/* ldap_connect returns with the TCP connect in progress. */
-	if (rc == LDAP_SUCCESS && async)
+	/* ldap_connect returns with the TCP connect in progress (ldaps:// as
+	 * well: see plain_uri). */
+	if (rc == LDAP_SUCCESS)
 		rc = ldap_set_option(l, LDAP_OPT_CONNECT_ASYNC, LDAP_OPT_ON);
 	if (rc == LDAP_SUCCESS && c->tls_cacert)
 		rc = ldap_set_option(l, LDAP_OPT_X_TLS_CACERTFILE, c->tls_cacert);
@@ -62,19 +69,144 @@ static int set_options(struct ldap_domain *ld, LDAP *l, bool async)
 	return rc;
 }
 
-static const char *hs_step(int hs)
+static bool is_ldaps(const char *uri)
 {
-	return hs == LP_HS_CONNECT ? "connect" : hs == LP_HS_STARTTLS ? "StartTLS" : "bind";
+	return !strncasecmp(uri, "ldaps:", 6);
 }
+
+/* The name of a setup step in messages (last_error, the log). */
+static const char *hs_step(const struct ldap_domain *ld, int hs)
+{
+	switch (hs) {
+	case LP_HS_CONNECT:
+		return "connect";
+	case LP_HS_STARTTLS:
+		return "StartTLS";
+	case LP_HS_TLS:
+		return is_ldaps(ld->cfg.uris[ld->server]) ? "TLS handshake"
+							  : "TLS handshake after StartTLS";
+	default:
+		return "bind";
+	}
+}
+
+/* ==== the TLS handshake on a helper thread ================================= */
+
+/* libldap has no TLS handshake that returns when the socket would block:
+ * ldap_install_tls polls inside, and past its first successful poll reads
+ * and writes in blocking mode without a bound. So it runs on a thread of
+ * its own, one per attempt, which owns the handle until it is joined:
+ * meanwhile the loop watches `done` (ld->fd) instead of the socket and
+ * touches neither conn nor its socket, but to shut the socket down when
+ * the attempt is given up (tls_stop). */
+struct lp_tls {
+	pthread_t thread;
+	LDAP *l;
+	int sock; /* l's socket */
+	int done; /* eventfd, written once ldap_install_tls returned */
+	int rc;   /* what it returned: read after the join */
+};
+
+static void *tls_main(void *arg)
+{
+	struct lp_tls *t = arg;
+	t->rc = ldap_install_tls(t->l);
+	uint64_t one = 1;
+	while (write(t->done, &one, sizeof(one)) < 0 && errno == EINTR)
+		;
+	return NULL;
+}
+
+/* LP_HS_TLS: hand conn to a new helper thread. LDAP error code. */
+static int tls_start(struct ldap_domain *ld)
+{
+	struct lp_tls *t = calloc(1, sizeof(*t));
+	if (!t)
+		return LDAP_NO_MEMORY;
+	t->l = ld->conn;
+	t->sock = ld->fd;
+	t->done = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	/* Signals stay with the loop's thread: the daemon's handlers must not
+	 * run on the helper, and a SIGPIPE the helper raises (writing to a
+	 * socket the server reset or tls_stop shut down) stays pending on it
+	 * and goes away with it. */
+	sigset_t all, old;
+	sigfillset(&all);
+	/* libldap's tls_init bumps two unlocked counters on every handshake
+	 * and every LDAP_OPT_X_TLS_NEWCTX, so this thread and the helper may
+	 * race on them (helgrind says so). Harmless: they are only compared
+	 * with zero, and set_options made them non-zero on this thread before
+	 * any helper existed. */
+	int rc = t->done < 0 ? errno : pthread_sigmask(SIG_SETMASK, &all, &old);
+	if (!rc) {
+		rc = pthread_create(&t->thread, NULL, tls_main, t);
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+	}
+	if (rc) {
+		idc_log(IDC_LOG_ERR, "ldap domain %s: cannot start the TLS handshake: %s",
+			ld->cfg.name, strerror(rc));
+		if (t->done >= 0)
+			close(t->done);
+		free(t);
+		return LDAP_LOCAL_ERROR;
+	}
+	ld->tls = t;
+	ld->fd = t->done;
+	return LDAP_SUCCESS;
+}
+
+/* Whether the helper thread has finished (it wrote its eventfd). */
+static bool tls_finished(struct ldap_domain *ld)
+{
+	uint64_t n;
+	return read(ld->tls->done, &n, sizeof(n)) == (ssize_t)sizeof(n);
+}
+
+/* Join the helper thread (finished, or about to), take conn back, and
+ * return what ldap_install_tls returned. */
+static int tls_join(struct ldap_domain *ld)
+{
+	struct lp_tls *t = ld->tls;
+	pthread_join(t->thread, NULL);
+	int rc = t->rc;
+	ld->fd = t->sock;
+	close(t->done);
+	free(t);
+	ld->tls = NULL;
+	return rc;
+}
+
+/* End a handshake in progress (its deadline passed, the connection is
+ * dropped): shutting the socket down makes whatever the thread waits in
+ * (libldap's poll, a blocking read or write inside the TLS library) return
+ * at once, so the join is short. The socket itself stays open, conn's,
+ * until conn is unbound. */
+static void tls_stop(struct ldap_domain *ld)
+{
+	if (!ld->tls)
+		return;
+	uint64_t t0 = idc_now_ns();
+	shutdown(ld->tls->sock, SHUT_RDWR);
+	tls_join(ld);
+	uint64_t ms = (idc_now_ns() - t0) / 1000000u;
+	if (ms >= 100) /* not expected: the join is what bounds this */
+		idc_log(IDC_LOG_WARN, "ldap domain %s: ending a TLS handshake took %llu ms",
+			ld->cfg.name, (unsigned long long)ms);
+}
+
+/* ==== setup ================================================================== */
 
 /* The setup of the current server failed at step: say why (with the
  * server's diagnostic when there is one) and drop the handle. */
 static void hs_error(struct ldap_domain *ld, const char *step, int rc)
 {
 	const char *uri = ld->cfg.uris[ld->server];
+	tls_stop(ld); /* conn is the helper's until joined */
 	set_error(ld, uri, step, rc);
 	char *diag = NULL;
-	if (ld->conn &&
+	/* After a timeout the diagnostic would only tell of tls_stop's
+	 * shutdown. */
+	if (ld->conn && rc != LDAP_TIMEOUT &&
 	    ldap_get_option(ld->conn, LDAP_OPT_DIAGNOSTIC_MESSAGE, &diag) == LDAP_SUCCESS && diag &&
 	    *diag) {
 		size_t n = strlen(ld->last_error);
@@ -108,11 +240,15 @@ static void connected(struct ldap_domain *ld)
  * code (the caller fails the server). */
 static int hs_next(struct ldap_domain *ld, int done)
 {
-	const char *uri = ld->cfg.uris[ld->server];
+	bool ldaps = is_ldaps(ld->cfg.uris[ld->server]);
 	ld->hs_deadline_ns = idc_now_ns() + (uint64_t)ld->cfg.network_timeout_ms * 1000000u;
-	if (done < LP_HS_STARTTLS && ld->cfg.start_tls && strncasecmp(uri, "ldaps:", 6)) {
+	if (done < LP_HS_STARTTLS && ld->cfg.start_tls && !ldaps) {
 		ld->hs = LP_HS_STARTTLS;
 		return ldap_start_tls(ld->conn, NULL, NULL, &ld->hs_msgid);
+	}
+	if (done < LP_HS_TLS && (ldaps || ld->cfg.start_tls)) {
+		ld->hs = LP_HS_TLS;
+		return tls_start(ld);
 	}
 	if (done < LP_HS_BIND && ld->cfg.bind_dn) {
 		struct berval pw = {strlen(ld->password), ld->password};
@@ -138,15 +274,42 @@ static int tcp_connected(struct ldap_domain *ld)
 	return (p.revents & POLLOUT) ? 1 : 0;
 }
 
-/* Start the setup of uris[i]: TCP connect (in progress) for ldap://, then
- * StartTLS and bind by message id; ldaps:// connects and handshakes here,
- * bounded by ldap_network_timeout. 0 started (or ready), else failed. */
+/* ldaps://host[:port] as ldap://host:port, for ldap_initialize: libldap
+ * then starts the TCP connect in progress as for any ldap:// URI, and the
+ * handshake follows on the helper thread (ldap_install_tls checks the
+ * certificate against the same host). NULL when uri does not parse or
+ * memory ran out; else free with ldap_memfree. */
+static char *plain_uri(const char *uri)
+{
+	static char scheme[] = "ldap";
+	LDAPURLDesc *u = NULL;
+	if (ldap_url_parse(uri, &u) != LDAP_URL_SUCCESS)
+		return NULL;
+	char *own = u->lud_scheme;
+	u->lud_scheme = scheme;
+	/* ldap_url_parse fills in 636; ldap:// alone would mean 389 */
+	if (!u->lud_port)
+		u->lud_port = LDAPS_PORT;
+	char *s = ldap_url_desc2str(u);
+	u->lud_scheme = own;
+	ldap_free_urldesc(u);
+	return s;
+}
+
+/* Start the setup of uris[i]: TCP connect (in progress), then StartTLS by
+ * message id, the TLS handshake (helper thread) and the bind by message
+ * id. 0 started (or ready), else failed. */
 static int open_one(struct ldap_domain *ld, size_t i)
 {
 	const char *uri = ld->cfg.uris[i];
-	bool ldaps = !strncasecmp(uri, "ldaps:", 6);
 	LDAP *l = NULL;
-	int rc = ldap_initialize(&l, uri);
+	char *plain = NULL;
+	int rc = LDAP_SUCCESS;
+	if (is_ldaps(uri) && !(plain = plain_uri(uri)))
+		rc = LDAP_PARAM_ERROR;
+	if (rc == LDAP_SUCCESS)
+		rc = ldap_initialize(&l, plain ? plain : uri);
+	ldap_memfree(plain);
 	if (rc != LDAP_SUCCESS) {
 		set_error(ld, uri, "initialize", rc);
 		lp_log_once(ld, IDC_LOG_WARN, "ldap domain %s: %s", ld->cfg.name, ld->last_error);
@@ -156,7 +319,7 @@ static int open_one(struct ldap_domain *ld, size_t i)
 	ld->server = i;
 	ld->hs = LP_HS_CONNECT;
 	ld->hs_deadline_ns = idc_now_ns() + (uint64_t)ld->cfg.network_timeout_ms * 1000000u;
-	rc = set_options(ld, l, !ldaps);
+	rc = set_options(ld, l);
 	if (rc != LDAP_SUCCESS) {
 		hs_error(ld, "options", rc);
 		return -1;
@@ -176,7 +339,7 @@ static int open_one(struct ldap_domain *ld, size_t i)
 	if (rc == 1)
 		rc = hs_next(ld, LP_HS_CONNECT);
 	if (rc != LDAP_SUCCESS) {
-		hs_error(ld, hs_step(ld->hs), rc);
+		hs_error(ld, hs_step(ld, ld->hs), rc);
 		return -1;
 	}
 	return 0;
@@ -204,6 +367,47 @@ static void hs_fail(struct ldap_domain *ld, const char *step, int rc)
 		lp_go_offline(ld, ld->last_error);
 }
 
+/* LP_HS_STARTTLS, LP_HS_BIND: read the step's reply if it came. Whether
+ * the step is over (the next one started, or the server failed). */
+static bool hs_reply(struct ldap_domain *ld, int step)
+{
+	struct timeval zero = {0, 0};
+	LDAPMessage *msg = NULL;
+	int n = ldap_result(ld->conn, ld->hs_msgid, LDAP_MSG_ALL, &zero, &msg);
+	if (n < 0) {
+		int err = LDAP_SERVER_DOWN;
+		ldap_get_option(ld->conn, LDAP_OPT_RESULT_CODE, &err);
+		ldap_msgfree(msg);
+		hs_fail(ld, hs_step(ld, step), err);
+		return true;
+	}
+	if (n == 0)
+		return false;
+	int err = LDAP_OTHER;
+	int rc = ldap_parse_result(ld->conn, msg, &err, NULL, NULL, NULL, NULL, 1);
+	if (rc != LDAP_SUCCESS)
+		err = rc;
+	if (err == LDAP_SUCCESS)
+		err = hs_next(ld, step); /* after StartTLS: the handshake */
+	if (err != LDAP_SUCCESS)
+		hs_fail(ld, hs_step(ld, ld->hs), err);
+	return true;
+}
+
+/* LP_HS_TLS: whether the helper thread finished (and the next step
+ * started, or the server failed). */
+static bool hs_tls(struct ldap_domain *ld)
+{
+	if (!tls_finished(ld))
+		return false;
+	int rc = tls_join(ld);
+	if (rc == LDAP_SUCCESS)
+		rc = hs_next(ld, LP_HS_TLS);
+	if (rc != LDAP_SUCCESS)
+		hs_fail(ld, hs_step(ld, ld->hs), rc);
+	return true;
+}
+
 void lp_conn_handshake(struct ldap_domain *ld, uint64_t now)
 {
 	if (!ld->conn || ld->hs == LP_HS_NONE)
@@ -214,42 +418,18 @@ void lp_conn_handshake(struct ldap_domain *ld, uint64_t now)
 		if (rc == 1) {
 			rc = hs_next(ld, LP_HS_CONNECT);
 			if (rc != LDAP_SUCCESS)
-				hs_fail(ld, hs_step(ld->hs), rc);
+				hs_fail(ld, hs_step(ld, ld->hs), rc);
 			return;
 		}
 		if (rc) {
 			hs_fail(ld, "connect", rc);
 			return;
 		}
-	} else {
-		struct timeval zero = {0, 0};
-		LDAPMessage *msg = NULL;
-		int n = ldap_result(ld->conn, ld->hs_msgid, LDAP_MSG_ALL, &zero, &msg);
-		if (n < 0) {
-			int err = LDAP_SERVER_DOWN;
-			ldap_get_option(ld->conn, LDAP_OPT_RESULT_CODE, &err);
-			ldap_msgfree(msg);
-			hs_fail(ld, hs_step(step), err);
-			return;
-		}
-		if (n > 0) {
-			int err = LDAP_OTHER;
-			int rc = ldap_parse_result(ld->conn, msg, &err, NULL, NULL, NULL, NULL, 1);
-			if (rc != LDAP_SUCCESS)
-				err = rc;
-			/* The TLS handshake itself: libldap cannot do it without
-			 * waiting; bounded by LDAP_OPT_NETWORK_TIMEOUT. */
-			if (err == LDAP_SUCCESS && step == LP_HS_STARTTLS)
-				err = ldap_install_tls(ld->conn);
-			if (err == LDAP_SUCCESS)
-				err = hs_next(ld, step);
-			if (err != LDAP_SUCCESS)
-				hs_fail(ld, hs_step(ld->hs), err);
-			return;
-		}
+	} else if (step == LP_HS_TLS ? hs_tls(ld) : hs_reply(ld, step)) {
+		return;
 	}
 	if (now >= ld->hs_deadline_ns)
-		hs_fail(ld, hs_step(step), LDAP_TIMEOUT);
+		hs_fail(ld, hs_step(ld, step), LDAP_TIMEOUT);
 }
 
 /* ldap_unbind_ext writes an unbind request: on a socket whose connect
@@ -282,6 +462,7 @@ static void unbind_quietly(LDAP *l)
 
 void lp_conn_close(struct ldap_domain *ld)
 {
+	tls_stop(ld);
 	lp_search_drop_all(ld);
 	ld->hs = LP_HS_NONE;
 	if (ld->conn)

@@ -21,12 +21,14 @@
  *   ldap_domain_process() (or ldap_domain_free(), with LDAP_LOOKUP_FAILED),
  *   after which the answer is read from the cache.
  *
- * Blocking: searches and their results are asynchronous (msgids, results
- * read with a zero timeout when the socket is readable). Connection setup
- * (TCP connect, the StartTLS/LDAPS handshake and the bind) is synchronous
- * and bounded by ldap_network_timeout per server: libldap has no
- * non-blocking TLS handshake. It happens on the first lookup, on failover
- * and on probes while offline.
+ * Blocking: nothing blocks the caller's loop. Searches and their results
+ * are asynchronous (msgids, results read with a zero timeout when the
+ * socket is readable). Connection setup — on the first lookup, on failover
+ * and on probes while offline — runs one step at a time: the TCP connect in
+ * progress, StartTLS and the bind by message id, and the TLS handshake
+ * (libldap has none that returns when the socket would block) on a helper
+ * thread the loop hears from through an eventfd; each step has
+ * ldap_network_timeout as its deadline.
  */
 #ifndef IDC_LDAP_PROVIDER_H
 #define IDC_LDAP_PROVIDER_H

@@ -138,7 +138,11 @@ struct ldap_domain {
 	char *password;
 	/* connection */
 	LDAP *conn;
+	/* what the loop watches: conn's socket, or while the TLS handshake
+	 * runs on its helper thread (LP_HS_TLS) that thread's eventfd */
 	int fd;
+	/* LP_HS_TLS: the helper thread, which owns conn until joined */
+	struct lp_tls *tls;
 	size_t server; /* index into cfg.uris of conn */
 	bool online;   /* false: offline, serving the cache */
 	/* setup of conn in progress (enum lp_hs): nothing but the handshake
@@ -177,14 +181,17 @@ const char *lp_attr(const struct ldap_domain_config *c, enum ldap_dom_attr a);
 bool lp_id_in_range(const struct ldap_domain_config *c, uint32_t id);
 
 /* conn.c */
-/* Connection setup, step by step, never waiting on the network but for
- * the TLS handshake itself (ldaps://, after StartTLS). */
-enum lp_hs { LP_HS_NONE, LP_HS_CONNECT, LP_HS_STARTTLS, LP_HS_BIND };
+/* Connection setup, step by step, never waiting on the network: the TLS
+ * handshake (ldaps://, after StartTLS), which libldap cannot do without
+ * waiting, runs on a helper thread (LP_HS_TLS). */
+enum lp_hs { LP_HS_NONE, LP_HS_CONNECT, LP_HS_STARTTLS, LP_HS_TLS, LP_HS_BIND };
 #define LP_HS_POLL_MS 10 /* LP_HS_CONNECT: how often the socket is checked */
 /* Advance the setup (a reply came, the socket connected, the step's
  * deadline passed: next server). */
 void lp_conn_handshake(struct ldap_domain *ld, uint64_t now);
 int lp_conn_ensure(struct ldap_domain *ld);
+/* Drop conn; a TLS handshake in progress is ended first (its socket shut
+ * down, its thread joined), so no thread outlives the call. */
 void lp_conn_close(struct ldap_domain *ld);
 /* The server failed (timeout, connection lost): drop it, restart what was
  * in flight on the next one, or go offline. */
