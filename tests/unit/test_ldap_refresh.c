@@ -29,6 +29,7 @@
 
 #include <cmocka.h>
 
+#include "ldap_harness.h"
 #include "providers/ldap/ldap_int.h"
 
 #ifndef LDAP_TEST_DIR
@@ -45,37 +46,12 @@ static int slapd_pid;
 
 /* ==== the server ============================================================ */
 
-static int run(const char *fmt, ...)
-{
-	char cmd[1024];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	return system(cmd);
-}
-
-static int loopback_port(void)
-{
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	socklen_t len = sizeof(a);
-	int s = socket(AF_INET, SOCK_STREAM, 0);
-	if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof(a)) ||
-	    getsockname(s, (struct sockaddr *)&a, &len)) {
-		if (s >= 0)
-			close(s);
-		return -1;
-	}
-	close(s);
-	return ntohs(a.sin_port);
-}
-
 static int setup(void **state)
 {
 	(void)state;
 	snprintf(tmp, sizeof(tmp), "/tmp/idc-ldap-refresh-%d", (int)getpid());
-	int port = loopback_port();
-	if (port < 0 || run("mkdir -p %s", tmp))
+	int port = lh_free_port();
+	if (port < 0 || lh_sh("mkdir -p %s", tmp))
 		return -1;
 	snprintf(uri, sizeof(uri), "ldap://127.0.0.1:%d", port);
 	char cmd[512], out[64] = "";
@@ -90,31 +66,32 @@ static int setup(void **state)
 		return -1;
 	/* A referral object under the people branch, for test_referral_*
 	 * (ManageDsaIT: added as an entry, not followed). */
-	return run("printf 'dn: ou=elsewhere,%s\\nobjectClass: referral\\nobjectClass: "
-		   "extensibleObject\\nou: elsewhere\\nref: ldap://127.0.0.1:9/%s\\n' | ldapadd -x "
-		   "-M -H %s -D cn=admin,%s -w secret >/dev/null",
-		   PEOPLE, PEOPLE, uri, SUFFIX);
+	return lh_sh(
+	    "printf 'dn: ou=elsewhere,%s\\nobjectClass: referral\\nobjectClass: "
+	    "extensibleObject\\nou: elsewhere\\nref: ldap://127.0.0.1:9/%s\\n' | ldapadd -x "
+	    "-M -H %s -D cn=admin,%s -w secret >/dev/null",
+	    PEOPLE, PEOPLE, uri, SUFFIX);
 }
 
 static int teardown(void **state)
 {
 	(void)state;
-	run("%s/slapd.sh stop %s/r", LDAP_TEST_DIR, tmp);
+	lh_sh("%s/slapd.sh stop %s/r", LDAP_TEST_DIR, tmp);
 	if (!getenv("KEEP_LDAP_TEST"))
-		run("rm -rf %s", tmp);
+		lh_sh("rm -rf %s", tmp);
 	return 0;
 }
 
 static void ldap_delete(const char *dn)
 {
-	assert_int_equal(run("ldapdelete -x -H %s -D cn=admin,%s -w secret '%s'", uri, SUFFIX, dn),
-			 0);
+	assert_int_equal(
+	    lh_sh("ldapdelete -x -H %s -D cn=admin,%s -w secret '%s'", uri, SUFFIX, dn), 0);
 }
 
 static void ldap_add_back(const char *ldif)
 {
-	assert_int_equal(run("printf '%s' | ldapadd -x -H %s -D cn=admin,%s -w secret >/dev/null",
-			     ldif, uri, SUFFIX),
+	assert_int_equal(lh_sh("printf '%s' | ldapadd -x -H %s -D cn=admin,%s -w secret >/dev/null",
+			       ldif, uri, SUFFIX),
 			 0);
 }
 
@@ -164,7 +141,7 @@ static void env_open(struct env *e, struct env *share, ...)
 		e->cache = share->cache;
 	} else {
 		snprintf(e->dir, sizeof(e->dir), "%s/cache%d", tmp, seq++);
-		assert_int_equal(run("mkdir -p %s", e->dir), 0);
+		assert_int_equal(lh_sh("mkdir -p %s", e->dir), 0);
 		struct cache_options co = {.nosync = true};
 		assert_int_equal(cache_open(e->dir, &co, &e->cache, &d), 0);
 	}
@@ -290,28 +267,6 @@ static bool has_group(struct env *e, const char *name, size_t *nmembers)
 	return rc == 0;
 }
 
-/* The gids initgroups gives user, sorted, as "a,b,c" in out. */
-static void groups_of(struct env *e, const char *user, char *out, size_t size)
-{
-	const char *doms[] = {"dir"};
-	struct cache_reader *r;
-	uint32_t gids[32];
-	size_t n = 0;
-	assert_int_equal(cache_reader_begin(e->cache, &r), 0);
-	assert_int_equal(cache_initgroups(r, doms, 1, user, false, gids, 32, &n), 0);
-	cache_reader_end(r);
-	for (size_t i = 1; i < n; i++)
-		for (size_t j = i; j > 0 && gids[j - 1] > gids[j]; j--) {
-			uint32_t t = gids[j];
-			gids[j] = gids[j - 1];
-			gids[j - 1] = t;
-		}
-	size_t len = 0;
-	out[0] = '\0';
-	for (size_t i = 0; i < n && len < size; i++)
-		len += (size_t)snprintf(out + len, size - len, "%s%u", i ? "," : "", gids[i]);
-}
-
 static const struct change *removal(const struct env *e, bool group, const char *name)
 {
 	for (size_t i = 0; i < e->nch; i++)
@@ -340,7 +295,7 @@ static void cache_the_fixtures(struct env *a)
 		assert_int_equal(lookup(a, LDAP_LOOKUP_GRNAM, groups[i]), LDAP_LOOKUP_FOUND);
 	assert_int_equal(lookup(a, LDAP_LOOKUP_INITGROUPS, "rena"), LDAP_LOOKUP_FOUND);
 	char gids[128];
-	groups_of(a, "rena", gids, sizeof(gids));
+	lh_gids_of(a->cache, "dir", "rena", gids, sizeof(gids));
 	assert_string_equal(gids, "31001,31002,31003,31010,31011");
 }
 
@@ -405,7 +360,7 @@ static void test_refresh_removes_what_the_directory_lost(void **state)
 	assert_non_null(g);
 	assert_int_equal(g->old_id, 31002);
 	char gids[128];
-	groups_of(&a, "rena", gids, sizeof(gids));
+	lh_gids_of(a.cache, "dir", "rena", gids, sizeof(gids));
 	assert_string_equal(gids, "31001,31010,31011");
 	const char *doms[] = {"dir"};
 	struct cache_reader *r;
@@ -492,7 +447,7 @@ static void test_member_cap(void **state)
 	assert_true(has_group(&a, "bigdn", &n));
 	assert_int_equal(n, 6);
 	char gids[128];
-	groups_of(&a, "rena", gids, sizeof(gids));
+	lh_gids_of(a.cache, "dir", "rena", gids, sizeof(gids));
 	assert_string_equal(gids, "31001,31002,31003,31010,31011");
 	const char *want[] = {
 	    "group \"cn=big," GROUPS "\": 12 memberUid values, more than the 5 kept",

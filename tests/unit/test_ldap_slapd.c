@@ -31,6 +31,7 @@
 
 #include <cmocka.h>
 
+#include "ldap_harness.h"
 #include "providers/ldap/ldap.h"
 
 #ifndef LDAP_TEST_DIR
@@ -42,52 +43,31 @@ static int port_a, port_as, port_b, port_f, port_w;
 
 /* ==== servers ================================================================= */
 
-/* A free loopback port (bound to port 0, then released). */
-static int free_port(void)
-{
-	int s = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	socklen_t len = sizeof(a);
-	assert_true(s >= 0);
-	assert_int_equal(bind(s, (struct sockaddr *)&a, sizeof(a)), 0);
-	assert_int_equal(getsockname(s, (struct sockaddr *)&a, &len), 0);
-	close(s);
-	return ntohs(a.sin_port);
-}
-
-static int sh(const char *fmt, ...)
-{
-	char cmd[1024];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	return system(cmd);
-}
-
 static void start(const char *name, int port, const char *tls_args)
 {
-	assert_int_equal(sh("%s/slapd.sh start %s/%s %d %s/fixtures.ldif %s >/dev/null",
-			    LDAP_TEST_DIR, tmp, name, port, LDAP_TEST_DIR, tls_args),
+	assert_int_equal(lh_sh("%s/slapd.sh start %s/%s %d %s/fixtures.ldif %s >/dev/null",
+			       LDAP_TEST_DIR, tmp, name, port, LDAP_TEST_DIR, tls_args),
 			 0);
 }
 
 static void stop(const char *name)
 {
-	assert_int_equal(sh("%s/slapd.sh stop %s/%s", LDAP_TEST_DIR, tmp, name), 0);
+	assert_int_equal(lh_sh("%s/slapd.sh stop %s/%s", LDAP_TEST_DIR, tmp, name), 0);
 }
 
 static int setup_servers(void **state)
 {
 	(void)state;
 	snprintf(tmp, sizeof(tmp), "/tmp/idc-ldap-test-%d", (int)getpid());
-	if (sh("mkdir -p %s && %s/mkcerts.sh %s/certs", tmp, LDAP_TEST_DIR, tmp))
+	if (lh_sh("mkdir -p %s && %s/mkcerts.sh %s/certs", tmp, LDAP_TEST_DIR, tmp))
 		return -1;
-	port_a = free_port();
-	port_as = free_port();
-	port_b = free_port();
-	port_f = free_port();
-	port_w = free_port();
+	port_a = lh_free_port();
+	port_as = lh_free_port();
+	port_b = lh_free_port();
+	port_f = lh_free_port();
+	port_w = lh_free_port();
+	if (port_a < 0 || port_as < 0 || port_b < 0 || port_f < 0 || port_w < 0)
+		return -1;
 	char tls[256];
 	snprintf(tls, sizeof(tls), "%s/certs %d server", tmp, port_as);
 	start("a", port_a, tls);
@@ -107,9 +87,9 @@ static int teardown_servers(void **state)
 	stallers_stop();
 	const char *names[] = {"a", "b", "f", "w"};
 	for (size_t i = 0; i < IDC_ARRAY_SIZE(names); i++)
-		sh("%s/slapd.sh stop %s/%s", LDAP_TEST_DIR, tmp, names[i]);
+		lh_sh("%s/slapd.sh stop %s/%s", LDAP_TEST_DIR, tmp, names[i]);
 	if (!getenv("KEEP_LDAP_TEST"))
-		sh("rm -rf %s", tmp);
+		lh_sh("rm -rf %s", tmp);
 	return 0;
 }
 
@@ -129,7 +109,7 @@ static void env_open(struct env *e, const char *uri, ...)
 	static int seq;
 	struct idc_diag d = {{0}};
 	snprintf(e->dir, sizeof(e->dir), "%s/cache%d", tmp, seq++);
-	assert_int_equal(sh("mkdir -p %s", e->dir), 0);
+	assert_int_equal(lh_sh("mkdir -p %s", e->dir), 0);
 	struct cache_options co = {.nosync = true};
 	assert_int_equal(cache_open(e->dir, &co, &e->cache, &d), 0);
 	ldap_domain_config_init(&e->cfg, "dir");
@@ -225,28 +205,6 @@ static uint64_t searches(struct env *e)
 	return st.searches;
 }
 
-/* gids of initgroups(name) from the cache, sorted, as "a,b,c". */
-static void gids_of(struct env *e, const char *name, char *out, size_t n)
-{
-	struct cache_reader *r;
-	const char *doms[] = {"dir"};
-	uint32_t g[64];
-	size_t cnt = 0;
-	assert_int_equal(cache_reader_begin(e->cache, &r), 0);
-	assert_int_equal(cache_initgroups(r, doms, 1, name, false, g, 64, &cnt), 0);
-	cache_reader_end(r);
-	for (size_t i = 1; i < cnt; i++)
-		for (size_t j = i; j > 0 && g[j - 1] > g[j]; j--) {
-			uint32_t t = g[j];
-			g[j] = g[j - 1];
-			g[j - 1] = t;
-		}
-	size_t off = 0;
-	out[0] = '\0';
-	for (size_t i = 0; i < cnt && off < n; i++)
-		off += (size_t)snprintf(out + off, n - off, "%s%u", i ? "," : "", g[i]);
-}
-
 static bool cached_user(struct env *e, const char *name, uint32_t *uid)
 {
 	struct cache_reader *r;
@@ -284,7 +242,7 @@ static void test_rfc2307(void **state)
 	assert_true(cached_user(&e, "bob", NULL));
 	assert_int_equal(look(&e, LDAP_LOOKUP_INITGROUPS, "alice", 0), LDAP_LOOKUP_FOUND);
 	char g[256];
-	gids_of(&e, "alice", g, sizeof(g));
+	lh_gids_of(e.cache, "dir", "alice", g, sizeof(g));
 	assert_string_equal(g, "20001"); /* memberUid only: the member DNs are 2307bis */
 	assert_int_equal(look(&e, LDAP_LOOKUP_GRNAM, "ops", 0), LDAP_LOOKUP_FOUND);
 	assert_int_equal(look(&e, LDAP_LOOKUP_GRGID, NULL, 29999), LDAP_LOOKUP_NOTFOUND);
@@ -311,10 +269,10 @@ static void check_rfc2307bis(const char *rdn_opt)
 	/* user, groups-of, parents x3 levels, members: a handful, not one per member */
 	assert_true(searches(&e) - s0 <= 8);
 	char g[256];
-	gids_of(&e, "alice", g, sizeof(g));
+	lh_gids_of(e.cache, "dir", "alice", g, sizeof(g));
 	assert_string_equal(g, "20001,20010,20011,20014"); /* ops, dev, all (nests dev), top */
 	assert_int_equal(look(&e, LDAP_LOOKUP_INITGROUPS, "frank", 0), LDAP_LOOKUP_FOUND);
-	gids_of(&e, "frank", g, sizeof(g));
+	lh_gids_of(e.cache, "dir", "frank", g, sizeof(g));
 	assert_string_equal(g, "20012,20013"); /* c1 <-> c2: the cycle ends */
 	/* getgrnam of a nested group stores its member users and groups */
 	assert_int_equal(look(&e, LDAP_LOOKUP_GRNAM, "all", 0), LDAP_LOOKUP_FOUND);
@@ -390,7 +348,7 @@ static void test_paging_enumerate(void **state)
 	assert_int_equal(n, 31);
 	/* nested member groups survive the page commits */
 	char g[256];
-	gids_of(&e, "alice", g, sizeof(g));
+	lh_gids_of(e.cache, "dir", "alice", g, sizeof(g));
 	assert_string_equal(g, "20001,20010,20011,20014"); /* ops, dev, all (nests dev), top */
 	assert_true(cached_user(&e, "carol", NULL));
 	/* enumerating again over an unchanged directory writes nothing durable */
@@ -509,7 +467,7 @@ static void test_id_range_and_fields(void **state)
 	/* alice is in wheel0 (gid 0): not among her groups */
 	assert_int_equal(look(&e, LDAP_LOOKUP_INITGROUPS, "alice", 0), LDAP_LOOKUP_FOUND);
 	char g[256];
-	gids_of(&e, "alice", g, sizeof(g));
+	lh_gids_of(e.cache, "dir", "alice", g, sizeof(g));
 	assert_string_equal(g, "20001,20010,20011,20014");
 	/* passwd fields */
 	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "colon", 0), LDAP_LOOKUP_NOTFOUND);
@@ -637,7 +595,7 @@ static void test_bind(void **state)
 	snprintf(pw, sizeof(pw), "%s/pw", tmp);
 	snprintf(opt, sizeof(opt), "ldap_default_authtok_file=%s", pw);
 	struct env e;
-	assert_int_equal(sh("printf 'secret\\n' > %s && chmod 600 %s", pw, pw), 0);
+	assert_int_equal(lh_sh("printf 'secret\\n' > %s && chmod 600 %s", pw, pw), 0);
 	/* a password over plain ldap:// needs the explicit override */
 	struct idc_diag d = {{0}};
 	struct ldap_domain *ld = NULL;
@@ -662,13 +620,13 @@ static void test_bind(void **state)
 	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "alice", 0), LDAP_LOOKUP_FOUND);
 	env_close(&e);
 	/* the secret handed over: the file is never opened (here it is gone) */
-	assert_int_equal(sh("rm -f %s", pw), 0);
+	assert_int_equal(lh_sh("rm -f %s", pw), 0);
 	env_open(&e, uri(port_b, "ldap"), "ldap_default_bind_dn=cn=admin,dc=example,dc=com", opt,
 		 "authtok=secret", "ldap_auth_disable_tls_never_use_in_production=true", NULL);
 	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "alice", 0), LDAP_LOOKUP_FOUND);
 	env_close(&e);
 	/* the provider's own reading refuses a file group or others can read */
-	assert_int_equal(sh("printf 'secret\\n' > %s && chmod 640 %s", pw, pw), 0);
+	assert_int_equal(lh_sh("printf 'secret\\n' > %s && chmod 640 %s", pw, pw), 0);
 	ldap_domain_config_init(&e.cfg, "dir");
 	assert_int_equal(ldap_domain_config_set(&e.cfg, "ldap_uri", uri(port_b, "ldap"), &d), 0);
 	assert_int_equal(ldap_domain_config_set(&e.cfg, "ldap_search_base", "dc=x", &d), 0);
@@ -678,7 +636,7 @@ static void test_bind(void **state)
 	assert_int_equal(ldap_domain_config_set(&e.cfg, "ldap_id_use_start_tls", "true", &d), 0);
 	assert_int_equal(ldap_domain_new(&e.cfg, NULL, &ld, &d), -EPERM);
 	ldap_domain_config_free(&e.cfg);
-	assert_int_equal(sh("printf 'wrong\\n' > %s && chmod 600 %s", pw, pw), 0);
+	assert_int_equal(lh_sh("printf 'wrong\\n' > %s && chmod 600 %s", pw, pw), 0);
 	env_open(&e, uri(port_b, "ldap"), "ldap_default_bind_dn=cn=admin,dc=example,dc=com", opt,
 		 "ldap_auth_disable_tls_never_use_in_production=true", NULL);
 	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "alice", 0), LDAP_LOOKUP_OFFLINE);
@@ -703,7 +661,7 @@ static void test_offline(void **state)
 	/* what was cached is still there, expired or not */
 	assert_true(cached_user(&e, "alice", NULL));
 	char g[256];
-	gids_of(&e, "alice", g, sizeof(g));
+	lh_gids_of(e.cache, "dir", "alice", g, sizeof(g));
 	assert_string_equal(g, "20001,20010,20011,20014");
 	assert_false(cached_user(&e, "unknown", NULL));
 	struct ldap_domain_status st;
@@ -1104,7 +1062,7 @@ int main(void)
 {
 	/* Without Debian's slapd, ldap-utils and openssl there is nothing to
 	 * test against: tell meson "skipped". */
-	if (access("/usr/sbin/slapd", X_OK) || sh("command -v ldapadd openssl >/dev/null"))
+	if (access("/usr/sbin/slapd", X_OK) || lh_sh("command -v ldapadd openssl >/dev/null"))
 		return 77;
 	idc_log_init("test_ldap_slapd", true,
 		     getenv("LDAP_TEST_DEBUG") ? IDC_LOG_DEBUG : IDC_LOG_ERR);
