@@ -8,7 +8,9 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define IDC_DEFAULT_RUNDIR "/run/idcache"
@@ -100,7 +102,7 @@ static int mc_source(void *ctx, uint32_t kind)
 		    nkinds != nfds)
 			rc = -EPROTO;
 	}
-	proto_client_close(&c);
+	idc_nss_close(&c);
 	if (rc < 0) {
 		while (nfds > 0)
 			close(fds[--nfds]);
@@ -134,8 +136,37 @@ enum nss_status idc_nss_mc_done(int rc, int saved_errno, int *errnop)
 	return idc_nss_done(NSS_STATUS_TRYAGAIN, ERANGE, saved_errno, errnop);
 }
 
+/* A daemon that let a call reach its deadline (stopped, wedged) is not
+ * asked again for IDC_NSS_QUIET_MS: lookups meanwhile are UNAVAIL at once
+ * and glibc asks the next source. Without it a stopped daemon would cost
+ * every lookup the whole timeout, and a process's first lookup twice (the
+ * memory cache's MCMAP, then the lookup). glibc backs off from an
+ * unresponsive nscd the same way. */
+#define IDC_NSS_QUIET_MS 10000u
+static _Atomic uint64_t quiet_until_ns;
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts); /* vDSO: no system call */
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void idc_nss_close(struct proto_client *c)
+{
+	if (c->timed_out)
+		atomic_store(&quiet_until_ns, mono_ns() + IDC_NSS_QUIET_MS * 1000000ull);
+	c->timed_out = false; /* noted once, however often c is closed again */
+	proto_client_close(c);
+}
+
 int idc_nss_connect(struct proto_client *c)
 {
+	if (mono_ns() < atomic_load(&quiet_until_ns)) {
+		memset(c, 0, sizeof(*c));
+		c->fd = -1;
+		return -EAGAIN;
+	}
 	const char *dir = run_dir();
 	char path[128]; /* sun_path is 108: anything longer fails below anyway */
 	int n = snprintf(path, sizeof(path), "%s/%s", dir, IDC_NSS_SOCKET);
@@ -208,6 +239,6 @@ enum nss_status idc_nss_fetch(const struct proto_req *req, char *buf, size_t buf
 	}
 out:
 	/* Unread bytes are simply dropped with the connection. */
-	proto_client_close(&c);
+	idc_nss_close(&c);
 	return st;
 }

@@ -18,7 +18,7 @@
  * parent's connection (and its server cursor) untouched. */
 static void ent_reset(struct idc_ent *e)
 {
-	proto_client_close(&e->c);
+	idc_nss_close(&e->c);
 	e->done = false;
 	e->left = 0;
 	e->off = 0;

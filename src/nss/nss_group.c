@@ -236,6 +236,6 @@ enum nss_status _nss_idcache_initgroups_dyn(const char *user, gid_t group, long 
 		st = h.status == PROTO_ST_OK ? ig_receive(&c, group, &a, &err)
 					     : idc_nss_status(h.status, &err);
 	}
-	proto_client_close(&c);
+	idc_nss_close(&c);
 	return idc_nss_done(st, err, saved, errnop);
 }

@@ -36,8 +36,13 @@ enum nss_status idc_nss_done(enum nss_status st, int err, int saved_errno, int *
  * which the caller answers with NOTFOUND without asking the daemon. */
 bool idc_nss_name_ok(const char *name, struct proto_str *out);
 
-/* Connect to nss.sock in $IDCACHE_RUNDIR (read with secure_getenv) or the default run dir. */
+/* Connect to nss.sock in $IDCACHE_RUNDIR (read with secure_getenv) or the
+ * default run dir; -EAGAIN without trying while the daemon is being left
+ * alone after a timeout (see idc_nss_close). */
 int idc_nss_connect(struct proto_client *c);
+/* Close c; if one of its calls reached its deadline, leave the daemon
+ * alone for a while (nss_common.c). */
+void idc_nss_close(struct proto_client *c);
 
 /* The shared-memory cache reader for kind (MC_PASSWD, MC_GROUP,
  * MC_INITGROUPS), set up on first use from $IDCACHE_RUNDIR/mc; NULL when

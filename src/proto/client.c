@@ -32,8 +32,10 @@ static int wait_fd(struct proto_client *c, short events)
 {
 	for (;;) {
 		uint64_t now = mono_ns();
-		if (now >= c->deadline_ns)
+		if (now >= c->deadline_ns) {
+			c->timed_out = true;
 			return -ETIMEDOUT;
+		}
 		uint64_t left_ms = (c->deadline_ns - now + 999999u) / 1000000u;
 		struct pollfd pfd = {.fd = c->fd, .events = events};
 		int n = poll(&pfd, 1, left_ms > 60000 ? 60000 : (int)left_ms);
@@ -76,8 +78,10 @@ static int connect_retry(struct proto_client *c, const struct sockaddr_un *sa, s
 		}
 		if (e != EAGAIN)
 			return -e;
-		if (mono_ns() >= c->deadline_ns)
+		if (mono_ns() >= c->deadline_ns) {
+			c->timed_out = true;
 			return -ETIMEDOUT;
+		}
 		poll(NULL, 0, 1);
 	}
 }

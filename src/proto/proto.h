@@ -286,6 +286,7 @@ struct proto_client {
 	uint32_t pending; /* payload bytes of the current reply not yet read */
 	int timeout_ms;
 	uint64_t deadline_ns; /* CLOCK_MONOTONIC */
+	bool timed_out;       /* a call reached its deadline (kept after close) */
 };
 
 #define PROTO_CLIENT_TIMEOUT_MS 5000
