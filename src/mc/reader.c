@@ -106,13 +106,16 @@ static uint32_t load_rlx(const _Atomic uint32_t *p)
 }
 
 /* Plain fields of a record, read while the writer may be changing them.
- * Each is read exactly once through a volatile pointer, byte by byte (an
- * unaligned payload word is fine too): the compiler may otherwise load a
- * length twice — once for the bound check, once for the copy — and a
- * concurrent write in between would defeat the check. The values may be
- * torn; the sequence check afterwards says whether to believe them. */
+ * Each is read exactly once through a volatile pointer: the compiler may
+ * otherwise load a length twice — once for the bound check, once for the
+ * copy — and a concurrent write in between would defeat the check. An
+ * aligned field (every struct mc_rec field, the payload's first word) is
+ * one load; anything else is read byte by byte. The values may be torn;
+ * the sequence check afterwards says whether to believe them. */
 static uint32_t peek32(const void *p)
 {
+	if (((uintptr_t)p & 3u) == 0)
+		return *(const volatile uint32_t *)p;
 	const volatile uint8_t *v = p;
 	uint8_t b[4] = {v[0], v[1], v[2], v[3]};
 	uint32_t x;
@@ -122,6 +125,8 @@ static uint32_t peek32(const void *p)
 
 static uint64_t peek64(const void *p)
 {
+	if (((uintptr_t)p & 7u) == 0)
+		return *(const volatile uint64_t *)p;
 	const volatile uint8_t *v = p;
 	uint8_t b[8] = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
 	uint64_t x;
