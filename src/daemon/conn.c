@@ -30,8 +30,6 @@ static void conn_free(void *p)
 	idc_buf_free(&c->out);
 	enum_cursor_free(&c->pw);
 	enum_cursor_free(&c->gr);
-	for (int i = 0; i < c->npass; i++)
-		close(c->pass_fds[i]);
 	free(c);
 }
 
@@ -114,25 +112,30 @@ static size_t out_pending(const struct conn *c)
 	return c->out.len - c->out_off;
 }
 
-void conn_pass_fds(struct conn *c, const int *fds, int n, size_t at)
+void conn_pass_maps(struct conn *c, uint32_t mask, size_t at)
 {
-	memcpy(c->pass_fds, fds, (size_t)n * sizeof(int));
-	c->npass = n;
+	c->pass_maps = mask;
 	c->pass_at = at;
 }
 
-/* Send out[out_off, end), the first byte with the waiting descriptors when
- * out_off is where they go. Bytes sent, or -1 with errno. */
+/* Send out[out_off, end), the first byte with the waiting maps'
+ * descriptors when out_off is where they go. The kernel gives the peer its
+ * own references; ours stay the writers'. Bytes sent, or -1 with errno. */
 static ssize_t send_part(struct conn *c, size_t end)
 {
 	struct iovec iov = {c->out.data + c->out_off, end - c->out_off};
 	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
 	union {
 		struct cmsghdr align;
-		char buf[CMSG_SPACE(DAEMON_PASS_MAX * sizeof(int))];
+		char buf[CMSG_SPACE(3 * sizeof(int))];
 	} ctl;
-	if (c->npass > 0 && c->out_off == c->pass_at) {
-		size_t len = (size_t)c->npass * sizeof(int);
+	int fds[3];
+	int n =
+	    c->pass_maps && c->out_off == c->pass_at ? daemon_mc_fds(c->dm, c->pass_maps, fds) : 0;
+	/* A map withdrawn since the reply was built leaves the list short:
+	 * the client sees the count differ from the reply and asks later. */
+	if (n > 0) {
+		size_t len = (size_t)n * sizeof(int);
 		memset(&ctl, 0, sizeof(ctl));
 		mh.msg_control = ctl.buf;
 		mh.msg_controllen = CMSG_SPACE(len);
@@ -140,16 +143,12 @@ static ssize_t send_part(struct conn *c, size_t end)
 		cm->cmsg_level = SOL_SOCKET;
 		cm->cmsg_type = SCM_RIGHTS;
 		cm->cmsg_len = CMSG_LEN(len);
-		memcpy(CMSG_DATA(cm), c->pass_fds, len);
+		memcpy(CMSG_DATA(cm), fds, len);
 	}
-	ssize_t n = sendmsg(c->io.fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-	if (n > 0 && mh.msg_control != NULL) {
-		/* The peer has its own references now. */
-		for (int i = 0; i < c->npass; i++)
-			close(c->pass_fds[i]);
-		c->npass = 0;
-	}
-	return n;
+	ssize_t sent = sendmsg(c->io.fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+	if (sent > 0 && c->out_off == c->pass_at)
+		c->pass_maps = 0;
+	return sent;
 }
 
 /* Send what the socket takes. 0 (perhaps with output left) or -errno. A
@@ -159,7 +158,7 @@ static int flush(struct conn *c)
 {
 	while (out_pending(c) > 0) {
 		size_t end = c->out.len;
-		if (c->npass > 0 && c->out_off < c->pass_at)
+		if (c->pass_maps && c->out_off < c->pass_at)
 			end = c->pass_at;
 		ssize_t n = send_part(c, end);
 		if (n < 0 && errno == EINTR)
@@ -244,7 +243,7 @@ static int process(struct conn *c)
 {
 	struct proto_frame f;
 	int rc = 0;
-	while (rc == 0 && !c->closing && !c->wait && c->npass == 0 &&
+	while (rc == 0 && !c->closing && !c->wait && !c->pass_maps &&
 	       out_pending(c) < DAEMON_OUT_HIGH) {
 		int got = proto_reader_next(&c->rd, &f);
 		if (got <= 0) {
@@ -264,10 +263,10 @@ static int serve(struct conn *c)
 	int rc = 0;
 	for (;;) {
 		rc = process(c);
-		bool held = c->npass > 0;
+		bool held = c->pass_maps != 0;
 		if (rc == 0)
 			rc = flush(c);
-		if (rc < 0 || !held || c->npass > 0)
+		if (rc < 0 || !held || c->pass_maps)
 			return rc;
 	}
 }

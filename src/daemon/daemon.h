@@ -39,7 +39,6 @@
 #define DAEMON_OUT_MAX       (64u * 1024u * 1024u) /* close a client whose backlog passes this */
 #define DAEMON_IN_MAX        (64u * 1024u)         /* stop reading above this much unparsed input */
 #define DAEMON_CMD_MAX       40u                   /* request counters by command number */
-#define DAEMON_PASS_MAX      3                     /* descriptors one reply carries (the maps) */
 #define DAEMON_RETRY_MS      10000u                /* after a failed refresh */
 #define DAEMON_POLL_MS       30000u /* refresh interval when inotify is unavailable */
 #define DAEMON_EXPIRED_MIN_S 60     /* at most one expiry-driven refresh per domain */
@@ -143,16 +142,18 @@ struct conn {
 	 * of this connection is taken until its reply is queued. */
 	struct pending *wait;
 	bool eof; /* the peer is done sending: close once wait is answered */
-	/* Descriptors to send with the byte at out offset pass_at (an MCMAP
-	 * reply). One reply's at a time: no request is taken while they wait. */
-	int pass_fds[DAEMON_PASS_MAX];
-	int npass;
+	/* Maps (bit per MC kind) whose descriptors go with the byte at out
+	 * offset pass_at (an MCMAP reply), taken from the writers when that
+	 * byte is sent: a client that does not read holds none of ours. One
+	 * reply's at a time: no request is taken while they wait. */
+	uint32_t pass_maps;
 	size_t pass_at;
+	bool mapped; /* MCMAP answered: one per connection (see memcache.c) */
 };
 
-/* Queue the reply frame starting at out offset at to carry fds[0..n)
- * (n <= DAEMON_PASS_MAX; c then owns them). */
-void conn_pass_fds(struct conn *c, const int *fds, int n, size_t at);
+/* Queue the reply frame starting at out offset at to carry the
+ * descriptors of the maps in mask (bit per MC kind). */
+void conn_pass_maps(struct conn *c, uint32_t mask, size_t at);
 /* Take over an accepted socket. 0 or -errno (fd closed). */
 int conn_new(struct daemon *dm, int fd, bool admin);
 /* Close and free (after the current batch). */
@@ -224,9 +225,13 @@ int daemon_reload(struct daemon *dm, struct idc_buf *errors);
  * over. Every function tolerates disabled maps. */
 int daemon_mc_configure(struct daemon *dm, const struct config *cfg);
 void daemon_mc_close(struct daemon *dm);
-/* Answer MCMAP: the reply, and read-only descriptors of map kind (0: of
- * every map served) for c to send with it. 0 or -ENOMEM. */
+/* Answer MCMAP: the reply listing map kind (0: every map served), whose
+ * descriptors c sends with it. 0 or -ENOMEM. */
 int daemon_mc_share(struct conn *c, uint32_t kind, struct idc_buf *out);
+/* The read-only descriptors of the maps in mask still served, in kind
+ * order, into fds[0..3) (owned by the writers: valid until the next reset);
+ * their number. */
+int daemon_mc_fds(struct daemon *dm, uint32_t mask, int fds[3]);
 /* The maps' heartbeat (mc/layout.h): called every DAEMON_SWEEP_MS. */
 void daemon_mc_beat(struct daemon *dm);
 /* Records the responder answered with; by_id: the answer to a by-id lookup. */

@@ -193,7 +193,10 @@ static int block_signals(struct daemon *dm)
 static void raise_fd_limit(void)
 {
 	struct rlimit rl;
-	rlim_t want = DAEMON_MAX_CONNS + 256;
+	/* Per connection its socket and, in flight to a client that has not
+	 * read its MCMAP reply, up to three maps' descriptors, which the kernel
+	 * counts against this limit too; 256 for everything else. */
+	rlim_t want = DAEMON_MAX_CONNS * 4 + 256;
 	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= want)
 		return;
 	rl.rlim_cur = rl.rlim_max < want ? rl.rlim_max : want;

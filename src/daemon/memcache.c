@@ -35,21 +35,18 @@
  * is stored, and invalidation drops the given and the folded spelling.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "daemon/daemon.h"
 
 #define DAEMON_MC_TTL_S 300
 
 _Static_assert(DAEMON_SWEEP_MS <= MC_BEAT_S * 1000u, "the sweep timer beats the maps");
-_Static_assert(DAEMON_PASS_MAX >= MC_INITGROUPS - MC_PASSWD + 1, "one reply carries every map");
 
 static uint64_t map_bytes(const struct config *cfg, int k)
 {
@@ -97,25 +94,13 @@ void daemon_mc_close(struct daemon *dm)
 	}
 }
 
-/* Our own copies for the connection: a reset closes the writer's. */
-static int share_dups(struct daemon *dm, uint32_t kind, int *fds, uint32_t *kinds)
+int daemon_mc_fds(struct daemon *dm, uint32_t mask, int fds[3])
 {
 	int n = 0;
 	for (uint32_t k = MC_PASSWD; k <= MC_INITGROUPS; k++) {
 		int fd = mc_writer_fd(dm->mc[k - MC_PASSWD]);
-		if ((kind != 0 && k != kind) || fd < 0)
-			continue;
-		int dup = fcntl(fd, F_DUPFD_CLOEXEC, 3);
-		if (dup < 0) {
-			int rc = -errno;
-			idc_log(IDC_LOG_WARN, "memory cache: cannot hand out a map: %s",
-				idc_strerror(rc));
-			while (n > 0)
-				close(fds[--n]);
-			return rc;
-		}
-		fds[n] = dup;
-		kinds[n++] = k;
+		if ((mask & (1u << k)) && fd >= 0)
+			fds[n++] = fd;
 	}
 	return n;
 }
@@ -124,26 +109,32 @@ int daemon_mc_share(struct conn *c, uint32_t kind, struct idc_buf *out)
 {
 	if (kind > MC_INITGROUPS)
 		return proto_reply_status(out, PROTO_CMD_MCMAP, PROTO_ST_BADREQ, "no such map");
-	int fds[DAEMON_PASS_MAX];
-	uint32_t kinds[DAEMON_PASS_MAX];
-	int n = share_dups(c->dm, kind, fds, kinds);
-	if (n < 0)
-		return proto_reply_status(out, PROTO_CMD_MCMAP, PROTO_ST_TRYAGAIN, NULL);
+	/* The descriptors of a reply the client does not read stay in flight
+	 * in its socket, and the kernel counts them against our open-file
+	 * limit: one MCMAP per connection keeps that within what
+	 * raise_fd_limit (main.c) allows for DAEMON_MAX_CONNS connections. */
+	if (c->mapped)
+		return proto_reply_status(out, PROTO_CMD_MCMAP, PROTO_ST_BADREQ,
+					  "one MCMAP per connection");
+	c->mapped = true;
+	uint32_t mask = 0, n = 0;
+	for (uint32_t k = MC_PASSWD; k <= MC_INITGROUPS; k++)
+		if ((kind == 0 || k == kind) && mc_writer_fd(c->dm->mc[k - MC_PASSWD]) >= 0) {
+			mask |= 1u << k;
+			n++;
+		}
 	if (n == 0)
 		return proto_reply_status(out, PROTO_CMD_MCMAP, PROTO_ST_UNAVAIL, "map disabled");
 	size_t start;
 	int rc = proto_reply_begin(out, PROTO_CMD_MCMAP, PROTO_ST_OK, &start);
-	rc = rc ? rc : proto_put_u32(out, (uint32_t)n);
-	for (int i = 0; rc == 0 && i < n; i++)
-		rc = proto_put_u32(out, kinds[i]);
+	rc = rc ? rc : proto_put_u32(out, n);
+	for (uint32_t k = MC_PASSWD; rc == 0 && k <= MC_INITGROUPS; k++)
+		if (mask & (1u << k))
+			rc = proto_put_u32(out, k);
 	rc = rc ? rc : proto_reply_end(out, start);
-	if (rc < 0) {
-		while (n > 0)
-			close(fds[--n]);
-		return rc;
-	}
-	conn_pass_fds(c, fds, n, start);
-	return 0;
+	if (rc == 0)
+		conn_pass_maps(c, mask, start);
+	return rc;
 }
 
 void daemon_mc_beat(struct daemon *dm)

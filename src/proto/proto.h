@@ -77,7 +77,8 @@
  *      serves (a client maps them all with one round trip): the OK reply's
  *      first byte carries n read-only descriptors (SCM_RIGHTS), one per
  *      kind listed, in that order. UNAVAIL: no such map (disabled);
- *      BADREQ: not a map kind. nss.sock only.
+ *      BADREQ: not a map kind, or a second MCMAP on the connection.
+ *      nss.sock only.
  *  32  STATUS       (empty)                      -> str text
  *      text: "key=value\n" lines (e.g. "version=0.1.0\nusers=1234\n").
  *  33  EXPIRE       u32 what, str name           -> u32 count

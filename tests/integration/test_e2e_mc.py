@@ -442,3 +442,57 @@ def test_maps_hold_no_password_hash(idcache, daemons):
         p.stdin.close()
         p.wait(timeout=30)
     assert "$6$" not in d.ns.run(["getent", "passwd", "eve"]).out
+
+
+def test_unread_mcmap_replies_hold_no_descriptors(idcache, daemons):
+    """200 clients ask for every map (MCMAP) and never read: the daemon
+    holds their sockets and nothing more (the maps' descriptors are taken
+    from the writers only as a reply goes out), and it keeps answering. A
+    second MCMAP on one connection is refused (BADREQ): descriptors in
+    flight count against the daemon's open-file limit."""
+    import socket
+    import struct
+    d = daemons.start(PASSWD, GROUP)
+    pid = int(status(idcache, d)["pid"])
+    base = len(os.listdir(f"/proc/{pid}/fd"))
+    hello = struct.pack("=IIIII", 20, 1, 0, 0, 1)
+    mcmap = struct.pack("=IIIII", 20, 13, 0, 0, 0)
+    socks = []
+    try:
+        for _ in range(200):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(str(d.run_dir / "nss.sock"))
+            s.sendall(hello + mcmap * 2)
+            socks.append(s)
+        r = d.ns.run(["getent", "passwd", "alice"])
+        assert r.rc == 0 and r.out.startswith("alice:"), r
+        held = len(os.listdir(f"/proc/{pid}/fd")) - base
+        assert held <= 200 + 5, f"{held} descriptors for 200 connections"
+        # One of them reads: one reply, three descriptors, in order.
+        s = socks[0]
+        want = 20 + 16 + 4 * 4
+        data, fds = b"", []
+        while len(data) < want:
+            chunk, anc, _, _ = s.recvmsg(want - len(data), socket.CMSG_SPACE(8 * 4))
+            assert chunk, "connection closed"
+            data += chunk
+            for level, typ, raw in anc:
+                if level == socket.SOL_SOCKET and typ == socket.SCM_RIGHTS:
+                    fds += struct.unpack(f"={len(raw) // 4}i", raw[:len(raw) // 4 * 4])
+        ln, cmd, st, _, n = struct.unpack_from("=IIIII", data, 20)
+        assert (cmd, st, n) == (13, 0, 3)
+        assert struct.unpack_from("=III", data, 40) == (1, 2, 3)
+        second = s.recv(16)
+        assert len(second) == 16
+        ln2, cmd2, st2, _ = struct.unpack("=IIII", second)
+        assert (cmd2, st2) == (13, 5), (cmd2, st2)  # BADREQ
+        try:
+            names = sorted(os.readlink(f"/proc/self/fd/{f}") for f in fds)
+            assert [n.split(" ")[0] for n in names] == [
+                "/memfd:idcache-group", "/memfd:idcache-initgroups", "/memfd:idcache-passwd"], names
+        finally:
+            for f in fds:
+                os.close(f)
+    finally:
+        for s in socks:
+            s.close()
