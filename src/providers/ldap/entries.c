@@ -158,7 +158,9 @@ void lp_log_once(struct ldap_domain *ld, int level, const char *fmt, ...)
 	va_end(ap);
 	/* Seeded per domain at start: a directory does not know the seed, so
 	 * it cannot pick two messages that collide and silence one. */
-	uint64_t h = idc_hash64(msg, strlen(msg), ld->hash_seed) | 1;
+	uint64_t h = idc_hash64(msg, strlen(msg), ld->hash_seed);
+	/* 0 marks a free slot (not `| 1`: every start bucket would be odd) */
+	h = h ? h : 1;
 	int rc = lp_hset_add(&ld->logged, h, LP_LOGGED_MAX);
 	if (rc == 1)
 		return;
