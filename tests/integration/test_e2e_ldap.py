@@ -1205,8 +1205,7 @@ def test_hostile_ids_are_refused(hostile, module_daemons, idcache):
 def test_same_uid_or_gid_on_two_names(hostile, module_daemons, idcache):
     """Two users with one uidNumber and two groups with one gidNumber: not
     refused (glibc's files module allows it too), the shared uid and the
-    shared gid each logged once with the DN (issue 5's "duplicate uids";
-    issue 7). Each resolves by its
+    shared gid each logged once with the DN. Each resolves by its
     name; by number one of them answers, the same one every time (the
     cache's lowest entry order; LDAP entries have no order of their own);
     `id` lists the shared gid once."""
@@ -1336,8 +1335,7 @@ def test_referral_search_base_ends_with_what_came(hostile, module_daemons, idcac
 
 
 def test_group_with_100000_members(hostile, module_daemons, idcache):
-    """A group of 100,001 memberUid values (the issue's enormous group)
-    resolves completely, by name and by gid, and `id` of a member lists it; warm,
+    """A group of 100,001 memberUid values resolves completely, by name and by gid, and `id` of a member lists it; warm,
     it is served from the cache without a search."""
     d = start_daemon(module_daemons, hostile.uri)
     kept = warm_and_check_kept(d, idcache)

@@ -1,4 +1,4 @@
-"""Load (issue 7): 500 concurrent connections doing mixed lookups over the
+"""Load: 500 concurrent connections doing mixed lookups over the
 NSS socket, with and without misbehaving clients; memory and descriptors
 stay bounded; past the connection cap a clear, logged refusal.
 

@@ -1,5 +1,5 @@
 """Privileges and trust boundaries of the NSS module and the daemon
-(docs/SECURITY.md "Still open" 1, issue 7 "Security review").
+(docs/SECURITY.md, sections 3 and 7).
 
 1. secure_getenv in a real setuid program: with AT_SECURE set, the module
    ignores IDCACHE_RUNDIR and IDCACHE_MEMCACHE. LD_LIBRARY_PATH does not

@@ -1,4 +1,4 @@
-"""One short integration run of idcached under valgrind (issue 7): start,
+"""One short integration run of idcached under valgrind: start,
 lookups of every kind (including enumeration and initgroups, over the
 socket and through the NSS module), admin status/expire, a files change,
 a reload by SIGHUP and by the admin command, SIGTERM. No invalid reads or
