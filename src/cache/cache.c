@@ -535,6 +535,86 @@ int cache_del_group(struct cache_txn *t, const char *domain, const char *name, s
 	return del_entry(t, KIND_GROUP, domain, name, d);
 }
 
+/* The names a search found, copied (the search's entries go with it). */
+struct name_list {
+	struct idc_arena *arena;
+	const char **v;
+	size_t n, cap;
+};
+
+static int collect_name(const struct store_entry *e, void *arg)
+{
+	struct name_list *l = arg;
+	const struct store_attr *a = store_entry_attr(e, "name", 4);
+	if (!a || a->nvals == 0)
+		return 0;
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? 2 * l->cap : 64;
+		const char **v = realloc(l->v, cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		l->v = v;
+		l->cap = cap;
+	}
+	const char *name = idc_arena_strndup(l->arena, a->vals[0].ptr, a->vals[0].len);
+	if (!name)
+		return -ENOMEM;
+	l->v[l->n++] = name;
+	return 0;
+}
+
+/* "(|(A<=min-1)(A>=max+1)...)" for each attribute of attrs: the ids outside
+ * min..max (max 0: no upper bound). Its length, or 0 when no id can be
+ * outside. */
+static size_t outside_filter(char *buf, size_t cap, const char *const *attrs, size_t nattrs,
+			     uint32_t min, uint32_t max)
+{
+	size_t n = (size_t)snprintf(buf, cap, "(|");
+	bool any = false;
+	for (size_t i = 0; i < nattrs; i++) {
+		if (min > 0)
+			n += (size_t)snprintf(buf + n, cap - n, "(%s<=%u)", attrs[i], min - 1);
+		if (max > 0 && max < UINT32_MAX)
+			n += (size_t)snprintf(buf + n, cap - n, "(%s>=%u)", attrs[i], max + 1);
+		any = any || min > 0 || (max > 0 && max < UINT32_MAX);
+	}
+	n += (size_t)snprintf(buf + n, cap - n, ")");
+	return any && n < cap ? n : 0;
+}
+
+/* Remove the entries of kind in domain whose attrs hold an id outside
+ * min..max; *count gets how many. */
+static int drop_outside(struct cache_txn *t, int kind, const char *domain, const char *const *attrs,
+			size_t nattrs, uint32_t min, uint32_t max, size_t *count,
+			struct idc_diag *d)
+{
+	char filter[160];
+	size_t flen = outside_filter(filter, sizeof(filter), attrs, nattrs, min, max);
+	*count = 0;
+	if (flen == 0)
+		return 0;
+	struct name_list l = {.arena = &t->arena};
+	int rc = cache_search_kind(t->st, &t->tmp, kind, domain, filter, flen, 0, collect_name, &l);
+	if (rc == -ENOENT)
+		rc = 0;
+	for (size_t i = 0; i < l.n && rc == 0; i++) {
+		rc = del_entry(t, kind, domain, l.v[i], d);
+		*count += rc == 0;
+		rc = rc == -ENOENT ? 0 : rc;
+	}
+	free(l.v);
+	return rc;
+}
+
+int cache_drop_outside(struct cache_txn *t, const char *domain, uint32_t min, uint32_t max,
+		       size_t *users, size_t *groups, struct idc_diag *d)
+{
+	static const char *const uattrs[] = {"uidNumber", "gidNumber"};
+	static const char *const gattrs[] = {"gidNumber"};
+	int rc = drop_outside(t, KIND_USER, domain, uattrs, 2, min, max, users, d);
+	return rc ? rc : drop_outside(t, KIND_GROUP, domain, gattrs, 1, min, max, groups, d);
+}
+
 /* Timestamps whose key starts with prefix: delete (rec NULL) or mark
  * expired. */
 static int ts_walk(MDB_txn *txn, MDB_dbi dbi, const struct idc_buf *prefix, bool del,

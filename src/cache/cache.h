@@ -125,6 +125,11 @@ int cache_del_user(struct cache_txn *t, const char *domain, const char *name, st
 int cache_del_group(struct cache_txn *t, const char *domain, const char *name, struct idc_diag *d);
 /* Remove the whole domain (users, groups, timestamps). */
 int cache_domain_remove(struct cache_txn *t, const char *domain, struct idc_diag *d);
+/* Remove the users of domain whose uid or gid, and the groups whose gid, is
+ * outside min..max (max 0: no upper bound): what a narrowed id range no
+ * longer allows. *users and *groups get how many. 0 or -errno. */
+int cache_drop_outside(struct cache_txn *t, const char *domain, uint32_t min, uint32_t max,
+		       size_t *users, size_t *groups, struct idc_diag *d);
 
 /* ---- reading ------------------------------------------------------------------------
  * A reader is a read transaction plus scratch memory; results stay valid

@@ -131,7 +131,10 @@ int ldapdom_new(struct domain *d)
 	}
 	d->ldap = l;
 	ldap_domain_set_hook(l->ld, daemon_mc_ldap_change, d->dm);
-	sync_loop(l); /* enumerate = true: the first run is due now */
+	/* Before any lookup is answered from the cache: the first run drops
+	 * what a narrowed min_id..max_id no longer allows; with enumerate =
+	 * true the first enumeration is due now too. */
+	process(l);
 	idc_log(IDC_LOG_INFO, "ldap domain %s: %zu server(s), first %s", d->cfg->name,
 		d->cfg->ldap->nuris, d->cfg->ldap->uris[0]);
 	return 0;

@@ -752,6 +752,30 @@ def test_uid0_and_bad_fields_are_ignored(env, module_daemons, idcache):
     assert d.log().count(f'entry "uid=root0,ou=people,{BASE}"') == 1
 
 
+def test_narrowed_id_range_drops_what_the_cache_held(env, module_daemons, idcache):
+    """Entries a wider id range let into the cache (here min_id = 0: uid 0
+    and gid 0 allowed) are dropped when the domain restarts with the range
+    narrowed (the default min_id = 1), before any lookup is answered: not
+    served from the cache or the memory cache, logged once."""
+    b = env.servers["b"]
+    d = start_daemon(module_daemons, b.uri, "min_id = 0\n")
+    got = d.ns.run_many([["getent", "passwd", "root0"], ["getent", "group", "wheel0"],
+                         ["getent", "passwd", "alice"]])
+    assert [r.rc for r in got] == [0, 0, 0], got
+    assert got[0].out.split(":")[2] == "0", got[0]
+    conf = d.conf.read_text()
+    assert "min_id = 0\n" in conf
+    d.conf.write_text(conf.replace("min_id = 0\n", ""))
+    cli(idcache, d, "reload")
+    assert "1 users and 1 groups cached outside min_id 1..max_id 0 removed" in d.log(), \
+        d.log()[-2000:]
+    got = d.ns.run_many([["getent", "passwd", "root0"], ["getent", "passwd", "0"],
+                         ["getent", "group", "wheel0"], ["getent", "passwd", "alice"]])
+    assert [r.rc for r in got] == [2, 2, 2, 0], got
+    cli(idcache, d, "reload")  # nothing left to drop: not logged again
+    assert d.log().count("cached outside min_id") == 1
+
+
 NSS_REQUESTS = ("requests.get", "requests.set", "requests.end", "requests.initgroups")
 
 

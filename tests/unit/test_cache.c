@@ -212,6 +212,52 @@ static void test_enum_delete_expire(void **state)
 	cache_reader_end(r);
 }
 
+/* A narrowed id range: users whose uid or gid, and groups whose gid, fall
+ * outside are removed; the rest stays; another domain is untouched. */
+static void test_drop_outside(void **state)
+{
+	struct fx *f = *state;
+	put_users(f, 3600); /* alice 1000/100, Bob 1001/100, bob2 1001/101; groups 200-203 */
+	struct cache_txn *t;
+	bool ch;
+	const struct cache_user root0 = {"root0", 0, 0, "", "/", "/bin/sh", 5};
+	const struct cache_user hi = {"hi", 70000, 100, "", "/", "/bin/sh", 6};
+	const struct cache_user lowgid = {"lowgid", 1500, 0, "", "/", "/bin/sh", 7};
+	const struct cache_group wheel0 = {"wheel0", 0, 8, NULL, 0, NULL, 0, NULL, NULL};
+	assert_int_equal(cache_txn_begin(f->c, &t, NULL), 0);
+	assert_int_equal(cache_domain_ensure(t, "other", 3600, NULL), 0);
+	assert_int_equal(cache_put_user(t, "local", &root0, &ch, NULL), 0);
+	assert_int_equal(cache_put_user(t, "local", &hi, &ch, NULL), 0);
+	assert_int_equal(cache_put_user(t, "local", &lowgid, &ch, NULL), 0);
+	assert_int_equal(cache_put_group(t, "local", &wheel0, &ch, NULL), 0);
+	assert_int_equal(cache_put_user(t, "other", &root0, &ch, NULL), 0);
+	size_t nu = 9, ng = 9;
+	/* no bounds at all: nothing to look for */
+	assert_int_equal(cache_drop_outside(t, "local", 0, 0, &nu, &ng, NULL), 0);
+	assert_int_equal(nu + ng, 0);
+	/* 1..60000 drops root0, hi, lowgid and wheel0; 201 as the upper
+	 * bound then drops the groups above it too */
+	assert_int_equal(cache_drop_outside(t, "local", 1, 60000, &nu, &ng, NULL), 0);
+	assert_int_equal(nu, 3);
+	assert_int_equal(ng, 1);
+	assert_int_equal(cache_drop_outside(t, "local", 1, 201, &nu, &ng, NULL), 0);
+	assert_int_equal(nu, 3); /* alice, Bob, bob2: uid above 201 */
+	assert_int_equal(ng, 2); /* all (202), loop (203) */
+	assert_int_equal(cache_txn_commit(t, NULL), 0);
+	struct cache_reader *r;
+	struct cache_user u;
+	struct cache_group g;
+	const char *other[] = {"other"};
+	assert_int_equal(cache_reader_begin(f->c, &r), 0);
+	assert_int_equal(cache_user_by_name(r, dom, 1, "root0", true, &u, NULL), -ENOENT);
+	assert_int_equal(cache_user_by_name(r, dom, 1, "alice", true, &u, NULL), -ENOENT);
+	assert_int_equal(cache_group_by_name(r, dom, 1, "staff", true, &g, NULL), 0);
+	assert_int_equal(cache_group_by_name(r, dom, 1, "admins", true, &g, NULL), 0);
+	assert_int_equal(cache_group_by_name(r, dom, 1, "all", true, &g, NULL), -ENOENT);
+	assert_int_equal(cache_user_by_name(r, other, 1, "root0", true, &u, NULL), 0);
+	cache_reader_end(r);
+}
+
 static void test_bad_names(void **state)
 {
 	struct fx *f = *state;
@@ -324,6 +370,7 @@ int main(void)
 	    T(test_initgroups),
 	    T(test_noop_refresh_writes_nothing_durable),
 	    T(test_enum_delete_expire),
+	    T(test_drop_outside),
 	    T(test_bad_names),
 	    T(test_timestamps_rebuilt),
 	    cmocka_unit_test(test_map_full_grows),

@@ -168,6 +168,7 @@ struct ldap_domain {
 	struct lp_neg neg[LP_NEG_SLOTS];
 	struct lp_hset logged; /* lp_log_once */
 	bool logged_full;      /* LP_LOGGED_MAX reached: said so once */
+	bool range_checked;    /* cached ids outside min_id..max_id dropped (once) */
 	size_t members_max;    /* member values kept per attribute (LP_MEMBERS_MAX) */
 	uint64_t hash_seed;
 	ldap_change_fn hook; /* ldap_domain_set_hook */

@@ -1432,8 +1432,47 @@ static void maybe_refresh(struct ldap_domain *ld, uint64_t now)
 			ld->cfg.name);
 }
 
+/* Entries a wider min_id..max_id let into the cache before (an earlier
+ * configuration, an older version) would be served until they expire:
+ * removed once, when the domain first runs (its hook is set by then), and
+ * the memory cache told to start over — rare enough not to describe record
+ * by record. */
+static void drop_out_of_range(struct ldap_domain *ld)
+{
+	ld->range_checked = true;
+	struct idc_diag d = {{0}};
+	struct cache_txn *t;
+	size_t nu = 0, ng = 0;
+	int rc = cache_txn_begin(ld->cache, &t, &d);
+	if (rc == 0) {
+		rc = cache_drop_outside(t, ld->cfg.name, ld->cfg.min_id, ld->cfg.max_id, &nu, &ng,
+					&d);
+		if (rc)
+			cache_txn_abort(t);
+		else
+			rc = cache_txn_commit(t, &d);
+	}
+	if (rc) {
+		idc_log(IDC_LOG_WARN,
+			"ldap domain %s: cannot remove cached entries outside min_id..max_id: %s",
+			ld->cfg.name, d.msg[0] ? d.msg : idc_strerror(rc));
+		return;
+	}
+	if (nu + ng == 0)
+		return;
+	ld->ncommits++;
+	idc_log(IDC_LOG_INFO,
+		"ldap domain %s: %zu users and %zu groups cached outside min_id %u..max_id %u "
+		"removed",
+		ld->cfg.name, nu, ng, (unsigned)ld->cfg.min_id, (unsigned)ld->cfg.max_id);
+	if (ld->hook)
+		ld->hook(NULL, ld->hook_arg);
+}
+
 void ldap_domain_process(struct ldap_domain *ld)
 {
+	if (!ld->range_checked)
+		drop_out_of_range(ld);
 	if (ld->broken) {
 		ld->broken = false;
 		lp_conn_fail(ld, "sending a search failed");
