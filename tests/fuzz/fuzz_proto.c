@@ -4,7 +4,7 @@
  * through the reader in chunks and every frame it yields through the
  * request decoder (a decoded request must re-encode to the same bytes);
  * every frame is also tried as a reply of each kind, through the reply
- * decoders and, on success, the NSS packers with a buffer size taken from
+ * decoders (MCMAP's kind list included) and, on success, the NSS packers with a buffer size taken from
  * the input. Nothing may crash, hang or read out of bounds.
  */
 #include <errno.h>
@@ -91,6 +91,11 @@ static void try_replies(const uint8_t *p, size_t n, size_t buflen)
 		(void)proto_gids_get(&g, g.count - 1);
 	(void)proto_decode_text(p, n, &s);
 	(void)proto_decode_u32(p, n, &v);
+	uint32_t kinds[PROTO_FDS_MAX];
+	size_t nk = 0;
+	if (proto_decode_mcmap(p, n, kinds, PROTO_FDS_MAX, &nk) == 0 &&
+	    (nk == 0 || nk > PROTO_FDS_MAX || (size_t)n != 4 + 4 * nk))
+		__builtin_trap(); /* exactly the listed kinds, within the cap */
 	try_batch(PROTO_CMD_GETPWENT, p, n, buflen);
 	try_batch(PROTO_CMD_GETGRENT, p, n, buflen);
 }
