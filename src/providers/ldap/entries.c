@@ -206,30 +206,46 @@ static bool plain_dn(const char *dn, size_t len)
 	return !want_attr && seen;
 }
 
+/* dn through libldap's parser and back out as an LDAPv3 string, lower-cased
+ * (in a); NULL when it does not parse. */
+static char *parse_norm(struct idc_arena *a, const char *dn, size_t len)
+{
+	LDAPDN parsed = NULL;
+	struct berval bv = {len, (char *)dn};
+	char *s = NULL;
+	if (ldap_bv2dn(&bv, &parsed, LDAP_DN_FORMAT_LDAP) != LDAP_SUCCESS)
+		return NULL;
+	int rc = parsed ? ldap_dn2str(parsed, &s, LDAP_DN_FORMAT_LDAPV3) : LDAP_INVALID_DN_SYNTAX;
+	ldap_dnfree(parsed);
+	if (rc != LDAP_SUCCESS || !s)
+		return NULL;
+	char *out = idc_arena_strndup(a, s, strlen(s));
+	ldap_memfree(s);
+	for (char *p = out; p && *p; p++)
+		*p = idc_tolower(*p);
+	return out;
+}
+
 char *lp_dn_normalize(struct idc_arena *a, const char *dn, size_t len)
 {
 	if (len == 0 || memchr(dn, '\0', len))
 		return NULL;
-	char *out;
 	if (plain_dn(dn, len)) {
-		out = idc_arena_strndup(a, dn, len);
-	} else {
-		LDAPDN parsed = NULL;
-		struct berval bv = {len, (char *)dn};
-		char *s = NULL;
-		if (ldap_bv2dn(&bv, &parsed, LDAP_DN_FORMAT_LDAP) != LDAP_SUCCESS)
-			return NULL;
-		int rc = parsed ? ldap_dn2str(parsed, &s, LDAP_DN_FORMAT_LDAPV3)
-				: LDAP_INVALID_DN_SYNTAX;
-		ldap_dnfree(parsed);
-		if (rc != LDAP_SUCCESS || !s)
-			return NULL;
-		out = idc_arena_strndup(a, s, strlen(s));
-		ldap_memfree(s);
+		char *out = idc_arena_strndup(a, dn, len);
+		for (char *p = out; p && *p; p++)
+			*p = idc_tolower(*p);
+		return out;
 	}
-	for (char *p = out; p && *p; p++)
-		*p = idc_tolower(*p);
-	return out;
+	/* libldap writes some values back in a form it does not read the same
+	 * way ("2=# 2" comes out as "2=#", which does not parse): a DN is
+	 * taken only when its normal form is its own normal form, so two
+	 * spellings of one DN always compare equal. */
+	/* libldap's parser may read past bv_len on some inputs (up to a NUL,
+	 * which values from a reply carry): parse a terminated copy. */
+	char *z = idc_arena_strndup(a, dn, len);
+	char *out = z ? parse_norm(a, z, len) : NULL;
+	char *again = out ? parse_norm(a, out, strlen(out)) : NULL;
+	return again && strcmp(out, again) == 0 ? out : NULL;
 }
 
 int lp_dn_first_ava(struct idc_arena *a, const char *ndn, char **attr, char **value)
