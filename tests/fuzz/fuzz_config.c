@@ -8,8 +8,10 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "daemon/config.h"
+#include "providers/ldap/ldap.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -20,8 +22,22 @@ static void check(const struct config *c)
 	for (size_t i = 0; i < c->ndomains; i++) {
 		const struct config_domain *d = &c->domains[i];
 		if (!d->name || !*d->name || strlen(d->name) > CONFIG_DOMAIN_MAX ||
-		    d->provider != CONFIG_PROVIDER_FILES || d->npasswd == 0 || d->ngroup == 0 ||
 		    config_domain(c, d->name) != d)
+			__builtin_trap();
+		if (d->provider == CONFIG_PROVIDER_LDAP) {
+			/* The provider's own check ran: servers, a base, a range. */
+			const struct ldap_domain_config *l = d->ldap;
+			if (!l || l->nuris == 0 || !l->search_base ||
+			    (l->max_id && l->min_id > l->max_id))
+				__builtin_trap();
+			for (size_t k = 0; k < l->nuris; k++)
+				if (strncasecmp(l->uris[k], "ldap://", 7) &&
+				    strncasecmp(l->uris[k], "ldaps://", 8)) /* schemes: any case */
+					__builtin_trap();
+			continue;
+		}
+		if (d->provider != CONFIG_PROVIDER_FILES || d->ldap || d->npasswd == 0 ||
+		    d->ngroup == 0)
 			__builtin_trap();
 		for (size_t k = 0; k < d->npasswd; k++)
 			if (d->passwd_files[k][0] != '/')
