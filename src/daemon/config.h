@@ -54,9 +54,10 @@ struct config_domain {
 
 struct config {
 	char *run_dir, *state_dir, *user;
-	int debug_level;               /* 0-9, -1 when not set */
-	uint32_t memcache_size_passwd; /* MiB; 0 disables; stored for the mc */
-	uint32_t memcache_size_group;  /* (the shared-memory cache comes later) */
+	int debug_level; /* 0-9, -1 when not set */
+	/* MiB per shared-memory map (daemon_mc_configure); 0 disables it */
+	uint32_t memcache_size_passwd;
+	uint32_t memcache_size_group;
 	uint32_t memcache_size_initgroups;
 	/* Served domains in serving order (the `domains` list, else file
 	 * order). */
