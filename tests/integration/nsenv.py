@@ -203,6 +203,30 @@ DAEMON_USER = "idcache"
 DAEMON_UID = 64123
 
 
+VALGRIND = shutil.which("valgrind")
+
+
+def valgrind_wrap(ns, base):
+    """The wrapper that runs a daemon under valgrind inside a namespace of
+    ns (system passwd/group from daemon_sys_files, under base/sys), its
+    report in base/valgrind.log. Returns (argv prefix, report path)."""
+    sys_passwd, sys_group = daemon_sys_files(Path(base) / "sys")
+    vglog = Path(base) / "valgrind.log"
+    return ns.argv([], sources="files", passwd=sys_passwd, group=sys_group) + [
+        VALGRIND, "--vgdb=no", "--leak-check=full", "--errors-for-leak-kinds=definite",
+        "--error-exitcode=99", "--track-fds=no", f"--log-file={vglog}"], vglog
+
+
+def stop_checked_by_valgrind(d, vglog, timeout=120):
+    """SIGTERM a daemon started with valgrind_wrap: it must exit 0 and
+    valgrind report no error. Returns the report."""
+    rc = d.stop(timeout=timeout)
+    report = vglog.read_text() if vglog.exists() else ""
+    assert rc == 0, f"valgrind found errors (exit {rc}):\n{report}\n{d.log()[-3000:]}"
+    assert "ERROR SUMMARY: 0 errors" in report, report
+    return report
+
+
 def daemon_sys_files(where):
     """Write where/passwd and where/group: the host's files plus the daemon's
     user and group. Returns their paths."""

@@ -5,7 +5,6 @@ a reload by SIGHUP and by the admin command, SIGTERM. No invalid reads or
 writes, no definite leaks: valgrind's exit status 99 says otherwise, and
 its log is attached to the failure.
 """
-import shutil
 import signal
 import subprocess
 import sys
@@ -20,7 +19,7 @@ import idcproto as P  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("as_root")
 
-VALGRIND = shutil.which("valgrind")
+VALGRIND = nsenv.VALGRIND
 
 
 def passwd(letter):
@@ -48,12 +47,8 @@ def wait_log(d, needle, since, timeout):
 @pytest.mark.skipif(VALGRIND is None, reason="valgrind not installed")
 def test_daemon_under_valgrind(idcached_bin, nss_module_dir, idcache, as_root):
     base = nsenv.make_private_dir("idc-hard-vg-")
-    vglog = base / "valgrind.log"
     ns = nsenv.NsEnv(nss_module_dir, base / "run", base / "ns")
-    sys_passwd, sys_group = nsenv.daemon_sys_files(base / "sys")
-    wrap = ns.argv([], sources="files", passwd=sys_passwd, group=sys_group) + [
-        VALGRIND, "--vgdb=no", "--leak-check=full", "--errors-for-leak-kinds=definite",
-        "--error-exitcode=99", "--track-fds=no", f"--log-file={vglog}"]
+    wrap, vglog = nsenv.valgrind_wrap(ns, base)
     d = nsenv.Daemon(idcached_bin, base, passwd("A"), group(), wrap=wrap)
     ok = False
     try:
@@ -87,14 +82,11 @@ def test_daemon_under_valgrind(idcached_bin, nss_module_dir, idcache, as_root):
         c = P.Client(d.run_dir / "nss.sock", timeout=60)
         assert c.getpwnam("v007")[4] == "B 7"
         c.close()
-        rc = d.stop(timeout=120)
-        report = vglog.read_text() if vglog.exists() else ""
+        report = nsenv.stop_checked_by_valgrind(d, vglog)
         summary = [x.split("== ", 1)[-1] for x in report.splitlines()
                    if "Command:" in x or "ERROR SUMMARY" in x or "lost:" in x or "heap blocks were freed" in x
                    or "in use at exit" in x]
-        print(f"valgrind exit status {rc}: " + "; ".join(summary))
-        assert rc == 0, f"valgrind found errors (exit {rc}):\n{report}\n{d.log()[-2000:]}"
-        assert "ERROR SUMMARY: 0 errors" in report, report
+        print("valgrind: " + "; ".join(summary))
         assert "definitely lost" not in report or "definitely lost: 0 bytes" in report, report
         ok = True
     finally:
