@@ -4,8 +4,8 @@
  * through the reader in chunks and every frame it yields through the
  * request decoder (a decoded request must re-encode to the same bytes);
  * every frame is also tried as a reply of each kind, through the reply
- * decoders (MCMAP's kind list included) and, on success, the NSS packers with a buffer size taken from
- * the input. Nothing may crash, hang or read out of bounds.
+ * decoders (MCMAP's kind list included) and, on success, the NSS packers with a buffer size taken
+ * from the input. Nothing may crash, hang or read out of bounds.
  */
 #include <errno.h>
 #include <stdint.h>
