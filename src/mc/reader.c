@@ -295,35 +295,15 @@ static int map_new(struct mc_reader *r, int64_t now)
 	return map_fd(r, fd, now);
 }
 
-/* Replace the current mapping (none, RECYCLED or stale) by the source's
- * current map. Another thread already remapping: -EBUSY, the caller misses. */
-static int remap(struct mc_reader *r, int64_t now)
+/* When the current mapping (none, RECYCLED or stale) is not usable, replace
+ * it by the map at fd, or with fd < 0 by the source's current map. 0,
+ * -EEXIST when it was usable after all (someone remapped while we waited
+ * for the lock; fd closed), or why no map was taken. */
+static int replace(struct mc_reader *r, int64_t now, int fd)
 {
-	int me = (int)getpid();
-	if (!lock_take(r, me))
-		return -EBUSY;
-	int rc = 0;
-	struct mc_mapping *m = map_enter(r);
-	bool ok = m != NULL && usable(m, now);
-	if (m != NULL)
-		map_leave(m);
-	/* Someone remapped while we waited for the lock: nothing to do. */
-	if (!ok) {
-		sweep(r, atomic_load(&r->current));
-		rc = map_new(r, now);
-		if (rc < 0 && m != NULL)
-			atomic_store(&r->current, -1); /* stop using a recycled map */
-		sweep(r, atomic_load(&r->current));
-	}
-	atomic_store_explicit(&r->lock_pid, 0, memory_order_release);
-	return rc;
-}
-
-int mc_reader_offer(struct mc_reader *r, int fd)
-{
-	int64_t now = (int64_t)time(NULL);
 	if (!lock_take(r, (int)getpid())) {
-		close(fd);
+		if (fd >= 0)
+			close(fd);
 		return -EBUSY;
 	}
 	struct mc_mapping *m = map_enter(r);
@@ -331,15 +311,30 @@ int mc_reader_offer(struct mc_reader *r, int fd)
 	if (m != NULL)
 		map_leave(m);
 	int rc = -EEXIST;
-	if (ok) {
+	if (ok && fd >= 0)
 		close(fd);
-	} else {
+	if (!ok) {
 		sweep(r, atomic_load(&r->current));
-		rc = map_fd(r, fd, now);
+		rc = fd >= 0 ? map_fd(r, fd, now) : map_new(r, now);
+		if (rc < 0 && fd < 0 && m != NULL)
+			atomic_store(&r->current, -1); /* stop using a recycled map */
 		sweep(r, atomic_load(&r->current));
 	}
 	atomic_store_explicit(&r->lock_pid, 0, memory_order_release);
 	return rc;
+}
+
+/* Ask the source for the current map. Another thread already remapping:
+ * -EBUSY, the caller misses. */
+static int remap(struct mc_reader *r, int64_t now)
+{
+	int rc = replace(r, now, -1);
+	return rc == -EEXIST ? 0 : rc;
+}
+
+int mc_reader_offer(struct mc_reader *r, int fd)
+{
+	return replace(r, (int64_t)time(NULL), fd);
 }
 
 /* A referenced, usable mapping to look in (remapping if needed), or NULL. */

@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <stdatomic.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #define IDC_DEFAULT_RUNDIR "/run/idcache"
@@ -145,24 +144,17 @@ enum nss_status idc_nss_mc_done(int rc, int saved_errno, int *errnop)
 #define IDC_NSS_QUIET_MS 10000u
 static _Atomic uint64_t quiet_until_ns;
 
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts); /* vDSO: no system call */
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 void idc_nss_close(struct proto_client *c)
 {
 	if (c->timed_out)
-		atomic_store(&quiet_until_ns, mono_ns() + IDC_NSS_QUIET_MS * 1000000ull);
+		atomic_store(&quiet_until_ns, idc_now_ns() + IDC_NSS_QUIET_MS * 1000000ull);
 	c->timed_out = false; /* noted once, however often c is closed again */
 	proto_client_close(c);
 }
 
 int idc_nss_connect(struct proto_client *c)
 {
-	if (mono_ns() < atomic_load(&quiet_until_ns)) {
+	if (idc_now_ns() < atomic_load(&quiet_until_ns)) {
 		memset(c, 0, sizeof(*c));
 		c->fd = -1;
 		return -EAGAIN;
