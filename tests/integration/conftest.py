@@ -1,8 +1,8 @@
 """Shared fixtures for the integration tests.
 
 The tests run the built artifacts, never a copy: the build tree comes from
-the IDCACHE_BUILD environment variable (default /work/main/build), as the
-Makefile's `check` target sets it. Later daemon tests add their fixtures
+the IDCACHE_BUILD environment variable (default: `build/` at the top of
+this repository), as the Makefile's `check` target sets it. Later daemon tests add their fixtures
 (idcached, run dir, slapd) here.
 """
 import os
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-DEFAULT_BUILD = "/work/main/build"
+DEFAULT_BUILD = Path(__file__).resolve().parents[2] / "build"
 
 
 @pytest.fixture(scope="session")
