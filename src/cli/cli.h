@@ -15,15 +15,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "cli/msg.h"
 #include "store/store.h"
 #include "util/util.h"
-
-/* Exit statuses shared by every subcommand (documented in idcache(1)). */
-enum cli_exit {
-	CLI_OK = 0,    /* done */
-	CLI_FAIL = 1,  /* the operation failed; nothing half-done was kept */
-	CLI_USAGE = 2, /* the command line is wrong */
-};
 
 /* ---- top-level subcommands (one file each) ---------------------------------- */
 int cli_db_main(int argc, char **argv);
@@ -33,31 +27,8 @@ int cli_expire_main(int argc, char **argv);
 int cli_reload_main(int argc, char **argv);
 int cli_user_main(int argc, char **argv);
 int cli_group_main(int argc, char **argv);
-/* perf_main.c: idcache perf list/run/compare/plot */
+/* perf.c: idcache perf, handed to the idcache-perf program */
 int cli_perf_main(int argc, char **argv);
-
-/* ---- messages (main.c) --------------------------------------------------------- */
-
-/* "idcache: " + printf text + "\n" on stderr. Returns CLI_FAIL. */
-int cli_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-/* Report a failed call: "idcache: <context>: <why>", where why is d's
- * message, or idc_strerror(rc) when d is empty or NULL. Returns CLI_FAIL. */
-int cli_fail(int rc, const struct idc_diag *d, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-/* Make sure d->msg says something: idc_strerror(rc) when it is empty. */
-void cli_diag_complete(struct idc_diag *d, int rc);
-
-/* Complete d (as above) and prefix it with "op 'dn': ", or just "op: "
- * when the message already names dn. op may be NULL: no op word. */
-void cli_diag_about(struct idc_diag *d, int rc, const char *op, struct store_val dn);
-
-/* Print "usage: <line>" and a pointer to --help on stderr. Returns CLI_USAGE. */
-int cli_usage(const char *usage_line, const char *help_cmd);
-
-/* Parse a non-negative decimal integer that fits size_t. 0 or -EINVAL. */
-int cli_parse_size(const char *s, size_t *out);
 
 /* ---- db subcommands (db*.c) --------------------------------------------------------- */
 

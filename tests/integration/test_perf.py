@@ -1,6 +1,8 @@
 """`idcache perf`: a small end-to-end run, its JSON, the SVG plot and the
 HTML page. The run uses every engine; one this machine lacks must show up
-as "unavailable: <reason>", never be missing."""
+as "unavailable: <reason>", never be missing. `idcache perf` hands its
+command line to the idcache-perf program (IDCACHE_PERF names the build's);
+the admin tool itself links no benchmark engine."""
 import json
 import os
 import shutil
@@ -21,6 +23,42 @@ NSS_TESTS = {"getpwnam", "getpwuid", "initgroups"}
 # measured whenever this machine allows a private mount namespace (root)
 NSS_ALWAYS = {"idcache-mc", "idcache-socket", "files"}
 CHROMIUM = "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def perf_program(build_dir):
+    """Point `idcache perf` at this build's idcache-perf for the module."""
+    path = build_dir / "perf" / "idcache-perf"
+    assert os.access(path, os.X_OK), f"{path} is missing: build it first"
+    old = os.environ.get("IDCACHE_PERF")
+    os.environ["IDCACHE_PERF"] = str(path)
+    yield path
+    if old is None:
+        del os.environ["IDCACHE_PERF"]
+    else:
+        os.environ["IDCACHE_PERF"] = old
+
+
+def test_admin_tool_links_no_benchmark_engine(idcache):
+    libs = subprocess.run(["ldd", str(idcache)], capture_output=True, text=True,
+                          check=True).stdout
+    for lib in ("libldb", "libtalloc", "libtevent", "libldap", "liblber"):
+        assert lib not in libs, libs
+
+
+def test_perf_without_the_program_says_how_to_get_it(idcache, tmp_path):
+    env = dict(os.environ, IDCACHE_PERF=str(tmp_path / "absent"))
+    p = subprocess.run([str(idcache), "perf", "list"], capture_output=True, text=True,
+                       env=env, timeout=30)
+    assert p.returncode == 1
+    assert "is not installed" in p.stderr and "-Dperf=true" in p.stderr, p.stderr
+
+
+def test_perf_list_through_the_admin_tool(idcache):
+    p = subprocess.run([str(idcache), "perf", "list"], capture_output=True, text=True,
+                       timeout=30)
+    assert p.returncode == 0, p.stderr
+    assert "search_uid" in p.stdout
 
 
 @pytest.fixture(scope="module")

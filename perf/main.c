@@ -1,6 +1,6 @@
 /*
- * perf: `idcache perf list|run|compare|plot` — the command line. Parsing
- * and dispatch only; the run is perf_run.c, the output perf_report.c and
+ * idcache-perf: the program behind `idcache perf list|run|compare|plot` —
+ * the command line. Parsing and dispatch only; the run is perf_run.c, the output perf_report.c and
  * perf_svg.c.
  */
 #include <errno.h>
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
+#include "cli/msg.h"
 #include "engines/engine.h"
 #include "perf.h"
 
@@ -343,8 +343,9 @@ static int cmd_compare_or_plot(int argc, char **argv, bool compare)
 	return st;
 }
 
-int cli_perf_main(int argc, char **argv)
+int main(int argc, char **argv)
 {
+	idc_log_init("idcache", true, IDC_LOG_WARN);
 	if (argc < 2)
 		return cli_usage("idcache perf list|run|compare|plot ...", "idcache perf");
 	const char *sub = argv[1];

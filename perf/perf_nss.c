@@ -12,7 +12,7 @@
  * A measurement forks a process that enters a private mount namespace
  * (unshare(CLONE_NEWNS), "/" made private, then bind mounts over
  * /etc/nsswitch.conf and, for `files`, /etc/passwd and /etc/group: only
- * that process sees them) and execs this idcache as `idcache perf
+ * that process sees them) and execs this program as `idcache-perf
  * _nss-child` with a clean environment: LD_LIBRARY_PATH naming the built
  * module's directory (glibc dlopens NSS modules at first use, and the
  * loader reads LD_LIBRARY_PATH only at exec), IDCACHE_RUNDIR and
@@ -30,6 +30,7 @@
 #include <pwd.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,11 +65,33 @@ static void rm_tree(const char *path);
 
 /* ==== where things are ============================================================== */
 
-/* idcached and the module's directory beside this idcache (a build tree:
- * src/cli/idcache, src/daemon/idcached, src/nss/libnss_idcache.so.2). */
+#ifndef IDC_SBINDIR
+#define IDC_SBINDIR "/usr/local/sbin"
+#endif
+#ifndef IDC_NSSDIR
+#define IDC_NSSDIR "/usr/local/lib"
+#endif
+
+/* The first of two candidates (a build tree's, then the installed one)
+ * that access() allows in mode, resolved into out. */
+static bool pick(const char *built, const char *installed, const char *file, int mode, char *out)
+{
+	const char *dirs[] = {built, installed};
+	char path[PATH_MAX + 64];
+	for (size_t i = 0; i < IDC_ARRAY_SIZE(dirs); i++) {
+		snprintf(path, sizeof(path), "%s/%s", dirs[i], file);
+		if (access(path, mode) == 0 && realpath(dirs[i], out))
+			return true;
+	}
+	return false;
+}
+
+/* idcached and the module's directory: beside this program in a build
+ * tree (perf/idcache-perf, src/daemon/idcached, src/nss/), else where
+ * `meson install` put them. */
 static int find_artifacts(char *exe, char *idcached, char *moddir, char *why, size_t cap)
 {
-	char self[PATH_MAX], path[PATH_MAX + 64];
+	char self[PATH_MAX], built[PATH_MAX + 32], dir[PATH_MAX];
 	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	if (n <= 0) {
 		snprintf(why, cap, "/proc/self/exe: %s", strerror(errno));
@@ -79,17 +102,16 @@ static int find_artifacts(char *exe, char *idcached, char *moddir, char *why, si
 	char *slash = strrchr(self, '/');
 	if (slash)
 		*slash = '\0';
-	snprintf(path, sizeof(path), "%s/../daemon/idcached", self);
-	if (!realpath(path, idcached) || access(idcached, X_OK) < 0) {
-		snprintf(why, cap, "idcached not built beside this idcache (%.200s)", path);
+	snprintf(built, sizeof(built), "%s/../src/daemon", self);
+	if (!pick(built, IDC_SBINDIR, "idcached", X_OK, dir)) {
+		snprintf(why, cap, "idcached is neither in %.200s nor in %s", built, IDC_SBINDIR);
 		return -ENOENT;
 	}
-	snprintf(path, sizeof(path), "%s/../nss", self);
-	char mod[PATH_MAX + 32];
-	if (!realpath(path, moddir) ||
-	    (snprintf(mod, sizeof(mod), "%s/libnss_idcache.so.2", moddir), access(mod, R_OK) < 0)) {
-		snprintf(why, cap, "libnss_idcache.so.2 not built beside this idcache (%.200s)",
-			 path);
+	snprintf(idcached, PATH_MAX, "%.*s/idcached", PATH_MAX - 16, dir);
+	snprintf(built, sizeof(built), "%s/../src/nss", self);
+	if (!pick(built, IDC_NSSDIR, "libnss_idcache.so.2", R_OK, moddir)) {
+		snprintf(why, cap, "libnss_idcache.so.2 is neither in %.200s nor in %s", built,
+			 IDC_NSSDIR);
 		return -ENOENT;
 	}
 	return 0;
@@ -440,8 +462,8 @@ static void exec_child(const struct perf_nss *n, const struct nss_eng_ops *e, co
 	snprintf(secs, sizeof(secs), "%.6f", seconds);
 	snprintf(ld, sizeof(ld), "LD_LIBRARY_PATH=%s", n->moddir);
 	snprintf(rundir, sizeof(rundir), "IDCACHE_RUNDIR=%s/run", n->dir);
-	char *argv[] = {"idcache", "perf", "_nss-child", (char *)test,           users, seed,
-			np,        nph,    secs,         e->prefill ? "1" : "0", NULL};
+	char *argv[] = {"idcache-perf", "_nss-child",           (char *)test, users, seed, np, nph,
+			secs,           e->prefill ? "1" : "0", NULL};
 	char *envp[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin",
 			"LC_ALL=C",
 			ld,
@@ -512,7 +534,7 @@ int perf_nss_measure(struct perf_nss *n, const struct nss_eng_ops *e, const char
 	return 0;
 }
 
-/* ==== the measuring child (`idcache perf _nss-child`) ===================================== */
+/* ==== the measuring child (`idcache-perf _nss-child`) ===================================== */
 
 enum nss_op { OP_PWNAM, OP_PWUID, OP_INITGROUPS };
 

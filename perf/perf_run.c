@@ -20,7 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli.h"
+#include "cli/msg.h"
 #include "engines/engine.h"
 #include "gen.h"
 #include "perf.h"

@@ -1,16 +1,23 @@
 /*
- * perf: `idcache perf` — measure idcache's store beside Samba ldb and
- * OpenLDAP on the same generated data, and report it for people (a table,
- * SVG, HTML) and machines (JSON, CSV). Internal to src/cli.
+ * perf: idcache-perf, the program behind `idcache perf` — measure idcache's
+ * store and NSS lookups beside Samba ldb, OpenLDAP and other NSS sources on
+ * the same generated data, and report it for people (a table, SVG, HTML)
+ * and machines (JSON, CSV). Internal to perf/; installed only when
+ * configured with -Dperf=true, so the admin tool links none of it.
  *
- * Files by role: perf_main.c (command line), perf_run.c (the run: data,
+ * May call: the store, the cli message helpers (cli/msg.h), the data
+ * generator (bench/gen.h) and the engines (engines/engine.h).
+ *
+ * Files by role: main.c (command line), perf_run.c (the run: data,
  * engines, tests, budget), perf_work.c (timed workers in threads or
  * processes), perf_stats.c (median, spread, outliers, ratio wording),
  * perf_json.c (result file out and in), perf_report.c (terminal table,
- * compare), perf_svg.c (SVG plot and the HTML page).
+ * compare), perf_svg.c (SVG plot and the HTML page), perf_nss.c (NSS
+ * lookups: data, idcached in a private namespace, measuring processes);
+ * engines/ holds one file per engine.
  */
-#ifndef IDC_CLI_PERF_H
-#define IDC_CLI_PERF_H
+#ifndef IDC_PERF_H
+#define IDC_PERF_H
 
 #include <limits.h>
 #include <signal.h>
@@ -284,8 +291,5 @@ void perf_html_write(FILE *out, const struct perf_results *a, const char *name_a
 		     const struct perf_results *b, const char *name_b);
 /* Text with & < > " escaped for XML and HTML. */
 void perf_xml_text(FILE *f, const char *s);
-
-/* The entry point (perf_main.c). */
-int cli_perf_main(int argc, char **argv);
 
 #endif
