@@ -15,7 +15,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 BUILD=${1:-$HERE/../build}
 REPS=${2:-3}
 W=${LDAP_BENCH_DIR:-/tmp/idc-ldap-bench}
-LOOKUP=$BUILD/src/providers/ldap/ldap_lookup
+LOOKUP=$BUILD/bench/ldap_lookup
 [ -x "$LOOKUP" ] || { echo "no $LOOKUP: build first" >&2; exit 1; }
 mkdir -p "$W"
 [ -s "$W/data.ldif" ] || python3 "$HERE/ldap_bench_ldif.py" "$W/data.ldif"
