@@ -1,6 +1,6 @@
 /*
  * store_bench: how fast the store adds, imports, searches and exports, with
- * bare LMDB doing the same puts beside it and DESIGN §9's budgets printed
+ * bare LMDB doing the same puts beside it and docs/DESIGN.md §9's budgets printed
  * next to the numbers. Budgets are information: the exit code says only
  * whether every benchmark ran.
  *
@@ -304,7 +304,7 @@ static int fresh_store(const struct gen *g, bool indexed, char *dir, size_t cap,
 }
 
 /* ==== raw LMDB: the same puts without the store ========================================
- * Keys and values shaped as the store's (DESIGN §4): id2entry u64 -> an
+ * Keys and values shaped as the store's (docs/DESIGN.md §4): id2entry u64 -> an
  * encoded entry of the same size class, dn2id RDN-reversed lowercase DN ->
  * id, eq.<attr> normalized value -> id with MDB_DUPSORT|MDB_DUPFIXED|
  * MDB_INTEGERDUP. Everything is encoded before the clock starts. */
@@ -563,7 +563,7 @@ static int bench_a(void)
 	snprintf(label, sizeof(label), "%llu adds, 5 indexes, one txn", (unsigned long long)n);
 	result(label, idx.med, idx.min, idx.max, opt.runs, "s");
 	double budget = BUDGET_ADDS * (double)n / 20000;
-	note("budget <= %.3f s%s (DESIGN §9): %s", budget, n == 20000 ? "" : " (pro rata)",
+	note("budget <= %.3f s%s (docs/DESIGN.md §9): %s", budget, n == 20000 ? "" : " (pro rata)",
 	     idx.med <= budget ? "within budget" : "over budget");
 	note("%.0f adds/s, %.2f us per add", (double)n / idx.med, idx.med * 1e6 / (double)n);
 	snprintf(label, sizeof(label), "%llu adds, no index, one txn", (unsigned long long)n);
@@ -638,7 +638,7 @@ static int bench_b(void)
 		hi = us[i] > hi ? us[i] : hi;
 	}
 	result("flatness: largest / smallest us per add", hi / lo, hi / lo, hi / lo, 1, "x");
-	note("goal (DESIGN §9): flat from 10^3 to 10^6 entries; 1.0x is perfectly flat");
+	note("goal (docs/DESIGN.md §9): flat from 10^3 to 10^6 entries; 1.0x is perfectly flat");
 	return 0;
 }
 
@@ -823,7 +823,7 @@ static int bench_c(void)
 		snprintf(label, sizeof(label), "import %llu entries (%llu users)",
 			 (unsigned long long)count, (unsigned long long)sizes[i]);
 		result(label, sp.med, sp.min, sp.max, runs, "entries/s");
-		note("budget >= %d entries/s for 1M (DESIGN §9; slapadd -q: 53,000/s): %s",
+		note("budget >= %d entries/s for 1M (docs/DESIGN.md §9; slapadd -q: 53,000/s): %s",
 		     BUDGET_IMP, sp.med >= BUDGET_IMP ? "within budget" : "over budget");
 		note("CPU busy %.0f%% of the wall time (the rest: waiting for the disk)",
 		     share * 100);
@@ -1079,7 +1079,7 @@ static int bench_e(void)
 		struct spread sp = spread_of(v, runs);
 		snprintf(label, sizeof(label), "export %llu entries", (unsigned long long)count);
 		result(label, sp.med, sp.min, sp.max, runs, "entries/s");
-		note("budget >= %d entries/s (2x slapcat's 240,000/s, DESIGN §9): %s", BUDGET_EXP,
+		note("budget >= %d entries/s (2x slapcat's 240,000/s, docs/DESIGN.md §9): %s", BUDGET_EXP,
 		     sp.med >= BUDGET_EXP ? "within budget" : "over budget");
 	}
 	return 0;

@@ -155,7 +155,7 @@ def main():
             time.sleep(0.2)
         stop(p)
         print(f"one user appended by rename to a {n}-line passwd, visible through NSS after:")
-        print(f"  {med(lat) if lat else 'never (within 10 s)'}   (budget <= 50 ms, DESIGN §9)")
+        print(f"  {med(lat) if lat else 'never (within 10 s)'}   (budget <= 50 ms, docs/DESIGN.md §9)")
 
 
 if __name__ == "__main__":

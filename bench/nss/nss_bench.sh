@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# NSS lookups through glibc, side by side in one run (DESIGN §9):
+# NSS lookups through glibc, side by side in one run (docs/DESIGN.md §9):
 #   bench0          libnss_bench0.so.2, a do-nothing module: the dispatch floor
 #   idcache mc      libnss_idcache.so.2 answering from the shared-memory cache
 #   idcache socket  the same with IDCACHE_MEMCACHE=no: every lookup asks idcached
@@ -446,7 +446,7 @@ b2 = ratio(rows["files 530 lines"], mc, "pwnam")
 b3 = mc["grouplist"]["us_median"] or float("nan")
 def ok(c):
     return "met" if c else "NOT met"
-out.append("budgets (DESIGN §9):")
+out.append("budgets (docs/DESIGN.md §9):")
 out.append(f"  mc getpwnam/getpwuid <= 1.5x floor: {b1:.2f}x / {b1u:.2f}x  {ok(max(b1, b1u) <= 1.5)}")
 out.append(f"  mc >= 10x faster than files at 530 lines (getpwnam): {b2:.1f}x  {ok(b2 >= 10)}")
 out.append(f"  mc initgroups, user in 200 groups <= 2 us: {b3:.3f} us  {ok(b3 <= 2)}")

@@ -1,5 +1,5 @@
 /*
- * engines/idcache: the idcache store API in process (DESIGN §4), durable
+ * engines/idcache: the idcache store API in process (docs/DESIGN.md §4), durable
  * (fsync at every commit) or --nosync. Import and export use the store's
  * own LDIF reader and writer in one bulk transaction, as `idcache db
  * import/export` do; every search and modify is its own transaction, as a

@@ -1,6 +1,6 @@
 /*
  * cache: the identity model (users, groups, memberships, initgroups) kept
- * in the store, plus a disposable timestamps database (DESIGN §5).
+ * in the store, plus a disposable timestamps database (docs/DESIGN.md §5).
  *
  * Owns: state_dir/cache.mdb/ (a store; durable) and state_dir/timestamps.mdb
  * (LMDB, MDB_NOSYNC, deleted and rebuilt when damaged).

@@ -1,6 +1,6 @@
 /*
  * idcache status | expire | reload | user | group: admin requests to a
- * running idcached over run_dir/admin.sock (DESIGN §2, the protocol in
+ * running idcached over run_dir/admin.sock (docs/DESIGN.md §2, the protocol in
  * proto.h). The daemon answers only root and its own user; it checks the
  * peer's credentials, we only turn its answers into clear messages.
  *

@@ -757,7 +757,7 @@ int config_parse(const char *label, const char *text, size_t len, struct config 
 	if (!(ps.cfg = calloc(1, sizeof(*ps.cfg))))
 		return -ENOMEM;
 	ps.cfg->debug_level = -1;
-	/* The memory cache is on unless a size is set to 0 (DESIGN §7). */
+	/* The memory cache is on unless a size is set to 0 (docs/DESIGN.md §7). */
 	ps.cfg->memcache_size_passwd = CONFIG_DEFAULT_MEMCACHE_MB;
 	ps.cfg->memcache_size_group = CONFIG_DEFAULT_MEMCACHE_MB;
 	ps.cfg->memcache_size_initgroups = CONFIG_DEFAULT_MEMCACHE_MB;

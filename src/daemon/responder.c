@@ -109,7 +109,7 @@ static void note_meta(struct daemon *dm, const struct cache_meta *meta)
  * on to the next domain.
  *
  * Expired ldap entries are served at once and refreshed in the background
- * (DESIGN §5: served while a refresh is pending): `id` stays a cache read,
+ * (docs/DESIGN.md §5: served while a refresh is pending): `id` stays a cache read,
  * and what the refresh changes is seen by the next lookup. An ldap user's
  * group list is complete only once initgroups was fetched from the
  * directory (ldapdom_initgroups_state); until then initgroups waits for it,

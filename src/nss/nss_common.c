@@ -29,7 +29,7 @@ bool idc_nss_name_ok(const char *name, struct proto_str *out)
 		return false;
 	size_t len = strnlen(name, PROTO_NAME_MAX + 1);
 	/* The daemon's own rule (util), checked here so a malformed name costs
-	 * no connection: NOTFOUND at once, as DESIGN §8 asks. */
+	 * no connection: NOTFOUND at once, as docs/DESIGN.md §8 asks. */
 	if (len > PROTO_NAME_MAX || !idc_name_valid(name, len))
 		return false;
 	out->p = name;

@@ -103,7 +103,7 @@ size_t store_index_list(struct store *s, const char *const **names)
  * Every write transaction collects the index pairs of its adds per
  * database and writes them at commit (or before anything reads the indexes)
  * in key order: B-tree pages then fill left to right, and an index that was
- * empty takes MDB_APPEND (no search at all). DESIGN §4 has the figures.
+ * empty takes MDB_APPEND (no search at all). docs/DESIGN.md §4 has the figures.
  * Equal keys are grouped through a hash table as they arrive, so the sort
  * is over distinct keys only (objectClass has a handful for a million
  * entries); ids of one key arrive in increasing order already. */

@@ -1,6 +1,6 @@
 /*
  * schema: the built-in attribute schema (canonical names, aliases, matching
- * rules) and value normalization under each rule (DESIGN §4).
+ * rules) and value normalization under each rule (docs/DESIGN.md §4).
  *
  * Lookups run on the add and search paths, so the tables are static, sorted
  * by memcmp order and searched by bisection: no allocation, no hashing, no

@@ -1,5 +1,5 @@
 /*
- * store: an embedded LDAP-style directory on LMDB (DESIGN §4).
+ * store: an embedded LDAP-style directory on LMDB (docs/DESIGN.md §4).
  *
  * Owns: the LMDB environment of a store directory (data.mdb, lock.mdb and a
  * write.lock), the entry encoding, DN and value normalization (schema), RFC
@@ -206,7 +206,7 @@ enum store_txn_flags {
 	STORE_TXN_RDONLY = 1 << 0,
 	STORE_TXN_BULK = 1 << 1, /* a hint that a large batch of adds follows;
 				  * every write txn already collects index keys
-				  * of adds and writes them sorted (DESIGN §4
+				  * of adds and writes them sorted (docs/DESIGN.md §4
 				  * bulk path), flushing before any index read */
 };
 

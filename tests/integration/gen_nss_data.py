@@ -13,7 +13,7 @@ module skips (bad numbers, too few fields, blank lines, comments).
 Left out on purpose, because the cache cannot and should not mirror them
 (each has its own targeted test in test_e2e_nss.py):
   - NIS compat lines (+, +@netgroup, -name): glibc's files module returns
-    them from enumeration as entries; idcache ignores them (DESIGN §6).
+    them from enumeration as entries; idcache ignores them (docs/DESIGN.md §6).
   - a name given twice: files enumerates both lines; the cache holds one
     entry per name (first wins).
   - two names differing only in case: the cache folds them into one entry

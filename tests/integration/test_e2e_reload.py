@@ -1,6 +1,6 @@
 """Changes to passwd/group reach clients, and a reader never sees a gap.
 
-The files provider applies each change as one transaction (DESIGN §6), so a
+The files provider applies each change as one transaction (docs/DESIGN.md §6), so a
 client asking for a user present in both the old and the new file finds it
 at every moment, however the file is replaced. Latencies are measured and
 printed (run pytest with -s to see them), never asserted beyond a generous

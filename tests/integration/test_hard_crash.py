@@ -1,4 +1,4 @@
-"""Crash safety (DESIGN §10): kill -9 of idcached during a
+"""Crash safety (docs/DESIGN.md §10): kill -9 of idcached during a
 100,000-user files load and of `idcache db import` during a large LDIF
 import, damaged timestamps databases, and a full disk.
 

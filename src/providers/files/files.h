@@ -1,6 +1,6 @@
 /*
  * files provider: passwd and group files turned into cache entries
- * (DESIGN §6).
+ * (docs/DESIGN.md §6).
  *
  * Owns: the parse of passwd/group bytes (parse.c), an inotify watch on the
  * directories holding the configured files (watch.c), and per domain the

@@ -1,6 +1,6 @@
 /*
  * ldap provider: users and groups from LDAP directories into the cache
- * (DESIGN §6), for a single-threaded epoll daemon.
+ * (docs/DESIGN.md §6), for a single-threaded epoll daemon.
  *
  * Owns: one libldap connection per domain (a URI list with failover), the
  * in-flight lookups (identical ones coalesced), an in-memory negative
