@@ -699,35 +699,23 @@ struct import_job {
 	FILE *f;
 	const char *name;
 	uint64_t count;
-	struct idc_arena arena;
 };
 
-/* One store_entry_from_pairs + store_add per record; re-runnable (store_write
- * calls it again after growing a full map), so it starts from the top. */
+/* The store's import loop (the one `idcache db import` runs); re-runnable
+ * (store_write calls it again after growing a full map), so it starts from
+ * the top. */
 static int import_fn(struct store_txn *t, void *arg, struct idc_diag *d)
 {
 	struct import_job *j = arg;
 	struct ldif_reader *r = NULL;
-	struct ldif_record rec;
-	struct store_entry e;
 	rewind(j->f);
 	j->count = 0;
 	int rc = ldif_open(j->f, j->name, &r);
-	while (rc == 0 && (rc = ldif_next(r, &rec, d)) == 1) {
-		if (rec.change != LDIF_ADD) {
-			rc = idc_diag_set(d, IDC_ESYNTAX, "%s:%lu: not an add", j->name, rec.line);
-			break;
-		}
-		rc = store_entry_from_pairs(&j->arena, rec.dn, rec.pairs, rec.npairs, &e, d);
-		rc = rc < 0 ? rc : store_add(t, &e, NULL, d);
-		if (rc < 0)
-			idc_diag_prefix(d, "%s:%lu: ", j->name, rec.line);
-		idc_arena_reset(&j->arena);
-		j->count++;
-	}
+	if (rc == 0)
+		rc = ldif_apply_all(t, r, j->name, NULL, &j->count, d);
 	if (r)
 		ldif_close(r);
-	return rc < 0 ? rc : 0;
+	return rc;
 }
 
 /* Import ldif into a new indexed store in dir; time from open to commit. */
@@ -746,7 +734,6 @@ static int import_file(const char *ldif, const char *dir, double *secs, double *
 	*secs = secs_since(t0);
 	*cpu = cpu_secs() - c0;
 	*count = j.count;
-	idc_arena_free(&j.arena);
 	if (s)
 		store_close(s);
 	if (j.f)

@@ -296,7 +296,7 @@ static void test_import(struct cell *c, const struct perf_test *t)
 		rc = idc_diag_set(&d, -EIO, "stored %llu of %llu entries",
 				  (unsigned long long)count, (unsigned long long)want);
 	if (rc < 0 || perf_stop) {
-		cli_diag_complete(&d, rc);
+		idc_diag_complete(&d, rc);
 		snprintf(c->why, sizeof(c->why), "import failed: %.380s", d.msg);
 		row_status(row, PERF_FAILED, perf_stop ? "interrupted" : d.msg);
 		if (c->e)
@@ -340,7 +340,7 @@ static void test_export(struct cell *c, const struct perf_test *t)
 		rc = idc_diag_set(&d, -EIO, "wrote %llu of %llu entries", (unsigned long long)count,
 				  (unsigned long long)gen_nentries(c->g));
 	if (rc < 0 || perf_stop) {
-		cli_diag_complete(&d, rc);
+		idc_diag_complete(&d, rc);
 		row_status(row, PERF_FAILED, perf_stop ? "interrupted" : d.msg);
 		return;
 	}
@@ -375,7 +375,7 @@ static void test_add(struct cell *c, const struct perf_test *t)
 	gen_rec_free(&rec);
 	gen_free(more);
 	if (rc < 0 || perf_stop) {
-		cli_diag_complete(&d, rc);
+		idc_diag_complete(&d, rc);
 		row_status(row, PERF_FAILED, perf_stop ? "interrupted" : d.msg);
 		return;
 	}
@@ -433,7 +433,7 @@ static void test_threaded(struct cell *c, const struct perf_test *t)
 			row_samples(row, v, c->r->o->samples);
 			continue;
 		}
-		cli_diag_complete(&d, rc);
+		idc_diag_complete(&d, rc);
 		/* ldb has no extensible match without a matching rule: a limit of
 		 * the engine, not a failure of the run */
 		bool unsupported = rc == -EOPNOTSUPP;
@@ -456,7 +456,7 @@ static void run_cell(struct cell *c)
 		int rc = new_store(c, &c->e, &d);
 		rc = rc < 0 ? rc : c->ops->import(c->e, c->ldif, &n, &d);
 		if (rc < 0) {
-			cli_diag_complete(&d, rc);
+			idc_diag_complete(&d, rc);
 			snprintf(c->why, sizeof(c->why), "import failed: %.380s", d.msg);
 			if (c->e)
 				c->ops->destroy(c->e);
@@ -624,7 +624,7 @@ static void nss_engine(struct run *r, struct perf_nss *n, const struct nss_eng_o
 			int rc = perf_nss_measure(n, e, t->name, procs, r->o->samples + 1,
 						  r->o->seconds, v, &d);
 			if (rc < 0 || perf_stop) {
-				cli_diag_complete(&d, rc);
+				idc_diag_complete(&d, rc);
 				row_status(row, PERF_FAILED, perf_stop ? "interrupted" : d.msg);
 				continue;
 			}
@@ -662,7 +662,7 @@ static void run_nss(struct run *r, uint64_t users, const char *work)
 		if (rc == 1) {
 			progress(r, "generate passwd", "-", users, 0);
 			rc = perf_nss_open(&n, work, users, r->o->seed, &d);
-			cli_diag_complete(&d, rc);
+			idc_diag_complete(&d, rc);
 		}
 		if (rc < 0) {
 			nss_rows_all(r, e, users, PERF_FAILED, d.msg);
@@ -671,7 +671,7 @@ static void run_nss(struct run *r, uint64_t users, const char *work)
 		if (e->daemon && drc == 1) {
 			progress(r, "start idcached", "-", users, 0);
 			drc = perf_nss_start_daemon(&n, &dd);
-			cli_diag_complete(&dd, drc);
+			idc_diag_complete(&dd, drc);
 			if (drc == 0)
 				perf_fact_set(r->res, "idcached_ready_s",
 					      "%.2f (start to ready, %llu users)", n.ready_seconds,
@@ -707,7 +707,7 @@ static void run_size(struct run *r, uint64_t users, const char *work)
 		for (size_t k = 0; (!info->available || rc < 0) && k < perf_ntests; k++) {
 			if (!wanted(r->o, perf_tests[k].name) || perf_tests[k].nss)
 				continue;
-			cli_diag_complete(&d, rc);
+			idc_diag_complete(&d, rc);
 			rows_all(r, &perf_tests[k], c.ops->name, users,
 				 rc < 0 ? PERF_FAILED : PERF_UNAVAILABLE,
 				 rc < 0 ? d.msg : info->why);

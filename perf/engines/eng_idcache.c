@@ -67,28 +67,22 @@ struct import_job {
 	FILE *f;
 	const char *name;
 	uint64_t count;
-	struct idc_arena arena;
 };
 
-/* Re-runnable (store_write repeats it after growing the map): from the top. */
+/* Re-runnable (store_write repeats it after growing the map): from the top,
+ * through the store's own import loop, the one `idcache db import` runs. */
 static int import_fn(struct store_txn *t, void *arg, struct idc_diag *d)
 {
 	struct import_job *j = arg;
 	struct ldif_reader *r = NULL;
-	struct ldif_record rec;
-	struct store_entry ent;
 	rewind(j->f);
 	j->count = 0;
 	int rc = ldif_open(j->f, j->name, &r);
-	while (rc == 0 && (rc = ldif_next(r, &rec, d)) == 1) {
-		rc = store_entry_from_pairs(&j->arena, rec.dn, rec.pairs, rec.npairs, &ent, d);
-		rc = rc < 0 ? rc : store_add(t, &ent, NULL, d);
-		idc_arena_reset(&j->arena);
-		j->count += rc == 0;
-	}
+	if (rc == 0)
+		rc = ldif_apply_all(t, r, j->name, NULL, &j->count, d);
 	if (r)
 		ldif_close(r);
-	return rc < 0 ? rc : 0;
+	return rc;
 }
 
 static int idc_import(struct eng *e, const char *ldif, uint64_t *count, struct idc_diag *d)
@@ -99,7 +93,6 @@ static int idc_import(struct eng *e, const char *ldif, uint64_t *count, struct i
 		return idc_diag_set(d, -errno, "%s: %s", ldif, strerror(errno));
 	int rc = store_write(e->s, STORE_TXN_BULK, import_fn, &j, d);
 	*count = j.count;
-	idc_arena_free(&j.arena);
 	fclose(j.f);
 	return rc;
 }

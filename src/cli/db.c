@@ -74,7 +74,7 @@ int db_open(struct db_ctx *ctx, unsigned flags)
 	char hint[PATH_MAX + 64];
 	if (!d.msg[0])
 		snprintf(d.msg, sizeof(d.msg), "%s", ctx->dir);
-	cli_diag_complete(&d, rc);
+	idc_diag_complete(&d, rc);
 	return cli_err("%s: %s%s", ctx->name, d.msg, open_hint(rc, ctx, d.msg, hint, sizeof(hint)));
 }
 
@@ -173,7 +173,7 @@ static int delete_fn(struct store_txn *t, void *arg, struct idc_diag *d)
 		struct store_val dn = {job->dns[i], strlen(job->dns[i])};
 		int rc = store_delete(t, dn, job->subtree, d);
 		if (rc != 0) {
-			cli_diag_about(d, rc, NULL, dn);
+			store_diag_about(d, rc, NULL, dn);
 			if (rc == IDC_ENOTLEAF && strlen(d->msg) + 32 < sizeof(d->msg))
 				strcat(d->msg, " (-r deletes the subtree)");
 			return rc;

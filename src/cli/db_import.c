@@ -144,52 +144,6 @@ struct import_job {
 	unsigned txn_flags;
 };
 
-static const char *change_name(enum ldif_change c)
-{
-	static const char *const names[] = {"add", "delete", "modify", "modrdn"};
-	return (size_t)c < IDC_ARRAY_SIZE(names) ? names[c] : "change";
-}
-
-static int apply_add(struct store_txn *t, struct import_job *job, const struct ldif_record *rec,
-		     struct idc_diag *d)
-{
-	struct store_entry e;
-	idc_arena_reset(&job->scratch);
-	int rc = store_entry_from_pairs(&job->scratch, rec->dn, rec->pairs, rec->npairs, &e, d);
-	return rc ? rc : store_add(t, &e, NULL, d);
-}
-
-static int apply_change(struct store_txn *t, struct import_job *job, const struct ldif_record *rec,
-			struct idc_diag *d)
-{
-	switch (rec->change) {
-	case LDIF_ADD:
-		return apply_add(t, job, rec, d);
-	case LDIF_DELETE:
-		return store_delete(t, rec->dn, false, d);
-	case LDIF_MODIFY:
-		return store_modify(t, rec->dn, rec->mods, rec->nmods, NULL, d);
-	case LDIF_MODRDN:
-		return store_modrdn(t, rec->dn, rec->newrdn, rec->deleteoldrdn,
-				    rec->has_newsuperior ? &rec->newsuperior : NULL, d);
-	}
-	return idc_diag_set(d, IDC_ESYNTAX, "unknown change type");
-}
-
-/* Apply one record; on failure d reads "file:line: add 'dn': why". The code
- * is returned unchanged so store_write still sees IDC_EMAPFULL. */
-static int apply_record(struct store_txn *t, struct import_job *job, const struct ldif_record *rec,
-			struct idc_diag *d)
-{
-	d->msg[0] = '\0';
-	int rc = apply_change(t, job, rec, d);
-	if (rc != 0) {
-		cli_diag_about(d, rc, change_name(rec->change), rec->dn);
-		idc_diag_prefix(d, "%s:%lu: ", job->src.name, rec->line);
-	}
-	return rc;
-}
-
 /* ==== one transaction ==================================================================== */
 
 static int open_reader(struct import_job *job, FILE **f, struct ldif_reader **r, struct idc_diag *d)
@@ -205,6 +159,12 @@ static int open_reader(struct import_job *job, FILE **f, struct ldif_reader **r,
 	return 0;
 }
 
+static void import_tick(void *arg, uint64_t records, uint64_t offset)
+{
+	struct import_job *job = arg;
+	progress_tick(&job->prog, records, offset);
+}
+
 /* store_txn_fn: the whole input in the caller's transaction. Re-runnable:
  * every run reads the input from its start. */
 static int import_all_fn(struct store_txn *t, void *arg, struct idc_diag *d)
@@ -215,13 +175,8 @@ static int import_all_fn(struct store_txn *t, void *arg, struct idc_diag *d)
 	int rc = open_reader(job, &f, &r, d);
 	if (rc != 0)
 		return rc;
-	struct ldif_record rec;
-	job->records = 0;
-	while ((rc = ldif_next(r, &rec, d)) == 1) {
-		if ((rc = apply_record(t, job, &rec, d)) != 0)
-			break;
-		progress_tick(&job->prog, ++job->records, ldif_offset(r));
-	}
+	struct ldif_progress p = {import_tick, job};
+	rc = ldif_apply_all(t, r, job->src.name, &p, &job->records, d);
 	ldif_close(r);
 	fclose(f);
 	if (rc == 0)
@@ -296,7 +251,7 @@ static int import_batch_fn(struct store_txn *t, void *arg, struct idc_diag *d)
 {
 	struct batch *b = arg;
 	for (size_t i = 0; i < b->n; i++) {
-		int rc = apply_record(t, b->job, &b->recs[i], d);
+		int rc = ldif_apply(t, &b->recs[i], b->job->src.name, &b->job->scratch, d);
 		if (rc != 0)
 			return rc;
 	}
@@ -393,7 +348,7 @@ static int import_parse(struct db_ctx *ctx, int argc, char **argv, struct import
 static int import_failed(struct db_ctx *ctx, const struct import_job *job, int rc,
 			 struct idc_diag *d)
 {
-	cli_diag_complete(d, rc);
+	idc_diag_complete(d, rc);
 	if (rc == -EBUSY) /* d says who holds the store */
 		return cli_err("%s: %s", ctx->name, d->msg);
 	if (job->batch)

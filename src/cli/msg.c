@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,32 +19,12 @@ int cli_err(const char *fmt, ...)
 	return CLI_FAIL;
 }
 
-void cli_diag_complete(struct idc_diag *d, int rc)
-{
-	/* the store's messages say what and why; the code's text is for
-	 * failures that came without one */
-	size_t len = strnlen(d->msg, sizeof(d->msg));
-	if (len == 0 || len == sizeof(d->msg))
-		snprintf(d->msg, sizeof(d->msg), "%s", idc_strerror(rc));
-}
-
-void cli_diag_about(struct idc_diag *d, int rc, const char *op, struct store_val dn)
-{
-	bool named = dn.len && memmem(d->msg, strnlen(d->msg, sizeof(d->msg)), dn.ptr, dn.len);
-	cli_diag_complete(d, rc);
-	if (named && op)
-		idc_diag_prefix(d, "%s: ", op);
-	else if (!named)
-		idc_diag_prefix(d, "%s%s'%.*s': ", op ? op : "", op ? " " : "", (int)dn.len,
-				dn.ptr);
-}
-
 int cli_fail(int rc, const struct idc_diag *d, const char *fmt, ...)
 {
 	struct idc_diag full = {{0}};
 	if (d)
 		memcpy(full.msg, d->msg, sizeof(full.msg));
-	cli_diag_complete(&full, rc);
+	idc_diag_complete(&full, rc);
 	va_list ap;
 	va_start(ap, fmt);
 	fputs("idcache: ", stderr);

@@ -3,7 +3,7 @@
  * (src/cli) and idcache-perf (perf/), so both speak in one voice.
  *
  * Owns: the exit statuses and the "idcache: <what>: <why>" line on stderr.
- * May call: util (idc_strerror, idc_diag) and the store's value type.
+ * May call: util (idc_strerror, idc_diag).
  * Conventions: each failure is printed once, by the function that decides
  * the exit status; these helpers return the status to return.
  * Threads: stdio only; safe wherever stderr is.
@@ -13,7 +13,6 @@
 
 #include <stddef.h>
 
-#include "store/store.h"
 #include "util/util.h"
 
 /* Exit statuses shared by every subcommand (documented in idcache(1)). */
@@ -30,13 +29,6 @@ int cli_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * message, or idc_strerror(rc) when d is empty or NULL. Returns CLI_FAIL. */
 int cli_fail(int rc, const struct idc_diag *d, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-
-/* Make sure d->msg says something: idc_strerror(rc) when it is empty. */
-void cli_diag_complete(struct idc_diag *d, int rc);
-
-/* Complete d (as above) and prefix it with "op 'dn': ", or just "op: "
- * when the message already names dn. op may be NULL: no op word. */
-void cli_diag_about(struct idc_diag *d, int rc, const char *op, struct store_val dn);
 
 /* Print "usage: <line>" and a pointer to --help on stderr. Returns CLI_USAGE. */
 int cli_usage(const char *usage_line, const char *help_cmd);

@@ -373,6 +373,33 @@ int ldif_next(struct ldif_reader *r, struct ldif_record *rec, struct idc_diag *d
 uint64_t ldif_offset(const struct ldif_reader *r);
 void ldif_close(struct ldif_reader *r);
 
+/* ---- applying LDIF (ldif_apply.c) ---- */
+
+/* Prefix d with what failed: "op 'dn': " before a message that does not
+ * name dn, "op: " before one that does (op may be NULL: no op word); an
+ * empty message first becomes idc_strerror(rc). */
+void store_diag_about(struct idc_diag *d, int rc, const char *op, struct store_val dn);
+
+/* Apply one record to t: add, delete, modify or modrdn. scratch holds the
+ * entry an add builds (reset here; the caller frees it). On failure d reads
+ * "name:line: add 'dn': why" and the code is returned unchanged, so
+ * store_write still sees IDC_EMAPFULL and can grow the map. */
+int ldif_apply(struct store_txn *t, const struct ldif_record *rec, const char *name,
+	       struct idc_arena *scratch, struct idc_diag *d);
+
+/* Progress of ldif_apply_all: tick (may be NULL) after each record with the
+ * records applied so far and the reader's byte offset. */
+struct ldif_progress {
+	void (*tick)(void *arg, uint64_t records, uint64_t offset);
+	void *arg;
+};
+
+/* Apply every record r yields, in order, in t: the import loop of `idcache
+ * db import`. *records: records applied. 0, or the first error (d as
+ * ldif_apply, or as ldif_next for bad input). p may be NULL. */
+int ldif_apply_all(struct store_txn *t, struct ldif_reader *r, const char *name,
+		   const struct ldif_progress *p, uint64_t *records, struct idc_diag *d);
+
 /* Append e as an LDIF record ("dn: ...\n" then "name: value\n" per value,
  * then a blank line) to out. Values that RFC 2849 says are not SAFE-STRINGs
  * (leading space, ':' or '<', trailing space, NUL, CR, LF, bytes >= 0x80)

@@ -51,6 +51,15 @@ int idc_diag_set(struct idc_diag *d, int rc, const char *fmt, ...)
 	return rc;
 }
 
+void idc_diag_complete(struct idc_diag *d, int rc)
+{
+	/* the store's messages say what and why; the code's text is for
+	 * failures that came without one */
+	size_t len = strnlen(d->msg, sizeof(d->msg));
+	if (len == 0 || len == sizeof(d->msg))
+		snprintf(d->msg, sizeof(d->msg), "%s", idc_strerror(rc));
+}
+
 void idc_diag_prefix(struct idc_diag *d, const char *fmt, ...)
 {
 	if (!d)

@@ -48,6 +48,9 @@ int idc_diag_set(struct idc_diag *d, int rc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* Prefix d->msg with more context ("file:12: " + old message). */
+/* Make sure d->msg says something: idc_strerror(rc) when it is empty (or
+ * unterminated). */
+void idc_diag_complete(struct idc_diag *d, int rc);
 void idc_diag_prefix(struct idc_diag *d, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
