@@ -13,7 +13,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <getopt.h>
 #include <limits.h>
 #include <lmdb.h>
@@ -26,6 +25,7 @@
 #include <unistd.h>
 
 #include "gen.h"
+#include "scratch.h"
 #include "store/store.h"
 
 #define MAX_RUNS    15
@@ -169,18 +169,6 @@ static int tmp_dir(char *out, size_t cap, const char *what)
 {
 	snprintf(out, cap, "%s/idcache-bench-%s.XXXXXX", opt.tmp, what);
 	return mkdtemp(out) ? 0 : -errno;
-}
-
-static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-	(void)sb, (void)flag, (void)ftw;
-	return remove(path) < 0 ? -1 : 0;
-}
-
-static void rm_tree(const char *path)
-{
-	if (path[0])
-		nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 /* ==== generated entries ============================================================
@@ -498,7 +486,7 @@ static int raw_run(const struct raw_set *rs, double *secs)
 	*secs = secs_since(t0);
 	if (env)
 		mdb_env_close(env);
-	rm_tree(dir);
+	scratch_rm_tree(dir);
 	if (rc)
 		fprintf(stderr, "store_bench: raw LMDB: %s\n", mdb_strerror(rc));
 	return rc ? -EIO : 0;
@@ -518,7 +506,7 @@ static int store_run(const struct gen *g, bool indexed, struct batch *b, double 
 	*secs = secs_since(t0);
 	if (s)
 		store_close(s);
-	rm_tree(dir);
+	scratch_rm_tree(dir);
 	return rc < 0 ? fail(rc, &d, indexed ? "indexed adds" : "unindexed adds") : 0;
 }
 
@@ -599,7 +587,7 @@ static int per_add(const struct gen *g, uint64_t n, double *us)
 	batch_free(&b);
 	if (s)
 		store_close(s);
-	rm_tree(dir);
+	scratch_rm_tree(dir);
 	*us = total * 1e6 / (double)n;
 	return rc < 0 ? fail(rc, &d, "per-add run") : 0;
 }
@@ -657,7 +645,7 @@ static void fixtures_free(void)
 			printf("kept store of %llu users: %s\n",
 			       (unsigned long long)fixtures[i].users, fixtures[i].dir);
 		else
-			rm_tree(fixtures[i].dir);
+			scratch_rm_tree(fixtures[i].dir);
 		fixtures[i] = (struct fixture){0};
 	}
 }
@@ -667,13 +655,13 @@ static void fixture_keep(uint64_t users, const char *dir)
 {
 	for (size_t i = 0; i < IDC_ARRAY_SIZE(fixtures); i++) {
 		if (fixtures[i].users == 0 || fixtures[i].users == users) {
-			rm_tree(fixtures[i].dir);
+			scratch_rm_tree(fixtures[i].dir);
 			fixtures[i].users = users;
 			snprintf(fixtures[i].dir, sizeof(fixtures[i].dir), "%s", dir);
 			return;
 		}
 	}
-	rm_tree(dir);
+	scratch_rm_tree(dir);
 }
 
 /* Write the LDIF of g into a new temporary file; its path in out. */
@@ -755,7 +743,7 @@ static int import_size(uint64_t users, unsigned runs, struct spread *sp, double 
 	if (rc < 0)
 		return rc;
 	for (unsigned r = 0; rc == 0 && r < runs; r++) {
-		rm_tree(dir);
+		scratch_rm_tree(dir);
 		rc = tmp_dir(dir, sizeof(dir), "import");
 		rc = rc < 0 ? rc : import_file(ldif, dir, &v[r], &c, count);
 		cpu += rc < 0 ? 0 : c;
@@ -765,7 +753,7 @@ static int import_size(uint64_t users, unsigned runs, struct spread *sp, double 
 	if (rc == 0)
 		fixture_keep(users, dir);
 	else
-		rm_tree(dir);
+		scratch_rm_tree(dir);
 	unlink(ldif);
 	*sp = rc == 0 ? spread_of(v, runs) : (struct spread){0};
 	*cpu_share = wall > 0 ? cpu / wall : 0;

@@ -24,7 +24,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <grp.h>
 #include <limits.h>
 #include <pwd.h>
@@ -43,6 +42,7 @@
 
 #include "engines/engine.h"
 #include "gen.h"
+#include "scratch.h"
 #include "perf.h"
 
 #define START_SLACK_NS 100000000ull /* the coordinator forks; workers are ready at once */
@@ -60,8 +60,6 @@ static struct gen_opts nss_gen_opts(uint64_t users, uint64_t seed)
 				 .seed = seed,
 				 .big_user_groups = PERF_NSS_BIG_GROUPS};
 }
-
-static void rm_tree(const char *path);
 
 /* ==== where things are ============================================================== */
 
@@ -415,7 +413,7 @@ void perf_nss_close(struct perf_nss *n)
 {
 	perf_nss_stop_daemon(n);
 	if (n->dir[0])
-		rm_tree(n->dir);
+		scratch_rm_tree(n->dir);
 	n->dir[0] = '\0';
 }
 
@@ -737,18 +735,4 @@ int perf_nss_child_main(int argc, char **argv)
 		printf(" %llu", (unsigned long long)sum[p]);
 	printf("\n");
 	return 0;
-}
-
-/* ==== scratch ============================================================================ */
-
-static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-	(void)sb, (void)flag, (void)ftw;
-	remove(path);
-	return 0;
-}
-
-static void rm_tree(const char *path)
-{
-	nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }

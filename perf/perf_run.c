@@ -8,7 +8,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <gnu/libc-version.h>
 #include <limits.h>
 #include <math.h>
@@ -23,6 +22,7 @@
 #include "cli/msg.h"
 #include "engines/engine.h"
 #include "gen.h"
+#include "scratch.h"
 #include "perf.h"
 
 volatile sig_atomic_t perf_stop;
@@ -92,18 +92,6 @@ static void progress(struct run *r, const char *test, const char *engine, uint64
 		threads ? threads : 1, (unsigned long long)(s / 60), (unsigned long long)(s % 60),
 		r->tty ? "\033[K" : "\n");
 	fflush(stderr);
-}
-
-static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-	(void)sb, (void)flag, (void)ftw;
-	remove(path);
-	return 0;
-}
-
-static void rm_tree(const char *path)
-{
-	nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 /* Drop the page cache for a cold sample; false when not permitted. */
@@ -258,7 +246,7 @@ struct cell {
 
 static int new_store(struct cell *c, struct eng **out, struct idc_diag *d)
 {
-	rm_tree(c->dir);
+	scratch_rm_tree(c->dir);
 	if (mkdir(c->dir, 0700) < 0)
 		return idc_diag_set(d, -errno, "%s: %s", c->dir, strerror(errno));
 	struct eng_cfg cfg = {c->dir, BASE_DN, run_indexes, IDC_ARRAY_SIZE(run_indexes),
@@ -720,7 +708,7 @@ static void run_size(struct run *r, uint64_t users, const char *work)
 		if (c.e)
 			c.ops->destroy(c.e);
 		c.e = NULL;
-		rm_tree(c.dir);
+		scratch_rm_tree(c.dir);
 	}
 	gen_free(g);
 	unlink(c.ldif);
@@ -764,7 +752,7 @@ int perf_run(const struct perf_opts *o, struct perf_results *res)
 	if (r->tty)
 		fputs("\r\033[K", stderr);
 	res->interrupted = perf_stop != 0;
-	rm_tree(work);
+	scratch_rm_tree(work);
 	free(r);
 	return 0;
 }
