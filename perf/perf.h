@@ -214,7 +214,7 @@ int perf_work_run(const struct perf_work *w, double *rates, struct idc_diag *d);
 
 /* ==== NSS lookups (perf_nss.c) ==============================================================
  * The getpwnam, getpwuid and initgroups tests: glibc's lookups answered by
- * each NSS engine (bench/engines/eng_nss.c) on generated passwd and group
+ * each NSS engine (engines/eng_nss.c) on generated passwd and group
  * files, in processes inside a private mount namespace. */
 
 struct nss_eng_ops;

@@ -65,7 +65,7 @@ int ts_put(MDB_txn *txn, MDB_dbi dbi, const struct idc_buf *key, const struct ts
 int ts_get(MDB_txn *txn, MDB_dbi dbi, const struct idc_buf *key, struct ts_rec *r);
 int ts_del(MDB_txn *txn, MDB_dbi dbi, const struct idc_buf *key);
 
-/* names.c: DN text of a domain container, or of a user/group entry. */
+/* cache.c: DN text of a domain container, or of a user/group entry. */
 int cache_dn_domain(struct idc_buf *out, const char *domain);
 int cache_dn_container(struct idc_buf *out, int kind, const char *domain);
 int cache_dn_entry(struct idc_buf *out, int kind, const char *domain, const char *name);

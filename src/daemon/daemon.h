@@ -13,6 +13,8 @@
  *   responder.c  NSS requests: lookups and enumeration
  *   admin.c      admin requests: status, expire, reload, user/group info
  *   domains.c    per-domain provider state: files refresh, inotify, timers
+ *   ldapdom.c    ldap domains: the provider in the loop, deferred lookups,
+ *                status
  *   reload.c     re-reading the configuration (SIGHUP, RELOAD)
  *   memcache.c   the shared-memory cache maps (src/mc): writing, dropping
  */

@@ -2,10 +2,11 @@
  * files provider: passwd and group files turned into cache entries
  * (docs/DESIGN.md §6).
  *
- * Owns: the parse of passwd/group bytes (parse.c), an inotify watch on the
- * directories holding the configured files (watch.c), and per domain the
- * last applied snapshot plus the diff that turns a new parse into one cache
- * transaction (apply.c).
+ * Owns: snapshots — the parse of passwd/group bytes, their name tables and
+ * the splicing of a re-parsed window into an old snapshot (parse.c) —, an
+ * inotify watch on the directories holding the configured files (watch.c),
+ * and per domain the last applied snapshot plus the diff that turns a new
+ * parse into one cache transaction (apply.c).
  * May call: util, cache, libc.
  *
  * Parsing follows glibc's line parser (the one fgetpwent(3) and
