@@ -18,9 +18,8 @@ bool cache_name_valid(const char *name, size_t len)
 	return idc_name_valid(name, len);
 }
 
-static bool domain_valid(const char *d)
+bool cache_domain_name_valid(const char *d, size_t n)
 {
-	size_t n = strlen(d);
 	if (n == 0 || n > CACHE_DOMAIN_MAX)
 		return false;
 	for (size_t i = 0; i < n; i++)
@@ -273,7 +272,7 @@ static int ensure_entry(struct cache_txn *t, const char *dn, const char *cn, str
 
 int cache_domain_ensure(struct cache_txn *t, const char *domain, uint32_t ttl, struct idc_diag *d)
 {
-	if (!domain_valid(domain))
+	if (!cache_domain_name_valid(domain, strlen(domain)))
 		return idc_diag_set(d, -EINVAL, "invalid domain name '%s'", domain);
 	idc_arena_reset(&t->arena);
 	struct cache *c = t->c;
@@ -345,7 +344,7 @@ static int put_named(struct cache_txn *t, int kind, const char *domain, const ch
 
 static int check_names(const char *domain, const char *name, struct idc_diag *d)
 {
-	if (!domain_valid(domain))
+	if (!cache_domain_name_valid(domain, strlen(domain)))
 		return idc_diag_set(d, -EINVAL, "invalid domain name '%s'", domain);
 	if (!name || !cache_name_valid(name, strlen(name)))
 		return idc_diag_set(d, -EINVAL, "invalid name '%.64s'", name ? name : "");
@@ -650,7 +649,7 @@ static int ts_walk(MDB_txn *txn, MDB_dbi dbi, const struct idc_buf *prefix, bool
 
 int cache_domain_remove(struct cache_txn *t, const char *domain, struct idc_diag *d)
 {
-	if (!domain_valid(domain))
+	if (!cache_domain_name_valid(domain, strlen(domain)))
 		return idc_diag_set(d, -EINVAL, "invalid domain name '%s'", domain);
 	int rc = cache_dn_domain(&t->dn, domain);
 	if (!rc)

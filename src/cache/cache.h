@@ -31,7 +31,8 @@
 
 #include "util/util.h"
 
-#define CACHE_NAME_MAX 255 /* longest user or group name accepted */
+#define CACHE_NAME_MAX   255 /* longest user or group name accepted */
+#define CACHE_DOMAIN_MAX 64u /* longest domain name */
 
 struct cache;
 struct cache_txn;
@@ -86,6 +87,11 @@ struct cache_group {
  * no control characters or NUL, not starting with '-', '+' or space, not
  * "." or "..". Used by providers, the daemon and the NSS module's peer. */
 bool cache_name_valid(const char *name, size_t len);
+
+/* Whether a domain may be named so (its name is an RDN value of every DN the
+ * domain holds): 1..CACHE_DOMAIN_MAX letters, digits, '-', '_' or '.'. The
+ * one check, for the configuration and the cache alike. */
+bool cache_domain_name_valid(const char *name, size_t len);
 
 /* ---- writing ------------------------------------------------------------------------
  * Everything between begin and commit is one store transaction: readers see

@@ -7,7 +7,6 @@
 #include "cache.h"
 #include "store/store.h"
 
-#define CACHE_DOMAIN_MAX  64 /* longest domain name */
 #define CACHE_MAX_DOMAINS 32
 
 struct cache_domain_ttl {

@@ -164,17 +164,6 @@ static int parse_paths(const char *v, char ***out, size_t *n, const char **why)
 	return 0;
 }
 
-static bool domain_name_ok(const char *d, size_t n)
-{
-	if (n == 0 || n > CONFIG_DOMAIN_MAX)
-		return false;
-	for (size_t i = 0; i < n; i++)
-		if (!((d[i] >= 'a' && d[i] <= 'z') || (d[i] >= 'A' && d[i] <= 'Z') ||
-		      (d[i] >= '0' && d[i] <= '9') || d[i] == '-' || d[i] == '_' || d[i] == '.'))
-			return false;
-	return true;
-}
-
 /* ==== keys ========================================================================= */
 
 /* Replace *slot with a copy of v. */
@@ -519,7 +508,7 @@ static void open_domain(struct parse *ps, const char *name, size_t len)
 {
 	struct config_domain *old = find_domain(ps, name, len);
 	ps->sec = SEC_SKIP;
-	if (!domain_name_ok(name, len)) {
+	if (!cache_domain_name_valid(name, len)) {
 		perr(ps, "[domain/%.*s]: a domain name is 1-%u letters, digits, '-', '_' or '.'",
 		     (int)len, name, CONFIG_DOMAIN_MAX);
 	} else if (old) {
@@ -859,47 +848,20 @@ static int read_secret(const struct config *c, const struct config *prev, struct
 	const char *path = d->ldap ? d->ldap->authtok_file : NULL;
 	if (!path)
 		return 0;
-	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-	if (fd < 0 && errno == EACCES && prev_secret(prev, d)) {
-		const char *old = prev_secret(prev, d);
+	struct idc_diag dg = {{0}};
+	char *pw = NULL;
+	int rc = ldap_domain_read_authtok(path, user_uid(c->user), &pw, &dg);
+	const char *old = rc == -EACCES ? prev_secret(prev, d) : NULL;
+	if (old) {
 		idc_log(IDC_LOG_INFO,
 			"%s: not readable now; keeping the password read from it at start", path);
 		return ldap_domain_config_set_authtok(d->ldap, old, strlen(old));
 	}
-	if (fd < 0 && errno == ELOOP)
-		return load_fail(errors, -ELOOP, path,
-				 "ldap_default_authtok_file: a symbolic link; refusing it");
-	if (fd < 0)
-		return load_fail(errors, -errno, path, NULL);
-	struct stat st;
-	int rc = fstat(fd, &st) < 0 ? load_fail(errors, -errno, path, NULL) : 0;
-	if (!rc && !S_ISREG(st.st_mode))
-		rc = load_fail(errors, -EINVAL, path,
-			       "ldap_default_authtok_file: not a regular file");
-	if (!rc && (st.st_mode & (S_IRWXG | S_IRWXO)))
-		rc = load_fail(errors, -EPERM, path,
-			       "ldap_default_authtok_file: readable or writable by group or "
-			       "others; refusing it (chmod 600)");
-	if (!rc && st.st_uid != 0 && st.st_uid != geteuid() && st.st_uid != user_uid(c->user))
-		rc = load_fail(errors, -EPERM, path,
-			       "ldap_default_authtok_file: owned by another user; refusing it "
-			       "(chown it to root or the daemon's user)");
-	char buf[1024];
-	size_t len = 0;
-	if (!rc && (rc = read_all(fd, buf, sizeof(buf) - 1, &len)) < 0)
-		load_fail(errors, rc, path, NULL);
-	close(fd);
-	if (!rc) {
-		buf[len] = '\0';
-		len = strcspn(buf, "\r\n"); /* the first line */
-		if (len == 0)
-			rc = load_fail(errors, -EINVAL, path,
-				       "ldap_default_authtok_file: empty (no password on the "
-				       "first line)");
-		else
-			rc = ldap_domain_config_set_authtok(d->ldap, buf, len);
-	}
-	explicit_bzero(buf, sizeof(buf));
+	if (rc)
+		return load_fail(errors, rc, path, dg.msg[0] ? dg.msg : NULL);
+	rc = ldap_domain_config_set_authtok(d->ldap, pw, strlen(pw));
+	explicit_bzero(pw, strlen(pw));
+	free(pw);
 	return rc;
 }
 #endif

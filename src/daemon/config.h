@@ -25,10 +25,10 @@
 #define CONFIG_DEFAULT_STATE_DIR   "/var/lib/idcache"
 #define CONFIG_DEFAULT_USER        "idcache"
 #define CONFIG_DEFAULT_TTL         5400u
-#define CONFIG_DEFAULT_MEMCACHE_MB 8u              /* per map */
-#define CONFIG_DOMAIN_MAX          64u             /* longest domain name (the cache's limit) */
-#define CONFIG_FILE_MAX            (1024u * 1024u) /* larger config files are refused */
-#define CONFIG_LINE_MAX            4096u           /* longer lines are errors */
+#define CONFIG_DEFAULT_MEMCACHE_MB 8u               /* per map */
+#define CONFIG_DOMAIN_MAX          CACHE_DOMAIN_MAX /* longest domain name */
+#define CONFIG_FILE_MAX            (1024u * 1024u)  /* larger config files are refused */
+#define CONFIG_LINE_MAX            4096u            /* longer lines are errors */
 
 enum config_provider { CONFIG_PROVIDER_FILES = 1, CONFIG_PROVIDER_LDAP };
 

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -298,14 +299,66 @@ static void test_offline_without_server(void **state)
 	assert_int_equal(system(cmd), 0);
 }
 
+/* One policy for the bind password file, whoever reads it: the daemon's
+ * configuration at start, or the provider when no secret was handed over. */
+static char *authtok_of(const char *path, const char *text, mode_t mode, int *rc,
+			struct idc_diag *d)
+{
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fputs(text, f);
+	fclose(f);
+	assert_int_equal(chmod(path, mode), 0);
+	char *pw = NULL;
+	*rc = ldap_domain_read_authtok(path, (uid_t)-1, &pw, d);
+	return pw;
+}
+
+static void test_authtok_file_policy(void **state)
+{
+	(void)state;
+	char dir[] = "/tmp/idc-authtok-XXXXXX", path[64], link[64];
+	assert_non_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/pw", dir);
+	snprintf(link, sizeof(link), "%s/link", dir);
+	struct idc_diag d = {{0}};
+	int rc;
+	char *pw = authtok_of(path, "s3cret\nsecond line\n", 0600, &rc, &d);
+	assert_int_equal(rc, 0);
+	assert_string_equal(pw, "s3cret");
+	free(pw);
+	pw = authtok_of(path, "s3cret\n", 0640, &rc, &d);
+	assert_int_equal(rc, -EPERM);
+	assert_null(pw);
+	assert_non_null(strstr(d.msg, "readable or writable by group or others"));
+	pw = authtok_of(path, "\nlater\n", 0600, &rc, &d);
+	assert_int_equal(rc, -EINVAL);
+	assert_non_null(strstr(d.msg, "empty"));
+	assert_int_equal(symlink(path, link), 0);
+	rc = ldap_domain_read_authtok(link, (uid_t)-1, &pw, &d);
+	assert_int_equal(rc, -ELOOP);
+	assert_non_null(strstr(d.msg, "symbolic link"));
+	rc = ldap_domain_read_authtok(dir, (uid_t)-1, &pw, &d);
+	assert_int_equal(rc, -EINVAL);
+	assert_non_null(strstr(d.msg, "not a regular file"));
+	unlink(link);
+	unlink(path);
+	rmdir(dir);
+}
+
 int main(void)
 {
 	idc_log_init("test_ldap_unit", true, IDC_LOG_ERR);
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_options),       cmocka_unit_test(test_dn),
-	    cmocka_unit_test(test_filter_escape), cmocka_unit_test(test_map),
-	    cmocka_unit_test(test_hset),          cmocka_unit_test(test_log_once_exact),
-	    cmocka_unit_test(test_log_once_cap),  cmocka_unit_test(test_offline_without_server),
+	    cmocka_unit_test(test_options),
+	    cmocka_unit_test(test_dn),
+	    cmocka_unit_test(test_filter_escape),
+	    cmocka_unit_test(test_map),
+	    cmocka_unit_test(test_hset),
+	    cmocka_unit_test(test_log_once_exact),
+	    cmocka_unit_test(test_log_once_cap),
+	    cmocka_unit_test(test_offline_without_server),
+	    cmocka_unit_test(test_authtok_file_policy),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -126,9 +126,18 @@ int ldap_domain_config_set(struct ldap_domain_config *c, const char *key, const 
 			   struct idc_diag *d);
 /* The bind password itself (len bytes, no NUL needed), replacing any
  * earlier one, which is wiped: the daemon reads ldap_default_authtok_file
- * while still root and hands the secret over, so the provider never opens
- * the file. When set, authtok_file is not read. 0 or -ENOMEM. */
+ * while still root and hands the secret over, so the provider does not
+ * open the file (it reads it with ldap_domain_read_authtok only when no
+ * secret was handed over). 0 or -ENOMEM. */
 int ldap_domain_config_set_authtok(struct ldap_domain_config *c, const char *secret, size_t len);
+/* The bind password in path, the one policy for ldap_default_authtok_file:
+ * opened without following a symbolic link; the descriptor read must be a
+ * regular file with no group or other permission bits, owned by root, by
+ * this process's user or by also_owner ((uid_t)-1: nobody else); its first
+ * line, not empty. *out: malloc'd, the caller wipes and frees it. d says
+ * why a file is refused, without the path. -EACCES when it cannot be
+ * opened for permission (the caller may keep an earlier password). */
+int ldap_domain_read_authtok(const char *path, uid_t also_owner, char **out, struct idc_diag *d);
 /* Check the whole config (uris, bases, a password when binding, min_id
  * <= max_id, no bind password over plain ldap:// without StartTLS unless
  * insecure_bind). */

@@ -1,8 +1,11 @@
 /* options: the domain's sssd.conf-like keys, their defaults and checks. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "providers/ldap/ldap_int.h"
 
@@ -89,6 +92,71 @@ int ldap_domain_config_set_authtok(struct ldap_domain_config *c, const char *sec
 	free(c->authtok);
 	c->authtok = p;
 	return 0;
+}
+
+/* Read up to cap bytes of fd into buf; 0 or -errno. */
+static int read_upto(int fd, char *buf, size_t cap, size_t *got)
+{
+	size_t n = 0;
+	while (n < cap) {
+		ssize_t k = read(fd, buf + n, cap - n);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0)
+			return -errno;
+		if (k == 0)
+			break;
+		n += (size_t)k;
+	}
+	*got = n;
+	return 0;
+}
+
+/* The policy for the password file, on the descriptor that is read. */
+static int authtok_file_ok(int fd, uid_t also_owner, struct idc_diag *d)
+{
+	struct stat st;
+	if (fstat(fd, &st) < 0)
+		return idc_diag_set(d, -errno, "%s", idc_strerror(-errno));
+	if (!S_ISREG(st.st_mode))
+		return idc_diag_set(d, -EINVAL, "ldap_default_authtok_file: not a regular file");
+	if (st.st_mode & (S_IRWXG | S_IRWXO))
+		return idc_diag_set(d, -EPERM,
+				    "ldap_default_authtok_file: readable or writable by group or "
+				    "others; refusing it (chmod 600)");
+	if (st.st_uid != 0 && st.st_uid != geteuid() && st.st_uid != also_owner)
+		return idc_diag_set(d, -EPERM,
+				    "ldap_default_authtok_file: owned by another user; refusing it "
+				    "(chown it to root or the daemon's user)");
+	return 0;
+}
+
+int ldap_domain_read_authtok(const char *path, uid_t also_owner, char **out, struct idc_diag *d)
+{
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fd < 0 && errno == ELOOP)
+		return idc_diag_set(d, -ELOOP,
+				    "ldap_default_authtok_file: a symbolic link; refusing it");
+	if (fd < 0)
+		return idc_diag_set(d, -errno, "%s", idc_strerror(-errno));
+	char buf[1024];
+	size_t len = 0;
+	int rc = authtok_file_ok(fd, also_owner, d);
+	if (!rc && (rc = read_upto(fd, buf, sizeof(buf) - 1, &len)) < 0)
+		idc_diag_set(d, rc, "%s", idc_strerror(rc));
+	close(fd);
+	if (!rc) {
+		buf[len] = '\0';
+		len = strcspn(buf, "\r\n"); /* the first line */
+		if (len == 0)
+			rc = idc_diag_set(d, -EINVAL,
+					  "ldap_default_authtok_file: empty (no password on the "
+					  "first line)");
+		else if (!(*out = strndup(buf, len)))
+			rc = -ENOMEM;
+	}
+	explicit_bzero(buf, sizeof(buf));
+	return rc;
 }
 
 /* Replace *slot with a copy of v. */

@@ -1117,44 +1117,6 @@ void lp_req_restart_all(struct ldap_domain *ld)
 
 /* ==== domain ============================================================================ */
 
-/* The first line of the password file, for a caller that did not hand
- * the secret over (ldap_domain_config_set_authtok). Opened without
- * following a symlink; the descriptor read must be a regular file with no
- * group or other permission bits. */
-static int read_password(const char *path, char **out, struct idc_diag *d)
-{
-	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
-	if (fd < 0)
-		return idc_diag_set(d, -errno, "ldap_default_authtok_file %s: %s", path,
-				    idc_strerror(-errno));
-	struct stat st;
-	int rc = fstat(fd, &st) < 0 ? -errno : 0;
-	if (!rc && (!S_ISREG(st.st_mode) || (st.st_mode & (S_IRWXG | S_IRWXO))))
-		rc = idc_diag_set(d, -EPERM,
-				  "ldap_default_authtok_file %s: not a regular file only its "
-				  "owner can read",
-				  path);
-	char buf[1024];
-	size_t n = 0;
-	while (!rc && n < sizeof(buf) - 1) {
-		ssize_t k = read(fd, buf + n, sizeof(buf) - 1 - n);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0) {
-			rc = k < 0 ? -errno : 0;
-			break;
-		}
-		n += (size_t)k;
-	}
-	close(fd);
-	buf[n] = '\0';
-	buf[strcspn(buf, "\r\n")] = '\0';
-	if (!rc && !(*out = strdup(buf)))
-		rc = -ENOMEM;
-	explicit_bzero(buf, sizeof(buf));
-	return rc;
-}
-
 static int copy_str(char **dst, const char *src)
 {
 	*dst = src ? strdup(src) : NULL;
@@ -1241,7 +1203,7 @@ int ldap_domain_new(const struct ldap_domain_config *cfg, struct cache *c, struc
 	if (!rc && cfg->bind_dn && cfg->authtok)
 		rc = copy_str(&ld->password, cfg->authtok);
 	else if (!rc && cfg->bind_dn)
-		rc = read_password(cfg->authtok_file, &ld->password, d);
+		rc = ldap_domain_read_authtok(cfg->authtok_file, (uid_t)-1, &ld->password, d);
 	if (rc) {
 		ldap_domain_free(ld);
 		return rc;
