@@ -114,6 +114,16 @@ struct ldap_domain_config {
 	 * every member DN is fetched (in batches) and every member user is
 	 * cached. */
 	bool member_names_from_rdn;
+	/* What one directory may make a request cost (a hostile or
+	 * impersonated server included): */
+	uint32_t max_reply_bytes; /* ldap_max_reply_size: one LDAP message, 64 MiB;
+				   * a larger one drops the connection */
+	uint32_t max_entries;     /* ldap_max_entries: entries one lookup,
+				   * enumeration or refresh takes, 100000 */
+	uint32_t nesting_level;   /* ldap_group_nesting_level: nested group
+				   * levels followed up and down, 32 */
+	uint32_t max_searches;    /* ldap_max_searches: searches one request
+				   * sends (pages not counted), 500 */
 };
 
 /* Defaults for domain name. 0 or -ENOMEM. */
