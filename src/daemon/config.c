@@ -350,6 +350,7 @@ static const char *const ldap_keys[] = {
     "ldap_max_entries",
     "ldap_group_nesting_level",
     "ldap_max_searches",
+    "ldap_max_memory",
 };
 
 #ifdef IDC_HAVE_LDAP

@@ -243,6 +243,17 @@ def test_widening_nesting_spends_the_search_budget(daemons, fakes):
     check_bounded(d, "wide")
 
 
+def test_groups_with_huge_member_lists_stop_at_max_memory(daemons, fakes):
+    """initgroups answered with groups without end, each with 2,000
+    members: ldap_max_memory ends it before ldap_max_entries would."""
+    fake = fakes("fat", 2000)
+    d = start_daemon(daemons, fake.uri, "ldap_max_memory = 8M\n", search_timeout=60)
+    st, payload, _ = under_attack(d, "huge groups without end", P.INITGROUPS, "fat")
+    assert st == P.OK and 80000 in P.decode_gids(payload), st
+    assert "ldap_max_memory = 8388608 bytes" in d.log()
+    check_bounded(d, "huge groups")
+
+
 def test_endless_enumeration_stops_at_max_entries(daemons, fakes):
     """enumerate = true against a directory whose pages never end: the
     enumeration stops at ldap_max_entries, the cache does not fill."""

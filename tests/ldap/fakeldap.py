@@ -20,6 +20,9 @@ normally, and holds one honest user, `alice`. MODE says what else it does:
   wide    getgrnam `wide0`: every group cn=wN has COUNT (default 20) member
           groups, named on demand, so each level of nesting is COUNT times
           larger than the one above
+  fat     initgroups `fat`: the search for its groups is answered with
+          groups without end, each with COUNT (default 2000) memberUid
+          values
   endless an enumeration (objectClass filters only) gets entries without
           end, COUNT per page (default 1000), each page with a cookie that
           asks for the next one
@@ -295,6 +298,16 @@ class Conn:
             out.append(user(msgid, "alice", 10001))
         self.send(b"".join(out) + result(msgid, 0x65))
 
+    def search_fat(self, msgid, f, paged):
+        if "fat" in eq_values(f, "uid"):
+            self.send(user(msgid, "fat", 10003) + result(msgid, 0x65))
+            return
+        if "fat" not in eq_values(f, "memberuid"):
+            return self.honest(msgid, f)
+        members = ["fat"] + [f"m{k}" for k in range(1, self.count)]
+        for k in range(10 ** 9):
+            self.send(group(msgid, f"fat{k}", 80000 + k, member_uids=members))
+
     def search_endless(self, msgid, f, paged):
         if eq_values(f, "uid") or eq_values(f, "cn") or eq_values(f, "uidnumber") or \
                 eq_values(f, "gidnumber") or eq_values(f, "member") or \
@@ -314,7 +327,8 @@ class Conn:
 def main():
     mode, portfile = sys.argv[1], sys.argv[2]
     count = int(sys.argv[3]) if len(sys.argv) > 3 else {"flood": 600000, "giant": 256,
-                                                        "wide": 20, "endless": 1000}.get(mode, 0)
+                                                        "wide": 20, "endless": 1000,
+                                                        "fat": 2000}.get(mode, 0)
     srv = socket.socket()
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     srv.bind(("127.0.0.1", 0))

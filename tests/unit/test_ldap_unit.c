@@ -59,6 +59,7 @@ static void test_limits(void **state)
 	assert_int_equal(c.max_entries, 100000);
 	assert_int_equal(c.nesting_level, 32);
 	assert_int_equal(c.max_searches, 500);
+	assert_int_equal(c.max_memory, 128u << 20);
 	ldap_domain_config_set(&c, "ldap_uri", "ldap://127.0.0.1:1", &d);
 	ldap_domain_config_set(&c, "ldap_search_base", "dc=x", &d);
 	const struct {
@@ -79,6 +80,11 @@ static void test_limits(void **state)
 	assert_int_equal(ldap_domain_config_check(&c, &d), -EINVAL); /* below LP_REPLY_MIN */
 	assert_non_null(strstr(d.msg, "ldap_max_reply_size"));
 	assert_int_equal(ldap_domain_config_set(&c, "ldap_max_reply_size", "1M", &d), 0);
+	assert_int_equal(ldap_domain_config_check(&c, &d), 0);
+	assert_int_equal(ldap_domain_config_set(&c, "ldap_max_memory", "512k", &d), 0);
+	assert_int_equal(ldap_domain_config_check(&c, &d), -EINVAL); /* below LP_MEMORY_MIN */
+	assert_int_equal(ldap_domain_config_set(&c, "ldap_max_memory", "1G", &d), 0);
+	assert_int_equal(c.max_memory, 1u << 30);
 	assert_int_equal(ldap_domain_config_check(&c, &d), 0);
 	assert_int_equal(ldap_domain_config_set(&c, "ldap_max_entries", "0", &d), 0);
 	assert_int_equal(ldap_domain_config_check(&c, &d), -EINVAL);

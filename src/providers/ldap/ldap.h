@@ -124,6 +124,8 @@ struct ldap_domain_config {
 				   * levels followed up and down, 32 */
 	uint32_t max_searches;    /* ldap_max_searches: searches one request
 				   * sends (pages not counted), 500 */
+	uint32_t max_memory;      /* ldap_max_memory: bytes the requests in
+				   * flight hold for what they read, 128 MiB */
 };
 
 /* Defaults for domain name. 0 or -ENOMEM. */

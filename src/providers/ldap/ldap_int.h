@@ -18,15 +18,17 @@
 /* Work one process call does before it returns to the event loop (the
  * loop comes back at once when more is waiting): other clients are
  * answered between two slices of a large or hostile answer. */
-#define LP_TURN_MSGS      256     /* messages read */
-#define LP_TURN_MS        10      /* milliseconds spent reading them */
-#define LP_COMMIT_EVERY   1000    /* entries a request holds before it commits them */
-#define LP_SHARED_ID_MAX  16      /* entries a lookup by uid or gid takes */
-#define LP_REPLY_MIN      16384   /* smallest ldap_max_reply_size */
-#define LP_NESTING_MAX    1000    /* largest ldap_group_nesting_level */
-#define LP_BACKOFF_MAX_MS 3600000 /* longest wait between offline probes */
-#define LP_ENUM_EVERY_MS  300000  /* enumeration refresh */
-#define LP_REFRESH_MAX    20000   /* names per kind one background refresh takes */
+#define LP_TURN_MSGS      256        /* messages read */
+#define LP_TURN_MS        10         /* milliseconds spent reading them */
+#define LP_COMMIT_EVERY   1000       /* entries a request holds before it commits them */
+#define LP_COMMIT_BYTES   (1u << 20) /* ...or arena bytes it grew by since */
+#define LP_SHARED_ID_MAX  16         /* entries a lookup by uid or gid takes */
+#define LP_REPLY_MIN      16384      /* smallest ldap_max_reply_size */
+#define LP_NESTING_MAX    1000       /* largest ldap_group_nesting_level */
+#define LP_MEMORY_MIN     (1u << 20) /* smallest ldap_max_memory */
+#define LP_BACKOFF_MAX_MS 3600000    /* longest wait between offline probes */
+#define LP_ENUM_EVERY_MS  300000     /* enumeration refresh */
+#define LP_REFRESH_MAX    20000      /* names per kind one background refresh takes */
 /* The background refresh of expired entries (refresh_expired_interval):
  * a request kind of its own, never asked for by a caller. */
 #define LP_REFRESH ((enum ldap_lookup_kind)100)
@@ -133,7 +135,7 @@ struct lp_req {
 	/* ldap_max_entries, ldap_max_searches, ldap_group_nesting_level:
 	 * what the request took so far; `cut` once one of them was reached
 	 * (the request ends with what came, partial) */
-	size_t nentries, unstored;
+	size_t nentries, unstored, paged_bytes; /* paged_bytes: arena.total at the last commit */
 	uint32_t nsent, up, down;
 	bool cut;
 };

@@ -58,6 +58,7 @@ int ldap_domain_config_init(struct ldap_domain_config *c, const char *name)
 	c->max_entries = 100000;
 	c->nesting_level = 32;
 	c->max_searches = 500;
+	c->max_memory = 128u << 20;
 	c->min_id = 1; /* sssd's default: no uid 0 or gid 0 from a directory */
 	return 0;
 }
@@ -306,6 +307,8 @@ static int set_known(struct ldap_domain_config *c, const char *k, const char *v)
 		return parse_u32(v, &c->nesting_level);
 	if (!strcmp(k, "ldap_max_searches"))
 		return parse_u32(v, &c->max_searches);
+	if (!strcmp(k, "ldap_max_memory"))
+		return parse_size(v, &c->max_memory);
 	return -ENOENT;
 }
 
@@ -339,6 +342,9 @@ int ldap_domain_config_check(const struct ldap_domain_config *c, struct idc_diag
 	if (c->max_reply_bytes < LP_REPLY_MIN)
 		return idc_diag_set(d, -EINVAL, "ldap_max_reply_size must be at least %u bytes",
 				    (unsigned)LP_REPLY_MIN);
+	if (c->max_memory < LP_MEMORY_MIN)
+		return idc_diag_set(d, -EINVAL, "ldap_max_memory must be at least %u bytes",
+				    (unsigned)LP_MEMORY_MIN);
 	if (c->max_entries == 0 || c->max_searches == 0)
 		return idc_diag_set(d, -EINVAL,
 				    "ldap_max_entries and ldap_max_searches must be positive");

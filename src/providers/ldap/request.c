@@ -74,7 +74,7 @@ static void req_clear(struct lp_req *r)
 	r->pending = 0;
 	r->refresh_sent = 0;
 	r->partial = false;
-	r->nentries = r->unstored = 0;
+	r->nentries = r->unstored = r->paged_bytes = 0;
 	r->nsent = r->up = r->down = 0;
 	r->cut = false;
 }

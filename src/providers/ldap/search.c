@@ -3,7 +3,8 @@
  * control when asked), read replies without blocking, follow pages,
  * enforce ldap_search_timeout and what a request may cost: entries a
  * search may return (a lookup by name wants one), ldap_max_entries and
- * ldap_max_searches per request, and a bounded slice of work per call.
+ * ldap_max_searches per request, ldap_max_memory for the requests in
+ * flight, and a bounded slice of work per call.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -279,6 +280,17 @@ static void search_cut(struct ldap_domain *ld, struct lp_search *s)
 	search_done(ld, s);
 }
 
+/* ldap_max_memory: whether the requests in flight hold more than it for
+ * what they read (their arenas: entries, values, DNs). Checked before
+ * each entry, so the bound is passed by at most one message. */
+static bool over_memory(const struct ldap_domain *ld)
+{
+	size_t held = 0;
+	for (const struct lp_req *r = ld->reqs; r; r = r->next)
+		held += r->arena.total;
+	return held > ld->cfg.max_memory;
+}
+
 /* Whether the entry msg is one more than s or its request may take
  * (logged once, with the DN for a search that expected fewer). */
 static bool entry_over(struct ldap_domain *ld, struct lp_search *s, LDAPMessage *msg)
@@ -299,6 +311,16 @@ static bool entry_over(struct ldap_domain *ld, struct lp_search *s, LDAPMessage 
 	}
 	if (!r)
 		return false;
+	if (!r->cut && over_memory(ld)) {
+		lp_log_once(
+		    ld, IDC_LOG_WARN,
+		    "ldap domain %s: %s: %s: the domain's requests hold ldap_max_memory = %u "
+		    "bytes; the rest of the answer is dropped (search base=\"%.200s\" "
+		    "filter=\"%.120s\")",
+		    ld->cfg.name, lp_server(ld), what, (unsigned)ld->cfg.max_memory, s->base,
+		    s->filter);
+		r->cut = true;
+	}
 	if (!r->cut && ++r->nentries > ld->cfg.max_entries) {
 		lp_log_once(ld, IDC_LOG_WARN,
 			    "ldap domain %s: %s: %s: ldap_max_entries = %u entries taken; the rest "
@@ -318,9 +340,13 @@ static void on_entry(struct ldap_domain *ld, struct lp_search *s, LDAPMessage *m
 	}
 	lp_entry(ld, s, msg);
 	/* A large answer is committed as it comes (as an enumeration's pages
-	 * are), so the final transaction stays small. */
-	if (s->req && ++s->req->unstored >= LP_COMMIT_EVERY)
-		lp_req_page(s->req);
+	 * are), so no transaction is large. */
+	struct lp_req *r = s->req;
+	if (r && (++r->unstored >= LP_COMMIT_EVERY ||
+		  r->arena.total - r->paged_bytes >= LP_COMMIT_BYTES)) {
+		lp_req_page(r);
+		r->paged_bytes = r->arena.total;
+	}
 }
 
 static void on_message(struct ldap_domain *ld, LDAPMessage *msg)
