@@ -220,6 +220,19 @@ def test_endless_nesting_up_is_cut(daemons, fakes):
     check_bounded(d, "nesting up")
 
 
+def test_deep_nesting_commits_without_stalling_others(daemons, fakes):
+    """The same chain, followed 400 levels (allowed by the configuration):
+    the 400 nested groups are committed together, and the memory cache's
+    initgroups map is reset once for them, not once per group."""
+    fake = fakes("nest")
+    d = start_daemon(daemons, fake.uri, "ldap_group_nesting_level = 400\n")
+    st, payload, _ = under_attack(d, "400 levels of nesting", P.INITGROUPS, "deep")
+    assert st == P.OK, st
+    assert len(P.decode_gids(payload)) >= 400
+    assert "ldap_group_nesting_level = 400" in d.log()
+    check_bounded(d, "400 levels")
+
+
 def test_endless_nesting_down_is_cut(daemons, fakes):
     """getgrnam of a group whose member groups have members without end."""
     fake = fakes("nest")
