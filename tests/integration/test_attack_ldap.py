@@ -267,6 +267,18 @@ def test_groups_with_huge_member_lists_stop_at_max_memory(daemons, fakes):
     check_bounded(d, "huge groups")
 
 
+def test_groups_with_unresolvable_members_at_the_defaults(daemons, fakes):
+    """The same with 2,000 member DNs per group that never resolve, and the
+    default limits: cut at ldap_max_memory (128 MiB), the groups stored
+    with what resolved, others answered meanwhile."""
+    fake = fakes("fatdn", 2000)
+    d = start_daemon(daemons, fake.uri, search_timeout=60)
+    st, payload, _ = under_attack(d, "unresolvable members", P.INITGROUPS, "fat", timeout=60)
+    assert st == P.OK and 80000 in P.decode_gids(payload), st
+    assert "ldap_max_memory = 134217728 bytes" in d.log()
+    check_bounded(d, "unresolvable members")
+
+
 def test_endless_enumeration_stops_at_max_entries(daemons, fakes):
     """enumerate = true against a directory whose pages never end: the
     enumeration stops at ldap_max_entries, the cache does not fill."""

@@ -23,6 +23,8 @@ normally, and holds one honest user, `alice`. MODE says what else it does:
   fat     initgroups `fat`: the search for its groups is answered with
           groups without end, each with COUNT (default 2000) memberUid
           values
+  fatdn   the same, each group with COUNT member DNs outside the base (they
+          never resolve) besides memberUid `fat`
   endless an enumeration (objectClass filters only) gets entries without
           end, COUNT per page (default 1000), each page with a cookie that
           asks for the next one
@@ -305,8 +307,15 @@ class Conn:
         if "fat" not in eq_values(f, "memberuid"):
             return self.honest(msgid, f)
         members = ["fat"] + [f"m{k}" for k in range(1, self.count)]
+        # fatdn: the members are DNs outside the search base, never resolved
+        dns = [f"uid=m{k},dc=elsewhere" for k in range(self.count)]
         for k in range(10 ** 9):
-            self.send(group(msgid, f"fat{k}", 80000 + k, member_uids=members))
+            if self.mode == "fatdn":
+                self.send(group(msgid, f"fat{k}", 80000 + k, dns, ["fat"]))
+            else:
+                self.send(group(msgid, f"fat{k}", 80000 + k, member_uids=members))
+
+    search_fatdn = search_fat
 
     def search_endless(self, msgid, f, paged):
         if eq_values(f, "uid") or eq_values(f, "cn") or eq_values(f, "uidnumber") or \
@@ -328,7 +337,7 @@ def main():
     mode, portfile = sys.argv[1], sys.argv[2]
     count = int(sys.argv[3]) if len(sys.argv) > 3 else {"flood": 600000, "giant": 256,
                                                         "wide": 20, "endless": 1000,
-                                                        "fat": 2000}.get(mode, 0)
+                                                        "fat": 2000, "fatdn": 2000}.get(mode, 0)
     srv = socket.socket()
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     srv.bind(("127.0.0.1", 0))
