@@ -291,44 +291,43 @@ static bool over_memory(const struct ldap_domain *ld)
 	return held > ld->cfg.max_memory;
 }
 
+/* A limit of the request cut it: logged once with the search it cut. */
+static void log_cut(struct ldap_domain *ld, const struct lp_search *s, const char *limit,
+		    uint32_t value, const char *unit)
+{
+	char what[96];
+	lp_req_describe(s->req, what, sizeof(what));
+	lp_log_once(ld, IDC_LOG_WARN,
+		    "ldap domain %s: %s: %s: %s = %u %s; the rest of the answer is dropped "
+		    "(search base=\"%.200s\" filter=\"%.120s\")",
+		    ld->cfg.name, lp_server(ld), what, limit, (unsigned)value, unit, s->base,
+		    s->filter);
+	s->req->cut = true;
+}
+
 /* Whether the entry msg is one more than s or its request may take
  * (logged once, with the DN for a search that expected fewer). */
 static bool entry_over(struct ldap_domain *ld, struct lp_search *s, LDAPMessage *msg)
 {
 	struct lp_req *r = s->req;
-	char what[96] = "";
-	if (r)
-		lp_req_describe(r, what, sizeof(what));
 	if (s->expect && ++s->nentries > s->expect) {
-		char *dn = ldap_get_dn(ld->conn, msg);
+		char what[96] = "rootDSE", *dn = ldap_get_dn(ld->conn, msg);
+		if (r)
+			lp_req_describe(r, what, sizeof(what));
 		lp_log_once(ld, IDC_LOG_WARN,
 			    "ldap domain %s: %s: %s: more than %zu entries for filter \"%.120s\"; "
 			    "entry \"%.300s\" and any after it discarded",
-			    ld->cfg.name, lp_server(ld), r ? what : "rootDSE", s->expect, s->filter,
-			    dn ? dn : "?");
+			    ld->cfg.name, lp_server(ld), what, s->expect, s->filter, dn ? dn : "?");
 		ldap_memfree(dn);
 		return true;
 	}
 	if (!r)
 		return false;
-	if (!r->cut && over_memory(ld)) {
-		lp_log_once(
-		    ld, IDC_LOG_WARN,
-		    "ldap domain %s: %s: %s: the domain's requests hold ldap_max_memory = %u "
-		    "bytes; the rest of the answer is dropped (search base=\"%.200s\" "
-		    "filter=\"%.120s\")",
-		    ld->cfg.name, lp_server(ld), what, (unsigned)ld->cfg.max_memory, s->base,
-		    s->filter);
-		r->cut = true;
-	}
-	if (!r->cut && ++r->nentries > ld->cfg.max_entries) {
-		lp_log_once(ld, IDC_LOG_WARN,
-			    "ldap domain %s: %s: %s: ldap_max_entries = %u entries taken; the rest "
-			    "of the answer is dropped (search base=\"%.200s\" filter=\"%.120s\")",
-			    ld->cfg.name, lp_server(ld), what, (unsigned)ld->cfg.max_entries,
-			    s->base, s->filter);
-		r->cut = true;
-	}
+	if (!r->cut && over_memory(ld))
+		log_cut(ld, s, "ldap_max_memory", ld->cfg.max_memory,
+			"bytes held by the domain's requests");
+	if (!r->cut && ++r->nentries > ld->cfg.max_entries)
+		log_cut(ld, s, "ldap_max_entries", ld->cfg.max_entries, "entries taken");
 	return r->cut; /* once cut, every search of the request ends at its next entry */
 }
 
@@ -378,7 +377,7 @@ static void read_failed(struct ldap_domain *ld, int saved_errno)
 	ldap_get_option(ld->conn, LDAP_OPT_RESULT_CODE, &err);
 	char why[160];
 	/* liblber refuses a message longer than the sockbuf's maximum
-	 * (set_options) with ERANGE, before allocating it */
+	 * (set_max_incoming, conn.c) with ERANGE, before allocating it */
 	if (saved_errno == ERANGE)
 		snprintf(why, sizeof(why),
 			 "a message larger than ldap_max_reply_size (%u bytes); connection dropped",
