@@ -29,6 +29,12 @@
  * (libldap has none that returns when the socket would block) on a helper
  * thread the loop hears from through an eventfd; each step has
  * ldap_network_timeout as its deadline.
+ *
+ * Bounded work: one ldap_domain_process() reads a slice of messages
+ * (LP_TURN_MSGS or LP_TURN_MS) and commits a large answer as it comes;
+ * what one server can make a request cost is capped (ldap_max_reply_size
+ * per message, ldap_max_entries, ldap_max_searches,
+ * ldap_group_nesting_level, ldap_max_memory: see ldap_domain_config).
  */
 #ifndef IDC_LDAP_PROVIDER_H
 #define IDC_LDAP_PROVIDER_H

@@ -12,7 +12,9 @@
  *              naming attribute of their RDN, (|(uid=a)(uid=b)...), and
  *              matched back by DN; found groups bring their own members.
  * Every DN is asked for at most once per lookup, so nested groups with a
- * cycle end. Then everything found is written in one cache transaction.
+ * cycle end; nesting a directory invents without end stops at
+ * ldap_group_nesting_level waves each way, and every request at
+ * ldap_max_searches, ldap_max_entries and ldap_max_memory (search.c). Then everything found is written in one cache transaction.
  * An enumeration commits as its pages arrive (lp_req_page): the users of
  * each page, and the groups whose members are all known; what is left
  * (groups with members still to resolve) goes in the final transaction.
