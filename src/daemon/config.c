@@ -335,6 +335,11 @@ static const char *const ldap_keys[] = {
     "failover_primary_timeout",
     "min_id",
     "max_id",
+    "ldap_max_reply_size",
+    "ldap_max_entries",
+    "ldap_group_nesting_level",
+    "ldap_max_searches",
+    "ldap_max_memory",
 };
 
 #ifdef IDC_HAVE_LDAP

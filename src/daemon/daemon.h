@@ -245,8 +245,11 @@ void daemon_mc_put_initgroups(struct daemon *dm, const char *user, const uint32_
  * drop exactly the records it affects. */
 void daemon_mc_files_change(const struct files_change *ch, void *arg);
 /* The same for an ldap domain (ldap_domain_set_hook; arg: the daemon);
- * ch NULL (the changes are unknown): every map is reset. */
+ * ch NULL (the changes are unknown): every map is reset. A change of
+ * nested groups resets the initgroups map, once per call into the provider:
+ * daemon_mc_ldap_flush after it returns. */
 void daemon_mc_ldap_change(const struct ldap_change *ch, void *arg);
+void daemon_mc_ldap_flush(struct daemon *dm);
 /* `idcache expire` (what: PROTO_EXPIRE_*): drop the affected records. */
 void daemon_mc_expire(struct daemon *dm, uint32_t what, const char *name);
 /* Drop every record of map k (0 passwd, 1 group, 2 initgroups). */
@@ -279,7 +282,8 @@ struct daemon {
 	uint64_t requests[DAEMON_CMD_MAX];
 	struct mc_writer *mc[3]; /* passwd, group, initgroups; NULL: disabled */
 	bool mc_opened;
-	uint32_t *gids; /* initgroups scratch */
+	bool mc_nested_reset; /* daemon_mc_ldap_flush resets the initgroups map */
+	uint32_t *gids;       /* initgroups scratch */
 	size_t gids_cap;
 	bool ready;
 	uint64_t config_gen;        /* bumped by every applied configuration */

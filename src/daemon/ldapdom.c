@@ -93,6 +93,7 @@ static void process(struct ldapdom *l)
 	struct daemon *dm = l->d->dm;
 	daemon_reader_end(dm);      /* the provider writes: no read txn of ours open */
 	ldap_domain_process(l->ld); /* changes reach daemon_mc_ldap_change */
+	daemon_mc_ldap_flush(dm);
 	sync_loop(l);
 }
 
@@ -164,6 +165,7 @@ enum ldap_lookup_result ldapdom_lookup(struct domain *d, enum ldap_lookup_kind k
 {
 	struct ldapdom *l = d->ldap;
 	enum ldap_lookup_result res = ldap_domain_lookup(l->ld, kind, name, id, cb, arg);
+	daemon_mc_ldap_flush(d->dm);
 	sync_loop(l);
 	return res;
 }
@@ -189,6 +191,7 @@ void ldapdom_refresh(struct domain *d, enum ldap_lookup_kind kind, const char *n
 		LDAP_LOOKUP_PENDING &&
 	    ig)
 		l->ig_refreshing++;
+	daemon_mc_ldap_flush(d->dm);
 	sync_loop(l);
 }
 

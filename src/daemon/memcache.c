@@ -337,8 +337,19 @@ void daemon_mc_ldap_change(const struct ldap_change *ch, void *arg)
 				  .new_mem = ch->new_mem,
 				  .nnew_mem = ch->nnew_mem};
 	daemon_mc_files_change(&fc, dm);
+	/* Who is in a nested group is not told record by record: the map is
+	 * reset, once for all the groups of a commit (a reset costs ~10 ms,
+	 * and a directory may change many groups at once). */
 	if (ch->group && ch->nested_changed)
-		daemon_mc_reset(dm, 2);
+		dm->mc_nested_reset = true;
+}
+
+void daemon_mc_ldap_flush(struct daemon *dm)
+{
+	if (!dm->mc_nested_reset)
+		return;
+	dm->mc_nested_reset = false;
+	daemon_mc_reset(dm, 2);
 }
 
 /* expire --user NAME: the user as each domain's cache knows it. */

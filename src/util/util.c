@@ -230,6 +230,7 @@ void *idc_arena_alloc(struct idc_arena *a, size_t size)
 		if (!c)
 			return NULL;
 		c->size = csize;
+		a->total += sizeof(*c) + csize;
 		/* A big one-off allocation goes behind the current chunk so the
 		 * space left in the head is not wasted. */
 		if (a->head && need > a->head->size) {
@@ -269,6 +270,7 @@ void idc_arena_reset(struct idc_arena *a)
 	}
 	keep->next = NULL;
 	a->used = 0;
+	a->total = sizeof(*keep) + keep->size;
 }
 
 void idc_arena_free(struct idc_arena *a)
@@ -281,6 +283,7 @@ void idc_arena_free(struct idc_arena *a)
 	}
 	a->head = NULL;
 	a->used = 0;
+	a->total = 0;
 }
 
 /* ---- hashing and strings ------------------------------------------------------ */

@@ -97,12 +97,13 @@ void idc_buf_free(struct idc_buf *b);
 struct idc_arena_chunk;
 struct idc_arena {
 	struct idc_arena_chunk *head;
-	size_t used; /* in head */
+	size_t used;  /* in head */
+	size_t total; /* bytes of all chunks: what the arena holds from malloc */
 };
 
 #define IDC_ARENA_INIT                                                                             \
 	{                                                                                          \
-		NULL, 0                                                                            \
+		NULL, 0, 0                                                                         \
 	}
 
 /* size bytes aligned for any object, or NULL on ENOMEM. */

@@ -255,6 +255,17 @@ static void test_ldap_domain(void **state)
 	assert_false(c->domains[0].ldap->insecure_bind);
 	config_free(c);
 
+	/* what a directory may make a request cost */
+	c = parse_ok(LDAP_DOM "ldap_search_base = dc=x\nldap_max_reply_size = 8M\n"
+			      "ldap_max_entries = 5000\nldap_group_nesting_level = 2\n"
+			      "ldap_max_searches = 40\nldap_max_memory = 64M\n");
+	assert_int_equal(c->domains[0].ldap->max_reply_bytes, 8u << 20);
+	assert_int_equal(c->domains[0].ldap->max_entries, 5000);
+	assert_int_equal(c->domains[0].ldap->nesting_level, 2);
+	assert_int_equal(c->domains[0].ldap->max_searches, 40);
+	assert_int_equal(c->domains[0].ldap->max_memory, 64u << 20);
+	config_free(c);
+
 	c = parse_ok(LDAP_DOM "ldap_search_base = dc=x\nmin_id = 1000\nmax_id = 60000\n");
 	assert_int_equal(c->domains[0].ldap->min_id, 1000);
 	assert_int_equal(c->domains[0].ldap->max_id, 60000);
@@ -299,6 +310,13 @@ static void test_ldap_errors(void **state)
 		     "t.conf:5: enumerate: bad value");
 	expect_error(LDAP_DOM "ldap_search_base = dc=x\nldap_page_size = 0\n",
 		     "t.conf:1: [domain/dir]: ldap_page_size must be 1..100000");
+	expect_error(LDAP_DOM "ldap_search_base = dc=x\nldap_max_reply_size = 1T\n",
+		     "t.conf:5: ldap_max_reply_size: bad value '1T'");
+	expect_error(LDAP_DOM "ldap_search_base = dc=x\nldap_max_reply_size = 4k\n",
+		     "t.conf:1: [domain/dir]: ldap_max_reply_size must be at least 16384 bytes");
+	expect_error(LDAP_DOM "ldap_search_base = dc=x\nldap_max_searches = 0\n",
+		     "t.conf:1: [domain/dir]: ldap_max_entries and ldap_max_searches must be "
+		     "positive");
 	expect_error(LDAP_DOM, "t.conf:1: [domain/dir]: ldap_search_base is required");
 	expect_error("[domain/dir]\nid_provider = ldap\n", "t.conf:1: [domain/dir]: ldap_uri is "
 							   "required");

@@ -49,6 +49,76 @@ static void test_options(void **state)
 	ldap_domain_config_free(&c);
 }
 
+/* What a directory may make a request cost: defaults, sizes, checks. */
+static void test_limits(void **state)
+{
+	(void)state;
+	struct ldap_domain_config c;
+	struct idc_diag d = {{0}};
+	assert_int_equal(ldap_domain_config_init(&c, "dir"), 0);
+	assert_int_equal(c.max_reply_bytes, 64u << 20);
+	assert_int_equal(c.max_entries, 100000);
+	assert_int_equal(c.nesting_level, 32);
+	assert_int_equal(c.max_searches, 500);
+	assert_int_equal(c.max_memory, 128u << 20);
+	ldap_domain_config_set(&c, "ldap_uri", "ldap://127.0.0.1:1", &d);
+	ldap_domain_config_set(&c, "ldap_search_base", "dc=x", &d);
+	const struct {
+		const char *v;
+		int rc;
+		uint32_t bytes;
+	} sizes[] = {{"65536", 0, 65536},        {"64k", 0, 65536},   {"16M", 0, 16u << 20},
+		     {"2G", 0, 1u << 31},        {"3G", -EINVAL, 0},  {"", -EINVAL, 0},
+		     {"k", -EINVAL, 0},          {"12x", -EINVAL, 0}, {"-1", -EINVAL, 0},
+		     {"99999999999", -EINVAL, 0}};
+	for (size_t i = 0; i < IDC_ARRAY_SIZE(sizes); i++) {
+		c.max_reply_bytes = 7;
+		assert_int_equal(ldap_domain_config_set(&c, "ldap_max_reply_size", sizes[i].v, &d),
+				 sizes[i].rc);
+		assert_int_equal(c.max_reply_bytes, sizes[i].rc ? 7 : sizes[i].bytes);
+	}
+	assert_int_equal(ldap_domain_config_set(&c, "ldap_max_reply_size", "1k", &d), 0);
+	assert_int_equal(ldap_domain_config_check(&c, &d), -EINVAL); /* below LP_REPLY_MIN */
+	assert_non_null(strstr(d.msg, "ldap_max_reply_size"));
+	assert_int_equal(ldap_domain_config_set(&c, "ldap_max_reply_size", "1M", &d), 0);
+	assert_int_equal(ldap_domain_config_check(&c, &d), 0);
+	assert_int_equal(ldap_domain_config_set(&c, "ldap_max_memory", "512k", &d), 0);
+	assert_int_equal(ldap_domain_config_check(&c, &d), -EINVAL); /* below LP_MEMORY_MIN */
+	assert_int_equal(ldap_domain_config_set(&c, "ldap_max_memory", "1G", &d), 0);
+	assert_int_equal(c.max_memory, 1u << 30);
+	assert_int_equal(ldap_domain_config_check(&c, &d), 0);
+	assert_int_equal(ldap_domain_config_set(&c, "ldap_max_entries", "0", &d), 0);
+	assert_int_equal(ldap_domain_config_check(&c, &d), -EINVAL);
+	assert_int_equal(ldap_domain_config_set(&c, "ldap_max_entries", "5", &d), 0);
+	assert_int_equal(ldap_domain_config_set(&c, "ldap_max_searches", "0", &d), 0);
+	assert_int_equal(ldap_domain_config_check(&c, &d), -EINVAL);
+	assert_int_equal(ldap_domain_config_set(&c, "ldap_max_searches", "7", &d), 0);
+	assert_int_equal(ldap_domain_config_set(&c, "ldap_group_nesting_level", "0", &d), 0);
+	assert_int_equal(ldap_domain_config_check(&c, &d), 0);
+	assert_int_equal(ldap_domain_config_set(&c, "ldap_group_nesting_level", "1001", &d), 0);
+	assert_int_equal(ldap_domain_config_check(&c, &d), -EINVAL);
+	assert_int_equal(ldap_domain_config_set(&c, "ldap_group_nesting_level", "x", &d), -EINVAL);
+	ldap_domain_config_free(&c);
+}
+
+static void test_req_describe(void **state)
+{
+	(void)state;
+	char buf[96];
+	struct lp_req r = {.kind = LDAP_LOOKUP_PWNAM, .name = (char *)"alice"};
+	lp_req_describe(&r, buf, sizeof(buf));
+	assert_string_equal(buf, "getpwnam alice");
+	r = (struct lp_req){.kind = LDAP_LOOKUP_GRGID, .id = 42};
+	lp_req_describe(&r, buf, sizeof(buf));
+	assert_string_equal(buf, "getgrgid 42");
+	r = (struct lp_req){.kind = LDAP_LOOKUP_ENUMERATE};
+	lp_req_describe(&r, buf, sizeof(buf));
+	assert_string_equal(buf, "enumeration");
+	r = (struct lp_req){.kind = LP_REFRESH};
+	lp_req_describe(&r, buf, sizeof(buf));
+	assert_string_equal(buf, "refresh of expired entries");
+}
+
 static void test_dn(void **state)
 {
 	(void)state;
@@ -359,6 +429,8 @@ int main(void)
 	    cmocka_unit_test(test_log_once_cap),
 	    cmocka_unit_test(test_offline_without_server),
 	    cmocka_unit_test(test_authtok_file_policy),
+	    cmocka_unit_test(test_limits),
+	    cmocka_unit_test(test_req_describe),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -73,12 +73,18 @@ static void test_arena(void **state)
 		assert_int_equal((uintptr_t)p % _Alignof(max_align_t), 0);
 		memset(p, 0xab, 100);
 	}
+	/* total counts every chunk: at least what was asked for */
+	assert_true(a.total >= 1000 * 100 + 3);
+	size_t before = a.total;
 	void *big = idc_arena_alloc(&a, 1 << 20);
 	assert_non_null(big);
 	memset(big, 1, 1 << 20);
+	assert_true(a.total >= before + (1 << 20));
 	idc_arena_reset(&a);
+	assert_true(a.total > 0 && a.total < before);
 	assert_non_null(idc_arena_alloc(&a, 10));
 	idc_arena_free(&a);
+	assert_int_equal(a.total, 0);
 	assert_null(idc_arena_alloc(&a, SIZE_MAX));
 	idc_arena_free(&a);
 }

@@ -31,6 +31,20 @@ static void set_error(struct ldap_domain *ld, const char *uri, const char *what,
 		 ldap_err2string(rc));
 }
 
+/* ldap_max_reply_size: liblber reads a message's length before the
+ * message and allocates that much; beyond max it refuses (ERANGE) and the
+ * connection fails (lp_read), so a server cannot make the daemon allocate
+ * what it declares. The handle's sockbuf serves its one connection. */
+static int set_max_incoming(LDAP *l, uint32_t max)
+{
+	Sockbuf *sb = NULL;
+	ber_len_t len = max;
+	if (ldap_get_option(l, LDAP_OPT_SOCKBUF, &sb) != LDAP_SUCCESS || !sb)
+		return LDAP_LOCAL_ERROR;
+	return ber_sockbuf_ctrl(sb, LBER_SB_OPT_SET_MAX_INCOMING, &len) == 1 ? LDAP_SUCCESS
+									     : LDAP_LOCAL_ERROR;
+}
+
 /* libldap options for one handle; certificate checks apply to it alone
  * (NEWCTX builds a TLS context from this handle's settings). */
 static int set_options(struct ldap_domain *ld, LDAP *l)
@@ -66,6 +80,8 @@ static int set_options(struct ldap_domain *ld, LDAP *l)
 		rc = ldap_set_option(l, LDAP_OPT_X_TLS_REQUIRE_CERT, &req);
 	if (rc == LDAP_SUCCESS)
 		rc = ldap_set_option(l, LDAP_OPT_X_TLS_NEWCTX, &zero);
+	if (rc == LDAP_SUCCESS)
+		rc = set_max_incoming(l, c->max_reply_bytes);
 	return rc;
 }
 

@@ -29,6 +29,12 @@
  * (libldap has none that returns when the socket would block) on a helper
  * thread the loop hears from through an eventfd; each step has
  * ldap_network_timeout as its deadline.
+ *
+ * Bounded work: one ldap_domain_process() reads a slice of messages
+ * (LP_TURN_MSGS or LP_TURN_MS) and commits a large answer as it comes;
+ * what one server can make a request cost is capped (ldap_max_reply_size
+ * per message, ldap_max_entries, ldap_max_searches,
+ * ldap_group_nesting_level, ldap_max_memory: see ldap_domain_config).
  */
 #ifndef IDC_LDAP_PROVIDER_H
 #define IDC_LDAP_PROVIDER_H
@@ -114,6 +120,18 @@ struct ldap_domain_config {
 	 * every member DN is fetched (in batches) and every member user is
 	 * cached. */
 	bool member_names_from_rdn;
+	/* What one directory may make a request cost (a hostile or
+	 * impersonated server included): */
+	uint32_t max_reply_bytes; /* ldap_max_reply_size: one LDAP message, 64 MiB;
+				   * a larger one drops the connection */
+	uint32_t max_entries;     /* ldap_max_entries: entries one lookup,
+				   * enumeration or refresh takes, 100000 */
+	uint32_t nesting_level;   /* ldap_group_nesting_level: nested group
+				   * levels followed up and down, 32 */
+	uint32_t max_searches;    /* ldap_max_searches: searches one request
+				   * sends (pages not counted), 500 */
+	uint32_t max_memory;      /* ldap_max_memory: bytes the requests in
+				   * flight hold for what they read, 128 MiB */
 };
 
 /* Defaults for domain name. 0 or -ENOMEM. */

@@ -9,16 +9,26 @@
 
 #include "providers/ldap/ldap.h"
 
-#define LP_MEMBER_BATCH   250     /* RDN values per member-resolution search */
-#define LP_PARENT_BATCH   100     /* group DNs per parent search */
-#define LP_MEMBERS_MAX    1000000 /* member values kept per group */
-#define LP_VALUE_MAX      4096    /* longest gecos/home/shell/timestamp kept */
-#define LP_NEG_SLOTS      4096    /* negative cache (direct-mapped) */
-#define LP_LOGGED_MAX     16384   /* distinct messages "logged once" remembers */
-#define LP_READ_MAX       200000  /* messages handled per process call */
-#define LP_BACKOFF_MAX_MS 3600000 /* longest wait between offline probes */
-#define LP_ENUM_EVERY_MS  300000  /* enumeration refresh */
-#define LP_REFRESH_MAX    20000   /* names per kind one background refresh takes */
+#define LP_MEMBER_BATCH 250     /* RDN values per member-resolution search */
+#define LP_PARENT_BATCH 100     /* group DNs per parent search */
+#define LP_MEMBERS_MAX  1000000 /* member values kept per group */
+#define LP_VALUE_MAX    4096    /* longest gecos/home/shell/timestamp kept */
+#define LP_NEG_SLOTS    4096    /* negative cache (direct-mapped) */
+#define LP_LOGGED_MAX   16384   /* distinct messages "logged once" remembers */
+/* Work one process call does before it returns to the event loop (the
+ * loop comes back at once when more is waiting): other clients are
+ * answered between two slices of a large or hostile answer. */
+#define LP_TURN_MSGS      256        /* messages read */
+#define LP_TURN_MS        10         /* milliseconds spent reading them */
+#define LP_COMMIT_EVERY   1000       /* entries a request holds before it commits them */
+#define LP_COMMIT_BYTES   (1u << 20) /* ...or arena bytes it grew by since */
+#define LP_SHARED_ID_MAX  16         /* entries a lookup by uid or gid takes */
+#define LP_REPLY_MIN      16384      /* smallest ldap_max_reply_size */
+#define LP_NESTING_MAX    1000       /* largest ldap_group_nesting_level */
+#define LP_MEMORY_MIN     (1u << 20) /* smallest ldap_max_memory */
+#define LP_BACKOFF_MAX_MS 3600000    /* longest wait between offline probes */
+#define LP_ENUM_EVERY_MS  300000     /* enumeration refresh */
+#define LP_REFRESH_MAX    20000      /* names per kind one background refresh takes */
 /* The background refresh of expired entries (refresh_expired_interval):
  * a request kind of its own, never asked for by a caller. */
 #define LP_REFRESH ((enum ldap_lookup_kind)100)
@@ -88,6 +98,8 @@ struct lp_search {
 	bool paged;
 	struct berval cookie; /* paged results: where the next page starts */
 	uint64_t deadline_ns;
+	size_t expect;   /* entries the search may return (0: any number) */
+	size_t nentries; /* entries it returned */
 };
 
 struct lp_waiter {
@@ -120,6 +132,12 @@ struct lp_req {
 	 * limit...) or an entry was lost to memory: the answer may lack
 	 * entries the directory has, so a refresh deletes nothing */
 	bool partial;
+	/* ldap_max_entries, ldap_max_searches, ldap_group_nesting_level:
+	 * what the request took so far; `cut` once one of them was reached
+	 * (the request ends with what came, partial) */
+	size_t nentries, unstored, paged_bytes; /* paged_bytes: arena.total at the last commit */
+	uint32_t nsent, up, down;
+	bool cut;
 };
 
 /* ==== domain ============================================================== */
@@ -210,6 +228,8 @@ void lp_read(struct ldap_domain *ld);
 void lp_search_deadlines(struct ldap_domain *ld, uint64_t now);
 /* Unlink and free every search (the connection is gone). */
 void lp_search_drop_all(struct ldap_domain *ld);
+/* "getpwnam NAME", "enumeration"...: r in log messages, into buf. */
+void lp_req_describe(const struct lp_req *r, char *buf, size_t n);
 
 /* entries.c */
 void lp_entry(struct ldap_domain *ld, struct lp_search *s, LDAPMessage *msg);

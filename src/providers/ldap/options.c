@@ -57,6 +57,11 @@ int ldap_domain_config_init(struct ldap_domain_config *c, const char *name)
 	c->offline_timeout_ms = 60000;
 	c->primary_retry_ms = 31000;
 	c->member_names_from_rdn = true;
+	c->max_reply_bytes = 64u << 20;
+	c->max_entries = 100000;
+	c->nesting_level = 32;
+	c->max_searches = 500;
+	c->max_memory = 128u << 20;
 	c->min_id = 1; /* sssd's default: no uid 0 or gid 0 from a directory */
 	return 0;
 }
@@ -221,6 +226,30 @@ static int parse_u32(const char *v, uint32_t *out)
 	return 0;
 }
 
+/* "65536", "64k", "64M", "1G": bytes, into a 32-bit count (at most
+ * 2 GiB). */
+static int parse_size(const char *v, uint32_t *out)
+{
+	size_t n = strlen(v);
+	uint32_t shift = 0;
+	if (n > 1 && strchr("kKmMgG", v[n - 1]))
+		shift = strchr("kK", v[n - 1]) ? 10 : strchr("mM", v[n - 1]) ? 20 : 30;
+	char digits[16];
+	size_t nd = n - (shift ? 1 : 0);
+	if (nd == 0 || nd >= sizeof(digits))
+		return -EINVAL;
+	memcpy(digits, v, nd);
+	digits[nd] = '\0';
+	uint32_t base;
+	if (parse_u32(digits, &base))
+		return -EINVAL;
+	uint64_t bytes = (uint64_t)base << shift;
+	if (bytes > (1ull << 31))
+		return -EINVAL;
+	*out = (uint32_t)bytes;
+	return 0;
+}
+
 /* ldap_uri: "ldap://a, ldaps://b" in failover order. A bad list leaves
  * the old one in place. */
 static int parse_uris(struct ldap_domain_config *c, const char *v)
@@ -338,6 +367,16 @@ static int set_known(struct ldap_domain_config *c, const char *k, const char *v)
 		return parse_bool(v, &c->member_names_from_rdn);
 	if (!strcmp(k, "ignore_group_members"))
 		return parse_bool(v, &c->ignore_group_members);
+	if (!strcmp(k, "ldap_max_reply_size"))
+		return parse_size(v, &c->max_reply_bytes);
+	if (!strcmp(k, "ldap_max_entries"))
+		return parse_u32(v, &c->max_entries);
+	if (!strcmp(k, "ldap_group_nesting_level"))
+		return parse_u32(v, &c->nesting_level);
+	if (!strcmp(k, "ldap_max_searches"))
+		return parse_u32(v, &c->max_searches);
+	if (!strcmp(k, "ldap_max_memory"))
+		return parse_size(v, &c->max_memory);
 	return -ENOENT;
 }
 
@@ -368,6 +407,18 @@ int ldap_domain_config_check(const struct ldap_domain_config *c, struct idc_diag
 				    "ldap_default_bind_dn needs ldap_default_authtok_file");
 	if (c->page_size == 0 || c->page_size > 100000)
 		return idc_diag_set(d, -EINVAL, "ldap_page_size must be 1..100000");
+	if (c->max_reply_bytes < LP_REPLY_MIN)
+		return idc_diag_set(d, -EINVAL, "ldap_max_reply_size must be at least %u bytes",
+				    (unsigned)LP_REPLY_MIN);
+	if (c->max_memory < LP_MEMORY_MIN)
+		return idc_diag_set(d, -EINVAL, "ldap_max_memory must be at least %u bytes",
+				    (unsigned)LP_MEMORY_MIN);
+	if (c->max_entries == 0 || c->max_searches == 0)
+		return idc_diag_set(d, -EINVAL,
+				    "ldap_max_entries and ldap_max_searches must be positive");
+	if (c->nesting_level > LP_NESTING_MAX)
+		return idc_diag_set(d, -EINVAL, "ldap_group_nesting_level must be 0..%u",
+				    (unsigned)LP_NESTING_MAX);
 	if (c->network_timeout_ms == 0 || c->search_timeout_ms == 0)
 		return idc_diag_set(d, -EINVAL, "timeouts must be positive");
 	if (c->max_id && c->min_id > c->max_id)

@@ -12,7 +12,9 @@
  *              naming attribute of their RDN, (|(uid=a)(uid=b)...), and
  *              matched back by DN; found groups bring their own members.
  * Every DN is asked for at most once per lookup, so nested groups with a
- * cycle end. Then everything found is written in one cache transaction.
+ * cycle end; nesting a directory invents without end stops at
+ * ldap_group_nesting_level waves each way, and every request at
+ * ldap_max_searches, ldap_max_entries and ldap_max_memory (search.c). Then everything found is written in one cache transaction.
  * An enumeration commits as its pages arrive (lp_req_page): the users of
  * each page, and the groups whose members are all known; what is left
  * (groups with members still to resolve) goes in the final transaction.
@@ -74,6 +76,9 @@ static void req_clear(struct lp_req *r)
 	r->pending = 0;
 	r->refresh_sent = 0;
 	r->partial = false;
+	r->nentries = r->unstored = r->paged_bytes = 0;
+	r->nsent = r->up = r->down = 0;
+	r->cut = false;
 }
 
 static void req_free(struct lp_req *r)
@@ -1014,6 +1019,7 @@ void lp_req_page(struct lp_req *r)
 		idc_log(IDC_LOG_DEBUG,
 			"ldap domain %s: enumeration page: %zu users stored in %.1f ms",
 			r->ld->cfg.name, nu, (double)(idc_now_ns() - t0) / 1e6);
+	r->unstored = 0;
 	r->ld->yield = true;
 }
 
@@ -1045,11 +1051,40 @@ static struct lp_user *find_target(struct lp_req *r)
 	return NULL;
 }
 
+/* ldap_group_nesting_level: whether the next wave (parents: up, members:
+ * down; the first member wave holds direct members) goes deeper than the
+ * level allows. Then the request is cut, logged once with a DN it would
+ * have followed. */
+static bool too_deep(struct lp_req *r, bool up)
+{
+	struct ldap_domain *ld = r->ld;
+	uint32_t level = ld->cfg.nesting_level;
+	if (up ? ++r->up <= level : ++r->down <= level + 1)
+		return false;
+	char what[96];
+	lp_req_describe(r, what, sizeof(what));
+	const struct lp_vec *q = up ? &r->parentq : &r->memq;
+	lp_log_once(ld, IDC_LOG_WARN,
+		    "ldap domain %s: %s: %s: groups nested deeper than ldap_group_nesting_level = "
+		    "%u; not followed past \"%.300s\"",
+		    ld->cfg.name, lp_server(ld), what, (unsigned)level,
+		    q->n ? (const char *)q->v[0] : "");
+	r->cut = r->partial = true;
+	return true;
+}
+
 /* Send the next wave, or finish. A failed send leaves r waiting for the
  * connection to be replaced (ld->broken), which restarts it. */
 static void req_step(struct lp_req *r)
 {
 	int rc = 0;
+	if (r->cut) {
+		/* a limit was reached (ldap_max_entries, ldap_max_searches,
+		 * ldap_group_nesting_level): what came is the answer */
+		if (r->kind == LDAP_LOOKUP_INITGROUPS && r->phase == 1)
+			r->target = find_target(r);
+		return finish(r);
+	}
 	if (r->phase == 0 && r->kind == LP_REFRESH) {
 		r->phase = 2; /* then members, like a group lookup */
 		rc = send_refresh(r);
@@ -1073,12 +1108,20 @@ static void req_step(struct lp_req *r)
 	} else {
 		r->phase = 2;
 		rc = queue_new_groups(r);
+		if (!rc && (r->parentq.n || r->memq.n) && too_deep(r, r->parentq.n != 0))
+			return finish(r);
 		if (!rc && r->parentq.n)
 			rc = send_parents(r);
 		else if (!rc && r->memq.n)
 			rc = send_members(r);
 		else if (!rc && !r->pending)
 			return finish(r);
+	}
+	if (rc == -E2BIG) {
+		/* ldap_max_searches spent (r->cut): finish once what went out answered */
+		if (!r->pending)
+			finish(r);
+		return;
 	}
 	if (rc == -ENOMEM) {
 		req_complete(r, LDAP_LOOKUP_FAILED);

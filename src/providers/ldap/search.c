@@ -1,9 +1,13 @@
 /*
  * search: asynchronous searches by msgid — send (with the paged results
  * control when asked), read replies without blocking, follow pages,
- * enforce ldap_search_timeout.
+ * enforce ldap_search_timeout and what a request may cost: entries a
+ * search may return (a lookup by name wants one), ldap_max_entries and
+ * ldap_max_searches per request, ldap_max_memory for the requests in
+ * flight, and a bounded slice of work per call.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,8 +48,10 @@ static int send_one(struct ldap_domain *ld, struct lp_search *s)
 	uint32_t ms = ld->cfg.search_timeout_ms;
 	/* The server's time limit too, so it stops working when we stop waiting. */
 	struct timeval tv = {(time_t)((ms + 999) / 1000), 0};
+	/* One more than expected, so an extra entry is seen and logged. */
+	int limit = s->expect ? (int)s->expect + 1 : LDAP_NO_LIMIT;
 	int rc = ldap_search_ext(ld->conn, s->base, s->scope, s->filter, (char **)ld->attrs, 0,
-				 s->paged ? ctrls : NULL, NULL, &tv, LDAP_NO_LIMIT, &s->msgid);
+				 s->paged ? ctrls : NULL, NULL, &tv, limit, &s->msgid);
 	if (page)
 		ldap_control_free(page);
 	if (rc == LDAP_SUCCESS) {
@@ -55,16 +61,77 @@ static int send_one(struct ldap_domain *ld, struct lp_search *s)
 	return rc;
 }
 
+void lp_req_describe(const struct lp_req *r, char *buf, size_t n)
+{
+	static const char *const what[] = {
+	    [LDAP_LOOKUP_PWNAM] = "getpwnam",        [LDAP_LOOKUP_PWUID] = "getpwuid",
+	    [LDAP_LOOKUP_GRNAM] = "getgrnam",        [LDAP_LOOKUP_GRGID] = "getgrgid",
+	    [LDAP_LOOKUP_INITGROUPS] = "initgroups", [LDAP_LOOKUP_ENUMERATE] = "enumeration",
+	};
+	if (r->kind == LP_REFRESH)
+		snprintf(buf, n, "refresh of expired entries");
+	else if (r->kind == LDAP_LOOKUP_ENUMERATE)
+		snprintf(buf, n, "%s", what[r->kind]);
+	else if (r->name)
+		snprintf(buf, n, "%s %.64s", what[r->kind], r->name);
+	else
+		snprintf(buf, n, "%s %u", what[r->kind], (unsigned)r->id);
+}
+
+/* Entries a search may return: a lookup by name expects one, by id a few
+ * (an id two entries share is kept for both); the rootDSE is one entry.
+ * 0: no number of its own (ldap_max_entries bounds the request). */
+static size_t expect_for(const struct lp_req *r, enum lp_purpose purpose)
+{
+	if (purpose == LP_S_PROBE)
+		return 1;
+	if (!r || purpose != LP_S_FIND)
+		return 0;
+	switch (r->kind) {
+	case LDAP_LOOKUP_PWNAM:
+	case LDAP_LOOKUP_GRNAM:
+	case LDAP_LOOKUP_INITGROUPS:
+		return 1;
+	case LDAP_LOOKUP_PWUID:
+	case LDAP_LOOKUP_GRGID:
+		return LP_SHARED_ID_MAX;
+	default:
+		return 0;
+	}
+}
+
+/* ldap_max_searches: whether req may send one more search. When not, the
+ * request is cut (it ends with what came) and that is logged once. */
+static bool budget_left(struct ldap_domain *ld, struct lp_req *req)
+{
+	if (!req || req->nsent < ld->cfg.max_searches) {
+		if (req)
+			req->nsent++;
+		return true;
+	}
+	char what[96];
+	lp_req_describe(req, what, sizeof(what));
+	lp_log_once(ld, IDC_LOG_WARN,
+		    "ldap domain %s: %s: %s: ldap_max_searches = %u searches sent; the answer is "
+		    "what came so far",
+		    ld->cfg.name, lp_server(ld), what, (unsigned)ld->cfg.max_searches);
+	req->cut = req->partial = true;
+	return false;
+}
+
 int lp_search_send(struct ldap_domain *ld, struct lp_req *req, enum lp_purpose purpose,
 		   const char *base, int scope, const char *filter, bool paged)
 {
 	if (!ld->conn || ld->hs)
 		return -ENOTCONN;
+	if (!budget_left(ld, req))
+		return -E2BIG;
 	struct lp_search *s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
 	s->req = req;
 	s->purpose = purpose;
+	s->expect = expect_for(req, purpose);
 	s->scope = scope;
 	s->paged = paged;
 	s->base = strdup(base);
@@ -141,6 +208,23 @@ static bool benign(int err)
 	       err == LDAP_INSUFFICIENT_ACCESS;
 }
 
+/* s is over: unlink and free it; its request goes on when it was the
+ * last of its wave. */
+static void search_done(struct ldap_domain *ld, struct lp_search *s)
+{
+	unlink_search(ld, s);
+	struct lp_req *r = s->req;
+	enum lp_purpose p = s->purpose;
+	lp_search_free(s);
+	if (p == LP_S_PROBE)
+		lp_probe_answered(ld);
+	if (r) {
+		r->pending--;
+		if (r->pending == 0)
+			lp_req_searched(r);
+	}
+}
+
 /* The search is over (or needs its next page): finish it. */
 static void on_result(struct ldap_domain *ld, struct lp_search *s, LDAPMessage *msg)
 {
@@ -183,16 +267,84 @@ static void on_result(struct ldap_domain *ld, struct lp_search *s, LDAPMessage *
 		lp_conn_fail(ld, ldap_err2string(err));
 		return;
 	}
-	unlink_search(ld, s);
+	search_done(ld, s);
+}
+
+/* s returned more entries than it may: abandon it (libldap drops what
+ * still comes for it) and end it with what came. */
+static void search_cut(struct ldap_domain *ld, struct lp_search *s)
+{
+	ldap_abandon_ext(ld->conn, s->msgid, NULL, NULL);
+	if (s->req)
+		s->req->partial = true;
+	search_done(ld, s);
+}
+
+/* ldap_max_memory: whether the requests in flight hold more than it for
+ * what they read (their arenas: entries, values, DNs). Checked before
+ * each entry, so the bound is passed by at most one message. */
+static bool over_memory(const struct ldap_domain *ld)
+{
+	size_t held = 0;
+	for (const struct lp_req *r = ld->reqs; r; r = r->next)
+		held += r->arena.total;
+	return held > ld->cfg.max_memory;
+}
+
+/* A limit of the request cut it: logged once with the search it cut. */
+static void log_cut(struct ldap_domain *ld, const struct lp_search *s, const char *limit,
+		    uint32_t value, const char *unit)
+{
+	char what[96];
+	lp_req_describe(s->req, what, sizeof(what));
+	lp_log_once(ld, IDC_LOG_WARN,
+		    "ldap domain %s: %s: %s: %s = %u %s; the rest of the answer is dropped "
+		    "(search base=\"%.200s\" filter=\"%.120s\")",
+		    ld->cfg.name, lp_server(ld), what, limit, (unsigned)value, unit, s->base,
+		    s->filter);
+	s->req->cut = true;
+}
+
+/* Whether the entry msg is one more than s or its request may take
+ * (logged once, with the DN for a search that expected fewer). */
+static bool entry_over(struct ldap_domain *ld, struct lp_search *s, LDAPMessage *msg)
+{
 	struct lp_req *r = s->req;
-	enum lp_purpose p = s->purpose;
-	lp_search_free(s);
-	if (p == LP_S_PROBE)
-		lp_probe_answered(ld);
-	if (r) {
-		r->pending--;
-		if (r->pending == 0)
-			lp_req_searched(r);
+	if (s->expect && ++s->nentries > s->expect) {
+		char what[96] = "rootDSE", *dn = ldap_get_dn(ld->conn, msg);
+		if (r)
+			lp_req_describe(r, what, sizeof(what));
+		lp_log_once(ld, IDC_LOG_WARN,
+			    "ldap domain %s: %s: %s: more than %zu entries for filter \"%.120s\"; "
+			    "entry \"%.300s\" and any after it discarded",
+			    ld->cfg.name, lp_server(ld), what, s->expect, s->filter, dn ? dn : "?");
+		ldap_memfree(dn);
+		return true;
+	}
+	if (!r)
+		return false;
+	if (!r->cut && over_memory(ld))
+		log_cut(ld, s, "ldap_max_memory", ld->cfg.max_memory,
+			"bytes held by the domain's requests");
+	if (!r->cut && ++r->nentries > ld->cfg.max_entries)
+		log_cut(ld, s, "ldap_max_entries", ld->cfg.max_entries, "entries taken");
+	return r->cut; /* once cut, every search of the request ends at its next entry */
+}
+
+static void on_entry(struct ldap_domain *ld, struct lp_search *s, LDAPMessage *msg)
+{
+	if (entry_over(ld, s, msg)) {
+		search_cut(ld, s);
+		return;
+	}
+	lp_entry(ld, s, msg);
+	/* A large answer is committed as it comes (as an enumeration's pages
+	 * are), so no transaction is large. */
+	struct lp_req *r = s->req;
+	if (r && (++r->unstored >= LP_COMMIT_EVERY ||
+		  r->arena.total - r->paged_bytes >= LP_COMMIT_BYTES)) {
+		lp_req_page(r);
+		r->paged_bytes = r->arena.total;
 	}
 }
 
@@ -203,7 +355,7 @@ static void on_message(struct ldap_domain *ld, LDAPMessage *msg)
 		return; /* a search already given up */
 	switch (ldap_msgtype(msg)) {
 	case LDAP_RES_SEARCH_ENTRY:
-		lp_entry(ld, s, msg);
+		on_entry(ld, s, msg);
 		break;
 	case LDAP_RES_SEARCH_REFERENCE:
 		lp_log_once(ld, IDC_LOG_WARN,
@@ -218,23 +370,45 @@ static void on_message(struct ldap_domain *ld, LDAPMessage *msg)
 	}
 }
 
+/* ldap_result failed (errno as it left it): the connection is gone. */
+static void read_failed(struct ldap_domain *ld, int saved_errno)
+{
+	int err = LDAP_SERVER_DOWN;
+	ldap_get_option(ld->conn, LDAP_OPT_RESULT_CODE, &err);
+	char why[160];
+	/* liblber refuses a message longer than the sockbuf's maximum
+	 * (set_max_incoming, conn.c) with ERANGE, before allocating it */
+	if (saved_errno == ERANGE)
+		snprintf(why, sizeof(why),
+			 "a message larger than ldap_max_reply_size (%u bytes); connection dropped",
+			 (unsigned)ld->cfg.max_reply_bytes);
+	else
+		snprintf(why, sizeof(why), "%s", ldap_err2string(err));
+	if (ld->searches || saved_errno == ERANGE)
+		lp_conn_fail(ld, why);
+	else
+		lp_conn_close(ld);
+}
+
 void lp_read(struct ldap_domain *ld)
 {
 	ld->more = false;
-	for (size_t i = 0; ld->conn && i < LP_READ_MAX; i++) {
+	uint64_t t0 = idc_now_ns();
+	for (size_t i = 0; ld->conn; i++) {
+		/* a slice of work, then the loop serves others and comes back */
+		if (i == LP_TURN_MSGS ||
+		    (i % 16 == 15 && idc_now_ns() - t0 >= LP_TURN_MS * 1000000ull))
+			break;
 		struct timeval zero = {0, 0};
 		LDAPMessage *msg = NULL;
+		errno = 0;
 		int rc = ldap_result(ld->conn, LDAP_RES_ANY, LDAP_MSG_ONE, &zero, &msg);
+		int saved_errno = errno;
 		if (rc == 0)
 			return;
 		if (rc < 0) {
-			int err = LDAP_SERVER_DOWN;
-			ldap_get_option(ld->conn, LDAP_OPT_RESULT_CODE, &err);
 			ldap_msgfree(msg);
-			if (ld->searches)
-				lp_conn_fail(ld, ldap_err2string(err));
-			else
-				lp_conn_close(ld);
+			read_failed(ld, saved_errno);
 			return;
 		}
 		on_message(ld, msg);
@@ -244,7 +418,7 @@ void lp_read(struct ldap_domain *ld)
 			break;
 		}
 	}
-	ld->more = ld->conn != NULL; /* stopped at the bound or a page: come back at once */
+	ld->more = ld->conn != NULL; /* stopped at the slice or a page: come back at once */
 }
 
 void lp_search_deadlines(struct ldap_domain *ld, uint64_t now)
