@@ -83,7 +83,7 @@ void conn_close(struct conn *c, const char *why)
 		return;
 	idc_log(IDC_LOG_DEBUG, "closing %s connection: %s", c->admin ? "admin" : "nss", why);
 	responder_detach(c);
-	loop_io_close(&c->io);
+	reaper_close_client(c->dm, &c->io);
 	if (c->prev)
 		c->prev->next = c->next;
 	else
@@ -273,11 +273,24 @@ static int serve(struct conn *c)
 
 /* ==== events ============================================================================ */
 
-/* Read what is there (bounded). 1 on EOF, 0, or -errno. */
+/* Read what is there (bounded). 1 on EOF, 0, or -errno. No request
+ * carries descriptors: a peer that passes some is dropped, and they are
+ * closed off the loop (reaper.c). */
 static int read_some(struct conn *c)
 {
 	char buf[READ_CHUNK];
-	ssize_t n = recv(c->io.fd, buf, sizeof(buf), MSG_DONTWAIT);
+	int fds[DAEMON_PASSED_FDS_MAX];
+	size_t nfds = 0;
+	ssize_t n = reaper_recv(c->io.fd, buf, sizeof(buf), fds, &nfds);
+	for (size_t i = 0; i < nfds; i++)
+		reaper_close(c->dm, fds[i], false);
+	if (nfds > 0) {
+		c->dm->refused_fds++;
+		idc_log(IDC_LOG_WARN,
+			"uid %d pid %d passed %zu descriptors: dropping its connection",
+			(int)c->peer_uid, (int)c->peer_pid, nfds);
+		return -EPROTO;
+	}
 	if (n < 0)
 		return errno == EAGAIN || errno == EINTR ? 0 : -errno;
 	if (n == 0)

@@ -15,6 +15,7 @@
  *   domains.c    per-domain provider state: files refresh, inotify, timers
  *   reload.c     re-reading the configuration (SIGHUP, RELOAD)
  *   memcache.c   the shared-memory cache maps (src/mc): writing, dropping
+ *   reaper.c     closing client descriptors off the loop thread
  */
 #ifndef IDC_DAEMON_H
 #define IDC_DAEMON_H
@@ -42,6 +43,10 @@
 #define DAEMON_RETRY_MS      10000u                /* after a failed refresh */
 #define DAEMON_POLL_MS       30000u /* refresh interval when inotify is unavailable */
 #define DAEMON_EXPIRED_MIN_S 60     /* at most one expiry-driven refresh per domain */
+
+/* Descriptors passed to us (reaper.c) */
+#define DAEMON_PASSED_FDS_MAX 253  /* the kernel's SCM_MAX_FD: most in one message */
+#define DAEMON_SCM_PIDFD      0x04 /* SCM_PIDFD where the headers lack it */
 
 /* ---- one served domain (domains.c) ------------------------------------------ */
 struct daemon;
@@ -184,6 +189,7 @@ struct listener {
 	struct daemon *dm;
 	char path[108];
 	bool admin;
+	bool refuses_fds; /* SO_PASSRIGHTS is off */
 };
 
 /* Create, bind (mode), listen; refuses to replace a socket a live daemon
@@ -192,6 +198,27 @@ int listener_open(struct daemon *dm, struct listener *l, const char *path, mode_
 int listener_start(struct daemon *dm, struct listener *l);
 /* Close and remove the socket file. */
 void listener_close(struct listener *l);
+
+/* ---- closing off the loop (reaper.c) ------------------------------------------
+ * See reaper.c for why. Started after the signals are blocked (the thread
+ * inherits the mask) and the open-file limit is set (it sizes the queue). */
+struct reaper;
+int reaper_start(struct daemon *dm);
+/* Close fd on the reaper's thread; drain_first: a client socket, whose
+ * queued descriptors are received and closed there first. Never blocks on
+ * the close itself. */
+void reaper_close(struct daemon *dm, int fd, bool drain_first);
+/* Stop watching a client socket and close it: on the loop when the kernel
+ * refuses passed descriptors on our sockets, else through the reaper. */
+void reaper_close_client(struct daemon *dm, struct loop_io *io);
+/* recv that takes any passed descriptors out of the message into fds (room
+ * for DAEMON_PASSED_FDS_MAX, close-on-exec; *nfds of them) instead of
+ * letting the kernel release them here. Non-blocking. recvmsg's result. */
+ssize_t reaper_recv(int fd, void *buf, size_t len, int *fds, size_t *nfds);
+/* Descriptors waiting to be closed. */
+size_t reaper_backlog(struct daemon *dm);
+/* Let the queue empty (bounded wait) and end the thread. */
+void reaper_stop(struct daemon *dm);
 
 /* ---- privileges (privs.c) ------------------------------------------------------ */
 struct privs {
@@ -267,7 +294,13 @@ struct daemon {
 	struct conn *conns;
 	size_t nconns;
 	uint64_t refused, refused_logged_ns;
-	int spare_fd; /* given up to accept-and-close when out of descriptors */
+	/* SO_PASSRIGHTS is off on both sockets: no client can pass us a
+	 * descriptor (listen.c); else they are received and closed by the
+	 * reaper. */
+	bool kernel_refuses_fds;
+	struct reaper *reaper;
+	uint64_t refused_fds; /* connections dropped for passing descriptors */
+	int spare_fd;         /* given up to accept-and-close when out of descriptors */
 	struct loop_io sig;
 	struct loop_timer sweep;
 	bool foreground;

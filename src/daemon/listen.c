@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
@@ -13,6 +14,10 @@
 #include <unistd.h>
 
 #include "daemon/daemon.h"
+
+#ifndef SO_PASSRIGHTS
+#define SO_PASSRIGHTS 83 /* Linux 6.16; older headers lack it */
+#endif
 
 /* Whether something answers on path: then another daemon owns it. */
 static bool socket_alive(const struct sockaddr_un *sa)
@@ -58,6 +63,24 @@ static int bind_socket(int fd, const struct sockaddr_un *sa, mode_t mode)
 	return rc;
 }
 
+/* Have the kernel refuse descriptors passed to connections of fd (their
+ * sender's sendmsg fails with EPERM; accepted sockets inherit it): a
+ * passed descriptor's close can block whoever releases it (reaper.c).
+ * false where the kernel cannot (before 6.16), or when
+ * IDCACHED_KEEP_PASSRIGHTS is set, which tests the path those kernels take. */
+static bool refuse_passed_fds(int fd)
+{
+	int off = 0;
+	const char *keep = getenv("IDCACHED_KEEP_PASSRIGHTS");
+	if (keep && *keep)
+		return false;
+	if (setsockopt(fd, SOL_SOCKET, SO_PASSRIGHTS, &off, sizeof(off)) == 0)
+		return true;
+	if (errno != ENOPROTOOPT && errno != EINVAL)
+		idc_log(IDC_LOG_WARN, "SO_PASSRIGHTS: %s", strerror(errno));
+	return false;
+}
+
 int listener_open(struct daemon *dm, struct listener *l, const char *path, mode_t mode, bool admin)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -75,6 +98,7 @@ int listener_open(struct daemon *dm, struct listener *l, const char *path, mode_
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
+	l->refuses_fds = refuse_passed_fds(fd);
 	rc = bind_socket(fd, &sa, mode);
 	if (rc < 0) {
 		idc_log(IDC_LOG_ERR, "%s: %s", path, idc_strerror(rc));

@@ -249,12 +249,25 @@ static int open_cache(struct daemon *dm)
 	return rc;
 }
 
+/* Where the kernel cannot refuse descriptors passed to us, received ones
+ * are closed by a thread of their own (reaper.c). */
+static int guard_passed_fds(struct daemon *dm)
+{
+	dm->kernel_refuses_fds = dm->nss.refuses_fds && dm->admin.refuses_fds;
+	if (dm->kernel_refuses_fds)
+		return 0;
+	idc_log(IDC_LOG_INFO, "the kernel cannot refuse descriptors passed to our sockets "
+			      "(SO_PASSRIGHTS): closing any received off the event loop");
+	return reaper_start(dm);
+}
+
 static int start(struct daemon *dm, struct config *cfg)
 {
 	raise_fd_limit();
 	int rc = loop_init(&dm->loop);
 	rc = rc ? rc : block_signals(dm);
 	rc = rc ? rc : setup_privileged(dm);
+	rc = rc ? rc : guard_passed_fds(dm);
 	rc = rc ? rc : open_cache(dm);
 	dm->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	rc = rc ? rc : loop_timer_init(&dm->loop, &dm->sweep, on_sweep, dm);
@@ -279,6 +292,7 @@ static void stop(struct daemon *dm)
 	loop_io_close(&dm->sig);
 	loop_timer_close(&dm->sweep);
 	loop_fini(&dm->loop); /* frees the closed connections */
+	reaper_stop(dm);
 	enum_snaps_release(dm);
 	daemon_mc_close(dm);
 	cache_close(dm->cache);
