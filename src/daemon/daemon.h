@@ -23,6 +23,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #include "cache/cache.h"
@@ -33,7 +34,6 @@
 #include "providers/files/files.h"
 #include "util/util.h"
 
-#define DAEMON_MAX_CONNS     1024
 #define DAEMON_IDLE_MS       60000u                /* close a connection silent this long */
 #define DAEMON_SWEEP_MS      5000u                 /* how often idle connections are looked for */
 #define DAEMON_OUT_HIGH      (256u * 1024u)        /* stop taking requests above this backlog */
@@ -43,6 +43,10 @@
 #define DAEMON_RETRY_MS      10000u                /* after a failed refresh */
 #define DAEMON_POLL_MS       30000u /* refresh interval when inotify is unavailable */
 #define DAEMON_EXPIRED_MIN_S 60     /* at most one expiry-driven refresh per domain */
+
+/* Per-uid limits (peers.c, listen.c); the numbers are in config_limits */
+#define DAEMON_SHED_IDLE_MS 1000u  /* silent this long: may be closed for a newcomer */
+#define DAEMON_WARN_MS      60000u /* one warning per uid and cause this often */
 
 /* Descriptors passed to us (reaper.c) */
 #define DAEMON_PASSED_FDS_MAX 253  /* the kernel's SCM_MAX_FD: most in one message */
@@ -154,13 +158,21 @@ struct conn {
 	uint32_t pass_maps;
 	size_t pass_at;
 	bool mapped; /* MCMAP answered: one per connection (see memcache.c) */
+
+	/* Its uid's account (peers.c; NULL on admin.sock), and whether the
+	 * descriptors of its MCMAP reply went out and may still be unread. */
+	struct peer *peer;
+	bool maps_unread;
 };
 
 /* Queue the reply frame starting at out offset at to carry the
  * descriptors of the maps in mask (bit per MC kind). */
 void conn_pass_maps(struct conn *c, uint32_t mask, size_t at);
-/* Take over an accepted socket. 0 or -errno (fd closed). */
-int conn_new(struct daemon *dm, int fd, bool admin);
+/* Take over an accepted socket whose peer is cred (SO_PEERCRED; uid -1
+ * when unknown). 0 or -errno (fd closed). */
+int conn_new(struct daemon *dm, int fd, bool admin, const struct ucred *cred);
+/* Nothing under way: no request waiting or buffered, no output. */
+bool conn_idle(const struct conn *c);
 /* Close and free (after the current batch). */
 void conn_close(struct conn *c, const char *why);
 /* Close connections idle for DAEMON_IDLE_MS. */
@@ -199,6 +211,45 @@ int listener_start(struct daemon *dm, struct listener *l);
 /* Close and remove the socket file. */
 void listener_close(struct listener *l);
 
+/* ---- per-uid accounting (peers.c) ---------------------------------------------- */
+struct peer {
+	uid_t uid;
+	unsigned conns;       /* open nss.sock connections */
+	unsigned unread_maps; /* MCMAP replies whose descriptors may be unread */
+	uint64_t warned_ns;   /* peer_warn_due */
+	uint64_t warned_maps_ns;
+	struct peer *next;
+};
+
+struct peers;
+/* uid's account, or NULL when it holds nothing. */
+struct peer *peer_find(struct daemon *dm, uid_t uid);
+/* uid's account, created when missing; NULL when out of memory. */
+struct peer *peer_get(struct daemon *dm, uid_t uid);
+/* Forget p if it holds nothing any more (p may be NULL). */
+void peer_put(struct daemon *dm, struct peer *p);
+/* Whether a warning about p is due (at most one per DAEMON_WARN_MS). */
+bool peer_warn_due(struct peer *p);
+/* Close the lingerers; free every account. */
+void peers_free(struct daemon *dm);
+/* c's MCMAP reply went out with its descriptors. */
+void peer_maps_sent(struct conn *c);
+/* The kernel refused to send c's map descriptors (ETOOMANYREFS): counted,
+ * logged once per DAEMON_WARN_MS. */
+void peer_maps_failed(struct conn *c);
+/* Whether c may have the maps: its uid holds fewer unread replies than
+ * max_unread_maps_per_uid and all uids fewer than the open-file limit
+ * allows. A refusal is counted and logged (once per DAEMON_WARN_MS). */
+bool peer_may_map(struct conn *c);
+/* At c's close: whether its socket was kept because its reply is still
+ * unread (then c->io is forgotten, not closed). */
+bool peer_linger(struct conn *c);
+/* Every DAEMON_SWEEP_MS: re-check the unread replies, close the lingerers
+ * whose peer read or went. */
+void peers_sweep(struct daemon *dm);
+/* MCMAP replies whose descriptors may be unread, every uid. */
+size_t peers_unread(const struct daemon *dm);
+
 /* ---- closing off the loop (reaper.c) ------------------------------------------
  * See reaper.c for why. Started after the signals are blocked (the thread
  * inherits the mask) and the open-file limit is set (it sizes the queue). */
@@ -211,6 +262,8 @@ void reaper_close(struct daemon *dm, int fd, bool drain_first);
 /* Stop watching a client socket and close it: on the loop when the kernel
  * refuses passed descriptors on our sockets, else through the reaper. */
 void reaper_close_client(struct daemon *dm, struct loop_io *io);
+/* The same for a client socket not watched. */
+void reaper_close_socket(struct daemon *dm, int fd);
 /* recv that takes any passed descriptors out of the message into fds (room
  * for DAEMON_PASSED_FDS_MAX, close-on-exec; *nfds of them) instead of
  * letting the kernel release them here. Non-blocking. recvmsg's result. */
@@ -315,6 +368,15 @@ struct daemon {
 	bool ready;
 	uint64_t config_gen;        /* bumped by every applied configuration */
 	struct enum_snap *snaps[2]; /* latest passwd / group enumeration */
+
+	/* Per-uid accounts (peers.c), admin.sock's connections (of nconns)
+	 * and the limits' counters: refusals, idle connections closed for a
+	 * newcomer, MCMAP refused for unread replies or not sent by the
+	 * kernel. */
+	struct peers *peers;
+	size_t nadmin;
+	uint64_t refused_uid, refused_full, shed_idle;
+	uint64_t mcmap_refused, mcmap_failed;
 };
 
 /* Changes whenever what an enumeration returns may have changed. */

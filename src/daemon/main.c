@@ -150,6 +150,7 @@ static void on_signal(struct loop_io *io, uint32_t events)
 static void on_sweep(struct loop_timer *t)
 {
 	conn_sweep(t->owner);
+	peers_sweep(t->owner);
 	daemon_mc_beat(t->owner);
 }
 
@@ -189,14 +190,15 @@ static int block_signals(struct daemon *dm)
 	return rc;
 }
 
-/* Room for DAEMON_MAX_CONNS clients plus our own descriptors. */
-static void raise_fd_limit(void)
+/* Room for the configured connections plus our own descriptors. */
+static void raise_fd_limit(const struct config *cfg)
 {
 	struct rlimit rl;
 	/* Per connection its socket and, in flight to a client that has not
 	 * read its MCMAP reply, up to three maps' descriptors, which the kernel
 	 * counts against this limit too; 256 for everything else. */
-	rlim_t want = DAEMON_MAX_CONNS * 4 + 256;
+	rlim_t want =
+	    (rlim_t)(cfg->limits.max_connections + cfg->limits.admin_max_connections) * 4 + 256;
 	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= want)
 		return;
 	rl.rlim_cur = rl.rlim_max < want ? rl.rlim_max : want;
@@ -263,7 +265,7 @@ static int guard_passed_fds(struct daemon *dm)
 
 static int start(struct daemon *dm, struct config *cfg)
 {
-	raise_fd_limit();
+	raise_fd_limit(cfg);
 	int rc = loop_init(&dm->loop);
 	rc = rc ? rc : block_signals(dm);
 	rc = rc ? rc : setup_privileged(dm);
@@ -293,6 +295,7 @@ static void stop(struct daemon *dm)
 	loop_timer_close(&dm->sweep);
 	loop_fini(&dm->loop); /* frees the closed connections */
 	reaper_stop(dm);
+	peers_free(dm);
 	enum_snaps_release(dm);
 	daemon_mc_close(dm);
 	cache_close(dm->cache);

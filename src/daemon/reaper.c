@@ -218,15 +218,19 @@ void reaper_stop(struct daemon *dm)
 	dm->reaper = NULL;
 }
 
+void reaper_close_socket(struct daemon *dm, int fd)
+{
+	if (dm->kernel_refuses_fds)
+		close(fd);
+	else
+		reaper_close(dm, fd, true);
+}
+
 void reaper_close_client(struct daemon *dm, struct loop_io *io)
 {
-	if (io->fd < 0)
-		return;
-	if (dm->kernel_refuses_fds) {
-		loop_io_close(io);
-		return;
-	}
 	int fd = io->fd;
+	if (fd < 0)
+		return;
 	loop_io_forget(io);
-	reaper_close(dm, fd, true);
+	reaper_close_socket(dm, fd);
 }

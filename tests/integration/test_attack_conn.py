@@ -9,8 +9,6 @@ Attacker and prober run under setpriv as uids with no privilege (the
 prober as nobody), the daemon as its own user, as in production.
 """
 import json
-import socket
-import struct
 import sys
 import time
 from pathlib import Path
@@ -202,3 +200,210 @@ def test_passed_descriptors_do_not_freeze_the_loop(daemons, kernel):
     assert d.stop() == 0
     print(f"stopped in {time.monotonic() - t0:.3f} s")
     assert "still closing" not in d.log(), d.log()[-2000:]
+
+
+# ==== one uid holding every connection slot ============================================
+
+# Open up to n connections (HELLO answered on each), report how many were
+# kept, then hold them: "silent" sends nothing more (a lookup every 30 s
+# would beat the 60 s idle timeout), "busy" makes a lookup on every one
+# every 0.3 s so none is ever idle.
+ATTACK_SLOTS = r'''
+import json, socket, sys, time
+sys.path.insert(0, sys.argv[1])
+import idcproto as P, nssload
+sock, n, mode, hold = sys.argv[2], int(sys.argv[3]), sys.argv[4], float(sys.argv[5])
+nssload.raise_nofile(n + 64)
+held, refused = [], 0
+for _ in range(n):
+    try:
+        held.append(P.Client(sock, timeout=2).s)
+    except (OSError, RuntimeError):
+        refused += 1
+print(json.dumps({"held": len(held), "refused": refused}), flush=True)
+end = time.monotonic() + hold
+while time.monotonic() < end:
+    if mode == "busy":
+        for s in list(held):
+            try:
+                s.sendall(P.request_frame(P.GETPWNAM, "u001"))
+                if not s.recv(4096):
+                    raise OSError("closed")
+            except OSError:
+                held.remove(s)
+    time.sleep(0.3)
+'''
+
+
+def timed_status(d):
+    t0 = time.monotonic()
+    st = status(d)
+    return st, time.monotonic() - t0
+
+
+@pytest.mark.parametrize("mode", ["silent", "busy"])
+def test_one_uid_cannot_hold_every_connection(daemons, mode):
+    """One uid asked for 1,100 connections (more than the daemon's 1,024)
+    and held them, idle or busy: it gets its share (128) and no more, and
+    another uid's lookups and root's status are answered meanwhile."""
+    d = daemons.start(PASSWD, GROUP)
+    attack, info = start_attack(d, ATTACK_SLOTS, 1100, mode, 8)
+    try:
+        probe = start_probe(d, 4.0)
+        st, took = timed_status(d)
+        r = probe_result(probe, f"one uid holding {info['held']} connections ({mode})")
+    finally:
+        stop_attack(attack)
+    print(f"root's status answered in {took * 1000:.1f} ms; {info}; "
+          f"refused_connections_uid_limit={st['refused_connections_uid_limit']}")
+    check_answered(r)
+    assert took < ANSWER_S
+    assert info["held"] <= 128, info
+    assert int(st["refused_connections_uid_limit"]) > 0, st
+    d.check_alive()
+
+
+def test_idle_connections_make_room_when_full(daemons):
+    """With every slot but root's taken by one uid's silent connections, a
+    newcomer of another uid gets in: the longest-idle connection is closed
+    for it."""
+    d = daemons.start(PASSWD, GROUP, idcache_conf="max_connections = 20\n"
+                      "max_connections_per_uid = 20\nroot_reserved_connections = 2\n")
+    attack, info = start_attack(d, ATTACK_SLOTS, 30, "silent", 8)
+    try:
+        assert info["held"] == 18, info
+        time.sleep(1.5)  # they are now idle
+        probe = start_probe(d, 3.0)
+        r = probe_result(probe, "all 18 slots held by silent connections of one uid")
+        st, took = timed_status(d)
+    finally:
+        stop_attack(attack)
+    check_answered(r)
+    assert int(st["shed_idle_connections"]) > 0, st
+    assert int(st["connections_admin"]) == 1, st
+    d.check_alive()
+
+
+# ==== memory-cache descriptors left unread ==============================================
+
+# n connections each asking for the maps (HELLO + MCMAP) and reading
+# nothing, opened every `pace` seconds; then held.
+ATTACK_MAPS = r'''
+import json, socket, struct, sys, time
+sys.path.insert(0, sys.argv[1])
+import idcproto as P, nssload
+sock, n, pace, hold = sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
+nssload.raise_nofile(n + 64)
+held = []
+for _ in range(n):
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.connect(sock)
+        s.sendall(P.hello_frame() + P.frame(13, struct.pack("=I", 0)))
+        held.append(s)
+    except OSError:
+        s.close()
+    time.sleep(pace)
+print(json.dumps({"held": len(held)}), flush=True)
+time.sleep(hold)
+'''
+
+# Ask for the maps as the NSS module does, `tries` times: how many replies
+# came with every map's descriptor, and the statuses of the others.
+PROBE_MAPS = r'''
+import array, json, socket, struct, sys, time
+sys.path.insert(0, sys.argv[1])
+import idcproto as P
+sock, tries = sys.argv[2], int(sys.argv[3])
+ok, other = 0, []
+for _ in range(tries):
+    s = None
+    try:
+        s = P.Client(sock, timeout=1.0).s
+        s.sendall(P.frame(13, struct.pack("=I", 0)))
+        data, anc, _, _ = s.recvmsg(4096, socket.CMSG_SPACE(16 * 4))
+        fds = array.array("i")
+        for lvl, typ, d in anc:
+            if lvl == socket.SOL_SOCKET and typ == socket.SCM_RIGHTS:
+                fds.frombytes(d[:len(d) - len(d) % 4])
+        status = P.HDR.unpack_from(data)[2] if len(data) >= 16 else "closed"
+        if status == P.OK and len(fds) == 3:
+            ok += 1
+        else:
+            other.append(status)
+        for fd in fds:
+            socket.close(fd)
+    except (OSError, RuntimeError) as e:
+        other.append(repr(e))
+    if s is not None:
+        s.close()
+print(json.dumps({"ok": ok, "other": other[:10]}))
+'''
+
+
+def probe_maps(d, tries=20):
+    load = copy_load_modules(d)
+    res = d.ns.run([nsenv.sys_python(), "-c", PROBE_MAPS, load, d.run_dir / "nss.sock", tries],
+                   sources="files", as_uid=PROBE_UID, timeout=60)
+    assert res.rc == 0, res
+    return json.loads(res.out)
+
+
+def start_limited(daemons, nofile, idcache_conf=""):
+    """A daemon under an open-file limit it cannot raise (as a container or
+    a unit's LimitNOFILE= may impose), so that the kernel's limit on
+    descriptors in flight is reached by a bounded attack."""
+    d = daemons.start(PASSWD, GROUP, idcache_conf=idcache_conf, start=False)
+    d.wrap = d.wrap + ["prlimit", f"--nofile={nofile}:{nofile}", "--"]
+    d.start()
+    return d
+
+
+def test_unread_map_replies_do_not_turn_the_maps_off(daemons):
+    """150 connections of one uid asked for the maps and never read the
+    replies: with 300 descriptors allowed, the kernel refused every later
+    reply's descriptors (ETOOMANYREFS), for every uid. Now that uid gets
+    at most max_unread_maps_per_uid (16) such replies; everyone else still
+    gets the maps."""
+    d = start_limited(daemons, 300)
+    attack, info = start_attack(d, ATTACK_MAPS, 150, 0, 30)
+    try:
+        time.sleep(0.5)
+        probe = start_probe(d, 2.0)
+        maps = probe_maps(d)
+        r = probe_result(probe, f"{info['held']} unread map replies of one uid")
+        st = status(d)
+    finally:
+        stop_attack(attack)
+    print(f"another uid asked for the maps 20 times: {maps}; "
+          f"mcmap_refused_unread={st.get('mcmap_refused_unread')}")
+    check_answered(r)
+    assert maps["ok"] == 20, maps
+    assert int(st["mcmap_refused_unread"]) > 0, st
+    assert "unread memory-cache replies (max_unread_maps_per_uid)" in d.log()
+    d.check_alive()
+
+
+def test_unread_map_replies_stay_counted_after_close(daemons):
+    """Connections closed by the daemon (here: shed when the uid's share is
+    full) keep their unread descriptors in flight: they still count, and
+    the socket is closed once the client closes its end."""
+    d = start_limited(daemons, 300, "max_connections_per_uid = 4\n"
+                                    "max_unread_maps_per_uid = 3\n")
+    # paced so that earlier connections are idle and shed for later ones
+    attack, info = start_attack(d, ATTACK_MAPS, 8, 1.2, 30)
+    try:
+        st = status(d)
+        maps = probe_maps(d, 5)
+    finally:
+        stop_attack(attack)
+    print(f"{info}: {st['shed_idle_connections']} shed, "
+          f"mcmap_refused_unread={st['mcmap_refused_unread']}, maps for others {maps}")
+    assert int(st["shed_idle_connections"]) >= 3, st
+    assert int(st["mcmap_refused_unread"]) >= 4, st
+    assert int(st["mcmap_unread"]) == 3, st
+    assert maps["ok"] == 5, maps
+    # The client gone, the kept sockets are closed at the next sweep (5 s).
+    left, _ = nsenv.wait_for(lambda: status(d)["mcmap_unread"] == "0", timeout=8, interval=0.5)
+    assert left, status(d)
+    d.check_alive()
