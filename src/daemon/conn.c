@@ -316,9 +316,10 @@ static int read_some(struct conn *c)
 		reaper_close(c->dm, fds[i], false);
 	if (nfds > 0) {
 		c->dm->refused_fds++;
-		idc_log(IDC_LOG_WARN,
-			"uid %d pid %d passed %zu descriptors: dropping its connection",
-			(int)c->peer_uid, (int)c->peer_pid, nfds);
+		if (!c->peer || peer_warn_due(c->peer))
+			idc_log(IDC_LOG_WARN,
+				"uid %d pid %d passed %zu descriptors: dropping its connection",
+				(int)c->peer_uid, (int)c->peer_pid, nfds);
 		return -EPROTO;
 	}
 	if (n < 0)

@@ -294,8 +294,8 @@ static void stop(struct daemon *dm)
 	loop_io_close(&dm->sig);
 	loop_timer_close(&dm->sweep);
 	loop_fini(&dm->loop); /* frees the closed connections */
+	peers_free(dm); /* closes its kept sockets through the reaper */
 	reaper_stop(dm);
-	peers_free(dm);
 	enum_snaps_release(dm);
 	daemon_mc_close(dm);
 	cache_close(dm->cache);
