@@ -164,7 +164,7 @@ void reaper_close(struct daemon *dm, int fd, bool drain_first)
 	struct reaper *r = dm->reaper;
 	if (fd < 0)
 		return;
-	if (!r) { /* never started (start-up failed): nothing passed can be queued yet */
+	if (!r) { /* not started: the kernel refuses passed descriptors to us */
 		close(fd);
 		return;
 	}
