@@ -208,6 +208,9 @@ struct listener {
  * answers on. 0 or -errno, logged. */
 int listener_open(struct daemon *dm, struct listener *l, const char *path, mode_t mode, bool admin);
 int listener_start(struct daemon *dm, struct listener *l);
+/* Raise the open-file limit (up to the hard one) to what cfg's connection
+ * limits need: at start and at every configuration applied. */
+void listener_fd_budget(const struct config *cfg);
 /* Close and remove the socket file. */
 void listener_close(struct listener *l);
 

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -243,6 +244,21 @@ static void on_accept(struct loop_io *io, uint32_t events)
 		else
 			conn_new(dm, fd, l->admin, &cred);
 	}
+}
+
+void listener_fd_budget(const struct config *cfg)
+{
+	struct rlimit rl;
+	/* Per connection its socket and, in flight to a client that has not
+	 * read its MCMAP reply, up to three maps' descriptors, which the kernel
+	 * counts against this limit too; 256 for everything else. */
+	rlim_t want =
+	    (rlim_t)(cfg->limits.max_connections + cfg->limits.admin_max_connections) * 4 + 256;
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= want)
+		return;
+	rl.rlim_cur = rl.rlim_max < want ? rl.rlim_max : want;
+	if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+		idc_log(IDC_LOG_WARN, "cannot raise the open-file limit: %s", strerror(errno));
 }
 
 int listener_start(struct daemon *dm, struct listener *l)

@@ -26,7 +26,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -190,22 +189,6 @@ static int block_signals(struct daemon *dm)
 	return rc;
 }
 
-/* Room for the configured connections plus our own descriptors. */
-static void raise_fd_limit(const struct config *cfg)
-{
-	struct rlimit rl;
-	/* Per connection its socket and, in flight to a client that has not
-	 * read its MCMAP reply, up to three maps' descriptors, which the kernel
-	 * counts against this limit too; 256 for everything else. */
-	rlim_t want =
-	    (rlim_t)(cfg->limits.max_connections + cfg->limits.admin_max_connections) * 4 + 256;
-	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= want)
-		return;
-	rl.rlim_cur = rl.rlim_max < want ? rl.rlim_max : want;
-	if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
-		idc_log(IDC_LOG_WARN, "cannot raise the open-file limit: %s", strerror(errno));
-}
-
 static int make_sockets(struct daemon *dm, const struct privs *p)
 {
 	char path[sizeof(dm->nss.path)];
@@ -265,7 +248,7 @@ static int guard_passed_fds(struct daemon *dm)
 
 static int start(struct daemon *dm, struct config *cfg)
 {
-	raise_fd_limit(cfg);
+	listener_fd_budget(cfg); /* before the reaper sizes its queue */
 	int rc = loop_init(&dm->loop);
 	rc = rc ? rc : block_signals(dm);
 	rc = rc ? rc : setup_privileged(dm);
@@ -294,7 +277,7 @@ static void stop(struct daemon *dm)
 	loop_io_close(&dm->sig);
 	loop_timer_close(&dm->sweep);
 	loop_fini(&dm->loop); /* frees the closed connections */
-	peers_free(dm); /* closes its kept sockets through the reaper */
+	peers_free(dm);       /* closes its kept sockets through the reaper */
 	reaper_stop(dm);
 	enum_snaps_release(dm);
 	daemon_mc_close(dm);

@@ -45,13 +45,18 @@ struct peers {
 
 static struct peers *peers_of(struct daemon *dm)
 {
-	struct rlimit rl;
-	if (dm->peers || !(dm->peers = calloc(1, sizeof(*dm->peers))))
-		return dm->peers;
-	/* Three descriptors per reply; keep half of the limit for the rest. */
-	rlim_t lim = getrlimit(RLIMIT_NOFILE, &rl) == 0 ? rl.rlim_cur : 1024;
-	dm->peers->unread_max = lim / 6 > 0 ? (size_t)(lim / 6) : 1;
+	if (!dm->peers)
+		dm->peers = calloc(1, sizeof(*dm->peers));
 	return dm->peers;
+}
+
+/* Unread replies allowed, all uids together: three descriptors each, and
+ * half of the open-file limit (which a reload may raise) kept for the rest. */
+static size_t unread_max(void)
+{
+	struct rlimit rl;
+	rlim_t lim = getrlimit(RLIMIT_NOFILE, &rl) == 0 ? rl.rlim_cur : 1024;
+	return lim / 6 > 0 ? (size_t)(lim / 6) : 1;
 }
 
 static unsigned slot(uid_t uid)
@@ -242,9 +247,10 @@ bool peer_may_map(struct conn *c)
 	if (c->peer->unread_maps >= dm->cfg->limits.max_unread_maps_per_uid)
 		return refuse_map(c, false);
 	/* a full check costs an ioctl per holder: at most once a second */
-	if (dm->peers->unread >= dm->peers->unread_max && due(&dm->peers->checked_ns, 1000))
+	size_t max = unread_max();
+	if (dm->peers->unread >= max && due(&dm->peers->checked_ns, 1000))
 		unread_check(dm, NULL);
-	if (dm->peers->unread >= dm->peers->unread_max)
+	if (dm->peers->unread >= max)
 		return refuse_map(c, true);
 	return true;
 }
