@@ -285,6 +285,24 @@ def test_idle_connections_make_room_when_full(daemons):
     d.check_alive()
 
 
+def test_limits_follow_a_reload(daemons):
+    """A reload that lowers max_connections_per_uid applies to the next
+    connections."""
+    d = daemons.start(PASSWD, GROUP)
+    text = d.conf.read_text()
+    d.conf.write_text(text.replace("[idcache]\n", "[idcache]\nmax_connections_per_uid = 5\n", 1))
+    c = P.Client(d.run_dir / "admin.sock", timeout=10)
+    assert c.call(P.RELOAD)[0] == P.OK
+    c.close()
+    attack, info = start_attack(d, ATTACK_SLOTS, 20, "busy", 2)
+    try:
+        st = status(d)
+    finally:
+        stop_attack(attack)
+    assert info["held"] == 5, info
+    assert int(st["refused_connections_uid_limit"]) == 15, st
+
+
 # ==== memory-cache descriptors left unread ==============================================
 
 # n connections each asking for the maps (HELLO + MCMAP) and reading
