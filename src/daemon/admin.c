@@ -130,6 +130,18 @@ static int do_status(struct daemon *dm, const struct proto_req *req, struct idc_
 	idc_buf_printf(&b, "rss_kib=%ld\n", rss_kib());
 	idc_buf_printf(&b, "connections=%zu\nrefused_connections=%llu\n", dm->nconns,
 		       (unsigned long long)dm->refused);
+	idc_buf_printf(&b,
+		       "connections_admin=%zu\nrefused_connections_uid_limit=%llu\n"
+		       "refused_connections_full=%llu\nshed_idle_connections=%llu\n",
+		       dm->nadmin, (unsigned long long)dm->refused_uid,
+		       (unsigned long long)dm->refused_full, (unsigned long long)dm->shed_idle);
+	idc_buf_printf(&b,
+		       "mcmap_unread=%zu\nmcmap_refused_unread=%llu\nmcmap_send_failures=%llu\n",
+		       peers_unread(dm), (unsigned long long)dm->mcmap_refused,
+		       (unsigned long long)dm->mcmap_failed);
+	idc_buf_printf(&b, "refused_descriptors=%llu\npassed_descriptors_refused_by=%s\n",
+		       (unsigned long long)dm->refused_fds,
+		       dm->kernel_refuses_fds ? "kernel" : "daemon");
 	kv(&b, "config", dm->config_path);
 	kv(&b, "run_dir", dm->run_dir);
 	kv(&b, "state_dir", dm->state_dir);

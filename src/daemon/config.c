@@ -238,10 +238,68 @@ static int key_index(const char *const *keys, size_t n, const char *key)
 	return -1;
 }
 
+/* ---- connection limits ------------------------------------------------------------ */
+
+static const char *const limit_keys[] = {
+    "max_connections",       "max_connections_per_uid", "root_reserved_connections",
+    "admin_max_connections", "max_unread_maps_per_uid",
+};
+
+static void limits_default(struct config_limits *l)
+{
+	l->max_connections = CONFIG_DEFAULT_MAX_CONNS;
+	l->max_connections_per_uid = CONFIG_DEFAULT_MAX_CONNS_UID;
+	l->root_reserved = CONFIG_DEFAULT_ROOT_RESERVED;
+	l->admin_max_connections = CONFIG_DEFAULT_ADMIN_CONNS;
+	l->max_unread_maps_per_uid = CONFIG_DEFAULT_UNREAD_MAPS;
+}
+
+static uint32_t *limit_slot(struct config_limits *l, int k)
+{
+	uint32_t *slots[] = {&l->max_connections, &l->max_connections_per_uid, &l->root_reserved,
+			     &l->admin_max_connections, &l->max_unread_maps_per_uid};
+	return slots[k];
+}
+
+/* A key of limit_keys: 1 when it was one (handled, errors reported). */
+static bool limit_key(struct parse *ps, const char *key, const char *v)
+{
+	struct config_limits *l = &ps->cfg->limits;
+	int k = key_index(limit_keys, IDC_ARRAY_SIZE(limit_keys), key);
+	if (k < 0)
+		return false;
+	if (!first_time(ps, &l->seen, 1u << k, key))
+		return true;
+	l->line[k] = ps->line;
+	uint32_t min = k == 2 ? 0 : 1;
+	if (parse_uint(v, CONFIG_MAX_CONNS_LIMIT, limit_slot(l, k)) < 0 || *limit_slot(l, k) < min)
+		perr(ps, "%s: '%s' is not a number from %u to %u", key, v, (unsigned)min,
+		     CONFIG_MAX_CONNS_LIMIT);
+	return true;
+}
+
+/* The limits against each other, at the line of the key that breaks it. */
+static void check_limits(struct parse *ps)
+{
+	const struct config_limits *l = &ps->cfg->limits;
+	if (l->max_connections_per_uid > l->max_connections)
+		perr_at(ps, l->line[1],
+			"max_connections_per_uid (%u) is more than max_connections (%u)",
+			l->max_connections_per_uid, l->max_connections);
+	if (l->root_reserved >= l->max_connections)
+		perr_at(
+		    ps, l->line[2],
+		    "root_reserved_connections (%u) leaves no connection of max_connections (%u) "
+		    "for other users",
+		    l->root_reserved, l->max_connections);
+}
+
 static void idcache_key(struct parse *ps, const char *key, const char *v)
 {
 	struct config *c = ps->cfg;
 	int k = key_index(idcache_keys, IDC_ARRAY_SIZE(idcache_keys), key);
+	if (k < 0 && limit_key(ps, key, v))
+		return;
 	if (k < 0) {
 		perr(ps, "unknown key '%s' in [idcache]", key);
 		return;
@@ -722,6 +780,7 @@ static void finish(struct parse *ps)
 	for (size_t i = 0; i < ps->nall; i++)
 		check_domain(ps, &ps->all[i]);
 	pick_domains(ps);
+	check_limits(ps);
 	if (ps->nall == 0)
 		perr_at(ps, 0, "no domain configured (add a [domain/NAME] section)");
 	if (set_defaults(ps->cfg) < 0)
@@ -755,6 +814,7 @@ int config_parse(const char *label, const char *text, size_t len, struct config 
 	ps.cfg->memcache_size_passwd = CONFIG_DEFAULT_MEMCACHE_MB;
 	ps.cfg->memcache_size_group = CONFIG_DEFAULT_MEMCACHE_MB;
 	ps.cfg->memcache_size_initgroups = CONFIG_DEFAULT_MEMCACHE_MB;
+	limits_default(&ps.cfg->limits);
 	configure_inih();
 	int rc = ini_parse_stream(read_line, &ps, on_key, &ps);
 	if (rc > 0 && ps.nerr == 0)

@@ -30,6 +30,24 @@
 #define CONFIG_FILE_MAX            (1024u * 1024u)  /* larger config files are refused */
 #define CONFIG_LINE_MAX            4096u            /* longer lines are errors */
 
+/* Connection limits (idcache.conf(5), "CONNECTION LIMITS") */
+#define CONFIG_DEFAULT_MAX_CONNS     1024u
+#define CONFIG_DEFAULT_MAX_CONNS_UID 128u
+#define CONFIG_DEFAULT_ROOT_RESERVED 32u
+#define CONFIG_DEFAULT_ADMIN_CONNS   16u
+#define CONFIG_DEFAULT_UNREAD_MAPS   16u
+#define CONFIG_MAX_CONNS_LIMIT       65536u
+
+struct config_limits {
+	uint32_t max_connections;         /* nss.sock, everyone together */
+	uint32_t max_connections_per_uid; /* nss.sock, one uid other than root */
+	uint32_t root_reserved;           /* of max_connections, only root's */
+	uint32_t admin_max_connections;   /* admin.sock, a budget of its own */
+	uint32_t max_unread_maps_per_uid; /* MCMAP replies with unread descriptors */
+	unsigned seen;                    /* keys given (bit per key) */
+	unsigned line[5];                 /* where each was given */
+};
+
 enum config_provider { CONFIG_PROVIDER_FILES = 1, CONFIG_PROVIDER_LDAP };
 
 struct config_domain {
@@ -64,6 +82,7 @@ struct config {
 	struct config_domain *domains;
 	size_t ndomains;
 	unsigned seen;
+	struct config_limits limits;
 };
 
 /* Parse text[0..len) (need not be NUL-terminated; may hold anything) named

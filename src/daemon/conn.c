@@ -35,40 +35,58 @@ static void conn_free(void *p)
 
 static void on_event(struct loop_io *io, uint32_t events);
 
-/* Admin requests are allowed from root and the daemon's own user, as the
- * kernel saw them at connect time. */
-static void read_peer(struct conn *c)
+/* Counted against its uid (nss.sock) or admin.sock's budget. Admin
+ * requests are allowed from root and the daemon's own user, as the kernel
+ * saw them at connect time. */
+static int set_peer(struct conn *c, const struct ucred *cred)
 {
-	struct ucred cred;
-	socklen_t len = sizeof(cred);
-	c->peer_uid = (uid_t)-1;
-	if (getsockopt(c->io.fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
-		c->peer_uid = cred.uid;
-		c->peer_pid = cred.pid;
-	}
+	c->peer_uid = cred->uid;
+	c->peer_pid = cred->pid;
 	c->peer_ok = c->peer_uid == 0 || c->peer_uid == c->dm->uid;
+	if (c->admin) {
+		c->dm->nadmin++;
+		return 0;
+	}
+	if (!(c->peer = peer_get(c->dm, cred->uid)))
+		return -ENOMEM;
+	c->peer->conns++;
+	return 0;
 }
 
-int conn_new(struct daemon *dm, int fd, bool admin)
+static void unset_peer(struct conn *c)
+{
+	if (c->admin) {
+		c->dm->nadmin--;
+		return;
+	}
+	if (!c->peer) /* kept by peer_linger, which took it over */
+		return;
+	c->peer->conns--;
+	peer_put(c->dm, c->peer);
+	c->peer = NULL;
+}
+
+int conn_new(struct daemon *dm, int fd, bool admin, const struct ucred *cred)
 {
 	struct conn *c = calloc(1, sizeof(*c));
 	if (!c) {
-		close(fd);
+		reaper_close_socket(dm, fd);
 		return -ENOMEM;
 	}
 	c->dm = dm;
 	c->admin = admin;
 	c->last_active_ns = idc_now_ns();
 	proto_reader_init(&c->rd, PROTO_MAX_REQUEST);
-	int rc = loop_add(&dm->loop, &c->io, fd, EPOLLIN, on_event, c);
-	if (rc < 0) {
+	int rc = set_peer(c, cred);
+	if (rc == 0 && (rc = loop_add(&dm->loop, &c->io, fd, EPOLLIN, on_event, c)) < 0) {
 		idc_log(IDC_LOG_WARN, "cannot watch a new connection: %s", idc_strerror(rc));
-		close(fd);
+		unset_peer(c);
+	}
+	if (rc < 0) {
+		reaper_close_socket(dm, fd);
 		free(c);
 		return rc;
 	}
-	if (admin)
-		read_peer(c);
 	c->next = dm->conns;
 	if (dm->conns)
 		dm->conns->prev = c;
@@ -83,7 +101,8 @@ void conn_close(struct conn *c, const char *why)
 		return;
 	idc_log(IDC_LOG_DEBUG, "closing %s connection: %s", c->admin ? "admin" : "nss", why);
 	responder_detach(c);
-	loop_io_close(&c->io);
+	if (!peer_linger(c))
+		reaper_close_client(c->dm, &c->io);
 	if (c->prev)
 		c->prev->next = c->next;
 	else
@@ -91,6 +110,7 @@ void conn_close(struct conn *c, const char *why)
 	if (c->next)
 		c->next->prev = c->prev;
 	c->dm->nconns--;
+	unset_peer(c);
 	if (loop_defer(&c->dm->loop, conn_free, c) < 0)
 		return; /* leaked rather than freed under a pending event */
 }
@@ -103,6 +123,12 @@ void conn_sweep(struct daemon *dm)
 		if (now - c->last_active_ns > (uint64_t)DAEMON_IDLE_MS * 1000000u)
 			conn_close(c, "idle");
 	}
+}
+
+bool conn_idle(const struct conn *c)
+{
+	return !c->wait && !c->pass_maps && c->out.len == c->out_off &&
+	       proto_reader_buffered(&c->rd) == 0;
 }
 
 /* ==== output ====================================================================== */
@@ -148,6 +174,10 @@ static ssize_t send_part(struct conn *c, size_t end)
 	ssize_t sent = sendmsg(c->io.fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
 	if (sent > 0 && c->out_off == c->pass_at)
 		c->pass_maps = 0;
+	if (sent > 0 && n > 0)
+		peer_maps_sent(c);
+	if (sent < 0 && n > 0 && errno == ETOOMANYREFS)
+		peer_maps_failed(c);
 	return sent;
 }
 
@@ -273,11 +303,25 @@ static int serve(struct conn *c)
 
 /* ==== events ============================================================================ */
 
-/* Read what is there (bounded). 1 on EOF, 0, or -errno. */
+/* Read what is there (bounded). 1 on EOF, 0, or -errno. No request
+ * carries descriptors: a peer that passes some is dropped, and they are
+ * closed off the loop (reaper.c). */
 static int read_some(struct conn *c)
 {
 	char buf[READ_CHUNK];
-	ssize_t n = recv(c->io.fd, buf, sizeof(buf), MSG_DONTWAIT);
+	int fds[DAEMON_PASSED_FDS_MAX];
+	size_t nfds = 0;
+	ssize_t n = reaper_recv(c->io.fd, buf, sizeof(buf), fds, &nfds);
+	for (size_t i = 0; i < nfds; i++)
+		reaper_close(c->dm, fds[i], false);
+	if (nfds > 0) {
+		c->dm->refused_fds++;
+		if (!c->peer || peer_warn_due(c->peer))
+			idc_log(IDC_LOG_WARN,
+				"uid %d pid %d passed %zu descriptors: dropping its connection",
+				(int)c->peer_uid, (int)c->peer_pid, nfds);
+		return -EPROTO;
+	}
 	if (n < 0)
 		return errno == EAGAIN || errno == EINTR ? 0 : -errno;
 	if (n == 0)

@@ -17,6 +17,7 @@
  *                status
  *   reload.c     re-reading the configuration (SIGHUP, RELOAD)
  *   memcache.c   the shared-memory cache maps (src/mc): writing, dropping
+ *   reaper.c     closing client descriptors off the loop thread
  */
 #ifndef IDC_DAEMON_H
 #define IDC_DAEMON_H
@@ -24,6 +25,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #include "cache/cache.h"
@@ -34,7 +36,6 @@
 #include "providers/files/files.h"
 #include "util/util.h"
 
-#define DAEMON_MAX_CONNS     1024
 #define DAEMON_IDLE_MS       60000u                /* close a connection silent this long */
 #define DAEMON_SWEEP_MS      5000u                 /* how often idle connections are looked for */
 #define DAEMON_OUT_HIGH      (256u * 1024u)        /* stop taking requests above this backlog */
@@ -44,6 +45,14 @@
 #define DAEMON_RETRY_MS      10000u                /* after a failed refresh */
 #define DAEMON_POLL_MS       30000u /* refresh interval when inotify is unavailable */
 #define DAEMON_EXPIRED_MIN_S 60     /* at most one expiry-driven refresh per domain */
+
+/* Per-uid limits (peers.c, listen.c); the numbers are in config_limits */
+#define DAEMON_SHED_IDLE_MS 1000u  /* silent this long: may be closed for a newcomer */
+#define DAEMON_WARN_MS      60000u /* one warning per uid and cause this often */
+
+/* Descriptors passed to us (reaper.c) */
+#define DAEMON_PASSED_FDS_MAX 253  /* the kernel's SCM_MAX_FD: most in one message */
+#define DAEMON_SCM_PIDFD      0x04 /* SCM_PIDFD where the headers lack it */
 
 /* ---- one served domain (domains.c) ------------------------------------------ */
 struct daemon;
@@ -151,13 +160,21 @@ struct conn {
 	uint32_t pass_maps;
 	size_t pass_at;
 	bool mapped; /* MCMAP answered: one per connection (see memcache.c) */
+
+	/* Its uid's account (peers.c; NULL on admin.sock), and whether the
+	 * descriptors of its MCMAP reply went out and may still be unread. */
+	struct peer *peer;
+	bool maps_unread;
 };
 
 /* Queue the reply frame starting at out offset at to carry the
  * descriptors of the maps in mask (bit per MC kind). */
 void conn_pass_maps(struct conn *c, uint32_t mask, size_t at);
-/* Take over an accepted socket. 0 or -errno (fd closed). */
-int conn_new(struct daemon *dm, int fd, bool admin);
+/* Take over an accepted socket whose peer is cred (SO_PEERCRED; uid -1
+ * when unknown). 0 or -errno (fd closed). */
+int conn_new(struct daemon *dm, int fd, bool admin, const struct ucred *cred);
+/* Nothing under way: no request waiting or buffered, no output. */
+bool conn_idle(const struct conn *c);
 /* Close and free (after the current batch). */
 void conn_close(struct conn *c, const char *why);
 /* Close connections idle for DAEMON_IDLE_MS. */
@@ -186,14 +203,80 @@ struct listener {
 	struct daemon *dm;
 	char path[108];
 	bool admin;
+	bool refuses_fds; /* SO_PASSRIGHTS is off */
 };
 
 /* Create, bind (mode), listen; refuses to replace a socket a live daemon
  * answers on. 0 or -errno, logged. */
 int listener_open(struct daemon *dm, struct listener *l, const char *path, mode_t mode, bool admin);
 int listener_start(struct daemon *dm, struct listener *l);
+/* Raise the open-file limit (up to the hard one) to what cfg's connection
+ * limits need: at start and at every configuration applied. */
+void listener_fd_budget(const struct config *cfg);
 /* Close and remove the socket file. */
 void listener_close(struct listener *l);
+
+/* ---- per-uid accounting (peers.c) ---------------------------------------------- */
+struct peer {
+	uid_t uid;
+	unsigned conns;       /* open nss.sock connections */
+	unsigned unread_maps; /* MCMAP replies whose descriptors may be unread */
+	uint64_t warned_ns;   /* peer_warn_due */
+	uint64_t warned_maps_ns;
+	struct peer *next;
+};
+
+struct peers;
+/* uid's account, or NULL when it holds nothing. */
+struct peer *peer_find(struct daemon *dm, uid_t uid);
+/* uid's account, created when missing; NULL when out of memory. */
+struct peer *peer_get(struct daemon *dm, uid_t uid);
+/* Forget p if it holds nothing any more (p may be NULL). */
+void peer_put(struct daemon *dm, struct peer *p);
+/* Whether a warning about p is due (at most one per DAEMON_WARN_MS). */
+bool peer_warn_due(struct peer *p);
+/* Close the lingerers; free every account. */
+void peers_free(struct daemon *dm);
+/* c's MCMAP reply went out with its descriptors. */
+void peer_maps_sent(struct conn *c);
+/* The kernel refused to send c's map descriptors (ETOOMANYREFS): counted,
+ * logged once per DAEMON_WARN_MS. */
+void peer_maps_failed(struct conn *c);
+/* Whether c may have the maps: its uid holds fewer unread replies than
+ * max_unread_maps_per_uid and all uids fewer than the open-file limit
+ * allows. A refusal is counted and logged (once per DAEMON_WARN_MS). */
+bool peer_may_map(struct conn *c);
+/* At c's close: whether its socket was kept because its reply is still
+ * unread (then c->io is forgotten, not closed). */
+bool peer_linger(struct conn *c);
+/* Every DAEMON_SWEEP_MS: re-check the unread replies, close the lingerers
+ * whose peer read or went. */
+void peers_sweep(struct daemon *dm);
+/* MCMAP replies whose descriptors may be unread, every uid. */
+size_t peers_unread(const struct daemon *dm);
+
+/* ---- closing off the loop (reaper.c) ------------------------------------------
+ * See reaper.c for why. Started after the signals are blocked (the thread
+ * inherits the mask) and the open-file limit is set (it sizes the queue). */
+struct reaper;
+int reaper_start(struct daemon *dm);
+/* Close fd on the reaper's thread; drain_first: a client socket, whose
+ * queued descriptors are received and closed there first. Never blocks on
+ * the close itself. */
+void reaper_close(struct daemon *dm, int fd, bool drain_first);
+/* Stop watching a client socket and close it: on the loop when the kernel
+ * refuses passed descriptors on our sockets, else through the reaper. */
+void reaper_close_client(struct daemon *dm, struct loop_io *io);
+/* The same for a client socket not watched. */
+void reaper_close_socket(struct daemon *dm, int fd);
+/* recv that takes any passed descriptors out of the message into fds (room
+ * for DAEMON_PASSED_FDS_MAX, close-on-exec; *nfds of them) instead of
+ * letting the kernel release them here. Non-blocking. recvmsg's result. */
+ssize_t reaper_recv(int fd, void *buf, size_t len, int *fds, size_t *nfds);
+/* Descriptors waiting to be closed. */
+size_t reaper_backlog(struct daemon *dm);
+/* Let the queue empty (bounded wait) and end the thread. */
+void reaper_stop(struct daemon *dm);
 
 /* ---- privileges (privs.c) ------------------------------------------------------ */
 struct privs {
@@ -272,7 +355,13 @@ struct daemon {
 	struct conn *conns;
 	size_t nconns;
 	uint64_t refused, refused_logged_ns;
-	int spare_fd; /* given up to accept-and-close when out of descriptors */
+	/* SO_PASSRIGHTS is off on both sockets: no client can pass us a
+	 * descriptor (listen.c); else they are received and closed by the
+	 * reaper. */
+	bool kernel_refuses_fds;
+	struct reaper *reaper;
+	uint64_t refused_fds; /* connections dropped for passing descriptors */
+	int spare_fd;         /* given up to accept-and-close when out of descriptors */
 	struct loop_io sig;
 	struct loop_timer sweep;
 	bool foreground;
@@ -288,6 +377,15 @@ struct daemon {
 	bool ready;
 	uint64_t config_gen;        /* bumped by every applied configuration */
 	struct enum_snap *snaps[2]; /* latest passwd / group enumeration */
+
+	/* Per-uid accounts (peers.c), admin.sock's connections (of nconns)
+	 * and the limits' counters: refusals, idle connections closed for a
+	 * newcomer, MCMAP refused for unread replies or not sent by the
+	 * kernel. */
+	struct peers *peers;
+	size_t nadmin;
+	uint64_t refused_uid, refused_full, shed_idle;
+	uint64_t mcmap_refused, mcmap_failed;
 };
 
 /* Changes whenever what an enumeration returns may have changed. */

@@ -5,14 +5,20 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include "daemon/daemon.h"
+
+#ifndef SO_PASSRIGHTS
+#define SO_PASSRIGHTS 83 /* Linux 6.16; older headers lack it */
+#endif
 
 /* Whether something answers on path: then another daemon owns it. */
 static bool socket_alive(const struct sockaddr_un *sa)
@@ -58,6 +64,24 @@ static int bind_socket(int fd, const struct sockaddr_un *sa, mode_t mode)
 	return rc;
 }
 
+/* Have the kernel refuse descriptors passed to connections of fd (their
+ * sender's sendmsg fails with EPERM; accepted sockets inherit it): a
+ * passed descriptor's close can block whoever releases it (reaper.c).
+ * false where the kernel cannot (before 6.16), or when
+ * IDCACHED_KEEP_PASSRIGHTS is set, which tests the path those kernels take. */
+static bool refuse_passed_fds(int fd)
+{
+	int off = 0;
+	const char *keep = getenv("IDCACHED_KEEP_PASSRIGHTS");
+	if (keep && *keep)
+		return false;
+	if (setsockopt(fd, SOL_SOCKET, SO_PASSRIGHTS, &off, sizeof(off)) == 0)
+		return true;
+	if (errno != ENOPROTOOPT && errno != EINVAL)
+		idc_log(IDC_LOG_WARN, "SO_PASSRIGHTS: %s", strerror(errno));
+	return false;
+}
+
 int listener_open(struct daemon *dm, struct listener *l, const char *path, mode_t mode, bool admin)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -75,6 +99,7 @@ int listener_open(struct daemon *dm, struct listener *l, const char *path, mode_
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
+	l->refuses_fds = refuse_passed_fds(fd);
 	rc = bind_socket(fd, &sa, mode);
 	if (rc < 0) {
 		idc_log(IDC_LOG_ERR, "%s: %s", path, idc_strerror(rc));
@@ -85,8 +110,6 @@ int listener_open(struct daemon *dm, struct listener *l, const char *path, mode_
 	return 0;
 }
 
-/* Out of descriptors: give up the spare one to accept the connection and
- * close it at once, so the pending connection does not wake us forever. */
 /* Count a refused connection, logging at most every 10 s. */
 static void note_refusal(struct daemon *dm, const char *why)
 {
@@ -108,16 +131,94 @@ static void shed(struct daemon *dm, int lfd)
 	close(dm->spare_fd);
 	int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
 	if (fd >= 0) {
-		close(fd);
+		reaper_close_socket(dm, fd);
 		note_refusal(dm, "out of file descriptors");
 	}
 	dm->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
-static void refuse(struct daemon *dm, int fd)
+/* ==== limits ==================================================================== */
+
+/* The oldest connection of this socket (and of peer p, unless NULL) silent
+ * for DAEMON_SHED_IDLE_MS with nothing under way; NULL if none. A scan,
+ * but only when a limit is reached. */
+static struct conn *oldest_idle(struct daemon *dm, bool admin, const struct peer *p)
 {
-	close(fd);
+	uint64_t now = idc_now_ns(), quiet = (uint64_t)DAEMON_SHED_IDLE_MS * 1000000u;
+	struct conn *best = NULL;
+	for (struct conn *c = dm->conns; c; c = c->next) {
+		if (c->admin != admin || (p && c->peer != p) || c->io.fd < 0 ||
+		    now - c->last_active_ns < quiet || !conn_idle(c))
+			continue;
+		if (!best || c->last_active_ns < best->last_active_ns)
+			best = c;
+	}
+	return best;
+}
+
+/* Close the oldest idle connection to make room; whether there was one. */
+static bool shed_idle(struct daemon *dm, bool admin, const struct peer *p)
+{
+	struct conn *c = oldest_idle(dm, admin, p);
+	if (!c)
+		return false;
+	dm->shed_idle++;
+	conn_close(c, "idle, and its slot is wanted");
+	return true;
+}
+
+enum verdict { ADMIT, FULL, UID_LIMIT };
+
+/* Whether a new connection of uid fits, after closing idle ones for it:
+ * admin.sock has a budget of its own; on nss.sock a uid other than root
+ * holds at most max_connections_per_uid, and the last root_reserved
+ * connections of max_connections are root's. */
+static enum verdict admit(struct daemon *dm, bool admin, uid_t uid)
+{
+	const struct config_limits *lim = &dm->cfg->limits;
+	if (admin) {
+		while (dm->nadmin >= lim->admin_max_connections)
+			if (!shed_idle(dm, true, NULL))
+				return FULL;
+		return ADMIT;
+	}
+	struct peer *p = peer_find(dm, uid);
+	if (uid != 0 && p && p->conns >= lim->max_connections_per_uid && !shed_idle(dm, false, p))
+		return UID_LIMIT;
+	size_t cap = lim->max_connections - (uid == 0 ? 0 : lim->root_reserved);
+	while (dm->nconns - dm->nadmin >= cap)
+		if (!shed_idle(dm, false, NULL))
+			return FULL;
+	return ADMIT;
+}
+
+static void refuse(struct daemon *dm, int fd, enum verdict v, const struct ucred *cred)
+{
+	reaper_close_socket(dm, fd);
+	if (v == UID_LIMIT) {
+		dm->refused_uid++;
+		struct peer *p = peer_find(dm, cred->uid);
+		dm->refused++;
+		if (p && peer_warn_due(p))
+			idc_log(IDC_LOG_WARN,
+				"uid %d holds %u connections (max_connections_per_uid): refusing "
+				"more (pid %d)",
+				(int)cred->uid, p->conns, (int)cred->pid);
+		return;
+	}
+	dm->refused_full++;
 	note_refusal(dm, "connection limit reached");
+}
+
+/* The peer as the kernel saw it at connect time; uid and gid -1 when
+ * unknown (they then share one account). */
+static struct ucred peer_cred(int fd)
+{
+	struct ucred cred = {.pid = 0, .uid = (uid_t)-1, .gid = (gid_t)-1};
+	socklen_t len = sizeof(cred);
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+		cred = (struct ucred){.pid = 0, .uid = (uid_t)-1, .gid = (gid_t)-1};
+	return cred;
 }
 
 static void on_accept(struct loop_io *io, uint32_t events)
@@ -136,11 +237,28 @@ static void on_accept(struct loop_io *io, uint32_t events)
 				idc_log(IDC_LOG_WARN, "accept on %s: %s", l->path, strerror(errno));
 			return;
 		}
-		if (dm->nconns >= DAEMON_MAX_CONNS)
-			refuse(dm, fd);
+		struct ucred cred = peer_cred(fd);
+		enum verdict v = admit(dm, l->admin, cred.uid);
+		if (v != ADMIT)
+			refuse(dm, fd, v, &cred);
 		else
-			conn_new(dm, fd, l->admin);
+			conn_new(dm, fd, l->admin, &cred);
 	}
+}
+
+void listener_fd_budget(const struct config *cfg)
+{
+	struct rlimit rl;
+	/* Per connection its socket and, in flight to a client that has not
+	 * read its MCMAP reply, up to three maps' descriptors, which the kernel
+	 * counts against this limit too; 256 for everything else. */
+	rlim_t want =
+	    (rlim_t)(cfg->limits.max_connections + cfg->limits.admin_max_connections) * 4 + 256;
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= want)
+		return;
+	rl.rlim_cur = rl.rlim_max < want ? rl.rlim_max : want;
+	if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+		idc_log(IDC_LOG_WARN, "cannot raise the open-file limit: %s", strerror(errno));
 }
 
 int listener_start(struct daemon *dm, struct listener *l)

@@ -26,7 +26,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -150,6 +149,7 @@ static void on_signal(struct loop_io *io, uint32_t events)
 static void on_sweep(struct loop_timer *t)
 {
 	conn_sweep(t->owner);
+	peers_sweep(t->owner);
 	daemon_mc_beat(t->owner);
 }
 
@@ -187,21 +187,6 @@ static int block_signals(struct daemon *dm)
 	if (rc < 0)
 		close(fd);
 	return rc;
-}
-
-/* Room for DAEMON_MAX_CONNS clients plus our own descriptors. */
-static void raise_fd_limit(void)
-{
-	struct rlimit rl;
-	/* Per connection its socket and, in flight to a client that has not
-	 * read its MCMAP reply, up to three maps' descriptors, which the kernel
-	 * counts against this limit too; 256 for everything else. */
-	rlim_t want = DAEMON_MAX_CONNS * 4 + 256;
-	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= want)
-		return;
-	rl.rlim_cur = rl.rlim_max < want ? rl.rlim_max : want;
-	if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
-		idc_log(IDC_LOG_WARN, "cannot raise the open-file limit: %s", strerror(errno));
 }
 
 static int make_sockets(struct daemon *dm, const struct privs *p)
@@ -249,12 +234,25 @@ static int open_cache(struct daemon *dm)
 	return rc;
 }
 
+/* Where the kernel cannot refuse descriptors passed to us, received ones
+ * are closed by a thread of their own (reaper.c). */
+static int guard_passed_fds(struct daemon *dm)
+{
+	dm->kernel_refuses_fds = dm->nss.refuses_fds && dm->admin.refuses_fds;
+	if (dm->kernel_refuses_fds)
+		return 0;
+	idc_log(IDC_LOG_INFO, "the kernel cannot refuse descriptors passed to our sockets "
+			      "(SO_PASSRIGHTS): closing any received off the event loop");
+	return reaper_start(dm);
+}
+
 static int start(struct daemon *dm, struct config *cfg)
 {
-	raise_fd_limit();
+	listener_fd_budget(cfg); /* before the reaper sizes its queue */
 	int rc = loop_init(&dm->loop);
 	rc = rc ? rc : block_signals(dm);
 	rc = rc ? rc : setup_privileged(dm);
+	rc = rc ? rc : guard_passed_fds(dm);
 	rc = rc ? rc : open_cache(dm);
 	dm->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	rc = rc ? rc : loop_timer_init(&dm->loop, &dm->sweep, on_sweep, dm);
@@ -279,6 +277,8 @@ static void stop(struct daemon *dm)
 	loop_io_close(&dm->sig);
 	loop_timer_close(&dm->sweep);
 	loop_fini(&dm->loop); /* frees the closed connections */
+	peers_free(dm);       /* closes its kept sockets through the reaper */
+	reaper_stop(dm);
 	enum_snaps_release(dm);
 	daemon_mc_close(dm);
 	cache_close(dm->cache);

@@ -112,10 +112,14 @@ int daemon_mc_share(struct conn *c, uint32_t kind, struct idc_buf *out)
 	/* The descriptors of a reply the client does not read stay in flight
 	 * in its socket, and the kernel counts them against our open-file
 	 * limit: one MCMAP per connection keeps that within what
-	 * raise_fd_limit (main.c) allows for DAEMON_MAX_CONNS connections. */
+	 * listener_fd_budget (listen.c) allows for the configured connections. */
 	if (c->mapped)
 		return proto_reply_status(out, PROTO_CMD_MCMAP, PROTO_ST_BADREQ,
 					  "one MCMAP per connection");
+	/* ... and they outlive our end of it: bounded per uid (peers.c) */
+	if (!peer_may_map(c))
+		return proto_reply_status(out, PROTO_CMD_MCMAP, PROTO_ST_UNAVAIL,
+					  "too many unread map replies");
 	c->mapped = true;
 	uint32_t mask = 0, n = 0;
 	for (uint32_t k = MC_PASSWD; k <= MC_INITGROUPS; k++)

@@ -128,7 +128,8 @@ int daemon_apply_config(struct daemon *dm, struct config *cfg)
 	if (rc < 0)
 		return rc;
 	daemon_mc_configure(dm, cfg); /* failures are logged; lookups go to the socket */
-	dm->config_gen++;             /* enumeration snapshots may list other domains now */
+	listener_fd_budget(cfg);
+	dm->config_gen++; /* enumeration snapshots may list other domains now */
 	idc_log_init("idcached", dm->foreground, config_effective_log_level(cfg));
 	return 0;
 }

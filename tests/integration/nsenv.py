@@ -270,6 +270,7 @@ class Daemon:
         self.proc = None
         self.expected_exit = False  # set when the test kills it on purpose
         self.runs = 0
+        self.env = {}  # added to the daemon's environment
         for d in (self.run_dir, self.state_dir):
             d.mkdir(parents=True, exist_ok=True)
             os.chmod(d, 0o755)
@@ -307,7 +308,7 @@ class Daemon:
         t0 = time.monotonic()
         self.proc = subprocess.Popen(self.wrap + [str(self.binary), "-c", str(self.conf), "-i"],
                                      stdin=subprocess.DEVNULL, stdout=logf, stderr=logf,
-                                     cwd=self.base)
+                                     cwd=self.base, env={**os.environ, **self.env})
         logf.close()
         while True:
             with open(self.log_path, "rb") as f:

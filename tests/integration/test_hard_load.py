@@ -27,7 +27,7 @@ N_USERS = 20000
 N_GROUPS = 200
 CLIENTS = 500
 PER_CLIENT = 60
-DAEMON_MAX_CONNS = 1024  # src/daemon/daemon.h
+DAEMON_MAX_CONNS = 1024  # max_connections, default (idcache.conf(5)); root holds them all
 
 
 def passwd_text():

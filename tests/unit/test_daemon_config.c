@@ -190,6 +190,39 @@ static void test_errors(void **state)
 	expect_error("", "no domain configured");
 }
 
+/* ==== connection limits ================================================================ */
+
+static void test_connection_limits(void **state)
+{
+	(void)state;
+	struct config *c = parse_ok(DOM);
+	assert_int_equal(c->limits.max_connections, CONFIG_DEFAULT_MAX_CONNS);
+	assert_int_equal(c->limits.max_connections_per_uid, CONFIG_DEFAULT_MAX_CONNS_UID);
+	assert_int_equal(c->limits.root_reserved, CONFIG_DEFAULT_ROOT_RESERVED);
+	assert_int_equal(c->limits.admin_max_connections, CONFIG_DEFAULT_ADMIN_CONNS);
+	assert_int_equal(c->limits.max_unread_maps_per_uid, CONFIG_DEFAULT_UNREAD_MAPS);
+	config_free(c);
+	c = parse_ok("[idcache]\nmax_connections = 10\nmax_connections_per_uid = 3\n"
+		     "root_reserved_connections = 0\nadmin_max_connections = 2\n"
+		     "max_unread_maps_per_uid = 1\n" DOM);
+	assert_int_equal(c->limits.max_connections, 10);
+	assert_int_equal(c->limits.max_connections_per_uid, 3);
+	assert_int_equal(c->limits.root_reserved, 0);
+	assert_int_equal(c->limits.admin_max_connections, 2);
+	assert_int_equal(c->limits.max_unread_maps_per_uid, 1);
+	config_free(c);
+	expect_error("[idcache]\nmax_connections = 0\n" DOM,
+		     "t.conf:2: max_connections: '0' is not a number from 1 to 65536");
+	expect_error("[idcache]\nadmin_max_connections = 65537\n" DOM,
+		     "t.conf:2: admin_max_connections: '65537'");
+	expect_error("[idcache]\nmax_connections = 8\nmax_connections = 9\n" DOM,
+		     "t.conf:3: 'max_connections' is given twice");
+	expect_error("[idcache]\nmax_connections = 8\nmax_connections_per_uid = 9\n" DOM,
+		     "t.conf:3: max_connections_per_uid (9) is more than max_connections (8)");
+	expect_error("[idcache]\nroot_reserved_connections = 1024\n" DOM,
+		     "t.conf:2: root_reserved_connections (1024) leaves no connection");
+}
+
 /* ==== ldap domains ====================================================================== */
 
 #define LDAP_DOM "[domain/dir]\nid_provider = ldap\nldap_uri = ldap://127.0.0.1:389\n"
@@ -554,6 +587,7 @@ int main(void)
 	    cmocka_unit_test(test_file_order_and_bom),
 	    cmocka_unit_test(test_log_levels),
 	    cmocka_unit_test(test_errors),
+	    cmocka_unit_test(test_connection_limits),
 	    cmocka_unit_test(test_ldap_domain),
 	    cmocka_unit_test(test_ldap_errors),
 	    cmocka_unit_test(test_hostile_lines),
