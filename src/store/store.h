@@ -182,9 +182,10 @@ struct store;
 struct store_txn;
 
 enum store_open_flags {
-	STORE_RDONLY = 1 << 0, /* open an existing store for reading only */
-	STORE_CREATE = 1 << 1, /* create the store when the directory has none */
-	STORE_NOSYNC = 1 << 2, /* no fsync at commit (disposable data, benchmarks) */
+	STORE_RDONLY = 1 << 0,  /* open an existing store for reading only */
+	STORE_CREATE = 1 << 1,  /* create the store when the directory has none */
+	STORE_NOSYNC = 1 << 2,  /* no fsync at commit (disposable data, benchmarks) */
+	STORE_PRIVATE = 1 << 3, /* files it creates are 0600, not 0644 */
 };
 
 struct store_options {
@@ -219,6 +220,12 @@ int store_txn_begin(struct store *s, struct store_txn *parent, unsigned flags,
  * written; call store_grow and run the whole transaction again. */
 int store_txn_commit(struct store_txn *t, struct idc_diag *d);
 void store_txn_abort(struct store_txn *t);
+
+/* An LMDB return code as ours (MDB_MAP_FULL: IDC_EMAPFULL, MDB_CORRUPTED:
+ * IDC_ECORRUPT, errno values negated), and LMDB's EIO for a short write as
+ * -ENOSPC when the filesystem holding path (may be NULL) has under 1 MiB
+ * left. For code that drives LMDB itself (the timestamps db). */
+int store_lmdb_err(const char *path, int mdb_rc);
 
 /* Double the map (no transaction of this process may be open). */
 int store_grow(struct store *s);
