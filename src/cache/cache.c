@@ -147,9 +147,11 @@ static int cache_store_trust(const char *state_dir, const char *dir, struct idc_
 {
 	char data[4200];
 	snprintf(data, sizeof(data), "%s/data.mdb", dir);
-	bool clean = store_clean_take(data);
+	int mark = store_clean_take(data);
+	bool clean = mark > 0;
 	if (!clean && access(data, F_OK) == 0)
-		idc_log(IDC_LOG_INFO, "%s was not closed cleanly: reading all of it first", dir);
+		idc_log(IDC_LOG_INFO, "%s %s: reading all of it first", dir,
+			mark ? "changed after it was closed" : "was not closed cleanly");
 	struct first_fault ff = {0};
 	struct idc_diag vd = {{0}};
 	int64_t t0 = idc_now_ns();

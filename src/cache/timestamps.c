@@ -53,16 +53,14 @@ static int ts_try_open(struct cache *c, const char *path)
  * with the reason logged, and the caller starts afresh. */
 static bool ts_trust(const char *path)
 {
-	bool clean = store_clean_take(path);
+	int clean = store_clean_take(path);
 	if (access(path, F_OK) != 0)
 		return false;
 	struct store_lmdb_meta m;
 	struct idc_diag why = {{0}};
-	if (!clean)
-		idc_log(IDC_LOG_INFO,
-			"%s was not closed cleanly; recreating it "
-			"(timestamps are disposable)",
-			path);
+	if (clean <= 0)
+		idc_log(IDC_LOG_INFO, "%s %s; recreating it (timestamps are disposable)", path,
+			clean ? "changed after it was closed" : "was not closed cleanly");
 	else if (store_lmdb_file_check(path, &m, &why) != 0)
 		idc_log(IDC_LOG_WARN, "%s; recreating it (timestamps are disposable)", why.msg);
 	else

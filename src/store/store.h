@@ -395,10 +395,11 @@ long store_verify(const char *dir, enum store_verify_level level, store_fault_cb
  * naming the file's device, inode, size, mtime and newest transaction.
  * store_clean_mark, after the last writer closed it, syncs the file, writes
  * the marker durably, and returns 0 or -errno. store_clean_take removes the
- * marker (durably, before anything writes the file again) and says whether
- * it described the file as it is now. */
+ * marker (durably, before anything writes the file again) and returns 1
+ * when it described the file as it is now, 0 when there was none (or no
+ * file), -ESTALE when the file changed since (or cannot be read). */
 int store_clean_mark(const char *file);
-bool store_clean_take(const char *file);
+int store_clean_take(const char *file);
 
 /* ==== LDIF (RFC 2849) ============================================================== */
 

@@ -572,25 +572,25 @@ int store_clean_mark(const char *file)
 	return rc;
 }
 
-bool store_clean_take(const char *file)
+int store_clean_take(const char *file)
 {
 	char marker[PATH_MAX], was[256] = "", now[256] = "";
 	if (snprintf(marker, sizeof(marker), "%s.clean", file) >= (int)sizeof(marker))
-		return false;
+		return 0;
 	int fd = open(marker, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0)
-		return false;
+		return 0;
 	ssize_t n = read(fd, was, sizeof(was) - 1);
 	close(fd);
 	was[n > 0 ? n : 0] = '\0';
 	/* gone before anything writes: a crash from here on finds no marker */
 	if (unlink(marker) < 0)
-		return false;
+		return 0;
 	sync_parent(marker);
 	fd = open(file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0)
-		return false;
+		return 0;
 	int rc = marker_text(fd, now, sizeof(now));
 	close(fd);
-	return rc == 0 && n > 0 && strcmp(was, now) == 0;
+	return rc == 0 && n > 0 && strcmp(was, now) == 0 ? 1 : -ESTALE;
 }
