@@ -247,9 +247,12 @@ int cache_txn_begin(struct cache *c, struct cache_txn **out, struct idc_diag *d)
 	int rc = store_txn_begin(c->st, NULL, 0, &t->st, d);
 	/* A timestamps db damaged while open is rebuilt here, where no
 	 * transaction of ours is on it (the daemon is one thread). */
-	if (!rc && (!ts_healthy(c) || mdb_txn_begin(c->ts_env, NULL, 0, &t->ts) != 0)) {
+	bool healthy = !rc && ts_healthy(c);
+	int tsrc = healthy ? mdb_txn_begin(c->ts_env, NULL, 0, &t->ts) : 0;
+	if (!rc && (!healthy || tsrc)) {
 		t->ts = NULL;
-		rc = ts_rebuild(c, d);
+		rc = ts_rebuild(c, healthy ? mdb_strerror(tsrc) : "its file was cut or overwritten",
+				d);
 		if (!rc && mdb_txn_begin(c->ts_env, NULL, 0, &t->ts) != 0)
 			rc = idc_diag_set(d, -EIO, "%s/timestamps.mdb: cannot begin transaction",
 					  c->dir);

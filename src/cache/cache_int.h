@@ -59,8 +59,9 @@ void ts_close(struct cache *c);
 /* Whether the open timestamps db is still whole: its meta pages sound, the
  * file no shorter than it was (not truncated under us). */
 bool ts_healthy(struct cache *c);
-/* Close, delete and create anew (no transaction on it may be open). */
-int ts_rebuild(struct cache *c, struct idc_diag *d);
+/* Close, delete and create anew (no transaction on it may be open); why
+ * goes to the log. */
+int ts_rebuild(struct cache *c, const char *why, struct idc_diag *d);
 /* Key "<kind><domain>\0<folded name>" into out. */
 int ts_key(int kind, const char *domain, const char *name, struct idc_buf *out);
 /* An LMDB code of the timestamps db as ours (map full: -ENOSPC). */

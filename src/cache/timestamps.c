@@ -107,11 +107,11 @@ bool ts_healthy(struct cache *c)
 	return true;
 }
 
-int ts_rebuild(struct cache *c, struct idc_diag *d)
+int ts_rebuild(struct cache *c, const char *why, struct idc_diag *d)
 {
 	char path[4096], lock[4200];
 	ts_paths(c, path, lock);
-	idc_log(IDC_LOG_WARN, "%s: damaged while open; recreating it", path);
+	idc_log(IDC_LOG_WARN, "%s: damaged while open (%s); recreating it", path, why);
 	ts_env_close(c);
 	unlink(path);
 	unlink(lock);

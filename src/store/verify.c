@@ -386,9 +386,14 @@ static void verify_child(const char *dir, enum store_verify_level level, struct 
 static void child_main(const char *dir, enum store_verify_level level,
 		       const struct store_lmdb_meta *m, int fd)
 {
-	/* dying here is expected, and a core dump would copy the whole map */
+	/* dying here is expected, and a core dump would copy the whole map;
+	 * a handler inherited from the parent must not catch the fault and
+	 * carry on as the parent would */
+	static const int faults[] = {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL};
 	struct rlimit no_core = {0, 0};
 	setrlimit(RLIMIT_CORE, &no_core);
+	for (size_t i = 0; i < IDC_ARRAY_SIZE(faults); i++)
+		signal(faults[i], SIG_DFL);
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	struct walk w = {.out = fdopen(fd, "w"), .last_pg = m->last_pg};
 	w.budget = (m->last_pg + 1) * (m->psize / 8) + 64;
