@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cache_int.h"
 
@@ -93,6 +94,84 @@ uint32_t cache_domain_ttl(const struct cache *c, const char *domain)
 	return 0;
 }
 
+/* ---- trusting cache.mdb ------------------------------------------------------------------
+ * cache.mdb is durable, so it is checked rather than thrown away: its meta
+ * pages at every open (microseconds), and every page in a child process
+ * when it was not closed cleanly (a few seconds per GiB). The full
+ * consistency check (a minute per GiB) is left to `idcache db check`. A
+ * damaged store is moved aside, never deleted, and a new one is filled by
+ * the providers. */
+
+struct first_fault {
+	long n;
+	char text[256];
+};
+
+static void note_fault(const char *fault, void *arg)
+{
+	struct first_fault *f = arg;
+	if (f->n++ == 0)
+		snprintf(f->text, sizeof(f->text), "%s", fault);
+}
+
+/* Rename the damaged store dir to dir.damaged-<UTC time> and make a new
+ * empty one; its timestamps go with it. */
+static int set_aside(const char *state_dir, const char *dir, const char *why, struct idc_diag *d)
+{
+	char aside[4200], stamp[32], ts[4200];
+	time_t now = time(NULL);
+	struct tm tm;
+	strftime(stamp, sizeof(stamp), "%Y%m%dT%H%M%SZ", gmtime_r(&now, &tm));
+	snprintf(aside, sizeof(aside), "%s.damaged-%s", dir, stamp);
+	int rc = rename(dir, aside);
+	if (rc < 0 && (errno == EEXIST || errno == ENOTEMPTY)) { /* twice in a second */
+		snprintf(aside, sizeof(aside), "%s.damaged-%s-%ld", dir, stamp, (long)getpid());
+		rc = rename(dir, aside);
+	}
+	if (rc < 0)
+		return idc_diag_set(d, -errno, "%s is damaged (%s) and cannot be moved aside: %s",
+				    dir, why, strerror(errno));
+	idc_log(IDC_LOG_ERR,
+		"%s is damaged (%s): moved aside to %s; a new cache is filled from the providers",
+		dir, why, aside);
+	snprintf(ts, sizeof(ts), "%s/timestamps.mdb.clean", state_dir);
+	unlink(ts);
+	if (mkdir(dir, 0700) < 0)
+		return idc_diag_set(d, -errno, "%s: %s", dir, strerror(errno));
+	return 0;
+}
+
+/* Verify the store in dir (cache.mdb) before it is opened. */
+static int cache_store_trust(const char *state_dir, const char *dir, struct idc_diag *d)
+{
+	char data[4200];
+	snprintf(data, sizeof(data), "%s/data.mdb", dir);
+	int mark = store_clean_take(data);
+	bool clean = mark > 0;
+	if (!clean && access(data, F_OK) == 0)
+		idc_log(IDC_LOG_INFO, "%s %s: reading all of it first", dir,
+			mark ? "changed after it was closed" : "was not closed cleanly");
+	struct first_fault ff = {0};
+	struct idc_diag vd = {{0}};
+	int64_t t0 = idc_now_ns();
+	long rc =
+	    store_verify(dir, clean ? STORE_VERIFY_META : STORE_VERIFY_PAGES, note_fault, &ff, &vd);
+	if (!clean && rc == 0)
+		idc_log(IDC_LOG_INFO, "%s is sound (read in %lld ms)", dir,
+			(long long)((idc_now_ns() - t0) / 1000000));
+	if (rc == 0 || rc == IDC_ENOTSTORE)
+		return 0;
+	if (rc < 0 && rc != IDC_ECORRUPT) {
+		idc_log(IDC_LOG_WARN, "%s: cannot verify it (%s); opening it as it is", dir,
+			vd.msg[0] ? vd.msg : idc_strerror((int)rc));
+		return 0;
+	}
+	if (rc > 0)
+		snprintf(vd.msg, sizeof(vd.msg), "%ld fault%s, first: %s", ff.n,
+			 ff.n == 1 ? "" : "s", ff.text);
+	return set_aside(state_dir, dir, vd.msg, d);
+}
+
 /* ---- open / close -------------------------------------------------------------------- */
 
 int cache_open(const char *state_dir, const struct cache_options *o, struct cache **out,
@@ -109,10 +188,12 @@ int cache_open(const char *state_dir, const struct cache_options *o, struct cach
 	char path[4096];
 	snprintf(path, sizeof(path), "%s/cache.mdb", state_dir);
 	int rc = 0;
-	if (mkdir(path, 0755) < 0 && errno != EEXIST)
+	if (mkdir(path, 0700) < 0 && errno != EEXIST)
 		rc = idc_diag_set(d, -errno, "%s: %s", path, strerror(errno));
-	struct store_options so = {STORE_CREATE | (o->nosync ? STORE_NOSYNC : 0), o->map_size,
-				   cache_indexes, IDC_ARRAY_SIZE(cache_indexes), 0};
+	struct store_options so = {STORE_CREATE | STORE_PRIVATE | (o->nosync ? STORE_NOSYNC : 0),
+				   o->map_size, cache_indexes, IDC_ARRAY_SIZE(cache_indexes), 0};
+	if (!rc)
+		rc = cache_store_trust(state_dir, path, d);
 	if (!rc)
 		rc = store_open(path, &so, &c->st, d);
 	if (!rc)
@@ -125,12 +206,26 @@ int cache_open(const char *state_dir, const struct cache_options *o, struct cach
 	return 0;
 }
 
+/* After the store was closed: the next open may skip the page walk. */
+static void cache_mark_clean(const struct cache *c)
+{
+	char data[4200];
+	snprintf(data, sizeof(data), "%s/cache.mdb/data.mdb", c->dir);
+	int rc = store_clean_mark(data);
+	if (rc)
+		idc_log(IDC_LOG_WARN, "%s: cannot mark it closed cleanly: %s", data,
+			idc_strerror(rc));
+}
+
 void cache_close(struct cache *c)
 {
 	if (!c)
 		return;
 	ts_close(c);
-	store_close(c->st);
+	if (c->st) {
+		store_close(c->st);
+		cache_mark_clean(c);
+	}
 	free(c->dir);
 	free(c);
 }
@@ -151,9 +246,12 @@ int cache_txn_begin(struct cache *c, struct cache_txn **out, struct idc_diag *d)
 	int rc = store_txn_begin(c->st, NULL, 0, &t->st, d);
 	/* A timestamps db damaged while open is rebuilt here, where no
 	 * transaction of ours is on it (the daemon is one thread). */
-	if (!rc && (!ts_healthy(c) || mdb_txn_begin(c->ts_env, NULL, 0, &t->ts) != 0)) {
+	bool healthy = !rc && ts_healthy(c);
+	int tsrc = healthy ? mdb_txn_begin(c->ts_env, NULL, 0, &t->ts) : 0;
+	if (!rc && (!healthy || tsrc)) {
 		t->ts = NULL;
-		rc = ts_rebuild(c, d);
+		rc = ts_rebuild(c, healthy ? mdb_strerror(tsrc) : "its file was cut or overwritten",
+				d);
 		if (!rc && mdb_txn_begin(c->ts_env, NULL, 0, &t->ts) != 0)
 			rc = idc_diag_set(d, -EIO, "%s/timestamps.mdb: cannot begin transaction",
 					  c->dir);
@@ -194,8 +292,10 @@ int cache_txn_commit(struct cache_txn *t, struct idc_diag *d)
 	else
 		store_txn_abort(t->st);
 	t->st = NULL;
-	if (rc == 0 && mdb_txn_commit(t->ts) != 0)
-		idc_log(IDC_LOG_WARN, "timestamps commit failed; they will be rebuilt");
+	int tsrc = rc == 0 ? mdb_txn_commit(t->ts) : 0;
+	if (tsrc)
+		idc_log(IDC_LOG_WARN, "%s/timestamps.mdb: commit failed (%s); they will be rebuilt",
+			t->c->dir, idc_strerror(ts_err(t->c, tsrc)));
 	else if (rc)
 		mdb_txn_abort(t->ts);
 	t->ts = NULL;
@@ -322,7 +422,7 @@ static int touch(struct cache_txn *t, int kind, const char *domain, const char *
 	int64_t now = (int64_t)time(NULL);
 	struct ts_rec r = {now, ttl ? now + ttl : 0, 0, 0};
 	int rc = ts_key(kind, domain, name, &t->tmp);
-	return rc ? rc : ts_put(t->ts, t->c->ts_dbi, &t->tmp, &r);
+	return rc ? rc : ts_put(t, &t->tmp, &r);
 }
 
 /* The entry for name built from ps, stored (if it differs) and its

@@ -19,6 +19,7 @@ struct cache {
 	char *dir;
 	MDB_env *ts_env;
 	MDB_dbi ts_dbi;
+	uint64_t ts_size; /* largest size of timestamps.mdb seen (ts_healthy) */
 	struct cache_domain_ttl ttl[CACHE_MAX_DOMAINS];
 	size_t nttl;
 };
@@ -54,13 +55,17 @@ enum { KIND_USER = 'u', KIND_GROUP = 'g' };
 /* timestamps.c */
 int ts_open(struct cache *c, struct idc_diag *d);
 void ts_close(struct cache *c);
-/* Whether the open timestamps db is still whole (not truncated under us). */
+/* Whether the open timestamps db is still whole: its meta pages sound, the
+ * file no shorter than it was (not truncated under us). */
 bool ts_healthy(struct cache *c);
-/* Close, delete and create anew (no transaction on it may be open). */
-int ts_rebuild(struct cache *c, struct idc_diag *d);
+/* Close, delete and create anew (no transaction on it may be open); why
+ * goes to the log. */
+int ts_rebuild(struct cache *c, const char *why, struct idc_diag *d);
 /* Key "<kind><domain>\0<folded name>" into out. */
 int ts_key(int kind, const char *domain, const char *name, struct idc_buf *out);
-int ts_put(MDB_txn *txn, MDB_dbi dbi, const struct idc_buf *key, const struct ts_rec *r);
+/* An LMDB code of the timestamps db as ours (map full: -ENOSPC). */
+int ts_err(const struct cache *c, int mdb_rc);
+int ts_put(struct cache_txn *t, const struct idc_buf *key, const struct ts_rec *r);
 int ts_get(MDB_txn *txn, MDB_dbi dbi, const struct idc_buf *key, struct ts_rec *r);
 int ts_del(MDB_txn *txn, MDB_dbi dbi, const struct idc_buf *key);
 

@@ -9,19 +9,18 @@
 
 #include "cache_int.h"
 
-/* A file shorter than the pages its meta page claims (truncated) would
- * fault (SIGBUS) on the first read of a missing page: count it as damaged.
- * MDB_CORRUPTED or 0. */
-static int ts_check_size(MDB_env *env, const char *path)
+/* The file and its LMDB lock file, by name. */
+static void ts_paths(const struct cache *c, char path[4096], char lock[4200])
 {
-	MDB_envinfo info;
-	MDB_stat st;
-	struct stat sb;
-	if (mdb_env_info(env, &info) || mdb_env_stat(env, &st) || stat(path, &sb) < 0)
-		return MDB_CORRUPTED;
-	if ((uint64_t)sb.st_size < ((uint64_t)info.me_last_pgno + 1) * st.ms_psize)
-		return MDB_CORRUPTED;
-	return 0;
+	snprintf(path, 4096, "%s/timestamps.mdb", c->dir);
+	snprintf(lock, 4200, "%s-lock", path);
+}
+
+static void ts_env_close(struct cache *c)
+{
+	if (c->ts_env)
+		mdb_env_close(c->ts_env);
+	c->ts_env = NULL;
 }
 
 static int ts_try_open(struct cache *c, const char *path)
@@ -30,9 +29,7 @@ static int ts_try_open(struct cache *c, const char *path)
 	if (rc)
 		return rc;
 	mdb_env_set_mapsize(c->ts_env, (size_t)256 << 20);
-	rc = mdb_env_open(c->ts_env, path, MDB_NOSUBDIR | MDB_NOSYNC | MDB_NOTLS, 0644);
-	if (!rc)
-		rc = ts_check_size(c->ts_env, path);
+	rc = mdb_env_open(c->ts_env, path, MDB_NOSUBDIR | MDB_NOSYNC | MDB_NOTLS, 0600);
 	MDB_txn *txn = NULL;
 	if (!rc)
 		rc = mdb_txn_begin(c->ts_env, NULL, 0, &txn);
@@ -42,18 +39,43 @@ static int ts_try_open(struct cache *c, const char *path)
 		rc = mdb_txn_commit(txn);
 	else if (txn)
 		mdb_txn_abort(txn);
-	if (rc) {
-		mdb_env_close(c->ts_env);
-		c->ts_env = NULL;
-	}
+	c->ts_size = 0;
+	if (!rc && !ts_healthy(c))
+		rc = MDB_CORRUPTED;
+	if (rc)
+		ts_env_close(c);
 	return rc;
+}
+
+/* Whether the file left by the last run may be opened: only when that run
+ * closed it (it is written without fsync, so after a crash of the machine
+ * any page may be stale) and its meta pages hold up. Anything else: false,
+ * with the reason logged, and the caller starts afresh. */
+static bool ts_trust(const char *path)
+{
+	int clean = store_clean_take(path);
+	if (access(path, F_OK) != 0)
+		return false;
+	struct store_lmdb_meta m;
+	struct idc_diag why = {{0}};
+	if (clean <= 0)
+		idc_log(IDC_LOG_INFO, "%s %s; recreating it (timestamps are disposable)", path,
+			clean ? "changed after it was closed" : "was not closed cleanly");
+	else if (store_lmdb_file_check(path, &m, &why) != 0)
+		idc_log(IDC_LOG_WARN, "%s; recreating it (timestamps are disposable)", why.msg);
+	else
+		return true;
+	return false;
 }
 
 int ts_open(struct cache *c, struct idc_diag *d)
 {
 	char path[4096], lock[4200];
-	snprintf(path, sizeof(path), "%s/timestamps.mdb", c->dir);
-	snprintf(lock, sizeof(lock), "%s-lock", path);
+	ts_paths(c, path, lock);
+	if (!ts_trust(path)) {
+		unlink(path);
+		unlink(lock);
+	}
 	int rc = ts_try_open(c, path);
 	if (rc == 0)
 		return 0;
@@ -63,33 +85,34 @@ int ts_open(struct cache *c, struct idc_diag *d)
 	unlink(lock);
 	rc = ts_try_open(c, path);
 	if (rc)
-		return idc_diag_set(d, rc > 0 ? -rc : -EIO, "%s: %s", path, mdb_strerror(rc));
+		return idc_diag_set(d, store_lmdb_err(c->dir, rc), "%s: %s", path,
+				    mdb_strerror(rc));
 	return 0;
 }
 
 bool ts_healthy(struct cache *c)
 {
-	/* The file's size first: reading LMDB's meta pages from a mapping of
-	 * a file truncated under us would fault. */
+	/* From the file's own bytes (pread), never the map: reading LMDB's
+	 * meta pages through a mapping of a file truncated under us would
+	 * fault. LMDB never shrinks the file, so one shorter than we saw it
+	 * was cut; one that ends before its last page need not be (pages
+	 * freed by the transaction that allocated them are never written). */
 	int fd;
-	struct stat sb;
-	long psize = sysconf(_SC_PAGESIZE);
-	if (!c->ts_env || mdb_env_get_fd(c->ts_env, &fd) || fstat(fd, &sb) < 0 || psize <= 0 ||
-	    sb.st_size < 2 * psize)
+	struct store_lmdb_meta m;
+	if (!c->ts_env || mdb_env_get_fd(c->ts_env, &fd) || store_lmdb_fd_check(fd, &m, NULL))
 		return false;
-	MDB_envinfo info;
-	if (mdb_env_info(c->ts_env, &info))
+	if (m.file_size < c->ts_size)
 		return false;
-	return (uint64_t)sb.st_size >= ((uint64_t)info.me_last_pgno + 1) * (uint64_t)psize;
+	c->ts_size = m.file_size;
+	return true;
 }
 
-int ts_rebuild(struct cache *c, struct idc_diag *d)
+int ts_rebuild(struct cache *c, const char *why, struct idc_diag *d)
 {
 	char path[4096], lock[4200];
-	snprintf(path, sizeof(path), "%s/timestamps.mdb", c->dir);
-	snprintf(lock, sizeof(lock), "%s-lock", path);
-	idc_log(IDC_LOG_WARN, "%s: damaged while open; recreating it", path);
-	ts_close(c);
+	ts_paths(c, path, lock);
+	idc_log(IDC_LOG_WARN, "%s: damaged while open (%s); recreating it", path, why);
+	ts_env_close(c);
 	unlink(path);
 	unlink(lock);
 	return ts_open(c, d);
@@ -97,9 +120,14 @@ int ts_rebuild(struct cache *c, struct idc_diag *d)
 
 void ts_close(struct cache *c)
 {
-	if (c->ts_env)
-		mdb_env_close(c->ts_env);
-	c->ts_env = NULL;
+	char path[4096], lock[4200];
+	bool mark = ts_healthy(c);
+	ts_env_close(c);
+	ts_paths(c, path, lock);
+	int rc = mark ? store_clean_mark(path) : 0;
+	if (rc)
+		idc_log(IDC_LOG_WARN, "%s: cannot mark it closed cleanly: %s", path,
+			idc_strerror(rc));
 }
 
 int ts_key(int kind, const char *domain, const char *name, struct idc_buf *out)
@@ -113,11 +141,17 @@ int ts_key(int kind, const char *domain, const char *name, struct idc_buf *out)
 	return rc;
 }
 
-int ts_put(MDB_txn *txn, MDB_dbi dbi, const struct idc_buf *key, const struct ts_rec *r)
+/* An LMDB code of the timestamps db as ours. Its map is fixed, so a full
+ * one is a full disk for it, never a reason to grow cache.mdb. */
+int ts_err(const struct cache *c, int rc)
+{
+	return rc == MDB_MAP_FULL ? -ENOSPC : store_lmdb_err(c->dir, rc);
+}
+
+int ts_put(struct cache_txn *t, const struct idc_buf *key, const struct ts_rec *r)
 {
 	MDB_val k = {key->len, key->data}, v = {sizeof(*r), (void *)r};
-	int rc = mdb_put(txn, dbi, &k, &v, 0);
-	return rc ? -EIO : 0;
+	return ts_err(t->c, mdb_put(t->ts, t->c->ts_dbi, &k, &v, 0));
 }
 
 int ts_get(MDB_txn *txn, MDB_dbi dbi, const struct idc_buf *key, struct ts_rec *r)

@@ -304,18 +304,32 @@ static int with_read_txn(struct db_ctx *ctx, int (*fn)(struct db_ctx *, struct s
 static int check_run(struct db_ctx *ctx, struct store_txn *t)
 {
 	struct store_stats st = {0};
-	long faults = store_check(t, print_fault, NULL);
-	if (faults < 0)
-		return cli_fail((int)faults, NULL, "check: %s", ctx->dir);
-	if (faults > 0) {
-		printf("%ld fault%s\n", faults, faults == 1 ? "" : "s");
-		return CLI_FAIL;
-	}
 	int rc = store_stats(t, &st);
 	if (rc != 0)
 		return cli_fail(rc, NULL, "check: %s", ctx->dir);
 	printf("store is consistent (%llu entries)\n", (unsigned long long)st.entries);
 	return CLI_OK;
+}
+
+/* The check runs in a child process (store_verify): a damaged file that
+ * faults LMDB ends the child, and this says "damaged" instead of dying. */
+static int check_verify(struct db_ctx *ctx)
+{
+	if (!ctx->dir)
+		return missing_dir(ctx);
+	struct idc_diag d = {{0}};
+	long faults = store_verify(ctx->dir, STORE_VERIFY_FULL, print_fault, NULL, &d);
+	if (faults == IDC_ECORRUPT)
+		return cli_err("check: damaged: %s", d.msg);
+	if (faults == IDC_ENOTSTORE)
+		return db_open(ctx, STORE_RDONLY); /* its message and hint */
+	if (faults < 0)
+		return cli_fail((int)faults, &d, "check: %s", ctx->dir);
+	if (faults > 0) {
+		printf("%ld fault%s\n", faults, faults == 1 ? "" : "s");
+		return CLI_FAIL;
+	}
+	return with_read_txn(ctx, check_run);
 }
 
 /* "1234567 (1.2 MiB)" */
@@ -352,7 +366,8 @@ static int stats_run(struct db_ctx *ctx, struct store_txn *t)
 	return CLI_OK;
 }
 
-/* check and stats take no arguments besides the common ones. */
+/* check and stats take no arguments besides the common ones; fn NULL:
+ * check. */
 static int cmd_readonly(struct db_ctx *ctx, int argc, char **argv,
 			int (*fn)(struct db_ctx *, struct store_txn *))
 {
@@ -367,12 +382,12 @@ static int cmd_readonly(struct db_ctx *ctx, int argc, char **argv,
 			return rc;
 	if (optind != argc)
 		return db_usage(ctx);
-	return with_read_txn(ctx, fn);
+	return fn ? with_read_txn(ctx, fn) : check_verify(ctx);
 }
 
 static int cmd_check(struct db_ctx *ctx, int argc, char **argv)
 {
-	return cmd_readonly(ctx, argc, argv, check_run);
+	return cmd_readonly(ctx, argc, argv, NULL);
 }
 
 static int cmd_stats(struct db_ctx *ctx, int argc, char **argv)

@@ -133,7 +133,9 @@ static const struct db_help_text texts[] = {
     {"check", "idcache db -d DIR check",
      "Verify every invariant of the store: indexes against entries, DN table\n"
      "against entry table, parents, metadata. Prints each fault found and 'N\n"
-     "faults' (exit status 1), or 'store is consistent (N entries)'.\n"},
+     "faults' (exit status 1), or 'store is consistent (N entries)'. It reads\n"
+     "the store in a child process: a damaged file prints 'damaged: REASON'\n"
+     "(exit status 1) instead of crashing the check.\n"},
     {"stats", "idcache db -d DIR stats",
      "Print the number of entries, the next entry id, the map size, the bytes in\n"
      "use, the file size, the format version and the indexes.\n"},

@@ -290,8 +290,11 @@ struct privs {
 /* Look up user (before any socket exists, since the lookup may go
  * through NSS, possibly our own module). Not root: drop = false. */
 int privs_prepare(const char *user, struct privs *p);
-/* mkdir -p with mode 0755; when dropping, chown to the user. */
-int privs_make_dir(const struct privs *p, const char *path, bool recursive_chown);
+/* mkdir -p (parents 0755); when dropping, chown to the user. private_tree
+ * (state_dir): the directory 0700 and, two levels down, directories 0700
+ * and files 0600, existing ones included, all chowned; otherwise 0755
+ * (run_dir, whose nss.sock everyone must reach). */
+int privs_make_dir(const struct privs *p, const char *path, bool private_tree);
 int privs_chown_path(const struct privs *p, const char *path);
 /* setgroups, setresgid, setresuid; then verify root cannot come back. */
 int privs_drop(const struct privs *p);

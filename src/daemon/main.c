@@ -6,11 +6,13 @@
  *      root-only file);
  *   2. look up the run-time user (NSS may ask our own module, which finds no
  *      socket yet and falls through at once);
- *   3. create run_dir and state_dir, owned by that user;
+ *   3. create run_dir (0755) and state_dir (0700, its files 0600, existing
+ *      ones made so), owned by that user, under umask 077;
  *   4. create nss.sock and admin.sock (owned by that user, so it can take
  *      admin requests of its own uid and remove the sockets at stop);
  *   5. drop privileges (setgroups, setresgid, setresuid; failure fatal);
- *   6. open the cache as that user, so every file it creates is its own;
+ *   6. open the cache as that user, so every file it creates is its own
+ *      (cache.mdb is verified first, a damaged one moved aside: cache.h);
  *   7. start the providers and the loop. Requests are accepted at once and
  *      answered from the cache, which persists across restarts; each
  *      domain's first load runs in the loop's first round. "ready" is
@@ -27,6 +29,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -248,6 +251,9 @@ static int guard_passed_fds(struct daemon *dm)
 
 static int start(struct daemon *dm, struct config *cfg)
 {
+	/* Whatever the daemon creates is its own alone unless it says
+	 * otherwise (run_dir 0755 and nss.sock 0666 are set explicitly). */
+	umask(077);
 	listener_fd_budget(cfg); /* before the reaper sizes its queue */
 	int rc = loop_init(&dm->loop);
 	rc = rc ? rc : block_signals(dm);

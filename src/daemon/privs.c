@@ -69,8 +69,9 @@ void privs_free(struct privs *p)
 	p->groups = NULL;
 }
 
-/* mkdir -p path (0755). */
-static int make_dirs(const char *path)
+/* mkdir -p path: parents 0755, path itself mode. Modes are set exactly:
+ * the daemon runs under umask 077. */
+static int make_dirs(const char *path, mode_t mode)
 {
 	char buf[PATH_MAX];
 	if (snprintf(buf, sizeof(buf), "%s", path) >= (int)sizeof(buf))
@@ -80,8 +81,12 @@ static int make_dirs(const char *path)
 			continue;
 		char saved = *s;
 		*s = '\0';
-		if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+		if (mkdir(buf, 0755) == 0) {
+			if (chmod(buf, saved ? 0755 : mode) < 0)
+				return -errno;
+		} else if (errno != EEXIST) {
 			return -errno;
+		}
 		*s = saved;
 		if (!saved)
 			break;
@@ -101,57 +106,78 @@ int privs_chown_path(const struct privs *p, const char *path)
 	return 0;
 }
 
-/* chown the directory open at dfd and its entries, subdirectories down
- * to depth. Everything below the top goes through the directory fd with
- * O_NOFOLLOW / AT_SYMLINK_NOFOLLOW: an entry the daemon's user swaps for a
- * symlink between readdir and chown cannot redirect root's chown. */
-static int chown_at(const struct privs *p, int dfd, int depth)
+/* Own (when dropping) and make private (0700 or 0600) the directory or
+ * file open at fd. */
+static int secure_fd(const struct privs *p, int fd, bool dir)
 {
-	if (fchown(dfd, p->uid, p->gid) < 0)
+	if (p->drop && fchown(fd, p->uid, p->gid) < 0)
 		return -errno;
-	if (depth == 0)
-		return 0;
+	return fchmod(fd, dir ? 0700 : 0600) < 0 ? -errno : 0;
+}
+
+/* A non-directory entry: opened without following a symlink and without
+ * blocking on a FIFO, and only a regular file is changed. */
+static int secure_file_at(const struct privs *p, int dfd, const char *name)
+{
+	int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT || errno == ELOOP ? 0 : -errno;
+	struct stat st;
+	int rc = fstat(fd, &st) < 0 ? -errno : S_ISREG(st.st_mode) ? secure_fd(p, fd, false) : 0;
+	close(fd);
+	return rc;
+}
+
+/* Secure the directory open at dfd and its entries, subdirectories down
+ * to depth. Everything below the top goes through the directory fd with
+ * O_NOFOLLOW: an entry the daemon's user swaps for a symlink between
+ * readdir and chown cannot redirect root's chown or chmod. */
+static int secure_at(const struct privs *p, int dfd, int depth)
+{
+	int rc = secure_fd(p, dfd, true);
+	if (rc || depth == 0)
+		return rc;
 	int lfd = dup(dfd);
 	DIR *d = lfd >= 0 ? fdopendir(lfd) : NULL;
 	if (!d) {
-		int rc = -errno;
+		rc = -errno;
 		if (lfd >= 0)
 			close(lfd);
 		return rc;
 	}
-	int rc = 0;
 	struct dirent *e;
 	while (rc == 0 && (e = readdir(d))) {
 		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
 			continue;
 		int sub = openat(dfd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		if (sub >= 0) {
-			rc = chown_at(p, sub, depth - 1);
+			rc = secure_at(p, sub, depth - 1);
 			close(sub);
-		} else if (fchownat(dfd, e->d_name, p->uid, p->gid, AT_SYMLINK_NOFOLLOW) < 0 &&
-			   errno != ENOENT) {
-			rc = -errno;
+		} else {
+			rc = secure_file_at(p, dfd, e->d_name);
 		}
 	}
 	closedir(d);
 	return rc;
 }
 
-static int chown_tree(const struct privs *p, const char *dir, int depth)
+static int secure_tree(const struct privs *p, const char *dir, int depth)
 {
 	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd < 0)
 		return -errno;
-	int rc = chown_at(p, dfd, depth);
+	int rc = secure_at(p, dfd, depth);
 	close(dfd);
 	return rc;
 }
 
-int privs_make_dir(const struct privs *p, const char *path, bool recursive_chown)
+int privs_make_dir(const struct privs *p, const char *path, bool private_tree)
 {
-	int rc = make_dirs(path);
-	if (rc == 0 && p->drop)
-		rc = recursive_chown ? chown_tree(p, path, 2) : privs_chown_path(p, path);
+	int rc = make_dirs(path, private_tree ? 0700 : 0755);
+	if (rc == 0 && private_tree)
+		rc = secure_tree(p, path, 2);
+	else if (rc == 0)
+		rc = privs_chown_path(p, path);
 	if (rc < 0)
 		idc_log(IDC_LOG_ERR, "%s: %s", path, idc_strerror(rc));
 	return rc;

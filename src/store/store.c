@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "store_int.h"
@@ -42,6 +43,17 @@ int store_mdb_err(int rc)
 	default:
 		return rc > 0 ? -rc : -EIO;
 	}
+}
+
+int store_lmdb_err(const char *path, int rc)
+{
+	/* LMDB reports a short write as EIO ("filesystem full?"): a disk that
+	 * fills in the middle of a commit. Say so when it is. */
+	struct statvfs vfs;
+	if (rc == EIO && path && statvfs(path, &vfs) == 0 &&
+	    (uint64_t)vfs.f_bavail * vfs.f_frsize < ((uint64_t)1 << 20))
+		return -ENOSPC;
+	return store_mdb_err(rc);
 }
 
 /* ---- meta ------------------------------------------------------------------- */
@@ -112,6 +124,12 @@ static int store_open_dbs(struct store *s, MDB_txn *txn, bool create)
 
 /* ---- open / close ---------------------------------------------------------------- */
 
+/* Mode of the files the store creates. */
+static mode_t store_file_mode(unsigned flags)
+{
+	return (flags & STORE_PRIVATE) ? 0600 : 0644;
+}
+
 static int store_env_create(struct store *s, const struct store_options *opt, struct idc_diag *d)
 {
 	int rc = mdb_env_create(&s->env);
@@ -126,7 +144,7 @@ static int store_env_create(struct store *s, const struct store_options *opt, st
 		flags |= MDB_RDONLY;
 	if (opt->flags & STORE_NOSYNC)
 		flags |= MDB_NOSYNC;
-	rc = mdb_env_open(s->env, s->dir, flags, 0644);
+	rc = mdb_env_open(s->env, s->dir, flags, store_file_mode(opt->flags));
 	if (rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH)
 		return idc_diag_set(d, IDC_ENOTSTORE, "%s: data.mdb is not an LMDB store", s->dir);
 	if (rc)
@@ -197,7 +215,7 @@ static int store_open_lock(struct store *s, struct idc_diag *d)
 {
 	char path[4096];
 	snprintf(path, sizeof(path), "%s/write.lock", s->dir);
-	s->lockfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	s->lockfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, store_file_mode(s->flags));
 	if (s->lockfd < 0)
 		return idc_diag_set(d, -errno, "%s: %s", path, strerror(errno));
 	return 0;
@@ -369,7 +387,7 @@ int store_txn_commit(struct store_txn *t, struct idc_diag *d)
 	if (rc) {
 		mdb_txn_abort(t->txn);
 	} else {
-		rc = store_mdb_err(mdb_txn_commit(t->txn));
+		rc = store_lmdb_err(s->dir, mdb_txn_commit(t->txn));
 		if (rc == 0 && t->parent) {
 			t->parent->next_id = t->next_id;
 			t->parent->index_changed |= t->index_changed;

@@ -182,9 +182,10 @@ struct store;
 struct store_txn;
 
 enum store_open_flags {
-	STORE_RDONLY = 1 << 0, /* open an existing store for reading only */
-	STORE_CREATE = 1 << 1, /* create the store when the directory has none */
-	STORE_NOSYNC = 1 << 2, /* no fsync at commit (disposable data, benchmarks) */
+	STORE_RDONLY = 1 << 0,  /* open an existing store for reading only */
+	STORE_CREATE = 1 << 1,  /* create the store when the directory has none */
+	STORE_NOSYNC = 1 << 2,  /* no fsync at commit (disposable data, benchmarks) */
+	STORE_PRIVATE = 1 << 3, /* files it creates are 0600, not 0644 */
 };
 
 struct store_options {
@@ -219,6 +220,12 @@ int store_txn_begin(struct store *s, struct store_txn *parent, unsigned flags,
  * written; call store_grow and run the whole transaction again. */
 int store_txn_commit(struct store_txn *t, struct idc_diag *d);
 void store_txn_abort(struct store_txn *t);
+
+/* An LMDB return code as ours (MDB_MAP_FULL: IDC_EMAPFULL, MDB_CORRUPTED:
+ * IDC_ECORRUPT, errno values negated), and LMDB's EIO for a short write as
+ * -ENOSPC when the filesystem holding path (may be NULL) has under 1 MiB
+ * left. For code that drives LMDB itself (the timestamps db). */
+int store_lmdb_err(const char *path, int mdb_rc);
 
 /* Double the map (no transaction of this process may be open). */
 int store_grow(struct store *s);
@@ -335,6 +342,64 @@ struct store_stats {
 	size_t nindexes;
 };
 int store_stats(struct store_txn *t, struct store_stats *out);
+
+/* ==== damage: deciding before trusting (verify.c) =================================== *
+ * LMDB trusts its files: a damaged page faults whoever reads it. These read
+ * an LMDB data file's meta pages with pread (bounded, never through a map),
+ * and read everything else in a child process, so a fault ends the child. */
+
+/* What an LMDB data file's newer meta page says. */
+struct store_lmdb_meta {
+	uint32_t psize;     /* page size */
+	uint64_t mapsize;   /* map size the last writer used */
+	uint64_t last_pg;   /* highest page number in use */
+	uint64_t txnid;     /* newest committed transaction */
+	uint64_t root[2];   /* root pages of the free list and the main db;
+			     * UINT64_MAX: empty */
+	uint64_t file_size; /* store_lmdb_fd_check: bytes on disk */
+	bool covered;       /* store_lmdb_fd_check: the file reaches last_pg */
+};
+
+/* Parse the first len bytes of a data file (both meta pages: magic,
+ * version, page size, map size, last page, roots and depths of both
+ * databases; both must be sound, the newer one is returned). 0, or
+ * IDC_ECORRUPT with d saying why. Reads nothing outside buf. */
+int store_lmdb_meta_parse(const void *buf, size_t len, struct store_lmdb_meta *out,
+			  struct idc_diag *d);
+
+/* The same on the file open at fd (pread), and the file must hold both meta
+ * pages and the pages the roots name; out->covered says whether it also
+ * reaches last_pg (a sound file need not). 0, IDC_ECORRUPT (d: why), -errno. */
+int store_lmdb_fd_check(int fd, struct store_lmdb_meta *out, struct idc_diag *d);
+/* By path; d names it. -ENOENT when it does not exist. */
+int store_lmdb_file_check(const char *path, struct store_lmdb_meta *out, struct idc_diag *d);
+
+enum store_verify_level {
+	STORE_VERIFY_META,  /* the meta pages against the file (microseconds); a
+			     * file that ends before its last page gets PAGES */
+	STORE_VERIFY_PAGES, /* and, in a child process, every record of every
+			     * database read, the free list bounded, every entry
+			     * decoded (seconds per GiB) */
+	STORE_VERIFY_FULL,  /* and store_check in that child (minutes per GiB) */
+};
+
+/* Verify the store in dir without opening it in this process. Returns the
+ * number of faults found (each passed to cb, which may be NULL; PAGES and
+ * FULL only), IDC_ECORRUPT when the store cannot be used at all (d says
+ * why: a bad meta page, a truncated file, the child killed by a signal),
+ * IDC_ENOTSTORE when dir has no data.mdb, or -errno. */
+long store_verify(const char *dir, enum store_verify_level level, store_fault_cb cb, void *arg,
+		  struct idc_diag *d);
+
+/* The clean-shutdown marker of an LMDB data file: "<file>.clean" (0600),
+ * naming the file's device, inode, size, mtime and newest transaction.
+ * store_clean_mark, after the last writer closed it, syncs the file, writes
+ * the marker durably, and returns 0 or -errno. store_clean_take removes the
+ * marker (durably, before anything writes the file again) and returns 1
+ * when it described the file as it is now, 0 when there was none (or no
+ * file), -ESTALE when the file changed since (or cannot be read). */
+int store_clean_mark(const char *file);
+int store_clean_take(const char *file);
 
 /* ==== LDIF (RFC 2849) ============================================================== */
 

@@ -386,3 +386,31 @@ def test_full_disk_fails_the_transaction_and_recovers(tmpfs_daemon, idcache):
     assert d.alive()
     d.proc.send_signal(signal.SIGTERM)
     assert d.proc.wait(timeout=10) == 0
+
+
+def test_disk_filling_during_a_commit_says_no_space(tmpfs_daemon, idcache):
+    """Room for part of a commit only: LMDB's write comes back short, which
+    it reports as EIO; the log must still say what happened."""
+    n = 20000
+    d = tmpfs_daemon(small_passwd("A", n), small_group(n), size="48m")
+    state = str(d.state_dir)
+    avail_kb = int(d.in_ns(["df", "-k", "--output=avail", state]).stdout.split()[-1])
+    leave_kb = 96  # less than the commit's first run of pages
+    d.in_ns(["dd", "if=/dev/zero", f"of={state}/filler", "bs=4k",
+             f"count={(avail_kb - leave_kb) // 4}"])
+    print("after filling: " + d.in_ns(["df", "-k", state]).stdout.splitlines()[-1])
+    since = len(d.log())
+    nsenv.write_atomic(d.passwd, small_passwd("B", n))
+    assert wait_log(d, "refresh failed", since, timeout=15), d.log()[-3000:]
+    failed = [x for x in d.log()[since:].splitlines() if "refresh failed" in x]
+    print("logged: " + failed[0])
+    assert "No space left on device" in failed[0], failed[0]
+    assert "Input/output error" not in d.log()[since:], d.log()[since:][-3000:]
+    check_serving(d, "A", idcache)
+    d.in_ns(["rm", "-f", f"{state}/filler"])
+    since = len(d.log())
+    os.utime(d.passwd)
+    assert wait_log(d, "domain local: users", since, timeout=20), d.log()[-3000:]
+    check_serving(d, "B", idcache)
+    d.proc.send_signal(signal.SIGTERM)
+    assert d.proc.wait(timeout=10) == 0

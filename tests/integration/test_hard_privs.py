@@ -409,14 +409,14 @@ def test_privilege_drop(daemons):
         return s
 
     owned(d.run_dir, 0o755, stat.S_ISDIR)
-    owned(d.state_dir, 0o755, stat.S_ISDIR)
+    owned(d.state_dir, 0o700, stat.S_ISDIR)  # state is the daemon's alone
     owned(d.run_dir / "nss.sock", 0o666, stat.S_ISSOCK)
     owned(d.run_dir / "admin.sock", 0o600, stat.S_ISSOCK)
     state_files = [Path(root) / n for root, dirs, files in os.walk(d.state_dir)
                    for n in dirs + files]
     assert any(p.name == "cache.mdb" for p in state_files), state_files
     for p in state_files:
-        owned(p)
+        owned(p, 0o700 if p.is_dir() else 0o600)
     # The memory-cache maps are sealed memfds handed over the socket: no
     # file under run_dir for anyone to write, truncate or replace.
     assert not (d.run_dir / "mc").exists(), sorted(os.listdir(d.run_dir))

@@ -1,6 +1,7 @@
 /* Unit tests of the identity cache: writes, no-op refreshes, lookups,
  * initgroups with nesting and cycles, enumeration, expiry, timestamps. */
 #include <errno.h>
+#include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -362,6 +363,45 @@ static void test_map_full_grows(void **state)
 	assert_int_equal(system(cmd), 0);
 }
 
+/* Raise last_pg in both meta pages of the LMDB file at path by n: the file
+ * then ends before its last page, as it does when the pages a transaction
+ * allocated and freed again were never written. Sound: nothing refers to
+ * those pages. */
+static void leave_unwritten_tail(const char *path, uint64_t n)
+{
+	int fd = open(path, O_RDWR);
+	assert_true(fd >= 0);
+	for (off_t meta = 0; meta <= 4096; meta += 4096) {
+		uint64_t last;
+		const off_t at = meta + 16 + 120; /* page header, then mm_last_pg */
+		assert_int_equal(pread(fd, &last, sizeof(last), at), sizeof(last));
+		last += n;
+		assert_int_equal(pwrite(fd, &last, sizeof(last), at), sizeof(last));
+	}
+	close(fd);
+}
+
+/* The health check of the open timestamps db must not call such a file
+ * damaged and throw the timestamps away. */
+static void test_timestamps_kept_when_the_file_ends_early(void **state)
+{
+	struct fx *f = *state;
+	put_users(f, 0);
+	char path[128];
+	snprintf(path, sizeof(path), "%s/timestamps.mdb", f->dir);
+	leave_unwritten_tail(path, 8);
+	struct cache_txn *t;
+	assert_int_equal(cache_txn_begin(f->c, &t, NULL), 0);
+	cache_txn_abort(t);
+	struct cache_reader *r;
+	assert_int_equal(cache_reader_begin(f->c, &r), 0);
+	struct cache_user u;
+	struct cache_meta m;
+	assert_int_equal(cache_user_by_name(r, dom, 1, "alice", true, &u, &m), 0);
+	assert_true(m.last_update > 0);
+	cache_reader_end(r);
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
@@ -373,6 +413,7 @@ int main(void)
 	    T(test_drop_outside),
 	    T(test_bad_names),
 	    T(test_timestamps_rebuilt),
+	    T(test_timestamps_kept_when_the_file_ends_early),
 	    cmocka_unit_test(test_map_full_grows),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -957,11 +957,206 @@ static void test_entry_codec_rejects_garbage(void **state)
 	store_scratch_free(&sc);
 }
 
+/* ==== damage: meta pages, the child check, the clean marker ================= */
+
+static size_t read_file(const char *path, uint8_t *buf, size_t max)
+{
+	FILE *fp = fopen(path, "rb");
+	assert_non_null(fp);
+	size_t n = fread(buf, 1, max, fp);
+	fclose(fp);
+	return n;
+}
+
+static void write_file(const char *path, const uint8_t *buf, size_t n)
+{
+	FILE *fp = fopen(path, "wb");
+	assert_non_null(fp);
+	assert_int_equal(fwrite(buf, 1, n, fp), n);
+	assert_int_equal(fclose(fp), 0);
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+	memcpy(p, &v, sizeof(v));
+}
+
+/* Offsets in the first 8 KiB of a data file with 4 KiB pages: meta page m
+ * starts at m * 4096, its body 16 bytes later. */
+#define META(m, off) ((m)*4096 + 16 + (off))
+
+static void expect_corrupt(const uint8_t *good, size_t n, size_t at, const uint8_t *bytes,
+			   size_t len, const char *what)
+{
+	static uint8_t bad[8192];
+	memcpy(bad, good, n);
+	memcpy(bad + at, bytes, len);
+	struct store_lmdb_meta m;
+	struct idc_diag d = {""};
+	int rc = store_lmdb_meta_parse(bad, n, &m, &d);
+	if (rc != IDC_ECORRUPT || !d.msg[0])
+		fail_msg("%s: rc %d, '%s'", what, rc, d.msg);
+}
+
+static void test_meta_pages(void **state)
+{
+	struct fx *f = *state;
+	add_tree(f);
+	char path[128];
+	snprintf(path, sizeof(path), "%s/data.mdb", f->dir);
+	static uint8_t good[8192];
+	assert_int_equal(read_file(path, good, sizeof(good)), sizeof(good));
+	struct store_lmdb_meta m;
+	struct idc_diag d = {""};
+	assert_int_equal(store_lmdb_meta_parse(good, sizeof(good), &m, &d), 0);
+	assert_int_equal(m.psize, 4096);
+	assert_true(m.last_pg >= 2 && m.txnid >= 1 && m.mapsize >= (m.last_pg + 1) * 4096);
+	assert_true(m.root[1] >= 2 && m.root[1] <= m.last_pg);
+	/* every prefix too short for both meta pages */
+	for (size_t n = 0; n < 4096 + 152; n += 97)
+		assert_int_equal(store_lmdb_meta_parse(good, n, &m, NULL), IDC_ECORRUPT);
+	uint8_t zero8[8] = {0}, big[8], one[1] = {0};
+	put64(big, UINT64_C(1) << 50);
+	uint32_t psize_odd = 3000, psize_huge = 1u << 17;
+	for (int k = 0; k < 2; k++) {
+		expect_corrupt(good, sizeof(good), META(k, 0), zero8, 4, "magic");
+		expect_corrupt(good, sizeof(good), META(k, 4), zero8, 4, "version");
+		expect_corrupt(good, sizeof(good), META(k, 120), zero8, 8, "last page 0");
+		expect_corrupt(good, sizeof(good), META(k, 120), big, 8, "last page past 2^48");
+		expect_corrupt(good, sizeof(good), META(k, 16), zero8, 8, "map size 0");
+		expect_corrupt(good, sizeof(good), k * 4096 + 10, one, 1, "not a meta page");
+		expect_corrupt(good, sizeof(good), META(k, 72 + 40), big, 8, "main root");
+		expect_corrupt(good, sizeof(good), META(k, 72 + 40), zero8, 8,
+			       "root on a meta page");
+		expect_corrupt(good, sizeof(good), META(k, 72 + 6), zero8, 2,
+			       "depth 0 with a root");
+		expect_corrupt(good, sizeof(good), META(k, 72 + 16), big, 8, "leaf pages");
+	}
+	expect_corrupt(good, sizeof(good), META(0, 24), (uint8_t *)&psize_odd, 4, "page size");
+	expect_corrupt(good, sizeof(good), META(0, 24), (uint8_t *)&psize_huge, 4, "page size");
+	expect_corrupt(good, sizeof(good), META(1, 24), (uint8_t *)&psize_odd, 4, "sizes differ");
+}
+
+/* The file against its meta pages: empty, cut, and ending early but sound. */
+static void test_meta_file_check(void **state)
+{
+	struct fx *f = *state;
+	add_tree(f);
+	char path[128], copy[160];
+	snprintf(path, sizeof(path), "%s/data.mdb", f->dir);
+	snprintf(copy, sizeof(copy), "%s/copy.mdb", f->dir);
+	static uint8_t buf[1 << 20];
+	size_t n = read_file(path, buf, sizeof(buf));
+	struct store_lmdb_meta m;
+	struct idc_diag d = {""};
+	write_file(copy, buf, n);
+	assert_int_equal(store_lmdb_file_check(copy, &m, &d), 0);
+	assert_true(m.covered);
+	assert_int_equal(m.file_size, n);
+	assert_int_equal(truncate(copy, 0), 0);
+	assert_int_equal(store_lmdb_file_check(copy, &m, &d), IDC_ECORRUPT);
+	assert_non_null(strstr(d.msg, "empty"));
+	write_file(copy, buf, 3 * 4096); /* both meta pages and one more */
+	assert_int_equal(store_lmdb_file_check(copy, &m, &d), IDC_ECORRUPT);
+	assert_non_null(strstr(d.msg, "truncated"));
+	/* last page raised past the end: nothing refers to the missing pages */
+	store_lmdb_meta_parse(buf, n, &m, NULL);
+	for (int k = 0; k < 2; k++)
+		put64(buf + META(k, 120), m.last_pg + 5);
+	write_file(copy, buf, n);
+	assert_int_equal(store_lmdb_file_check(copy, &m, &d), 0);
+	assert_false(m.covered);
+	assert_int_equal(store_lmdb_file_check("/nonexistent/data.mdb", &m, &d), -ENOENT);
+	unlink(copy);
+}
+
+/* 200 random bytes past the meta pages, seeds 1..8: whatever LMDB does
+ * with them (fault, abort, an error, nothing), it happens in the child, and
+ * store_verify reports instead of taking this process down. */
+static void test_verify_survives_damage(void **state)
+{
+	struct fx *f = *state;
+	add_tree(f);
+	for (int i = 0; i < 300; i++) {
+		char e[256];
+		snprintf(e, sizeof(e),
+			 "uid=u%d,ou=people,dc=example,dc=com\nobjectClass: account\n"
+			 "uid: u%d\ncn: user number %d",
+			 i, i, i);
+		assert_int_equal(add(f, e), 0);
+	}
+	assert_int_equal(store_verify(f->dir, STORE_VERIFY_FULL, NULL, NULL, NULL), 0);
+	char path[128], dir[64], copy[160];
+	snprintf(path, sizeof(path), "%s/data.mdb", f->dir);
+	static uint8_t buf[4 << 20];
+	size_t n = read_file(path, buf, sizeof(buf));
+	strcpy(dir, "/tmp/idc-damage-XXXXXX");
+	assert_non_null(mkdtemp(dir));
+	snprintf(copy, sizeof(copy), "%s/data.mdb", dir);
+	int damaged = 0;
+	for (unsigned seed = 1; seed <= 8; seed++) {
+		static uint8_t bad[4 << 20];
+		memcpy(bad, buf, n);
+		srand(seed);
+		for (int i = 0; i < 200; i++)
+			bad[8192 + (size_t)rand() % (n - 8192)] = (uint8_t)rand();
+		write_file(copy, bad, n);
+		struct idc_diag d = {""};
+		long rc = store_verify(dir, STORE_VERIFY_FULL, NULL, NULL, &d);
+		assert_true(rc >= 0 || rc == IDC_ECORRUPT);
+		damaged += rc != 0;
+		snprintf(path, sizeof(path), "%s/lock.mdb", dir);
+		unlink(path);
+	}
+	assert_true(damaged >= 6);
+	unlink(copy);
+	rmdir(dir);
+}
+
+static void test_clean_marker(void **state)
+{
+	struct fx *f = *state;
+	add_tree(f);
+	store_close(f->s);
+	f->s = NULL;
+	char data[128], marker[160];
+	snprintf(data, sizeof(data), "%s/data.mdb", f->dir);
+	snprintf(marker, sizeof(marker), "%s.clean", data);
+	assert_int_equal(store_clean_take(data), 0); /* none yet */
+	assert_int_equal(store_clean_mark(data), 0);
+	struct stat st;
+	assert_int_equal(stat(marker, &st), 0);
+	assert_int_equal(st.st_mode & 0777, 0600);
+	assert_int_equal(store_clean_take(data), 1);
+	assert_int_equal(access(marker, F_OK), -1); /* taken: a crash now leaves none */
+	assert_int_equal(store_clean_take(data), 0);
+	assert_int_equal(store_clean_mark(data), 0);
+	FILE *fp = fopen(data, "ab"); /* any write changes size or mtime */
+	fputc(0, fp);
+	fclose(fp);
+	assert_int_equal(store_clean_take(data), -ESTALE);
+	unlink(marker);
+}
+
+static void test_lmdb_errors(void **state)
+{
+	(void)state;
+	assert_int_equal(store_lmdb_err("/tmp", MDB_MAP_FULL), IDC_EMAPFULL);
+	assert_int_equal(store_lmdb_err("/tmp", MDB_CORRUPTED), IDC_ECORRUPT);
+	assert_int_equal(store_lmdb_err("/tmp", ENOSPC), -ENOSPC);
+	assert_int_equal(store_lmdb_err(NULL, EIO), -EIO);
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_open_errors),
+	    T(test_meta_pages),
+	    T(test_meta_file_check),
+	    T(test_verify_survives_damage),
+	    T(test_clean_marker),
+	    cmocka_unit_test(test_lmdb_errors),
 	    T(test_reopen_keeps_data),
 	    T(test_add_errors),
 	    T(test_add_too_big),
