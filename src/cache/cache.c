@@ -370,7 +370,6 @@ int cache_put_user(struct cache_txn *t, const char *domain, const struct cache_u
 	    {"loginShell", u->shell ? u->shell : ""},
 	    {"entryOrder", num(t, u->order)},
 	    {"originalDN", u->orig_dn},
-	    {"originalModifyTimestamp", u->orig_modts},
 	};
 	for (size_t i = 0; i < IDC_ARRAY_SIZE(kv) && !rc; i++)
 		if (kv[i][1])
@@ -446,7 +445,7 @@ int cache_put_group(struct cache_txn *t, const char *domain, const struct cache_
 	const char *const kv[][2] = {
 	    {"objectClass", "group"},      {"name", g->name},
 	    {"gidNumber", num(t, g->gid)}, {"entryOrder", num(t, g->order)},
-	    {"originalDN", g->orig_dn},    {"originalModifyTimestamp", g->orig_modts},
+	    {"originalDN", g->orig_dn},
 	};
 	for (size_t i = 0; i < IDC_ARRAY_SIZE(kv) && !rc; i++)
 		if (kv[i][1])

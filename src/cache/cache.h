@@ -62,10 +62,12 @@ struct cache_user {
 	const char *gecos;
 	const char *dir;
 	const char *shell;
-	uint64_t order;         /* provider's order (files: line number); lookups
-				 * by uid return the lowest order on ties */
-	const char *orig_dn;    /* LDAP: the entry's DN; NULL otherwise */
-	const char *orig_modts; /* LDAP: modifyTimestamp; NULL otherwise */
+	uint64_t order; /* provider's order (files: line number); lookups
+			 * by uid return the lowest order on ties */
+	/* LDAP: the entry's DN; NULL otherwise. The directory's
+	 * modifyTimestamp is not kept: a refresh that finds only it changed
+	 * writes the timestamps db alone. */
+	const char *orig_dn;
 };
 
 struct cache_group {
@@ -79,7 +81,6 @@ struct cache_group {
 	const char *const *member_groups; /* names of nested member groups (same domain) */
 	size_t nmember_groups;
 	const char *orig_dn;
-	const char *orig_modts;
 };
 
 /* Whether a name may be stored: 1..CACHE_NAME_MAX bytes, no '/', ':', ',',

@@ -71,7 +71,6 @@ static int to_user(struct cache_reader *r, const struct store_entry *e, struct c
 	u->shell = str(r, e, "loginshell");
 	u->order = number(e, "entryorder");
 	u->orig_dn = str(r, e, "originaldn");
-	u->orig_modts = str(r, e, "originalmodifytimestamp");
 	if (!u->name || !u->gecos || !u->dir || !u->shell)
 		return -ENOMEM; /* or an entry missing required attributes */
 	return 0;
@@ -84,7 +83,6 @@ static int to_group(struct cache_reader *r, const struct store_entry *e, struct 
 	g->gid = (uint32_t)number(e, "gidnumber");
 	g->order = number(e, "entryorder");
 	g->orig_dn = str(r, e, "originaldn");
-	g->orig_modts = str(r, e, "originalmodifytimestamp");
 	const struct store_attr *m = store_entry_attr(e, "memberuid", 9);
 	if (m) {
 		const char **mem = idc_arena_alloc(&r->arena, m->nvals * sizeof(*mem));

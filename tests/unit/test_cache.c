@@ -60,12 +60,11 @@ static void put_users(struct fx *f, uint32_t ttl)
 	const char *admins_m[] = {"Bob"};
 	const char *nested[] = {"staff"};
 	const char *loop_m[] = {"admins"};
-	struct cache_group admins = {"admins", 201, 2, admins_m, 1, nested, 1, NULL, NULL};
+	struct cache_group admins = {"admins", 201, 2, admins_m, 1, nested, 1, NULL};
 	/* all includes admins, admins includes staff: alice reaches all three;
 	 * loop includes admins and is included by staff (a cycle). */
-	struct cache_group all = {"all", 202,  3,   NULL, 0, (const char *[]){"admins"},
-				  1,     NULL, NULL};
-	struct cache_group loop = {"loop", 203, 4, NULL, 0, loop_m, 1, NULL, NULL};
+	struct cache_group all = {"all", 202, 3, NULL, 0, (const char *[]){"admins"}, 1, NULL};
+	struct cache_group loop = {"loop", 203, 4, NULL, 0, loop_m, 1, NULL};
 	assert_int_equal(cache_put_group(t, "local", &admins, &ch, NULL), 0);
 	assert_int_equal(cache_put_group(t, "local", &all, &ch, NULL), 0);
 	assert_int_equal(cache_put_group(t, "local", &loop, &ch, NULL), 0);
@@ -223,7 +222,7 @@ static void test_drop_outside(void **state)
 	const struct cache_user root0 = {"root0", 0, 0, "", "/", "/bin/sh", 5};
 	const struct cache_user hi = {"hi", 70000, 100, "", "/", "/bin/sh", 6};
 	const struct cache_user lowgid = {"lowgid", 1500, 0, "", "/", "/bin/sh", 7};
-	const struct cache_group wheel0 = {"wheel0", 0, 8, NULL, 0, NULL, 0, NULL, NULL};
+	const struct cache_group wheel0 = {"wheel0", 0, 8, NULL, 0, NULL, 0, NULL};
 	assert_int_equal(cache_txn_begin(f->c, &t, NULL), 0);
 	assert_int_equal(cache_domain_ensure(t, "other", 3600, NULL), 0);
 	assert_int_equal(cache_put_user(t, "local", &root0, &ch, NULL), 0);

@@ -7,7 +7,11 @@
  *  - a refresh whose search is cut by a referral, or whose server stops
  *    answering half-way, removes nothing;
  *  - a group with more member values than the domain's cap keeps exactly
- *    the cap, says so once with its DN, and the rest of the answer stays.
+ *    the cap, says so once with its DN, and the rest of the answer stays;
+ *  - what the directory changed is what the cache holds after a refresh:
+ *    memberships removed (direct and nested), groups renamed (new DN, or
+ *    the name attribute alone), member DNs in another case; and a change
+ *    of modifyTimestamp alone writes nothing durable.
  * Reaches into the domain (ldap_int.h) to run the refresh at once and to
  * lower the cap.
  */
@@ -101,6 +105,7 @@ struct change {
 	bool group;
 	char old_name[64], new_name[64];
 	uint32_t old_id;
+	bool nested_changed;
 };
 
 struct env {
@@ -128,6 +133,7 @@ static void on_change(const struct ldap_change *ch, void *arg)
 	snprintf(c->old_name, sizeof(c->old_name), "%s", ch->old_name ? ch->old_name : "");
 	snprintf(c->new_name, sizeof(c->new_name), "%s", ch->new_name ? ch->new_name : "");
 	c->old_id = ch->old_id;
+	c->nested_changed = ch->nested_changed;
 }
 
 /* A domain "dir" on dir's cache (opened by the first domain of a test);
@@ -461,12 +467,74 @@ static void test_member_cap(void **state)
 	env_close(&a, true);
 }
 
+/* ==== freshness ====================================================================== */
+
+static void ldap_modify(const char *ldif)
+{
+	assert_int_equal(
+	    lh_sh("printf '%s' | ldapmodify -x -H %s -D cn=admin,%s -w secret >/dev/null", ldif,
+		  uri, SUFFIX),
+	    0);
+}
+
+/* Let the current second pass: what a lookup stores from now on is newer
+ * than what is cached (timestamps have a one-second grain). */
+static void let_a_second_pass(void)
+{
+	time_t now = time(NULL);
+	while (time(NULL) <= now)
+		usleep(50000);
+}
+
+static void expire_all(struct env *e)
+{
+	struct idc_diag d = {{0}};
+	assert_int_equal(cache_expire(e->cache, "dir", CACHE_ANY, NULL, NULL, &d), 0);
+}
+
+/* A change the cache does not keep (a description) moves modifyTimestamp
+ * alone: refreshing the user and the group writes the timestamps db only
+ * (no durable commit, nothing reported) and renews their timestamps. */
+static void test_only_modify_timestamp_changed(void **state)
+{
+	(void)state;
+	struct env a;
+	env_open(&a, NULL, NULL);
+	assert_int_equal(lookup(&a, LDAP_LOOKUP_PWNAM, "fu3"), LDAP_LOOKUP_FOUND);
+	assert_int_equal(lookup(&a, LDAP_LOOKUP_GRNAM, "fg_ts"), LDAP_LOOKUP_FOUND);
+	let_a_second_pass();
+	ldap_modify("dn: uid=fu3," PEOPLE "\\nchangetype: modify\\nreplace: description\\n"
+		    "description: touched\\n\\ndn: cn=fg_ts," GROUPS "\\nchangetype: modify\\n"
+		    "replace: description\\ndescription: touched\\n");
+	expire_all(&a);
+	uint64_t commits = cache_durable_commits(a.cache);
+	size_t nch = a.nch;
+	int64_t before = (int64_t)time(NULL);
+	assert_int_equal(lookup(&a, LDAP_LOOKUP_PWNAM, "fu3"), LDAP_LOOKUP_FOUND);
+	assert_int_equal(lookup(&a, LDAP_LOOKUP_GRNAM, "fg_ts"), LDAP_LOOKUP_FOUND);
+	assert_int_equal(cache_durable_commits(a.cache), commits);
+	assert_int_equal(a.nch, nch);
+	const char *doms[] = {"dir"};
+	struct cache_reader *r;
+	struct cache_user u;
+	struct cache_group g;
+	struct cache_meta mu, mg;
+	assert_int_equal(cache_reader_begin(a.cache, &r), 0);
+	assert_int_equal(cache_user_by_name(r, doms, 1, "fu3", true, &u, &mu), 0);
+	assert_int_equal(cache_group_by_name(r, doms, 1, "fg_ts", true, &g, &mg), 0);
+	cache_reader_end(r);
+	assert_false(mu.expired || mg.expired);
+	assert_true(mu.last_update >= before && mg.last_update >= before);
+	env_close(&a, true);
+}
+
 int main(void)
 {
 	idc_log_init("test_ldap_refresh", true, IDC_LOG_ERR);
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_refresh_removes_what_the_directory_lost),
 	    cmocka_unit_test(test_member_cap),
+	    cmocka_unit_test(test_only_modify_timestamp_changed),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

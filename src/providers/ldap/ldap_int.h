@@ -56,12 +56,12 @@ void lp_hset_free(struct lp_hset *s);
 /* ==== parsed records (strings in the request's arena) ===================== */
 
 struct lp_user {
-	const char *dn, *ndn, *name, *gecos, *dir, *shell, *modts;
+	const char *dn, *ndn, *name, *gecos, *dir, *shell;
 	uint32_t uid, gid;
 };
 
 struct lp_group {
-	const char *dn, *ndn, *name, *modts;
+	const char *dn, *ndn, *name;
 	uint32_t gid;
 	const char **uids; /* memberUid values */
 	size_t nuids;

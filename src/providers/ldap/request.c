@@ -727,7 +727,7 @@ static int put_group(struct cache_txn *t, struct lp_req *r, struct lp_group *g, 
 		else if (m && m != g)
 			nested[ng++] = m->name;
 	}
-	struct cache_group cg = {g->name, g->gid, 0, names, nn, nested, ng, g->dn, g->modts};
+	struct cache_group cg = {g->name, g->gid, 0, names, nn, nested, ng, g->dn};
 	bool changed = false;
 	int rc = cache_put_group(t, r->ld->cfg.name, &cg, &changed, d);
 	if (rc == 0 && changed)
@@ -951,8 +951,8 @@ static int store(struct lp_req *r, enum ldap_lookup_result res, bool page, struc
 	rc = cache_domain_ensure(t, ld->cfg.name, ld->cfg.entry_cache_timeout, d);
 	for (size_t i = r->users_stored; i < r->users.n && !rc; i++) {
 		const struct lp_user *u = r->users.v[i];
-		struct cache_user cu = {u->name,  u->uid, u->gid, u->gecos, u->dir,
-					u->shell, 0,      u->dn,  u->modts};
+		struct cache_user cu = {u->name, u->uid,   u->gid, u->gecos,
+					u->dir,  u->shell, 0,      u->dn};
 		bool changed = false;
 		rc = soft(ld, cache_put_user(t, ld->cfg.name, &cu, &changed, d), u->dn, d);
 		if (!rc && changed)
@@ -1188,7 +1188,7 @@ static int copy_config(struct ldap_domain_config *dst, const struct ldap_domain_
 static void set_attrs(struct ldap_domain *ld)
 {
 	size_t n = 0;
-	const char *want[] = {"objectClass", "modifyTimestamp", "memberUid"};
+	const char *want[] = {"objectClass", "memberUid"};
 	for (size_t i = 0; i < LDAP_MAP_COUNT; i++)
 		ld->attr[i] = lp_attr(&ld->cfg, (enum ldap_dom_attr)i);
 	for (size_t i = 0; i < LDAP_MAP_COUNT + IDC_ARRAY_SIZE(want); i++) {
