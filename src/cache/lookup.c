@@ -76,6 +76,66 @@ static int to_user(struct cache_reader *r, const struct store_entry *e, struct c
 	return 0;
 }
 
+static int to_members(struct cache_reader *r, const struct store_entry *e, struct cache_group *g)
+{
+	const struct store_attr *m = store_entry_attr(e, "memberuid", 9);
+	if (!m)
+		return 0;
+	const char **mem = idc_arena_alloc(&r->arena, m->nvals * sizeof(*mem));
+	if (!mem)
+		return -ENOMEM;
+	for (size_t i = 0; i < m->nvals; i++)
+		if (!(mem[i] = idc_arena_strndup(&r->arena, m->vals[i].ptr, m->vals[i].len)))
+			return -ENOMEM;
+	g->members = mem;
+	g->nmembers = m->nvals;
+	return 0;
+}
+
+/* The value of a DN's first AVA, unescaped, into name (arena): the name
+ * in a member group's DN as cache_dn_entry writes it. */
+struct rdn_value {
+	struct idc_arena *arena;
+	char *name;
+};
+
+static int rdn_value_cb(struct store_val type, struct store_val value, size_t rdn, void *arg)
+{
+	struct rdn_value *v = arg;
+	(void)type;
+	if (rdn != 0)
+		return 1;
+	v->name = idc_arena_strndup(v->arena, value.ptr, value.len);
+	return v->name ? 1 : -ENOMEM;
+}
+
+/* Names of the member groups (the member DNs below the domain's groups
+ * container): what a change of nesting is compared on. A value that does
+ * not parse as the cache writes them is skipped. */
+static int to_member_groups(struct cache_reader *r, const struct store_entry *e,
+			    struct cache_group *g)
+{
+	const struct store_attr *m = store_entry_attr(e, "member", 6);
+	if (!m)
+		return 0;
+	const char **mg = idc_arena_alloc(&r->arena, m->nvals * sizeof(*mg));
+	if (!mg)
+		return -ENOMEM;
+	size_t n = 0;
+	for (size_t i = 0; i < m->nvals; i++) {
+		struct rdn_value v = {&r->arena, NULL};
+		int rc =
+		    store_dn_foreach_ava(m->vals[i].ptr, m->vals[i].len, rdn_value_cb, &v, NULL);
+		if (rc == -ENOMEM)
+			return rc;
+		if (v.name && v.name[0])
+			mg[n++] = v.name;
+	}
+	g->member_groups = mg;
+	g->nmember_groups = n;
+	return 0;
+}
+
 static int to_group(struct cache_reader *r, const struct store_entry *e, struct cache_group *g)
 {
 	*g = (struct cache_group){0};
@@ -83,19 +143,10 @@ static int to_group(struct cache_reader *r, const struct store_entry *e, struct 
 	g->gid = (uint32_t)number(e, "gidnumber");
 	g->order = number(e, "entryorder");
 	g->orig_dn = str(r, e, "originaldn");
-	const struct store_attr *m = store_entry_attr(e, "memberuid", 9);
-	if (m) {
-		const char **mem = idc_arena_alloc(&r->arena, m->nvals * sizeof(*mem));
-		if (!mem)
-			return -ENOMEM;
-		for (size_t i = 0; i < m->nvals; i++)
-			if (!(mem[i] =
-				  idc_arena_strndup(&r->arena, m->vals[i].ptr, m->vals[i].len)))
-				return -ENOMEM;
-		g->members = mem;
-		g->nmembers = m->nvals;
-	}
-	return g->name ? 0 : -ENOMEM;
+	int rc = to_members(r, e, g);
+	if (!rc)
+		rc = to_member_groups(r, e, g);
+	return rc ? rc : g->name ? 0 : -ENOMEM;
 }
 
 static void fill_meta(struct cache_reader *r, int kind, const char *domain, const char *name,

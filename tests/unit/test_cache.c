@@ -79,6 +79,12 @@ static void test_lookups(void **state)
 {
 	struct fx *f = *state;
 	put_users(f, 0);
+	struct cache_txn *t;
+	bool ch;
+	struct cache_group odd = {"odd", 204, 5, NULL, 0, (const char *[]){"a+b=c", "#x y "}, 2};
+	assert_int_equal(cache_txn_begin(f->c, &t, NULL), 0);
+	assert_int_equal(cache_put_group(t, "local", &odd, &ch, NULL), 0);
+	assert_int_equal(cache_txn_commit(t, NULL), 0);
 	struct cache_reader *r;
 	assert_int_equal(cache_reader_begin(f->c, &r), 0);
 	struct cache_user u;
@@ -107,6 +113,16 @@ static void test_lookups(void **state)
 	assert_string_equal(g.members[1], "ghost");
 	assert_int_equal(cache_group_by_gid(r, dom, 1, 201, &g, NULL), 0);
 	assert_string_equal(g.name, "admins");
+	/* nested groups come back by name: a change of nesting is seen */
+	assert_int_equal(g.nmember_groups, 1);
+	assert_string_equal(g.member_groups[0], "staff");
+	assert_int_equal(cache_group_by_name(r, dom, 1, "loop", true, &g, NULL), 0);
+	assert_int_equal(g.nmember_groups, 1);
+	assert_string_equal(g.member_groups[0], "admins");
+	assert_int_equal(cache_group_by_name(r, dom, 1, "odd", true, &g, NULL), 0);
+	assert_int_equal(g.nmember_groups, 2); /* names the DN escapes come back whole */
+	assert_string_equal(g.member_groups[0], "a+b=c");
+	assert_string_equal(g.member_groups[1], "#x y ");
 	cache_reader_end(r);
 }
 
