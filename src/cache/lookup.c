@@ -365,19 +365,24 @@ static int group_cb(const struct store_entry *e, void *arg)
 	return 0;
 }
 
+/* "(attr=value)" into ft, value escaped (RFC 4515). */
+static int eq_filter(struct idc_buf *ft, const char *attr, struct store_val value)
+{
+	int rc = idc_buf_printf(ft, "(%s=", attr);
+	for (size_t i = 0; i < value.len && !rc; i++) {
+		unsigned char ch = (unsigned char)value.ptr[i];
+		rc = strchr("*()\\", ch) || ch < 0x20 ? idc_buf_printf(ft, "\\%02x", ch)
+						      : idc_buf_putc(ft, (char)ch);
+	}
+	return rc ? rc : idc_buf_putc(ft, ')');
+}
+
 static int search_groups(struct walk *w, const char *domain, const char *attr,
 			 struct store_val value)
 {
 	struct cache_reader *r = w->r;
 	struct idc_buf ft = IDC_BUF_INIT;
-	int rc = idc_buf_printf(&ft, "(%s=", attr);
-	for (size_t i = 0; i < value.len && !rc; i++) {
-		unsigned char ch = (unsigned char)value.ptr[i];
-		rc = strchr("*()\\", ch) || ch < 0x20 ? idc_buf_printf(&ft, "\\%02x", ch)
-						      : idc_buf_putc(&ft, (char)ch);
-	}
-	if (!rc)
-		rc = idc_buf_putc(&ft, ')');
+	int rc = eq_filter(&ft, attr, value);
 	struct idc_buf base = IDC_BUF_INIT;
 	if (!rc)
 		rc = cache_search_kind(r->st, &base, KIND_GROUP, domain, ft.data, ft.len, 0,
@@ -525,9 +530,13 @@ static int ordered_cmp(const void *a, const void *b)
 	return (x->id > y->id) - (x->id < y->id);
 }
 
-static int collect_kind(struct cache_reader *r, int kind, const char *domain, struct collect *c)
+/* The entries of kind in domain that match filter (NULL: all), in
+ * provider order. */
+static int collect_kind(struct cache_reader *r, int kind, const char *domain,
+			const struct idc_buf *filter, struct collect *c)
 {
-	int rc = cache_search_kind(r->st, &r->dn, kind, domain, NULL, 0, 0, collect_cb, c);
+	int rc = cache_search_kind(r->st, &r->dn, kind, domain, filter ? filter->data : NULL,
+				   filter ? filter->len : 0, 0, collect_cb, c);
 	if (rc == -ENOENT)
 		rc = 0; /* domain not loaded yet: empty */
 	if (!rc && c->n > 1)
@@ -538,7 +547,7 @@ static int collect_kind(struct cache_reader *r, int kind, const char *domain, st
 int cache_enum_users(struct cache_reader *r, const char *domain, cache_user_cb cb, void *arg)
 {
 	struct collect c = {0};
-	int rc = collect_kind(r, KIND_USER, domain, &c);
+	int rc = collect_kind(r, KIND_USER, domain, NULL, &c);
 	for (size_t i = 0; i < c.n && !rc; i++) {
 		struct store_entry e;
 		struct cache_user u;
@@ -553,10 +562,13 @@ int cache_enum_users(struct cache_reader *r, const char *domain, cache_user_cb c
 	return rc;
 }
 
-int cache_enum_groups(struct cache_reader *r, const char *domain, cache_group_cb cb, void *arg)
+/* The groups of domain matching filter (NULL: all) to cb, in provider
+ * order. */
+static int groups_where(struct cache_reader *r, const char *domain, const struct idc_buf *filter,
+			cache_group_cb cb, void *arg)
 {
 	struct collect c = {0};
-	int rc = collect_kind(r, KIND_GROUP, domain, &c);
+	int rc = collect_kind(r, KIND_GROUP, domain, filter, &c);
 	for (size_t i = 0; i < c.n && !rc; i++) {
 		struct store_entry e;
 		struct cache_group g;
@@ -568,6 +580,28 @@ int cache_enum_groups(struct cache_reader *r, const char *domain, cache_group_cb
 			rc = cb(&g, arg);
 	}
 	free(c.v);
+	return rc;
+}
+
+int cache_enum_groups(struct cache_reader *r, const char *domain, cache_group_cb cb, void *arg)
+{
+	return groups_where(r, domain, NULL, cb, arg);
+}
+
+int cache_groups_linked(struct cache_reader *r, const char *domain, enum cache_link how,
+			const char *name, uint32_t gid, cache_group_cb cb, void *arg)
+{
+	struct idc_buf ft = IDC_BUF_INIT;
+	int rc = 0;
+	if (how == CACHE_LINK_GID)
+		rc = idc_buf_printf(&ft, "(gidNumber=%u)", (unsigned)gid);
+	else if (how == CACHE_LINK_MEMBER)
+		rc = eq_filter(&ft, "memberUid", (struct store_val){name, strlen(name)});
+	else if (!(rc = cache_dn_entry(&r->tmp, KIND_GROUP, domain, name)))
+		rc = eq_filter(&ft, "member", (struct store_val){r->tmp.data, r->tmp.len});
+	if (!rc)
+		rc = groups_where(r, domain, &ft, cb, arg);
+	idc_buf_free(&ft);
 	return rc;
 }
 
@@ -602,9 +636,9 @@ static int64_t newest_update(struct cache_reader *r, const char *domain)
 int cache_domain_stats(struct cache_reader *r, const char *domain, struct cache_domain_stats *out)
 {
 	struct collect u = {0}, g = {0};
-	int rc = collect_kind(r, KIND_USER, domain, &u);
+	int rc = collect_kind(r, KIND_USER, domain, NULL, &u);
 	if (!rc)
-		rc = collect_kind(r, KIND_GROUP, domain, &g);
+		rc = collect_kind(r, KIND_GROUP, domain, NULL, &g);
 	*out = (struct cache_domain_stats){u.n, g.n, newest_update(r, domain)};
 	free(u.v);
 	free(g.v);

@@ -492,6 +492,108 @@ static void expire_all(struct env *e)
 	assert_int_equal(cache_expire(e->cache, "dir", CACHE_ANY, NULL, NULL, &d), 0);
 }
 
+/* The directory changes (ldif for ldapmodify) a second after what e
+ * cached, which then counts as expired. */
+static void change_and_expire(struct env *e, const char *ldif)
+{
+	let_a_second_pass();
+	ldap_modify(ldif);
+	expire_all(e);
+}
+
+/* The change reported for group name since change number from: in place
+ * (same name before and after), or NULL. */
+static const struct change *changed_in_place(const struct env *e, size_t from, const char *name)
+{
+	for (size_t i = from; i < e->nch; i++)
+		if (e->ch[i].group && !strcmp(e->ch[i].old_name, name) &&
+		    !strcmp(e->ch[i].new_name, name))
+			return &e->ch[i];
+	return NULL;
+}
+
+static void group_by_gid(struct env *e, uint32_t gid, char *name, size_t n)
+{
+	const char *doms[] = {"dir"};
+	struct cache_reader *r;
+	struct cache_group g;
+	assert_int_equal(cache_reader_begin(e->cache, &r), 0);
+	int rc = cache_group_by_gid(r, doms, 1, gid, &g, NULL);
+	snprintf(name, n, "%s", rc == 0 ? g.name : "");
+	cache_reader_end(r);
+}
+
+/* fu1 is in fg_direct (memberUid), in fg_dn (member DN) and through it in
+ * fg_parent. Taken out of fg_direct, and fg_dn out of fg_parent, in the
+ * directory: the next initgroups drops both, and the change hook hears of
+ * both groups (fg_parent's nesting changed). Then fu1 leaves fg_dn too. */
+static void test_removed_memberships_go(void **state)
+{
+	(void)state;
+	struct env a;
+	env_open(&a, NULL, NULL);
+	char gids[128];
+	assert_int_equal(lookup(&a, LDAP_LOOKUP_INITGROUPS, "fu1"), LDAP_LOOKUP_FOUND);
+	lh_gids_of(a.cache, "dir", "fu1", gids, sizeof(gids));
+	assert_string_equal(gids, "31101,31102,31103");
+	let_a_second_pass();
+	ldap_modify("dn: cn=fg_direct," GROUPS "\\nchangetype: modify\\ndelete: memberUid\\n"
+		    "memberUid: fu1\\n\\ndn: cn=fg_parent," GROUPS "\\nchangetype: modify\\n"
+		    "delete: member\\nmember: cn=fg_dn," GROUPS "\\n");
+	size_t nch = a.nch;
+	assert_int_equal(lookup(&a, LDAP_LOOKUP_INITGROUPS, "fu1"), LDAP_LOOKUP_FOUND);
+	lh_gids_of(a.cache, "dir", "fu1", gids, sizeof(gids));
+	assert_string_equal(gids, "31102");
+	assert_non_null(changed_in_place(&a, nch, "fg_direct"));
+	const struct change *p = changed_in_place(&a, nch, "fg_parent");
+	assert_non_null(p);
+	assert_true(p->nested_changed);
+	assert_true(has_group(&a, "fg_direct", NULL) && has_group(&a, "fg_parent", NULL));
+
+	change_and_expire(&a, "dn: cn=fg_dn," GROUPS "\\nchangetype: modify\\ndelete: member\\n"
+			      "member: uid=fu1," PEOPLE "\\n");
+	assert_int_equal(lookup(&a, LDAP_LOOKUP_INITGROUPS, "fu1"), LDAP_LOOKUP_FOUND);
+	lh_gids_of(a.cache, "dir", "fu1", gids, sizeof(gids));
+	assert_string_equal(gids, "");
+	assert_false(a.unknown);
+	env_close(&a, true);
+}
+
+/* fg_old gets a new DN (cn=fg_new), and the group named by its gidNumber
+ * gets a new cn alone: a lookup of the new name or of the gid leaves only
+ * the new name cached, and the old one is reported removed. */
+static void test_renamed_groups_lose_the_old_name(void **state)
+{
+	(void)state;
+	struct env a;
+	env_open(&a, NULL, NULL);
+	char name[64];
+	assert_int_equal(lookup(&a, LDAP_LOOKUP_GRNAM, "fg_old"), LDAP_LOOKUP_FOUND);
+	assert_int_equal(lookup(&a, LDAP_LOOKUP_GRNAM, "fg_attr_old"), LDAP_LOOKUP_FOUND);
+	change_and_expire(&a, "dn: cn=fg_old," GROUPS "\\nchangetype: modrdn\\nnewrdn: cn=fg_new\\n"
+			      "deleteoldrdn: 1\\n\\ndn: gidNumber=31105," GROUPS
+			      "\\nchangetype: modify\\n"
+			      "replace: cn\\ncn: fg_attr_new\\n");
+	struct result r = {false, LDAP_LOOKUP_FAILED};
+	assert_int_equal(ldap_domain_lookup(a.ld, LDAP_LOOKUP_GRGID, NULL, 31104, on_result, &r),
+			 LDAP_LOOKUP_PENDING);
+	for (uint64_t until = idc_now_ns() + 20000000000ull; !r.done && idc_now_ns() < until;)
+		pump(&a);
+	assert_int_equal(r.res, LDAP_LOOKUP_FOUND);
+	assert_false(has_group(&a, "fg_old", NULL));
+	assert_true(has_group(&a, "fg_new", NULL));
+	group_by_gid(&a, 31104, name, sizeof(name));
+	assert_string_equal(name, "fg_new");
+	assert_non_null(removal(&a, true, "fg_old"));
+
+	assert_int_equal(lookup(&a, LDAP_LOOKUP_GRNAM, "fg_attr_new"), LDAP_LOOKUP_FOUND);
+	assert_false(has_group(&a, "fg_attr_old", NULL));
+	group_by_gid(&a, 31105, name, sizeof(name));
+	assert_string_equal(name, "fg_attr_new");
+	assert_non_null(removal(&a, true, "fg_attr_old"));
+	env_close(&a, true);
+}
+
 /* A change the cache does not keep (a description) moves modifyTimestamp
  * alone: refreshing the user and the group writes the timestamps db only
  * (no durable commit, nothing reported) and renews their timestamps. */
@@ -502,11 +604,10 @@ static void test_only_modify_timestamp_changed(void **state)
 	env_open(&a, NULL, NULL);
 	assert_int_equal(lookup(&a, LDAP_LOOKUP_PWNAM, "fu3"), LDAP_LOOKUP_FOUND);
 	assert_int_equal(lookup(&a, LDAP_LOOKUP_GRNAM, "fg_ts"), LDAP_LOOKUP_FOUND);
-	let_a_second_pass();
-	ldap_modify("dn: uid=fu3," PEOPLE "\\nchangetype: modify\\nreplace: description\\n"
-		    "description: touched\\n\\ndn: cn=fg_ts," GROUPS "\\nchangetype: modify\\n"
-		    "replace: description\\ndescription: touched\\n");
-	expire_all(&a);
+	change_and_expire(
+	    &a, "dn: uid=fu3," PEOPLE "\\nchangetype: modify\\nreplace: description\\n"
+		"description: touched\\n\\ndn: cn=fg_ts," GROUPS "\\nchangetype: modify\\n"
+		"replace: description\\ndescription: touched\\n");
 	uint64_t commits = cache_durable_commits(a.cache);
 	size_t nch = a.nch;
 	int64_t before = (int64_t)time(NULL);
@@ -534,6 +635,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_refresh_removes_what_the_directory_lost),
 	    cmocka_unit_test(test_member_cap),
+	    cmocka_unit_test(test_removed_memberships_go),
+	    cmocka_unit_test(test_renamed_groups_lose_the_old_name),
 	    cmocka_unit_test(test_only_modify_timestamp_changed),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

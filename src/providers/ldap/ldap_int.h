@@ -114,8 +114,11 @@ struct lp_req {
 	size_t scanned;                /* groups already queued for members/parents */
 	struct lp_user *target;        /* initgroups: the user */
 	size_t users_stored;           /* enumeration: users committed page by page */
-	struct lp_vec ru, rg;          /* refresh: user and group names (arena) */
-	int64_t refresh_sent;          /* refresh: unix seconds its searches went out */
+	struct lp_vec ru, rg;          /* refresh, verify: user and group names (arena) */
+	int64_t refresh_sent;          /* refresh, verify: unix seconds its searches went out */
+	/* the verify wave (send_verify) went out: cached groups the answer
+	 * left out, asked for again by name into rg */
+	bool verified;
 	/* some search ended without LDAP_SUCCESS (referral, size or admin
 	 * limit...) or an entry was lost to memory: the answer may lack
 	 * entries the directory has, so a refresh deletes nothing */

@@ -73,6 +73,7 @@ static void req_clear(struct lp_req *r)
 	r->phase = 0;
 	r->pending = 0;
 	r->refresh_sent = 0;
+	r->verified = false;
 	r->partial = false;
 }
 
@@ -273,11 +274,36 @@ static int collect_expired(struct lp_req *r)
 	return rc;
 }
 
-/* refresh: the collected names, LP_MEMBER_BATCH per search. */
+/* The users (group false) or groups named in v, LP_MEMBER_BATCH names per
+ * search. */
+static int send_by_names(struct lp_req *r, bool group, const struct lp_vec *v)
+{
+	struct ldap_domain *ld = r->ld;
+	const char *attr = ld->attr[group ? LDAP_MAP_GROUP_NAME : LDAP_MAP_USER_NAME];
+	struct idc_buf f = IDC_BUF_INIT;
+	int rc = 0;
+	for (size_t i = 0; i < v->n && !rc; i += LP_MEMBER_BATCH) {
+		idc_buf_reset(&f);
+		rc = idc_buf_printf(&f, "(&");
+		if (!rc)
+			rc = oc_filter(&f, ld, !group, group);
+		if (!rc)
+			rc = idc_buf_printf(&f, "(|");
+		for (size_t j = i; j < v->n && j < i + LP_MEMBER_BATCH && !rc; j++)
+			rc = eq_filter(&f, attr, v->v[j]);
+		if (!rc)
+			rc = idc_buf_printf(&f, "))");
+		if (!rc)
+			rc = send_search(r, LP_S_FIND, group ? ld->gbase : ld->ubase, &f, false);
+	}
+	idc_buf_free(&f);
+	return rc;
+}
+
+/* refresh: the collected names. */
 static int send_refresh(struct lp_req *r)
 {
 	struct ldap_domain *ld = r->ld;
-	struct idc_buf f = IDC_BUF_INIT;
 	/* An entry stored in this second or later (by a lookup of its own,
 	 * while this refresh runs) is not deleted on its word (refresh_gone). */
 	r->refresh_sent = (int64_t)time(NULL);
@@ -287,29 +313,11 @@ static int send_refresh(struct lp_req *r)
 			ld->cfg.name, idc_strerror(rc));
 		rc = 0; /* refresh what was collected */
 	}
-	for (int kind = 0; kind < 2 && !rc; kind++) {
-		const struct lp_vec *v = kind ? &r->rg : &r->ru;
-		const char *attr = ld->attr[kind ? LDAP_MAP_GROUP_NAME : LDAP_MAP_USER_NAME];
-		for (size_t i = 0; i < v->n && !rc; i += LP_MEMBER_BATCH) {
-			idc_buf_reset(&f);
-			rc = idc_buf_printf(&f, "(&");
-			if (!rc)
-				rc = oc_filter(&f, ld, !kind, kind);
-			if (!rc)
-				rc = idc_buf_printf(&f, "(|");
-			for (size_t j = i; j < v->n && j < i + LP_MEMBER_BATCH && !rc; j++)
-				rc = eq_filter(&f, attr, v->v[j]);
-			if (!rc)
-				rc = idc_buf_printf(&f, "))");
-			if (!rc)
-				rc = send_search(r, LP_S_FIND, kind ? ld->gbase : ld->ubase, &f,
-						 false);
-		}
-	}
+	for (int kind = 0; kind < 2 && !rc; kind++)
+		rc = send_by_names(r, kind, kind ? &r->rg : &r->ru);
 	if (!rc && (r->ru.n || r->rg.n))
 		idc_log(IDC_LOG_DEBUG, "ldap domain %s: refreshing %zu users and %zu groups",
 			ld->cfg.name, r->ru.n, r->rg.n);
-	idc_buf_free(&f);
 	return rc;
 }
 
@@ -874,9 +882,9 @@ static int refresh_gone(struct lp_req *r, struct cache_reader *rd, bool group,
 }
 
 /* What store() removes: for a lookup by name that found nothing, that
- * name; for a refresh whose every search completed (LDAP_SUCCESS, nothing
- * lost to memory: !r->partial), the names it asked for that the directory
- * answered without. A failed or timed-out search never gets here (the
+ * name; for a refresh or a verify wave whose every search completed
+ * (LDAP_SUCCESS, nothing lost to memory: !r->partial), the names it asked
+ * for that the directory answered without. A failed or timed-out search never gets here (the
  * request is restarted or completed offline without a store). */
 static int collect_gone(struct lp_req *r, enum ldap_lookup_result res, bool page,
 			struct gone_list *gl)
@@ -887,8 +895,8 @@ static int collect_gone(struct lp_req *r, enum ldap_lookup_result res, bool page
 	if (res == LDAP_LOOKUP_NOTFOUND &&
 	    (r->kind == LDAP_LOOKUP_PWNAM || r->kind == LDAP_LOOKUP_GRNAM))
 		return gone_push(gl, 1, r->name, r->kind == LDAP_LOOKUP_GRNAM);
-	if (r->kind != LP_REFRESH || r->partial || (!r->ru.n && !r->rg.n))
-		return 0;
+	if (r->partial || (!r->ru.n && !r->rg.n))
+		return 0; /* neither a refresh nor a verify wave asked by name */
 	struct lp_map unames = {0}, gnames = {0};
 	int rc = answered_names(r, false, &unames);
 	if (!rc)
@@ -1033,6 +1041,97 @@ static void finish(struct lp_req *r)
 	req_complete(r, res);
 }
 
+/* ==== verify ========================================================================= *
+ * A complete answer says what the directory holds; the cache may hold
+ * groups it contradicts by leaving them out: those listing the initgroups
+ * user, or having one of its groups as a member group (it was removed),
+ * and those holding the gid asked for or the gid of a group new to the
+ * cache under its name (a rename: the old name stays otherwise). They are
+ * asked for again by name: what comes back is stored as the directory has
+ * it now, and the names that do not come back are removed (collect_gone).
+ * Nothing is asked when the cache agrees, the usual case. */
+
+struct stale {
+	struct lp_req *r;
+	struct lp_map *seen; /* folded names: the answer's, and those taken */
+};
+
+static int stale_cb(const struct cache_group *g, void *arg)
+{
+	struct stale *x = arg;
+	char *f = fold_name(&x->r->arena, g->name);
+	char *name = idc_arena_strndup(&x->r->arena, g->name, strlen(g->name));
+	if (!f || !name)
+		return -ENOMEM;
+	if (x->r->rg.n >= LP_REFRESH_MAX)
+		return 1; /* enough for one lookup */
+	int rc = lp_map_put(x->seen, f, name);
+	return rc == 0 ? lp_vec_push(&x->r->rg, name) : rc < 0 ? rc : 0;
+}
+
+/* Whether the cache lacks g under its name (cache_group_by_name's
+ * -ENOENT; another error counts as held: nothing to verify). */
+static bool new_name(struct cache_reader *rd, const char *domain, const struct lp_group *g)
+{
+	struct cache_group cg;
+	return cache_group_by_name(rd, &domain, 1, g->name, false, &cg, NULL) == -ENOENT;
+}
+
+static int collect_stale(struct lp_req *r, struct cache_reader *rd, struct lp_map *seen)
+{
+	const char *dom = r->ld->cfg.name;
+	bool up = r->kind == LDAP_LOOKUP_INITGROUPS && r->ld->cfg.schema == LDAP_DOM_RFC2307BIS;
+	struct stale x = {r, seen};
+	int rc = answered_names(r, true, seen);
+	if (!rc && r->target)
+		rc = cache_groups_linked(rd, dom, CACHE_LINK_MEMBER, r->target->name, 0, stale_cb,
+					 &x);
+	if (!rc && r->kind == LDAP_LOOKUP_GRGID)
+		rc = cache_groups_linked(rd, dom, CACHE_LINK_GID, NULL, r->id, stale_cb, &x);
+	for (size_t i = 0; i < r->groups.n && !rc; i++) {
+		const struct lp_group *g = r->groups.v[i];
+		if (up && g->ancestor)
+			rc = cache_groups_linked(rd, dom, CACHE_LINK_NESTED, g->name, 0, stale_cb,
+						 &x);
+		if (!rc && new_name(rd, dom, g))
+			rc = cache_groups_linked(rd, dom, CACHE_LINK_GID, NULL, g->gid, stale_cb,
+						 &x);
+	}
+	return rc == 1 ? 0 : rc;
+}
+
+/* The verify wave: the stale groups' names into r->rg, asked for. A cache
+ * that cannot be read verifies nothing this time. */
+static int send_verify(struct lp_req *r)
+{
+	struct ldap_domain *ld = r->ld;
+	r->verified = true;
+	bool by_lookup = r->kind == LDAP_LOOKUP_GRNAM || r->kind == LDAP_LOOKUP_GRGID ||
+			 r->kind == LDAP_LOOKUP_INITGROUPS;
+	if (!by_lookup || r->partial)
+		return 0; /* an incomplete answer contradicts nothing */
+	r->refresh_sent = (int64_t)time(NULL);
+	struct lp_map seen = {0};
+	struct cache_reader *rd = NULL;
+	int rc = cache_reader_begin(ld->cache, &rd);
+	if (!rc)
+		rc = collect_stale(r, rd, &seen);
+	cache_reader_end(rd);
+	lp_map_free(&seen);
+	if (rc && rc != -ENOMEM) {
+		idc_log(IDC_LOG_WARN, "ldap domain %s: reading the cache to verify an answer: %s",
+			ld->cfg.name, idc_strerror(rc));
+		r->rg.n = 0;
+		rc = 0;
+	}
+	if (!rc && r->rg.n)
+		idc_log(IDC_LOG_DEBUG,
+			"ldap domain %s: %zu cached groups the answer left out "
+			"asked for again",
+			ld->cfg.name, r->rg.n);
+	return rc ? rc : send_by_names(r, true, &r->rg);
+}
+
 /* ==== stepping ======================================================================= */
 
 static struct lp_user *find_target(struct lp_req *r)
@@ -1077,8 +1176,12 @@ static void req_step(struct lp_req *r)
 			rc = send_parents(r);
 		else if (!rc && r->memq.n)
 			rc = send_members(r);
+		else if (!rc && !r->pending && !r->verified)
+			rc = send_verify(r);
 		else if (!rc && !r->pending)
 			return finish(r);
+		if (!rc && !r->pending)
+			return req_step(r); /* nothing went out: the next step */
 	}
 	if (rc == -ENOMEM) {
 		req_complete(r, LDAP_LOOKUP_FAILED);
