@@ -121,6 +121,15 @@ int cache_uid_taken(struct cache_txn *t, const char *domain, uint32_t uid, const
 int cache_gid_taken(struct cache_txn *t, const char *domain, uint32_t gid, const char *name,
 		    char other[CACHE_NAME_MAX + 1]);
 
+/* The name user `name` of domain is stored under (names compare with the
+ * cache's rule, so it may differ in case), as stored so far in this
+ * transaction: 1 with it copied into out[0..CACHE_NAME_MAX], 0 when no
+ * user has the name, or a negative error. A provider that learns a member
+ * name from elsewhere than the user's entry (an LDAP member DN's RDN)
+ * lists the user as it is named. */
+int cache_user_name(struct cache_txn *t, const char *domain, const char *name,
+		    char out[CACHE_NAME_MAX + 1]);
+
 /* Remove; -ENOENT when absent. */
 int cache_del_user(struct cache_txn *t, const char *domain, const char *name, struct idc_diag *d);
 int cache_del_group(struct cache_txn *t, const char *domain, const char *name, struct idc_diag *d);

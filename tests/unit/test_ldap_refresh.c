@@ -501,6 +501,15 @@ static void change_and_expire(struct env *e, const char *ldif)
 	expire_all(e);
 }
 
+/* An initgroups lookup of user, then its groups as the cache holds them. */
+static void initgroups_are(struct env *e, const char *user, const char *want)
+{
+	char gids[128];
+	assert_int_equal(lookup(e, LDAP_LOOKUP_INITGROUPS, user), LDAP_LOOKUP_FOUND);
+	lh_gids_of(e->cache, "dir", user, gids, sizeof(gids));
+	assert_string_equal(gids, want);
+}
+
 /* The change reported for group name since change number from: in place
  * (same name before and after), or NULL. */
 static const struct change *changed_in_place(const struct env *e, size_t from, const char *name)
@@ -532,18 +541,13 @@ static void test_removed_memberships_go(void **state)
 	(void)state;
 	struct env a;
 	env_open(&a, NULL, NULL);
-	char gids[128];
-	assert_int_equal(lookup(&a, LDAP_LOOKUP_INITGROUPS, "fu1"), LDAP_LOOKUP_FOUND);
-	lh_gids_of(a.cache, "dir", "fu1", gids, sizeof(gids));
-	assert_string_equal(gids, "31101,31102,31103");
-	let_a_second_pass();
-	ldap_modify("dn: cn=fg_direct," GROUPS "\\nchangetype: modify\\ndelete: memberUid\\n"
-		    "memberUid: fu1\\n\\ndn: cn=fg_parent," GROUPS "\\nchangetype: modify\\n"
-		    "delete: member\\nmember: cn=fg_dn," GROUPS "\\n");
+	initgroups_are(&a, "fu1", "31101,31102,31103");
+	change_and_expire(&a,
+			  "dn: cn=fg_direct," GROUPS "\\nchangetype: modify\\ndelete: memberUid\\n"
+			  "memberUid: fu1\\n\\ndn: cn=fg_parent," GROUPS "\\nchangetype: modify\\n"
+			  "delete: member\\nmember: cn=fg_dn," GROUPS "\\n");
 	size_t nch = a.nch;
-	assert_int_equal(lookup(&a, LDAP_LOOKUP_INITGROUPS, "fu1"), LDAP_LOOKUP_FOUND);
-	lh_gids_of(a.cache, "dir", "fu1", gids, sizeof(gids));
-	assert_string_equal(gids, "31102");
+	initgroups_are(&a, "fu1", "31102");
 	assert_non_null(changed_in_place(&a, nch, "fg_direct"));
 	const struct change *p = changed_in_place(&a, nch, "fg_parent");
 	assert_non_null(p);
@@ -552,9 +556,7 @@ static void test_removed_memberships_go(void **state)
 
 	change_and_expire(&a, "dn: cn=fg_dn," GROUPS "\\nchangetype: modify\\ndelete: member\\n"
 			      "member: uid=fu1," PEOPLE "\\n");
-	assert_int_equal(lookup(&a, LDAP_LOOKUP_INITGROUPS, "fu1"), LDAP_LOOKUP_FOUND);
-	lh_gids_of(a.cache, "dir", "fu1", gids, sizeof(gids));
-	assert_string_equal(gids, "");
+	initgroups_are(&a, "fu1", "");
 	assert_false(a.unknown);
 	env_close(&a, true);
 }
@@ -591,6 +593,30 @@ static void test_renamed_groups_lose_the_old_name(void **state)
 	group_by_gid(&a, 31105, name, sizeof(name));
 	assert_string_equal(name, "fg_attr_new");
 	assert_non_null(removal(&a, true, "fg_attr_old"));
+	env_close(&a, true);
+}
+
+/* fg_case has "member: uid=FU2,..." for user fu2 (uid is caseIgnore):
+ * the group lists fu2 as the user is named, and fu2's groups hold it. */
+static void test_member_dn_in_another_case(void **state)
+{
+	(void)state;
+	struct env a;
+	env_open(&a, NULL, NULL);
+	initgroups_are(&a, "fu2", "31106");
+	const char *doms[] = {"dir"};
+	for (int round = 0; round < 2; round++) {
+		struct cache_reader *r;
+		struct cache_group g;
+		assert_int_equal(cache_reader_begin(a.cache, &r), 0);
+		assert_int_equal(cache_group_by_name(r, doms, 1, "fg_case", true, &g, NULL), 0);
+		assert_int_equal(g.nmembers, 1);
+		assert_string_equal(g.members[0], "fu2");
+		cache_reader_end(r);
+		/* again by the group's own lookup, fu2 being cached */
+		expire_all(&a);
+		assert_int_equal(lookup(&a, LDAP_LOOKUP_GRNAM, "fg_case"), LDAP_LOOKUP_FOUND);
+	}
 	env_close(&a, true);
 }
 
@@ -637,6 +663,7 @@ int main(void)
 	    cmocka_unit_test(test_member_cap),
 	    cmocka_unit_test(test_removed_memberships_go),
 	    cmocka_unit_test(test_renamed_groups_lose_the_old_name),
+	    cmocka_unit_test(test_member_dn_in_another_case),
 	    cmocka_unit_test(test_only_modify_timestamp_changed),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -538,6 +538,7 @@ static void add_members(struct ent *e, struct lp_group *g, const char *names_att
 		if (s)
 			g->uids[g->nuids++] = s;
 	}
+	g->nuid_values = g->nuids;
 	for (size_t i = 0; g->uids && g->mdns && i < nd; i++) {
 		const char *name = rdn_name(e, dv[i]);
 		if (name) {

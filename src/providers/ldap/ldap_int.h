@@ -63,9 +63,10 @@ struct lp_user {
 struct lp_group {
 	const char *dn, *ndn, *name;
 	uint32_t gid;
-	const char **uids; /* memberUid values */
+	const char **uids; /* memberUid values, then names from member DNs' RDNs */
 	size_t nuids;
-	const char **mdns; /* normalized member DNs */
+	size_t nuid_values; /* uids[0..nuid_values) came from memberUid */
+	const char **mdns;  /* normalized member DNs */
 	size_t nmdns;
 	bool ancestor; /* found walking up from the user: its parents are wanted */
 	bool stored;   /* enumeration: committed with an earlier page */

@@ -711,6 +711,22 @@ static void note_shared_id(struct ldap_domain *ld, struct cache_txn *t, bool gro
 			    other);
 }
 
+/* A member named by its DN's RDN (ldap_member_names_from_rdn): the RDN
+ * value matches the user's name under the naming attribute's rule, not
+ * byte for byte ("uid=USER1" for user1), so the group lists the user as
+ * the cache holds it (stored earlier in this transaction or before). A
+ * user the cache does not hold keeps the RDN's spelling. */
+static int rdn_member(struct cache_txn *t, struct lp_req *r, const char **name)
+{
+	char stored[CACHE_NAME_MAX + 1];
+	int rc = cache_user_name(t, r->ld->cfg.name, *name, stored);
+	if (rc == 1 && strcmp(stored, *name)) {
+		*name = idc_arena_strndup(&r->arena, stored, strlen(stored));
+		rc = *name ? 0 : -ENOMEM;
+	}
+	return rc < 0 ? rc : 0;
+}
+
 /* Store g; when tr is on and the record changed, *out gets what was
  * stored (the lists copied into tr's arena). */
 static int put_group(struct cache_txn *t, struct lp_req *r, struct lp_group *g, struct track *tr,
@@ -725,9 +741,14 @@ static int put_group(struct cache_txn *t, struct lp_req *r, struct lp_group *g, 
 		return -ENOMEM;
 	}
 	size_t nn = 0, ng = 0;
-	for (size_t i = 0; i < g->nuids; i++)
-		names[nn++] = g->uids[i];
-	for (size_t i = 0; i < g->nmdns; i++) {
+	int rc = 0;
+	for (size_t i = 0; i < g->nuids && !rc; i++) {
+		names[nn] = g->uids[i];
+		if (i >= g->nuid_values)
+			rc = rdn_member(t, r, &names[nn]);
+		nn++;
+	}
+	for (size_t i = 0; i < g->nmdns && !rc; i++) {
 		struct lp_user *u = lp_map_get(&r->udn, g->mdns[i]);
 		struct lp_group *m = u ? NULL : lp_map_get(&r->gdn, g->mdns[i]);
 		if (u)
@@ -737,7 +758,8 @@ static int put_group(struct cache_txn *t, struct lp_req *r, struct lp_group *g, 
 	}
 	struct cache_group cg = {g->name, g->gid, 0, names, nn, nested, ng, g->dn};
 	bool changed = false;
-	int rc = cache_put_group(t, r->ld->cfg.name, &cg, &changed, d);
+	if (!rc)
+		rc = cache_put_group(t, r->ld->cfg.name, &cg, &changed, d);
 	if (rc == 0 && changed)
 		note_shared_id(r->ld, t, true, g->dn, g->name, g->gid);
 	if (rc == 0 && changed && tr->on && !tr->unknown) {
