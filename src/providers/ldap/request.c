@@ -10,7 +10,10 @@
  *              batches of LP_PARENT_BATCH DNs per search, until no new group;
  *   members:   member DNs no search has returned yet, batched by the
  *              naming attribute of their RDN, (|(uid=a)(uid=b)...), and
- *              matched back by DN; found groups bring their own members.
+ *              matched back by DN; found groups bring their own members;
+ *   verify:    lookups of groups and initgroups, once the rest is done: the
+ *              cached groups the answer contradicts by leaving them out,
+ *              asked for again by name (usually none: nothing is sent).
  * Every DN is asked for at most once per lookup, so nested groups with a
  * cycle end. Then everything found is written in one cache transaction.
  * An enumeration commits as its pages arrive (lp_req_page): the users of
@@ -1018,6 +1021,11 @@ static int store(struct lp_req *r, enum ldap_lookup_result res, bool page, struc
 			"ldap domain %s: refresh: %zu users and %zu groups no longer in the "
 			"directory removed from the cache",
 			ld->cfg.name, nu, ng);
+	else if (r->rg.n && ng)
+		idc_log(IDC_LOG_INFO,
+			"ldap domain %s: %zu cached groups no longer in the directory under their "
+			"names (removed or renamed) removed from the cache",
+			ld->cfg.name, ng);
 	r->users_stored = r->users.n;
 	for (size_t i = 0; i < r->groups.n; i++) {
 		struct lp_group *g = r->groups.v[i];
@@ -1081,12 +1089,12 @@ struct stale {
 static int stale_cb(const struct cache_group *g, void *arg)
 {
 	struct stale *x = arg;
+	if (x->r->rg.n >= LP_REFRESH_MAX)
+		return 1; /* enough for one lookup */
 	char *f = fold_name(&x->r->arena, g->name);
 	char *name = idc_arena_strndup(&x->r->arena, g->name, strlen(g->name));
 	if (!f || !name)
 		return -ENOMEM;
-	if (x->r->rg.n >= LP_REFRESH_MAX)
-		return 1; /* enough for one lookup */
 	int rc = lp_map_put(x->seen, f, name);
 	return rc == 0 ? lp_vec_push(&x->r->rg, name) : rc < 0 ? rc : 0;
 }
