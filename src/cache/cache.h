@@ -187,15 +187,17 @@ typedef int (*cache_group_cb)(const struct cache_group *g, void *arg);
 int cache_enum_users(struct cache_reader *r, const char *domain, cache_user_cb cb, void *arg);
 int cache_enum_groups(struct cache_reader *r, const char *domain, cache_group_cb cb, void *arg);
 
-/* The groups of domain linked to a name or an id, in provider order, to
- * cb as cache_enum_groups calls it: CACHE_LINK_MEMBER, those that list
- * user `name` (memberUid, as cache_initgroups finds them); CACHE_LINK_NESTED,
- * those that have group `name` as a member group; CACHE_LINK_GID, those
- * holding gid. A provider compares them with what the directory answered,
- * to ask again for what the answer left out. 0 when none. */
+/* The names of the groups of domain linked to a name or an id, in provider
+ * order, to cb (valid during the call; a non-zero return stops and is
+ * returned): CACHE_LINK_MEMBER, the groups that list user `name`
+ * (memberUid, as cache_initgroups finds them); CACHE_LINK_NESTED, those that
+ * have group `name` as a member group; CACHE_LINK_GID, those holding gid. A
+ * provider compares them with what the directory answered, to ask again
+ * for what the answer left out. 0 when none. */
 enum cache_link { CACHE_LINK_MEMBER, CACHE_LINK_NESTED, CACHE_LINK_GID };
+typedef int (*cache_name_cb)(const char *name, void *arg);
 int cache_groups_linked(struct cache_reader *r, const char *domain, enum cache_link how,
-			const char *name, uint32_t gid, cache_group_cb cb, void *arg);
+			const char *name, uint32_t gid, cache_name_cb cb, void *arg);
 
 /* ---- expiry ------------------------------------------------------------------------- */
 

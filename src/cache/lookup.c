@@ -562,13 +562,10 @@ int cache_enum_users(struct cache_reader *r, const char *domain, cache_user_cb c
 	return rc;
 }
 
-/* The groups of domain matching filter (NULL: all) to cb, in provider
- * order. */
-static int groups_where(struct cache_reader *r, const char *domain, const struct idc_buf *filter,
-			cache_group_cb cb, void *arg)
+int cache_enum_groups(struct cache_reader *r, const char *domain, cache_group_cb cb, void *arg)
 {
 	struct collect c = {0};
-	int rc = collect_kind(r, KIND_GROUP, domain, filter, &c);
+	int rc = collect_kind(r, KIND_GROUP, domain, NULL, &c);
 	for (size_t i = 0; i < c.n && !rc; i++) {
 		struct store_entry e;
 		struct cache_group g;
@@ -583,24 +580,35 @@ static int groups_where(struct cache_reader *r, const char *domain, const struct
 	return rc;
 }
 
-int cache_enum_groups(struct cache_reader *r, const char *domain, cache_group_cb cb, void *arg)
+/* The filter a link is searched with, into ft. */
+static int link_filter(struct cache_reader *r, const char *domain, enum cache_link how,
+		       const char *name, uint32_t gid, struct idc_buf *ft)
 {
-	return groups_where(r, domain, NULL, cb, arg);
+	if (how == CACHE_LINK_GID)
+		return idc_buf_printf(ft, "(gidNumber=%u)", (unsigned)gid);
+	if (how == CACHE_LINK_MEMBER)
+		return eq_filter(ft, "memberUid", (struct store_val){name, strlen(name)});
+	int rc = cache_dn_entry(&r->tmp, KIND_GROUP, domain, name);
+	return rc ? rc : eq_filter(ft, "member", (struct store_val){r->tmp.data, r->tmp.len});
 }
 
 int cache_groups_linked(struct cache_reader *r, const char *domain, enum cache_link how,
-			const char *name, uint32_t gid, cache_group_cb cb, void *arg)
+			const char *name, uint32_t gid, cache_name_cb cb, void *arg)
 {
 	struct idc_buf ft = IDC_BUF_INIT;
-	int rc = 0;
-	if (how == CACHE_LINK_GID)
-		rc = idc_buf_printf(&ft, "(gidNumber=%u)", (unsigned)gid);
-	else if (how == CACHE_LINK_MEMBER)
-		rc = eq_filter(&ft, "memberUid", (struct store_val){name, strlen(name)});
-	else if (!(rc = cache_dn_entry(&r->tmp, KIND_GROUP, domain, name)))
-		rc = eq_filter(&ft, "member", (struct store_val){r->tmp.data, r->tmp.len});
+	struct collect c = {0};
+	int rc = link_filter(r, domain, how, name, gid, &ft);
 	if (!rc)
-		rc = groups_where(r, domain, &ft, cb, arg);
+		rc = collect_kind(r, KIND_GROUP, domain, &ft, &c);
+	for (size_t i = 0; i < c.n && !rc; i++) {
+		struct store_entry e;
+		idc_arena_reset(&r->arena);
+		rc = store_get_id(r->st, c.v[i].id, &e);
+		const char *gname = rc ? NULL : str(r, &e, "name");
+		if (!rc)
+			rc = gname ? cb(gname, arg) : -ENOMEM;
+	}
+	free(c.v);
 	idc_buf_free(&ft);
 	return rc;
 }

@@ -111,6 +111,7 @@ struct lp_req {
 	struct lp_vec users, groups;   /* lp_user *, lp_group * */
 	struct lp_map udn, gdn, uname; /* ndn -> user/group, name -> user */
 	struct lp_map asked;           /* member ndns already asked for */
+	struct lp_map rdn_names;       /* store: member name from an RDN -> as cached */
 	struct lp_vec memq, parentq;   /* ndns to resolve / whose parents to find */
 	size_t scanned;                /* groups already queued for members/parents */
 	struct lp_user *target;        /* initgroups: the user */

@@ -70,6 +70,7 @@ static void req_clear(struct lp_req *r)
 	lp_map_free(&r->gdn);
 	lp_map_free(&r->uname);
 	lp_map_free(&r->asked);
+	lp_map_free(&r->rdn_names);
 	r->scanned = 0;
 	r->users_stored = 0;
 	r->target = NULL;
@@ -721,13 +722,19 @@ static void note_shared_id(struct ldap_domain *ld, struct cache_txn *t, bool gro
  * user the cache does not hold keeps the RDN's spelling. */
 static int rdn_member(struct cache_txn *t, struct lp_req *r, const char **name)
 {
-	char stored[CACHE_NAME_MAX + 1];
-	int rc = cache_user_name(t, r->ld->cfg.name, *name, stored);
-	if (rc == 1 && strcmp(stored, *name)) {
-		*name = idc_arena_strndup(&r->arena, stored, strlen(stored));
-		rc = *name ? 0 : -ENOMEM;
+	const char *known = lp_map_get(&r->rdn_names, *name);
+	if (known) { /* a member of many groups is looked up once */
+		*name = known;
+		return 0;
 	}
-	return rc < 0 ? rc : 0;
+	char stored[CACHE_NAME_MAX + 1];
+	const char *rdn = *name;
+	int rc = cache_user_name(t, r->ld->cfg.name, rdn, stored);
+	if (rc == 1 && strcmp(stored, rdn))
+		*name = idc_arena_strndup(&r->arena, stored, strlen(stored));
+	if (rc >= 0 && !*name)
+		return -ENOMEM;
+	return rc < 0 ? rc : lp_map_put(&r->rdn_names, rdn, (void *)*name) < 0 ? -ENOMEM : 0;
 }
 
 /* Store g; when tr is on and the record changed, *out gets what was
@@ -1083,35 +1090,57 @@ static void finish(struct lp_req *r)
 
 struct stale {
 	struct lp_req *r;
-	struct lp_map *seen; /* folded names: the answer's, and those taken */
+	struct lp_map *seen;    /* folded names: the answer's, and those taken */
+	struct lp_vec *holders; /* renamed_from: the names holding one gid */
 };
 
-static int stale_cb(const struct cache_group *g, void *arg)
+/* Take name unless the answer holds it or it was taken already. */
+static int take_stale(struct stale *x, const char *name)
 {
-	struct stale *x = arg;
 	if (x->r->rg.n >= LP_REFRESH_MAX)
 		return 1; /* enough for one lookup */
-	char *f = fold_name(&x->r->arena, g->name);
-	char *name = idc_arena_strndup(&x->r->arena, g->name, strlen(g->name));
-	if (!f || !name)
+	char *f = fold_name(&x->r->arena, name);
+	char *copy = idc_arena_strndup(&x->r->arena, name, strlen(name));
+	if (!f || !copy)
 		return -ENOMEM;
-	int rc = lp_map_put(x->seen, f, name);
-	return rc == 0 ? lp_vec_push(&x->r->rg, name) : rc < 0 ? rc : 0;
+	int rc = lp_map_put(x->seen, f, copy);
+	return rc == 0 ? lp_vec_push(&x->r->rg, copy) : rc < 0 ? rc : 0;
 }
 
-/* Whether the cache lacks g under its name (cache_group_by_name's
- * -ENOENT; another error counts as held: nothing to verify). */
-static bool new_name(struct cache_reader *rd, const char *domain, const struct lp_group *g)
+static int stale_cb(const char *name, void *arg)
 {
-	struct cache_group cg;
-	return cache_group_by_name(rd, &domain, 1, g->name, false, &cg, NULL) == -ENOENT;
+	return take_stale(arg, name);
+}
+
+static int holder_cb(const char *name, void *arg)
+{
+	struct stale *x = arg;
+	char *copy = idc_arena_strndup(&x->r->arena, name, strlen(name));
+	return copy ? lp_vec_push(x->holders, copy) : -ENOMEM;
+}
+
+/* The cached groups holding g's gid, when none of them is g's name: g is
+ * new to the cache under its name, perhaps renamed from one of them. */
+static int renamed_from(struct stale *x, struct cache_reader *rd, const struct lp_group *g)
+{
+	struct lp_vec holders = {0};
+	x->holders = &holders;
+	int rc =
+	    cache_groups_linked(rd, x->r->ld->cfg.name, CACHE_LINK_GID, NULL, g->gid, holder_cb, x);
+	bool held = false;
+	for (size_t i = 0; i < holders.n && !held; i++)
+		held = name_eq(holders.v[i], g->name);
+	for (size_t i = 0; i < holders.n && !held && !rc; i++)
+		rc = take_stale(x, holders.v[i]);
+	lp_vec_free(&holders);
+	return rc;
 }
 
 static int collect_stale(struct lp_req *r, struct cache_reader *rd, struct lp_map *seen)
 {
 	const char *dom = r->ld->cfg.name;
 	bool up = r->kind == LDAP_LOOKUP_INITGROUPS && r->ld->cfg.schema == LDAP_DOM_RFC2307BIS;
-	struct stale x = {r, seen};
+	struct stale x = {r, seen, NULL};
 	int rc = answered_names(r, true, seen);
 	if (!rc && r->target)
 		rc = cache_groups_linked(rd, dom, CACHE_LINK_MEMBER, r->target->name, 0, stale_cb,
@@ -1123,9 +1152,8 @@ static int collect_stale(struct lp_req *r, struct cache_reader *rd, struct lp_ma
 		if (up && g->ancestor)
 			rc = cache_groups_linked(rd, dom, CACHE_LINK_NESTED, g->name, 0, stale_cb,
 						 &x);
-		if (!rc && new_name(rd, dom, g))
-			rc = cache_groups_linked(rd, dom, CACHE_LINK_GID, NULL, g->gid, stale_cb,
-						 &x);
+		if (!rc)
+			rc = renamed_from(&x, rd, g);
 	}
 	return rc == 1 ? 0 : rc;
 }
