@@ -187,17 +187,18 @@ typedef int (*cache_group_cb)(const struct cache_group *g, void *arg);
 int cache_enum_users(struct cache_reader *r, const char *domain, cache_user_cb cb, void *arg);
 int cache_enum_groups(struct cache_reader *r, const char *domain, cache_group_cb cb, void *arg);
 
-/* The names of the groups of domain linked to a name or an id, in provider
- * order, to cb (valid during the call; a non-zero return stops and is
- * returned): CACHE_LINK_MEMBER, the groups that list user `name`
- * (memberUid, as cache_initgroups finds them); CACHE_LINK_NESTED, those that
- * have group `name` as a member group; CACHE_LINK_GID, those holding gid. A
- * provider compares them with what the directory answered, to ask again
- * for what the answer left out. 0 when none. */
-enum cache_link { CACHE_LINK_MEMBER, CACHE_LINK_NESTED, CACHE_LINK_GID };
+/* The names of the entries of domain linked to a name or an id, in
+ * provider order, to cb (valid during the call; a non-zero return stops and
+ * is returned): CACHE_LINK_MEMBER, the groups that list user `name`
+ * (memberUid, as cache_initgroups finds them); CACHE_LINK_NESTED, the groups
+ * that have group `name` as a member group; CACHE_LINK_GID, the groups
+ * holding gid `id`; CACHE_LINK_UID, the users holding uid `id`. A provider
+ * compares them with what the directory answered, to ask again for what the
+ * answer left out. 0 when none. */
+enum cache_link { CACHE_LINK_MEMBER, CACHE_LINK_NESTED, CACHE_LINK_GID, CACHE_LINK_UID };
 typedef int (*cache_name_cb)(const char *name, void *arg);
-int cache_groups_linked(struct cache_reader *r, const char *domain, enum cache_link how,
-			const char *name, uint32_t gid, cache_name_cb cb, void *arg);
+int cache_linked(struct cache_reader *r, const char *domain, enum cache_link how, const char *name,
+		 uint32_t id, cache_name_cb cb, void *arg);
 
 /* ---- expiry ------------------------------------------------------------------------- */
 

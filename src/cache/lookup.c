@@ -582,24 +582,26 @@ int cache_enum_groups(struct cache_reader *r, const char *domain, cache_group_cb
 
 /* The filter a link is searched with, into ft. */
 static int link_filter(struct cache_reader *r, const char *domain, enum cache_link how,
-		       const char *name, uint32_t gid, struct idc_buf *ft)
+		       const char *name, uint32_t id, struct idc_buf *ft)
 {
-	if (how == CACHE_LINK_GID)
-		return idc_buf_printf(ft, "(gidNumber=%u)", (unsigned)gid);
+	if (how == CACHE_LINK_UID || how == CACHE_LINK_GID)
+		return idc_buf_printf(
+		    ft, "(%s=%u)", how == CACHE_LINK_UID ? "uidNumber" : "gidNumber", (unsigned)id);
 	if (how == CACHE_LINK_MEMBER)
 		return eq_filter(ft, "memberUid", (struct store_val){name, strlen(name)});
 	int rc = cache_dn_entry(&r->tmp, KIND_GROUP, domain, name);
 	return rc ? rc : eq_filter(ft, "member", (struct store_val){r->tmp.data, r->tmp.len});
 }
 
-int cache_groups_linked(struct cache_reader *r, const char *domain, enum cache_link how,
-			const char *name, uint32_t gid, cache_name_cb cb, void *arg)
+int cache_linked(struct cache_reader *r, const char *domain, enum cache_link how, const char *name,
+		 uint32_t id, cache_name_cb cb, void *arg)
 {
 	struct idc_buf ft = IDC_BUF_INIT;
 	struct collect c = {0};
-	int rc = link_filter(r, domain, how, name, gid, &ft);
+	int rc = link_filter(r, domain, how, name, id, &ft);
 	if (!rc)
-		rc = collect_kind(r, KIND_GROUP, domain, &ft, &c);
+		rc = collect_kind(r, how == CACHE_LINK_UID ? KIND_USER : KIND_GROUP, domain, &ft,
+				  &c);
 	for (size_t i = 0; i < c.n && !rc; i++) {
 		struct store_entry e;
 		idc_arena_reset(&r->arena);

@@ -218,10 +218,11 @@ static void on_result(enum ldap_lookup_result res, void *arg)
 	r->res = res;
 }
 
-static enum ldap_lookup_result lookup(struct env *e, enum ldap_lookup_kind kind, const char *name)
+static enum ldap_lookup_result lookup_key(struct env *e, enum ldap_lookup_kind kind,
+					  const char *name, uint32_t id)
 {
 	struct result r = {false, LDAP_LOOKUP_FAILED};
-	enum ldap_lookup_result res = ldap_domain_lookup(e->ld, kind, name, 0, on_result, &r);
+	enum ldap_lookup_result res = ldap_domain_lookup(e->ld, kind, name, id, on_result, &r);
 	if (res != LDAP_LOOKUP_PENDING)
 		return res;
 	uint64_t until = idc_now_ns() + 20000000000ull;
@@ -229,6 +230,17 @@ static enum ldap_lookup_result lookup(struct env *e, enum ldap_lookup_kind kind,
 		pump(e);
 	assert_true(r.done);
 	return r.res;
+}
+
+static enum ldap_lookup_result lookup(struct env *e, enum ldap_lookup_kind kind, const char *name)
+{
+	return lookup_key(e, kind, name, 0);
+}
+
+/* The same by id (PWUID, GRGID). */
+static enum ldap_lookup_result lookup_id(struct env *e, enum ldap_lookup_kind kind, uint32_t id)
+{
+	return lookup_key(e, kind, NULL, id);
 }
 
 /* Mark everything expired and run a refresh now, until it is over. */
@@ -576,12 +588,7 @@ static void test_renamed_groups_lose_the_old_name(void **state)
 			      "deleteoldrdn: 1\\n\\ndn: gidNumber=31105," GROUPS
 			      "\\nchangetype: modify\\n"
 			      "replace: cn\\ncn: fg_attr_new\\n");
-	struct result r = {false, LDAP_LOOKUP_FAILED};
-	assert_int_equal(ldap_domain_lookup(a.ld, LDAP_LOOKUP_GRGID, NULL, 31104, on_result, &r),
-			 LDAP_LOOKUP_PENDING);
-	for (uint64_t until = idc_now_ns() + 20000000000ull; !r.done && idc_now_ns() < until;)
-		pump(&a);
-	assert_int_equal(r.res, LDAP_LOOKUP_FOUND);
+	assert_int_equal(lookup_id(&a, LDAP_LOOKUP_GRGID, 31104), LDAP_LOOKUP_FOUND);
 	assert_false(has_group(&a, "fg_old", NULL));
 	assert_true(has_group(&a, "fg_new", NULL));
 	group_by_gid(&a, 31104, name, sizeof(name));
@@ -593,6 +600,30 @@ static void test_renamed_groups_lose_the_old_name(void **state)
 	group_by_gid(&a, 31105, name, sizeof(name));
 	assert_string_equal(name, "fg_attr_new");
 	assert_non_null(removal(&a, true, "fg_attr_old"));
+	env_close(&a, true);
+}
+
+/* fu4 gets a new DN and name (uid=fu4new): a lookup by its uid leaves only
+ * the new name cached, and the old one is reported removed. */
+static void test_renamed_user_loses_the_old_name(void **state)
+{
+	(void)state;
+	struct env a;
+	env_open(&a, NULL, NULL);
+	assert_int_equal(lookup(&a, LDAP_LOOKUP_PWNAM, "fu4"), LDAP_LOOKUP_FOUND);
+	change_and_expire(&a, "dn: uid=fu4," PEOPLE "\\nchangetype: modrdn\\nnewrdn: uid=fu4new\\n"
+			      "deleteoldrdn: 1\\n");
+	assert_int_equal(lookup_id(&a, LDAP_LOOKUP_PWUID, 30104), LDAP_LOOKUP_FOUND);
+	assert_false(has_user(&a, "fu4"));
+	assert_true(has_user(&a, "fu4new"));
+	const char *doms[] = {"dir"};
+	struct cache_reader *rd;
+	struct cache_user u;
+	assert_int_equal(cache_reader_begin(a.cache, &rd), 0);
+	assert_int_equal(cache_user_by_uid(rd, doms, 1, 30104, &u, NULL), 0);
+	assert_string_equal(u.name, "fu4new");
+	cache_reader_end(rd);
+	assert_non_null(removal(&a, false, "fu4"));
 	env_close(&a, true);
 }
 
@@ -663,6 +694,7 @@ int main(void)
 	    cmocka_unit_test(test_member_cap),
 	    cmocka_unit_test(test_removed_memberships_go),
 	    cmocka_unit_test(test_renamed_groups_lose_the_old_name),
+	    cmocka_unit_test(test_renamed_user_loses_the_old_name),
 	    cmocka_unit_test(test_member_dn_in_another_case),
 	    cmocka_unit_test(test_only_modify_timestamp_changed),
 	};

@@ -1028,11 +1028,11 @@ static int store(struct lp_req *r, enum ldap_lookup_result res, bool page, struc
 			"ldap domain %s: refresh: %zu users and %zu groups no longer in the "
 			"directory removed from the cache",
 			ld->cfg.name, nu, ng);
-	else if (r->rg.n && ng)
+	else if (nu + ng)
 		idc_log(IDC_LOG_INFO,
-			"ldap domain %s: %zu cached groups no longer in the directory under their "
-			"names (removed or renamed) removed from the cache",
-			ld->cfg.name, ng);
+			"ldap domain %s: %zu users and %zu groups no longer in the directory under "
+			"their cached names (removed or renamed) removed from the cache",
+			ld->cfg.name, nu, ng);
 	r->users_stored = r->users.n;
 	for (size_t i = 0; i < r->groups.n; i++) {
 		struct lp_group *g = r->groups.v[i];
@@ -1080,31 +1080,34 @@ static void finish(struct lp_req *r)
 
 /* ==== verify ========================================================================= *
  * A complete answer says what the directory holds; the cache may hold
- * groups it contradicts by leaving them out: those listing the initgroups
- * user, or having one of its groups as a member group (it was removed),
- * and those holding the gid asked for or the gid of a group new to the
- * cache under its name (a rename: the old name stays otherwise). They are
- * asked for again by name: what comes back is stored as the directory has
- * it now, and the names that do not come back are removed (collect_gone).
+ * entries it contradicts by leaving them out: groups listing the
+ * initgroups user, or having one of its groups as a member group (it was
+ * removed); groups holding the gid asked for, users holding the uid asked
+ * for; and the groups or users holding the id of an entry new to the cache
+ * under its name (a rename: the old name stays otherwise). They are asked
+ * for again by name: what comes back is stored as the directory has it
+ * now, and the names that do not come back are removed (collect_gone).
  * Nothing is asked when the cache agrees, the usual case. */
 
+/* Names of one kind to ask for again. */
 struct stale {
 	struct lp_req *r;
-	struct lp_map *seen;    /* folded names: the answer's, and those taken */
-	struct lp_vec *holders; /* renamed_from: the names holding one gid */
+	struct lp_map seen;     /* folded names: the answer's, and those taken */
+	struct lp_vec *out;     /* r->ru or r->rg */
+	struct lp_vec *holders; /* renamed_from: the names holding one id */
 };
 
 /* Take name unless the answer holds it or it was taken already. */
 static int take_stale(struct stale *x, const char *name)
 {
-	if (x->r->rg.n >= LP_REFRESH_MAX)
+	if (x->out->n >= LP_REFRESH_MAX)
 		return 1; /* enough for one lookup */
 	char *f = fold_name(&x->r->arena, name);
 	char *copy = idc_arena_strndup(&x->r->arena, name, strlen(name));
 	if (!f || !copy)
 		return -ENOMEM;
-	int rc = lp_map_put(x->seen, f, copy);
-	return rc == 0 ? lp_vec_push(&x->r->rg, copy) : rc < 0 ? rc : 0;
+	int rc = lp_map_put(&x->seen, f, copy);
+	return rc == 0 ? lp_vec_push(x->out, copy) : rc < 0 ? rc : 0;
 }
 
 static int stale_cb(const char *name, void *arg)
@@ -1119,74 +1122,96 @@ static int holder_cb(const char *name, void *arg)
 	return copy ? lp_vec_push(x->holders, copy) : -ENOMEM;
 }
 
-/* The cached groups holding g's gid, when none of them is g's name: g is
- * new to the cache under its name, perhaps renamed from one of them. */
-static int renamed_from(struct stale *x, struct cache_reader *rd, const struct lp_group *g)
+/* The cached entries holding id (how: CACHE_LINK_UID or _GID), when none
+ * of them is `name`: that entry is new to the cache under its name,
+ * perhaps renamed from one of them. */
+static int renamed_from(struct stale *x, struct cache_reader *rd, enum cache_link how, uint32_t id,
+			const char *name)
 {
 	struct lp_vec holders = {0};
 	x->holders = &holders;
-	int rc =
-	    cache_groups_linked(rd, x->r->ld->cfg.name, CACHE_LINK_GID, NULL, g->gid, holder_cb, x);
+	int rc = cache_linked(rd, x->r->ld->cfg.name, how, NULL, id, holder_cb, x);
 	bool held = false;
 	for (size_t i = 0; i < holders.n && !held; i++)
-		held = name_eq(holders.v[i], g->name);
+		held = name_eq(holders.v[i], name);
 	for (size_t i = 0; i < holders.n && !held && !rc; i++)
 		rc = take_stale(x, holders.v[i]);
 	lp_vec_free(&holders);
 	return rc;
 }
 
-static int collect_stale(struct lp_req *r, struct cache_reader *rd, struct lp_map *seen)
+static int stale_users(struct lp_req *r, struct cache_reader *rd, struct stale *x)
 {
 	const char *dom = r->ld->cfg.name;
-	bool up = r->kind == LDAP_LOOKUP_INITGROUPS && r->ld->cfg.schema == LDAP_DOM_RFC2307BIS;
-	struct stale x = {r, seen, NULL};
-	int rc = answered_names(r, true, seen);
-	if (!rc && r->target)
-		rc = cache_groups_linked(rd, dom, CACHE_LINK_MEMBER, r->target->name, 0, stale_cb,
-					 &x);
-	if (!rc && r->kind == LDAP_LOOKUP_GRGID)
-		rc = cache_groups_linked(rd, dom, CACHE_LINK_GID, NULL, r->id, stale_cb, &x);
-	for (size_t i = 0; i < r->groups.n && !rc; i++) {
-		const struct lp_group *g = r->groups.v[i];
-		if (up && g->ancestor)
-			rc = cache_groups_linked(rd, dom, CACHE_LINK_NESTED, g->name, 0, stale_cb,
-						 &x);
-		if (!rc)
-			rc = renamed_from(&x, rd, g);
+	int rc = answered_names(r, false, &x->seen);
+	if (!rc && r->kind == LDAP_LOOKUP_PWUID)
+		rc = cache_linked(rd, dom, CACHE_LINK_UID, NULL, r->id, stale_cb, x);
+	for (size_t i = 0; i < r->users.n && !rc; i++) {
+		const struct lp_user *u = r->users.v[i];
+		rc = renamed_from(x, rd, CACHE_LINK_UID, u->uid, u->name);
 	}
 	return rc == 1 ? 0 : rc;
 }
 
-/* The verify wave: the stale groups' names into r->rg, asked for. A cache
- * that cannot be read verifies nothing this time. */
+static int stale_groups(struct lp_req *r, struct cache_reader *rd, struct stale *x)
+{
+	const char *dom = r->ld->cfg.name;
+	bool up = r->kind == LDAP_LOOKUP_INITGROUPS && r->ld->cfg.schema == LDAP_DOM_RFC2307BIS;
+	int rc = answered_names(r, true, &x->seen);
+	if (!rc && r->target)
+		rc = cache_linked(rd, dom, CACHE_LINK_MEMBER, r->target->name, 0, stale_cb, x);
+	if (!rc && r->kind == LDAP_LOOKUP_GRGID)
+		rc = cache_linked(rd, dom, CACHE_LINK_GID, NULL, r->id, stale_cb, x);
+	for (size_t i = 0; i < r->groups.n && !rc; i++) {
+		const struct lp_group *g = r->groups.v[i];
+		if (up && g->ancestor)
+			rc = cache_linked(rd, dom, CACHE_LINK_NESTED, g->name, 0, stale_cb, x);
+		if (!rc)
+			rc = renamed_from(x, rd, CACHE_LINK_GID, g->gid, g->name);
+	}
+	return rc == 1 ? 0 : rc;
+}
+
+/* The stale names into r->ru and r->rg. */
+static int collect_stale(struct lp_req *r)
+{
+	struct stale ux = {.r = r, .out = &r->ru}, gx = {.r = r, .out = &r->rg};
+	struct cache_reader *rd = NULL;
+	int rc = cache_reader_begin(r->ld->cache, &rd);
+	if (!rc)
+		rc = stale_users(r, rd, &ux);
+	if (!rc)
+		rc = stale_groups(r, rd, &gx);
+	cache_reader_end(rd);
+	lp_map_free(&ux.seen);
+	lp_map_free(&gx.seen);
+	return rc;
+}
+
+/* The verify wave, for lookups (not refreshes, enumerations): the stale
+ * names asked for. A cache that cannot be read verifies nothing this
+ * time. */
 static int send_verify(struct lp_req *r)
 {
 	struct ldap_domain *ld = r->ld;
 	r->verified = true;
-	bool by_lookup = r->kind == LDAP_LOOKUP_GRNAM || r->kind == LDAP_LOOKUP_GRGID ||
-			 r->kind == LDAP_LOOKUP_INITGROUPS;
-	if (!by_lookup || r->partial)
+	if (r->kind == LDAP_LOOKUP_ENUMERATE || r->kind == LP_REFRESH || r->partial)
 		return 0; /* an incomplete answer contradicts nothing */
 	r->refresh_sent = (int64_t)time(NULL);
-	struct lp_map seen = {0};
-	struct cache_reader *rd = NULL;
-	int rc = cache_reader_begin(ld->cache, &rd);
-	if (!rc)
-		rc = collect_stale(r, rd, &seen);
-	cache_reader_end(rd);
-	lp_map_free(&seen);
+	int rc = collect_stale(r);
 	if (rc && rc != -ENOMEM) {
 		idc_log(IDC_LOG_WARN, "ldap domain %s: reading the cache to verify an answer: %s",
 			ld->cfg.name, idc_strerror(rc));
-		r->rg.n = 0;
+		r->ru.n = r->rg.n = 0;
 		rc = 0;
 	}
-	if (!rc && r->rg.n)
+	if (!rc && (r->ru.n || r->rg.n))
 		idc_log(IDC_LOG_DEBUG,
-			"ldap domain %s: %zu cached groups the answer left out "
+			"ldap domain %s: %zu users and %zu groups cached but left out of an answer "
 			"asked for again",
-			ld->cfg.name, r->rg.n);
+			ld->cfg.name, r->ru.n, r->rg.n);
+	if (!rc)
+		rc = send_by_names(r, false, &r->ru);
 	return rc ? rc : send_by_names(r, true, &r->rg);
 }
 
@@ -1224,9 +1249,6 @@ static void req_step(struct lp_req *r)
 		if (!r->target)
 			return finish(r);
 		rc = send_groups_of(r);
-	} else if (r->phase == 1 &&
-		   (r->kind == LDAP_LOOKUP_PWNAM || r->kind == LDAP_LOOKUP_PWUID)) {
-		return finish(r);
 	} else {
 		r->phase = 2;
 		rc = queue_new_groups(r);
