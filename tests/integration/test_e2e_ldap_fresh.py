@@ -122,6 +122,21 @@ def test_renamed_group_answers_by_gid_under_its_new_name(server, module_daemons,
     assert gids(d, "alice") == [10001, 20001, 20010]
 
 
+def test_renamed_user_answers_by_uid_under_its_new_name(server, module_daemons, idcache):
+    """bob gets a new DN and name (uid=bobby): by uid he answers under the
+    new name once refreshed, and the old name is gone from the cache
+    without being looked up."""
+    d = start_daemon(module_daemons, server.uri)
+    assert d.ns.run_many([["getent", "passwd", "10002"]])[0].out.startswith("bob:")
+    let_a_second_pass()
+    ldap_change(server, f"dn: uid=bob,{PEOPLE}\nchangetype: modrdn\nnewrdn: uid=bobby\n"
+                        f"deleteoldrdn: 1\n")
+    cli(idcache, d, "expire", "--all")
+    assert settles(lambda: d.ns.run_many([["getent", "passwd", "10002"]])[0].out
+                   .startswith("bobby:")), d.log()[-3000:]
+    assert cache_holds(idcache, d, "user", "bob") is None
+
+
 def test_member_dn_in_another_case(server, module_daemons, idcache):
     """`member: uid=ALICE,...` names alice (uid is caseIgnore): the group
     lists alice, and her group list holds it."""
