@@ -469,7 +469,6 @@ int cache_put_user(struct cache_txn *t, const char *domain, const struct cache_u
 	    {"loginShell", u->shell ? u->shell : ""},
 	    {"entryOrder", num(t, u->order)},
 	    {"originalDN", u->orig_dn},
-	    {"originalModifyTimestamp", u->orig_modts},
 	};
 	for (size_t i = 0; i < IDC_ARRAY_SIZE(kv) && !rc; i++)
 		if (kv[i][1])
@@ -545,7 +544,7 @@ int cache_put_group(struct cache_txn *t, const char *domain, const struct cache_
 	const char *const kv[][2] = {
 	    {"objectClass", "group"},      {"name", g->name},
 	    {"gidNumber", num(t, g->gid)}, {"entryOrder", num(t, g->order)},
-	    {"originalDN", g->orig_dn},    {"originalModifyTimestamp", g->orig_modts},
+	    {"originalDN", g->orig_dn},
 	};
 	for (size_t i = 0; i < IDC_ARRAY_SIZE(kv) && !rc; i++)
 		if (kv[i][1])
@@ -607,6 +606,26 @@ int cache_gid_taken(struct cache_txn *t, const char *domain, uint32_t gid, const
 		    char other[CACHE_NAME_MAX + 1])
 {
 	return id_taken(t, KIND_GROUP, domain, gid, name, other);
+}
+
+int cache_user_name(struct cache_txn *t, const char *domain, const char *name,
+		    char out[CACHE_NAME_MAX + 1])
+{
+	if (!cache_domain_name_valid(domain, strlen(domain)) ||
+	    !cache_name_valid(name, strlen(name)))
+		return 0;
+	struct store_entry e;
+	int rc = cache_dn_entry(&t->tmp, KIND_USER, domain, name);
+	if (!rc)
+		rc = store_get(t->st, (struct store_val){t->tmp.data, t->tmp.len}, &e, NULL);
+	if (rc)
+		return rc == -ENOENT ? 0 : rc;
+	const struct store_attr *a = store_entry_attr(&e, "name", 4);
+	if (!a || a->nvals == 0 || a->vals[0].len > CACHE_NAME_MAX)
+		return 0;
+	memcpy(out, a->vals[0].ptr, a->vals[0].len);
+	out[a->vals[0].len] = '\0';
+	return 1;
 }
 
 static int del_entry(struct cache_txn *t, int kind, const char *domain, const char *name,

@@ -63,10 +63,12 @@ struct cache_user {
 	const char *gecos;
 	const char *dir;
 	const char *shell;
-	uint64_t order;         /* provider's order (files: line number); lookups
-				 * by uid return the lowest order on ties */
-	const char *orig_dn;    /* LDAP: the entry's DN; NULL otherwise */
-	const char *orig_modts; /* LDAP: modifyTimestamp; NULL otherwise */
+	uint64_t order; /* provider's order (files: line number); lookups
+			 * by uid return the lowest order on ties */
+	/* LDAP: the entry's DN; NULL otherwise. The directory's
+	 * modifyTimestamp is not kept: a refresh that finds only it changed
+	 * writes the timestamps db alone. */
+	const char *orig_dn;
 };
 
 struct cache_group {
@@ -80,7 +82,6 @@ struct cache_group {
 	const char *const *member_groups; /* names of nested member groups (same domain) */
 	size_t nmember_groups;
 	const char *orig_dn;
-	const char *orig_modts;
 };
 
 /* Whether a name may be stored: 1..CACHE_NAME_MAX bytes, no '/', ':', ',',
@@ -125,6 +126,15 @@ int cache_uid_taken(struct cache_txn *t, const char *domain, uint32_t uid, const
 /* The same for another group of domain holding gid. */
 int cache_gid_taken(struct cache_txn *t, const char *domain, uint32_t gid, const char *name,
 		    char other[CACHE_NAME_MAX + 1]);
+
+/* The name user `name` of domain is stored under (names compare with the
+ * cache's rule, so it may differ in case), as stored so far in this
+ * transaction: 1 with it copied into out[0..CACHE_NAME_MAX], 0 when no
+ * user has the name, or a negative error. A provider that learns a member
+ * name from elsewhere than the user's entry (an LDAP member DN's RDN)
+ * lists the user as it is named. */
+int cache_user_name(struct cache_txn *t, const char *domain, const char *name,
+		    char out[CACHE_NAME_MAX + 1]);
 
 /* Remove; -ENOENT when absent. */
 int cache_del_user(struct cache_txn *t, const char *domain, const char *name, struct idc_diag *d);
@@ -182,6 +192,19 @@ typedef int (*cache_user_cb)(const struct cache_user *u, void *arg);
 typedef int (*cache_group_cb)(const struct cache_group *g, void *arg);
 int cache_enum_users(struct cache_reader *r, const char *domain, cache_user_cb cb, void *arg);
 int cache_enum_groups(struct cache_reader *r, const char *domain, cache_group_cb cb, void *arg);
+
+/* The names of the entries of domain linked to a name or an id, in
+ * provider order, to cb (valid during the call; a non-zero return stops and
+ * is returned): CACHE_LINK_MEMBER, the groups that list user `name`
+ * (memberUid, as cache_initgroups finds them); CACHE_LINK_NESTED, the groups
+ * that have group `name` as a member group; CACHE_LINK_GID, the groups
+ * holding gid `id`; CACHE_LINK_UID, the users holding uid `id`. A provider
+ * compares them with what the directory answered, to ask again for what the
+ * answer left out. 0 when none. */
+enum cache_link { CACHE_LINK_MEMBER, CACHE_LINK_NESTED, CACHE_LINK_GID, CACHE_LINK_UID };
+typedef int (*cache_name_cb)(const char *name, void *arg);
+int cache_linked(struct cache_reader *r, const char *domain, enum cache_link how, const char *name,
+		 uint32_t id, cache_name_cb cb, void *arg);
 
 /* ---- expiry ------------------------------------------------------------------------- */
 

@@ -71,9 +71,68 @@ static int to_user(struct cache_reader *r, const struct store_entry *e, struct c
 	u->shell = str(r, e, "loginshell");
 	u->order = number(e, "entryorder");
 	u->orig_dn = str(r, e, "originaldn");
-	u->orig_modts = str(r, e, "originalmodifytimestamp");
 	if (!u->name || !u->gecos || !u->dir || !u->shell)
 		return -ENOMEM; /* or an entry missing required attributes */
+	return 0;
+}
+
+static int to_members(struct cache_reader *r, const struct store_entry *e, struct cache_group *g)
+{
+	const struct store_attr *m = store_entry_attr(e, "memberuid", 9);
+	if (!m)
+		return 0;
+	const char **mem = idc_arena_alloc(&r->arena, m->nvals * sizeof(*mem));
+	if (!mem)
+		return -ENOMEM;
+	for (size_t i = 0; i < m->nvals; i++)
+		if (!(mem[i] = idc_arena_strndup(&r->arena, m->vals[i].ptr, m->vals[i].len)))
+			return -ENOMEM;
+	g->members = mem;
+	g->nmembers = m->nvals;
+	return 0;
+}
+
+/* The value of a DN's first AVA, unescaped, into name (arena): the name
+ * in a member group's DN as cache_dn_entry writes it. */
+struct rdn_value {
+	struct idc_arena *arena;
+	char *name;
+};
+
+static int rdn_value_cb(struct store_val type, struct store_val value, size_t rdn, void *arg)
+{
+	struct rdn_value *v = arg;
+	(void)type;
+	if (rdn != 0)
+		return 1;
+	v->name = idc_arena_strndup(v->arena, value.ptr, value.len);
+	return v->name ? 1 : -ENOMEM;
+}
+
+/* Names of the member groups (the member DNs below the domain's groups
+ * container): what a change of nesting is compared on. A value that does
+ * not parse as the cache writes them is skipped. */
+static int to_member_groups(struct cache_reader *r, const struct store_entry *e,
+			    struct cache_group *g)
+{
+	const struct store_attr *m = store_entry_attr(e, "member", 6);
+	if (!m)
+		return 0;
+	const char **mg = idc_arena_alloc(&r->arena, m->nvals * sizeof(*mg));
+	if (!mg)
+		return -ENOMEM;
+	size_t n = 0;
+	for (size_t i = 0; i < m->nvals; i++) {
+		struct rdn_value v = {&r->arena, NULL};
+		int rc =
+		    store_dn_foreach_ava(m->vals[i].ptr, m->vals[i].len, rdn_value_cb, &v, NULL);
+		if (rc == -ENOMEM)
+			return rc;
+		if (v.name && v.name[0])
+			mg[n++] = v.name;
+	}
+	g->member_groups = mg;
+	g->nmember_groups = n;
 	return 0;
 }
 
@@ -84,20 +143,10 @@ static int to_group(struct cache_reader *r, const struct store_entry *e, struct 
 	g->gid = (uint32_t)number(e, "gidnumber");
 	g->order = number(e, "entryorder");
 	g->orig_dn = str(r, e, "originaldn");
-	g->orig_modts = str(r, e, "originalmodifytimestamp");
-	const struct store_attr *m = store_entry_attr(e, "memberuid", 9);
-	if (m) {
-		const char **mem = idc_arena_alloc(&r->arena, m->nvals * sizeof(*mem));
-		if (!mem)
-			return -ENOMEM;
-		for (size_t i = 0; i < m->nvals; i++)
-			if (!(mem[i] =
-				  idc_arena_strndup(&r->arena, m->vals[i].ptr, m->vals[i].len)))
-				return -ENOMEM;
-		g->members = mem;
-		g->nmembers = m->nvals;
-	}
-	return g->name ? 0 : -ENOMEM;
+	int rc = to_members(r, e, g);
+	if (!rc)
+		rc = to_member_groups(r, e, g);
+	return rc ? rc : g->name ? 0 : -ENOMEM;
 }
 
 static void fill_meta(struct cache_reader *r, int kind, const char *domain, const char *name,
@@ -316,19 +365,24 @@ static int group_cb(const struct store_entry *e, void *arg)
 	return 0;
 }
 
+/* "(attr=value)" into ft, value escaped (RFC 4515). */
+static int eq_filter(struct idc_buf *ft, const char *attr, struct store_val value)
+{
+	int rc = idc_buf_printf(ft, "(%s=", attr);
+	for (size_t i = 0; i < value.len && !rc; i++) {
+		unsigned char ch = (unsigned char)value.ptr[i];
+		rc = strchr("*()\\", ch) || ch < 0x20 ? idc_buf_printf(ft, "\\%02x", ch)
+						      : idc_buf_putc(ft, (char)ch);
+	}
+	return rc ? rc : idc_buf_putc(ft, ')');
+}
+
 static int search_groups(struct walk *w, const char *domain, const char *attr,
 			 struct store_val value)
 {
 	struct cache_reader *r = w->r;
 	struct idc_buf ft = IDC_BUF_INIT;
-	int rc = idc_buf_printf(&ft, "(%s=", attr);
-	for (size_t i = 0; i < value.len && !rc; i++) {
-		unsigned char ch = (unsigned char)value.ptr[i];
-		rc = strchr("*()\\", ch) || ch < 0x20 ? idc_buf_printf(&ft, "\\%02x", ch)
-						      : idc_buf_putc(&ft, (char)ch);
-	}
-	if (!rc)
-		rc = idc_buf_putc(&ft, ')');
+	int rc = eq_filter(&ft, attr, value);
 	struct idc_buf base = IDC_BUF_INIT;
 	if (!rc)
 		rc = cache_search_kind(r->st, &base, KIND_GROUP, domain, ft.data, ft.len, 0,
@@ -476,9 +530,13 @@ static int ordered_cmp(const void *a, const void *b)
 	return (x->id > y->id) - (x->id < y->id);
 }
 
-static int collect_kind(struct cache_reader *r, int kind, const char *domain, struct collect *c)
+/* The entries of kind in domain that match filter (NULL: all), in
+ * provider order. */
+static int collect_kind(struct cache_reader *r, int kind, const char *domain,
+			const struct idc_buf *filter, struct collect *c)
 {
-	int rc = cache_search_kind(r->st, &r->dn, kind, domain, NULL, 0, 0, collect_cb, c);
+	int rc = cache_search_kind(r->st, &r->dn, kind, domain, filter ? filter->data : NULL,
+				   filter ? filter->len : 0, 0, collect_cb, c);
 	if (rc == -ENOENT)
 		rc = 0; /* domain not loaded yet: empty */
 	if (!rc && c->n > 1)
@@ -489,7 +547,7 @@ static int collect_kind(struct cache_reader *r, int kind, const char *domain, st
 int cache_enum_users(struct cache_reader *r, const char *domain, cache_user_cb cb, void *arg)
 {
 	struct collect c = {0};
-	int rc = collect_kind(r, KIND_USER, domain, &c);
+	int rc = collect_kind(r, KIND_USER, domain, NULL, &c);
 	for (size_t i = 0; i < c.n && !rc; i++) {
 		struct store_entry e;
 		struct cache_user u;
@@ -507,7 +565,7 @@ int cache_enum_users(struct cache_reader *r, const char *domain, cache_user_cb c
 int cache_enum_groups(struct cache_reader *r, const char *domain, cache_group_cb cb, void *arg)
 {
 	struct collect c = {0};
-	int rc = collect_kind(r, KIND_GROUP, domain, &c);
+	int rc = collect_kind(r, KIND_GROUP, domain, NULL, &c);
 	for (size_t i = 0; i < c.n && !rc; i++) {
 		struct store_entry e;
 		struct cache_group g;
@@ -519,6 +577,41 @@ int cache_enum_groups(struct cache_reader *r, const char *domain, cache_group_cb
 			rc = cb(&g, arg);
 	}
 	free(c.v);
+	return rc;
+}
+
+/* The filter a link is searched with, into ft. */
+static int link_filter(struct cache_reader *r, const char *domain, enum cache_link how,
+		       const char *name, uint32_t id, struct idc_buf *ft)
+{
+	if (how == CACHE_LINK_UID || how == CACHE_LINK_GID)
+		return idc_buf_printf(
+		    ft, "(%s=%u)", how == CACHE_LINK_UID ? "uidNumber" : "gidNumber", (unsigned)id);
+	if (how == CACHE_LINK_MEMBER)
+		return eq_filter(ft, "memberUid", (struct store_val){name, strlen(name)});
+	int rc = cache_dn_entry(&r->tmp, KIND_GROUP, domain, name);
+	return rc ? rc : eq_filter(ft, "member", (struct store_val){r->tmp.data, r->tmp.len});
+}
+
+int cache_linked(struct cache_reader *r, const char *domain, enum cache_link how, const char *name,
+		 uint32_t id, cache_name_cb cb, void *arg)
+{
+	struct idc_buf ft = IDC_BUF_INIT;
+	struct collect c = {0};
+	int rc = link_filter(r, domain, how, name, id, &ft);
+	if (!rc)
+		rc = collect_kind(r, how == CACHE_LINK_UID ? KIND_USER : KIND_GROUP, domain, &ft,
+				  &c);
+	for (size_t i = 0; i < c.n && !rc; i++) {
+		struct store_entry e;
+		idc_arena_reset(&r->arena);
+		rc = store_get_id(r->st, c.v[i].id, &e);
+		const char *gname = rc ? NULL : str(r, &e, "name");
+		if (!rc)
+			rc = gname ? cb(gname, arg) : -ENOMEM;
+	}
+	free(c.v);
+	idc_buf_free(&ft);
 	return rc;
 }
 
@@ -553,9 +646,9 @@ static int64_t newest_update(struct cache_reader *r, const char *domain)
 int cache_domain_stats(struct cache_reader *r, const char *domain, struct cache_domain_stats *out)
 {
 	struct collect u = {0}, g = {0};
-	int rc = collect_kind(r, KIND_USER, domain, &u);
+	int rc = collect_kind(r, KIND_USER, domain, NULL, &u);
 	if (!rc)
-		rc = collect_kind(r, KIND_GROUP, domain, &g);
+		rc = collect_kind(r, KIND_GROUP, domain, NULL, &g);
 	*out = (struct cache_domain_stats){u.n, g.n, newest_update(r, domain)};
 	free(u.v);
 	free(g.v);

@@ -61,12 +61,11 @@ static void put_users(struct fx *f, uint32_t ttl)
 	const char *admins_m[] = {"Bob"};
 	const char *nested[] = {"staff"};
 	const char *loop_m[] = {"admins"};
-	struct cache_group admins = {"admins", 201, 2, admins_m, 1, nested, 1, NULL, NULL};
+	struct cache_group admins = {"admins", 201, 2, admins_m, 1, nested, 1, NULL};
 	/* all includes admins, admins includes staff: alice reaches all three;
 	 * loop includes admins and is included by staff (a cycle). */
-	struct cache_group all = {"all", 202,  3,   NULL, 0, (const char *[]){"admins"},
-				  1,     NULL, NULL};
-	struct cache_group loop = {"loop", 203, 4, NULL, 0, loop_m, 1, NULL, NULL};
+	struct cache_group all = {"all", 202, 3, NULL, 0, (const char *[]){"admins"}, 1, NULL};
+	struct cache_group loop = {"loop", 203, 4, NULL, 0, loop_m, 1, NULL};
 	assert_int_equal(cache_put_group(t, "local", &admins, &ch, NULL), 0);
 	assert_int_equal(cache_put_group(t, "local", &all, &ch, NULL), 0);
 	assert_int_equal(cache_put_group(t, "local", &loop, &ch, NULL), 0);
@@ -81,6 +80,12 @@ static void test_lookups(void **state)
 {
 	struct fx *f = *state;
 	put_users(f, 0);
+	struct cache_txn *t;
+	bool ch;
+	struct cache_group odd = {"odd", 204, 5, NULL, 0, (const char *[]){"a+b=c", "#x y "}, 2};
+	assert_int_equal(cache_txn_begin(f->c, &t, NULL), 0);
+	assert_int_equal(cache_put_group(t, "local", &odd, &ch, NULL), 0);
+	assert_int_equal(cache_txn_commit(t, NULL), 0);
 	struct cache_reader *r;
 	assert_int_equal(cache_reader_begin(f->c, &r), 0);
 	struct cache_user u;
@@ -109,6 +114,16 @@ static void test_lookups(void **state)
 	assert_string_equal(g.members[1], "ghost");
 	assert_int_equal(cache_group_by_gid(r, dom, 1, 201, &g, NULL), 0);
 	assert_string_equal(g.name, "admins");
+	/* nested groups come back by name: a change of nesting is seen */
+	assert_int_equal(g.nmember_groups, 1);
+	assert_string_equal(g.member_groups[0], "staff");
+	assert_int_equal(cache_group_by_name(r, dom, 1, "loop", true, &g, NULL), 0);
+	assert_int_equal(g.nmember_groups, 1);
+	assert_string_equal(g.member_groups[0], "admins");
+	assert_int_equal(cache_group_by_name(r, dom, 1, "odd", true, &g, NULL), 0);
+	assert_int_equal(g.nmember_groups, 2); /* names the DN escapes come back whole */
+	assert_string_equal(g.member_groups[0], "a+b=c");
+	assert_string_equal(g.member_groups[1], "#x y ");
 	cache_reader_end(r);
 }
 
@@ -224,7 +239,7 @@ static void test_drop_outside(void **state)
 	const struct cache_user root0 = {"root0", 0, 0, "", "/", "/bin/sh", 5};
 	const struct cache_user hi = {"hi", 70000, 100, "", "/", "/bin/sh", 6};
 	const struct cache_user lowgid = {"lowgid", 1500, 0, "", "/", "/bin/sh", 7};
-	const struct cache_group wheel0 = {"wheel0", 0, 8, NULL, 0, NULL, 0, NULL, NULL};
+	const struct cache_group wheel0 = {"wheel0", 0, 8, NULL, 0, NULL, 0, NULL};
 	assert_int_equal(cache_txn_begin(f->c, &t, NULL), 0);
 	assert_int_equal(cache_domain_ensure(t, "other", 3600, NULL), 0);
 	assert_int_equal(cache_put_user(t, "local", &root0, &ch, NULL), 0);

@@ -7,7 +7,11 @@
  *  - a refresh whose search is cut by a referral, or whose server stops
  *    answering half-way, removes nothing;
  *  - a group with more member values than the domain's cap keeps exactly
- *    the cap, says so once with its DN, and the rest of the answer stays.
+ *    the cap, says so once with its DN, and the rest of the answer stays;
+ *  - what the directory changed is what the cache holds after a refresh:
+ *    memberships removed (direct and nested), groups renamed (new DN, or
+ *    the name attribute alone), member DNs in another case; and a change
+ *    of modifyTimestamp alone writes nothing durable.
  * Reaches into the domain (ldap_int.h) to run the refresh at once and to
  * lower the cap.
  */
@@ -101,6 +105,7 @@ struct change {
 	bool group;
 	char old_name[64], new_name[64];
 	uint32_t old_id;
+	bool nested_changed;
 };
 
 struct env {
@@ -128,6 +133,7 @@ static void on_change(const struct ldap_change *ch, void *arg)
 	snprintf(c->old_name, sizeof(c->old_name), "%s", ch->old_name ? ch->old_name : "");
 	snprintf(c->new_name, sizeof(c->new_name), "%s", ch->new_name ? ch->new_name : "");
 	c->old_id = ch->old_id;
+	c->nested_changed = ch->nested_changed;
 }
 
 /* A domain "dir" on dir's cache (opened by the first domain of a test);
@@ -212,10 +218,11 @@ static void on_result(enum ldap_lookup_result res, void *arg)
 	r->res = res;
 }
 
-static enum ldap_lookup_result lookup(struct env *e, enum ldap_lookup_kind kind, const char *name)
+static enum ldap_lookup_result lookup_key(struct env *e, enum ldap_lookup_kind kind,
+					  const char *name, uint32_t id)
 {
 	struct result r = {false, LDAP_LOOKUP_FAILED};
-	enum ldap_lookup_result res = ldap_domain_lookup(e->ld, kind, name, 0, on_result, &r);
+	enum ldap_lookup_result res = ldap_domain_lookup(e->ld, kind, name, id, on_result, &r);
 	if (res != LDAP_LOOKUP_PENDING)
 		return res;
 	uint64_t until = idc_now_ns() + 20000000000ull;
@@ -223,6 +230,17 @@ static enum ldap_lookup_result lookup(struct env *e, enum ldap_lookup_kind kind,
 		pump(e);
 	assert_true(r.done);
 	return r.res;
+}
+
+static enum ldap_lookup_result lookup(struct env *e, enum ldap_lookup_kind kind, const char *name)
+{
+	return lookup_key(e, kind, name, 0);
+}
+
+/* The same by id (PWUID, GRGID). */
+static enum ldap_lookup_result lookup_id(struct env *e, enum ldap_lookup_kind kind, uint32_t id)
+{
+	return lookup_key(e, kind, NULL, id);
 }
 
 /* Mark everything expired and run a refresh now, until it is over. */
@@ -461,12 +479,224 @@ static void test_member_cap(void **state)
 	env_close(&a, true);
 }
 
+/* ==== freshness ====================================================================== */
+
+static void ldap_modify(const char *ldif)
+{
+	assert_int_equal(
+	    lh_sh("printf '%s' | ldapmodify -x -H %s -D cn=admin,%s -w secret >/dev/null", ldif,
+		  uri, SUFFIX),
+	    0);
+}
+
+/* Let the current second pass: what a lookup stores from now on is newer
+ * than what is cached (timestamps have a one-second grain). */
+static void let_a_second_pass(void)
+{
+	time_t now = time(NULL);
+	while (time(NULL) <= now)
+		usleep(50000);
+}
+
+static void expire_all(struct env *e)
+{
+	struct idc_diag d = {{0}};
+	assert_int_equal(cache_expire(e->cache, "dir", CACHE_ANY, NULL, NULL, &d), 0);
+}
+
+/* The directory changes (ldif for ldapmodify) a second after what e
+ * cached, which then counts as expired. */
+static void change_and_expire(struct env *e, const char *ldif)
+{
+	let_a_second_pass();
+	ldap_modify(ldif);
+	expire_all(e);
+}
+
+/* An initgroups lookup of user, then its groups as the cache holds them. */
+static void initgroups_are(struct env *e, const char *user, const char *want)
+{
+	char gids[128];
+	assert_int_equal(lookup(e, LDAP_LOOKUP_INITGROUPS, user), LDAP_LOOKUP_FOUND);
+	lh_gids_of(e->cache, "dir", user, gids, sizeof(gids));
+	assert_string_equal(gids, want);
+}
+
+/* The change reported for group name since change number from: in place
+ * (same name before and after), or NULL. */
+static const struct change *changed_in_place(const struct env *e, size_t from, const char *name)
+{
+	for (size_t i = from; i < e->nch; i++)
+		if (e->ch[i].group && !strcmp(e->ch[i].old_name, name) &&
+		    !strcmp(e->ch[i].new_name, name))
+			return &e->ch[i];
+	return NULL;
+}
+
+static void group_by_gid(struct env *e, uint32_t gid, char *name, size_t n)
+{
+	const char *doms[] = {"dir"};
+	struct cache_reader *r;
+	struct cache_group g;
+	assert_int_equal(cache_reader_begin(e->cache, &r), 0);
+	int rc = cache_group_by_gid(r, doms, 1, gid, &g, NULL);
+	snprintf(name, n, "%s", rc == 0 ? g.name : "");
+	cache_reader_end(r);
+}
+
+/* fu1 is in fg_direct (memberUid), in fg_dn (member DN) and through it in
+ * fg_parent. Taken out of fg_direct, and fg_dn out of fg_parent, in the
+ * directory: the next initgroups drops both, and the change hook hears of
+ * both groups (fg_parent's nesting changed). Then fu1 leaves fg_dn too. */
+static void test_removed_memberships_go(void **state)
+{
+	(void)state;
+	struct env a;
+	env_open(&a, NULL, NULL);
+	initgroups_are(&a, "fu1", "31101,31102,31103");
+	change_and_expire(&a,
+			  "dn: cn=fg_direct," GROUPS "\\nchangetype: modify\\ndelete: memberUid\\n"
+			  "memberUid: fu1\\n\\ndn: cn=fg_parent," GROUPS "\\nchangetype: modify\\n"
+			  "delete: member\\nmember: cn=fg_dn," GROUPS "\\n");
+	size_t nch = a.nch;
+	initgroups_are(&a, "fu1", "31102");
+	assert_non_null(changed_in_place(&a, nch, "fg_direct"));
+	const struct change *p = changed_in_place(&a, nch, "fg_parent");
+	assert_non_null(p);
+	assert_true(p->nested_changed);
+	assert_true(has_group(&a, "fg_direct", NULL) && has_group(&a, "fg_parent", NULL));
+
+	change_and_expire(&a, "dn: cn=fg_dn," GROUPS "\\nchangetype: modify\\ndelete: member\\n"
+			      "member: uid=fu1," PEOPLE "\\n");
+	initgroups_are(&a, "fu1", "");
+	assert_false(a.unknown);
+	env_close(&a, true);
+}
+
+/* fg_old gets a new DN (cn=fg_new), and the group named by its gidNumber
+ * gets a new cn alone: a lookup of the new name or of the gid leaves only
+ * the new name cached, and the old one is reported removed. */
+static void test_renamed_groups_lose_the_old_name(void **state)
+{
+	(void)state;
+	struct env a;
+	env_open(&a, NULL, NULL);
+	char name[64];
+	assert_int_equal(lookup(&a, LDAP_LOOKUP_GRNAM, "fg_old"), LDAP_LOOKUP_FOUND);
+	assert_int_equal(lookup(&a, LDAP_LOOKUP_GRNAM, "fg_attr_old"), LDAP_LOOKUP_FOUND);
+	change_and_expire(&a, "dn: cn=fg_old," GROUPS "\\nchangetype: modrdn\\nnewrdn: cn=fg_new\\n"
+			      "deleteoldrdn: 1\\n\\ndn: gidNumber=31105," GROUPS
+			      "\\nchangetype: modify\\n"
+			      "replace: cn\\ncn: fg_attr_new\\n");
+	assert_int_equal(lookup_id(&a, LDAP_LOOKUP_GRGID, 31104), LDAP_LOOKUP_FOUND);
+	assert_false(has_group(&a, "fg_old", NULL));
+	assert_true(has_group(&a, "fg_new", NULL));
+	group_by_gid(&a, 31104, name, sizeof(name));
+	assert_string_equal(name, "fg_new");
+	assert_non_null(removal(&a, true, "fg_old"));
+
+	assert_int_equal(lookup(&a, LDAP_LOOKUP_GRNAM, "fg_attr_new"), LDAP_LOOKUP_FOUND);
+	assert_false(has_group(&a, "fg_attr_old", NULL));
+	group_by_gid(&a, 31105, name, sizeof(name));
+	assert_string_equal(name, "fg_attr_new");
+	assert_non_null(removal(&a, true, "fg_attr_old"));
+	env_close(&a, true);
+}
+
+/* fu4 gets a new DN and name (uid=fu4new): a lookup by its uid leaves only
+ * the new name cached, and the old one is reported removed. */
+static void test_renamed_user_loses_the_old_name(void **state)
+{
+	(void)state;
+	struct env a;
+	env_open(&a, NULL, NULL);
+	assert_int_equal(lookup(&a, LDAP_LOOKUP_PWNAM, "fu4"), LDAP_LOOKUP_FOUND);
+	change_and_expire(&a, "dn: uid=fu4," PEOPLE "\\nchangetype: modrdn\\nnewrdn: uid=fu4new\\n"
+			      "deleteoldrdn: 1\\n");
+	assert_int_equal(lookup_id(&a, LDAP_LOOKUP_PWUID, 30104), LDAP_LOOKUP_FOUND);
+	assert_false(has_user(&a, "fu4"));
+	assert_true(has_user(&a, "fu4new"));
+	const char *doms[] = {"dir"};
+	struct cache_reader *rd;
+	struct cache_user u;
+	assert_int_equal(cache_reader_begin(a.cache, &rd), 0);
+	assert_int_equal(cache_user_by_uid(rd, doms, 1, 30104, &u, NULL), 0);
+	assert_string_equal(u.name, "fu4new");
+	cache_reader_end(rd);
+	assert_non_null(removal(&a, false, "fu4"));
+	env_close(&a, true);
+}
+
+/* fg_case has "member: uid=FU2,..." for user fu2 (uid is caseIgnore):
+ * the group lists fu2 as the user is named, and fu2's groups hold it. */
+static void test_member_dn_in_another_case(void **state)
+{
+	(void)state;
+	struct env a;
+	env_open(&a, NULL, NULL);
+	initgroups_are(&a, "fu2", "31106");
+	const char *doms[] = {"dir"};
+	for (int round = 0; round < 2; round++) {
+		struct cache_reader *r;
+		struct cache_group g;
+		assert_int_equal(cache_reader_begin(a.cache, &r), 0);
+		assert_int_equal(cache_group_by_name(r, doms, 1, "fg_case", true, &g, NULL), 0);
+		assert_int_equal(g.nmembers, 1);
+		assert_string_equal(g.members[0], "fu2");
+		cache_reader_end(r);
+		/* again by the group's own lookup, fu2 being cached */
+		expire_all(&a);
+		assert_int_equal(lookup(&a, LDAP_LOOKUP_GRNAM, "fg_case"), LDAP_LOOKUP_FOUND);
+	}
+	env_close(&a, true);
+}
+
+/* A change the cache does not keep (a description) moves modifyTimestamp
+ * alone: refreshing the user and the group writes the timestamps db only
+ * (no durable commit, nothing reported) and renews their timestamps. */
+static void test_only_modify_timestamp_changed(void **state)
+{
+	(void)state;
+	struct env a;
+	env_open(&a, NULL, NULL);
+	assert_int_equal(lookup(&a, LDAP_LOOKUP_PWNAM, "fu3"), LDAP_LOOKUP_FOUND);
+	assert_int_equal(lookup(&a, LDAP_LOOKUP_GRNAM, "fg_ts"), LDAP_LOOKUP_FOUND);
+	change_and_expire(
+	    &a, "dn: uid=fu3," PEOPLE "\\nchangetype: modify\\nreplace: description\\n"
+		"description: touched\\n\\ndn: cn=fg_ts," GROUPS "\\nchangetype: modify\\n"
+		"replace: description\\ndescription: touched\\n");
+	uint64_t commits = cache_durable_commits(a.cache);
+	size_t nch = a.nch;
+	int64_t before = (int64_t)time(NULL);
+	assert_int_equal(lookup(&a, LDAP_LOOKUP_PWNAM, "fu3"), LDAP_LOOKUP_FOUND);
+	assert_int_equal(lookup(&a, LDAP_LOOKUP_GRNAM, "fg_ts"), LDAP_LOOKUP_FOUND);
+	assert_int_equal(cache_durable_commits(a.cache), commits);
+	assert_int_equal(a.nch, nch);
+	const char *doms[] = {"dir"};
+	struct cache_reader *r;
+	struct cache_user u;
+	struct cache_group g;
+	struct cache_meta mu, mg;
+	assert_int_equal(cache_reader_begin(a.cache, &r), 0);
+	assert_int_equal(cache_user_by_name(r, doms, 1, "fu3", true, &u, &mu), 0);
+	assert_int_equal(cache_group_by_name(r, doms, 1, "fg_ts", true, &g, &mg), 0);
+	cache_reader_end(r);
+	assert_false(mu.expired || mg.expired);
+	assert_true(mu.last_update >= before && mg.last_update >= before);
+	env_close(&a, true);
+}
+
 int main(void)
 {
 	idc_log_init("test_ldap_refresh", true, IDC_LOG_ERR);
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_refresh_removes_what_the_directory_lost),
 	    cmocka_unit_test(test_member_cap),
+	    cmocka_unit_test(test_removed_memberships_go),
+	    cmocka_unit_test(test_renamed_groups_lose_the_old_name),
+	    cmocka_unit_test(test_renamed_user_loses_the_old_name),
+	    cmocka_unit_test(test_member_dn_in_another_case),
+	    cmocka_unit_test(test_only_modify_timestamp_changed),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -382,8 +382,8 @@ static int put_user(struct cache_txn *t, const struct files_domain *fd,
 		    const struct files_snapshot *s, size_t i, struct idc_diag *d)
 {
 	const struct files_user *u = &s->users[i];
-	struct cache_user cu = {u->name,  u->uid,   u->gid, u->gecos, u->dir,
-				u->shell, u->order, NULL,   NULL};
+	struct cache_user cu = {u->name, u->uid,   u->gid,   u->gecos,
+				u->dir,  u->shell, u->order, NULL};
 	bool changed;
 	int rc = cache_put_user(t, fd->name, &cu, &changed, d);
 	if (rc)
@@ -396,8 +396,8 @@ static int put_group(struct cache_txn *t, const struct files_domain *fd,
 {
 	const struct files_group *g = &s->groups[i];
 	struct cache_group cg = {
-	    g->name, g->gid, g->order, files_snapshot_members(s, g->mem_first), g->nmembers, NULL,
-	    0,       NULL,   NULL};
+	    g->name,     g->gid, g->order, files_snapshot_members(s, g->mem_first),
+	    g->nmembers, NULL,   0,        NULL};
 	bool changed;
 	int rc = cache_put_group(t, fd->name, &cg, &changed, d);
 	if (rc)

@@ -453,7 +453,6 @@ static void add_user(struct ent *e, struct lp_req *r)
 	u->gecos = get_str(e, at[LDAP_MAP_USER_GECOS], true, &ok, &bad_attr);
 	u->dir = get_str(e, at[LDAP_MAP_USER_HOME], true, &ok, &bad_attr);
 	u->shell = get_str(e, at[LDAP_MAP_USER_SHELL], true, &ok, &bad_attr);
-	u->modts = get_str(e, "modifyTimestamp", false, &ok, &bad_attr);
 	if (!ok) {
 		snprintf(why, sizeof(why),
 			 "%.40s is too long or holds a NUL, ':' or a control character", bad_attr);
@@ -539,6 +538,7 @@ static void add_members(struct ent *e, struct lp_group *g, const char *names_att
 		if (s)
 			g->uids[g->nuids++] = s;
 	}
+	g->nuid_values = g->nuids;
 	for (size_t i = 0; g->uids && g->mdns && i < nd; i++) {
 		const char *name = rdn_name(e, dv[i]);
 		if (name) {
@@ -599,9 +599,6 @@ static void add_group(struct ent *e, struct lp_req *r, bool ancestor)
 			 (unsigned)ld->cfg.max_id);
 		return bad(e, why);
 	}
-	bool ok = true;
-	const char *bad_attr = NULL;
-	g->modts = get_str(e, "modifyTimestamp", false, &ok, &bad_attr); /* "" when bad */
 	if (!ld->cfg.ignore_group_members) {
 		if (ld->cfg.schema == LDAP_DOM_RFC2307)
 			add_members(e, g, at[LDAP_MAP_GROUP_MEMBER], NULL);

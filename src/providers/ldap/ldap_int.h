@@ -66,16 +66,17 @@ void lp_hset_free(struct lp_hset *s);
 /* ==== parsed records (strings in the request's arena) ===================== */
 
 struct lp_user {
-	const char *dn, *ndn, *name, *gecos, *dir, *shell, *modts;
+	const char *dn, *ndn, *name, *gecos, *dir, *shell;
 	uint32_t uid, gid;
 };
 
 struct lp_group {
-	const char *dn, *ndn, *name, *modts;
+	const char *dn, *ndn, *name;
 	uint32_t gid;
-	const char **uids; /* memberUid values */
+	const char **uids; /* memberUid values, then names from member DNs' RDNs */
 	size_t nuids;
-	const char **mdns; /* normalized member DNs */
+	size_t nuid_values; /* uids[0..nuid_values) came from memberUid */
+	const char **mdns;  /* normalized member DNs */
 	size_t nmdns;
 	bool ancestor; /* found walking up from the user: its parents are wanted */
 	bool stored;   /* enumeration: committed with an earlier page */
@@ -83,7 +84,10 @@ struct lp_group {
 
 /* ==== searches and requests =============================================== */
 
-enum lp_purpose { LP_S_FIND, LP_S_GROUPS_OF, LP_S_PARENTS, LP_S_MEMBERS, LP_S_PROBE };
+/* LP_S_FIND: the request's own entry (by name or id) or an enumeration's
+ * page; LP_S_NAMES: entries asked for again by a list of names (a refresh,
+ * a verify wave), stored like found ones but with no count expected. */
+enum lp_purpose { LP_S_FIND, LP_S_NAMES, LP_S_GROUPS_OF, LP_S_PARENTS, LP_S_MEMBERS, LP_S_PROBE };
 
 struct lp_req;
 
@@ -122,12 +126,16 @@ struct lp_req {
 	struct lp_vec users, groups;   /* lp_user *, lp_group * */
 	struct lp_map udn, gdn, uname; /* ndn -> user/group, name -> user */
 	struct lp_map asked;           /* member ndns already asked for */
+	struct lp_map rdn_names;       /* store: member name from an RDN -> as cached */
 	struct lp_vec memq, parentq;   /* ndns to resolve / whose parents to find */
 	size_t scanned;                /* groups already queued for members/parents */
 	struct lp_user *target;        /* initgroups: the user */
 	size_t users_stored;           /* enumeration: users committed page by page */
-	struct lp_vec ru, rg;          /* refresh: user and group names (arena) */
-	int64_t refresh_sent;          /* refresh: unix seconds its searches went out */
+	struct lp_vec ru, rg;          /* refresh, verify: user and group names (arena) */
+	int64_t refresh_sent;          /* refresh, verify: unix seconds its searches went out */
+	/* the verify wave (send_verify) went out: cached groups the answer
+	 * left out, asked for again by name into rg */
+	bool verified;
 	/* some search ended without LDAP_SUCCESS (referral, size or admin
 	 * limit...) or an entry was lost to memory: the answer may lack
 	 * entries the directory has, so a refresh deletes nothing */

@@ -10,14 +10,17 @@
  *              batches of LP_PARENT_BATCH DNs per search, until no new group;
  *   members:   member DNs no search has returned yet, batched by the
  *              naming attribute of their RDN, (|(uid=a)(uid=b)...), and
- *              matched back by DN; found groups bring their own members.
+ *              matched back by DN; found groups bring their own members;
+ *   verify:    lookups of groups and initgroups, once the rest is done: the
+ *              cached groups the answer contradicts by leaving them out,
+ *              asked for again by name (usually none: nothing is sent).
  * Every DN is asked for at most once per lookup, so nested groups with a
  * cycle end; nesting a directory invents without end stops at
  * ldap_group_nesting_level waves each way, and every request at
- * ldap_max_searches, ldap_max_entries and ldap_max_memory (search.c). Then everything found is written in one cache transaction.
- * An enumeration commits as its pages arrive (lp_req_page): the users of
- * each page, and the groups whose members are all known; what is left
- * (groups with members still to resolve) goes in the final transaction.
+ * ldap_max_searches, ldap_max_entries and ldap_max_memory (search.c). Then everything found is
+ * written in one cache transaction. An enumeration commits as its pages arrive (lp_req_page): the
+ * users of each page, and the groups whose members are all known; what is left (groups with members
+ * still to resolve) goes in the final transaction.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -69,12 +72,14 @@ static void req_clear(struct lp_req *r)
 	lp_map_free(&r->gdn);
 	lp_map_free(&r->uname);
 	lp_map_free(&r->asked);
+	lp_map_free(&r->rdn_names);
 	r->scanned = 0;
 	r->users_stored = 0;
 	r->target = NULL;
 	r->phase = 0;
 	r->pending = 0;
 	r->refresh_sent = 0;
+	r->verified = false;
 	r->partial = false;
 	r->nentries = r->unstored = r->paged_bytes = 0;
 	r->nsent = r->up = r->down = 0;
@@ -278,11 +283,36 @@ static int collect_expired(struct lp_req *r)
 	return rc;
 }
 
-/* refresh: the collected names, LP_MEMBER_BATCH per search. */
+/* The users (group false) or groups named in v, LP_MEMBER_BATCH names per
+ * search. */
+static int send_by_names(struct lp_req *r, bool group, const struct lp_vec *v)
+{
+	struct ldap_domain *ld = r->ld;
+	const char *attr = ld->attr[group ? LDAP_MAP_GROUP_NAME : LDAP_MAP_USER_NAME];
+	struct idc_buf f = IDC_BUF_INIT;
+	int rc = 0;
+	for (size_t i = 0; i < v->n && !rc; i += LP_MEMBER_BATCH) {
+		idc_buf_reset(&f);
+		rc = idc_buf_printf(&f, "(&");
+		if (!rc)
+			rc = oc_filter(&f, ld, !group, group);
+		if (!rc)
+			rc = idc_buf_printf(&f, "(|");
+		for (size_t j = i; j < v->n && j < i + LP_MEMBER_BATCH && !rc; j++)
+			rc = eq_filter(&f, attr, v->v[j]);
+		if (!rc)
+			rc = idc_buf_printf(&f, "))");
+		if (!rc)
+			rc = send_search(r, LP_S_NAMES, group ? ld->gbase : ld->ubase, &f, false);
+	}
+	idc_buf_free(&f);
+	return rc;
+}
+
+/* refresh: the collected names. */
 static int send_refresh(struct lp_req *r)
 {
 	struct ldap_domain *ld = r->ld;
-	struct idc_buf f = IDC_BUF_INIT;
 	/* An entry stored in this second or later (by a lookup of its own,
 	 * while this refresh runs) is not deleted on its word (refresh_gone). */
 	r->refresh_sent = (int64_t)time(NULL);
@@ -292,29 +322,11 @@ static int send_refresh(struct lp_req *r)
 			ld->cfg.name, idc_strerror(rc));
 		rc = 0; /* refresh what was collected */
 	}
-	for (int kind = 0; kind < 2 && !rc; kind++) {
-		const struct lp_vec *v = kind ? &r->rg : &r->ru;
-		const char *attr = ld->attr[kind ? LDAP_MAP_GROUP_NAME : LDAP_MAP_USER_NAME];
-		for (size_t i = 0; i < v->n && !rc; i += LP_MEMBER_BATCH) {
-			idc_buf_reset(&f);
-			rc = idc_buf_printf(&f, "(&");
-			if (!rc)
-				rc = oc_filter(&f, ld, !kind, kind);
-			if (!rc)
-				rc = idc_buf_printf(&f, "(|");
-			for (size_t j = i; j < v->n && j < i + LP_MEMBER_BATCH && !rc; j++)
-				rc = eq_filter(&f, attr, v->v[j]);
-			if (!rc)
-				rc = idc_buf_printf(&f, "))");
-			if (!rc)
-				rc = send_search(r, LP_S_FIND, kind ? ld->gbase : ld->ubase, &f,
-						 false);
-		}
-	}
+	for (int kind = 0; kind < 2 && !rc; kind++)
+		rc = send_by_names(r, kind, kind ? &r->rg : &r->ru);
 	if (!rc && (r->ru.n || r->rg.n))
 		idc_log(IDC_LOG_DEBUG, "ldap domain %s: refreshing %zu users and %zu groups",
 			ld->cfg.name, r->ru.n, r->rg.n);
-	idc_buf_free(&f);
 	return rc;
 }
 
@@ -708,6 +720,28 @@ static void note_shared_id(struct ldap_domain *ld, struct cache_txn *t, bool gro
 			    other);
 }
 
+/* A member named by its DN's RDN (ldap_member_names_from_rdn): the RDN
+ * value matches the user's name under the naming attribute's rule, not
+ * byte for byte ("uid=USER1" for user1), so the group lists the user as
+ * the cache holds it (stored earlier in this transaction or before). A
+ * user the cache does not hold keeps the RDN's spelling. */
+static int rdn_member(struct cache_txn *t, struct lp_req *r, const char **name)
+{
+	const char *known = lp_map_get(&r->rdn_names, *name);
+	if (known) { /* a member of many groups is looked up once */
+		*name = known;
+		return 0;
+	}
+	char stored[CACHE_NAME_MAX + 1];
+	const char *rdn = *name;
+	int rc = cache_user_name(t, r->ld->cfg.name, rdn, stored);
+	if (rc == 1 && strcmp(stored, rdn))
+		*name = idc_arena_strndup(&r->arena, stored, strlen(stored));
+	if (rc >= 0 && !*name)
+		return -ENOMEM;
+	return rc < 0 ? rc : lp_map_put(&r->rdn_names, rdn, (void *)*name) < 0 ? -ENOMEM : 0;
+}
+
 /* Store g; when tr is on and the record changed, *out gets what was
  * stored (the lists copied into tr's arena). */
 static int put_group(struct cache_txn *t, struct lp_req *r, struct lp_group *g, struct track *tr,
@@ -722,9 +756,14 @@ static int put_group(struct cache_txn *t, struct lp_req *r, struct lp_group *g, 
 		return -ENOMEM;
 	}
 	size_t nn = 0, ng = 0;
-	for (size_t i = 0; i < g->nuids; i++)
-		names[nn++] = g->uids[i];
-	for (size_t i = 0; i < g->nmdns; i++) {
+	int rc = 0;
+	for (size_t i = 0; i < g->nuids && !rc; i++) {
+		names[nn] = g->uids[i];
+		if (i >= g->nuid_values)
+			rc = rdn_member(t, r, &names[nn]);
+		nn++;
+	}
+	for (size_t i = 0; i < g->nmdns && !rc; i++) {
 		struct lp_user *u = lp_map_get(&r->udn, g->mdns[i]);
 		struct lp_group *m = u ? NULL : lp_map_get(&r->gdn, g->mdns[i]);
 		if (u)
@@ -732,9 +771,10 @@ static int put_group(struct cache_txn *t, struct lp_req *r, struct lp_group *g, 
 		else if (m && m != g)
 			nested[ng++] = m->name;
 	}
-	struct cache_group cg = {g->name, g->gid, 0, names, nn, nested, ng, g->dn, g->modts};
+	struct cache_group cg = {g->name, g->gid, 0, names, nn, nested, ng, g->dn};
 	bool changed = false;
-	int rc = cache_put_group(t, r->ld->cfg.name, &cg, &changed, d);
+	if (!rc)
+		rc = cache_put_group(t, r->ld->cfg.name, &cg, &changed, d);
 	if (rc == 0 && changed)
 		note_shared_id(r->ld, t, true, g->dn, g->name, g->gid);
 	if (rc == 0 && changed && tr->on && !tr->unknown) {
@@ -879,9 +919,9 @@ static int refresh_gone(struct lp_req *r, struct cache_reader *rd, bool group,
 }
 
 /* What store() removes: for a lookup by name that found nothing, that
- * name; for a refresh whose every search completed (LDAP_SUCCESS, nothing
- * lost to memory: !r->partial), the names it asked for that the directory
- * answered without. A failed or timed-out search never gets here (the
+ * name; for a refresh or a verify wave whose every search completed
+ * (LDAP_SUCCESS, nothing lost to memory: !r->partial), the names it asked
+ * for that the directory answered without. A failed or timed-out search never gets here (the
  * request is restarted or completed offline without a store). */
 static int collect_gone(struct lp_req *r, enum ldap_lookup_result res, bool page,
 			struct gone_list *gl)
@@ -892,8 +932,8 @@ static int collect_gone(struct lp_req *r, enum ldap_lookup_result res, bool page
 	if (res == LDAP_LOOKUP_NOTFOUND &&
 	    (r->kind == LDAP_LOOKUP_PWNAM || r->kind == LDAP_LOOKUP_GRNAM))
 		return gone_push(gl, 1, r->name, r->kind == LDAP_LOOKUP_GRNAM);
-	if (r->kind != LP_REFRESH || r->partial || (!r->ru.n && !r->rg.n))
-		return 0;
+	if (r->partial || (!r->ru.n && !r->rg.n))
+		return 0; /* neither a refresh nor a verify wave asked by name */
 	struct lp_map unames = {0}, gnames = {0};
 	int rc = answered_names(r, false, &unames);
 	if (!rc)
@@ -956,8 +996,8 @@ static int store(struct lp_req *r, enum ldap_lookup_result res, bool page, struc
 	rc = cache_domain_ensure(t, ld->cfg.name, ld->cfg.entry_cache_timeout, d);
 	for (size_t i = r->users_stored; i < r->users.n && !rc; i++) {
 		const struct lp_user *u = r->users.v[i];
-		struct cache_user cu = {u->name,  u->uid, u->gid, u->gecos, u->dir,
-					u->shell, 0,      u->dn,  u->modts};
+		struct cache_user cu = {u->name, u->uid,   u->gid, u->gecos,
+					u->dir,  u->shell, 0,      u->dn};
 		bool changed = false;
 		rc = soft(ld, cache_put_user(t, ld->cfg.name, &cu, &changed, d), u->dn, d);
 		if (!rc && changed)
@@ -992,6 +1032,11 @@ static int store(struct lp_req *r, enum ldap_lookup_result res, bool page, struc
 		idc_log(IDC_LOG_INFO,
 			"ldap domain %s: refresh: %zu users and %zu groups no longer in the "
 			"directory removed from the cache",
+			ld->cfg.name, nu, ng);
+	else if (nu + ng)
+		idc_log(IDC_LOG_INFO,
+			"ldap domain %s: %zu users and %zu groups no longer in the directory under "
+			"their cached names (removed or renamed) removed from the cache",
 			ld->cfg.name, nu, ng);
 	r->users_stored = r->users.n;
 	for (size_t i = 0; i < r->groups.n; i++) {
@@ -1037,6 +1082,143 @@ static void finish(struct lp_req *r)
 		res = LDAP_LOOKUP_FAILED;
 	}
 	req_complete(r, res);
+}
+
+/* ==== verify ========================================================================= *
+ * A complete answer says what the directory holds; the cache may hold
+ * entries it contradicts by leaving them out: groups listing the
+ * initgroups user, or having one of its groups as a member group (it was
+ * removed); groups holding the gid asked for, users holding the uid asked
+ * for; and the groups or users holding the id of an entry new to the cache
+ * under its name (a rename: the old name stays otherwise). They are asked
+ * for again by name: what comes back is stored as the directory has it
+ * now, and the names that do not come back are removed (collect_gone).
+ * Nothing is asked when the cache agrees, the usual case. */
+
+/* Names of one kind to ask for again. */
+struct stale {
+	struct lp_req *r;
+	struct lp_map seen;     /* folded names: the answer's, and those taken */
+	struct lp_vec *out;     /* r->ru or r->rg */
+	struct lp_vec *holders; /* renamed_from: the names holding one id */
+};
+
+/* Take name unless the answer holds it or it was taken already. */
+static int take_stale(struct stale *x, const char *name)
+{
+	if (x->out->n >= LP_REFRESH_MAX)
+		return 1; /* enough for one lookup */
+	char *f = fold_name(&x->r->arena, name);
+	char *copy = idc_arena_strndup(&x->r->arena, name, strlen(name));
+	if (!f || !copy)
+		return -ENOMEM;
+	int rc = lp_map_put(&x->seen, f, copy);
+	return rc == 0 ? lp_vec_push(x->out, copy) : rc < 0 ? rc : 0;
+}
+
+static int stale_cb(const char *name, void *arg)
+{
+	return take_stale(arg, name);
+}
+
+static int holder_cb(const char *name, void *arg)
+{
+	struct stale *x = arg;
+	char *copy = idc_arena_strndup(&x->r->arena, name, strlen(name));
+	return copy ? lp_vec_push(x->holders, copy) : -ENOMEM;
+}
+
+/* The cached entries holding id (how: CACHE_LINK_UID or _GID), when none
+ * of them is `name`: that entry is new to the cache under its name,
+ * perhaps renamed from one of them. */
+static int renamed_from(struct stale *x, struct cache_reader *rd, enum cache_link how, uint32_t id,
+			const char *name)
+{
+	struct lp_vec holders = {0};
+	x->holders = &holders;
+	int rc = cache_linked(rd, x->r->ld->cfg.name, how, NULL, id, holder_cb, x);
+	bool held = false;
+	for (size_t i = 0; i < holders.n && !held; i++)
+		held = name_eq(holders.v[i], name);
+	for (size_t i = 0; i < holders.n && !held && !rc; i++)
+		rc = take_stale(x, holders.v[i]);
+	lp_vec_free(&holders);
+	return rc;
+}
+
+static int stale_users(struct lp_req *r, struct cache_reader *rd, struct stale *x)
+{
+	const char *dom = r->ld->cfg.name;
+	int rc = answered_names(r, false, &x->seen);
+	if (!rc && r->kind == LDAP_LOOKUP_PWUID)
+		rc = cache_linked(rd, dom, CACHE_LINK_UID, NULL, r->id, stale_cb, x);
+	for (size_t i = 0; i < r->users.n && !rc; i++) {
+		const struct lp_user *u = r->users.v[i];
+		rc = renamed_from(x, rd, CACHE_LINK_UID, u->uid, u->name);
+	}
+	return rc == 1 ? 0 : rc;
+}
+
+static int stale_groups(struct lp_req *r, struct cache_reader *rd, struct stale *x)
+{
+	const char *dom = r->ld->cfg.name;
+	bool up = r->kind == LDAP_LOOKUP_INITGROUPS && r->ld->cfg.schema == LDAP_DOM_RFC2307BIS;
+	int rc = answered_names(r, true, &x->seen);
+	if (!rc && r->target)
+		rc = cache_linked(rd, dom, CACHE_LINK_MEMBER, r->target->name, 0, stale_cb, x);
+	if (!rc && r->kind == LDAP_LOOKUP_GRGID)
+		rc = cache_linked(rd, dom, CACHE_LINK_GID, NULL, r->id, stale_cb, x);
+	for (size_t i = 0; i < r->groups.n && !rc; i++) {
+		const struct lp_group *g = r->groups.v[i];
+		if (up && g->ancestor)
+			rc = cache_linked(rd, dom, CACHE_LINK_NESTED, g->name, 0, stale_cb, x);
+		if (!rc)
+			rc = renamed_from(x, rd, CACHE_LINK_GID, g->gid, g->name);
+	}
+	return rc == 1 ? 0 : rc;
+}
+
+/* The stale names into r->ru and r->rg. */
+static int collect_stale(struct lp_req *r)
+{
+	struct stale ux = {.r = r, .out = &r->ru}, gx = {.r = r, .out = &r->rg};
+	struct cache_reader *rd = NULL;
+	int rc = cache_reader_begin(r->ld->cache, &rd);
+	if (!rc)
+		rc = stale_users(r, rd, &ux);
+	if (!rc)
+		rc = stale_groups(r, rd, &gx);
+	cache_reader_end(rd);
+	lp_map_free(&ux.seen);
+	lp_map_free(&gx.seen);
+	return rc;
+}
+
+/* The verify wave, for lookups (not refreshes, enumerations): the stale
+ * names asked for. A cache that cannot be read verifies nothing this
+ * time. */
+static int send_verify(struct lp_req *r)
+{
+	struct ldap_domain *ld = r->ld;
+	r->verified = true;
+	if (r->kind == LDAP_LOOKUP_ENUMERATE || r->kind == LP_REFRESH || r->partial)
+		return 0; /* an incomplete answer contradicts nothing */
+	r->refresh_sent = (int64_t)time(NULL);
+	int rc = collect_stale(r);
+	if (rc && rc != -ENOMEM) {
+		idc_log(IDC_LOG_WARN, "ldap domain %s: reading the cache to verify an answer: %s",
+			ld->cfg.name, idc_strerror(rc));
+		r->ru.n = r->rg.n = 0;
+		rc = 0;
+	}
+	if (!rc && (r->ru.n || r->rg.n))
+		idc_log(IDC_LOG_DEBUG,
+			"ldap domain %s: %zu users and %zu groups cached but left out of an answer "
+			"asked for again",
+			ld->cfg.name, r->ru.n, r->rg.n);
+	if (!rc)
+		rc = send_by_names(r, false, &r->ru);
+	return rc ? rc : send_by_names(r, true, &r->rg);
 }
 
 /* ==== stepping ======================================================================= */
@@ -1102,9 +1284,6 @@ static void req_step(struct lp_req *r)
 		if (!r->target)
 			return finish(r);
 		rc = send_groups_of(r);
-	} else if (r->phase == 1 &&
-		   (r->kind == LDAP_LOOKUP_PWNAM || r->kind == LDAP_LOOKUP_PWUID)) {
-		return finish(r);
 	} else {
 		r->phase = 2;
 		rc = queue_new_groups(r);
@@ -1114,8 +1293,12 @@ static void req_step(struct lp_req *r)
 			rc = send_parents(r);
 		else if (!rc && r->memq.n)
 			rc = send_members(r);
+		else if (!rc && !r->pending && !r->verified)
+			rc = send_verify(r);
 		else if (!rc && !r->pending)
 			return finish(r);
+		if (!rc && !r->pending)
+			return req_step(r); /* nothing went out: the next step */
 	}
 	if (rc == -E2BIG) {
 		/* ldap_max_searches spent (r->cut): finish once what went out answered */
@@ -1193,7 +1376,7 @@ static int copy_config(struct ldap_domain_config *dst, const struct ldap_domain_
 static void set_attrs(struct ldap_domain *ld)
 {
 	size_t n = 0;
-	const char *want[] = {"objectClass", "modifyTimestamp", "memberUid"};
+	const char *want[] = {"objectClass", "memberUid"};
 	for (size_t i = 0; i < LDAP_MAP_COUNT; i++)
 		ld->attr[i] = lp_attr(&ld->cfg, (enum ldap_dom_attr)i);
 	for (size_t i = 0; i < LDAP_MAP_COUNT + IDC_ARRAY_SIZE(want); i++) {
