@@ -234,10 +234,11 @@ int daemon_mc_share(struct conn *c, uint32_t kind, struct idc_buf *out);
 int daemon_mc_fds(struct daemon *dm, uint32_t mask, int fds[3]);
 /* The maps' heartbeat (mc/layout.h): called every DAEMON_SWEEP_MS. */
 void daemon_mc_beat(struct daemon *dm);
-/* Records the responder answered with; by_id: the answer to a by-id lookup. */
-void daemon_mc_put_passwd(struct daemon *dm, const struct proto_passwd *pw, bool by_id);
+/* Records the responder answered with, for the lookups (keys: enum
+ * mc_key) they are the answer to; keys 0 stores nothing. */
+void daemon_mc_put_passwd(struct daemon *dm, const struct proto_passwd *pw, unsigned keys);
 void daemon_mc_put_group(struct daemon *dm, const char *name, uint32_t gid, const char *const *mem,
-			 size_t nmem, bool by_id);
+			 size_t nmem, unsigned keys);
 void daemon_mc_put_initgroups(struct daemon *dm, const char *user, const uint32_t *gids, size_t n);
 /* A provider's committed change (files_domain_set_hook; arg: the daemon):
  * drop exactly the records it affects. */

@@ -156,15 +156,16 @@ static void note(const char *what, int rc)
 		idc_log(IDC_LOG_DEBUG, "memory cache: cannot store %s: %s", what, idc_strerror(rc));
 }
 
-void daemon_mc_put_passwd(struct daemon *dm, const struct proto_passwd *pw, bool by_id)
+void daemon_mc_put_passwd(struct daemon *dm, const struct proto_passwd *pw, unsigned keys)
 {
-	note("a user", mc_put_passwd(dm->mc[0], pw, expiry(), by_id));
+	if (keys != 0)
+		note("a user", mc_put_passwd(dm->mc[0], pw, expiry(), keys));
 }
 
 void daemon_mc_put_group(struct daemon *dm, const char *name, uint32_t gid, const char *const *mem,
-			 size_t nmem, bool by_id)
+			 size_t nmem, unsigned keys)
 {
-	if (dm->mc[1] == NULL)
+	if (dm->mc[1] == NULL || keys == 0)
 		return;
 	struct idc_buf b = IDC_BUF_INIT;
 	int rc = 0;
@@ -175,7 +176,7 @@ void daemon_mc_put_group(struct daemon *dm, const char *name, uint32_t gid, cons
 				 gid,
 				 {(const uint8_t *)b.data, b.len, (uint32_t)nmem}};
 	if (rc == 0)
-		rc = mc_put_group(dm->mc[1], &gr, expiry(), by_id);
+		rc = mc_put_group(dm->mc[1], &gr, expiry(), keys);
 	note("a group", rc);
 	idc_buf_free(&b);
 }

@@ -285,6 +285,20 @@ static int group_in(struct cache_reader *r, const struct config_domain *cfg,
 	return cache_group_by_name(r, &dn, 1, req->name.p, cfg->case_sensitive, g, meta);
 }
 
+/* The memory-cache keys (enum mc_key) an answer named name is the socket's
+ * answer for: the id it was asked by, or its name when that is the name
+ * asked. Another spelling (a domain with case_sensitive = false matched
+ * it) is not: an earlier domain may hold the entry's own spelling. Never
+ * both: the first domain holding the name need not be the first holding
+ * the id (DESIGN §11). */
+static unsigned answer_keys(const struct proto_req *req, const char *name)
+{
+	if (!by_name(req->cmd))
+		return MC_KEY_ID;
+	size_t n = strlen(name);
+	return n == req->name.len && memcmp(name, req->name.p, n) == 0 ? MC_KEY_NAME : 0;
+}
+
 static int do_user(struct walk *w, struct idc_buf *out)
 {
 	struct daemon *dm = w->dm;
@@ -307,7 +321,7 @@ static int do_user(struct walk *w, struct idc_buf *out)
 		return reply_failure(out, req->cmd, rc);
 	struct proto_passwd pw = {pstr(u.name),  pstr(NO_PASSWORD), u.uid,        u.gid,
 				  pstr(u.gecos), pstr(u.dir),       pstr(u.shell)};
-	daemon_mc_put_passwd(dm, &pw, req->cmd == PROTO_CMD_GETPWUID);
+	daemon_mc_put_passwd(dm, &pw, answer_keys(req, u.name));
 	size_t start;
 	rc = proto_reply_begin(out, req->cmd, PROTO_ST_OK, &start);
 	return finish(out, req->cmd, start, rc ? rc : put_user(out, &u));
@@ -334,7 +348,7 @@ static int do_group(struct walk *w, struct idc_buf *out)
 	if (rc < 0)
 		return reply_failure(out, req->cmd, rc);
 	daemon_mc_put_group(dm, g.name, g.gid, (const char *const *)g.members, g.nmembers,
-			    req->cmd == PROTO_CMD_GETGRGID);
+			    answer_keys(req, g.name));
 	size_t start;
 	rc = proto_reply_begin(out, req->cmd, PROTO_ST_OK, &start);
 	return finish(out, req->cmd, start, rc ? rc : put_group(out, &g));
