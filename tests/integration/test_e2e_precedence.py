@@ -148,3 +148,18 @@ def test_getent_by_id_then_by_name(daemons):
     assert d.ns.run(["getent", "passwd", "bob"]).out.startswith("bob:x:7000:")
     assert d.ns.run(["getent", "passwd", "7000"]).out.startswith("zed:x:7000:")
     assert d.ns.run(["id", "-u", "alice"]).out == "2001\n"
+
+
+def test_other_spelling_does_not_take_the_name(idcache, daemons):
+    """b matches names in any case; what it answered for `ALICE` is not
+    the answer for `Alice`, which a holds."""
+    d = daemons.start("Alice:x:2001:2001::/home/a:/bin/sh\n", "", start=False,
+                      idcache_conf="domains = local, b\n")
+    with open(d.conf, "a") as f:
+        f.write(files_domain("b", d.base, "Alice:x:9999:9999::/b:/bin/sh\n", "") +
+                "case_sensitive = false\n")
+    d.start()
+    assert lookups(d, [["getpwnam", "ALICE"]])["getpwnam ALICE"][2] == 9999
+    got = lookups(d, [["getpwnam", "Alice"], ["getpwnam", "ALICE"]] * 2)
+    assert got["getpwnam Alice"][2] == 2001
+    assert got["getpwnam ALICE"][2] == 9999
