@@ -15,6 +15,8 @@
  *   domains.c    per-domain provider state: files refresh, inotify, timers
  *   reload.c     re-reading the configuration (SIGHUP, RELOAD)
  *   memcache.c   the shared-memory cache maps (src/mc): writing, dropping
+ *   precedence.c what a domain may not serve: filters, overlap with the
+ *                host's files and earlier domains
  */
 #ifndef IDC_DAEMON_H
 #define IDC_DAEMON_H
@@ -65,6 +67,7 @@ struct domain {
 	struct files_refresh_stats last;
 	char last_error[512];
 	struct ldapdom *ldap; /* id_provider = ldap (ldapdom.c); NULL for files */
+	uint64_t withheld;    /* distinct entries not served (precedence.c) */
 };
 
 int domain_new(struct daemon *dm, const struct config_domain *cfg, struct domain **out);
@@ -105,6 +108,9 @@ void ldapdom_initgroups_note(struct domain *d, const char *name);
 /* `idcache expire`: every group list fetched counts as expired. */
 void ldapdom_expire(struct ldapdom *l);
 void ldapdom_status(const struct domain *d, struct ldap_domain_status *st);
+/* Log msg (WARN) once per distinct text, in the provider's log-once set;
+ * whether it is new. */
+bool ldapdom_note_once(struct domain *d, const char *msg);
 
 /* ---- one client connection (conn.c) ---------------------------------------- */
 /* One map's enumeration in wire encoding, built once per cache state and
@@ -177,6 +183,20 @@ int admin_handle(struct conn *c, const struct proto_req *req, struct idc_buf *ou
  * begun on first use and ended by daemon_reader_end. NULL on failure. */
 struct cache_reader *daemon_reader(struct daemon *dm);
 void daemon_reader_end(struct daemon *dm);
+
+/* ---- which entries a domain may serve (precedence.c) ------------------------
+ * Whether domain i's user or group is withheld (filter_users/_groups, or a
+ * remote domain's entry whose name or id the host's files or an earlier
+ * domain hold): answered as if the domain did not hold it. The first time,
+ * logged with its DN and counted in the domain's `withheld`. */
+bool daemon_user_withheld(struct daemon *dm, size_t i, const struct cache_user *u);
+bool daemon_group_withheld(struct daemon *dm, size_t i, const struct cache_group *g);
+/* Remove from gids[0..*n), the group list of a user of domain i, the gids
+ * of its withheld groups. */
+void daemon_gids_withhold(struct daemon *dm, size_t i, uint32_t *gids, size_t *n);
+/* End the checks' reader (with daemon_reader_end); free the host files. */
+void daemon_aside_end(struct daemon *dm);
+void daemon_host_free(struct daemon *dm);
 
 /* ---- listeners (listen.c) --------------------------------------------------- */
 struct listener {
@@ -283,6 +303,8 @@ struct daemon {
 	bool ready;
 	uint64_t config_gen;        /* bumped by every applied configuration */
 	struct enum_snap *snaps[2]; /* latest passwd / group enumeration */
+	struct cache_reader *aside; /* precedence.c's checks, ended with reader */
+	struct host_files *host;    /* /etc/passwd, /etc/group (precedence.c) */
 };
 
 /* Changes whenever what an enumeration returns may have changed. */

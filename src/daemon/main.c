@@ -281,6 +281,7 @@ static void stop(struct daemon *dm)
 	loop_fini(&dm->loop); /* frees the closed connections */
 	enum_snaps_release(dm);
 	daemon_mc_close(dm);
+	daemon_host_free(dm);
 	cache_close(dm->cache);
 	config_free(dm->cfg);
 	free(dm->gids);

@@ -26,6 +26,11 @@
  *                                initgroups record (those users are found
  *                                only by a walk)
  *   ldap commit not described    every record (daemon_mc_ldap_change(NULL))
+ *   files: a name or id new      while a remote domain is kept off local
+ *                                names and ids (precedence.c), also the
+ *                                whole map of its kind and the initgroups
+ *                                map: entries it withholds now may answer
+ *                                there under other keys
  *   expire --user / --group      the same for the entry as the cache and
  *                                the map know it (its id included, whatever
  *                                the case of the name asked)
@@ -293,9 +298,35 @@ static void drop_member_changes(struct daemon *dm, const struct files_change *ch
 	free(n);
 }
 
+static void drop_change(struct daemon *dm, const struct files_change *ch);
+
+/* Whether some remote domain is kept off the names and ids of the others
+ * (precedence.c). */
+static bool overlap_checked(const struct daemon *dm)
+{
+	for (size_t i = 0; i < dm->ndomains; i++)
+		if (dm->domains[i]->ldap && !dm->domains[i]->cfg->allow_local_overlap)
+			return true;
+	return false;
+}
+
 void daemon_mc_files_change(const struct files_change *ch, void *arg)
 {
 	struct daemon *dm = arg;
+	drop_change(dm, ch);
+	/* A name or id new to the host's files withholds a remote domain's
+	 * entries the maps may hold under other keys (another name with that
+	 * id, a group list with that gid): start those maps over. */
+	bool fresh = ch->new_name && (!ch->old_name || ch->old_id != ch->new_id ||
+				      strcmp(ch->old_name, ch->new_name) != 0);
+	if (fresh && overlap_checked(dm)) {
+		daemon_mc_reset(dm, ch->group ? 1 : 0);
+		daemon_mc_reset(dm, 2);
+	}
+}
+
+static void drop_change(struct daemon *dm, const struct files_change *ch)
+{
 	int k = ch->group ? 1 : 0;
 	bool came_or_went = ch->old_name == NULL || ch->new_name == NULL;
 	const char *names[2] = {ch->old_name, ch->new_name};
@@ -337,7 +368,7 @@ void daemon_mc_ldap_change(const struct ldap_change *ch, void *arg)
 				  .nold_mem = ch->nold_mem,
 				  .new_mem = ch->new_mem,
 				  .nnew_mem = ch->nnew_mem};
-	daemon_mc_files_change(&fc, dm);
+	drop_change(dm, &fc);
 	if (ch->group && ch->nested_changed)
 		daemon_mc_reset(dm, 2);
 }

@@ -3,7 +3,8 @@
  * passwd/group enumeration — answered from the cache.
  *
  * Domains are searched in the configured order, each with its own case
- * rule, and the first that knows the key answers. A name the cache could
+ * rule, and the first that knows the key and may serve it answers (what a
+ * domain may not serve: precedence.c). A name the cache could
  * never hold is NOTFOUND without a lookup. The password field is always
  * "x" (users and groups alike): idcache never holds or serves password
  * hashes, and "x" is what shadow-based systems put there anyway.
@@ -37,6 +38,7 @@ struct cache_reader *daemon_reader(struct daemon *dm)
 
 void daemon_reader_end(struct daemon *dm)
 {
+	daemon_aside_end(dm);
 	cache_reader_end(dm->reader);
 	dm->reader = NULL;
 }
@@ -311,6 +313,10 @@ static int do_user(struct walk *w, struct idc_buf *out)
 	for (size_t i = 0; r && step == WALK_NEXT && i < dm->ndomains; i++) {
 		struct cache_meta meta = {0};
 		rc = user_in(r, dm->domains[i]->cfg, req, &u, &meta);
+		if (rc == 0 && daemon_user_withheld(dm, i, &u)) {
+			rc = -ENOENT; /* as if not held: the next domain may */
+			continue;
+		}
 		int err = 0;
 		step = settle(w, i, rc, &meta, true, &err);
 		rc = err ? err : rc;
@@ -339,6 +345,10 @@ static int do_group(struct walk *w, struct idc_buf *out)
 	for (size_t i = 0; r && step == WALK_NEXT && i < dm->ndomains; i++) {
 		struct cache_meta meta = {0};
 		rc = group_in(r, dm->domains[i]->cfg, req, &g, &meta);
+		if (rc == 0 && daemon_group_withheld(dm, i, &g)) {
+			rc = -ENOENT;
+			continue;
+		}
 		int err = 0;
 		step = settle(w, i, rc, &meta, true, &err);
 		rc = err ? err : rc;
@@ -387,6 +397,10 @@ static int do_initgroups(struct walk *w, struct idc_buf *out)
 		struct cache_meta meta = {0};
 		struct cache_user u;
 		rc = user_in(r, d->cfg, req, &u, &meta);
+		if (rc == 0 && daemon_user_withheld(dm, i, &u)) {
+			rc = -ENOENT;
+			continue;
+		}
 		enum ldapdom_ig ig =
 		    d->ldap ? ldapdom_initgroups_state(d, req->name.p) : LDAPDOM_IG_FRESH;
 		bool complete = ig != LDAPDOM_IG_UNKNOWN;
@@ -396,6 +410,8 @@ static int do_initgroups(struct walk *w, struct idc_buf *out)
 		rc = err ? err : rc;
 		if (step == WALK_ANSWER && rc == 0)
 			rc = domain_gids(dm, r, d->cfg, req->name.p, &n);
+		if (step == WALK_ANSWER && rc == 0)
+			daemon_gids_withhold(dm, i, dm->gids, &n);
 	}
 	if (step == WALK_DEFER)
 		return 0;
@@ -477,18 +493,29 @@ static int snap_mark(struct enum_snap *s)
 	return 0;
 }
 
+/* A snapshot being filled from domain i. */
+struct snap_fill {
+	struct enum_snap *s;
+	struct daemon *dm;
+	size_t i;
+};
+
 static int add_user(const struct cache_user *u, void *arg)
 {
-	struct enum_snap *s = arg;
-	int rc = snap_mark(s);
-	return rc ? rc : put_user(&s->recs, u);
+	struct snap_fill *f = arg;
+	if (daemon_user_withheld(f->dm, f->i, u))
+		return 0;
+	int rc = snap_mark(f->s);
+	return rc ? rc : put_user(&f->s->recs, u);
 }
 
 static int add_group(const struct cache_group *g, void *arg)
 {
-	struct enum_snap *s = arg;
-	int rc = snap_mark(s);
-	return rc ? rc : put_group(&s->recs, g);
+	struct snap_fill *f = arg;
+	if (daemon_group_withheld(f->dm, f->i, g))
+		return 0;
+	int rc = snap_mark(f->s);
+	return rc ? rc : put_group(&f->s->recs, g);
 }
 
 static int snap_build(struct daemon *dm, bool users, struct enum_snap **out)
@@ -498,8 +525,9 @@ static int snap_build(struct daemon *dm, bool users, struct enum_snap **out)
 	int rc = !s ? -ENOMEM : r ? 0 : -EIO;
 	for (size_t i = 0; rc == 0 && i < dm->ndomains; i++) {
 		const char *dn = dm->domains[i]->cfg->name;
-		rc = users ? cache_enum_users(r, dn, add_user, s)
-			   : cache_enum_groups(r, dn, add_group, s);
+		struct snap_fill f = {s, dm, i};
+		rc = users ? cache_enum_users(r, dn, add_user, &f)
+			   : cache_enum_groups(r, dn, add_group, &f);
 	}
 	if (rc == 0)
 		rc = snap_mark(s); /* end of the last record */

@@ -8,6 +8,8 @@ The memory-cache answers are compared with the socket's
 (IDCACHE_MEMCACHE=no) for every name and id, after lookups in several
 orders, each order starting from empty maps (`idcache expire --all`).
 """
+import os
+import shutil
 import subprocess
 
 import pytest
@@ -163,3 +165,191 @@ def test_other_spelling_does_not_take_the_name(idcache, daemons):
     got = lookups(d, [["getpwnam", "Alice"], ["getpwnam", "ALICE"]] * 2)
     assert got["getpwnam Alice"][2] == 2001
     assert got["getpwnam ALICE"][2] == 9999
+
+
+# ==== remote domains and the host's own identities ====================================
+# A directory (real slapd on loopback, test_e2e_ldap's helper) that holds,
+# beside an ordinary user and group, entries that would shadow or join
+# the host's own: a user named root, one with a local uid, one with a
+# local name, a group named sudo and one with sudo's gid.
+
+LOCAL_PASSWD = """\
+root:x:0:0:root:/root:/bin/bash
+alice:x:1000:1000:Alice local:/home/alice:/bin/bash
+"""
+LOCAL_GROUP = """\
+root:x:0:
+sudo:x:27:alice
+alice:x:1000:
+"""
+
+
+def _user(name, uid):
+    return (f"dn: uid={name},ou=people,dc=example,dc=com\nobjectClass: account\n"
+            f"objectClass: posixAccount\nuid: {name}\ncn: {name}\nuidNumber: {uid}\n"
+            f"gidNumber: {uid}\nhomeDirectory: /dir/{name}\nloginShell: /bin/sh\n\n")
+
+
+def _group(name, gid, members):
+    return (f"dn: cn={name},ou=groups,dc=example,dc=com\nobjectClass: posixGroup\n"
+            f"cn: {name}\ngidNumber: {gid}\n" +
+            "".join(f"memberUid: {m}\n" for m in members) + "\n")
+
+
+DIRECTORY = ("dn: dc=example,dc=com\nobjectClass: dcObject\nobjectClass: organization\n"
+             "o: Example\ndc: example\n\n"
+             "dn: ou=people,dc=example,dc=com\nobjectClass: organizationalUnit\nou: people\n\n"
+             "dn: ou=groups,dc=example,dc=com\nobjectClass: organizationalUnit\nou: groups\n\n"
+             + _user("root", 5001) + _user("mallory", 1000) + _user("alice", 10001)
+             + _user("ldapuser", 10002)
+             + _group("sudo", 5027, ["ldapuser"]) + _group("staff2", 27, ["ldapuser"])
+             + _group("devs", 20001, ["ldapuser"]))
+
+# (kind, name, DN) of every entry the default policy withholds
+WITHHELD = [("user", "root", "uid=root,ou=people,dc=example,dc=com"),
+            ("user", "mallory", "uid=mallory,ou=people,dc=example,dc=com"),
+            ("user", "alice", "uid=alice,ou=people,dc=example,dc=com"),
+            ("group", "sudo", "cn=sudo,ou=groups,dc=example,dc=com"),
+            ("group", "staff2", "cn=staff2,ou=groups,dc=example,dc=com")]
+
+
+@pytest.fixture(scope="module")
+def directory():
+    tel = pytest.importorskip("test_e2e_ldap")
+    if not (os.access(tel.SLAPD, os.X_OK) and shutil.which("ldapadd")):
+        pytest.skip("needs Debian's slapd and ldap-utils")
+    base = nsenv.make_private_dir("idc-prec-ldap-")
+    ldif = base / "dir.ldif"
+    ldif.write_text(DIRECTORY)
+    s = tel.Slapd(base, "p", ldif=ldif)
+    s.start()
+    try:
+        yield s
+    finally:
+        s.stop()
+        nsenv.remove_tree(base)
+
+
+def dir_domain(uri, extra=""):
+    return ("\n[domain/dir]\nid_provider = ldap\n"
+            f"ldap_uri = {uri}\nldap_search_base = dc=example,dc=com\n"
+            "ldap_schema = rfc2307\nldap_network_timeout = 2\nldap_search_timeout = 3\n"
+            f"{extra}")
+
+
+def dir_first(daemons, directory, extra="", idcache_conf=""):
+    """The directory ahead of the host's files: the order that lets it
+    shadow them if anything can."""
+    return daemons.start(LOCAL_PASSWD, LOCAL_GROUP,
+                         idcache_conf="domains = dir, local\n" + idcache_conf,
+                         domain_conf=dir_domain(directory.uri, extra))
+
+
+PROBES = [["getent", "passwd", "root"], ["getent", "passwd", "5001"],
+          ["getent", "passwd", "mallory"], ["getent", "passwd", "1000"],
+          ["getent", "passwd", "alice"], ["getent", "passwd", "10001"],
+          ["getent", "passwd", "ldapuser"], ["getent", "group", "sudo"],
+          ["getent", "group", "5027"], ["getent", "group", "staff2"],
+          ["getent", "group", "27"], ["getent", "group", "devs"],
+          ["id", "-G", "ldapuser"], ["id", "-Gn", "ldapuser"], ["id", "-G", "alice"]]
+
+
+def answers(d, env=None):
+    return {" ".join(a): (r.rc, r.out) for a, r in zip(PROBES, d.ns.run_many(PROBES, env=env))}
+
+
+def test_directory_cannot_shadow_or_join_local_identity(idcache, daemons, directory):
+    d = dir_first(daemons, directory)
+    got = answers(d)
+    assert got["getent passwd root"] == (0, "root:x:0:0:root:/root:/bin/bash\n")
+    assert got["getent passwd 5001"][0] == 2
+    assert got["getent passwd mallory"][0] == 2
+    assert got["getent passwd 1000"][1].startswith("alice:x:1000:1000:Alice local:")
+    assert got["getent passwd alice"][1].startswith("alice:x:1000:1000:Alice local:")
+    assert got["getent passwd 10001"][0] == 2
+    assert got["getent passwd ldapuser"][1].startswith("ldapuser:x:10002:10002:")
+    assert got["getent group sudo"] == (0, "sudo:x:27:alice\n")
+    assert got["getent group 5027"][0] == 2
+    assert got["getent group staff2"][0] == 2
+    assert got["getent group 27"] == (0, "sudo:x:27:alice\n")
+    assert got["getent group devs"] == (0, "devs:x:20001:ldapuser\n")
+    # ldapuser's groups: its own gid and devs; neither sudo's gid nor the
+    # directory's sudo
+    assert sorted(got["id -G ldapuser"][1].split()) == ["10002", "20001"], got
+    assert "sudo" not in got["id -Gn ldapuser"][1]
+    assert got["id -G alice"][1].split() == ["1000", "27"]
+    # the same from the maps (a second round) and from the socket alone
+    assert answers(d) == got
+    assert answers(d, env={"IDCACHE_MEMCACHE": "no"}) == got
+    # enumeration lists none of them either
+    pw = d.ns.run(["getent", "passwd"]).out.splitlines()
+    gr = d.ns.run(["getent", "group"]).out.splitlines()
+    assert sorted(ln.split(":")[0] for ln in pw) == ["alice", "ldapuser", "root"], pw
+    assert sorted(ln.split(":")[0] for ln in gr) == ["alice", "devs", "root", "sudo"], gr
+    assert "sudo:x:27:alice" in gr
+    # counted, and logged once each with the DN
+    st = status(idcache, d)
+    assert st["domain.dir.withheld"] == str(len(WITHHELD)), st
+    log = d.log()
+    for kind, name, dn in WITHHELD:
+        lines = [ln for ln in log.splitlines() if f'{kind} "{name}"' in ln and "not served" in ln]
+        assert len(lines) == 1, (name, lines)
+        assert dn in lines[0], lines[0]
+    print("\n".join(ln for ln in log.splitlines() if "not served" in ln))
+
+
+def test_overlap_allowed_deliberately_and_filters(idcache, daemons, directory):
+    """allow_local_overlap = true serves what the directory holds in the
+    domain order; filter_users / filter_groups still hold root and the
+    names they list."""
+    d = dir_first(daemons, directory, extra="allow_local_overlap = true\n",
+                  idcache_conf="filter_groups = root, staff2\n")
+    got = answers(d)
+    assert got["getent passwd root"][1].startswith("root:x:0:0:"), got  # filter_users = root
+    assert got["getent passwd 5001"][0] == 2
+    assert got["getent passwd alice"][1].startswith("alice:x:10001:"), got  # allowed
+    assert got["getent passwd 1000"][1].startswith("mallory:x:1000:"), got
+    assert got["getent group sudo"][1].startswith("sudo:x:5027:ldapuser"), got
+    assert got["getent group staff2"][0] == 2  # filter_groups
+    assert got["getent group 27"] == (0, "sudo:x:27:alice\n")
+    assert sorted(got["id -G ldapuser"][1].split()) == ["10002", "20001", "5027"], got
+    assert answers(d) == got
+    # a domain's own list replaces [idcache]'s
+    d2 = dir_first(daemons, directory, extra="allow_local_overlap = true\nfilter_users = \n")
+    assert d2.ns.run(["getent", "passwd", "root"]).out.startswith("root:x:5001:"), d2.log()
+
+
+def test_host_files_when_no_files_domain(idcache, daemons, directory):
+    """Without a files domain, /etc/passwd and /etc/group as the daemon
+    reads them are the host's own (no filter here: root is withheld for
+    the host's root)."""
+    d = daemons.start(None, None, idcache_conf="domains = dir\n", start=False,
+                      domain_conf=dir_domain(directory.uri, "filter_users =\n"))
+    conf = d.conf.read_text()
+    head, _, rest = conf.partition("\n[domain/local]\n")
+    d.conf.write_text(head + "\n" + rest[rest.index("\n[domain/dir]"):])
+    d.start()
+    host_group = (d.base / "sys" / "group").read_text()
+    r = d.ns.run(["getent", "passwd", "root"], sources="idcache")
+    assert r.rc == 2, r  # the directory's root is withheld, and idcache has no other
+    assert d.ns.run(["getent", "passwd", "ldapuser"]).rc == 0
+    if any(ln.startswith("sudo:") for ln in host_group.splitlines()):
+        assert d.ns.run(["getent", "group", "sudo"]).rc == 2
+    if any(ln.split(":")[2:3] == ["27"] for ln in host_group.splitlines()):
+        assert d.ns.run(["getent", "group", "staff2"]).rc == 2
+    log = d.log()
+    assert 'user "root" (uid 5001, uid=root,ou=people,dc=example,dc=com) not served: ' \
+        "the name is held by /etc/passwd" in log, log
+
+
+def test_local_change_withholds_what_the_maps_hold(idcache, daemons, directory):
+    """A user added to the host's files takes the name from the directory's
+    entry at once: its record by uid leaves the maps too."""
+    d = dir_first(daemons, directory)
+    for _ in range(2):
+        assert d.ns.run(["getent", "passwd", "10002"]).out.startswith("ldapuser:x:10002:")
+    nsenv.write_atomic(d.passwd, LOCAL_PASSWD + "ldapuser:x:3000:3000::/home/l:/bin/sh\n")
+    nsenv.wait_for(lambda: d.ns.run(["getent", "passwd", "ldapuser"]).out.startswith(
+        "ldapuser:x:3000:"))
+    assert d.ns.run(["getent", "passwd", "ldapuser"]).out.startswith("ldapuser:x:3000:")
+    assert d.ns.run(["getent", "passwd", "10002"]).rc == 2
