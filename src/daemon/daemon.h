@@ -194,7 +194,8 @@ bool daemon_group_withheld(struct daemon *dm, size_t i, const struct cache_group
 /* Remove from gids[0..*n), the group list of a user of domain i, the gids
  * of its withheld groups. */
 void daemon_gids_withhold(struct daemon *dm, size_t i, uint32_t *gids, size_t *n);
-/* End the checks' reader (with daemon_reader_end); free the host files. */
+/* End the checks' reader (with daemon_reader_end); free the host files
+ * and what the checks remember. */
 void daemon_aside_end(struct daemon *dm);
 void daemon_host_free(struct daemon *dm);
 
@@ -305,6 +306,7 @@ struct daemon {
 	struct enum_snap *snaps[2]; /* latest passwd / group enumeration */
 	struct cache_reader *aside; /* precedence.c's checks, ended with reader */
 	struct host_files *host;    /* /etc/passwd, /etc/group (precedence.c) */
+	struct gid_memo *gid_memo;  /* precedence.c */
 };
 
 /* Changes whenever what an enumeration returns may have changed. */

@@ -48,6 +48,19 @@ struct host_file {
 struct host_files {
 	struct host_file pw, gr;
 	int64_t checked; /* unix seconds of the last stat */
+	uint64_t reads;  /* times a file was read again */
+};
+
+/* What gid_withheld found for (domain, gid), while the data it looked at
+ * is unchanged (gen): a user's group list checks each of its groups, and
+ * users share groups. Direct-mapped; a collision costs a recheck. */
+#define MEMO_SLOTS 4096u
+
+struct gid_memo {
+	uint64_t gen; /* 0: empty */
+	size_t domain;
+	uint32_t gid;
+	bool withheld;
 };
 
 /* ==== the host's files ============================================================ */
@@ -115,7 +128,7 @@ static int host_read(struct host_file *h, const char *path, bool group)
 }
 
 /* Read path again when it changed since h was read. */
-static void host_refresh(struct host_file *h, const char *path, bool group)
+static void host_refresh(struct host_file *h, const char *path, bool group, uint64_t *reads)
 {
 	struct stat st;
 	bool have = stat(path, &st) == 0;
@@ -128,6 +141,7 @@ static void host_refresh(struct host_file *h, const char *path, bool group)
 	h->have_st = have;
 	if (have)
 		h->st = st;
+	(*reads)++;
 	int rc = have ? host_read(h, path, group) : 0;
 	if (rc < 0) {
 		/* Nothing known is held: remote entries are served as if the
@@ -156,14 +170,16 @@ static struct host_files *host_files(struct daemon *dm)
 	int64_t now = (int64_t)time(NULL);
 	if (now != dm->host->checked) {
 		dm->host->checked = now;
-		host_refresh(&dm->host->pw, HOST_PASSWD, false);
-		host_refresh(&dm->host->gr, HOST_GROUP, true);
+		host_refresh(&dm->host->pw, HOST_PASSWD, false, &dm->host->reads);
+		host_refresh(&dm->host->gr, HOST_GROUP, true, &dm->host->reads);
 	}
 	return dm->host;
 }
 
 void daemon_host_free(struct daemon *dm)
 {
+	free(dm->gid_memo);
+	dm->gid_memo = NULL;
 	if (!dm->host)
 		return;
 	host_file_clear(&dm->host->pw);
@@ -303,14 +319,33 @@ static bool gid_withheld(struct daemon *dm, size_t i, uint32_t gid)
 	return withheld(dm, i, &e);
 }
 
+/* The state gid_withheld's answers depend on: the cache's data and
+ * configuration, and the host's files as read. Never 0. */
+static uint64_t memo_gen(struct daemon *dm)
+{
+	struct host_files *h = reads_host(dm) ? host_files(dm) : NULL;
+	return (daemon_data_gen(dm) ^ ((h ? h->reads : 0) << 48)) | 1u << 31;
+}
+
+static bool gid_withheld_memo(struct daemon *dm, size_t i, uint32_t gid, uint64_t gen)
+{
+	if (!dm->gid_memo && !(dm->gid_memo = calloc(MEMO_SLOTS, sizeof(*dm->gid_memo))))
+		return gid_withheld(dm, i, gid);
+	struct gid_memo *m = &dm->gid_memo[(gid * 2654435761u + i) % MEMO_SLOTS];
+	if (m->gen != gen || m->domain != i || m->gid != gid)
+		*m = (struct gid_memo){gen, i, gid, gid_withheld(dm, i, gid)};
+	return m->withheld;
+}
+
 void daemon_gids_withhold(struct daemon *dm, size_t i, uint32_t *gids, size_t *n)
 {
 	const struct domain *d = dm->domains[i];
 	if (!d->ldap && d->cfg->filter_groups.n == 0)
 		return;
+	uint64_t gen = memo_gen(dm);
 	size_t kept = 0;
 	for (size_t k = 0; k < *n; k++)
-		if (!gid_withheld(dm, i, gids[k]))
+		if (!gid_withheld_memo(dm, i, gids[k], gen))
 			gids[kept++] = gids[k];
 	*n = kept;
 }
