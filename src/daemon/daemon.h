@@ -198,6 +198,9 @@ void daemon_gids_withhold(struct daemon *dm, size_t i, uint32_t *gids, size_t *n
  * and what the checks remember. */
 void daemon_aside_end(struct daemon *dm);
 void daemon_host_free(struct daemon *dm);
+/* The sweep: notice a change of the host's files even while every lookup
+ * is a memory-cache hit. */
+void daemon_host_check(struct daemon *dm);
 
 /* ---- listeners (listen.c) --------------------------------------------------- */
 struct listener {

@@ -151,6 +151,7 @@ static void on_sweep(struct loop_timer *t)
 {
 	conn_sweep(t->owner);
 	daemon_mc_beat(t->owner);
+	daemon_host_check(t->owner);
 }
 
 void daemon_check_ready(struct daemon *dm)

@@ -11,7 +11,8 @@
  * The host's own files are the files domains' data when the configuration
  * has any (wherever they stand in the order), else /etc/passwd and
  * /etc/group as read here (read again when their inode, size or mtime
- * changed, looked at no more than once a second). Names compare exactly,
+ * changed, looked at no more than once a second, and at least at every
+ * sweep: a change starts the memory-cache maps it may affect over). Names compare exactly,
  * or ignoring ASCII case when either side's domain does.
  *
  * A withheld entry is answered as if its domain did not hold it: a lookup
@@ -127,8 +128,8 @@ static int host_read(struct host_file *h, const char *path, bool group)
 	return rc == 0 ? host_index(h, group) : rc;
 }
 
-/* Read path again when it changed since h was read. */
-static void host_refresh(struct host_file *h, const char *path, bool group, uint64_t *reads)
+/* Read path again when it changed since h was read; whether it did. */
+static bool host_refresh(struct host_file *h, const char *path, bool group, uint64_t *reads)
 {
 	struct stat st;
 	bool have = stat(path, &st) == 0;
@@ -136,7 +137,7 @@ static void host_refresh(struct host_file *h, const char *path, bool group, uint
 	    (!have || (st.st_ino == h->st.st_ino && st.st_dev == h->st.st_dev &&
 		       st.st_size == h->st.st_size && st.st_mtim.tv_sec == h->st.st_mtim.tv_sec &&
 		       st.st_mtim.tv_nsec == h->st.st_mtim.tv_nsec)))
-		return;
+		return false;
 	host_file_clear(h);
 	h->have_st = have;
 	if (have)
@@ -152,6 +153,7 @@ static void host_refresh(struct host_file *h, const char *path, bool group, uint
 		h->have_st = have;
 		h->st = st;
 	}
+	return true;
 }
 
 /* Whether the daemon reads the host's files itself: no files domain. */
@@ -168,12 +170,30 @@ static struct host_files *host_files(struct daemon *dm)
 	if (!dm->host && !(dm->host = calloc(1, sizeof(*dm->host))))
 		return NULL;
 	int64_t now = (int64_t)time(NULL);
-	if (now != dm->host->checked) {
-		dm->host->checked = now;
-		host_refresh(&dm->host->pw, HOST_PASSWD, false, &dm->host->reads);
-		host_refresh(&dm->host->gr, HOST_GROUP, true, &dm->host->reads);
-	}
+	if (now == dm->host->checked)
+		return dm->host;
+	bool first = dm->host->checked == 0; /* the maps hold nothing this withholds */
+	dm->host->checked = now;
+	/* The maps may hold entries the change withholds now (or the other
+	 * way round): start over the maps of the kind, and the group lists. */
+	bool pw = host_refresh(&dm->host->pw, HOST_PASSWD, false, &dm->host->reads);
+	bool gr = host_refresh(&dm->host->gr, HOST_GROUP, true, &dm->host->reads);
+	if (pw && !first)
+		daemon_mc_reset(dm, 0);
+	if (gr && !first)
+		daemon_mc_reset(dm, 1);
+	if ((pw || gr) && !first)
+		daemon_mc_reset(dm, 2);
 	return dm->host;
+}
+
+void daemon_host_check(struct daemon *dm)
+{
+	bool remote = false;
+	for (size_t i = 0; i < dm->ndomains; i++)
+		remote = remote || dm->domains[i]->ldap;
+	if (remote && reads_host(dm))
+		host_files(dm);
 }
 
 void daemon_host_free(struct daemon *dm)

@@ -10,7 +10,9 @@ orders, each order starting from empty maps (`idcache expire --all`).
 """
 import os
 import shutil
+import signal
 import subprocess
+import time
 
 import pytest
 
@@ -340,6 +342,16 @@ def test_host_files_when_no_files_domain(idcache, daemons, directory):
     log = d.log()
     assert 'user "root" (uid 5001, uid=root,ou=people,dc=example,dc=com) not served: ' \
         "the name is held by /etc/passwd" in log, log
+    # the host's group file changes in place (the daemon's /etc/group is a
+    # bind mount of it): read again, devs is the host's now
+    assert d.ns.run(["getent", "group", "devs"]).rc == 0
+    with open(d.base / "sys" / "group", "a") as f:
+        f.write("devs:x:4242:\n")
+    # the socket sees it within a second; the maps start over at the next
+    # sweep (DAEMON_SWEEP_MS, 5 s)
+    ok, _ = nsenv.wait_for(lambda: d.ns.run(["getent", "group", "devs"]).rc == 2, timeout=12)
+    assert ok, d.log()[-2000:]
+    assert "the name is held by /etc/group" in d.log()
 
 
 def test_local_change_withholds_what_the_maps_hold(idcache, daemons, directory):
@@ -353,3 +365,41 @@ def test_local_change_withholds_what_the_maps_hold(idcache, daemons, directory):
         "ldapuser:x:3000:"))
     assert d.ns.run(["getent", "passwd", "ldapuser"]).out.startswith("ldapuser:x:3000:")
     assert d.ns.run(["getent", "passwd", "10002"]).rc == 2
+
+
+@pytest.mark.skipif(not nsenv.VALGRIND, reason="needs valgrind")
+def test_withholding_under_valgrind(idcached_bin, nss_module_dir, directory):
+    """Both sources of the host's names (a files domain; the daemon's own
+    reading of /etc/passwd and /etc/group), withheld entries by name, id,
+    group list and enumeration, a host file replaced, a reload, a stop:
+    no invalid access, no leak."""
+    for with_files in (True, False):
+        base = nsenv.make_private_dir("idc-prec-vg-")
+        ns = nsenv.NsEnv(nss_module_dir, base / "run", base / "ns")
+        wrap, vglog = nsenv.valgrind_wrap(ns, base)
+        d = nsenv.Daemon(idcached_bin, base, LOCAL_PASSWD, LOCAL_GROUP,
+                         idcache_conf="domains = dir, local\n" if with_files else
+                         "domains = dir\n",
+                         domain_conf=dir_domain(directory.uri, "filter_users =\n"), wrap=wrap)
+        try:
+            d.start(timeout=120)
+            probes = PROBES + [["getent", "passwd"], ["getent", "group"]]
+            r = ns.run_many(probes, timeout=300)
+            assert r[0].rc == (0 if with_files else 2), r[0]  # root: the files domain's
+            assert r[2].rc == 2, r[2]  # mallory
+            # in place: the daemon's /etc/group is a bind mount of this file
+            with open(base / "sys" / "group", "a") as f:
+                f.write("devs:x:4242:\n")
+            time.sleep(1.1)  # the host's files are looked at once a second at most
+            r = ns.run_many(probes, env={"IDCACHE_MEMCACHE": "no"}, timeout=300)
+            devs = r[PROBES.index(["getent", "group", "devs"])]
+            assert devs.rc == (0 if with_files else 2), devs
+            d.signal(signal.SIGHUP)
+            nsenv.wait_for(lambda: "configuration reloaded" in d.log(), timeout=60)
+            ns.run_many(probes[:8], timeout=300)
+            nsenv.stop_checked_by_valgrind(d, vglog)
+        finally:
+            if d.alive():
+                d.kill()
+        assert "not served" in d.log()
+        nsenv.remove_tree(base)
