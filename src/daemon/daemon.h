@@ -194,6 +194,10 @@ bool daemon_group_withheld(struct daemon *dm, size_t i, const struct cache_group
 /* Remove from gids[0..*n), the group list of a user of domain i, the gids
  * of its withheld groups. */
 void daemon_gids_withhold(struct daemon *dm, size_t i, uint32_t *gids, size_t *n);
+/* Drop from g's member list (domain i's group) the names filter_users
+ * lists: g->members then points into dm's scratch, valid until the next
+ * call. 0 or -ENOMEM. */
+int daemon_group_members_kept(struct daemon *dm, size_t i, struct cache_group *g);
 /* End the checks' reader (with daemon_reader_end); free the host files
  * and what the checks remember. */
 void daemon_aside_end(struct daemon *dm);
@@ -310,6 +314,8 @@ struct daemon {
 	struct cache_reader *aside; /* precedence.c's checks, ended with reader */
 	struct host_files *host;    /* /etc/passwd, /etc/group (precedence.c) */
 	struct gid_memo *gid_memo;  /* precedence.c */
+	const char **members;       /* precedence.c: member list scratch */
+	size_t members_cap;
 };
 
 /* Changes whenever what an enumeration returns may have changed. */

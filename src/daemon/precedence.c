@@ -17,8 +17,9 @@
  *
  * A withheld entry is answered as if its domain did not hold it: a lookup
  * goes on to the next domain, its gid leaves its members' group lists, an
- * enumeration skips it. Each is logged once with its DN, in the provider's
- * log-once set, and counted (domain.NAME.withheld in `idcache status`).
+ * enumeration skips it. The names filter_users lists leave the domain's
+ * group member lists too (sssd's filter_users_in_groups default). Each is logged once with its DN,
+ * in the provider's log-once set, and counted (domain.NAME.withheld in `idcache status`).
  *
  * Lookups here run on a reader of their own (dm->aside), so the records
  * the responder holds from daemon_reader stay valid.
@@ -200,6 +201,9 @@ void daemon_host_free(struct daemon *dm)
 {
 	free(dm->gid_memo);
 	dm->gid_memo = NULL;
+	free(dm->members);
+	dm->members = NULL;
+	dm->members_cap = 0;
 	if (!dm->host)
 		return;
 	host_file_clear(&dm->host->pw);
@@ -368,4 +372,25 @@ void daemon_gids_withhold(struct daemon *dm, size_t i, uint32_t *gids, size_t *n
 		if (!gid_withheld_memo(dm, i, gids[k], gen))
 			gids[kept++] = gids[k];
 	*n = kept;
+}
+
+int daemon_group_members_kept(struct daemon *dm, size_t i, struct cache_group *g)
+{
+	const struct config_domain *cfg = dm->domains[i]->cfg;
+	size_t n = 0;
+	if (cfg->filter_users.n == 0 || g->nmembers == 0)
+		return 0;
+	if (g->nmembers > dm->members_cap) {
+		const char **grown = realloc(dm->members, g->nmembers * sizeof(*grown));
+		if (!grown)
+			return -ENOMEM;
+		dm->members = grown;
+		dm->members_cap = g->nmembers;
+	}
+	for (size_t k = 0; k < g->nmembers; k++)
+		if (!config_names_has(&cfg->filter_users, g->members[k], cfg->case_sensitive))
+			dm->members[n++] = g->members[k];
+	g->members = dm->members;
+	g->nmembers = n;
+	return 0;
 }

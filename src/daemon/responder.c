@@ -339,6 +339,7 @@ static int do_group(struct walk *w, struct idc_buf *out)
 	const struct proto_req *req = w->req;
 	struct cache_reader *r = daemon_reader(dm);
 	struct cache_group g;
+	size_t at = 0; /* the domain asked last: the one answering */
 	int rc = !r ? -EIO : -ENOENT, step = WALK_NEXT;
 	if (r && req->cmd == PROTO_CMD_GETGRNAM && !cache_name_valid(req->name.p, req->name.len))
 		step = WALK_ANSWER;
@@ -352,9 +353,12 @@ static int do_group(struct walk *w, struct idc_buf *out)
 		int err = 0;
 		step = settle(w, i, rc, &meta, true, &err);
 		rc = err ? err : rc;
+		at = i;
 	}
 	if (step == WALK_DEFER)
 		return 0;
+	if (rc == 0)
+		rc = daemon_group_members_kept(dm, at, &g);
 	if (rc < 0)
 		return reply_failure(out, req->cmd, rc);
 	daemon_mc_put_group(dm, g.name, g.gid, (const char *const *)g.members, g.nmembers,
@@ -514,8 +518,10 @@ static int add_group(const struct cache_group *g, void *arg)
 	struct snap_fill *f = arg;
 	if (daemon_group_withheld(f->dm, f->i, g))
 		return 0;
-	int rc = snap_mark(f->s);
-	return rc ? rc : put_group(&f->s->recs, g);
+	struct cache_group kept = *g;
+	int rc = daemon_group_members_kept(f->dm, f->i, &kept);
+	rc = rc ? rc : snap_mark(f->s);
+	return rc ? rc : put_group(&f->s->recs, &kept);
 }
 
 static int snap_build(struct daemon *dm, bool users, struct enum_snap **out)

@@ -205,7 +205,7 @@ DIRECTORY = ("dn: dc=example,dc=com\nobjectClass: dcObject\nobjectClass: organiz
              + _user("root", 5001) + _user("mallory", 1000) + _user("alice", 10001)
              + _user("ldapuser", 10002)
              + _group("sudo", 5027, ["ldapuser"]) + _group("staff2", 27, ["ldapuser"])
-             + _group("devs", 20001, ["ldapuser"]))
+             + _group("devs", 20001, ["ldapuser"]) + _group("ops", 20003, ["root", "ldapuser"]))
 
 # (kind, name, DN) of every entry the default policy withholds
 WITHHELD = [("user", "root", "uid=root,ou=people,dc=example,dc=com"),
@@ -252,7 +252,7 @@ PROBES = [["getent", "passwd", "root"], ["getent", "passwd", "5001"],
           ["getent", "passwd", "alice"], ["getent", "passwd", "10001"],
           ["getent", "passwd", "ldapuser"], ["getent", "group", "sudo"],
           ["getent", "group", "5027"], ["getent", "group", "staff2"],
-          ["getent", "group", "27"], ["getent", "group", "devs"],
+          ["getent", "group", "27"], ["getent", "group", "devs"], ["getent", "group", "ops"],
           ["id", "-G", "ldapuser"], ["id", "-Gn", "ldapuser"], ["id", "-G", "alice"]]
 
 
@@ -275,9 +275,11 @@ def test_directory_cannot_shadow_or_join_local_identity(idcache, daemons, direct
     assert got["getent group staff2"][0] == 2
     assert got["getent group 27"] == (0, "sudo:x:27:alice\n")
     assert got["getent group devs"] == (0, "devs:x:20001:ldapuser\n")
+    # filter_users (root) leaves member lists too, as sssd's filter_users_in_groups
+    assert got["getent group ops"] == (0, "ops:x:20003:ldapuser\n")
     # ldapuser's groups: its own gid and devs; neither sudo's gid nor the
     # directory's sudo
-    assert sorted(got["id -G ldapuser"][1].split()) == ["10002", "20001"], got
+    assert sorted(got["id -G ldapuser"][1].split()) == ["10002", "20001", "20003"], got
     assert "sudo" not in got["id -Gn ldapuser"][1]
     assert got["id -G alice"][1].split() == ["1000", "27"]
     # the same from the maps (a second round) and from the socket alone
@@ -287,8 +289,8 @@ def test_directory_cannot_shadow_or_join_local_identity(idcache, daemons, direct
     pw = d.ns.run(["getent", "passwd"]).out.splitlines()
     gr = d.ns.run(["getent", "group"]).out.splitlines()
     assert sorted(ln.split(":")[0] for ln in pw) == ["alice", "ldapuser", "root"], pw
-    assert sorted(ln.split(":")[0] for ln in gr) == ["alice", "devs", "root", "sudo"], gr
-    assert "sudo:x:27:alice" in gr
+    assert sorted(ln.split(":")[0] for ln in gr) == ["alice", "devs", "ops", "root", "sudo"], gr
+    assert "sudo:x:27:alice" in gr and "ops:x:20003:ldapuser" in gr
     # counted, and logged once each with the DN
     st = status(idcache, d)
     assert st["domain.dir.withheld"] == str(len(WITHHELD)), st
@@ -314,11 +316,12 @@ def test_overlap_allowed_deliberately_and_filters(idcache, daemons, directory):
     assert got["getent group sudo"][1].startswith("sudo:x:5027:ldapuser"), got
     assert got["getent group staff2"][0] == 2  # filter_groups
     assert got["getent group 27"] == (0, "sudo:x:27:alice\n")
-    assert sorted(got["id -G ldapuser"][1].split()) == ["10002", "20001", "5027"], got
+    assert sorted(got["id -G ldapuser"][1].split()) == ["10002", "20001", "20003", "5027"], got
     assert answers(d) == got
     # a domain's own list replaces [idcache]'s
     d2 = dir_first(daemons, directory, extra="allow_local_overlap = true\nfilter_users = \n")
     assert d2.ns.run(["getent", "passwd", "root"]).out.startswith("root:x:5001:"), d2.log()
+    assert d2.ns.run(["getent", "group", "ops"]).out == "ops:x:20003:root,ldapuser\n"
 
 
 def test_host_files_when_no_files_domain(idcache, daemons, directory):
