@@ -691,27 +691,40 @@ static uint32_t record_sum(const char *name, uint32_t uid, uint32_t gid, const c
 	return fnv(fnv(fnv(fnv(2166136261u, name), ids), dir_), body);
 }
 
+/* Record v of user i. The keys vary so that records take a name or an id
+ * over from one another (detaching one key, keeping the other): u<i> by
+ * uid 20000+i, both keys or the name only, u<i> under uid 30000+i by name
+ * only, and w<i> by uid 20000+i only. */
 static void stress_put(struct mc_writer *w, uint32_t i, uint32_t v)
 {
+	static const unsigned keys[4] = {BOTH, MC_KEY_NAME, MC_KEY_NAME, MC_KEY_ID};
 	char name[16], home[64], body[128], gecos[160];
-	snprintf(name, sizeof(name), "u%u", i);
+	snprintf(name, sizeof(name), "%c%u", v % 4 == 3 ? 'w' : 'u', i);
+	uint32_t uid = (v % 4 == 2 ? 30000 : 20000) + i;
 	snprintf(home, sizeof(home), "/home/%s/%u", name, v);
 	/* The length varies, so records move between slots and the ring
 	 * reuses slots (reuse_gen) as well as rewriting in place. */
 	snprintf(body, sizeof(body), "v%u-%.*s", v, (int)(v % 60),
 		 "............................................................");
-	snprintf(gecos, sizeof(gecos), "%s:%08x", body, record_sum(name, 20000 + i, v, home, body));
-	struct proto_passwd pw = {S(name), S("x"), 20000 + i, v, S(gecos), S(home), S("/bin/sh")};
-	if (mc_put_passwd(w, &pw, later(), BOTH) < 0)
+	snprintf(gecos, sizeof(gecos), "%s:%08x", body, record_sum(name, uid, v, home, body));
+	struct proto_passwd pw = {S(name), S("x"), uid, v, S(gecos), S(home), S("/bin/sh")};
+	if (mc_put_passwd(w, &pw, later(), keys[v % 4]) < 0)
 		_exit(3);
 }
 
-static bool stress_check(const struct passwd *pw, uint32_t i)
+/* A whole record that may answer for user i: by name u<i> under either
+ * uid, by uid 20000+i as u<i> or w<i>. */
+static bool stress_check(const struct passwd *pw, uint32_t i, bool by_name)
 {
-	char name[16];
-	snprintf(name, sizeof(name), "u%u", i);
+	char u[16], w[16];
+	snprintf(u, sizeof(u), "u%u", i);
+	snprintf(w, sizeof(w), "w%u", i);
 	const char *colon = strrchr(pw->pw_gecos, ':');
-	if (strcmp(pw->pw_name, name) != 0 || pw->pw_uid != 20000 + i || colon == NULL)
+	bool ok = by_name ? strcmp(pw->pw_name, u) == 0 &&
+				(pw->pw_uid == 20000 + i || pw->pw_uid == 30000 + i)
+			  : pw->pw_uid == 20000 + i &&
+				(strcmp(pw->pw_name, u) == 0 || strcmp(pw->pw_name, w) == 0);
+	if (!ok || colon == NULL)
 		return false;
 	char body[128];
 	snprintf(body, sizeof(body), "%.*s", (int)(colon - pw->pw_gecos), pw->pw_gecos);
@@ -752,8 +765,8 @@ static void stress_reader(uint64_t until, uint64_t *hits)
 		snprintf(name, sizeof(name), "u%u", i);
 		int rc = k % 2 ? mc_getpwuid(&r, 20000 + i, &pw, buf, sizeof(buf))
 			       : mc_getpwnam(&r, name, strlen(name), &pw, buf, sizeof(buf));
-		if (rc == 0 && !stress_check(&pw, i))
-			_exit(2); /* a torn record got through */
+		if (rc == 0 && !stress_check(&pw, i, k % 2 == 0))
+			_exit(2); /* a torn or foreign record got through */
 		if (rc != 0 && rc != -ENOENT)
 			_exit(6);
 		n += rc == 0;
@@ -812,7 +825,7 @@ static void *thr_main(void *arg)
 		snprintf(name, sizeof(name), "u%u", i);
 		int rc = k % 2 ? mc_getpwuid(t->r, 20000 + i, &pw, buf, sizeof(buf))
 			       : mc_getpwnam(t->r, name, strlen(name), &pw, buf, sizeof(buf));
-		if ((rc == 0 && !stress_check(&pw, i)) || (rc != 0 && rc != -ENOENT))
+		if ((rc == 0 && !stress_check(&pw, i, k % 2 == 0)) || (rc != 0 && rc != -ENOENT))
 			t->bad++;
 		t->hits += rc == 0;
 	}
@@ -861,9 +874,9 @@ static void test_threads(void **state)
 	/* After the storm: the reader is on the current map. */
 	struct passwd pw;
 	char buf[512];
-	stress_put(w, 1, 7);
+	stress_put(w, 1, 8); /* both keys */
 	assert_int_equal(mc_getpwnam(&r, "u1", 2, &pw, buf, sizeof(buf)), 0);
-	assert_true(stress_check(&pw, 1));
+	assert_true(stress_check(&pw, 1, true));
 	mc_writer_close(w);
 	mc_reader_close(&r);
 }
