@@ -26,11 +26,10 @@
  *                                initgroups record (those users are found
  *                                only by a walk)
  *   ldap commit not described    every record (daemon_mc_ldap_change(NULL))
- *   files: a name or id new      while a remote domain is kept off local
- *                                names and ids (precedence.c), also the
- *                                whole map of its kind and the initgroups
- *                                map: entries it withholds now may answer
- *                                there under other keys
+ *   a name or id new (any        the remote domains' entries carrying it,
+ *   domain), while remote        which are withheld now (precedence.c):
+ *   domains are checked          by their other key, and their members'
+ *                                group lists
  *   expire --user / --group      the same for the entry as the cache and
  *                                the map know it (its id included, whatever
  *                                the case of the name asked)
@@ -45,6 +44,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "daemon/daemon.h"
@@ -310,19 +310,13 @@ static bool overlap_checked(const struct daemon *dm)
 	return false;
 }
 
+static void drop_shadowed(struct daemon *dm, const struct files_change *ch);
+
 void daemon_mc_files_change(const struct files_change *ch, void *arg)
 {
 	struct daemon *dm = arg;
 	drop_change(dm, ch);
-	/* A name or id new to the host's files withholds a remote domain's
-	 * entries the maps may hold under other keys (another name with that
-	 * id, a group list with that gid): start those maps over. */
-	bool fresh = ch->new_name && (!ch->old_name || ch->old_id != ch->new_id ||
-				      strcmp(ch->old_name, ch->new_name) != 0);
-	if (fresh && overlap_checked(dm)) {
-		daemon_mc_reset(dm, ch->group ? 1 : 0);
-		daemon_mc_reset(dm, 2);
-	}
+	drop_shadowed(dm, ch);
 }
 
 static void drop_change(struct daemon *dm, const struct files_change *ch)
@@ -369,8 +363,74 @@ void daemon_mc_ldap_change(const struct ldap_change *ch, void *arg)
 				  .new_mem = ch->new_mem,
 				  .nnew_mem = ch->nnew_mem};
 	drop_change(dm, &fc);
+	drop_shadowed(dm, &fc);
 	if (ch->group && ch->nested_changed)
 		daemon_mc_reset(dm, 2);
+}
+
+/* ==== names and ids taken from remote domains =====================================
+ * A name or id new in one domain withholds the remote domains' entries
+ * that carry it (precedence.c). drop_change dropped the records keyed by
+ * that name and id; such an entry also answers under its other key (its
+ * own id, its own name) and in its members' group lists. */
+
+static void drop_members(struct daemon *dm, const struct cache_group *g)
+{
+	for (size_t m = 0; m < g->nmembers; m++)
+		drop_initgroups(dm, g->members[m]);
+	if (g->nmember_groups) /* their users are found only by a walk */
+		daemon_mc_reset(dm, 2);
+}
+
+/* Domain dn's entries carrying ch's new name or id (any case: dropping
+ * more is safe), but not one with both (the entry itself, whose records
+ * drop_change dropped). Each result is used before the next lookup. */
+static void drop_shadowed_in(struct daemon *dm, struct cache_reader *r, const char *dn,
+			     const struct files_change *ch)
+{
+	struct cache_user u;
+	struct cache_group g;
+	if (!ch->group) {
+		if (cache_user_by_name(r, &dn, 1, ch->new_name, false, &u, NULL) == 0 &&
+		    u.uid != ch->new_id) {
+			mc_invalidate_id(dm->mc[0], u.uid);
+			drop_initgroups(dm, u.name);
+		}
+		if (cache_user_by_uid(r, &dn, 1, ch->new_id, &u, NULL) == 0 &&
+		    strcasecmp(u.name, ch->new_name) != 0) {
+			drop_named(dm, 0, u.name);
+			drop_initgroups(dm, u.name);
+		}
+		return;
+	}
+	if (cache_group_by_name(r, &dn, 1, ch->new_name, false, &g, NULL) == 0 &&
+	    g.gid != ch->new_id) {
+		mc_invalidate_id(dm->mc[1], g.gid);
+		drop_members(dm, &g);
+	}
+	if (cache_group_by_gid(r, &dn, 1, ch->new_id, &g, NULL) == 0 &&
+	    strcasecmp(g.name, ch->new_name) != 0) {
+		drop_named(dm, 1, g.name);
+		drop_members(dm, &g);
+	}
+}
+
+static void drop_shadowed(struct daemon *dm, const struct files_change *ch)
+{
+	bool fresh = ch->new_name && (!ch->old_name || ch->old_id != ch->new_id ||
+				      strcmp(ch->old_name, ch->new_name) != 0);
+	if (!fresh || !overlap_checked(dm))
+		return;
+	struct cache_reader *r;
+	if (cache_reader_begin(dm->cache, &r) < 0) {
+		daemon_mc_reset(dm, ch->group ? 1 : 0); /* more than needed, never less */
+		daemon_mc_reset(dm, 2);
+		return;
+	}
+	for (size_t i = 0; i < dm->ndomains; i++)
+		if (dm->domains[i]->ldap && !dm->domains[i]->cfg->allow_local_overlap)
+			drop_shadowed_in(dm, r, dm->domains[i]->cfg->name, ch);
+	cache_reader_end(r);
 }
 
 /* expire --user NAME: the user as each domain's cache knows it. */

@@ -406,3 +406,28 @@ def test_withholding_under_valgrind(idcached_bin, nss_module_dir, directory):
                 d.kill()
         assert "not served" in d.log()
         nsenv.remove_tree(base)
+
+
+def test_local_group_withholds_what_the_maps_hold(idcache, daemons, directory):
+    """A group added to the host's files takes the name from the
+    directory's devs: its record by gid and its members' group lists leave
+    the maps, nothing else is reset."""
+    d = dir_first(daemons, directory)
+    warm = [["getent", "group", "20001"], ["id", "-G", "ldapuser"], ["getent", "group", "ops"]]
+    for _ in range(2):
+        r = d.ns.run_many(warm)
+    assert r[0].out.startswith("devs:x:20001:") and "20001" in r[1].out.split(), r
+    s0 = status(idcache, d)
+    nsenv.write_atomic(d.group, LOCAL_GROUP + "devs:x:4242:alice\n")
+    ok, _ = nsenv.wait_for(lambda: d.ns.run(["getent", "group", "devs"]).out.startswith(
+        "devs:x:4242:"), timeout=5)
+    assert ok
+    r = d.ns.run_many(warm)
+    assert r[0].rc == 2, r[0]
+    assert sorted(r[1].out.split()) == ["10002", "20003"], r[1]
+    assert r[2].out == "ops:x:20003:ldapuser\n"
+    sock = d.ns.run_many(warm, env={"IDCACHE_MEMCACHE": "no"})
+    assert [(x.rc, x.out) for x in r] == [(x.rc, x.out) for x in sock]
+    s1 = status(idcache, d)
+    for m in ("passwd", "group", "initgroups"):
+        assert s1[f"memcache_{m}_generation"] == s0[f"memcache_{m}_generation"], (m, s0, s1)
