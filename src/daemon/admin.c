@@ -73,10 +73,12 @@ static void status_ldap(struct domain *d, struct idc_buf *b)
 	idc_buf_printf(b,
 		       "domain.%s.ldap_searches=%llu\ndomain.%s.ldap_lookups=%llu\n"
 		       "domain.%s.ldap_joined=%llu\ndomain.%s.ldap_negative_hits=%llu\n"
-		       "domain.%s.ldap_commits=%llu\ndomain.%s.ldap_in_flight=%zu\n",
+		       "domain.%s.ldap_commits=%llu\ndomain.%s.ldap_in_flight=%zu\n"
+		       "domain.%s.withheld=%llu\n",
 		       n, (unsigned long long)st.searches, n, (unsigned long long)st.lookups, n,
 		       (unsigned long long)st.joined, n, (unsigned long long)st.negative_hits, n,
-		       (unsigned long long)st.commits, n, st.in_flight);
+		       (unsigned long long)st.commits, n, st.in_flight, n,
+		       (unsigned long long)d->withheld);
 }
 
 static void status_domain(struct daemon *dm, struct domain *d, struct idc_buf *b)

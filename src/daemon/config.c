@@ -164,6 +164,64 @@ static int parse_paths(const char *v, char ***out, size_t *n, const char **why)
 	return 0;
 }
 
+static void names_free(struct config_names *l)
+{
+	strv_free(l->v, l->n);
+	*l = (struct config_names){0};
+}
+
+/* A comma-separated list of user or group names (may be empty). 0,
+ * -EINVAL (message in why, the bad name in *bad[0..*badlen)), -ENOMEM. */
+static int parse_names(const char *v, struct config_names *out, const char **bad, size_t *badlen)
+{
+	struct config_names l = {.set = true};
+	size_t len;
+	const char *item;
+	for (const char *s = *v ? v : NULL; (item = next_item(&s, &len));) {
+		if (!cache_name_valid(item, len)) {
+			*bad = item;
+			*badlen = len;
+			names_free(&l);
+			return -EINVAL;
+		}
+		char **grown = realloc(l.v, (l.n + 1) * sizeof(*l.v));
+		char *copy = grown ? strndup(item, len) : NULL;
+		if (grown)
+			l.v = grown;
+		if (!copy) {
+			names_free(&l);
+			return -ENOMEM;
+		}
+		l.v[l.n++] = copy;
+	}
+	*out = l;
+	return 0;
+}
+
+static int names_copy(const struct config_names *from, struct config_names *to)
+{
+	struct config_names l = {.v = calloc(from->n ? from->n : 1, sizeof(char *))};
+	for (size_t i = 0; l.v && i < from->n; i++, l.n++)
+		if (!(l.v[i] = strdup(from->v[i]))) {
+			names_free(&l);
+			return -ENOMEM;
+		}
+	if (!l.v)
+		return -ENOMEM;
+	names_free(to);
+	*to = l;
+	return 0;
+}
+
+bool config_names_has(const struct config_names *list, const char *name, bool case_sensitive)
+{
+	for (size_t i = 0; i < list->n; i++)
+		if (case_sensitive ? strcmp(list->v[i], name) == 0
+				   : strcasecmp(list->v[i], name) == 0)
+			return true;
+	return false;
+}
+
 /* ==== keys ========================================================================= */
 
 /* Replace *slot with a copy of v. */
@@ -219,6 +277,29 @@ static void set_memcache(struct parse *ps, const char *key, const char *v, uint3
 		perr(ps, "%s: '%s' is not a size in MiB from 0 to 4096", key, v);
 }
 
+static void set_names(struct parse *ps, const char *key, const char *v, struct config_names *out)
+{
+	const char *bad = "";
+	size_t badlen = 0;
+	struct config_names l;
+	int rc = parse_names(v, &l, &bad, &badlen);
+	if (rc == -ENOMEM) {
+		ps->oom = true;
+	} else if (rc < 0) {
+		perr(ps, "%s: '%.*s' is not a valid name", key, (int)(badlen > 64 ? 64 : badlen),
+		     bad);
+	} else {
+		names_free(out);
+		*out = l;
+	}
+}
+
+/* Keys whose value may be empty: an empty list. */
+static bool empty_ok(const char *key)
+{
+	return strcmp(key, "filter_users") == 0 || strcmp(key, "filter_groups") == 0;
+}
+
 static const char *const idcache_keys[] = {
     "run_dir",
     "state_dir",
@@ -228,6 +309,8 @@ static const char *const idcache_keys[] = {
     "memcache_size_passwd",
     "memcache_size_group",
     "memcache_size_initgroups",
+    "filter_users",
+    "filter_groups",
 };
 
 static int key_index(const char *const *keys, size_t n, const char *key)
@@ -324,6 +407,10 @@ static void idcache_key(struct parse *ps, const char *key, const char *v)
 	case 4:
 		set_level(ps, key, v, &c->debug_level);
 		break;
+	case 8:
+	case 9:
+		set_names(ps, key, v, k == 8 ? &c->filter_users : &c->filter_groups);
+		break;
 	default:
 		set_memcache(ps, key, v,
 			     k == 5   ? &c->memcache_size_passwd
@@ -333,11 +420,12 @@ static void idcache_key(struct parse *ps, const char *key, const char *v)
 }
 
 static const char *const domain_keys[] = {
-    "id_provider",         "passwd_files",   "group_files",
-    "entry_cache_timeout", "case_sensitive", "debug_level",
+    "id_provider", "passwd_files", "group_files",   "entry_cache_timeout", "case_sensitive",
+    "debug_level", "filter_users", "filter_groups", "allow_local_overlap",
 };
 
 #define DOMAIN_KEY_CASE_SENSITIVE 4 /* index in domain_keys */
+#define DOMAIN_KEY_OVERLAP        8
 
 static void set_provider(struct parse *ps, struct config_domain *d, const char *v)
 {
@@ -498,8 +586,13 @@ static void domain_key(struct parse *ps, const char *key, const char *v)
 			perr(ps, "entry_cache_timeout: '%s' is not a number of seconds", v);
 		break;
 	case 4:
-		if (parse_bool(v, &d->case_sensitive) < 0)
-			perr(ps, "case_sensitive: '%s' is not true or false", v);
+	case DOMAIN_KEY_OVERLAP:
+		if (parse_bool(v, k == 4 ? &d->case_sensitive : &d->allow_local_overlap) < 0)
+			perr(ps, "%s: '%s' is not true or false", key, v);
+		break;
+	case 6:
+	case 7:
+		set_names(ps, key, v, k == 6 ? &d->filter_users : &d->filter_groups);
 		break;
 	default:
 		set_level(ps, key, v, &d->debug_level);
@@ -511,7 +604,7 @@ static int on_key(void *user, const char *section, const char *key, const char *
 {
 	(void)section; /* inih truncates long names; the reader's state is exact */
 	struct parse *ps = user;
-	if (!value || !*value) {
+	if (!value || (!*value && !empty_ok(key))) {
 		perr(ps, "'%s' has an empty value", key);
 		return 1;
 	}
@@ -695,6 +788,11 @@ static void check_domain(struct parse *ps, struct config_domain *d)
 			d->name);
 		return;
 	}
+	if (d->provider != CONFIG_PROVIDER_LDAP && (d->seen & (1u << DOMAIN_KEY_OVERLAP)))
+		perr_at(ps, d->line,
+			"[domain/%s]: allow_local_overlap is for remote domains "
+			"(id_provider = ldap); a files domain is the host's own",
+			d->name);
 #ifdef IDC_HAVE_LDAP
 	if (d->provider == CONFIG_PROVIDER_LDAP) {
 		check_ldap_domain(ps, d);
@@ -711,6 +809,8 @@ static void check_domain(struct parse *ps, struct config_domain *d)
 static void domain_free(struct config_domain *d)
 {
 	free(d->name);
+	names_free(&d->filter_users);
+	names_free(&d->filter_groups);
 	strv_free(d->passwd_files, d->npasswd);
 	strv_free(d->group_files, d->ngroup);
 #ifdef IDC_HAVE_LDAP
@@ -764,8 +864,35 @@ static void pick_domains(struct parse *ps)
 	}
 }
 
+/* sssd's default for both lists: root. */
+static int set_default_names(struct config_names *l)
+{
+	const char *bad;
+	size_t badlen;
+	return parse_names("root", l, &bad, &badlen);
+}
+
+/* Each remote domain without lists of its own takes [idcache]'s. */
+static int resolve_filters(struct config *c)
+{
+	for (size_t i = 0; i < c->ndomains; i++) {
+		struct config_domain *d = &c->domains[i];
+		if (d->provider != CONFIG_PROVIDER_LDAP)
+			continue;
+		if (!d->filter_users.set && names_copy(&c->filter_users, &d->filter_users) < 0)
+			return -ENOMEM;
+		if (!d->filter_groups.set && names_copy(&c->filter_groups, &d->filter_groups) < 0)
+			return -ENOMEM;
+	}
+	return 0;
+}
+
 static int set_defaults(struct config *c)
 {
+	if (!c->filter_users.set && set_default_names(&c->filter_users) < 0)
+		return -ENOMEM;
+	if (!c->filter_groups.set && set_default_names(&c->filter_groups) < 0)
+		return -ENOMEM;
 	if (!c->run_dir && !(c->run_dir = strdup(CONFIG_DEFAULT_RUN_DIR)))
 		return -ENOMEM;
 	if (!c->state_dir && !(c->state_dir = strdup(CONFIG_DEFAULT_STATE_DIR)))
@@ -783,7 +910,7 @@ static void finish(struct parse *ps)
 	check_limits(ps);
 	if (ps->nall == 0)
 		perr_at(ps, 0, "no domain configured (add a [domain/NAME] section)");
-	if (set_defaults(ps->cfg) < 0)
+	if (set_defaults(ps->cfg) < 0 || (ps->cfg->domains && resolve_filters(ps->cfg) < 0))
 		ps->oom = true;
 }
 
@@ -987,6 +1114,8 @@ void config_free(struct config *c)
 	for (size_t i = 0; i < c->ndomains; i++)
 		domain_free(&c->domains[i]);
 	free(c->domains);
+	names_free(&c->filter_users);
+	names_free(&c->filter_groups);
 	free(c->run_dir);
 	free(c->state_dir);
 	free(c->user);

@@ -50,6 +50,13 @@ struct config_limits {
 
 enum config_provider { CONFIG_PROVIDER_FILES = 1, CONFIG_PROVIDER_LDAP };
 
+/* filter_users / filter_groups: names, each valid (cache_name_valid). */
+struct config_names {
+	char **v;
+	size_t n;
+	bool set; /* given in this section (an empty value is an empty list) */
+};
+
 struct config_domain {
 	char *name;
 	unsigned line; /* of the section header */
@@ -61,7 +68,14 @@ struct config_domain {
 	uint32_t entry_cache_timeout; /* seconds; 0 = never expires */
 	bool case_sensitive;
 	int debug_level; /* 0-9, -1 when not set */
-	unsigned seen;   /* keys given (bit per key), to refuse repeats */
+	/* Names this domain never serves (sssd's filter_users/filter_groups):
+	 * the section's own lists, else for a remote domain [idcache]'s (by
+	 * default root), else none. Resolved at parse time. */
+	struct config_names filter_users, filter_groups;
+	/* A remote domain serves users and groups whose name or id the host's
+	 * files or an earlier domain hold (docs/DESIGN.md §11: not by default). */
+	bool allow_local_overlap;
+	unsigned seen; /* keys given (bit per key), to refuse repeats */
 	/* id_provider = ldap: every ldap_* option (and the provider's other
 	 * keys), checked by the provider's own ldap_domain_config_set/_check;
 	 * entry_cache_timeout is copied in. NULL for other providers. */
@@ -77,6 +91,9 @@ struct config {
 	uint32_t memcache_size_passwd;
 	uint32_t memcache_size_group;
 	uint32_t memcache_size_initgroups;
+	/* [idcache] filter_users / filter_groups: the remote domains'
+	 * default (root and root when not given). */
+	struct config_names filter_users, filter_groups;
 	/* Served domains in serving order (the `domains` list, else file
 	 * order). */
 	struct config_domain *domains;
@@ -110,6 +127,9 @@ int config_reload(const char *path, const struct config *prev, struct config **o
 		  struct idc_buf *errors);
 
 void config_free(struct config *c);
+
+/* Whether list holds name (ASCII case ignored unless case_sensitive). */
+bool config_names_has(const struct config_names *list, const char *name, bool case_sensitive);
 
 /* The domain called name, or NULL. */
 const struct config_domain *config_domain(const struct config *c, const char *name);

@@ -18,6 +18,9 @@
  *   reload.c     re-reading the configuration (SIGHUP, RELOAD)
  *   memcache.c   the shared-memory cache maps (src/mc): writing, dropping
  *   reaper.c     closing client descriptors off the loop thread
+ *   peers.c      per-uid accounts: connections, unread map descriptors
+ *   precedence.c what a domain may not serve: filters, overlap with the
+ *                host's files and earlier domains
  */
 #ifndef IDC_DAEMON_H
 #define IDC_DAEMON_H
@@ -76,6 +79,7 @@ struct domain {
 	struct files_refresh_stats last;
 	char last_error[512];
 	struct ldapdom *ldap; /* id_provider = ldap (ldapdom.c); NULL for files */
+	uint64_t withheld;    /* distinct entries not served (precedence.c) */
 };
 
 int domain_new(struct daemon *dm, const struct config_domain *cfg, struct domain **out);
@@ -116,6 +120,9 @@ void ldapdom_initgroups_note(struct domain *d, const char *name);
 /* `idcache expire`: every group list fetched counts as expired. */
 void ldapdom_expire(struct ldapdom *l);
 void ldapdom_status(const struct domain *d, struct ldap_domain_status *st);
+/* Log msg (WARN) once per distinct text, in the provider's log-once set;
+ * whether it is new. */
+bool ldapdom_note_once(struct domain *d, const char *msg);
 
 /* ---- one client connection (conn.c) ---------------------------------------- */
 /* One map's enumeration in wire encoding, built once per cache state and
@@ -196,6 +203,28 @@ int admin_handle(struct conn *c, const struct proto_req *req, struct idc_buf *ou
  * begun on first use and ended by daemon_reader_end. NULL on failure. */
 struct cache_reader *daemon_reader(struct daemon *dm);
 void daemon_reader_end(struct daemon *dm);
+
+/* ---- which entries a domain may serve (precedence.c) ------------------------
+ * Whether domain i's user or group is withheld (filter_users/_groups, or a
+ * remote domain's entry whose name or id the host's files or an earlier
+ * domain hold): answered as if the domain did not hold it. The first time,
+ * logged with its DN and counted in the domain's `withheld`. */
+bool daemon_user_withheld(struct daemon *dm, size_t i, const struct cache_user *u);
+bool daemon_group_withheld(struct daemon *dm, size_t i, const struct cache_group *g);
+/* Remove from gids[0..*n), the group list of a user of domain i, the gids
+ * of its withheld groups. */
+void daemon_gids_withhold(struct daemon *dm, size_t i, uint32_t *gids, size_t *n);
+/* Drop from g's member list (domain i's group) the names filter_users
+ * lists: g->members then points into dm's scratch, valid until the next
+ * call. 0 or -ENOMEM. */
+int daemon_group_members_kept(struct daemon *dm, size_t i, struct cache_group *g);
+/* End the checks' reader (with daemon_reader_end); free the host files
+ * and what the checks remember. */
+void daemon_aside_end(struct daemon *dm);
+void daemon_host_free(struct daemon *dm);
+/* The sweep: notice a change of the host's files even while every lookup
+ * is a memory-cache hit. */
+void daemon_host_check(struct daemon *dm);
 
 /* ---- listeners (listen.c) --------------------------------------------------- */
 struct listener {
@@ -322,10 +351,11 @@ int daemon_mc_share(struct conn *c, uint32_t kind, struct idc_buf *out);
 int daemon_mc_fds(struct daemon *dm, uint32_t mask, int fds[3]);
 /* The maps' heartbeat (mc/layout.h): called every DAEMON_SWEEP_MS. */
 void daemon_mc_beat(struct daemon *dm);
-/* Records the responder answered with; by_id: the answer to a by-id lookup. */
-void daemon_mc_put_passwd(struct daemon *dm, const struct proto_passwd *pw, bool by_id);
+/* Records the responder answered with, for the lookups (keys: enum
+ * mc_key) they are the answer to; keys 0 stores nothing. */
+void daemon_mc_put_passwd(struct daemon *dm, const struct proto_passwd *pw, unsigned keys);
 void daemon_mc_put_group(struct daemon *dm, const char *name, uint32_t gid, const char *const *mem,
-			 size_t nmem, bool by_id);
+			 size_t nmem, unsigned keys);
 void daemon_mc_put_initgroups(struct daemon *dm, const char *user, const uint32_t *gids, size_t n);
 /* A provider's committed change (files_domain_set_hook; arg: the daemon):
  * drop exactly the records it affects. */
@@ -389,6 +419,11 @@ struct daemon {
 	size_t nadmin;
 	uint64_t refused_uid, refused_full, shed_idle;
 	uint64_t mcmap_refused, mcmap_failed;
+	struct cache_reader *aside; /* precedence.c's checks, ended with reader */
+	struct host_files *host;    /* /etc/passwd, /etc/group (precedence.c) */
+	struct gid_memo *gid_memo;  /* precedence.c */
+	const char **members;       /* precedence.c: member list scratch */
+	size_t members_cap;
 };
 
 /* Changes whenever what an enumeration returns may have changed. */

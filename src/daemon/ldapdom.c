@@ -233,6 +233,11 @@ void ldapdom_status(const struct domain *d, struct ldap_domain_status *st)
 	ldap_domain_get_status(d->ldap->ld, st);
 }
 
+bool ldapdom_note_once(struct domain *d, const char *msg)
+{
+	return ldap_domain_log_once(d->ldap->ld, IDC_LOG_WARN, "%s", msg);
+}
+
 #else /* no libldap: config.c refuses `id_provider = ldap`, so none of this runs */
 
 int ldapdom_new(struct domain *d)
@@ -283,6 +288,12 @@ void ldapdom_status(const struct domain *d, struct ldap_domain_status *st)
 {
 	(void)d;
 	memset(st, 0, sizeof(*st));
+}
+
+bool ldapdom_note_once(struct domain *d, const char *msg)
+{
+	(void)d, (void)msg;
+	return false;
 }
 
 #endif

@@ -154,6 +154,7 @@ static void on_sweep(struct loop_timer *t)
 	conn_sweep(t->owner);
 	peers_sweep(t->owner);
 	daemon_mc_beat(t->owner);
+	daemon_host_check(t->owner);
 }
 
 void daemon_check_ready(struct daemon *dm)
@@ -287,6 +288,7 @@ static void stop(struct daemon *dm)
 	reaper_stop(dm);
 	enum_snaps_release(dm);
 	daemon_mc_close(dm);
+	daemon_host_free(dm);
 	cache_close(dm->cache);
 	config_free(dm->cfg);
 	free(dm->gids);

@@ -26,6 +26,10 @@
  *                                initgroups record (those users are found
  *                                only by a walk)
  *   ldap commit not described    every record (daemon_mc_ldap_change(NULL))
+ *   a name or id new (any        the remote domains' entries carrying it,
+ *   domain), while remote        which are withheld now (precedence.c):
+ *   domains are checked          by their other key, and their members'
+ *                                group lists
  *   expire --user / --group      the same for the entry as the cache and
  *                                the map know it (its id included, whatever
  *                                the case of the name asked)
@@ -40,6 +44,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "daemon/daemon.h"
@@ -160,15 +165,16 @@ static void note(const char *what, int rc)
 		idc_log(IDC_LOG_DEBUG, "memory cache: cannot store %s: %s", what, idc_strerror(rc));
 }
 
-void daemon_mc_put_passwd(struct daemon *dm, const struct proto_passwd *pw, bool by_id)
+void daemon_mc_put_passwd(struct daemon *dm, const struct proto_passwd *pw, unsigned keys)
 {
-	note("a user", mc_put_passwd(dm->mc[0], pw, expiry(), by_id));
+	if (keys != 0)
+		note("a user", mc_put_passwd(dm->mc[0], pw, expiry(), keys));
 }
 
 void daemon_mc_put_group(struct daemon *dm, const char *name, uint32_t gid, const char *const *mem,
-			 size_t nmem, bool by_id)
+			 size_t nmem, unsigned keys)
 {
-	if (dm->mc[1] == NULL)
+	if (dm->mc[1] == NULL || keys == 0)
 		return;
 	struct idc_buf b = IDC_BUF_INIT;
 	int rc = 0;
@@ -179,7 +185,7 @@ void daemon_mc_put_group(struct daemon *dm, const char *name, uint32_t gid, cons
 				 gid,
 				 {(const uint8_t *)b.data, b.len, (uint32_t)nmem}};
 	if (rc == 0)
-		rc = mc_put_group(dm->mc[1], &gr, expiry(), by_id);
+		rc = mc_put_group(dm->mc[1], &gr, expiry(), keys);
 	note("a group", rc);
 	idc_buf_free(&b);
 }
@@ -296,9 +302,29 @@ static void drop_member_changes(struct daemon *dm, const struct files_change *ch
 	free(n);
 }
 
+static void drop_change(struct daemon *dm, const struct files_change *ch);
+
+/* Whether some remote domain is kept off the names and ids of the others
+ * (precedence.c). */
+static bool overlap_checked(const struct daemon *dm)
+{
+	for (size_t i = 0; i < dm->ndomains; i++)
+		if (dm->domains[i]->ldap && !dm->domains[i]->cfg->allow_local_overlap)
+			return true;
+	return false;
+}
+
+static void drop_shadowed(struct daemon *dm, const struct files_change *ch);
+
 void daemon_mc_files_change(const struct files_change *ch, void *arg)
 {
 	struct daemon *dm = arg;
+	drop_change(dm, ch);
+	drop_shadowed(dm, ch);
+}
+
+static void drop_change(struct daemon *dm, const struct files_change *ch)
+{
 	int k = ch->group ? 1 : 0;
 	bool came_or_went = ch->old_name == NULL || ch->new_name == NULL;
 	const char *names[2] = {ch->old_name, ch->new_name};
@@ -340,7 +366,8 @@ void daemon_mc_ldap_change(const struct ldap_change *ch, void *arg)
 				  .nold_mem = ch->nold_mem,
 				  .new_mem = ch->new_mem,
 				  .nnew_mem = ch->nnew_mem};
-	daemon_mc_files_change(&fc, dm);
+	drop_change(dm, &fc);
+	drop_shadowed(dm, &fc);
 	/* Who is in a nested group is not told record by record: the map is
 	 * reset, once for all the groups of a commit (a reset costs ~10 ms,
 	 * and a directory may change many groups at once). */
@@ -354,6 +381,71 @@ void daemon_mc_ldap_flush(struct daemon *dm)
 		return;
 	dm->mc_nested_reset = false;
 	daemon_mc_reset(dm, 2);
+}
+
+/* ==== names and ids taken from remote domains =====================================
+ * A name or id new in one domain withholds the remote domains' entries
+ * that carry it (precedence.c). drop_change dropped the records keyed by
+ * that name and id; such an entry also answers under its other key (its
+ * own id, its own name) and in its members' group lists. */
+
+static void drop_members(struct daemon *dm, const struct cache_group *g)
+{
+	for (size_t m = 0; m < g->nmembers; m++)
+		drop_initgroups(dm, g->members[m]);
+	if (g->nmember_groups) /* their users are found only by a walk */
+		daemon_mc_reset(dm, 2);
+}
+
+/* Domain dn's entries carrying ch's new name or id (any case: dropping
+ * more is safe), but not one with both (the entry itself, whose records
+ * drop_change dropped). Each result is used before the next lookup. */
+static void drop_shadowed_in(struct daemon *dm, struct cache_reader *r, const char *dn,
+			     const struct files_change *ch)
+{
+	struct cache_user u;
+	struct cache_group g;
+	if (!ch->group) {
+		if (cache_user_by_name(r, &dn, 1, ch->new_name, false, &u, NULL) == 0 &&
+		    u.uid != ch->new_id) {
+			mc_invalidate_id(dm->mc[0], u.uid);
+			drop_initgroups(dm, u.name);
+		}
+		if (cache_user_by_uid(r, &dn, 1, ch->new_id, &u, NULL) == 0 &&
+		    strcasecmp(u.name, ch->new_name) != 0) {
+			drop_named(dm, 0, u.name);
+			drop_initgroups(dm, u.name);
+		}
+		return;
+	}
+	if (cache_group_by_name(r, &dn, 1, ch->new_name, false, &g, NULL) == 0 &&
+	    g.gid != ch->new_id) {
+		mc_invalidate_id(dm->mc[1], g.gid);
+		drop_members(dm, &g);
+	}
+	if (cache_group_by_gid(r, &dn, 1, ch->new_id, &g, NULL) == 0 &&
+	    strcasecmp(g.name, ch->new_name) != 0) {
+		drop_named(dm, 1, g.name);
+		drop_members(dm, &g);
+	}
+}
+
+static void drop_shadowed(struct daemon *dm, const struct files_change *ch)
+{
+	bool fresh = ch->new_name && (!ch->old_name || ch->old_id != ch->new_id ||
+				      strcmp(ch->old_name, ch->new_name) != 0);
+	if (!fresh || !overlap_checked(dm))
+		return;
+	struct cache_reader *r;
+	if (cache_reader_begin(dm->cache, &r) < 0) {
+		daemon_mc_reset(dm, ch->group ? 1 : 0); /* more than needed, never less */
+		daemon_mc_reset(dm, 2);
+		return;
+	}
+	for (size_t i = 0; i < dm->ndomains; i++)
+		if (dm->domains[i]->ldap && !dm->domains[i]->cfg->allow_local_overlap)
+			drop_shadowed_in(dm, r, dm->domains[i]->cfg->name, ch);
+	cache_reader_end(r);
 }
 
 /* expire --user NAME: the user as each domain's cache knows it. */

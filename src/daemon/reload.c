@@ -124,9 +124,14 @@ static void log_errors(const struct idc_buf *errors)
 
 int daemon_apply_config(struct daemon *dm, struct config *cfg)
 {
+	bool reload = dm->mc_opened;
 	int rc = apply(dm, cfg);
 	if (rc < 0)
 		return rc;
+	/* The domain order, the filters and the overlap rules decide which
+	 * domain answers (docs/DESIGN.md §11): the maps' answers may be another's. */
+	for (int k = 0; reload && k < 3; k++)
+		daemon_mc_reset(dm, k);
 	daemon_mc_configure(dm, cfg); /* failures are logged; lookups go to the socket */
 	listener_fd_budget(cfg);
 	dm->config_gen++; /* enumeration snapshots may list other domains now */

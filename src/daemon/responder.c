@@ -3,7 +3,8 @@
  * passwd/group enumeration — answered from the cache.
  *
  * Domains are searched in the configured order, each with its own case
- * rule, and the first that knows the key answers. A name the cache could
+ * rule, and the first that knows the key and may serve it answers (what a
+ * domain may not serve: precedence.c). A name the cache could
  * never hold is NOTFOUND without a lookup. The password field is always
  * "x" (users and groups alike): idcache never holds or serves password
  * hashes, and "x" is what shadow-based systems put there anyway.
@@ -37,6 +38,7 @@ struct cache_reader *daemon_reader(struct daemon *dm)
 
 void daemon_reader_end(struct daemon *dm)
 {
+	daemon_aside_end(dm);
 	cache_reader_end(dm->reader);
 	dm->reader = NULL;
 }
@@ -285,6 +287,20 @@ static int group_in(struct cache_reader *r, const struct config_domain *cfg,
 	return cache_group_by_name(r, &dn, 1, req->name.p, cfg->case_sensitive, g, meta);
 }
 
+/* The memory-cache keys (enum mc_key) an answer named name is the socket's
+ * answer for: the id it was asked by, or its name when that is the name
+ * asked. Another spelling (a domain with case_sensitive = false matched
+ * it) is not: an earlier domain may hold the entry's own spelling. Never
+ * both: the first domain holding the name need not be the first holding
+ * the id (docs/DESIGN.md §11). */
+static unsigned answer_keys(const struct proto_req *req, const char *name)
+{
+	if (!by_name(req->cmd))
+		return MC_KEY_ID;
+	size_t n = strlen(name);
+	return n == req->name.len && memcmp(name, req->name.p, n) == 0 ? MC_KEY_NAME : 0;
+}
+
 static int do_user(struct walk *w, struct idc_buf *out)
 {
 	struct daemon *dm = w->dm;
@@ -297,6 +313,10 @@ static int do_user(struct walk *w, struct idc_buf *out)
 	for (size_t i = 0; r && step == WALK_NEXT && i < dm->ndomains; i++) {
 		struct cache_meta meta = {0};
 		rc = user_in(r, dm->domains[i]->cfg, req, &u, &meta);
+		if (rc == 0 && daemon_user_withheld(dm, i, &u)) {
+			rc = -ENOENT; /* as if not held: the next domain may */
+			continue;
+		}
 		int err = 0;
 		step = settle(w, i, rc, &meta, true, &err);
 		rc = err ? err : rc;
@@ -307,7 +327,7 @@ static int do_user(struct walk *w, struct idc_buf *out)
 		return reply_failure(out, req->cmd, rc);
 	struct proto_passwd pw = {pstr(u.name),  pstr(NO_PASSWORD), u.uid,        u.gid,
 				  pstr(u.gecos), pstr(u.dir),       pstr(u.shell)};
-	daemon_mc_put_passwd(dm, &pw, req->cmd == PROTO_CMD_GETPWUID);
+	daemon_mc_put_passwd(dm, &pw, answer_keys(req, u.name));
 	size_t start;
 	rc = proto_reply_begin(out, req->cmd, PROTO_ST_OK, &start);
 	return finish(out, req->cmd, start, rc ? rc : put_user(out, &u));
@@ -319,22 +339,30 @@ static int do_group(struct walk *w, struct idc_buf *out)
 	const struct proto_req *req = w->req;
 	struct cache_reader *r = daemon_reader(dm);
 	struct cache_group g;
+	size_t at = 0; /* the domain asked last: the one answering */
 	int rc = !r ? -EIO : -ENOENT, step = WALK_NEXT;
 	if (r && req->cmd == PROTO_CMD_GETGRNAM && !cache_name_valid(req->name.p, req->name.len))
 		step = WALK_ANSWER;
 	for (size_t i = 0; r && step == WALK_NEXT && i < dm->ndomains; i++) {
 		struct cache_meta meta = {0};
 		rc = group_in(r, dm->domains[i]->cfg, req, &g, &meta);
+		if (rc == 0 && daemon_group_withheld(dm, i, &g)) {
+			rc = -ENOENT;
+			continue;
+		}
 		int err = 0;
 		step = settle(w, i, rc, &meta, true, &err);
 		rc = err ? err : rc;
+		at = i;
 	}
 	if (step == WALK_DEFER)
 		return 0;
+	if (rc == 0)
+		rc = daemon_group_members_kept(dm, at, &g);
 	if (rc < 0)
 		return reply_failure(out, req->cmd, rc);
 	daemon_mc_put_group(dm, g.name, g.gid, (const char *const *)g.members, g.nmembers,
-			    req->cmd == PROTO_CMD_GETGRGID);
+			    answer_keys(req, g.name));
 	size_t start;
 	rc = proto_reply_begin(out, req->cmd, PROTO_ST_OK, &start);
 	return finish(out, req->cmd, start, rc ? rc : put_group(out, &g));
@@ -373,6 +401,10 @@ static int do_initgroups(struct walk *w, struct idc_buf *out)
 		struct cache_meta meta = {0};
 		struct cache_user u;
 		rc = user_in(r, d->cfg, req, &u, &meta);
+		if (rc == 0 && daemon_user_withheld(dm, i, &u)) {
+			rc = -ENOENT;
+			continue;
+		}
 		enum ldapdom_ig ig =
 		    d->ldap ? ldapdom_initgroups_state(d, req->name.p) : LDAPDOM_IG_FRESH;
 		bool complete = ig != LDAPDOM_IG_UNKNOWN;
@@ -382,6 +414,8 @@ static int do_initgroups(struct walk *w, struct idc_buf *out)
 		rc = err ? err : rc;
 		if (step == WALK_ANSWER && rc == 0)
 			rc = domain_gids(dm, r, d->cfg, req->name.p, &n);
+		if (step == WALK_ANSWER && rc == 0)
+			daemon_gids_withhold(dm, i, dm->gids, &n);
 	}
 	if (step == WALK_DEFER)
 		return 0;
@@ -463,18 +497,31 @@ static int snap_mark(struct enum_snap *s)
 	return 0;
 }
 
+/* A snapshot being filled from domain i. */
+struct snap_fill {
+	struct enum_snap *s;
+	struct daemon *dm;
+	size_t i;
+};
+
 static int add_user(const struct cache_user *u, void *arg)
 {
-	struct enum_snap *s = arg;
-	int rc = snap_mark(s);
-	return rc ? rc : put_user(&s->recs, u);
+	struct snap_fill *f = arg;
+	if (daemon_user_withheld(f->dm, f->i, u))
+		return 0;
+	int rc = snap_mark(f->s);
+	return rc ? rc : put_user(&f->s->recs, u);
 }
 
 static int add_group(const struct cache_group *g, void *arg)
 {
-	struct enum_snap *s = arg;
-	int rc = snap_mark(s);
-	return rc ? rc : put_group(&s->recs, g);
+	struct snap_fill *f = arg;
+	if (daemon_group_withheld(f->dm, f->i, g))
+		return 0;
+	struct cache_group kept = *g;
+	int rc = daemon_group_members_kept(f->dm, f->i, &kept);
+	rc = rc ? rc : snap_mark(f->s);
+	return rc ? rc : put_group(&f->s->recs, &kept);
 }
 
 static int snap_build(struct daemon *dm, bool users, struct enum_snap **out)
@@ -484,8 +531,9 @@ static int snap_build(struct daemon *dm, bool users, struct enum_snap **out)
 	int rc = !s ? -ENOMEM : r ? 0 : -EIO;
 	for (size_t i = 0; rc == 0 && i < dm->ndomains; i++) {
 		const char *dn = dm->domains[i]->cfg->name;
-		rc = users ? cache_enum_users(r, dn, add_user, s)
-			   : cache_enum_groups(r, dn, add_group, s);
+		struct snap_fill f = {s, dm, i};
+		rc = users ? cache_enum_users(r, dn, add_user, &f)
+			   : cache_enum_groups(r, dn, add_group, &f);
 	}
 	if (rc == 0)
 		rc = snap_mark(s); /* end of the last record */

@@ -27,7 +27,9 @@
  *   group       a group record (members as a wire string list)
  *   initgroups  str user, u32 n, n × u32 gid (in the order the daemon answered)
  * The name (first str of the payload) is the name chain's key, rec->id the
- * id chain's key (uid or gid).
+ * id chain's key (uid or gid). A record is on one chain or both: the keys
+ * it answers, which the writer keeps independent (two domains may answer
+ * a name and that entry's id).
  *
  * Concurrency (one writer process, any number of readers):
  * - rec->seq is a sequence word: odd while the record is being written or

@@ -62,28 +62,38 @@ int mc_writer_fd(const struct mc_writer *w);
  * it at least every MC_BEAT_S (layout.h). */
 void mc_writer_beat(struct mc_writer *w, int64_t now);
 
-/* Store a record (replacing the one with the same name) valid until expire
- * (unix seconds). Every record answers lookups by its name. It answers
- * lookups by its id only with by_id: the daemon says so when it knows no
- * other entry with that id comes first (uid 0 is root, not toor); such a
- * record takes the id over from any other record in the map. A record once
- * put with by_id keeps answering by id when rewritten without it, until it
- * is invalidated. 0, -E2BIG (the record would take more than a quarter of
- * the map: not cached), -EINVAL (bad record), -ENOMEM. */
-int mc_put_passwd(struct mc_writer *w, const struct proto_passwd *pw, int64_t expire, bool by_id);
-int mc_put_group(struct mc_writer *w, const struct proto_group *gr, int64_t expire, bool by_id);
+/* The lookups a stored record answers (mc_put_*: keys, a nonzero mask). */
+enum mc_key {
+	MC_KEY_NAME = 1u, /* lookups by its name */
+	MC_KEY_ID = 2u,   /* lookups by its id (uid, gid) */
+};
+
+/* Store a record valid until expire (unix seconds), answering the lookups
+ * in keys. The daemon names a key only when this record is what the
+ * socket answers for it (the first domain holding the name, the first
+ * holding the id: uid 0 is root, not toor), so the two keys are
+ * independent: the record takes over its name from the record answering
+ * that name, and its id from every record answering that id, and leaves
+ * the other key of those records alone. A stored record with the same
+ * name and the same id is the same entry: it is replaced on every key it
+ * answered. 0, -E2BIG (the record would take more than a quarter of the
+ * map: not cached), -EINVAL (bad record or keys), -ENOMEM. */
+int mc_put_passwd(struct mc_writer *w, const struct proto_passwd *pw, int64_t expire,
+		  unsigned keys);
+int mc_put_group(struct mc_writer *w, const struct proto_group *gr, int64_t expire, unsigned keys);
 /* gids in the order the daemon answers them (each once): stored as given. */
 int mc_put_initgroups(struct mc_writer *w, const char *user, size_t len, const uint32_t *gids,
 		      size_t n, int64_t expire);
 
-/* Remove the record named name / every record answering id lookups for id
- * (initgroups: by user name). Returns the number removed (0 or 1 / 0..n). */
+/* Remove the record answering name lookups for name / every record
+ * answering id lookups for id (initgroups: by user name), from all its
+ * keys. Returns the number removed (0 or 1 / 0..n). */
 int mc_invalidate_name(struct mc_writer *w, const char *name, size_t len);
 int mc_invalidate_id(struct mc_writer *w, uint32_t id);
 
-/* The id (uid or gid) carried by the record named name, from the writer's
- * own view of the map: 0, or -ENOENT when there is no such record (NULL
- * writer, initgroups map: always -ENOENT). Lets the daemon drop the id a
+/* The id (uid or gid) carried by the record answering name lookups for
+ * name, from the writer's own view of the map: 0, or -ENOENT when there is
+ * no such record (NULL writer, initgroups map: always -ENOENT). Lets the daemon drop the id a
  * record answers for before the record itself. */
 int mc_lookup_id(const struct mc_writer *w, const char *name, size_t len, uint32_t *id);
 

@@ -8,6 +8,10 @@
  * see (hdr->reuse_gen, see layout.h). A rewrite of a record that keeps its
  * size, name and id happens in place under the record's sequence word.
  *
+ * A record is on the name chain, the id chain or both: the keys it was
+ * stored for. Taking a key over from another record takes that record off
+ * that chain only; a record left on no chain is removed.
+ *
  * The writer keeps its own bookkeeping (which record owns each slot, which
  * chains a record is on) in private memory, so it never has to trust the
  * map for anything but the chain words it walks to unlink, and those walks
@@ -28,8 +32,9 @@
 
 #include "util/util.h"
 
-#define LINK_NAME 1u
-#define LINK_ID   2u
+/* The chains a record is on are the keys it answers (enum mc_key). */
+#define LINK_NAME MC_KEY_NAME
+#define LINK_ID   MC_KEY_ID
 
 struct mc_writer {
 	uint32_t kind;
@@ -381,14 +386,35 @@ static void unlink_id(struct mc_writer *w, uint32_t slot)
 	w->links[slot] &= (uint8_t)~LINK_ID;
 }
 
+static void unlink_name(struct mc_writer *w, uint32_t slot)
+{
+	chain_unlink(w, &w->tab_name[mc_bucket(rec_at(w, slot)->name_hash, w->nbuckets)],
+		     offsetof(struct mc_rec, next_name), slot);
+	w->links[slot] &= (uint8_t)~LINK_NAME;
+}
+
+static void rec_remove(struct mc_writer *w, uint32_t slot);
+
+/* Take a record off the chains in links; one left on none is removed. */
+static void detach(struct mc_writer *w, uint32_t slot, uint8_t links)
+{
+	if ((w->links[slot] & ~links) == 0) {
+		rec_remove(w, slot);
+		return;
+	}
+	if (links & LINK_NAME)
+		unlink_name(w, slot);
+	if (links & LINK_ID)
+		unlink_id(w, slot);
+}
+
 /* Unlink a record from its chains, make its sequence word odd for good, and
  * give its slots back. Its bytes stay until the ring reuses them. */
 static void rec_remove(struct mc_writer *w, uint32_t slot)
 {
 	struct mc_rec *rec = rec_at(w, slot);
 	if (w->links[slot] & LINK_NAME)
-		chain_unlink(w, &w->tab_name[mc_bucket(rec->name_hash, w->nbuckets)],
-			     offsetof(struct mc_rec, next_name), slot);
+		unlink_name(w, slot);
 	if (w->links[slot] & LINK_ID)
 		unlink_id(w, slot);
 	w->links[slot] = 0;
@@ -409,9 +435,26 @@ static uint32_t find_name(const struct mc_writer *w, const char *name, size_t le
 	    atomic_load_explicit(&w->tab_name[mc_bucket(hash, w->nbuckets)], memory_order_relaxed);
 	for (uint32_t steps = 0; cur < w->slot_count && steps <= w->slot_count; steps++) {
 		const struct mc_rec *rec = rec_at(w, cur);
-		if (w->owner[cur] == cur && rec->name_hash == hash && rec_name_is(rec, name, len))
+		if (w->owner[cur] == cur && (w->links[cur] & LINK_NAME) && rec->name_hash == hash &&
+		    rec_name_is(rec, name, len))
 			return cur;
 		cur = atomic_load_explicit(&rec->next_name, memory_order_relaxed);
+	}
+	return MC_NONE;
+}
+
+/* The record on the id chain carrying id and named name, or MC_NONE. */
+static uint32_t find_id_named(const struct mc_writer *w, uint32_t id, const char *name, size_t len,
+			      uint64_t hash)
+{
+	uint32_t cur = atomic_load_explicit(&w->tab_id[mc_bucket(hash_id(w, id), w->nbuckets)],
+					    memory_order_relaxed);
+	for (uint32_t steps = 0; cur < w->slot_count && steps <= w->slot_count; steps++) {
+		const struct mc_rec *rec = rec_at(w, cur);
+		if (w->owner[cur] == cur && (w->links[cur] & LINK_ID) && rec->id == id &&
+		    rec->name_hash == hash && rec_name_is(rec, name, len))
+			return cur;
+		cur = atomic_load_explicit(&rec->next_id, memory_order_relaxed);
 	}
 	return MC_NONE;
 }
@@ -431,7 +474,7 @@ static int drop_id(struct mc_writer *w, uint32_t id, uint32_t keep, bool remove)
 			if (remove)
 				rec_remove(w, cur);
 			else
-				unlink_id(w, cur);
+				detach(w, cur, LINK_ID);
 			count++;
 		}
 		cur = next;
@@ -487,8 +530,47 @@ static void rec_write(struct mc_rec *rec, const void *payload, uint32_t len, int
 	atomic_store_explicit(&rec->seq, seq + 1, memory_order_release);
 }
 
-/* Store payload (a wire record starting with the name) under name and id. */
-static int put(struct mc_writer *w, const char *name, size_t nlen, uint32_t id, bool by_id,
+/* The record already stored for the same entry (the same name and id),
+ * on either chain, or MC_NONE; *links gets the keys it and any duplicate
+ * answered, and a duplicate (the entry on both chains as two records) is
+ * removed. */
+static uint32_t same_entry(struct mc_writer *w, const char *name, size_t nlen, uint64_t hash,
+			   uint32_t id, uint8_t *links)
+{
+	uint32_t named = find_name(w, name, nlen, hash);
+	if (named != MC_NONE && rec_at(w, named)->id != id)
+		named = MC_NONE;
+	uint32_t ided = find_id_named(w, id, name, nlen, hash);
+	*links = (named != MC_NONE ? w->links[named] : 0) | (ided != MC_NONE ? w->links[ided] : 0);
+	if (named != MC_NONE && ided != MC_NONE && ided != named)
+		rec_remove(w, ided);
+	return named != MC_NONE ? named : ided;
+}
+
+/* Link the record at slot into the chains in links it is not on yet,
+ * taking each key over from the records that answered it. */
+static void link_keys(struct mc_writer *w, uint32_t slot, const char *name, size_t nlen,
+		      uint8_t links)
+{
+	struct mc_rec *rec = rec_at(w, slot);
+	if ((links & LINK_NAME) && !(w->links[slot] & LINK_NAME)) {
+		uint32_t other = find_name(w, name, nlen, rec->name_hash);
+		if (other != MC_NONE)
+			detach(w, other, LINK_NAME);
+		link_push(&w->tab_name[mc_bucket(rec->name_hash, w->nbuckets)], &rec->next_name,
+			  slot);
+		w->links[slot] |= LINK_NAME;
+	}
+	if ((links & LINK_ID) && !(w->links[slot] & LINK_ID)) {
+		drop_id(w, rec->id, slot, false);
+		link_push(&w->tab_id[mc_bucket(hash_id(w, rec->id), w->nbuckets)], &rec->next_id,
+			  slot);
+		w->links[slot] |= LINK_ID;
+	}
+}
+
+/* Store payload (a wire record starting with the name) for keys. */
+static int put(struct mc_writer *w, const char *name, size_t nlen, uint32_t id, uint8_t keys,
 	       int64_t expire)
 {
 	const void *payload = w->scratch.data;
@@ -500,23 +582,15 @@ static int put(struct mc_writer *w, const char *name, size_t nlen, uint32_t id, 
 	if (n > w->slot_count / 4)
 		return -E2BIG;
 	uint64_t hash = hash_name(w, name, nlen);
-	uint32_t old = find_name(w, name, nlen, hash);
-	if (old != MC_NONE && rec_at(w, old)->id == id && rec_at(w, old)->nslots == n) {
+	uint8_t had = 0;
+	uint32_t old = same_entry(w, name, nlen, hash, id, &had);
+	if (old != MC_NONE && rec_at(w, old)->nslots == n) {
 		rec_write(rec_at(w, old), payload, (uint32_t)len, expire);
-		if (by_id && !(w->links[old] & LINK_ID)) {
-			drop_id(w, id, old, false);
-			link_push(&w->tab_id[mc_bucket(hash_id(w, id), w->nbuckets)],
-				  &rec_at(w, old)->next_id, old);
-			w->links[old] |= LINK_ID;
-		}
+		link_keys(w, old, name, nlen, keys);
 		return 0;
 	}
-	if (old != MC_NONE) {
-		by_id = by_id || (w->links[old] & LINK_ID);
+	if (old != MC_NONE)
 		rec_remove(w, old);
-	}
-	if (by_id)
-		drop_id(w, id, MC_NONE, false);
 	uint32_t slot = slots_take(w, n);
 	struct mc_rec *rec = rec_at(w, slot);
 	/* Not linked yet: nobody reaches it but through a stale index, which
@@ -531,12 +605,8 @@ static int put(struct mc_writer *w, const char *name, size_t nlen, uint32_t id, 
 	atomic_store_explicit(&rec->next_name, MC_NONE, memory_order_relaxed);
 	atomic_store_explicit(&rec->next_id, MC_NONE, memory_order_relaxed);
 	rec_write(rec, payload, (uint32_t)len, expire);
-	link_push(&w->tab_name[mc_bucket(hash, w->nbuckets)], &rec->next_name, slot);
-	w->links[slot] = LINK_NAME;
-	if (by_id) {
-		link_push(&w->tab_id[mc_bucket(hash_id(w, id), w->nbuckets)], &rec->next_id, slot);
-		w->links[slot] |= LINK_ID;
-	}
+	w->links[slot] = 0;
+	link_keys(w, slot, name, nlen, keys | had);
 	return 0;
 }
 
@@ -547,30 +617,35 @@ static bool name_ok(const char *name, size_t len)
 	return name != NULL && len > 0 && len <= PROTO_NAME_MAX && memchr(name, '\0', len) == NULL;
 }
 
-int mc_put_passwd(struct mc_writer *w, const struct proto_passwd *pw, int64_t expire, bool by_id)
+static bool keys_ok(unsigned keys)
+{
+	return keys != 0 && (keys & ~(unsigned)(MC_KEY_NAME | MC_KEY_ID)) == 0;
+}
+
+int mc_put_passwd(struct mc_writer *w, const struct proto_passwd *pw, int64_t expire, unsigned keys)
 {
 	if (w == NULL)
 		return 0;
-	if (!name_ok(pw->name.p, pw->name.len))
+	if (!name_ok(pw->name.p, pw->name.len) || !keys_ok(keys))
 		return -EINVAL;
 	idc_buf_reset(&w->scratch);
 	int rc = proto_put_passwd(&w->scratch, pw);
 	if (rc < 0)
 		return rc;
-	return put(w, pw->name.p, pw->name.len, pw->uid, by_id, expire);
+	return put(w, pw->name.p, pw->name.len, pw->uid, (uint8_t)keys, expire);
 }
 
-int mc_put_group(struct mc_writer *w, const struct proto_group *gr, int64_t expire, bool by_id)
+int mc_put_group(struct mc_writer *w, const struct proto_group *gr, int64_t expire, unsigned keys)
 {
 	if (w == NULL)
 		return 0;
-	if (!name_ok(gr->name.p, gr->name.len))
+	if (!name_ok(gr->name.p, gr->name.len) || !keys_ok(keys))
 		return -EINVAL;
 	idc_buf_reset(&w->scratch);
 	int rc = proto_put_group(&w->scratch, gr);
 	if (rc < 0)
 		return rc;
-	return put(w, gr->name.p, gr->name.len, gr->gid, by_id, expire);
+	return put(w, gr->name.p, gr->name.len, gr->gid, (uint8_t)keys, expire);
 }
 
 int mc_put_initgroups(struct mc_writer *w, const char *user, size_t len, const uint32_t *gids,
@@ -593,7 +668,7 @@ int mc_put_initgroups(struct mc_writer *w, const char *user, size_t len, const u
 		rc = idc_buf_append(&w->scratch, gids, n * sizeof(*gids));
 	if (rc < 0)
 		return rc;
-	return put(w, user, len, 0, false, expire);
+	return put(w, user, len, 0, LINK_NAME, expire);
 }
 
 int mc_invalidate_name(struct mc_writer *w, const char *name, size_t len)

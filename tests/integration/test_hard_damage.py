@@ -1,4 +1,4 @@
-"""Damaged state files (DESIGN §10): LMDB trusts its files, so idcached
+"""Damaged state files (docs/DESIGN.md §10): LMDB trusts its files, so idcached
 decides before trusting them.
 
 timestamps.mdb (written without fsync, disposable) is reused only when the

@@ -398,6 +398,64 @@ static void test_ldap_errors(void **state)
 		     "t.conf:5: ldap_auth_disable_tls_never_use_in_production: bad value");
 }
 
+/* filter_users / filter_groups and allow_local_overlap: sssd's defaults
+ * (root) for remote domains, a domain's own list replacing [idcache]'s, an
+ * empty value as an empty list, files domains untouched unless told. */
+static void test_filters_and_overlap(void **state)
+{
+	(void)state;
+	const char *dir = "id_provider = ldap\nldap_uri = ldap://a.example\n"
+			  "ldap_search_base = dc=example,dc=com\n";
+	char text[1024];
+	snprintf(text, sizeof(text), "[domain/dir]\n%s[domain/local]\nid_provider = files\n", dir);
+	struct config *c = parse_ok(text);
+	const struct config_domain *d = config_domain(c, "dir"), *l = config_domain(c, "local");
+	assert_int_equal(d->filter_users.n, 1);
+	assert_string_equal(d->filter_users.v[0], "root");
+	assert_int_equal(d->filter_groups.n, 1);
+	assert_true(config_names_has(&d->filter_users, "ROOT", false));
+	assert_false(config_names_has(&d->filter_users, "ROOT", true));
+	assert_false(d->allow_local_overlap);
+	assert_int_equal(l->filter_users.n, 0);
+	assert_int_equal(l->filter_groups.n, 0);
+	config_free(c);
+
+	snprintf(text, sizeof(text),
+		 "[idcache]\nfilter_users = root, daemon ,bin\nfilter_groups =\n"
+		 "[domain/dir]\n%sallow_local_overlap = yes\nfilter_groups = sudo,adm\n"
+		 "[domain/two]\n%s[domain/local]\nid_provider = files\nfilter_users = toor\n",
+		 dir, dir);
+	c = parse_ok(text);
+	d = config_domain(c, "dir");
+	assert_true(d->allow_local_overlap);
+	assert_int_equal(d->filter_users.n, 3);
+	assert_string_equal(d->filter_users.v[1], "daemon");
+	assert_int_equal(d->filter_groups.n, 2);
+	assert_string_equal(d->filter_groups.v[1], "adm");
+	const struct config_domain *t = config_domain(c, "two");
+	assert_false(t->allow_local_overlap);
+	assert_int_equal(t->filter_users.n, 3);
+	assert_int_equal(t->filter_groups.n, 0); /* [idcache]'s empty list */
+	l = config_domain(c, "local");
+	assert_int_equal(l->filter_users.n, 1);
+	assert_string_equal(l->filter_users.v[0], "toor");
+	assert_int_equal(l->filter_groups.n, 0);
+	config_free(c);
+
+	expect_error("[idcache]\nfilter_users = root,,bin\n[domain/l]\nid_provider = files\n",
+		     "t.conf:2: filter_users: '' is not a valid name");
+	expect_error("[domain/l]\nid_provider = files\nfilter_groups = a:b\n",
+		     "t.conf:3: filter_groups: 'a:b' is not a valid name");
+	expect_error("[domain/l]\nid_provider = files\nallow_local_overlap = true\n",
+		     "t.conf:1: [domain/l]: allow_local_overlap is for remote domains");
+	snprintf(text, sizeof(text), "[domain/dir]\n%sallow_local_overlap = maybe\n", dir);
+	expect_error(text, "t.conf:5: allow_local_overlap: 'maybe' is not true or false");
+	expect_error("[domain/l]\nid_provider = files\nfilter_users = a\nfilter_users = b\n",
+		     "t.conf:4: 'filter_users' is given twice");
+	expect_error("[domain/l]\nid_provider = files\ncase_sensitive =\n",
+		     "t.conf:3: 'case_sensitive' has an empty value");
+}
+
 static void test_hostile_lines(void **state)
 {
 	(void)state;
@@ -590,6 +648,7 @@ int main(void)
 	    cmocka_unit_test(test_connection_limits),
 	    cmocka_unit_test(test_ldap_domain),
 	    cmocka_unit_test(test_ldap_errors),
+	    cmocka_unit_test(test_filters_and_overlap),
 	    cmocka_unit_test(test_hostile_lines),
 	    cmocka_unit_test(test_load),
 	};

@@ -134,13 +134,16 @@ static struct proto_str S(const char *s) {
 	return r;
 }
 
+/* Both keys: the record answers by name and by id. */
+#define BOTH (MC_KEY_NAME | MC_KEY_ID)
+
 static int
 put_pw(struct mc_writer *w, const char *name, uint32_t uid, const char *gecos, int64_t expire,
-       bool by_id)
+       unsigned keys)
 {
 	struct proto_passwd pw = {S(name),  S("x"),       uid,         uid + 1,
 				  S(gecos), S("/home/x"), S("/bin/sh")};
-	return mc_put_passwd(w, &pw, expire, by_id);
+	return mc_put_passwd(w, &pw, expire, keys);
 }
 
 /* A group with C-string members, encoded as the wire list. */
@@ -151,7 +154,7 @@ static int put_gr(struct mc_writer *w, const char *name, uint32_t gid, const cha
 	for (uint32_t i = 0; i < n; i++)
 		assert_int_equal(proto_put_cstr(&b, mem[i]), 0);
 	struct proto_group gr = {S(name), S("*"), gid, {(const uint8_t *)b.data, b.len, n}};
-	int rc = mc_put_group(w, &gr, expire, true);
+	int rc = mc_put_group(w, &gr, expire, BOTH);
 	idc_buf_free(&b);
 	return rc;
 }
@@ -174,7 +177,7 @@ static void test_hit_miss(void **state)
 	/* No file yet: a miss, not an error. */
 	assert_int_equal(mc_getpwnam(&r, "alice", 5, &pw, buf, sizeof(buf)), -ENOENT);
 	assert_int_equal(wopen(MC_PASSWD, BIG_MAP, &w), 0);
-	assert_int_equal(put_pw(w, "alice", 1000, "Alice A", later(), true), 0);
+	assert_int_equal(put_pw(w, "alice", 1000, "Alice A", later(), BOTH), 0);
 	assert_int_equal(mc_getpwnam(&r, "alice", 5, &pw, buf, sizeof(buf)), 0);
 	assert_string_equal(pw.pw_name, "alice");
 	assert_string_equal(pw.pw_gecos, "Alice A");
@@ -190,14 +193,14 @@ static void test_hit_miss(void **state)
 	/* A passwd reader never answers from another kind's API. */
 	assert_int_equal(mc_getgrgid(&r, 1000, NULL, buf, sizeof(buf)), -ENOENT);
 
-	/* by_id: uid 0 is root's; toor is found by name only. */
-	assert_int_equal(put_pw(w, "root", 0, "root", later(), true), 0);
-	assert_int_equal(put_pw(w, "toor", 0, "toor", later(), false), 0);
+	/* uid 0 is root's; toor is found by name only. */
+	assert_int_equal(put_pw(w, "root", 0, "root", later(), BOTH), 0);
+	assert_int_equal(put_pw(w, "toor", 0, "toor", later(), MC_KEY_NAME), 0);
 	assert_int_equal(mc_getpwuid(&r, 0, &pw, buf, sizeof(buf)), 0);
 	assert_string_equal(pw.pw_name, "root");
 	assert_int_equal(mc_getpwnam(&r, "toor", 4, &pw, buf, sizeof(buf)), 0);
 	/* toor taking the id over. */
-	assert_int_equal(put_pw(w, "toor", 0, "toor", later(), true), 0);
+	assert_int_equal(put_pw(w, "toor", 0, "toor", later(), BOTH), 0);
 	assert_int_equal(mc_getpwuid(&r, 0, &pw, buf, sizeof(buf)), 0);
 	assert_string_equal(pw.pw_name, "toor");
 	assert_int_equal(mc_getpwnam(&r, "root", 4, &pw, buf, sizeof(buf)), 0);
@@ -219,24 +222,32 @@ static void test_expiry_update_invalidate(void **state)
 	char buf[1024];
 	reader(&r, MC_PASSWD);
 	assert_int_equal(wopen(MC_PASSWD, BIG_MAP, &w), 0);
-	assert_int_equal(put_pw(w, "old", 5, "g", (int64_t)time(NULL) - 1, true), 0);
+	assert_int_equal(put_pw(w, "old", 5, "g", (int64_t)time(NULL) - 1, BOTH), 0);
 	assert_int_equal(mc_getpwnam(&r, "old", 3, &pw, buf, sizeof(buf)), -ENOENT);
 	assert_int_equal(mc_getpwuid(&r, 5, &pw, buf, sizeof(buf)), -ENOENT);
-	assert_int_equal(put_pw(w, "old", 5, "h", later(), true), 0); /* in place */
+	assert_int_equal(put_pw(w, "old", 5, "h", later(), BOTH), 0); /* in place */
 	assert_int_equal(mc_getpwnam(&r, "old", 3, &pw, buf, sizeof(buf)), 0);
 	assert_string_equal(pw.pw_gecos, "h");
 	assert_int_equal(put_pw(w, "old", 5, "a much longer gecos field than before, so it moves",
-				later(), false),
+				later(), MC_KEY_NAME),
 			 0);
 	assert_int_equal(mc_getpwnam(&r, "old", 3, &pw, buf, sizeof(buf)), 0);
 	assert_string_equal(pw.pw_gecos, "a much longer gecos field than before, so it moves");
-	/* It kept answering by id (by_id sticks until invalidated). */
+	/* The same name and id are the same entry: it still answers by id,
+	 * with the new data. */
 	assert_int_equal(mc_getpwuid(&r, 5, &pw, buf, sizeof(buf)), 0);
-	/* Renumbered: the new uid answers, the old does not. */
-	assert_int_equal(put_pw(w, "old", 6, "h", later(), true), 0);
+	assert_string_equal(pw.pw_gecos, "a much longer gecos field than before, so it moves");
+	/* Another id under the name: the name moves to it; uid 5 stays
+	 * with the record stored for it until the daemon drops that id. */
+	assert_int_equal(put_pw(w, "old", 6, "h", later(), BOTH), 0);
 	assert_int_equal(mc_getpwuid(&r, 6, &pw, buf, sizeof(buf)), 0);
+	assert_int_equal(mc_getpwnam(&r, "old", 3, &pw, buf, sizeof(buf)), 0);
+	assert_int_equal(pw.pw_uid, 6);
+	assert_int_equal(mc_getpwuid(&r, 5, &pw, buf, sizeof(buf)), 0);
+	assert_int_equal(mc_invalidate_id(w, 5), 1);
+	assert_int_equal(mc_getpwuid(&r, 5, &pw, buf, sizeof(buf)), -ENOENT);
 
-	assert_int_equal(put_pw(w, "bob", 7, "b", later(), true), 0);
+	assert_int_equal(put_pw(w, "bob", 7, "b", later(), BOTH), 0);
 	assert_int_equal(mc_invalidate_name(w, "bob", 3), 1);
 	assert_int_equal(mc_invalidate_name(w, "bob", 3), 0);
 	assert_int_equal(mc_getpwnam(&r, "bob", 3, &pw, buf, sizeof(buf)), -ENOENT);
@@ -244,6 +255,83 @@ static void test_expiry_update_invalidate(void **state)
 	assert_int_equal(mc_invalidate_id(w, 6), 1);
 	assert_int_equal(mc_getpwnam(&r, "old", 3, &pw, buf, sizeof(buf)), -ENOENT);
 	assert_int_equal(mc_getpwuid(&r, 6, &pw, buf, sizeof(buf)), -ENOENT);
+	mc_writer_close(w);
+	mc_reader_close(&r);
+}
+
+/* The name and the id keys are independent (docs/DESIGN.md §11): domains a, b, c
+ * in that order; alice is 2001 in a and 9999 in b; bob is 7000 in b and
+ * 7777 in c, and 7000 is a's zed. What the daemon stores for an id never
+ * takes a name from another entry, nor the other way round. */
+static void test_keys_independent(void **state)
+{
+	(void)state;
+	struct mc_writer *w;
+	struct mc_reader r;
+	struct passwd pw;
+	char buf[1024];
+	struct mc_stats st;
+	reader(&r, MC_PASSWD);
+	assert_int_equal(wopen(MC_PASSWD, BIG_MAP, &w), 0);
+	assert_int_equal(put_pw(w, "alice", 2001, "a", later(), 0), -EINVAL);
+	assert_int_equal(put_pw(w, "alice", 2001, "a", later(), 4), -EINVAL);
+	assert_int_equal(put_pw(w, "alice", 2001, "a", later(), MC_KEY_NAME), 0);
+	assert_int_equal(put_pw(w, "alice", 9999, "b", later(), MC_KEY_ID), 0);
+	assert_int_equal(mc_getpwnam(&r, "alice", 5, &pw, buf, sizeof(buf)), 0);
+	assert_int_equal(pw.pw_uid, 2001);
+	assert_int_equal(mc_getpwuid(&r, 9999, &pw, buf, sizeof(buf)), 0);
+	assert_string_equal(pw.pw_gecos, "b");
+	/* Not an answer by id: 2001 was never stored for its id. */
+	assert_int_equal(mc_getpwuid(&r, 2001, &pw, buf, sizeof(buf)), -ENOENT);
+	/* The same entry by id: one record answers both. */
+	assert_int_equal(put_pw(w, "alice", 2001, "a", later(), MC_KEY_ID), 0);
+	assert_int_equal(mc_getpwuid(&r, 2001, &pw, buf, sizeof(buf)), 0);
+	assert_string_equal(pw.pw_gecos, "a");
+	mc_writer_stats(w, &st);
+	assert_int_equal(st.records, 2);
+	/* The name again, by id first: the name stays a's. */
+	assert_int_equal(put_pw(w, "alice", 9999, "b", later(), MC_KEY_ID), 0);
+	assert_int_equal(mc_getpwnam(&r, "alice", 5, &pw, buf, sizeof(buf)), 0);
+	assert_int_equal(pw.pw_uid, 2001);
+
+	/* bob: c's record for 7777 first, then b's by name (7000), whose id
+	 * is zed's: the name record must not take 7000 from zed. */
+	assert_int_equal(put_pw(w, "zed", 7000, "z", later(), BOTH), 0);
+	assert_int_equal(put_pw(w, "bob", 7777, "c", later(), MC_KEY_ID), 0);
+	assert_int_equal(put_pw(w, "bob", 7000, "b", later(), MC_KEY_NAME), 0);
+	assert_int_equal(mc_getpwuid(&r, 7000, &pw, buf, sizeof(buf)), 0);
+	assert_string_equal(pw.pw_name, "zed");
+	assert_int_equal(mc_getpwuid(&r, 7777, &pw, buf, sizeof(buf)), 0);
+	assert_string_equal(pw.pw_gecos, "c");
+	assert_int_equal(mc_getpwnam(&r, "bob", 3, &pw, buf, sizeof(buf)), 0);
+	assert_int_equal(pw.pw_uid, 7000);
+	/* The same the other way round. */
+	assert_int_equal(put_pw(w, "bob", 7777, "c", later(), MC_KEY_ID), 0);
+	assert_int_equal(mc_getpwnam(&r, "bob", 3, &pw, buf, sizeof(buf)), 0);
+	assert_int_equal(pw.pw_uid, 7000);
+
+	/* Taking a key over leaves the other key of the record alone: zed
+	 * loses 7000 to another record, keeps its name. */
+	assert_int_equal(put_pw(w, "mallory", 7000, "m", later(), MC_KEY_ID), 0);
+	assert_int_equal(mc_getpwuid(&r, 7000, &pw, buf, sizeof(buf)), 0);
+	assert_string_equal(pw.pw_name, "mallory");
+	assert_int_equal(mc_getpwnam(&r, "zed", 3, &pw, buf, sizeof(buf)), 0);
+	/* A record left with no key is gone: mallory by id only, then
+	 * replaced by id. */
+	mc_writer_stats(w, &st);
+	uint32_t before = st.records;
+	assert_int_equal(put_pw(w, "trent", 7000, "t", later(), MC_KEY_ID), 0);
+	mc_writer_stats(w, &st);
+	assert_int_equal(st.records, before);
+	assert_int_equal(mc_getpwnam(&r, "mallory", 7, &pw, buf, sizeof(buf)), -ENOENT);
+
+	/* Invalidation by name drops the name's record only: b's alice
+	 * still answers 9999. */
+	assert_int_equal(mc_invalidate_name(w, "alice", 5), 1);
+	assert_int_equal(mc_getpwnam(&r, "alice", 5, &pw, buf, sizeof(buf)), -ENOENT);
+	assert_int_equal(mc_getpwuid(&r, 2001, &pw, buf, sizeof(buf)), -ENOENT);
+	assert_int_equal(mc_getpwuid(&r, 9999, &pw, buf, sizeof(buf)), 0);
+	assert_int_equal(mc_lookup_id(w, "alice", 5, &(uint32_t){0}), -ENOENT);
 	mc_writer_close(w);
 	mc_reader_close(&r);
 }
@@ -259,7 +347,7 @@ static void test_eviction(void **state)
 	assert_int_equal(wopen(MC_PASSWD, SMALL_MAP, &w), 0);
 	for (uint32_t i = 0; i < 2000; i++) {
 		snprintf(name, sizeof(name), "user%u", i);
-		assert_int_equal(put_pw(w, name, 10000 + i, name, later(), true), 0);
+		assert_int_equal(put_pw(w, name, 10000 + i, name, later(), BOTH), 0);
 	}
 	struct mc_stats st;
 	mc_writer_stats(w, &st);
@@ -282,7 +370,7 @@ static void test_eviction(void **state)
 	char big[8192];
 	memset(big, 'g', sizeof(big) - 1);
 	big[sizeof(big) - 1] = '\0';
-	assert_int_equal(put_pw(w, "big", 1, big, later(), true), -E2BIG);
+	assert_int_equal(put_pw(w, "big", 1, big, later(), BOTH), -E2BIG);
 	mc_writer_close(w);
 	mc_reader_close(&r);
 }
@@ -301,8 +389,8 @@ static void test_buffer_sizes(void **state)
 	char gecos[3000];
 	memset(gecos, 'z', sizeof(gecos) - 1);
 	gecos[sizeof(gecos) - 1] = '\0';
-	assert_int_equal(put_pw(w, "alice", 1, "A", later(), true), 0);
-	assert_int_equal(put_pw(w, "large", 2, gecos, later(), true), 0);
+	assert_int_equal(put_pw(w, "alice", 1, "A", later(), BOTH), 0);
+	assert_int_equal(put_pw(w, "large", 2, gecos, later(), BOTH), 0);
 	static const char *const mem[] = {"alice", "bob", "carol", "a-rather-long-member-name"};
 	assert_int_equal(put_gr(wg, "staff", 50, mem, 4, later()), 0);
 	assert_int_equal(put_gr(wg, "empty", 51, NULL, 0, later()), 0);
@@ -413,9 +501,9 @@ static void test_lookup_id_exact_invalidation(void **state)
 	assert_int_equal(mc_lookup_id(w, "", 0, &id), -ENOENT);
 	/* "alice" by name; uid 1000 answered by "Alice" (another spelling
 	 * the daemon once answered with), "bob" unrelated. */
-	assert_int_equal(put_pw(w, "alice", 1000, "a", later(), false), 0);
-	assert_int_equal(put_pw(w, "Alice", 1000, "A", later(), true), 0);
-	assert_int_equal(put_pw(w, "bob", 1001, "b", later(), true), 0);
+	assert_int_equal(put_pw(w, "alice", 1000, "a", later(), MC_KEY_NAME), 0);
+	assert_int_equal(put_pw(w, "Alice", 1000, "A", later(), BOTH), 0);
+	assert_int_equal(put_pw(w, "bob", 1001, "b", later(), BOTH), 0);
 	assert_int_equal(mc_lookup_id(w, "alice", 5, &id), 0);
 	assert_int_equal(id, 1000);
 	assert_int_equal(mc_lookup_id(w, "alicE", 5, &id), -ENOENT);
@@ -428,7 +516,7 @@ static void test_lookup_id_exact_invalidation(void **state)
 	assert_int_equal(mc_getpwnam(&r, "bob", 3, &pw, buf, sizeof(buf)), 0);
 	assert_int_equal(mc_getpwuid(&r, 1001, &pw, buf, sizeof(buf)), 0);
 	/* A record found by name only still reports its id. */
-	assert_int_equal(put_pw(w, "toor", 0, "t", later(), false), 0);
+	assert_int_equal(put_pw(w, "toor", 0, "t", later(), MC_KEY_NAME), 0);
 	assert_int_equal(mc_lookup_id(w, "toor", 4, &id), 0);
 	assert_int_equal(id, 0);
 	struct mc_stats st;
@@ -471,13 +559,13 @@ static void test_reset_recycle(void **state)
 	char buf[1024];
 	reader(&r, MC_PASSWD);
 	assert_int_equal(wopen(MC_PASSWD, BIG_MAP, &w), 0);
-	assert_int_equal(put_pw(w, "alice", 1000, "A", later(), true), 0);
+	assert_int_equal(put_pw(w, "alice", 1000, "A", later(), BOTH), 0);
 	assert_int_equal(mc_getpwnam(&r, "alice", 5, &pw, buf, sizeof(buf)), 0);
 	/* Reset: empty, new file; the reader notices from its mapping. */
 	for (int i = 0; i < 10; i++) {
 		assert_int_equal(wreset(w, MC_PASSWD, i % 2 ? BIG_MAP : SMALL_MAP), 0);
 		assert_int_equal(mc_getpwnam(&r, "alice", 5, &pw, buf, sizeof(buf)), -ENOENT);
-		assert_int_equal(put_pw(w, "alice", 1000, "B", later(), true), 0);
+		assert_int_equal(put_pw(w, "alice", 1000, "B", later(), BOTH), 0);
 		assert_int_equal(mc_getpwnam(&r, "alice", 5, &pw, buf, sizeof(buf)), 0);
 		assert_string_equal(pw.pw_gecos, "B");
 	}
@@ -504,7 +592,7 @@ static void test_reset_recycle(void **state)
 	struct mc_writer *w2;
 	mc_writer_beat(w, now);
 	assert_int_equal(wopen(MC_PASSWD, SMALL_MAP, &w2), 0);
-	assert_int_equal(put_pw(w2, "alice", 1000, "C", later(), true), 0);
+	assert_int_equal(put_pw(w2, "alice", 1000, "C", later(), BOTH), 0);
 	assert_int_equal(mc_getpwnam(&r, "alice", 5, &pw, buf, sizeof(buf)), 0);
 	assert_string_equal(pw.pw_gecos, "B");
 	mc_writer_beat(w, now - MC_STALE_S - 1);
@@ -526,7 +614,7 @@ static void test_reset_recycle(void **state)
 	for (int i = 0; i < 5; i++)
 		assert_int_equal(mc_getpwnam(&r, "alice", 5, &pw, buf, sizeof(buf)), -ENOENT);
 	assert_int_equal(atomic_load(&broker_mem->asked[MC_PASSWD]), asked + 1);
-	assert_int_equal(put_pw(w, "alice", 1000, "C", later(), true), 0); /* NULL: no-op */
+	assert_int_equal(put_pw(w, "alice", 1000, "C", later(), BOTH), 0); /* NULL: no-op */
 	mc_reader_close(&r);
 }
 
@@ -539,7 +627,7 @@ static void test_fork(void **state)
 	char buf[1024];
 	reader(&r, MC_PASSWD);
 	assert_int_equal(wopen(MC_PASSWD, BIG_MAP, &w), 0);
-	assert_int_equal(put_pw(w, "alice", 1000, "A", later(), true), 0);
+	assert_int_equal(put_pw(w, "alice", 1000, "A", later(), BOTH), 0);
 	assert_int_equal(mc_getpwnam(&r, "alice", 5, &pw, buf, sizeof(buf)), 0);
 	int go[2], done[2];
 	assert_int_equal(pipe(go), 0);
@@ -563,11 +651,11 @@ static void test_fork(void **state)
 	}
 	char c;
 	assert_int_equal(read(done[0], &c, 1), 1);
-	assert_int_equal(put_pw(w, "alice", 1000, "updated", later(), true), 0);
+	assert_int_equal(put_pw(w, "alice", 1000, "updated", later(), BOTH), 0);
 	assert_int_equal(write(go[1], "1", 1), 1);
 	assert_int_equal(read(done[0], &c, 1), 1);
 	assert_int_equal(wreset(w, MC_PASSWD, 0), 0);
-	assert_int_equal(put_pw(w, "alice", 1000, "after reset", later(), true), 0);
+	assert_int_equal(put_pw(w, "alice", 1000, "after reset", later(), BOTH), 0);
 	assert_int_equal(write(go[1], "1", 1), 1);
 	int status;
 	assert_int_equal(waitpid(pid, &status, 0), pid);
@@ -603,27 +691,40 @@ static uint32_t record_sum(const char *name, uint32_t uid, uint32_t gid, const c
 	return fnv(fnv(fnv(fnv(2166136261u, name), ids), dir_), body);
 }
 
+/* Record v of user i. The keys vary so that records take a name or an id
+ * over from one another (detaching one key, keeping the other): u<i> by
+ * uid 20000+i, both keys or the name only, u<i> under uid 30000+i by name
+ * only, and w<i> by uid 20000+i only. */
 static void stress_put(struct mc_writer *w, uint32_t i, uint32_t v)
 {
+	static const unsigned keys[4] = {BOTH, MC_KEY_NAME, MC_KEY_NAME, MC_KEY_ID};
 	char name[16], home[64], body[128], gecos[160];
-	snprintf(name, sizeof(name), "u%u", i);
+	snprintf(name, sizeof(name), "%c%u", v % 4 == 3 ? 'w' : 'u', i);
+	uint32_t uid = (v % 4 == 2 ? 30000 : 20000) + i;
 	snprintf(home, sizeof(home), "/home/%s/%u", name, v);
 	/* The length varies, so records move between slots and the ring
 	 * reuses slots (reuse_gen) as well as rewriting in place. */
 	snprintf(body, sizeof(body), "v%u-%.*s", v, (int)(v % 60),
 		 "............................................................");
-	snprintf(gecos, sizeof(gecos), "%s:%08x", body, record_sum(name, 20000 + i, v, home, body));
-	struct proto_passwd pw = {S(name), S("x"), 20000 + i, v, S(gecos), S(home), S("/bin/sh")};
-	if (mc_put_passwd(w, &pw, later(), true) < 0)
+	snprintf(gecos, sizeof(gecos), "%s:%08x", body, record_sum(name, uid, v, home, body));
+	struct proto_passwd pw = {S(name), S("x"), uid, v, S(gecos), S(home), S("/bin/sh")};
+	if (mc_put_passwd(w, &pw, later(), keys[v % 4]) < 0)
 		_exit(3);
 }
 
-static bool stress_check(const struct passwd *pw, uint32_t i)
+/* A whole record that may answer for user i: by name u<i> under either
+ * uid, by uid 20000+i as u<i> or w<i>. */
+static bool stress_check(const struct passwd *pw, uint32_t i, bool by_name)
 {
-	char name[16];
-	snprintf(name, sizeof(name), "u%u", i);
+	char u[16], w[16];
+	snprintf(u, sizeof(u), "u%u", i);
+	snprintf(w, sizeof(w), "w%u", i);
 	const char *colon = strrchr(pw->pw_gecos, ':');
-	if (strcmp(pw->pw_name, name) != 0 || pw->pw_uid != 20000 + i || colon == NULL)
+	bool ok = by_name ? strcmp(pw->pw_name, u) == 0 &&
+				(pw->pw_uid == 20000 + i || pw->pw_uid == 30000 + i)
+			  : pw->pw_uid == 20000 + i &&
+				(strcmp(pw->pw_name, u) == 0 || strcmp(pw->pw_name, w) == 0);
+	if (!ok || colon == NULL)
 		return false;
 	char body[128];
 	snprintf(body, sizeof(body), "%.*s", (int)(colon - pw->pw_gecos), pw->pw_gecos);
@@ -664,8 +765,8 @@ static void stress_reader(uint64_t until, uint64_t *hits)
 		snprintf(name, sizeof(name), "u%u", i);
 		int rc = k % 2 ? mc_getpwuid(&r, 20000 + i, &pw, buf, sizeof(buf))
 			       : mc_getpwnam(&r, name, strlen(name), &pw, buf, sizeof(buf));
-		if (rc == 0 && !stress_check(&pw, i))
-			_exit(2); /* a torn record got through */
+		if (rc == 0 && !stress_check(&pw, i, k % 2 == 0))
+			_exit(2); /* a torn or foreign record got through */
 		if (rc != 0 && rc != -ENOENT)
 			_exit(6);
 		n += rc == 0;
@@ -724,7 +825,7 @@ static void *thr_main(void *arg)
 		snprintf(name, sizeof(name), "u%u", i);
 		int rc = k % 2 ? mc_getpwuid(t->r, 20000 + i, &pw, buf, sizeof(buf))
 			       : mc_getpwnam(t->r, name, strlen(name), &pw, buf, sizeof(buf));
-		if ((rc == 0 && !stress_check(&pw, i)) || (rc != 0 && rc != -ENOENT))
+		if ((rc == 0 && !stress_check(&pw, i, k % 2 == 0)) || (rc != 0 && rc != -ENOENT))
 			t->bad++;
 		t->hits += rc == 0;
 	}
@@ -773,9 +874,9 @@ static void test_threads(void **state)
 	/* After the storm: the reader is on the current map. */
 	struct passwd pw;
 	char buf[512];
-	stress_put(w, 1, 7);
+	stress_put(w, 1, 8); /* both keys */
 	assert_int_equal(mc_getpwnam(&r, "u1", 2, &pw, buf, sizeof(buf)), 0);
-	assert_true(stress_check(&pw, 1));
+	assert_true(stress_check(&pw, 1, true));
 	mc_writer_close(w);
 	mc_reader_close(&r);
 }
@@ -829,7 +930,7 @@ static void fill_maps(struct mc_writer **w)
 	for (uint32_t i = 0; i < 50; i++) {
 		char name[16];
 		snprintf(name, sizeof(name), "u%u", i);
-		put_pw(w[0], name, 20000 + i, "gecos", later(), true);
+		put_pw(w[0], name, 20000 + i, "gecos", later(), BOTH);
 		put_gr(w[1], name, 20000 + i, mem, i % 4, later());
 		mc_put_initgroups(w[2], name, strlen(name), gids, i % 5, later());
 	}
@@ -970,7 +1071,7 @@ static void test_seals(void **state)
 	char buf[1024];
 	reader(&r, MC_PASSWD);
 	assert_int_equal(wopen(MC_PASSWD, SMALL_MAP, &w), 0);
-	assert_int_equal(put_pw(w, "alice", 1000, "A", later(), true), 0);
+	assert_int_equal(put_pw(w, "alice", 1000, "A", later(), BOTH), 0);
 	assert_int_equal(mc_getpwnam(&r, "alice", 5, &pw, buf, sizeof(buf)), 0);
 	int fd = mc_writer_fd(w);
 	assert_int_equal(fcntl(fd, F_GETFL) & O_ACCMODE, O_RDONLY);
@@ -1027,7 +1128,7 @@ static void test_offer(void **state)
 	char buf[1024];
 	reader(&r, MC_PASSWD);
 	assert_int_equal(mc_writer_open(MC_PASSWD, SMALL_MAP, &w), 0);
-	assert_int_equal(put_pw(w, "alice", 1000, "A", later(), true), 0);
+	assert_int_equal(put_pw(w, "alice", 1000, "A", later(), BOTH), 0);
 	int before = open_count();
 	assert_int_equal(mc_reader_offer(&r, fcntl(mc_writer_fd(w), F_DUPFD_CLOEXEC, 0)), 0);
 	assert_int_equal(open_count(), before);
@@ -1094,6 +1195,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup_teardown(test_hit_miss, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_expiry_update_invalidate, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_keys_independent, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_eviction, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_buffer_sizes, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_initgroups, setup, teardown),

@@ -147,15 +147,15 @@ void lp_hset_free(struct lp_hset *s)
 	memset(s, 0, sizeof(*s));
 }
 
-void lp_log_once(struct ldap_domain *ld, int level, const char *fmt, ...)
+/* lp_log_once's work; remember: keep the message even when it is above
+ * the log level. Whether it is new (not logged before). */
+static bool log_once_v(struct ldap_domain *ld, int level, bool remember, const char *fmt,
+		       va_list ap)
 {
-	if (level > idc_log_level())
-		return; /* not logged, so not worth a slot */
+	if (level > idc_log_level() && !remember)
+		return true; /* not logged, so not worth a slot */
 	char msg[768];
-	va_list ap;
-	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
 	/* Seeded per domain at start: a directory does not know the seed, so
 	 * it cannot pick two messages that collide and silence one. */
 	uint64_t h = idc_hash64(msg, strlen(msg), ld->hash_seed);
@@ -163,7 +163,7 @@ void lp_log_once(struct ldap_domain *ld, int level, const char *fmt, ...)
 	h = h ? h : 1;
 	int rc = lp_hset_add(&ld->logged, h, LP_LOGGED_MAX);
 	if (rc == 1)
-		return;
+		return false;
 	if (rc < 0) {
 		/* Remembering no more: logging new messages anyway could repeat
 		 * each of them without bound, so they are dropped instead. */
@@ -174,9 +174,27 @@ void lp_log_once(struct ldap_domain *ld, int level, const char *fmt, ...)
 				ld->cfg.name, ld->logged.used,
 				rc == -ENOMEM ? " (out of memory)" : "");
 		ld->logged_full = true;
-		return;
+		return false;
 	}
 	idc_log(level, "%s", msg);
+	return true;
+}
+
+void lp_log_once(struct ldap_domain *ld, int level, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	log_once_v(ld, level, false, fmt, ap);
+	va_end(ap);
+}
+
+bool ldap_domain_log_once(struct ldap_domain *ld, int level, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	bool fresh = log_once_v(ld, level, true, fmt, ap);
+	va_end(ap);
+	return fresh;
 }
 
 /* ==== DNs and filters =========================================================== */

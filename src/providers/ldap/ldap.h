@@ -243,6 +243,15 @@ typedef void (*ldap_change_fn)(const struct ldap_change *ch, void *arg);
 /* Report the changes of later commits to fn(ch, arg); fn NULL: stop. */
 void ldap_domain_set_hook(struct ldap_domain *ld, ldap_change_fn fn, void *arg);
 
+/* ==== messages =============================================================== */
+
+/* Log fmt once per distinct message, in the set the provider's own
+ * "logged once" warnings use (lp_log_once), for the daemon's notes about
+ * this domain's entries. The message is remembered even when level is
+ * not logged. Whether it is new; false once the set is full. */
+bool ldap_domain_log_once(struct ldap_domain *ld, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 /* ==== status =============================================================== */
 
 struct ldap_domain_status {

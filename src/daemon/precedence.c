@@ -1,0 +1,396 @@
+/*
+ * precedence: what a domain may not serve although it holds it (docs/DESIGN.md
+ * §11). The domain order decides between domains; this decides whether a
+ * remote domain may serve an entry at all.
+ *
+ * A remote (ldap) domain's user or group is withheld when
+ *   - filter_users / filter_groups list its name (every domain: a files
+ *     domain only with lists of its own), or, unless allow_local_overlap,
+ *   - its name or its id (uid, gid) is held by the host's own files or by
+ *     an earlier domain in `domains` order.
+ * The host's own files are the files domains' data when the configuration
+ * has any (wherever they stand in the order), else /etc/passwd and
+ * /etc/group as read here (read again when their inode, size or mtime
+ * changed, looked at no more than once a second, and at least at every
+ * sweep: a change starts the memory-cache maps it may affect over). Names compare exactly,
+ * or ignoring ASCII case when either side's domain does.
+ *
+ * A withheld entry is answered as if its domain did not hold it: a lookup
+ * goes on to the next domain, its gid leaves its members' group lists, an
+ * enumeration skips it. The names filter_users lists leave the domain's
+ * group member lists too (sssd's filter_users_in_groups default). Each is logged once with its DN,
+ * in the provider's log-once set, and counted (domain.NAME.withheld in `idcache status`).
+ *
+ * Lookups here run on a reader of their own (dm->aside), so the records
+ * the responder holds from daemon_reader stay valid.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "daemon/daemon.h"
+
+#define HOST_PASSWD "/etc/passwd"
+#define HOST_GROUP  "/etc/group"
+
+/* The host's passwd or group file as last read. */
+struct host_file {
+	struct files_snapshot *s; /* NULL: absent or unreadable */
+	uint32_t *ids;            /* sorted uids or gids */
+	char **folded;            /* sorted, ASCII lower case */
+	size_t n;
+	struct stat st;
+	bool have_st;
+};
+
+struct host_files {
+	struct host_file pw, gr;
+	int64_t checked; /* unix seconds of the last stat */
+	uint64_t reads;  /* times a file was read again */
+};
+
+/* What gid_withheld found for (domain, gid), while the data it looked at
+ * is unchanged (gen): a user's group list checks each of its groups, and
+ * users share groups. Direct-mapped; a collision costs a recheck. */
+#define MEMO_SLOTS 4096u
+
+struct gid_memo {
+	uint64_t gen; /* 0: empty */
+	size_t domain;
+	uint32_t gid;
+	bool withheld;
+};
+
+/* ==== the host's files ============================================================ */
+
+static void host_file_clear(struct host_file *h)
+{
+	files_snapshot_free(h->s);
+	for (size_t i = 0; h->folded && i < h->n; i++)
+		free(h->folded[i]);
+	free(h->folded);
+	free(h->ids);
+	*h = (struct host_file){0};
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static char *fold_copy(const char *name)
+{
+	char *c = strdup(name);
+	for (char *p = c; p && *p; p++)
+		*p = idc_tolower(*p);
+	return c;
+}
+
+/* The sorted id and folded name indexes of h->s. */
+static int host_index(struct host_file *h, bool group)
+{
+	size_t n = group ? h->s->ngroups : h->s->nusers;
+	h->ids = calloc(n ? n : 1, sizeof(*h->ids));
+	h->folded = calloc(n ? n : 1, sizeof(*h->folded));
+	if (!h->ids || !h->folded)
+		return -ENOMEM;
+	for (; h->n < n; h->n++) {
+		size_t i = h->n;
+		h->ids[i] = group ? h->s->groups[i].gid : h->s->users[i].uid;
+		if (!(h->folded[i] = fold_copy(group ? h->s->groups[i].name : h->s->users[i].name)))
+			return -ENOMEM;
+	}
+	qsort(h->ids, n, sizeof(*h->ids), cmp_u32);
+	qsort(h->folded, n, sizeof(*h->folded), cmp_str);
+	return 0;
+}
+
+static int host_read(struct host_file *h, const char *path, bool group)
+{
+	char *data = NULL;
+	size_t len = 0;
+	int rc = files_read(path, &data, &len);
+	if (rc == 0 && !(h->s = files_snapshot_new()))
+		rc = -ENOMEM;
+	if (rc == 0)
+		rc = group ? files_snapshot_add_group(h->s, path, 0, data, len, false)
+			   : files_snapshot_add_passwd(h->s, path, 0, data, len, false);
+	free(data);
+	return rc == 0 ? host_index(h, group) : rc;
+}
+
+/* Read path again when it changed since h was read; whether it did. */
+static bool host_refresh(struct host_file *h, const char *path, bool group, uint64_t *reads)
+{
+	struct stat st;
+	bool have = stat(path, &st) == 0;
+	if (have == h->have_st &&
+	    (!have || (st.st_ino == h->st.st_ino && st.st_dev == h->st.st_dev &&
+		       st.st_size == h->st.st_size && st.st_mtim.tv_sec == h->st.st_mtim.tv_sec &&
+		       st.st_mtim.tv_nsec == h->st.st_mtim.tv_nsec)))
+		return false;
+	host_file_clear(h);
+	h->have_st = have;
+	if (have)
+		h->st = st;
+	(*reads)++;
+	int rc = have ? host_read(h, path, group) : 0;
+	if (rc < 0) {
+		/* Nothing known is held: remote entries are served as if the
+		 * file were empty, which the log says. */
+		idc_log(IDC_LOG_ERR, "%s: cannot read it to keep remote domains off its names: %s",
+			path, idc_strerror(rc));
+		host_file_clear(h);
+		h->have_st = have;
+		h->st = st;
+	}
+	return true;
+}
+
+/* Whether the daemon reads the host's files itself: no files domain. */
+static bool reads_host(const struct daemon *dm)
+{
+	for (size_t i = 0; i < dm->ndomains; i++)
+		if (!dm->domains[i]->ldap)
+			return false;
+	return true;
+}
+
+static struct host_files *host_files(struct daemon *dm)
+{
+	if (!dm->host && !(dm->host = calloc(1, sizeof(*dm->host))))
+		return NULL;
+	int64_t now = (int64_t)time(NULL);
+	if (now == dm->host->checked)
+		return dm->host;
+	bool first = dm->host->checked == 0; /* the maps hold nothing this withholds */
+	dm->host->checked = now;
+	/* The maps may hold entries the change withholds now (or the other
+	 * way round): start over the maps of the kind, and the group lists. */
+	bool pw = host_refresh(&dm->host->pw, HOST_PASSWD, false, &dm->host->reads);
+	bool gr = host_refresh(&dm->host->gr, HOST_GROUP, true, &dm->host->reads);
+	if (pw && !first)
+		daemon_mc_reset(dm, 0);
+	if (gr && !first)
+		daemon_mc_reset(dm, 1);
+	if ((pw || gr) && !first)
+		daemon_mc_reset(dm, 2);
+	return dm->host;
+}
+
+void daemon_host_check(struct daemon *dm)
+{
+	bool remote = false;
+	for (size_t i = 0; i < dm->ndomains; i++)
+		remote = remote || dm->domains[i]->ldap;
+	if (remote && reads_host(dm))
+		host_files(dm);
+}
+
+void daemon_host_free(struct daemon *dm)
+{
+	free(dm->gid_memo);
+	dm->gid_memo = NULL;
+	free(dm->members);
+	dm->members = NULL;
+	dm->members_cap = 0;
+	if (!dm->host)
+		return;
+	host_file_clear(&dm->host->pw);
+	host_file_clear(&dm->host->gr);
+	free(dm->host);
+	dm->host = NULL;
+}
+
+static bool host_holds(const struct host_file *h, bool group, const char *name, bool cs,
+		       uint32_t id, bool *by_name)
+{
+	if (!h->s)
+		return false;
+	char *key = NULL;
+	if (cs)
+		*by_name = (group ? files_snapshot_group(h->s, name)
+				  : files_snapshot_user(h->s, name)) >= 0;
+	else if ((key = fold_copy(name)))
+		*by_name = bsearch(&key, h->folded, h->n, sizeof(*h->folded), cmp_str) != NULL;
+	free(key);
+	return *by_name || bsearch(&id, h->ids, h->n, sizeof(*h->ids), cmp_u32) != NULL;
+}
+
+/* ==== domains =================================================================== */
+
+static struct cache_reader *aside(struct daemon *dm)
+{
+	if (!dm->aside && cache_reader_begin(dm->cache, &dm->aside) < 0)
+		dm->aside = NULL;
+	return dm->aside;
+}
+
+void daemon_aside_end(struct daemon *dm)
+{
+	cache_reader_end(dm->aside);
+	dm->aside = NULL;
+}
+
+struct entry {
+	bool group;
+	const char *name;
+	uint32_t id;
+	const char *dn;
+};
+
+/* Whether domain j holds e's name or id; why says which. */
+static bool domain_holds(struct daemon *dm, size_t i, size_t j, const struct entry *e, char *why,
+			 size_t cap)
+{
+	struct cache_reader *r = aside(dm);
+	const struct config_domain *cfg = dm->domains[j]->cfg;
+	const char *dn = cfg->name;
+	bool cs = cfg->case_sensitive && dm->domains[i]->cfg->case_sensitive;
+	struct cache_user u;
+	struct cache_group g;
+	if (!r)
+		return false;
+	bool name = e->group ? cache_group_by_name(r, &dn, 1, e->name, cs, &g, NULL) == 0
+			     : cache_user_by_name(r, &dn, 1, e->name, cs, &u, NULL) == 0;
+	bool id = !name && (e->group ? cache_group_by_gid(r, &dn, 1, e->id, &g, NULL) == 0
+				     : cache_user_by_uid(r, &dn, 1, e->id, &u, NULL) == 0);
+	if (name)
+		snprintf(why, cap, "the name is held by domain %s", dn);
+	else if (id)
+		snprintf(why, cap, "%s %u is held by domain %s", e->group ? "gid" : "uid", e->id,
+			 dn);
+	return name || id;
+}
+
+/* Whether the host's files or a domain before i (or any files domain)
+ * hold e's name or id. */
+static bool held(struct daemon *dm, size_t i, const struct entry *e, char *why, size_t cap)
+{
+	for (size_t j = 0; j < dm->ndomains; j++)
+		if (j != i && (j < i || !dm->domains[j]->ldap) &&
+		    domain_holds(dm, i, j, e, why, cap))
+			return true;
+	struct host_files *h = reads_host(dm) ? host_files(dm) : NULL;
+	bool by_name = false;
+	if (!h || !host_holds(e->group ? &h->gr : &h->pw, e->group, e->name,
+			      dm->domains[i]->cfg->case_sensitive, e->id, &by_name))
+		return false;
+	if (by_name)
+		snprintf(why, cap, "the name is held by %s", e->group ? HOST_GROUP : HOST_PASSWD);
+	else
+		snprintf(why, cap, "%s %u is held by %s", e->group ? "gid" : "uid", e->id,
+			 e->group ? HOST_GROUP : HOST_PASSWD);
+	return true;
+}
+
+static bool withheld(struct daemon *dm, size_t i, const struct entry *e)
+{
+	struct domain *d = dm->domains[i];
+	const struct config_domain *cfg = d->cfg;
+	char why[160], msg[768];
+	if (config_names_has(e->group ? &cfg->filter_groups : &cfg->filter_users, e->name,
+			     cfg->case_sensitive))
+		snprintf(why, sizeof(why), "%s lists it",
+			 e->group ? "filter_groups" : "filter_users");
+	else if (!d->ldap || cfg->allow_local_overlap || !held(dm, i, e, why, sizeof(why)))
+		return false;
+	if (!d->ldap)
+		return true; /* a files domain's own filter: nothing to report */
+	snprintf(msg, sizeof(msg), "domain %s: %s \"%s\" (%s %u, %.400s) not served: %s", cfg->name,
+		 e->group ? "group" : "user", e->name, e->group ? "gid" : "uid", e->id,
+		 e->dn ? e->dn : "no DN", why);
+	if (ldapdom_note_once(d, msg))
+		d->withheld++;
+	return true;
+}
+
+bool daemon_user_withheld(struct daemon *dm, size_t i, const struct cache_user *u)
+{
+	struct entry e = {false, u->name, u->uid, u->orig_dn};
+	return withheld(dm, i, &e);
+}
+
+bool daemon_group_withheld(struct daemon *dm, size_t i, const struct cache_group *g)
+{
+	struct entry e = {true, g->name, g->gid, g->orig_dn};
+	return withheld(dm, i, &e);
+}
+
+/* Whether domain i's group gid is withheld. The group's strings are
+ * copied first: the checks use the same reader. */
+static bool gid_withheld(struct daemon *dm, size_t i, uint32_t gid)
+{
+	struct cache_reader *r = aside(dm);
+	const char *dn = dm->domains[i]->cfg->name;
+	struct cache_group g;
+	if (!r || cache_group_by_gid(r, &dn, 1, gid, &g, NULL) != 0)
+		return false;
+	char name[CACHE_NAME_MAX + 1], odn[512];
+	snprintf(name, sizeof(name), "%s", g.name);
+	snprintf(odn, sizeof(odn), "%s", g.orig_dn ? g.orig_dn : "no DN");
+	struct entry e = {true, name, gid, odn};
+	return withheld(dm, i, &e);
+}
+
+/* The state gid_withheld's answers depend on: the cache's data and
+ * configuration, and the host's files as read. Never 0. */
+static uint64_t memo_gen(struct daemon *dm)
+{
+	struct host_files *h = reads_host(dm) ? host_files(dm) : NULL;
+	return (daemon_data_gen(dm) ^ ((h ? h->reads : 0) << 48)) | 1u << 31;
+}
+
+static bool gid_withheld_memo(struct daemon *dm, size_t i, uint32_t gid, uint64_t gen)
+{
+	if (!dm->gid_memo && !(dm->gid_memo = calloc(MEMO_SLOTS, sizeof(*dm->gid_memo))))
+		return gid_withheld(dm, i, gid);
+	struct gid_memo *m = &dm->gid_memo[(gid * 2654435761u + i) % MEMO_SLOTS];
+	if (m->gen != gen || m->domain != i || m->gid != gid)
+		*m = (struct gid_memo){gen, i, gid, gid_withheld(dm, i, gid)};
+	return m->withheld;
+}
+
+void daemon_gids_withhold(struct daemon *dm, size_t i, uint32_t *gids, size_t *n)
+{
+	const struct domain *d = dm->domains[i];
+	if (!d->ldap && d->cfg->filter_groups.n == 0)
+		return;
+	uint64_t gen = memo_gen(dm);
+	size_t kept = 0;
+	for (size_t k = 0; k < *n; k++)
+		if (!gid_withheld_memo(dm, i, gids[k], gen))
+			gids[kept++] = gids[k];
+	*n = kept;
+}
+
+int daemon_group_members_kept(struct daemon *dm, size_t i, struct cache_group *g)
+{
+	const struct config_domain *cfg = dm->domains[i]->cfg;
+	size_t n = 0;
+	if (cfg->filter_users.n == 0 || g->nmembers == 0)
+		return 0;
+	if (g->nmembers > dm->members_cap) {
+		const char **grown = realloc(dm->members, g->nmembers * sizeof(*grown));
+		if (!grown)
+			return -ENOMEM;
+		dm->members = grown;
+		dm->members_cap = g->nmembers;
+	}
+	for (size_t k = 0; k < g->nmembers; k++)
+		if (!config_names_has(&cfg->filter_users, g->members[k], cfg->case_sensitive))
+			dm->members[n++] = g->members[k];
+	g->members = dm->members;
+	g->nmembers = n;
+	return 0;
+}
