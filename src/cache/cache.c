@@ -246,7 +246,7 @@ int cache_txn_begin(struct cache *c, struct cache_txn **out, struct idc_diag *d)
 	int rc = store_txn_begin(c->st, NULL, 0, &t->st, d);
 	/* A timestamps db damaged while open is rebuilt here, where no
 	 * transaction of ours is on it (the daemon is one thread). */
-	bool healthy = !rc && ts_healthy(c);
+	bool healthy = !rc && ts_healthy(c, &c->ts_size);
 	int tsrc = healthy ? mdb_txn_begin(c->ts_env, NULL, 0, &t->ts) : 0;
 	if (!rc && (!healthy || tsrc)) {
 		t->ts = NULL;
@@ -298,6 +298,8 @@ int cache_txn_commit(struct cache_txn *t, struct idc_diag *d)
 			t->c->dir, idc_strerror(ts_err(t->c, tsrc)));
 	else if (rc)
 		mdb_txn_abort(t->ts);
+	else
+		ts_note_size(t->c);
 	t->ts = NULL;
 	txn_free(t);
 	return rc;
@@ -788,7 +790,7 @@ int cache_expire(struct cache *c, const char *domain, enum cache_kind kind, cons
 		 size_t *count, struct idc_diag *d)
 {
 	MDB_txn *txn;
-	if (!ts_healthy(c)) /* rebuilt by the next write transaction */
+	if (!ts_healthy(c, NULL)) /* rebuilt by the next write transaction */
 		return idc_diag_set(d, -EIO,
 				    "timestamps.mdb is damaged; it is rebuilt at the next refresh");
 	if (mdb_txn_begin(c->ts_env, NULL, 0, &txn))
@@ -816,5 +818,6 @@ int cache_expire(struct cache *c, const char *domain, enum cache_kind kind, cons
 			mdb_txn_abort(txn);
 		return idc_diag_set(d, rc ? rc : -EIO, "timestamps.mdb: expire failed");
 	}
+	ts_note_size(c);
 	return 0;
 }

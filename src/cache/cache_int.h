@@ -19,7 +19,7 @@ struct cache {
 	char *dir;
 	MDB_env *ts_env;
 	MDB_dbi ts_dbi;
-	uint64_t ts_size; /* largest size of timestamps.mdb seen (ts_healthy) */
+	uint64_t ts_size; /* size of timestamps.mdb the writer last saw */
 	struct cache_domain_ttl ttl[CACHE_MAX_DOMAINS];
 	size_t nttl;
 };
@@ -56,8 +56,12 @@ enum { KIND_USER = 'u', KIND_GROUP = 'g' };
 int ts_open(struct cache *c, struct idc_diag *d);
 void ts_close(struct cache *c);
 /* Whether the open timestamps db is still whole: its meta pages sound, the
- * file no shorter than it was (not truncated under us). */
-bool ts_healthy(struct cache *c);
+ * file no shorter than the writer last saw it (not truncated under us).
+ * *size (may be NULL) gets its size; only the writer records it in
+ * c->ts_size. */
+bool ts_healthy(const struct cache *c, uint64_t *size);
+/* After a commit to it: record the file's size in c->ts_size (writer). */
+void ts_note_size(struct cache *c);
 /* Close, delete and create anew (no transaction on it may be open); why
  * goes to the log. */
 int ts_rebuild(struct cache *c, const char *why, struct idc_diag *d);

@@ -18,7 +18,7 @@ int cache_reader_begin(struct cache *c, struct cache_reader **out)
 		free(r);
 		return rc;
 	}
-	if (!ts_healthy(c) || mdb_txn_begin(c->ts_env, NULL, MDB_RDONLY, &r->ts) != 0)
+	if (!ts_healthy(c, NULL) || mdb_txn_begin(c->ts_env, NULL, MDB_RDONLY, &r->ts) != 0)
 		r->ts = NULL; /* timestamps are advisory: serve without them */
 	*out = r;
 	return 0;

@@ -40,7 +40,7 @@ static int ts_try_open(struct cache *c, const char *path)
 	else if (txn)
 		mdb_txn_abort(txn);
 	c->ts_size = 0;
-	if (!rc && !ts_healthy(c))
+	if (!rc && !ts_healthy(c, &c->ts_size))
 		rc = MDB_CORRUPTED;
 	if (rc)
 		ts_env_close(c);
@@ -90,7 +90,7 @@ int ts_open(struct cache *c, struct idc_diag *d)
 	return 0;
 }
 
-bool ts_healthy(struct cache *c)
+bool ts_healthy(const struct cache *c, uint64_t *size)
 {
 	/* From the file's own bytes (pread), never the map: reading LMDB's
 	 * meta pages through a mapping of a file truncated under us would
@@ -101,10 +101,18 @@ bool ts_healthy(struct cache *c)
 	struct store_lmdb_meta m;
 	if (!c->ts_env || mdb_env_get_fd(c->ts_env, &fd) || store_lmdb_fd_check(fd, &m, NULL))
 		return false;
-	if (m.file_size < c->ts_size)
-		return false;
-	c->ts_size = m.file_size;
-	return true;
+	bool whole = m.file_size >= c->ts_size;
+	if (size) /* may be &c->ts_size: compared first */
+		*size = m.file_size;
+	return whole;
+}
+
+void ts_note_size(struct cache *c)
+{
+	int fd;
+	struct stat st;
+	if (c->ts_env && mdb_env_get_fd(c->ts_env, &fd) == 0 && fstat(fd, &st) == 0)
+		c->ts_size = (uint64_t)st.st_size;
 }
 
 int ts_rebuild(struct cache *c, const char *why, struct idc_diag *d)
@@ -121,7 +129,7 @@ int ts_rebuild(struct cache *c, const char *why, struct idc_diag *d)
 void ts_close(struct cache *c)
 {
 	char path[4096], lock[4200];
-	bool mark = ts_healthy(c);
+	bool mark = ts_healthy(c, NULL);
 	ts_env_close(c);
 	ts_paths(c, path, lock);
 	int rc = mark ? store_clean_mark(path) : 0;

@@ -223,7 +223,7 @@ int store_lmdb_file_check(const char *path, struct store_lmdb_meta *out, struct 
 /* ==== reading every page, in a child process ============================================ */
 
 struct walk {
-	FILE *out; /* "F fault" and "E reason" lines to the parent */
+	FILE *out; /* "F fault" and "E code reason" lines to the parent */
 	long faults;
 	uint64_t budget; /* records left: more than the file can hold is a loop */
 	uint64_t last_pg;
@@ -369,14 +369,16 @@ static void verify_child(const char *dir, enum store_verify_level level, struct 
 	if (!rc && (rc = store_txn_begin(s, NULL, STORE_TXN_RDONLY, &t, &d)) != 0)
 		store_close(s);
 	if (rc) {
-		fprintf(w->out, "E cannot be opened: %s\n", d.msg[0] ? d.msg : idc_strerror(rc));
+		fprintf(w->out, "E %d cannot be opened: %s\n", rc,
+			d.msg[0] ? d.msg : idc_strerror(rc));
 		return;
 	}
 	walk_store(w, t);
 	if (level == STORE_VERIFY_FULL && w->faults == 0) {
 		long n = store_check(t, emit_fault, w);
 		if (n < 0)
-			fprintf(w->out, "E the check could not run: %s\n", idc_strerror((int)n));
+			fprintf(w->out, "E %ld the check could not run: %s\n", n,
+				idc_strerror((int)n));
 	}
 	store_txn_abort(t);
 	store_close(s);
@@ -404,10 +406,16 @@ static void child_main(const char *dir, enum store_verify_level level,
 	_exit(0);
 }
 
-/* Read the child's lines: faults to cb, the first reason kept. */
-static long read_report(FILE *in, store_fault_cb cb, void *arg, char *reason, size_t n)
+/* Why the child could not finish: its error code and text. */
+struct child_error {
+	int rc; /* 0: none */
+	char text[1024];
+};
+
+/* Read the child's lines: faults to cb, the first error kept. */
+static long read_report(FILE *in, store_fault_cb cb, void *arg, struct child_error *e)
 {
-	char line[1100];
+	char line[1100], *end;
 	long faults = 0;
 	while (fgets(line, sizeof(line), in)) {
 		line[strcspn(line, "\n")] = '\0';
@@ -415,10 +423,12 @@ static long read_report(FILE *in, store_fault_cb cb, void *arg, char *reason, si
 			faults++;
 			if (cb)
 				cb(line + 2, arg);
-		} else if (line[0] == 'E' && line[1] == ' ' && !reason[0]) {
-			size_t len = strnlen(line + 2, n - 1);
-			memcpy(reason, line + 2, len);
-			reason[len] = '\0';
+		} else if (line[0] == 'E' && line[1] == ' ' && !e->rc) {
+			long rc = strtol(line + 2, &end, 10);
+			size_t len = strnlen(*end ? end + 1 : end, sizeof(e->text) - 1);
+			e->rc = rc < 0 && rc > INT_MIN ? (int)rc : -EIO;
+			memcpy(e->text, *end ? end + 1 : end, len);
+			e->text[len] = '\0';
 		}
 	}
 	return faults;
@@ -447,8 +457,8 @@ static long verify_isolated(const char *dir, const char *path, enum store_verify
 	int err = pid < 0 ? errno : 0;
 	close(pfd[1]);
 	FILE *in = pid > 0 ? fdopen(pfd[0], "r") : NULL;
-	char reason[1024] = "";
-	long faults = in ? read_report(in, cb, arg, reason, sizeof(reason)) : 0;
+	struct child_error e = {0};
+	long faults = in ? read_report(in, cb, arg, &e) : 0;
 	if (in)
 		fclose(in);
 	else
@@ -461,8 +471,12 @@ static long verify_isolated(const char *dir, const char *path, enum store_verify
 		return idc_diag_set(d, IDC_ECORRUPT,
 				    "%s: reading it killed the checking process (%s)", path,
 				    strsignal(WTERMSIG(status)));
-	if (reason[0])
-		return idc_diag_set(d, IDC_ECORRUPT, "%s: %s", path, reason);
+	/* a store LMDB or we cannot make sense of is damage; anything else
+	 * (no permission, no memory, another format version) is not */
+	if (e.rc == IDC_ECORRUPT || e.rc == IDC_ENOTSTORE)
+		return idc_diag_set(d, IDC_ECORRUPT, "%s: %s", path, e.text);
+	if (e.rc)
+		return idc_diag_set(d, e.rc, "%s: %s", path, e.text);
 	return faults;
 }
 

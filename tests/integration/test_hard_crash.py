@@ -280,7 +280,7 @@ def test_timestamps_damaged_while_stopped(daemons, idcache, how):
         print(f"{how}: " + (re.findall(r".*timestamps.*", d.log()) or ["(opened as is)"])[-1])
 
 
-@pytest.mark.parametrize("how", ["delete", "truncate0", "random_all"])
+@pytest.mark.parametrize("how", ["delete", "truncate0", "truncate_half", "random_all"])
 def test_timestamps_damaged_while_running(daemons, idcache, how):
     """Damage under a running daemon: it keeps serving, applies the next
     change (rebuilding the timestamps db if it must), and a restart finds
