@@ -331,6 +331,26 @@ def test_idle_connections_make_room_when_full(daemons):
     d.check_alive()
 
 
+def test_admin_socket_has_its_own_budget(daemons):
+    """nss.sock full of busy connections (none idle, so none can make
+    room): newcomers there are refused, counted as full, while root's
+    status on admin.sock is still answered."""
+    d = start_daemon(daemons, idcache_conf="max_connections = 10\n"
+                     "max_connections_per_uid = 10\nroot_reserved_connections = 0\n")
+    attack, info = start_attack(d, ATTACK_SLOTS, 12, "busy", 4)
+    try:
+        assert info["held"] == 10, info
+        with pytest.raises((ConnectionError, OSError)):
+            P.Client(d.run_dir / "nss.sock", timeout=2).getpwnam("u001")
+        st, took = timed_status(d)
+    finally:
+        stop_attack(attack)
+    print(f"nss.sock full: root's status answered in {took * 1000:.1f} ms")
+    assert took < ANSWER_S
+    assert int(st["refused_connections_full"]) >= 1, st
+    assert int(st["refused_connections_uid_limit"]) == 2, st
+
+
 def test_limits_follow_a_reload(daemons):
     """A reload that lowers max_connections_per_uid applies to the next
     connections."""
