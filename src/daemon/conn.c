@@ -309,17 +309,14 @@ static int serve(struct conn *c)
 static int read_some(struct conn *c)
 {
 	char buf[READ_CHUNK];
-	int fds[DAEMON_PASSED_FDS_MAX];
-	size_t nfds = 0;
-	ssize_t n = reaper_recv(c->io.fd, buf, sizeof(buf), fds, &nfds);
-	for (size_t i = 0; i < nfds; i++)
-		reaper_close(c->dm, fds[i], false);
-	if (nfds > 0) {
+	bool passed;
+	ssize_t n = reaper_recv(c->dm, c->io.fd, buf, sizeof(buf), &passed);
+	if (passed) {
 		c->dm->refused_fds++;
 		if (!c->peer || peer_warn_due(c->peer))
 			idc_log(IDC_LOG_WARN,
-				"uid %d pid %d passed %zu descriptors: dropping its connection",
-				(int)c->peer_uid, (int)c->peer_pid, nfds);
+				"uid %d pid %d passed descriptors: dropping its connection",
+				(int)c->peer_uid, (int)c->peer_pid);
 		return -EPROTO;
 	}
 	if (n < 0)

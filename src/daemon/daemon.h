@@ -298,12 +298,11 @@ void reaper_close(struct daemon *dm, int fd, bool drain_first);
 void reaper_close_client(struct daemon *dm, struct loop_io *io);
 /* The same for a client socket not watched. */
 void reaper_close_socket(struct daemon *dm, int fd);
-/* recv that takes any passed descriptors out of the message into fds (room
- * for DAEMON_PASSED_FDS_MAX, close-on-exec; *nfds of them) instead of
- * letting the kernel release them here. Non-blocking. recvmsg's result. */
-ssize_t reaper_recv(int fd, void *buf, size_t len, int *fds, size_t *nfds);
-/* Descriptors waiting to be closed. */
-size_t reaper_backlog(struct daemon *dm);
+/* The loop's non-blocking recv on a client socket: never releases a
+ * passed descriptor in the calling thread. *passed: the peer passed some
+ * (then nothing is read and 0 returned; drop the connection, whose close
+ * goes to the reaper). recv's result otherwise. */
+ssize_t reaper_recv(struct daemon *dm, int fd, void *buf, size_t len, bool *passed);
 /* Let the queue empty (bounded wait) and end the thread. */
 void reaper_stop(struct daemon *dm);
 

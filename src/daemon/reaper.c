@@ -6,9 +6,9 @@
  * SO_LINGER and unsent data behind a zero window blocks it for the linger
  * time, a FUSE file for as long as its server likes. Where the kernel lets
  * us refuse passed descriptors (SO_PASSRIGHTS, listen.c) none ever arrive.
- * Elsewhere they are received with recvmsg (conn.c) and handed here, and so
- * is every client socket at its close, since descriptors still queued in it
- * are released by that close.
+ * Elsewhere the loop reads through reaper_recv, which never takes a message
+ * carrying descriptors, and every client socket is closed here, where what
+ * is still queued in it is received and closed first.
  *
  * Owns: one thread and a ring of descriptors waiting to be closed.
  * Threads: reaper_close is called by the loop thread only; the ring is
@@ -45,45 +45,10 @@ struct reaper {
 	bool stop;
 };
 
-/* A passed socket's close waits for its linger time: turn lingering off,
- * so the close returns at once (the kernel still sends what it can). */
-static void disarm(int fd)
-{
-	struct stat st;
-	struct linger off = {0, 0};
-	if (fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode))
-		(void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &off, sizeof(off));
-}
-
-static void close_passed(const int *fds, size_t n)
-{
-	for (size_t i = 0; i < n; i++) {
-		disarm(fds[i]);
-		close(fds[i]);
-	}
-}
-
-/* Receive what a client socket still holds and close the descriptors in
- * it, so that closing the socket releases none of them. Bounded: the peer
- * can send no more once both directions are shut. */
-static void drain(int fd)
-{
-	char data[4096];
-	int fds[DAEMON_PASSED_FDS_MAX];
-	(void)shutdown(fd, SHUT_RDWR);
-	for (int i = 0; i < REAPER_DRAIN_MAX; i++) {
-		size_t n = 0;
-		ssize_t got = reaper_recv(fd, data, sizeof(data), fds, &n);
-		close_passed(fds, n);
-		if (got == 0 || (got < 0 && errno != EINTR))
-			return;
-	}
-}
-
-/* The descriptors in the control messages of mh into fds (room for
- * DAEMON_PASSED_FDS_MAX); their number. SCM_PIDFD is taken too: we never
- * ask for it, but a descriptor must not stay open unseen. */
-static size_t take_fds(struct msghdr *mh, int *fds)
+/* The descriptors in the control messages of mh into fds (room for cap);
+ * their number. SCM_PIDFD is taken too: we never ask for it, but a
+ * descriptor must not stay open unseen. */
+static size_t take_fds(struct msghdr *mh, int *fds, size_t cap)
 {
 	size_t n = 0;
 	for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
@@ -92,13 +57,17 @@ static size_t take_fds(struct msghdr *mh, int *fds)
 		    cm->cmsg_len < CMSG_LEN(0))
 			continue;
 		size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-		for (size_t i = 0; i < k && n < DAEMON_PASSED_FDS_MAX; i++)
+		for (size_t i = 0; i < k && n < cap; i++)
 			memcpy(&fds[n++], CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
 	}
 	return n;
 }
 
-ssize_t reaper_recv(int fd, void *buf, size_t len, int *fds, size_t *nfds)
+/* recvmsg into buf with room for cap descriptors in fds (*nfds of them
+ * came, close-on-exec); flags as recvmsg's. recvmsg's result; *ctrunc:
+ * some did not fit. */
+static ssize_t recv_fds(int fd, void *buf, size_t len, int flags, int *fds, size_t cap,
+			size_t *nfds, bool *ctrunc)
 {
 	union {
 		struct cmsghdr align;
@@ -107,10 +76,84 @@ ssize_t reaper_recv(int fd, void *buf, size_t len, int *fds, size_t *nfds)
 	struct iovec iov = {buf, len};
 	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
 	mh.msg_control = ctl.buf;
-	mh.msg_controllen = sizeof(ctl.buf);
-	ssize_t n = recvmsg(fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-	*nfds = n >= 0 && mh.msg_controllen > 0 ? take_fds(&mh, fds) : 0;
+	mh.msg_controllen = CMSG_SPACE(cap * sizeof(int));
+	ssize_t n = recvmsg(fd, &mh, flags | MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+	*nfds = n >= 0 && mh.msg_controllen > 0 ? take_fds(&mh, fds, cap) : 0;
+	*ctrunc = n >= 0 && (mh.msg_flags & MSG_CTRUNC);
 	return n;
+}
+
+#define REAPER_NEST_MAX 5 /* the kernel passes sockets in sockets 4 deep at most */
+
+static void drain(int fd, int depth);
+
+/* Make a passed descriptor's close quick where it can be: a socket's close
+ * waits for its linger time, so lingering is turned off (the kernel still
+ * sends what it can); a Unix socket's close releases what is queued in it,
+ * so that is drained first. */
+static void disarm(int fd, int depth)
+{
+	struct stat st;
+	struct linger off = {0, 0};
+	int domain = 0;
+	socklen_t len = sizeof(domain);
+	if (fstat(fd, &st) < 0 || !S_ISSOCK(st.st_mode))
+		return;
+	(void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &off, sizeof(off));
+	if (depth < REAPER_NEST_MAX && getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0 &&
+	    domain == AF_UNIX)
+		drain(fd, depth + 1);
+}
+
+static void close_passed(const int *fds, size_t n, int depth)
+{
+	for (size_t i = 0; i < n; i++) {
+		disarm(fds[i], depth);
+		close(fds[i]);
+	}
+}
+
+/* Receive what a socket still holds and close the descriptors in it, so
+ * that closing the socket releases none of them. Bounded: nothing more can
+ * be sent to it once both directions are shut. */
+static void drain(int fd, int depth)
+{
+	char data[4096];
+	int fds[DAEMON_PASSED_FDS_MAX];
+	(void)shutdown(fd, SHUT_RDWR);
+	for (int i = 0; i < REAPER_DRAIN_MAX; i++) {
+		size_t n = 0;
+		bool ctrunc;
+		ssize_t got =
+		    recv_fds(fd, data, sizeof(data), 0, fds, DAEMON_PASSED_FDS_MAX, &n, &ctrunc);
+		close_passed(fds, n, depth);
+		if (got == 0 || (got < 0 && errno != EINTR))
+			return;
+	}
+}
+
+/* The loop's receive. A consuming read releases the descriptors that come
+ * with the bytes in the reader's thread when they do not fit its control
+ * buffer, or when there is none (plain recv). So the loop peeks first, with
+ * room for one: a peek installs copies of the descriptors (the queued
+ * message keeps its own references, so dropping the copies that did not fit
+ * releases nothing), and only bytes shown to carry none are then consumed. */
+ssize_t reaper_recv(struct daemon *dm, int fd, void *buf, size_t len, bool *passed)
+{
+	int got;
+	size_t n = 0;
+	bool ctrunc = false;
+	*passed = false;
+	if (dm->kernel_refuses_fds)
+		return recv(fd, buf, len, MSG_DONTWAIT);
+	ssize_t peeked = recv_fds(fd, buf, len, MSG_PEEK, &got, 1, &n, &ctrunc);
+	if (n > 0)
+		reaper_close(dm, got, false);
+	if (n > 0 || ctrunc) {
+		*passed = true; /* the message stays queued: the reaper drains it */
+		return 0;
+	}
+	return peeked > 0 ? recv(fd, buf, (size_t)peeked, MSG_DONTWAIT) : peeked;
 }
 
 static void *reaper_main(void *arg)
@@ -127,9 +170,9 @@ static void *reaper_main(void *arg)
 		r->n--;
 		pthread_mutex_unlock(&r->mu);
 		if (it.drain)
-			drain(it.fd);
+			drain(it.fd, 0);
 		else
-			disarm(it.fd);
+			disarm(it.fd, 0);
 		close(it.fd);
 		pthread_mutex_lock(&r->mu);
 	}
@@ -178,17 +221,6 @@ void reaper_close(struct daemon *dm, int fd, bool drain_first)
 		idc_log(IDC_LOG_ERR, "closing thread backlog full: leaking descriptor %d", fd);
 	}
 	pthread_mutex_unlock(&r->mu);
-}
-
-size_t reaper_backlog(struct daemon *dm)
-{
-	struct reaper *r = dm->reaper;
-	if (!r)
-		return 0;
-	pthread_mutex_lock(&r->mu);
-	size_t n = r->n;
-	pthread_mutex_unlock(&r->mu);
-	return n;
 }
 
 /* At stop: let the thread finish what is queued, waiting a bounded time; a

@@ -122,6 +122,19 @@ def status(d):
     return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
 
 
+def start_daemon(daemons, nofile=None, keep_passrights=False, idcache_conf=""):
+    """A daemon; nofile: under an open-file limit it cannot raise (as a
+    container or a unit's LimitNOFILE= may impose), so that limits are
+    reached by a bounded attack; keep_passrights: on the path of kernels
+    before 6.16."""
+    d = daemons.start(PASSWD, GROUP, idcache_conf=idcache_conf, start=False)
+    if nofile:
+        d.wrap = d.wrap + ["prlimit", f"--nofile={nofile}:{nofile}", "--"]
+    d.env = {"IDCACHED_KEEP_PASSRIGHTS": "1"} if keep_passrights else {}
+    d.start()
+    return d
+
+
 # ==== descriptors passed to the daemon ====================================================
 
 # TCP sockets whose close blocks for `linger` seconds: unsent data behind a
@@ -131,8 +144,10 @@ def status(d):
 ATTACK_FDS = r'''
 import array, errno, json, socket, struct, sys, time
 sys.path.insert(0, sys.argv[1])
-import idcproto as P
+import idcproto as P, nssload
 sock, n, linger, hold = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+conns, per_msg = int(sys.argv[6]), int(sys.argv[7])
+nssload.raise_nofile(2 * n + conns + 64)
 srv = socket.socket()
 srv.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
 srv.bind(("127.0.0.1", 0))
@@ -151,18 +166,20 @@ for _ in range(n):
             break
     c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, linger))
     passed.append(c)
-u = socket.socket(socket.AF_UNIX)
-u.connect(sock)
+us = [socket.socket(socket.AF_UNIX) for _ in range(conns)]
+for u in us:
+    u.connect(sock)
 sent, res = 0, "sent"
-try:
-    # one message each: the first gets the connection dropped, the rest
-    # may still be queued in it when the daemon closes it
-    for c in passed:
-        u.sendmsg([P.hello_frame()], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
-                                       array.array("i", [c.fileno()]))])
+# per_msg sockets a message, the connections in turn; after the first
+# message a connection is dropped, the rest may still be queued in it
+msgs = [passed[i:i + per_msg] for i in range(0, n, per_msg)]
+for k, m in enumerate(msgs):
+    try:
+        us[k % conns].sendmsg([P.hello_frame()], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                                                   array.array("i", [c.fileno() for c in m]))])
         sent += 1
-except OSError as e:
-    res = errno.errorcode.get(e.errno, str(e.errno))
+    except OSError as e:
+        res = errno.errorcode.get(e.errno, str(e.errno))
 for c in passed:
     c.close()
 print(json.dumps({"sendmsg": res, "sent": sent}), flush=True)
@@ -180,6 +197,21 @@ def kernel_has_passrights():
             return False
 
 
+def pass_while_probing(d, what, n, linger, conns, per_msg):
+    """ATTACK_FDS (n sockets lingering `linger` s, over conns connections,
+    per_msg a message) while another uid probes; checks that uid was
+    answered. Returns (probe result, attacker's report)."""
+    probe = start_probe(d, 6.0)
+    time.sleep(0.5)
+    attack, info = start_attack(d, ATTACK_FDS, n, linger, 10, conns, per_msg)
+    try:
+        r = probe_result(probe, f"{what} ({info})")
+    finally:
+        stop_attack(attack)
+    check_answered(r)
+    return r, info
+
+
 @pytest.mark.parametrize("kernel", ["passrights", "recvmsg"])
 def test_passed_descriptors_do_not_freeze_the_loop(daemons, kernel):
     """Three sockets lingering 4 s each froze the loop for 12 s when the daemon
@@ -188,32 +220,33 @@ def test_passed_descriptors_do_not_freeze_the_loop(daemons, kernel):
     are received and closed off the loop, and the connection dropped."""
     if kernel == "passrights" and not kernel_has_passrights():
         pytest.skip("the kernel has no SO_PASSRIGHTS (before 6.16): the recvmsg case covers it")
-    env = {"IDCACHED_KEEP_PASSRIGHTS": "1"} if kernel == "recvmsg" else {}
-    d = daemons.start(PASSWD, GROUP, start=False)
-    d.env = env
-    d.start()
-    probe = start_probe(d, 6.0)
-    time.sleep(0.5)
-    attack, info = start_attack(d, ATTACK_FDS, 3, 4, 10)
-    try:
-        r = probe_result(probe, f"3 sockets lingering 4 s passed ({kernel}: {info})")
-    finally:
-        stop_attack(attack)
-    check_answered(r)
+    d = start_daemon(daemons, keep_passrights=kernel == "recvmsg")
+    r, info = pass_while_probing(d, "3 sockets lingering 4 s passed", 3, 4, 1, 1)
     if kernel == "passrights":
-        assert (info["sendmsg"], info["sent"]) == ("EPERM", 0), info
+        assert info["sent"] == 0 and info["sendmsg"] == "EPERM", info
     else:
         assert info["sent"] >= 1, info
         st = status(d)
         assert int(st["refused_descriptors"]) >= 1, st
         assert st["passed_descriptors_refused_by"] == "daemon", st
-        assert "passed 1 descriptors: dropping its connection" in d.log()
+        assert "passed descriptors: dropping its connection" in d.log()
     d.check_alive()
     # The closing thread was not held up either: it has nothing left at stop.
     t0 = time.monotonic()
     assert d.stop() == 0
     print(f"stopped in {time.monotonic() - t0:.3f} s")
     assert "still closing" not in d.log(), d.log()[-2000:]
+
+
+def test_many_passed_descriptors_beyond_the_open_file_limit(daemons):
+    """Older kernels' path: 8 connections pass 50 lingering sockets each at
+    once to a daemon allowed 128 descriptors. A consuming read releases
+    what does not fit, in the reading thread: the loop only peeks, so no
+    release happens on it (the closing thread may wait; the loop does not)."""
+    d = start_daemon(daemons, nofile=128, keep_passrights=True)
+    r, info = pass_while_probing(d, "8 × 50 sockets lingering 2 s passed at once", 400, 2, 8, 50)
+    assert info["sent"] >= 1, info
+    assert int(status(d)["refused_descriptors"]) >= 1
 
 
 # ==== one uid holding every connection slot ============================================
@@ -296,6 +329,26 @@ def test_idle_connections_make_room_when_full(daemons):
     assert int(st["shed_idle_connections"]) > 0, st
     assert int(st["connections_admin"]) == 1, st
     d.check_alive()
+
+
+def test_admin_socket_has_its_own_budget(daemons):
+    """nss.sock full of busy connections (none idle, so none can make
+    room): newcomers there are refused, counted as full, while root's
+    status on admin.sock is still answered."""
+    d = start_daemon(daemons, idcache_conf="max_connections = 10\n"
+                     "max_connections_per_uid = 10\nroot_reserved_connections = 0\n")
+    attack, info = start_attack(d, ATTACK_SLOTS, 12, "busy", 4)
+    try:
+        assert info["held"] == 10, info
+        with pytest.raises((ConnectionError, OSError)):
+            P.Client(d.run_dir / "nss.sock", timeout=2).getpwnam("u001")
+        st, took = timed_status(d)
+    finally:
+        stop_attack(attack)
+    print(f"nss.sock full: root's status answered in {took * 1000:.1f} ms")
+    assert took < ANSWER_S
+    assert int(st["refused_connections_full"]) >= 1, st
+    assert int(st["refused_connections_uid_limit"]) == 2, st
 
 
 def test_limits_follow_a_reload(daemons):
@@ -381,23 +434,13 @@ def probe_maps(d, tries=20):
     return json.loads(res.out)
 
 
-def start_limited(daemons, nofile, idcache_conf=""):
-    """A daemon under an open-file limit it cannot raise (as a container or
-    a unit's LimitNOFILE= may impose), so that the kernel's limit on
-    descriptors in flight is reached by a bounded attack."""
-    d = daemons.start(PASSWD, GROUP, idcache_conf=idcache_conf, start=False)
-    d.wrap = d.wrap + ["prlimit", f"--nofile={nofile}:{nofile}", "--"]
-    d.start()
-    return d
-
-
 def test_unread_map_replies_do_not_turn_the_maps_off(daemons):
     """150 connections of one uid asked for the maps and never read the
     replies: with 300 descriptors allowed, the kernel refused every later
     reply's descriptors (ETOOMANYREFS), for every uid. Now that uid gets
     at most max_unread_maps_per_uid (16) such replies; everyone else still
     gets the maps."""
-    d = start_limited(daemons, 300)
+    d = start_daemon(daemons, nofile=300)
     attack, info = start_attack(d, ATTACK_MAPS, 150, 0, 30)
     try:
         time.sleep(0.5)
@@ -420,8 +463,8 @@ def test_unread_map_replies_stay_counted_after_close(daemons):
     """Connections closed by the daemon (here: shed when the uid's share is
     full) keep their unread descriptors in flight: they still count, and
     the socket is closed once the client closes its end."""
-    d = start_limited(daemons, 300, "max_connections_per_uid = 4\n"
-                                    "max_unread_maps_per_uid = 3\n")
+    d = start_daemon(daemons, nofile=300,
+                     idcache_conf="max_connections_per_uid = 4\nmax_unread_maps_per_uid = 3\n")
     # paced so that earlier connections are idle and shed for later ones
     attack, info = start_attack(d, ATTACK_MAPS, 8, 1.2, 30)
     try:
@@ -450,7 +493,7 @@ def test_attacks_under_valgrind(daemons):
     d.wrap, vglog = nsenv.valgrind_wrap(d.ns, d.base)
     d.env = {"IDCACHED_KEEP_PASSRIGHTS": "1"}
     d.start(timeout=120)
-    fds, info = start_attack(d, ATTACK_FDS, 2, 4, 30)
+    fds, info = start_attack(d, ATTACK_FDS, 2, 4, 30, 1, 1)
     maps, _ = start_attack(d, ATTACK_MAPS, 4, 1.2, 30)  # two shed: their sockets kept
     try:
         assert info["sent"] >= 1, info
