@@ -413,11 +413,18 @@ static int handle_lookup(struct walk *w, struct idc_buf *out)
 
 /* ==== enumeration ==========================================================================
  * SET (or the first GET) takes a reference to a snapshot of every domain's
- * records in wire encoding; GETs hand it out in batches. A snapshot is
- * consistent (one read transaction) and unaffected by refreshes while a
- * client walks it, as with getpwent over a file replaced meanwhile. The
- * daemon keeps the latest snapshot of each map and reuses it while the
- * cache is unchanged. */
+ * records in wire encoding; GETs hand it out in batches, sent straight from
+ * the snapshot (conn_queue_tail). A snapshot is consistent (one read
+ * transaction) and unaffected by refreshes while a client walks it, as
+ * with getpwent over a file replaced meanwhile. The daemon keeps the
+ * latest snapshot of each map and reuses it while the cache is unchanged.
+ *
+ * What one uid may cause (budget.c): each distinct snapshot its cursors
+ * hold is charged to it, and one it may not afford is refused (TRYAGAIN)
+ * unless it holds none; a uid whose snapshot is stale builds a new one
+ * only when its spacing since its last build has passed — until then the
+ * request is held (the connection takes nothing else) and answered by
+ * responder_enum_timer, from a fresh snapshot. */
 
 uint64_t daemon_data_gen(const struct daemon *dm)
 {
@@ -426,25 +433,63 @@ uint64_t daemon_data_gen(const struct daemon *dm)
 	return cache_durable_commits(dm->cache) * 1000003u + dm->config_gen;
 }
 
-static void snap_put(struct enum_snap *s)
+void enum_snap_put(struct enum_snap *s)
 {
 	if (s && --s->refs == 0) {
 		idc_buf_free(&s->recs);
 		free(s->offs);
+		free(s->holders);
 		free(s);
 	}
 }
 
-void enum_cursor_free(struct enum_cursor *e)
+static size_t snap_bytes(const struct enum_snap *s)
 {
-	snap_put(e->snap);
+	return s->recs.cap + s->cap * sizeof(*s->offs);
+}
+
+static struct snap_holder *snap_holder(struct enum_snap *s, const struct budget_uid *u)
+{
+	for (size_t i = 0; i < s->nholders; i++)
+		if (s->holders[i].uid == u)
+			return &s->holders[i];
+	return NULL;
+}
+
+/* Take a cursor's reference to s for u, charging u the first time. */
+static int snap_hold(struct daemon *dm, struct enum_snap *s, struct budget_uid *u)
+{
+	struct snap_holder *h = snap_holder(s, u);
+	if (!h) {
+		h = realloc(s->holders, (s->nholders + 1) * sizeof(*h));
+		if (!h)
+			return -ENOMEM;
+		s->holders = h;
+		h = &s->holders[s->nholders++];
+		*h = (struct snap_holder){u, 0};
+		budget_charge_snap(dm, u, snap_bytes(s), true);
+	}
+	h->cursors++;
+	s->refs++;
+	return 0;
+}
+
+void enum_cursor_free(struct daemon *dm, struct enum_cursor *e)
+{
+	struct enum_snap *s = e->snap;
+	struct snap_holder *h = s ? snap_holder(s, e->uid) : NULL;
+	if (h && --h->cursors == 0) {
+		budget_charge_snap(dm, e->uid, snap_bytes(s), false);
+		*h = s->holders[--s->nholders];
+	}
+	enum_snap_put(s);
 	*e = (struct enum_cursor){0};
 }
 
 void enum_snaps_release(struct daemon *dm)
 {
 	for (size_t i = 0; i < 2; i++) {
-		snap_put(dm->snaps[i]);
+		enum_snap_put(dm->snaps[i]);
 		dm->snaps[i] = NULL;
 	}
 }
@@ -492,7 +537,7 @@ static int snap_build(struct daemon *dm, bool users, struct enum_snap **out)
 	if (rc < 0) {
 		if (s)
 			s->refs = 1;
-		snap_put(s);
+		enum_snap_put(s);
 		return rc;
 	}
 	s->n--; /* the end mark is not a record */
@@ -502,45 +547,113 @@ static int snap_build(struct daemon *dm, bool users, struct enum_snap **out)
 	return 0;
 }
 
-static int collect(struct daemon *dm, struct enum_cursor *e, bool users)
+/* Make dm's latest snapshot of the map current, built on u's account. */
+static int refresh_latest(struct daemon *dm, struct budget_uid *u, bool users)
 {
-	enum_cursor_free(e);
 	struct enum_snap **latest = &dm->snaps[users ? 0 : 1];
-	if (!*latest || (*latest)->gen != daemon_data_gen(dm)) {
-		struct enum_snap *s;
-		int rc = snap_build(dm, users, &s);
-		if (rc < 0)
-			return rc;
-		snap_put(*latest);
-		*latest = s;
-	}
-	(*latest)->refs++;
-	e->snap = *latest;
-	e->pos = 0;
+	if (*latest && (*latest)->gen == daemon_data_gen(dm))
+		return 0;
+	uint64_t t0 = idc_now_ns();
+	struct enum_snap *s;
+	int rc = snap_build(dm, users, &s);
+	if (rc < 0)
+		return rc;
+	uint64_t t1 = idc_now_ns();
+	budget_built(u, t1, t1 - t0);
+	dm->enum_builds++;
+	dm->enum_build_ns += t1 - t0;
+	enum_snap_put(*latest);
+	*latest = s;
 	return 0;
 }
 
-/* Records from the cursor while they fit max_count and max_bytes (a frame
- * always gets at least one). */
-static int put_batch(struct enum_cursor *e, const struct proto_req *req, struct idc_buf *out,
-		     size_t start)
+/* Whether the latest snapshot of the map is missing or stale. */
+static bool latest_stale(const struct daemon *dm, bool users)
+{
+	const struct enum_snap *s = dm->snaps[users ? 0 : 1];
+	return !s || s->gen != daemon_data_gen(dm);
+}
+
+/* Whether c's uid may hold s (NULL: a snapshot about s's size to come). */
+static bool affords(struct conn *c, struct enum_snap *s, bool users)
+{
+	struct enum_snap *like = s ? s : c->dm->snaps[users ? 0 : 1];
+	if (s && snap_holder(s, c->uid))
+		return true;
+	if (budget_snap_admit(c->dm, c->uid, like ? snap_bytes(like) : 0))
+		return true;
+	c->dm->enum_refused++;
+	idc_log(IDC_LOG_DEBUG, "uid %d holds enumerations over its budget: refusing one",
+		(int)c->peer_uid);
+	return false;
+}
+
+/* Point e at the latest snapshot for c's uid. -EAGAIN: over its budget. */
+static int collect(struct conn *c, struct enum_cursor *e, bool users)
+{
+	struct daemon *dm = c->dm;
+	enum_cursor_free(dm, e);
+	if (!affords(c, NULL, users)) /* refused before building for it */
+		return -EAGAIN;
+	int rc = refresh_latest(dm, c->uid, users);
+	if (rc < 0)
+		return rc;
+	struct enum_snap *s = dm->snaps[users ? 0 : 1];
+	if (!affords(c, s, users))
+		return -EAGAIN;
+	rc = snap_hold(dm, s, c->uid);
+	if (rc == 0) {
+		e->snap = s;
+		e->uid = c->uid;
+	}
+	return rc;
+}
+
+/* Hold req until c's uid may build again; the timer answers it. */
+static int hold(struct conn *c, const struct proto_req *req, uint64_t wait_ns)
+{
+	struct daemon *dm = c->dm;
+	c->held = true;
+	c->held_req = *req;
+	c->held_req.name = (struct proto_str){"", 0}; /* enumeration carries none */
+	c->held_until = idc_now_ns() + wait_ns;
+	dm->enum_waits++;
+	if (!dm->enum_timer.armed || c->held_until < dm->enum_timer_at) {
+		dm->enum_timer_at = c->held_until;
+		loop_timer_arm(&dm->enum_timer, (wait_ns + 999999u) / 1000000u, 0);
+	}
+	return 0;
+}
+
+/* The records of one GET reply, from the cursor while they fit max_count
+ * and max_bytes (a frame always gets at least one), queued after the
+ * frame's head without a copy. */
+static int put_batch(struct conn *c, struct enum_cursor *e, const struct proto_req *req,
+		     struct idc_buf *out)
 {
 	const struct enum_snap *s = e->snap;
-	size_t count_at = out->len;
+	size_t start, first = e->pos;
+	int rc = proto_reply_begin(out, req->cmd, PROTO_ST_OK, &start);
+	rc = rc ? rc : proto_put_u32(out, 0);
+	if (rc < 0)
+		return finish(out, req->cmd, start, rc);
+	size_t head = out->len - start;
 	uint32_t count = 0;
-	int rc = proto_put_u32(out, 0);
-	while (rc == 0 && e->pos < s->n && (req->max_count == 0 || count < req->max_count)) {
-		size_t len = s->offs[e->pos + 1] - s->offs[e->pos];
-		size_t frame = out->len - start + len;
+	while (e->pos < s->n && (req->max_count == 0 || count < req->max_count)) {
+		size_t frame = head + s->offs[e->pos + 1] - s->offs[first];
 		if (count > 0 &&
 		    ((req->max_bytes && frame > req->max_bytes) || frame > PROTO_MAX_REPLY))
 			break;
-		rc = idc_buf_append(out, s->recs.data + s->offs[e->pos], len);
 		count++;
 		e->pos++;
 	}
-	proto_patch_u32(out, count_at, count);
-	return rc;
+	size_t len = head + s->offs[e->pos] - s->offs[first];
+	if (len > PROTO_MAX_REPLY) /* one record alone is too large */
+		return finish(out, req->cmd, start, -EMSGSIZE);
+	proto_patch_u32(out, start, (uint32_t)len);
+	proto_patch_u32(out, start + PROTO_HDR_SIZE, count);
+	conn_queue_tail(c, e->snap, s->offs[first], s->offs[e->pos]);
+	return 0;
 }
 
 static int enum_request(struct conn *c, const struct proto_req *req, struct idc_buf *out)
@@ -549,21 +662,56 @@ static int enum_request(struct conn *c, const struct proto_req *req, struct idc_
 	struct enum_cursor *e = users ? &c->pw : &c->gr;
 	int rc = 0;
 	if (req->cmd == PROTO_CMD_ENDPWENT || req->cmd == PROTO_CMD_ENDGRENT) {
-		enum_cursor_free(e);
+		enum_cursor_free(c->dm, e);
 		return proto_reply_status(out, req->cmd, PROTO_ST_OK, NULL);
 	}
 	bool set = req->cmd == PROTO_CMD_SETPWENT || req->cmd == PROTO_CMD_SETGRENT;
-	if (set || !e->snap)
-		rc = collect(c->dm, e, users);
+	if (set)
+		enum_cursor_free(c->dm, e); /* restarted: its old snapshot is not charged */
+	if (!e->snap) {
+		uint64_t wait =
+		    latest_stale(c->dm, users) ? budget_build_wait(c->uid, idc_now_ns()) : 0;
+		if (wait > 0 && affords(c, NULL, users))
+			return hold(c, req, wait);
+		rc = wait > 0 ? -EAGAIN : collect(c, e, users);
+	}
+	if (rc == -EAGAIN)
+		return proto_reply_status(out, req->cmd, PROTO_ST_TRYAGAIN,
+					  "too many enumerations held open by this user");
 	if (rc < 0)
 		return reply_failure(out, req->cmd, rc == -ENOENT ? -EIO : rc);
 	if (set)
 		return proto_reply_status(out, req->cmd, PROTO_ST_OK, NULL);
 	if (e->pos >= e->snap->n)
 		return proto_reply_status(out, req->cmd, PROTO_ST_NOTFOUND, NULL);
-	size_t start;
-	rc = proto_reply_begin(out, req->cmd, PROTO_ST_OK, &start);
-	return finish(out, req->cmd, start, rc ? rc : put_batch(e, req, out, start));
+	return put_batch(c, e, req, out);
+}
+
+/* Answer the held requests whose wait is over, or whose snapshot someone
+ * else has built meanwhile; re-arm for the rest. */
+void responder_enum_timer(struct loop_timer *t)
+{
+	struct daemon *dm = t->owner;
+	uint64_t now = idc_now_ns(), next = 0;
+	for (struct conn *c = dm->conns, *nc; c; c = nc) {
+		nc = c->next;
+		if (!c->held)
+			continue;
+		bool users = c->held_req.cmd <= PROTO_CMD_ENDPWENT;
+		if (c->held_until > now && latest_stale(dm, users)) {
+			next = !next || c->held_until < next ? c->held_until : next;
+			continue;
+		}
+		c->held = false;
+		struct proto_req req = c->held_req;
+		int rc = enum_request(c, &req, &c->out);
+		daemon_reader_end(dm);
+		conn_resume(c, rc);
+	}
+	if (next) {
+		dm->enum_timer_at = next;
+		loop_timer_arm(&dm->enum_timer, (next - now + 999999u) / 1000000u, 0);
+	}
 }
 
 /* ==== dispatch ================================================================================ */
