@@ -6,11 +6,13 @@
  * (SO_PEERCRED). A uid is charged for the output its connections queue
  * (the buffers' capacity: what the heap really holds) and for each
  * distinct enumeration snapshot its cursors keep alive (responder.c).
- * Over DAEMON_UID_MEM, or over its share of DAEMON_MEM_TOTAL when the
- * daemon as a whole is past that, the uid's connections take no further
- * requests until its queues drain (conn.c); a new snapshot is refused
- * (TRYAGAIN) while it would take the uid over, unless the uid holds none,
- * so every uid can always enumerate. Builds of snapshots are spaced per
+ * With output over DAEMON_UID_MEM, or over its share of DAEMON_MEM_TOTAL
+ * when all output together is past that, the uid's connections take no
+ * further requests until its queues drain (conn.c). Snapshots do not
+ * drain by waiting, so they are bounded where they are taken: a new one
+ * is refused (TRYAGAIN) while the uid's output and snapshots would pass
+ * DAEMON_UID_MEM (or everyone's DAEMON_MEM_TOTAL), unless the uid holds
+ * none, so every uid can always enumerate. Builds of snapshots are spaced per
  * uid (budget_build_wait): others are not charged for one uid's churn.
  *
  * The table lives as long as the daemon; an entry as long as a connection
@@ -77,12 +79,12 @@ static size_t used(const struct budget_uid *u)
 	return u->out + u->snaps;
 }
 
-/* Uids currently charged anything: the divisor of the fair share. */
-static size_t charged_uids(const struct daemon *dm)
+/* Uids with output queued: the divisor of the fair share. */
+static size_t queuing_uids(const struct daemon *dm)
 {
 	size_t n = 0;
 	for (const struct budget_uid *u = dm->budgets; u; u = u->next)
-		n += used(u) > 0;
+		n += u->out > 0;
 	return n ? n : 1;
 }
 
@@ -90,9 +92,9 @@ bool budget_over(const struct daemon *dm, const struct budget_uid *u)
 {
 	if (!u)
 		return false;
-	if (used(u) > DAEMON_UID_MEM)
+	if (u->out > DAEMON_UID_MEM)
 		return true;
-	return dm->budget_total > DAEMON_MEM_TOTAL && used(u) > DAEMON_MEM_TOTAL / charged_uids(dm);
+	return dm->budget_out > DAEMON_MEM_TOTAL && u->out > DAEMON_MEM_TOTAL / queuing_uids(dm);
 }
 
 /* A charge went down: connections waiting for memory may go on (conn.c
@@ -108,6 +110,7 @@ void budget_charge_out(struct daemon *dm, struct budget_uid *u, size_t old, size
 	if (!u || old == now)
 		return;
 	u->out = u->out - old + now;
+	dm->budget_out = dm->budget_out - old + now;
 	dm->budget_total = dm->budget_total - old + now;
 	if (now < old)
 		released(dm);

@@ -347,6 +347,7 @@ struct daemon {
 	struct enum_snap *snaps[2];   /* latest passwd / group enumeration */
 	struct budget_uid *budgets;   /* per peer uid (budget.c) */
 	size_t budget_total;          /* bytes charged to all uids */
+	size_t budget_out;            /* of which output queues */
 	size_t budget_waiting;        /* connections with mem_wait set */
 	bool wake_queued;             /* conn_wake_later's call is deferred */
 	struct loop_timer enum_timer; /* held enumeration requests (responder.c) */
