@@ -51,6 +51,8 @@
  * tenth of the loop, and a small map waits for nothing noticeable. */
 #define DAEMON_SNAP_SPACING     10u
 #define DAEMON_SNAP_WAIT_MAX_MS 2000u
+#define DAEMON_BIG_REPLY        (64u * 1024u) /* a group record kept packed past this */
+#define DAEMON_BIG_KEEP         4u            /* that many kept at once */
 
 /* ---- one served domain (domains.c) ------------------------------------------ */
 struct daemon;
@@ -137,6 +139,15 @@ struct enum_snap {
 	size_t nholders;
 };
 
+/* A large group reply kept packed (responder.c). */
+struct big_reply {
+	uint64_t gen; /* daemon_data_gen() when read */
+	uint32_t cmd, id;
+	char name[PROTO_NAME_MAX + 1];
+	int64_t expires;       /* unix seconds; 0: never */
+	struct enum_snap *rec; /* one record; NULL: slot unused */
+};
+
 struct enum_cursor {
 	struct enum_snap *snap; /* NULL: not started */
 	size_t pos;
@@ -167,10 +178,11 @@ struct conn {
 	struct enum_snap *tail;
 	size_t tail_off, tail_end;
 	bool mem_wait; /* uid over budget: takes no request until woken */
-	/* An enumeration request waiting for its uid's next snapshot build
-	 * (responder.c); no later request is taken meanwhile. */
+	/* A request waiting for its uid's next build (responder.c); no later
+	 * request is taken meanwhile. */
 	bool held;
-	struct proto_req held_req;
+	struct proto_req held_req; /* name in held_name */
+	char held_name[PROTO_NAME_MAX + 1];
 	uint64_t held_until; /* idc_now_ns() */
 	uint64_t last_active_ns;
 	struct enum_cursor pw, gr;
@@ -212,8 +224,10 @@ int responder_handle(struct conn *c, const struct proto_req *req, struct idc_buf
 /* The connection closes: its waiting request, if any, is answered to no one. */
 void responder_detach(struct conn *c);
 void enum_cursor_free(struct daemon *dm, struct enum_cursor *e);
-/* The enumeration timer: held requests whose wait is over are answered. */
-void responder_enum_timer(struct loop_timer *t);
+/* The held timer: held requests whose wait is over are answered. */
+void responder_held_timer(struct loop_timer *t);
+/* Drop the kept large group replies (`idcache expire`, shutdown). */
+void responder_forget_replies(struct daemon *dm);
 int admin_handle(struct conn *c, const struct proto_req *req, struct idc_buf *out);
 
 /* The read transaction shared by the requests of one connection's batch,
@@ -350,9 +364,12 @@ struct daemon {
 	size_t budget_out;            /* of which output queues */
 	size_t budget_waiting;        /* connections with mem_wait set */
 	bool wake_queued;             /* conn_wake_later's call is deferred */
-	struct loop_timer enum_timer; /* held enumeration requests (responder.c) */
-	uint64_t enum_timer_at;       /* when it fires, idc_now_ns() */
-	uint64_t enum_builds, enum_build_ns, enum_waits, enum_refused, mem_waits;
+	struct loop_timer held_timer; /* held requests (responder.c) */
+	uint64_t held_timer_at;       /* when it fires, idc_now_ns() */
+	uint64_t enum_builds, enum_build_ns, held_requests, enum_refused, mem_waits;
+	struct big_reply big[DAEMON_BIG_KEEP];
+	size_t big_next;
+	uint64_t big_builds, big_build_ns, big_hits;
 };
 
 /* Changes whenever what an enumeration returns may have changed. */

@@ -313,17 +313,198 @@ static int do_user(struct walk *w, struct idc_buf *out)
 	return finish(out, req->cmd, start, rc ? rc : put_user(out, &u));
 }
 
+/* ==== held requests ==========================================================================
+ * A request whose answer needs a build its uid may not make yet (a stale
+ * enumeration snapshot, a large group read again after a commit) waits on
+ * the connection, which takes nothing else meanwhile, until its uid's
+ * spacing has passed — or someone else's build made the answer current. */
+
+static bool latest_stale(const struct daemon *dm, bool users);
+static struct big_reply *big_find(struct daemon *dm, const struct proto_req *req, bool fresh);
+
+/* Hold req (copied) for wait_ns; the held timer answers it. */
+static int hold(struct conn *c, const struct proto_req *req, uint64_t wait_ns)
+{
+	struct daemon *dm = c->dm;
+	c->held = true;
+	c->held_req = *req;
+	if (req->name.len) /* <= PROTO_NAME_MAX: decoded */
+		memcpy(c->held_name, req->name.p, req->name.len);
+	c->held_name[req->name.len] = '\0';
+	c->held_req.name.p = c->held_name;
+	c->held_until = idc_now_ns() + wait_ns;
+	dm->held_requests++;
+	if (!dm->held_timer.armed || c->held_until < dm->held_timer_at) {
+		dm->held_timer_at = c->held_until;
+		loop_timer_arm(&dm->held_timer, (wait_ns + 999999u) / 1000000u, 0);
+	}
+	return 0;
+}
+
+/* Whether c's held request must wait on (its build is still needed). */
+static bool still_held(struct daemon *dm, struct conn *c, uint64_t now)
+{
+	const struct proto_req *req = &c->held_req;
+	if (c->held_until <= now)
+		return false;
+	if (req->cmd == PROTO_CMD_GETGRNAM || req->cmd == PROTO_CMD_GETGRGID)
+		return !big_find(dm, req, true);
+	return latest_stale(dm, req->cmd <= PROTO_CMD_ENDPWENT);
+}
+
+void responder_held_timer(struct loop_timer *t)
+{
+	struct daemon *dm = t->owner;
+	uint64_t now = idc_now_ns(), next = 0;
+	for (struct conn *c = dm->conns, *nc; c; c = nc) {
+		nc = c->next;
+		if (!c->held)
+			continue;
+		if (still_held(dm, c, now)) {
+			next = !next || c->held_until < next ? c->held_until : next;
+			continue;
+		}
+		c->held = false;
+		struct proto_req req = c->held_req;
+		int rc = responder_handle(c, &req, &c->out);
+		daemon_reader_end(dm);
+		conn_resume(c, rc);
+	}
+	if (next) {
+		dm->held_timer_at = next;
+		loop_timer_arm(&dm->held_timer, (next - now + 999999u) / 1000000u, 0);
+	}
+}
+
+/* ==== large group replies ===================================================================
+ * A group whose record passes DAEMON_BIG_REPLY (a directory group of a
+ * million members: ~10 MB, 0.4 s to read and pack) is kept packed, for the
+ * cache generation it was read in, by the request that asked (the last
+ * DAEMON_BIG_KEEP of them). Asked again it costs no cache read and no copy:
+ * it is sent from the kept record like an enumeration batch. Kept only when
+ * the walk read the cache alone (no directory asked: the same walk would
+ * give the same answer until a commit) and the entry was fresh; not used
+ * past its expiry, after a commit or a reload, or after `idcache expire`.
+ * Reading it again after a commit is one uid's build, spaced like the
+ * snapshots' (budget_build_wait): meanwhile the request waits. */
+
+static bool big_key(const struct big_reply *b, const struct proto_req *req)
+{
+	if (!b->rec || b->cmd != req->cmd)
+		return false;
+	if (req->cmd == PROTO_CMD_GETGRGID)
+		return b->id == req->id;
+	return strlen(b->name) == req->name.len && memcmp(b->name, req->name.p, req->name.len) == 0;
+}
+
+/* The kept reply for req: fresh only (current generation, not expired),
+ * or any (stale tells that reading it again is a build). */
+static struct big_reply *big_find(struct daemon *dm, const struct proto_req *req, bool fresh)
+{
+	for (size_t i = 0; i < DAEMON_BIG_KEEP; i++) {
+		struct big_reply *b = &dm->big[i];
+		if (!big_key(b, req))
+			continue;
+		bool ok = b->gen == daemon_data_gen(dm) &&
+			  (b->expires == 0 || (int64_t)time(NULL) < b->expires);
+		return ok || !fresh ? b : NULL;
+	}
+	return NULL;
+}
+
+void responder_forget_replies(struct daemon *dm)
+{
+	for (size_t i = 0; i < DAEMON_BIG_KEEP; i++) {
+		enum_snap_put(dm->big[i].rec);
+		dm->big[i] = (struct big_reply){0};
+	}
+}
+
+/* Queue the reply to req from b: the header here, the record from b. */
+static int big_send(struct conn *c, const struct proto_req *req, struct big_reply *b,
+		    struct idc_buf *out)
+{
+	size_t start;
+	int rc = proto_reply_begin(out, req->cmd, PROTO_ST_OK, &start);
+	if (rc < 0)
+		return rc;
+	proto_patch_u32(out, start, (uint32_t)(PROTO_HDR_SIZE + b->rec->recs.len));
+	conn_queue_tail(c, b->rec, 0, b->rec->recs.len);
+	c->dm->big_hits++;
+	return 0;
+}
+
+/* Keep the record out[at, len) for req (answered by a walk of the cache
+ * alone, from an entry with meta) and send it from there; -ENOMEM leaves
+ * out as it was. */
+static int big_keep(struct conn *c, const struct proto_req *req, const struct cache_meta *meta,
+		    struct idc_buf *out, size_t at)
+{
+	struct daemon *dm = c->dm;
+	struct enum_snap *s = calloc(1, sizeof(*s));
+	if (!s || idc_buf_append(&s->recs, out->data + at, out->len - at) < 0) {
+		free(s);
+		return -ENOMEM;
+	}
+	s->refs = 1;
+	struct big_reply *b = big_find(dm, req, false);
+	b = b ? b : &dm->big[dm->big_next++ % DAEMON_BIG_KEEP];
+	enum_snap_put(b->rec);
+	*b = (struct big_reply){daemon_data_gen(dm), req->cmd, req->id, "", meta->expires, s};
+	if (req->cmd == PROTO_CMD_GETGRNAM)
+		memcpy(b->name, req->name.p, req->name.len);
+	out->len = at - PROTO_HDR_SIZE;
+	return big_send(c, req, b, out);
+}
+
+/* Answer a group request from a kept reply (1), hold it until its uid may
+ * read a large group again (1), or let the walk answer (0). */
+static int big_lookup(struct conn *c, const struct proto_req *req, struct idc_buf *out, int *rc)
+{
+	struct big_reply *b = big_find(c->dm, req, true);
+	if (b) {
+		*rc = big_send(c, req, b, out);
+		return 1;
+	}
+	uint64_t wait = budget_build_wait(c->uid, idc_now_ns());
+	if (!wait || !big_find(c->dm, req, false))
+		return 0;
+	*rc = hold(c, req, wait);
+	return 1;
+}
+
+/* Keep a large record the walk just put in out[start, len). */
+static int big_after(struct walk *w, const struct cache_meta *meta, struct idc_buf *out,
+		     size_t start, uint64_t t0)
+{
+	size_t at = start + PROTO_HDR_SIZE;
+	if (w->p || meta->expired || out->len - at <= DAEMON_BIG_REPLY || !w->c)
+		return 0;
+	uint64_t now = idc_now_ns();
+	budget_built(w->c->uid, now, now - t0);
+	w->dm->big_builds++;
+	w->dm->big_build_ns += now - t0;
+	big_keep(w->c, w->req, meta, out, at); /* out of memory: sent from out */
+	return 0;
+}
+
 static int do_group(struct walk *w, struct idc_buf *out)
 {
 	struct daemon *dm = w->dm;
 	const struct proto_req *req = w->req;
+	uint64_t t0 = idc_now_ns();
+	int rc = 0;
+	if (!w->p && w->c && big_lookup(w->c, req, out, &rc))
+		return rc;
 	struct cache_reader *r = daemon_reader(dm);
 	struct cache_group g;
-	int rc = !r ? -EIO : -ENOENT, step = WALK_NEXT;
+	struct cache_meta meta = {0};
+	int step = WALK_NEXT;
+	rc = !r ? -EIO : -ENOENT;
 	if (r && req->cmd == PROTO_CMD_GETGRNAM && !cache_name_valid(req->name.p, req->name.len))
 		step = WALK_ANSWER;
 	for (size_t i = 0; r && step == WALK_NEXT && i < dm->ndomains; i++) {
-		struct cache_meta meta = {0};
+		meta = (struct cache_meta){0};
 		rc = group_in(r, dm->domains[i]->cfg, req, &g, &meta);
 		int err = 0;
 		step = settle(w, i, rc, &meta, true, &err);
@@ -337,7 +518,8 @@ static int do_group(struct walk *w, struct idc_buf *out)
 			    req->cmd == PROTO_CMD_GETGRGID);
 	size_t start;
 	rc = proto_reply_begin(out, req->cmd, PROTO_ST_OK, &start);
-	return finish(out, req->cmd, start, rc ? rc : put_group(out, &g));
+	rc = finish(out, req->cmd, start, rc ? rc : put_group(out, &g));
+	return rc ? rc : big_after(w, &meta, out, start, t0);
 }
 
 /* The gids of name in domain cfg, into dm->gids (grown as
@@ -424,7 +606,7 @@ static int handle_lookup(struct walk *w, struct idc_buf *out)
  * unless it holds none; a uid whose snapshot is stale builds a new one
  * only when its spacing since its last build has passed — until then the
  * request is held (the connection takes nothing else) and answered by
- * responder_enum_timer, from a fresh snapshot. */
+ * responder_held_timer, from a fresh snapshot. */
 
 uint64_t daemon_data_gen(const struct daemon *dm)
 {
@@ -609,22 +791,6 @@ static int collect(struct conn *c, struct enum_cursor *e, bool users)
 	return rc;
 }
 
-/* Hold req until c's uid may build again; the timer answers it. */
-static int hold(struct conn *c, const struct proto_req *req, uint64_t wait_ns)
-{
-	struct daemon *dm = c->dm;
-	c->held = true;
-	c->held_req = *req;
-	c->held_req.name = (struct proto_str){"", 0}; /* enumeration carries none */
-	c->held_until = idc_now_ns() + wait_ns;
-	dm->enum_waits++;
-	if (!dm->enum_timer.armed || c->held_until < dm->enum_timer_at) {
-		dm->enum_timer_at = c->held_until;
-		loop_timer_arm(&dm->enum_timer, (wait_ns + 999999u) / 1000000u, 0);
-	}
-	return 0;
-}
-
 /* The records of one GET reply, from the cursor while they fit max_count
  * and max_bytes (a frame always gets at least one), queued after the
  * frame's head without a copy. */
@@ -685,33 +851,6 @@ static int enum_request(struct conn *c, const struct proto_req *req, struct idc_
 	if (e->pos >= e->snap->n)
 		return proto_reply_status(out, req->cmd, PROTO_ST_NOTFOUND, NULL);
 	return put_batch(c, e, req, out);
-}
-
-/* Answer the held requests whose wait is over, or whose snapshot someone
- * else has built meanwhile; re-arm for the rest. */
-void responder_enum_timer(struct loop_timer *t)
-{
-	struct daemon *dm = t->owner;
-	uint64_t now = idc_now_ns(), next = 0;
-	for (struct conn *c = dm->conns, *nc; c; c = nc) {
-		nc = c->next;
-		if (!c->held)
-			continue;
-		bool users = c->held_req.cmd <= PROTO_CMD_ENDPWENT;
-		if (c->held_until > now && latest_stale(dm, users)) {
-			next = !next || c->held_until < next ? c->held_until : next;
-			continue;
-		}
-		c->held = false;
-		struct proto_req req = c->held_req;
-		int rc = enum_request(c, &req, &c->out);
-		daemon_reader_end(dm);
-		conn_resume(c, rc);
-	}
-	if (next) {
-		dm->enum_timer_at = next;
-		loop_timer_arm(&dm->enum_timer, (next - now + 999999u) / 1000000u, 0);
-	}
 }
 
 /* ==== dispatch ================================================================================ */

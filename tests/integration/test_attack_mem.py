@@ -241,7 +241,109 @@ def test_snapshot_churn(big):
     # After each build the uid waits min(SPACING x its time, WAIT_MAX) before
     # the next; before the limit every commit cost one build.
     avg = build_ms / max(builds, 1)
+    check_others("snapshot churn", r)
     assert builds <= 1 + took_ms / (avg + min(SNAP_SPACING * avg, SNAP_WAIT_MAX_MS)), \
         (builds, build_ms, d.tiny.n)
-    check_others("snapshot churn", r)
+    d.check_alive()
+
+
+# ==== a directory with a large group ====================================================
+
+LDAP_DIR = Path(__file__).resolve().parents[1] / "ldap"
+BASE = "dc=example,dc=com"
+BIG_MEMBERS = 300000
+N_LDAP_USERS = 3000
+
+
+def ldap_ldif(path):
+    people, groups = f"ou=people,{BASE}", f"ou=groups,{BASE}"
+    out = [f"dn: {BASE}\nobjectClass: dcObject\nobjectClass: organization\no: Example\n"
+           "dc: example\n",
+           f"dn: {people}\nobjectClass: organizationalUnit\nou: people\n",
+           f"dn: {groups}\nobjectClass: organizationalUnit\nou: groups\n"]
+    out += [f"dn: uid=d{i:04d},{people}\nobjectClass: account\nobjectClass: posixAccount\n"
+            f"uid: d{i:04d}\ncn: x\nuidNumber: {60000 + i}\ngidNumber: 60000\n"
+            "homeDirectory: /home/x\nloginShell: /bin/sh\n" for i in range(N_LDAP_USERS)]
+    out.append(f"dn: cn=big,{groups}\nobjectClass: posixGroup\ncn: big\ngidNumber: 61000\n" +
+               "".join(f"memberUid: m{i:06d}\n" for i in range(BIG_MEMBERS)))
+    Path(path).write_text("\n".join(out))
+
+
+@pytest.fixture(scope="module")
+def directory():
+    if not (Path("/usr/sbin/slapd").exists() and (LDAP_DIR / "slapd.sh").exists()):
+        pytest.skip("needs Debian's slapd (apt-get install slapd ldap-utils)")
+    base = nsenv.make_private_dir("idc-attack-ldap-")
+    ldif = base / "big.ldif"
+    ldap_ldif(ldif)
+    with __import__("socket").socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    p = subprocess.run([str(LDAP_DIR / "slapd.sh"), "start", str(base / "s"), str(port),
+                        str(ldif)], capture_output=True, text=True, timeout=300,
+                       env=dict(__import__("os").environ, SLAPD_LOAD="slapadd"))
+    if p.returncode != 0:
+        pytest.fail(f"slapd did not start: {p.stderr}")
+    try:
+        yield f"ldap://127.0.0.1:{port}"
+    finally:
+        subprocess.run([str(LDAP_DIR / "slapd.sh"), "stop", str(base / "s")], timeout=30)
+        nsenv.remove_tree(base)
+
+
+def big_group_attack(d, seconds, users):
+    """memattack.py group as ATTACKER beside the others: (status before,
+    after, attacker's output, others' summary, ms taken)."""
+    st0 = status(d)
+    t0 = time.monotonic()
+    atk = subprocess.Popen(as_uid(ATTACKER, "memattack.py", "--socket", d.run_dir / "nss.sock",
+                                  "--group", "big", "--users", ",".join(users), "group", seconds),
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    r = others(d)
+    out = finish(atk).strip()
+    took_ms = (time.monotonic() - t0) * 1000
+    return st0, status(d), out, r, took_ms
+
+
+def delta(st0, st1, key):
+    return int(st1[key]) - int(st0[key])
+
+
+def test_large_group(directory, module_daemons):
+    """GETGRNAM of a 300,000-member directory group again and again; then
+    alternating with a lookup of a user not seen before (stored: a
+    commit). Before, every GETGRNAM read and packed the whole group in the
+    loop. Now the packed reply is kept per cache generation; reading it
+    again after a commit is one of the uid's spaced builds, and meanwhile
+    its request waits while others are answered."""
+    d = module_daemons.start(
+        "loc:x:5000:5000:Local:/home/loc:/bin/sh\n", "locg:x:5000:loc\n",
+        idcache_conf="domains = local, dir\n",
+        domain_conf=(f"\n[domain/dir]\nid_provider = ldap\nldap_uri = {directory}\n"
+                     f"ldap_search_base = {BASE}\nldap_schema = rfc2307\n"
+                     "ldap_network_timeout = 5\nldap_search_timeout = 10\n"))
+    c = P.Client(d.run_dir / "nss.sock", timeout=60)
+    st, payload = c.call(P.GETGRNAM, "big")  # cold: from the directory
+    c.close()
+    assert st == P.OK and len(P.decode_group(payload)[3]) == BIG_MEMBERS
+
+    st0, st1, out, r, took_ms = big_group_attack(d, 6.0, [])
+    built, reused = delta(st0, st1, "big_groups.built"), delta(st0, st1, "big_groups.reused")
+    print(f"large group asked for {took_ms:.0f} ms: attacker {out}; read {built} times, "
+          f"sent from the kept reply {reused} times")
+    check_others("large group asked again and again", r)
+    assert built <= 1 and reused >= int(out.split()[1]) - 1, (built, reused, out)
+
+    users = [f"d{i:04d}" for i in range(N_LDAP_USERS)]
+    st0, st1, out, r, took_ms = big_group_attack(d, 8.0, users)
+    built, build_ms = delta(st0, st1, "big_groups.built"), delta(st0, st1, "big_groups.build_ms")
+    commits = delta(st0, st1, "cache_durable_commits")
+    print(f"large group after every commit for {took_ms:.0f} ms: attacker {out}, {commits} "
+          f"commits; read {built} times taking {build_ms} ms, "
+          f"{delta(st0, st1, 'requests_delayed')} requests delayed")
+    check_others("large group after every commit", r)
+    assert commits > 3, (out, commits)
+    avg = build_ms / max(built, 1)
+    assert built <= 1 + took_ms / (avg + min(SNAP_SPACING * avg, SNAP_WAIT_MAX_MS)), \
+        (built, build_ms, commits)
     d.check_alive()

@@ -15,6 +15,11 @@ Modes:
              N connections.
   churn S    for S seconds: SETPWENT and one record, again and again on one
              connection; prints "rounds R statuses {...}" at the end.
+  group S    for S seconds, one connection: GETGRNAM of the group named by
+             --group, again and again; with --users NAME0,NAME1,... each
+             followed by GETPWNAM of the next user not asked before (a
+             directory's user: the daemon stores it and commits); prints
+             "rounds R".
   walk       one whole passwd enumeration in pages, as getent does; prints
              "records N".
 
@@ -95,6 +100,18 @@ def churn(path, seconds, deadline):
     say(f"rounds {rounds} statuses {statuses}")
 
 
+def group(path, seconds, name, users, deadline):
+    c = P.Client(path)
+    end = min(deadline, time.monotonic() + seconds)
+    rounds = 0
+    while time.monotonic() < end and (not users or rounds < len(users)):
+        c.call(P.GETGRNAM, name)
+        if users:
+            c.call(P.GETPWNAM, users[rounds])
+        rounds += 1
+    say(f"rounds {rounds}")
+
+
 def walk(path):
     c = P.Client(path)
     say(f"records {len(c.enumerate(users=True))}")
@@ -104,7 +121,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--socket", required=True)
     ap.add_argument("--deadline", type=float, default=120.0)
-    ap.add_argument("mode", choices=["unread", "pin", "churn", "walk"])
+    ap.add_argument("--group", default="")
+    ap.add_argument("--users", default="")
+    ap.add_argument("mode", choices=["unread", "pin", "churn", "group", "walk"])
     ap.add_argument("arg", nargs="?", default="0")
     a = ap.parse_args()
     deadline = time.monotonic() + a.deadline
@@ -114,6 +133,8 @@ def main():
         pin(a.socket, int(a.arg), deadline)
     elif a.mode == "churn":
         churn(a.socket, float(a.arg), deadline)
+    elif a.mode == "group":
+        group(a.socket, float(a.arg), a.group, [u for u in a.users.split(",") if u], deadline)
     else:
         walk(a.socket)
     return 0
