@@ -306,17 +306,27 @@ static bool busy(const struct conn *c)
 	return c->wait || c->held;
 }
 
-/* Whether c's uid is over budget; if so c waits to be woken. */
+/* Whether c's uid is over budget and c holds output of its own: a
+ * connection whose client reads goes on, only those that do not wait. */
+static bool over_budget(const struct conn *c)
+{
+	return c->out.cap > DAEMON_OUT_KEEP && budget_over(c->dm, c->uid);
+}
+
+/* over_budget, noted in c->mem_wait (a waiting connection is not read
+ * and is woken by wake). */
 static bool must_wait(struct conn *c)
 {
-	if (!budget_over(c->dm, c->uid))
-		return false;
-	if (!c->mem_wait) {
-		c->mem_wait = true;
-		c->dm->budget_waiting++;
-		c->dm->mem_waits++;
+	bool wait = over_budget(c);
+	if (wait != c->mem_wait) {
+		c->mem_wait = wait;
+		c->dm->mem_waits += wait;
+		if (wait)
+			c->dm->budget_waiting++;
+		else
+			c->dm->budget_waiting--;
 	}
-	return true;
+	return wait;
 }
 
 /* Answer complete requests in order while the backlog and the uid's
@@ -444,11 +454,8 @@ static void wake(void *arg)
 	dm->wake_queued = false;
 	for (struct conn *c = dm->conns, *next; c && dm->budget_waiting; c = next) {
 		next = c->next;
-		if (!c->mem_wait || budget_over(dm, c->uid))
-			continue;
-		c->mem_wait = false;
-		dm->budget_waiting--;
-		conn_resume(c, 0);
+		if (c->mem_wait && !must_wait(c))
+			conn_resume(c, 0);
 	}
 }
 

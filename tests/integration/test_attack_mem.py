@@ -116,10 +116,10 @@ def as_uid(uid, script, *args):
             sys.executable, str(LOAD / script), *map(str, args)]
 
 
-def attacker(d, mode, arg):
+def attacker(d, mode, arg, *extra):
     """memattack.py as ATTACKER; talk to it over its stdin and stdout."""
     return subprocess.Popen(as_uid(ATTACKER, "memattack.py", "--socket", d.run_dir / "nss.sock",
-                                   "--deadline", 120, mode, arg),
+                                   "--deadline", 120, *extra, mode, arg),
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
 
@@ -346,4 +346,30 @@ def test_large_group(directory, module_daemons):
     avg = build_ms / max(built, 1)
     assert built <= 1 + took_ms / (avg + min(SNAP_SPACING * avg, SNAP_WAIT_MAX_MS)), \
         (built, build_ms, commits)
+    d.check_alive()
+
+
+def test_lookups_never_read(big):
+    """160 connections of one uid pipeline lookups and never read, each
+    backlog up to the per-connection limit: together past DAEMON_UID_MEM.
+    The uid's connections then wait (budget.waits) while another uid is
+    answered; once it reads, every request it sent is answered."""
+    d = big
+    pid = d.proc.pid
+    st0, rss0 = status(d), rss_kb(pid)
+    atk = attacker(d, "flood", 160, "--users", "a000042")
+    with Peak(pid) as peak:
+        sent = int(atk.stdout.readline().split()[1])
+        r = others(d)
+        st1 = status(d)
+    atk.stdin.write("drain\n")
+    atk.stdin.flush()
+    out = finish(atk).split()
+    print(f"160 connections never reading: {sent} requests; charged {st1['budget.bytes']} "
+          f"bytes, {int(st1['budget.waits']) - int(st0['budget.waits'])} waits; RSS {rss0} -> "
+          f"{peak.kb} kB; after reading: {out}")
+    check_others("lookups never read", r)
+    assert int(st1["budget.waits"]) > int(st0["budget.waits"])
+    assert int(st1["budget.bytes"]) <= UID_MEM + 4 * MIB, st1["budget.bytes"]
+    assert out[:4] == ["drained", str(sent), "closed", "0"], (out, sent)
     d.check_alive()

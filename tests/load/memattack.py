@@ -20,6 +20,11 @@ Modes:
              followed by GETPWNAM of the next user not asked before (a
              directory's user: the daemon stores it and commits); prints
              "rounds R".
+  flood N    N connections pipelining GETPWNAM of --users' first name as
+             fast as the sockets take them for 3 s, never reading; prints
+             "flooded R" (requests sent). Then, on a "drain" line, reads
+             every connection until all R are answered (bounded by the
+             deadline) and prints "drained A".
   walk       one whole passwd enumeration in pages, as getent does; prints
              "records N".
 
@@ -112,6 +117,58 @@ def group(path, seconds, name, users, deadline):
     say(f"rounds {rounds}")
 
 
+def drain(s, rest, want, deadline):
+    """Send rest while reading s until want replies came: their number."""
+    rd, got = P.Reader(), 0
+    try:
+        while got < want and time.monotonic() < deadline:
+            w = [s] if rest else []
+            readable, writable, _ = select.select([s], w, [], 0.5)
+            if writable:
+                rest = rest[s.send(rest):]
+            if readable:
+                data = s.recv(1 << 20)
+                if not data:
+                    break
+                got += len(rd.feed(data))
+    except OSError:
+        pass
+    return got
+
+
+def flood(path, n, name, deadline):
+    hello, one = P.hello_frame(), P.request_frame(P.GETPWNAM, name)
+    conns = []  # [socket, bytes sent, bytes queued]
+    for _ in range(n):
+        s = connect(path)
+        s.setblocking(False)
+        conns.append([s, 0, hello])
+    end = min(deadline, time.monotonic() + 3.0)
+    while time.monotonic() < end:
+        for c in conns:
+            try:
+                while True:
+                    c[2] = c[2] or one * 64
+                    sent = c[0].send(c[2])
+                    c[1] += sent
+                    c[2] = c[2][sent:]
+            except (BlockingIOError, InterruptedError):
+                pass
+        time.sleep(0.01)
+    # a request cut short is finished at the drain: count it
+    want = [(c[1] + len(c[2]) - len(hello)) // len(one) for c in conns]
+    say(f"flooded {sum(want)}")
+    for line in lines(deadline):
+        if line == "drain":
+            break
+    answered, closed, t0 = 0, 0, time.monotonic()
+    for (s, _, rest), w in zip(conns, want):
+        got = drain(s, rest, w + 1, deadline)  # HELLO's reply too
+        closed += got < w + 1
+        answered += max(0, got - 1)
+    say(f"drained {answered} closed {closed} in {time.monotonic() - t0:.1f} s")
+
+
 def walk(path):
     c = P.Client(path)
     say(f"records {len(c.enumerate(users=True))}")
@@ -123,7 +180,7 @@ def main():
     ap.add_argument("--deadline", type=float, default=120.0)
     ap.add_argument("--group", default="")
     ap.add_argument("--users", default="")
-    ap.add_argument("mode", choices=["unread", "pin", "churn", "group", "walk"])
+    ap.add_argument("mode", choices=["unread", "pin", "churn", "group", "flood", "walk"])
     ap.add_argument("arg", nargs="?", default="0")
     a = ap.parse_args()
     deadline = time.monotonic() + a.deadline
@@ -133,6 +190,8 @@ def main():
         pin(a.socket, int(a.arg), deadline)
     elif a.mode == "churn":
         churn(a.socket, float(a.arg), deadline)
+    elif a.mode == "flood":
+        flood(a.socket, int(a.arg), a.users.split(",")[0], deadline)
     elif a.mode == "group":
         group(a.socket, float(a.arg), a.group, [u for u in a.users.split(",") if u], deadline)
     else:
