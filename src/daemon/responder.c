@@ -690,30 +690,83 @@ static int snap_mark(struct enum_snap *s)
 	return 0;
 }
 
-static int add_user(const struct cache_user *u, void *arg)
+/* One domain's records as the cache hands them over (in no order), with
+ * the keys that sort them (cache_enum_users_unsorted). */
+struct keyed {
+	uint64_t order, key;
+	size_t off, len; /* in recs */
+};
+
+struct domain_recs {
+	struct idc_buf recs;
+	struct keyed *k;
+	size_t n, cap;
+};
+
+static int keep_record(struct domain_recs *u, uint64_t order, uint64_t key, size_t off)
 {
-	struct enum_snap *s = arg;
-	int rc = snap_mark(s);
-	return rc ? rc : put_user(&s->recs, u);
+	if (u->n == u->cap) {
+		size_t cap = u->cap ? u->cap * 2 : 1024;
+		struct keyed *grown = realloc(u->k, cap * sizeof(*grown));
+		if (!grown)
+			return -ENOMEM;
+		u->k = grown;
+		u->cap = cap;
+	}
+	u->k[u->n++] = (struct keyed){order, key, off, u->recs.len - off};
+	return 0;
 }
 
-static int add_group(const struct cache_group *g, void *arg)
+static int add_user(const struct cache_user *cu, uint64_t key, void *arg)
 {
-	struct enum_snap *s = arg;
-	int rc = snap_mark(s);
-	return rc ? rc : put_group(&s->recs, g);
+	struct domain_recs *u = arg;
+	size_t off = u->recs.len;
+	int rc = put_user(&u->recs, cu);
+	return rc ? rc : keep_record(u, cu->order, key, off);
+}
+
+static int add_group(const struct cache_group *g, uint64_t key, void *arg)
+{
+	struct domain_recs *u = arg;
+	size_t off = u->recs.len;
+	int rc = put_group(&u->recs, g);
+	return rc ? rc : keep_record(u, g->order, key, off);
+}
+
+static int keyed_cmp(const void *a, const void *b)
+{
+	const struct keyed *x = a, *y = b;
+	return cache_enum_order(x->order, x->key, y->order, y->key);
+}
+
+/* Append u's records to s in the cache's enumeration order; empty u. */
+static int append_sorted(struct enum_snap *s, struct domain_recs *u)
+{
+	qsort(u->k, u->n, sizeof(*u->k), keyed_cmp);
+	int rc = idc_buf_reserve(&s->recs, u->recs.len);
+	for (size_t i = 0; rc == 0 && i < u->n; i++) {
+		rc = snap_mark(s);
+		rc = rc ? rc : idc_buf_append(&s->recs, u->recs.data + u->k[i].off, u->k[i].len);
+	}
+	idc_buf_reset(&u->recs);
+	u->n = 0;
+	return rc;
 }
 
 static int snap_build(struct daemon *dm, bool users, struct enum_snap **out)
 {
 	struct cache_reader *r = daemon_reader(dm);
 	struct enum_snap *s = calloc(1, sizeof(*s));
+	struct domain_recs u = {IDC_BUF_INIT, NULL, 0, 0};
 	int rc = !s ? -ENOMEM : r ? 0 : -EIO;
 	for (size_t i = 0; rc == 0 && i < dm->ndomains; i++) {
 		const char *dn = dm->domains[i]->cfg->name;
-		rc = users ? cache_enum_users(r, dn, add_user, s)
-			   : cache_enum_groups(r, dn, add_group, s);
+		rc = users ? cache_enum_users_unsorted(r, dn, add_user, &u)
+			   : cache_enum_groups_unsorted(r, dn, add_group, &u);
+		rc = rc ? rc : append_sorted(s, &u);
 	}
+	idc_buf_free(&u.recs);
+	free(u.k);
 	if (rc == 0)
 		rc = snap_mark(s); /* end of the last record */
 	if (rc < 0) {
