@@ -118,15 +118,15 @@ void ldapdom_expire(struct ldapdom *l);
 void ldapdom_status(const struct domain *d, struct ldap_domain_status *st);
 
 /* ---- one client connection (conn.c) ---------------------------------------- */
-/* One map's enumeration in wire encoding, built once per cache state and
- * shared (reference-counted) by every connection walking it: a thousand
- * enumerating clients cost one copy, and only the first pays the build. */
 struct budget_uid;
 struct snap_holder {
 	struct budget_uid *uid;
 	unsigned cursors;
 };
 
+/* One map's enumeration in wire encoding, built once per cache state and
+ * shared (reference-counted) by every connection walking it: a thousand
+ * enumerating clients cost one copy, and only the first pays the build. */
 struct enum_snap {
 	unsigned refs;
 	uint64_t gen;        /* daemon_data_gen() when built */
