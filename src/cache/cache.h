@@ -192,6 +192,18 @@ typedef int (*cache_user_cb)(const struct cache_user *u, void *arg);
 typedef int (*cache_group_cb)(const struct cache_group *g, void *arg);
 int cache_enum_users(struct cache_reader *r, const char *domain, cache_user_cb cb, void *arg);
 int cache_enum_groups(struct cache_reader *r, const char *domain, cache_group_cb cb, void *arg);
+/* The same records in one pass, in no particular order: sorting them by
+ * (record's order, key) gives the order above. For callers that keep
+ * every record anyway (the daemon's enumeration snapshots): each entry is
+ * read once instead of twice. */
+typedef int (*cache_user_key_cb)(const struct cache_user *u, uint64_t key, void *arg);
+typedef int (*cache_group_key_cb)(const struct cache_group *g, uint64_t key, void *arg);
+/* The enumeration order of records a and b by (order, key): <0, 0, >0. */
+int cache_enum_order(uint64_t a_order, uint64_t a_key, uint64_t b_order, uint64_t b_key);
+int cache_enum_users_unsorted(struct cache_reader *r, const char *domain, cache_user_key_cb cb,
+			      void *arg);
+int cache_enum_groups_unsorted(struct cache_reader *r, const char *domain, cache_group_key_cb cb,
+			       void *arg);
 
 /* The names of the entries of domain linked to a name or an id, in
  * provider order, to cb (valid during the call; a non-zero return stops and

@@ -522,12 +522,17 @@ static int collect_cb(const struct store_entry *e, void *arg)
 	return 0;
 }
 
+int cache_enum_order(uint64_t a_order, uint64_t a_key, uint64_t b_order, uint64_t b_key)
+{
+	if (a_order != b_order)
+		return a_order < b_order ? -1 : 1;
+	return (a_key > b_key) - (a_key < b_key);
+}
+
 static int ordered_cmp(const void *a, const void *b)
 {
 	const struct ordered *x = a, *y = b;
-	if (x->order != y->order)
-		return x->order < y->order ? -1 : 1;
-	return (x->id > y->id) - (x->id < y->id);
+	return cache_enum_order(x->order, x->id, y->order, y->id);
 }
 
 /* The entries of kind in domain that match filter (NULL: all), in
@@ -613,6 +618,47 @@ int cache_linked(struct cache_reader *r, const char *domain, enum cache_link how
 	free(c.v);
 	idc_buf_free(&ft);
 	return rc;
+}
+
+struct unsorted {
+	struct cache_reader *r;
+	cache_user_key_cb user;
+	cache_group_key_cb group;
+	void *arg;
+};
+
+static int unsorted_cb(const struct store_entry *e, void *arg)
+{
+	struct unsorted *x = arg;
+	idc_arena_reset(&x->r->arena);
+	if (x->user) {
+		struct cache_user u;
+		int rc = to_user(x->r, e, &u);
+		return rc ? rc : x->user(&u, e->id, x->arg);
+	}
+	struct cache_group g;
+	int rc = to_group(x->r, e, &g);
+	return rc ? rc : x->group(&g, e->id, x->arg);
+}
+
+static int enum_unsorted(struct cache_reader *r, int kind, const char *domain, struct unsorted *x)
+{
+	int rc = cache_search_kind(r->st, &r->dn, kind, domain, NULL, 0, 0, unsorted_cb, x);
+	return rc == -ENOENT ? 0 : rc; /* domain not loaded yet: empty */
+}
+
+int cache_enum_users_unsorted(struct cache_reader *r, const char *domain, cache_user_key_cb cb,
+			      void *arg)
+{
+	struct unsorted x = {r, cb, NULL, arg};
+	return enum_unsorted(r, KIND_USER, domain, &x);
+}
+
+int cache_enum_groups_unsorted(struct cache_reader *r, const char *domain, cache_group_key_cb cb,
+			       void *arg)
+{
+	struct unsorted x = {r, NULL, cb, arg};
+	return enum_unsorted(r, KIND_GROUP, domain, &x);
 }
 
 /* Newest lastUpdate among a domain's timestamps. */

@@ -123,6 +123,22 @@ static void status_requests(struct daemon *dm, struct idc_buf *b)
 	}
 }
 
+/* What the per-uid budgets did (budget.c, responder.c's enumeration). */
+static void status_budget(struct daemon *dm, struct idc_buf *b)
+{
+	idc_buf_printf(b, "enum.snapshots_built=%llu\nenum.build_ms=%llu\n",
+		       (unsigned long long)dm->enum_builds,
+		       (unsigned long long)(dm->enum_build_ns / 1000000u));
+	idc_buf_printf(b, "requests_delayed=%llu\nenum.refused_over_budget=%llu\n",
+		       (unsigned long long)dm->held_requests, (unsigned long long)dm->enum_refused);
+	idc_buf_printf(b, "big_groups.built=%llu\nbig_groups.build_ms=%llu\n",
+		       (unsigned long long)dm->big_builds,
+		       (unsigned long long)(dm->big_build_ns / 1000000u));
+	idc_buf_printf(b, "big_groups.reused=%llu\n", (unsigned long long)dm->big_hits);
+	idc_buf_printf(b, "budget.bytes=%zu\nbudget.waits=%llu\n", dm->budget_total,
+		       (unsigned long long)dm->mem_waits);
+}
+
 static int do_status(struct daemon *dm, const struct proto_req *req, struct idc_buf *out)
 {
 	struct idc_buf b = IDC_BUF_INIT;
@@ -156,6 +172,7 @@ static int do_status(struct daemon *dm, const struct proto_req *req, struct idc_
 	for (size_t i = 0; i < dm->ndomains; i++)
 		status_domain(dm, dm->domains[i], &b);
 	status_requests(dm, &b);
+	status_budget(dm, &b);
 	daemon_mc_status(dm, &b);
 	int rc = b.data ? reply_text(out, req->cmd, &b) : -ENOMEM;
 	idc_buf_free(&b);
@@ -192,6 +209,7 @@ static int do_expire(struct daemon *dm, const struct proto_req *req, struct idc_
 		domain_schedule(dm->domains[i], 0, true);
 	}
 	daemon_mc_expire(dm, req->what, name);
+	responder_forget_replies(dm); /* kept replies were fresh */
 	idc_log(IDC_LOG_INFO, "expired %zu entries on request", total);
 	size_t start;
 	int rc = proto_reply_begin(out, req->cmd, PROTO_ST_OK, &start);

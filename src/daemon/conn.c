@@ -8,7 +8,11 @@
  * taking its requests (they wait in the frame reader) and stop reading its
  * socket; we resume when the output drains. A backlog past DAEMON_OUT_MAX
  * (possible only through one huge reply) or no progress for DAEMON_IDLE_MS
- * closes the connection.
+ * closes the connection. Each peer uid is charged what its connections'
+ * queues hold (budget.c); over its budget they take no requests until
+ * the queues drain. An enumeration reply's records go out straight from
+ * the shared snapshot (conn_queue_tail): a client that never reads holds
+ * a reference, not a copy.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -23,13 +27,29 @@
 
 /* ==== life cycle =============================================================== */
 
+static void charge_out(struct conn *c)
+{
+	budget_charge_out(c->dm, c->uid, c->out_charged, c->out.cap);
+	c->out_charged = c->out.cap;
+}
+
+static void drop_tail(struct conn *c)
+{
+	enum_snap_put(c->tail);
+	c->tail = NULL;
+	c->tail_off = c->tail_end = 0;
+}
+
 static void conn_free(void *p)
 {
 	struct conn *c = p;
 	proto_reader_free(&c->rd);
 	idc_buf_free(&c->out);
-	enum_cursor_free(&c->pw);
-	enum_cursor_free(&c->gr);
+	charge_out(c);
+	drop_tail(c);
+	enum_cursor_free(c->dm, &c->pw);
+	enum_cursor_free(c->dm, &c->gr);
+	budget_put(c->dm, c->uid);
 	free(c);
 }
 
@@ -87,6 +107,7 @@ int conn_new(struct daemon *dm, int fd, bool admin, const struct ucred *cred)
 		free(c);
 		return rc;
 	}
+	c->uid = budget_get(dm, c->peer_uid);
 	c->next = dm->conns;
 	if (dm->conns)
 		dm->conns->prev = c;
@@ -101,6 +122,9 @@ void conn_close(struct conn *c, const char *why)
 		return;
 	idc_log(IDC_LOG_DEBUG, "closing %s connection: %s", c->admin ? "admin" : "nss", why);
 	responder_detach(c);
+	if (c->mem_wait)
+		c->dm->budget_waiting--;
+	c->mem_wait = false;
 	if (!peer_linger(c))
 		reaper_close_client(c->dm, &c->io);
 	if (c->prev)
@@ -123,6 +147,7 @@ void conn_sweep(struct daemon *dm)
 		if (now - c->last_active_ns > (uint64_t)DAEMON_IDLE_MS * 1000000u)
 			conn_close(c, "idle");
 	}
+	budget_sweep(dm, false);
 }
 
 bool conn_idle(const struct conn *c)
@@ -133,9 +158,18 @@ bool conn_idle(const struct conn *c)
 
 /* ==== output ====================================================================== */
 
+/* Bytes queued and not sent, the tail included. */
 static size_t out_pending(const struct conn *c)
 {
-	return c->out.len - c->out_off;
+	return c->out.len - c->out_off + (c->tail_end - c->tail_off);
+}
+
+void conn_queue_tail(struct conn *c, struct enum_snap *s, size_t off, size_t end)
+{
+	s->refs++;
+	c->tail = s;
+	c->tail_off = off;
+	c->tail_end = end;
 }
 
 void conn_pass_maps(struct conn *c, uint32_t mask, size_t at)
@@ -181,26 +215,55 @@ static ssize_t send_part(struct conn *c, size_t end)
 	return sent;
 }
 
-/* Send what the socket takes. 0 (perhaps with output left) or -errno. A
- * reply's waiting descriptors go with its first byte: the bytes before it
- * are sent on their own, so it cannot ride on an earlier reply. */
+/* One send of what goes next: out (a reply's waiting descriptors go with
+ * its first byte, so the bytes before it are sent on their own and it
+ * cannot ride on an earlier reply), then the tail. Bytes sent, or -1. */
+static ssize_t send_next(struct conn *c)
+{
+	ssize_t n;
+	if (c->out.len > c->out_off) {
+		bool before = c->pass_maps && c->out_off < c->pass_at;
+		n = send_part(c, before ? c->pass_at : c->out.len);
+		c->out_off += n > 0 ? (size_t)n : 0;
+		return n;
+	}
+	n = send(c->io.fd, c->tail->recs.data + c->tail_off, c->tail_end - c->tail_off,
+		 MSG_NOSIGNAL | MSG_DONTWAIT);
+	c->tail_off += n > 0 ? (size_t)n : 0;
+	return n;
+}
+
+/* Forget what was sent: out starts over at the front (a huge buffer is
+ * given back, so one large reply does not stay charged), a sent tail's
+ * reference goes. */
+static void sent(struct conn *c)
+{
+	if (c->out_off == c->out.len) {
+		idc_buf_reset(&c->out);
+		c->out_off = 0;
+		if (c->out.cap > DAEMON_OUT_KEEP)
+			idc_buf_free(&c->out);
+		charge_out(c);
+	}
+	if (c->tail && c->tail_off == c->tail_end)
+		drop_tail(c);
+}
+
+/* Send what the socket takes. 0 (perhaps with output left) or -errno. */
 static int flush(struct conn *c)
 {
-	while (out_pending(c) > 0) {
-		size_t end = c->out.len;
-		if (c->pass_maps && c->out_off < c->pass_at)
-			end = c->pass_at;
-		ssize_t n = send_part(c, end);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return errno == EAGAIN ? 0 : -errno;
-		c->out_off += (size_t)n;
-		c->last_active_ns = idc_now_ns();
+	int rc = 0;
+	while (rc == 0 && out_pending(c) > 0) {
+		ssize_t n = send_next(c);
+		if (n >= 0)
+			c->last_active_ns = idc_now_ns();
+		else if (errno == EAGAIN)
+			break;
+		else if (errno != EINTR)
+			rc = -errno;
 	}
-	idc_buf_reset(&c->out); /* all sent: start over at the front */
-	c->out_off = 0;
-	return 0;
+	sent(c);
+	return rc;
 }
 
 /* ==== requests ====================================================================== */
@@ -267,36 +330,69 @@ static int dispatch(struct conn *c, const struct proto_frame *f)
 	return route(c, &req);
 }
 
-/* Answer complete requests in order while the backlog allows and no
- * request waits for a directory (its reply must go first). */
+/* A request of c waits for a directory or a snapshot build: its reply
+ * must go first. */
+static bool busy(const struct conn *c)
+{
+	return c->wait || c->held;
+}
+
+/* Whether c's uid is over budget and c holds output of its own: a
+ * connection whose client reads goes on, only those that do not wait. */
+static bool over_budget(const struct conn *c)
+{
+	return c->out.cap > DAEMON_OUT_KEEP && budget_over(c->dm, c->uid);
+}
+
+/* over_budget, noted in c->mem_wait (a waiting connection is not read
+ * and is woken by wake). */
+static bool must_wait(struct conn *c)
+{
+	bool wait = over_budget(c);
+	if (wait != c->mem_wait) {
+		c->mem_wait = wait;
+		c->dm->mem_waits += wait;
+		if (wait)
+			c->dm->budget_waiting++;
+		else
+			c->dm->budget_waiting--;
+	}
+	return wait;
+}
+
+/* Answer complete requests in order while the backlog and the uid's
+ * budget allow and no request waits. */
 static int process(struct conn *c)
 {
 	struct proto_frame f;
 	int rc = 0;
-	while (rc == 0 && !c->closing && !c->wait && !c->pass_maps &&
-	       out_pending(c) < DAEMON_OUT_HIGH) {
+	while (rc == 0 && !c->closing && !busy(c) && !c->pass_maps && !c->tail &&
+	       out_pending(c) < DAEMON_OUT_HIGH && proto_reader_buffered(&c->rd) > 0 &&
+	       !must_wait(c)) {
 		int got = proto_reader_next(&c->rd, &f);
 		if (got <= 0) {
 			rc = got;
 			break;
 		}
 		rc = dispatch(c, &f);
+		charge_out(c);
 	}
 	daemon_reader_end(c->dm);
 	return rc;
 }
 
-/* Answer and send, again as long as a descriptor going out lets further
- * requests be taken (each round consumes a request, so this ends). */
+/* Answer and send, again as long as descriptors or a tail going out let
+ * further requests be taken (each round consumes a request or sends what
+ * held them up, so this ends). */
 static int serve(struct conn *c)
 {
 	int rc = 0;
 	for (;;) {
 		rc = process(c);
-		bool held = c->pass_maps != 0;
+		bool held = c->pass_maps != 0 || c->tail;
 		if (rc == 0)
 			rc = flush(c);
-		if (rc < 0 || !held || c->pass_maps)
+		if (rc < 0 || !held || c->pass_maps || c->tail)
 			return rc;
 	}
 }
@@ -331,7 +427,7 @@ static void update_interest(struct conn *c)
 {
 	size_t pending = out_pending(c);
 	uint32_t ev = 0;
-	if (c->closing && pending == 0 && !c->wait) {
+	if (c->closing && pending == 0 && !busy(c)) {
 		conn_close(c, "done");
 		return;
 	}
@@ -340,7 +436,7 @@ static void update_interest(struct conn *c)
 		conn_close(c, "backlog");
 		return;
 	}
-	if (!c->closing && !c->eof && pending < DAEMON_OUT_HIGH &&
+	if (!c->closing && !c->eof && !c->mem_wait && pending < DAEMON_OUT_HIGH &&
 	    proto_reader_buffered(&c->rd) < DAEMON_IN_MAX)
 		ev |= EPOLLIN;
 	if (pending)
@@ -358,7 +454,7 @@ static void on_event(struct loop_io *io, uint32_t events)
 		rc = -EPIPE;
 	/* Gone both ways while a request waits: no one to answer, and HUP
 	 * would be reported again on every turn until the directory replies. */
-	if ((events & EPOLLHUP) && c->wait)
+	if ((events & EPOLLHUP) && busy(c))
 		rc = -EPIPE;
 	if (rc == 0 && (events & (EPOLLIN | EPOLLHUP)) && (io->events & EPOLLIN)) {
 		rc = read_some(c);
@@ -374,7 +470,7 @@ static void on_event(struct loop_io *io, uint32_t events)
 		return;
 	}
 	c->eof |= eof;
-	if (c->eof && !c->wait) /* answered all it sent */
+	if (c->eof && !busy(c)) /* answered all it sent */
 		c->closing = true;
 	update_interest(c);
 }
@@ -388,7 +484,25 @@ void conn_resume(struct conn *c, int rc)
 		conn_close(c, rc == -EBADMSG ? "protocol error" : idc_strerror(rc));
 		return;
 	}
-	if (c->eof && !c->wait)
+	if (c->eof && !busy(c))
 		c->closing = true;
 	update_interest(c);
+}
+
+/* Connections whose uid is back under budget take requests again. */
+static void wake(void *arg)
+{
+	struct daemon *dm = arg;
+	dm->wake_queued = false;
+	for (struct conn *c = dm->conns, *next; c && dm->budget_waiting; c = next) {
+		next = c->next;
+		if (c->mem_wait && !must_wait(c))
+			conn_resume(c, 0);
+	}
+}
+
+void conn_wake_later(struct daemon *dm)
+{
+	if (!dm->wake_queued && loop_defer(&dm->loop, wake, dm) == 0)
+		dm->wake_queued = true;
 }

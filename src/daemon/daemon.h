@@ -10,6 +10,7 @@
  *   listen.c     the two Unix sockets and accepting connections
  *   conn.c       one client connection: framing, HELLO, output queue,
  *                back-pressure, idle timeout
+ *   budget.c     memory and snapshot builds charged to each peer uid
  *   responder.c  NSS requests: lookups and enumeration
  *   admin.c      admin requests: status, expire, reload, user/group info
  *   domains.c    per-domain provider state: files refresh, inotify, timers
@@ -46,8 +47,18 @@
 #define DAEMON_IN_MAX        (64u * 1024u)         /* stop reading above this much unparsed input */
 #define DAEMON_CMD_MAX       40u                   /* request counters by command number */
 #define DAEMON_RETRY_MS      10000u                /* after a failed refresh */
-#define DAEMON_POLL_MS       30000u /* refresh interval when inotify is unavailable */
-#define DAEMON_EXPIRED_MIN_S 60     /* at most one expiry-driven refresh per domain */
+#define DAEMON_POLL_MS       30000u        /* refresh interval when inotify is unavailable */
+#define DAEMON_EXPIRED_MIN_S 60            /* at most one expiry-driven refresh per domain */
+#define DAEMON_OUT_KEEP      (64u * 1024u) /* an output buffer larger than this is freed once sent */
+#define DAEMON_UID_MEM       (64u * 1024u * 1024u)  /* output and snapshots one peer uid may hold */
+#define DAEMON_MEM_TOTAL     (512u * 1024u * 1024u) /* past this, each uid gets a fair share */
+/* A uid may build an enumeration snapshot again only after SPACING times
+ * its last build took (at most WAIT_MAX_MS): its builds take at most a
+ * tenth of the loop, and a small map waits for nothing noticeable. */
+#define DAEMON_SNAP_SPACING     10u
+#define DAEMON_SNAP_WAIT_MAX_MS 2000u
+#define DAEMON_BIG_REPLY        (64u * 1024u) /* a group record kept packed past this */
+#define DAEMON_BIG_KEEP         4u            /* that many kept at once */
 
 /* Per-uid limits (peers.c, listen.c); the numbers are in config_limits */
 #define DAEMON_SHED_IDLE_MS 1000u  /* silent this long: may be closed for a newcomer */
@@ -125,6 +136,12 @@ void ldapdom_status(const struct domain *d, struct ldap_domain_status *st);
 bool ldapdom_note_once(struct domain *d, const char *msg);
 
 /* ---- one client connection (conn.c) ---------------------------------------- */
+struct budget_uid;
+struct snap_holder {
+	struct budget_uid *uid;
+	unsigned cursors;
+};
+
 /* One map's enumeration in wire encoding, built once per cache state and
  * shared (reference-counted) by every connection walking it: a thousand
  * enumerating clients cost one copy, and only the first pays the build. */
@@ -134,12 +151,29 @@ struct enum_snap {
 	struct idc_buf recs; /* records back to back */
 	size_t *offs;        /* start of record i; offs[n] = recs.len */
 	size_t n, cap;
+	/* The uids whose cursors hold it, each charged its size once
+	 * (budget.c): a uid pays for each distinct snapshot it keeps alive. */
+	struct snap_holder *holders;
+	size_t nholders;
+};
+
+/* A large group reply kept packed (responder.c). */
+struct big_reply {
+	uint64_t gen; /* daemon_data_gen() when read */
+	uint32_t cmd, id;
+	char name[PROTO_NAME_MAX + 1];
+	int64_t expires;       /* unix seconds; 0: never */
+	struct enum_snap *rec; /* one record; NULL: slot unused */
 };
 
 struct enum_cursor {
 	struct enum_snap *snap; /* NULL: not started */
 	size_t pos;
+	struct budget_uid *uid; /* charged for snap */
 };
+
+/* Release one reference (the last frees it). */
+void enum_snap_put(struct enum_snap *s);
 
 struct conn {
 	struct loop_io io;
@@ -151,9 +185,23 @@ struct conn {
 	bool peer_ok; /* admin: root or the daemon's uid */
 	uid_t peer_uid;
 	pid_t peer_pid;
+	struct budget_uid *uid; /* what the peer's uid is charged (NULL: no memory) */
 	struct proto_reader rd;
 	struct idc_buf out;
-	size_t out_off; /* bytes of out already sent */
+	size_t out_off;     /* bytes of out already sent */
+	size_t out_charged; /* out.cap as charged to uid */
+	/* After out: records of an enumeration reply sent straight from its
+	 * snapshot (a reference held), so a reply left unread costs no copy.
+	 * No request is taken while it waits: nothing may follow it in out. */
+	struct enum_snap *tail;
+	size_t tail_off, tail_end;
+	bool mem_wait; /* uid over budget: takes no request until woken */
+	/* A request waiting for its uid's next build (responder.c); no later
+	 * request is taken meanwhile. */
+	bool held;
+	struct proto_req held_req; /* name in held_name */
+	char held_name[PROTO_NAME_MAX + 1];
+	uint64_t held_until; /* idc_now_ns() */
 	uint64_t last_active_ns;
 	struct enum_cursor pw, gr;
 	/* A request waiting for a directory (responder.c): no later request
@@ -189,6 +237,11 @@ void conn_sweep(struct daemon *dm);
 /* The reply of c's waiting request was queued (rc 0) or could not be
  * built (rc < 0: close): take its next requests, flush, re-arm. */
 void conn_resume(struct conn *c, int rc);
+/* Send s->recs[off, end) after what c's output holds now (takes a reference). */
+void conn_queue_tail(struct conn *c, struct enum_snap *s, size_t off, size_t end);
+/* After the current batch, go on with the connections waiting for memory
+ * whose uid is back under budget. */
+void conn_wake_later(struct daemon *dm);
 
 /* ---- request handlers ---------------------------------------------------------
  * Append the reply (one frame) to out. Return 0, or <0 only when out of
@@ -196,7 +249,11 @@ void conn_resume(struct conn *c, int rc);
 int responder_handle(struct conn *c, const struct proto_req *req, struct idc_buf *out);
 /* The connection closes: its waiting request, if any, is answered to no one. */
 void responder_detach(struct conn *c);
-void enum_cursor_free(struct enum_cursor *e);
+void enum_cursor_free(struct daemon *dm, struct enum_cursor *e);
+/* The held timer: held requests whose wait is over are answered. */
+void responder_held_timer(struct loop_timer *t);
+/* Drop the kept large group replies (`idcache expire`, shutdown). */
+void responder_forget_replies(struct daemon *dm);
 int admin_handle(struct conn *c, const struct proto_req *req, struct idc_buf *out);
 
 /* The read transaction shared by the requests of one connection's batch,
@@ -225,6 +282,26 @@ void daemon_host_free(struct daemon *dm);
 /* The sweep: notice a change of the host's files even while every lookup
  * is a memory-cache hit. */
 void daemon_host_check(struct daemon *dm);
+
+/* ---- per-uid budgets (budget.c) ---------------------------------------------
+ * Charges are kept in bytes; a NULL uid (no memory for the entry) is never
+ * charged nor limited. */
+/* The entry of uid, counting one more user of it; NULL when out of memory. */
+struct budget_uid *budget_get(struct daemon *dm, uid_t uid);
+void budget_put(struct daemon *dm, struct budget_uid *u);
+/* Free unused entries (all: every entry, at shutdown). */
+void budget_sweep(struct daemon *dm, bool all);
+/* Whether u's connections must stop taking requests. */
+bool budget_over(const struct daemon *dm, const struct budget_uid *u);
+/* An output buffer charged old bytes now holds now. */
+void budget_charge_out(struct daemon *dm, struct budget_uid *u, size_t old, size_t now);
+/* Whether u may start holding one more snapshot of size bytes. */
+bool budget_snap_admit(const struct daemon *dm, const struct budget_uid *u, size_t size);
+void budget_charge_snap(struct daemon *dm, struct budget_uid *u, size_t size, bool add);
+/* How long (ns) u must wait before building a snapshot; 0: now. */
+uint64_t budget_build_wait(const struct budget_uid *u, uint64_t now);
+/* u built a snapshot at now, which took took_ns. */
+void budget_built(struct budget_uid *u, uint64_t now, uint64_t took_ns);
 
 /* ---- listeners (listen.c) --------------------------------------------------- */
 struct listener {
@@ -423,6 +500,17 @@ struct daemon {
 	struct gid_memo *gid_memo;  /* precedence.c */
 	const char **members;       /* precedence.c: member list scratch */
 	size_t members_cap;
+	struct budget_uid *budgets;   /* per peer uid (budget.c) */
+	size_t budget_total;          /* bytes charged to all uids */
+	size_t budget_out;            /* of which output queues */
+	size_t budget_waiting;        /* connections with mem_wait set */
+	bool wake_queued;             /* conn_wake_later's call is deferred */
+	struct loop_timer held_timer; /* held requests (responder.c) */
+	uint64_t held_timer_at;       /* when it fires, idc_now_ns() */
+	uint64_t enum_builds, enum_build_ns, held_requests, enum_refused, mem_waits;
+	struct big_reply big[DAEMON_BIG_KEEP];
+	size_t big_next;
+	uint64_t big_builds, big_build_ns, big_hits;
 };
 
 /* Changes whenever what an enumeration returns may have changed. */

@@ -264,6 +264,7 @@ static int start(struct daemon *dm, struct config *cfg)
 	dm->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	rc = rc ? rc : loop_timer_init(&dm->loop, &dm->sweep, on_sweep, dm);
 	rc = rc ? rc : loop_timer_arm(&dm->sweep, DAEMON_SWEEP_MS, DAEMON_SWEEP_MS);
+	rc = rc ? rc : loop_timer_init(&dm->loop, &dm->held_timer, responder_held_timer, dm);
 	rc = rc ? rc : listener_start(dm, &dm->nss);
 	rc = rc ? rc : listener_start(dm, &dm->admin);
 	rc = rc ? rc : daemon_apply_config(dm, cfg);
@@ -283,10 +284,13 @@ static void stop(struct daemon *dm)
 	daemon_reader_end(dm);
 	loop_io_close(&dm->sig);
 	loop_timer_close(&dm->sweep);
+	loop_timer_close(&dm->held_timer);
 	loop_fini(&dm->loop); /* frees the closed connections */
-	peers_free(dm);       /* closes its kept sockets through the reaper */
+	budget_sweep(dm, true);
+	peers_free(dm); /* closes its kept sockets through the reaper */
 	reaper_stop(dm);
 	enum_snaps_release(dm);
+	responder_forget_replies(dm);
 	daemon_mc_close(dm);
 	daemon_host_free(dm);
 	cache_close(dm->cache);
@@ -300,6 +304,7 @@ static int run(const struct options *o, struct config *cfg)
 {
 	struct daemon dm = {.config_path = o->config, .foreground = o->foreground};
 	dm.nss.io.fd = dm.admin.io.fd = dm.sig.fd = dm.sweep.io.fd = dm.spare_fd = -1;
+	dm.held_timer.io.fd = -1;
 	dm.loop.epfd = -1;
 	dm.start_ns = idc_now_ns();
 	dm.start_time = (int64_t)time(NULL);

@@ -333,18 +333,199 @@ static int do_user(struct walk *w, struct idc_buf *out)
 	return finish(out, req->cmd, start, rc ? rc : put_user(out, &u));
 }
 
+/* ==== held requests ==========================================================================
+ * A request whose answer needs a build its uid may not make yet (a stale
+ * enumeration snapshot, a large group read again after a commit) waits on
+ * the connection, which takes nothing else meanwhile, until its uid's
+ * spacing has passed — or someone else's build made the answer current. */
+
+static bool latest_stale(const struct daemon *dm, bool users);
+static struct big_reply *big_find(struct daemon *dm, const struct proto_req *req, bool fresh);
+
+/* Hold req (copied) for wait_ns; the held timer answers it. */
+static int hold(struct conn *c, const struct proto_req *req, uint64_t wait_ns)
+{
+	struct daemon *dm = c->dm;
+	c->held = true;
+	c->held_req = *req;
+	if (req->name.len) /* <= PROTO_NAME_MAX: decoded */
+		memcpy(c->held_name, req->name.p, req->name.len);
+	c->held_name[req->name.len] = '\0';
+	c->held_req.name.p = c->held_name;
+	c->held_until = idc_now_ns() + wait_ns;
+	dm->held_requests++;
+	if (!dm->held_timer.armed || c->held_until < dm->held_timer_at) {
+		dm->held_timer_at = c->held_until;
+		loop_timer_arm(&dm->held_timer, (wait_ns + 999999u) / 1000000u, 0);
+	}
+	return 0;
+}
+
+/* Whether c's held request must wait on (its build is still needed). */
+static bool still_held(struct daemon *dm, struct conn *c, uint64_t now)
+{
+	const struct proto_req *req = &c->held_req;
+	if (c->held_until <= now)
+		return false;
+	if (req->cmd == PROTO_CMD_GETGRNAM || req->cmd == PROTO_CMD_GETGRGID)
+		return !big_find(dm, req, true);
+	return latest_stale(dm, req->cmd <= PROTO_CMD_ENDPWENT);
+}
+
+void responder_held_timer(struct loop_timer *t)
+{
+	struct daemon *dm = t->owner;
+	uint64_t now = idc_now_ns(), next = 0;
+	for (struct conn *c = dm->conns, *nc; c; c = nc) {
+		nc = c->next;
+		if (!c->held)
+			continue;
+		if (still_held(dm, c, now)) {
+			next = !next || c->held_until < next ? c->held_until : next;
+			continue;
+		}
+		c->held = false;
+		struct proto_req req = c->held_req;
+		int rc = responder_handle(c, &req, &c->out);
+		daemon_reader_end(dm);
+		conn_resume(c, rc);
+	}
+	if (next) {
+		dm->held_timer_at = next;
+		loop_timer_arm(&dm->held_timer, (next - now + 999999u) / 1000000u, 0);
+	}
+}
+
+/* ==== large group replies ===================================================================
+ * A group whose record passes DAEMON_BIG_REPLY (a directory group of a
+ * million members: ~10 MB, 0.4 s to read and pack) is kept packed, for the
+ * cache generation it was read in, by the request that asked (the last
+ * DAEMON_BIG_KEEP of them). Asked again it costs no cache read and no copy:
+ * it is sent from the kept record like an enumeration batch. Kept only when
+ * the walk read the cache alone (no directory asked: the same walk would
+ * give the same answer until a commit) and the entry was fresh; not used
+ * past its expiry, after a commit or a reload, or after `idcache expire`.
+ * Reading it again after a commit is one uid's build, spaced like the
+ * snapshots' (budget_build_wait): meanwhile the request waits. */
+
+static bool big_key(const struct big_reply *b, const struct proto_req *req)
+{
+	if (!b->rec || b->cmd != req->cmd)
+		return false;
+	if (req->cmd == PROTO_CMD_GETGRGID)
+		return b->id == req->id;
+	return strlen(b->name) == req->name.len && memcmp(b->name, req->name.p, req->name.len) == 0;
+}
+
+/* The kept reply for req: fresh only (current generation, not expired),
+ * or any (stale tells that reading it again is a build). */
+static struct big_reply *big_find(struct daemon *dm, const struct proto_req *req, bool fresh)
+{
+	for (size_t i = 0; i < DAEMON_BIG_KEEP; i++) {
+		struct big_reply *b = &dm->big[i];
+		if (!big_key(b, req))
+			continue;
+		bool ok = b->gen == daemon_data_gen(dm) &&
+			  (b->expires == 0 || (int64_t)time(NULL) < b->expires);
+		return ok || !fresh ? b : NULL;
+	}
+	return NULL;
+}
+
+void responder_forget_replies(struct daemon *dm)
+{
+	for (size_t i = 0; i < DAEMON_BIG_KEEP; i++) {
+		enum_snap_put(dm->big[i].rec);
+		dm->big[i] = (struct big_reply){0};
+	}
+}
+
+/* Queue the reply to req from b: the header here, the record from b. */
+static int big_send(struct conn *c, const struct proto_req *req, struct big_reply *b,
+		    struct idc_buf *out)
+{
+	size_t start;
+	int rc = proto_reply_begin(out, req->cmd, PROTO_ST_OK, &start);
+	if (rc < 0)
+		return rc;
+	proto_patch_u32(out, start, (uint32_t)(PROTO_HDR_SIZE + b->rec->recs.len));
+	conn_queue_tail(c, b->rec, 0, b->rec->recs.len);
+	c->dm->big_hits++;
+	return 0;
+}
+
+/* Keep the record out[at, len) for req (answered by a walk of the cache
+ * alone, from an entry with meta) and send it from there; -ENOMEM leaves
+ * out as it was. */
+static int big_keep(struct conn *c, const struct proto_req *req, const struct cache_meta *meta,
+		    struct idc_buf *out, size_t at)
+{
+	struct daemon *dm = c->dm;
+	struct enum_snap *s = calloc(1, sizeof(*s));
+	if (!s || idc_buf_append(&s->recs, out->data + at, out->len - at) < 0) {
+		free(s);
+		return -ENOMEM;
+	}
+	s->refs = 1;
+	struct big_reply *b = big_find(dm, req, false);
+	b = b ? b : &dm->big[dm->big_next++ % DAEMON_BIG_KEEP];
+	enum_snap_put(b->rec);
+	*b = (struct big_reply){daemon_data_gen(dm), req->cmd, req->id, "", meta->expires, s};
+	if (req->cmd == PROTO_CMD_GETGRNAM)
+		memcpy(b->name, req->name.p, req->name.len);
+	out->len = at - PROTO_HDR_SIZE;
+	return big_send(c, req, b, out);
+}
+
+/* Answer a group request from a kept reply (1), hold it until its uid may
+ * read a large group again (1), or let the walk answer (0). */
+static int big_lookup(struct conn *c, const struct proto_req *req, struct idc_buf *out, int *rc)
+{
+	struct big_reply *b = big_find(c->dm, req, true);
+	if (b) {
+		*rc = big_send(c, req, b, out);
+		return 1;
+	}
+	uint64_t wait = budget_build_wait(c->uid, idc_now_ns());
+	if (!wait || !big_find(c->dm, req, false))
+		return 0;
+	*rc = hold(c, req, wait);
+	return 1;
+}
+
+/* Keep a large record the walk just put in out[start, len). */
+static int big_after(struct walk *w, const struct cache_meta *meta, struct idc_buf *out,
+		     size_t start, uint64_t t0)
+{
+	size_t at = start + PROTO_HDR_SIZE;
+	if (w->p || meta->expired || out->len - at <= DAEMON_BIG_REPLY || !w->c)
+		return 0;
+	uint64_t now = idc_now_ns();
+	budget_built(w->c->uid, now, now - t0);
+	w->dm->big_builds++;
+	w->dm->big_build_ns += now - t0;
+	big_keep(w->c, w->req, meta, out, at); /* out of memory: sent from out */
+	return 0;
+}
+
 static int do_group(struct walk *w, struct idc_buf *out)
 {
 	struct daemon *dm = w->dm;
 	const struct proto_req *req = w->req;
+	uint64_t t0 = idc_now_ns();
+	int rc = 0;
+	if (!w->p && w->c && big_lookup(w->c, req, out, &rc))
+		return rc;
 	struct cache_reader *r = daemon_reader(dm);
 	struct cache_group g;
 	size_t at = 0; /* the domain asked last: the one answering */
-	int rc = !r ? -EIO : -ENOENT, step = WALK_NEXT;
+	struct cache_meta meta = {0};
+	int step = WALK_NEXT;
+	rc = !r ? -EIO : -ENOENT;
 	if (r && req->cmd == PROTO_CMD_GETGRNAM && !cache_name_valid(req->name.p, req->name.len))
 		step = WALK_ANSWER;
 	for (size_t i = 0; r && step == WALK_NEXT && i < dm->ndomains; i++) {
-		struct cache_meta meta = {0};
+		meta = (struct cache_meta){0};
 		rc = group_in(r, dm->domains[i]->cfg, req, &g, &meta);
 		if (rc == 0 && daemon_group_withheld(dm, i, &g)) {
 			rc = -ENOENT;
@@ -365,7 +546,8 @@ static int do_group(struct walk *w, struct idc_buf *out)
 			    answer_keys(req, g.name));
 	size_t start;
 	rc = proto_reply_begin(out, req->cmd, PROTO_ST_OK, &start);
-	return finish(out, req->cmd, start, rc ? rc : put_group(out, &g));
+	rc = finish(out, req->cmd, start, rc ? rc : put_group(out, &g));
+	return rc ? rc : big_after(w, &meta, out, start, t0);
 }
 
 /* The gids of name in domain cfg, into dm->gids (grown as
@@ -447,11 +629,18 @@ static int handle_lookup(struct walk *w, struct idc_buf *out)
 
 /* ==== enumeration ==========================================================================
  * SET (or the first GET) takes a reference to a snapshot of every domain's
- * records in wire encoding; GETs hand it out in batches. A snapshot is
- * consistent (one read transaction) and unaffected by refreshes while a
- * client walks it, as with getpwent over a file replaced meanwhile. The
- * daemon keeps the latest snapshot of each map and reuses it while the
- * cache is unchanged. */
+ * records in wire encoding; GETs hand it out in batches, sent straight from
+ * the snapshot (conn_queue_tail). A snapshot is consistent (one read
+ * transaction) and unaffected by refreshes while a client walks it, as
+ * with getpwent over a file replaced meanwhile. The daemon keeps the
+ * latest snapshot of each map and reuses it while the cache is unchanged.
+ *
+ * What one uid may cause (budget.c): each distinct snapshot its cursors
+ * hold is charged to it, and one it may not afford is refused (TRYAGAIN)
+ * unless it holds none; a uid whose snapshot is stale builds a new one
+ * only when its spacing since its last build has passed — until then the
+ * request is held (the connection takes nothing else) and answered by
+ * responder_held_timer, from a fresh snapshot. */
 
 uint64_t daemon_data_gen(const struct daemon *dm)
 {
@@ -460,25 +649,63 @@ uint64_t daemon_data_gen(const struct daemon *dm)
 	return cache_durable_commits(dm->cache) * 1000003u + dm->config_gen;
 }
 
-static void snap_put(struct enum_snap *s)
+void enum_snap_put(struct enum_snap *s)
 {
 	if (s && --s->refs == 0) {
 		idc_buf_free(&s->recs);
 		free(s->offs);
+		free(s->holders);
 		free(s);
 	}
 }
 
-void enum_cursor_free(struct enum_cursor *e)
+static size_t snap_bytes(const struct enum_snap *s)
 {
-	snap_put(e->snap);
+	return s->recs.cap + s->cap * sizeof(*s->offs);
+}
+
+static struct snap_holder *snap_holder(struct enum_snap *s, const struct budget_uid *u)
+{
+	for (size_t i = 0; i < s->nholders; i++)
+		if (s->holders[i].uid == u)
+			return &s->holders[i];
+	return NULL;
+}
+
+/* Take a cursor's reference to s for u, charging u the first time. */
+static int snap_hold(struct daemon *dm, struct enum_snap *s, struct budget_uid *u)
+{
+	struct snap_holder *h = snap_holder(s, u);
+	if (!h) {
+		h = realloc(s->holders, (s->nholders + 1) * sizeof(*h));
+		if (!h)
+			return -ENOMEM;
+		s->holders = h;
+		h = &s->holders[s->nholders++];
+		*h = (struct snap_holder){u, 0};
+		budget_charge_snap(dm, u, snap_bytes(s), true);
+	}
+	h->cursors++;
+	s->refs++;
+	return 0;
+}
+
+void enum_cursor_free(struct daemon *dm, struct enum_cursor *e)
+{
+	struct enum_snap *s = e->snap;
+	struct snap_holder *h = s ? snap_holder(s, e->uid) : NULL;
+	if (h && --h->cursors == 0) {
+		budget_charge_snap(dm, e->uid, snap_bytes(s), false);
+		*h = s->holders[--s->nholders];
+	}
+	enum_snap_put(s);
 	*e = (struct enum_cursor){0};
 }
 
 void enum_snaps_release(struct daemon *dm)
 {
 	for (size_t i = 0; i < 2; i++) {
-		snap_put(dm->snaps[i]);
+		enum_snap_put(dm->snaps[i]);
 		dm->snaps[i] = NULL;
 	}
 }
@@ -497,50 +724,100 @@ static int snap_mark(struct enum_snap *s)
 	return 0;
 }
 
-/* A snapshot being filled from domain i. */
-struct snap_fill {
-	struct enum_snap *s;
+/* One domain's records as the cache hands them over (in no order), with
+ * the keys that sort them (cache_enum_users_unsorted); dm and i: the
+ * domain, whose withheld entries are left out. */
+struct keyed {
+	uint64_t order, key;
+	size_t off, len; /* in recs */
+};
+
+struct domain_recs {
+	struct idc_buf recs;
+	struct keyed *k;
+	size_t n, cap;
 	struct daemon *dm;
 	size_t i;
 };
 
-static int add_user(const struct cache_user *u, void *arg)
+static int keep_record(struct domain_recs *u, uint64_t order, uint64_t key, size_t off)
 {
-	struct snap_fill *f = arg;
-	if (daemon_user_withheld(f->dm, f->i, u))
-		return 0;
-	int rc = snap_mark(f->s);
-	return rc ? rc : put_user(&f->s->recs, u);
+	if (u->n == u->cap) {
+		size_t cap = u->cap ? u->cap * 2 : 1024;
+		struct keyed *grown = realloc(u->k, cap * sizeof(*grown));
+		if (!grown)
+			return -ENOMEM;
+		u->k = grown;
+		u->cap = cap;
+	}
+	u->k[u->n++] = (struct keyed){order, key, off, u->recs.len - off};
+	return 0;
 }
 
-static int add_group(const struct cache_group *g, void *arg)
+static int add_user(const struct cache_user *cu, uint64_t key, void *arg)
 {
-	struct snap_fill *f = arg;
-	if (daemon_group_withheld(f->dm, f->i, g))
+	struct domain_recs *u = arg;
+	if (daemon_user_withheld(u->dm, u->i, cu))
+		return 0;
+	size_t off = u->recs.len;
+	int rc = put_user(&u->recs, cu);
+	return rc ? rc : keep_record(u, cu->order, key, off);
+}
+
+static int add_group(const struct cache_group *g, uint64_t key, void *arg)
+{
+	struct domain_recs *u = arg;
+	if (daemon_group_withheld(u->dm, u->i, g))
 		return 0;
 	struct cache_group kept = *g;
-	int rc = daemon_group_members_kept(f->dm, f->i, &kept);
-	rc = rc ? rc : snap_mark(f->s);
-	return rc ? rc : put_group(&f->s->recs, &kept);
+	int rc = daemon_group_members_kept(u->dm, u->i, &kept);
+	size_t off = u->recs.len;
+	rc = rc ? rc : put_group(&u->recs, &kept);
+	return rc ? rc : keep_record(u, g->order, key, off);
+}
+
+static int keyed_cmp(const void *a, const void *b)
+{
+	const struct keyed *x = a, *y = b;
+	return cache_enum_order(x->order, x->key, y->order, y->key);
+}
+
+/* Append u's records to s in the cache's enumeration order; empty u. */
+static int append_sorted(struct enum_snap *s, struct domain_recs *u)
+{
+	qsort(u->k, u->n, sizeof(*u->k), keyed_cmp);
+	int rc = idc_buf_reserve(&s->recs, u->recs.len);
+	for (size_t i = 0; rc == 0 && i < u->n; i++) {
+		rc = snap_mark(s);
+		rc = rc ? rc : idc_buf_append(&s->recs, u->recs.data + u->k[i].off, u->k[i].len);
+	}
+	idc_buf_reset(&u->recs);
+	u->n = 0;
+	return rc;
 }
 
 static int snap_build(struct daemon *dm, bool users, struct enum_snap **out)
 {
 	struct cache_reader *r = daemon_reader(dm);
 	struct enum_snap *s = calloc(1, sizeof(*s));
+	struct domain_recs u = {IDC_BUF_INIT, NULL, 0, 0, dm, 0};
 	int rc = !s ? -ENOMEM : r ? 0 : -EIO;
 	for (size_t i = 0; rc == 0 && i < dm->ndomains; i++) {
 		const char *dn = dm->domains[i]->cfg->name;
-		struct snap_fill f = {s, dm, i};
-		rc = users ? cache_enum_users(r, dn, add_user, &f)
-			   : cache_enum_groups(r, dn, add_group, &f);
+		u.dm = dm;
+		u.i = i;
+		rc = users ? cache_enum_users_unsorted(r, dn, add_user, &u)
+			   : cache_enum_groups_unsorted(r, dn, add_group, &u);
+		rc = rc ? rc : append_sorted(s, &u);
 	}
+	idc_buf_free(&u.recs);
+	free(u.k);
 	if (rc == 0)
 		rc = snap_mark(s); /* end of the last record */
 	if (rc < 0) {
 		if (s)
 			s->refs = 1;
-		snap_put(s);
+		enum_snap_put(s);
 		return rc;
 	}
 	s->n--; /* the end mark is not a record */
@@ -550,45 +827,97 @@ static int snap_build(struct daemon *dm, bool users, struct enum_snap **out)
 	return 0;
 }
 
-static int collect(struct daemon *dm, struct enum_cursor *e, bool users)
+/* Make dm's latest snapshot of the map current, built on u's account. */
+static int refresh_latest(struct daemon *dm, struct budget_uid *u, bool users)
 {
-	enum_cursor_free(e);
 	struct enum_snap **latest = &dm->snaps[users ? 0 : 1];
-	if (!*latest || (*latest)->gen != daemon_data_gen(dm)) {
-		struct enum_snap *s;
-		int rc = snap_build(dm, users, &s);
-		if (rc < 0)
-			return rc;
-		snap_put(*latest);
-		*latest = s;
-	}
-	(*latest)->refs++;
-	e->snap = *latest;
-	e->pos = 0;
+	if (*latest && (*latest)->gen == daemon_data_gen(dm))
+		return 0;
+	uint64_t t0 = idc_now_ns();
+	struct enum_snap *s;
+	int rc = snap_build(dm, users, &s);
+	if (rc < 0)
+		return rc;
+	uint64_t t1 = idc_now_ns();
+	budget_built(u, t1, t1 - t0);
+	dm->enum_builds++;
+	dm->enum_build_ns += t1 - t0;
+	enum_snap_put(*latest);
+	*latest = s;
 	return 0;
 }
 
-/* Records from the cursor while they fit max_count and max_bytes (a frame
- * always gets at least one). */
-static int put_batch(struct enum_cursor *e, const struct proto_req *req, struct idc_buf *out,
-		     size_t start)
+/* Whether the latest snapshot of the map is missing or stale. */
+static bool latest_stale(const struct daemon *dm, bool users)
+{
+	const struct enum_snap *s = dm->snaps[users ? 0 : 1];
+	return !s || s->gen != daemon_data_gen(dm);
+}
+
+/* Whether c's uid may hold s (NULL: a snapshot about s's size to come). */
+static bool affords(struct conn *c, struct enum_snap *s, bool users)
+{
+	struct enum_snap *like = s ? s : c->dm->snaps[users ? 0 : 1];
+	if (s && snap_holder(s, c->uid))
+		return true;
+	if (budget_snap_admit(c->dm, c->uid, like ? snap_bytes(like) : 0))
+		return true;
+	c->dm->enum_refused++;
+	idc_log(IDC_LOG_DEBUG, "uid %d holds enumerations over its budget: refusing one",
+		(int)c->peer_uid);
+	return false;
+}
+
+/* Point e at the latest snapshot for c's uid. -EAGAIN: over its budget. */
+static int collect(struct conn *c, struct enum_cursor *e, bool users)
+{
+	struct daemon *dm = c->dm;
+	enum_cursor_free(dm, e);
+	if (!affords(c, NULL, users)) /* refused before building for it */
+		return -EAGAIN;
+	int rc = refresh_latest(dm, c->uid, users);
+	if (rc < 0)
+		return rc;
+	struct enum_snap *s = dm->snaps[users ? 0 : 1];
+	if (!affords(c, s, users))
+		return -EAGAIN;
+	rc = snap_hold(dm, s, c->uid);
+	if (rc == 0) {
+		e->snap = s;
+		e->uid = c->uid;
+	}
+	return rc;
+}
+
+/* The records of one GET reply, from the cursor while they fit max_count
+ * and max_bytes (a frame always gets at least one), queued after the
+ * frame's head without a copy. */
+static int put_batch(struct conn *c, struct enum_cursor *e, const struct proto_req *req,
+		     struct idc_buf *out)
 {
 	const struct enum_snap *s = e->snap;
-	size_t count_at = out->len;
+	size_t start, first = e->pos;
+	int rc = proto_reply_begin(out, req->cmd, PROTO_ST_OK, &start);
+	rc = rc ? rc : proto_put_u32(out, 0);
+	if (rc < 0)
+		return finish(out, req->cmd, start, rc);
+	size_t head = out->len - start;
 	uint32_t count = 0;
-	int rc = proto_put_u32(out, 0);
-	while (rc == 0 && e->pos < s->n && (req->max_count == 0 || count < req->max_count)) {
-		size_t len = s->offs[e->pos + 1] - s->offs[e->pos];
-		size_t frame = out->len - start + len;
+	while (e->pos < s->n && (req->max_count == 0 || count < req->max_count)) {
+		size_t frame = head + s->offs[e->pos + 1] - s->offs[first];
 		if (count > 0 &&
 		    ((req->max_bytes && frame > req->max_bytes) || frame > PROTO_MAX_REPLY))
 			break;
-		rc = idc_buf_append(out, s->recs.data + s->offs[e->pos], len);
 		count++;
 		e->pos++;
 	}
-	proto_patch_u32(out, count_at, count);
-	return rc;
+	size_t len = head + s->offs[e->pos] - s->offs[first];
+	if (len > PROTO_MAX_REPLY) /* one record alone is too large */
+		return finish(out, req->cmd, start, -EMSGSIZE);
+	proto_patch_u32(out, start, (uint32_t)len);
+	proto_patch_u32(out, start + PROTO_HDR_SIZE, count);
+	conn_queue_tail(c, e->snap, s->offs[first], s->offs[e->pos]);
+	return 0;
 }
 
 static int enum_request(struct conn *c, const struct proto_req *req, struct idc_buf *out)
@@ -597,21 +926,29 @@ static int enum_request(struct conn *c, const struct proto_req *req, struct idc_
 	struct enum_cursor *e = users ? &c->pw : &c->gr;
 	int rc = 0;
 	if (req->cmd == PROTO_CMD_ENDPWENT || req->cmd == PROTO_CMD_ENDGRENT) {
-		enum_cursor_free(e);
+		enum_cursor_free(c->dm, e);
 		return proto_reply_status(out, req->cmd, PROTO_ST_OK, NULL);
 	}
 	bool set = req->cmd == PROTO_CMD_SETPWENT || req->cmd == PROTO_CMD_SETGRENT;
-	if (set || !e->snap)
-		rc = collect(c->dm, e, users);
+	if (set)
+		enum_cursor_free(c->dm, e); /* restarted: its old snapshot is not charged */
+	if (!e->snap) {
+		uint64_t wait =
+		    latest_stale(c->dm, users) ? budget_build_wait(c->uid, idc_now_ns()) : 0;
+		if (wait > 0 && affords(c, NULL, users))
+			return hold(c, req, wait);
+		rc = wait > 0 ? -EAGAIN : collect(c, e, users);
+	}
+	if (rc == -EAGAIN)
+		return proto_reply_status(out, req->cmd, PROTO_ST_TRYAGAIN,
+					  "too many enumerations held open by this user");
 	if (rc < 0)
 		return reply_failure(out, req->cmd, rc == -ENOENT ? -EIO : rc);
 	if (set)
 		return proto_reply_status(out, req->cmd, PROTO_ST_OK, NULL);
 	if (e->pos >= e->snap->n)
 		return proto_reply_status(out, req->cmd, PROTO_ST_NOTFOUND, NULL);
-	size_t start;
-	rc = proto_reply_begin(out, req->cmd, PROTO_ST_OK, &start);
-	return finish(out, req->cmd, start, rc ? rc : put_batch(e, req, out, start));
+	return put_batch(c, e, req, out);
 }
 
 /* ==== dispatch ================================================================================ */

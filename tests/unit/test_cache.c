@@ -180,6 +180,79 @@ static int count_cb(const struct cache_user *u, void *arg)
 	return 0;
 }
 
+struct keyed_name {
+	uint64_t order, key;
+	char name[32];
+};
+
+static struct keyed_name seen[16];
+static size_t nseen;
+
+static int keyed_user_cb(const struct cache_user *u, uint64_t key, void *arg)
+{
+	(void)arg;
+	assert_true(nseen < 16);
+	seen[nseen] = (struct keyed_name){u->order, key, ""};
+	snprintf(seen[nseen++].name, sizeof(seen[0].name), "%s", u->name);
+	return 0;
+}
+
+static int keyed_group_cb(const struct cache_group *g, uint64_t key, void *arg)
+{
+	(void)arg;
+	assert_true(nseen < 16);
+	seen[nseen] = (struct keyed_name){g->order, key, ""};
+	snprintf(seen[nseen++].name, sizeof(seen[0].name), "%s", g->name);
+	return 0;
+}
+
+static int keyed_cmp(const void *a, const void *b)
+{
+	const struct keyed_name *x = a, *y = b;
+	return cache_enum_order(x->order, x->key, y->order, y->key);
+}
+
+/* seen[], sorted, as "a,b,c,". */
+static const char *seen_sorted(void)
+{
+	static char out[256];
+	out[0] = '\0';
+	qsort(seen, nseen, sizeof(seen[0]), keyed_cmp);
+	for (size_t i = 0; i < nseen; i++) {
+		strcat(out, seen[i].name);
+		strcat(out, ",");
+	}
+	nseen = 0;
+	return out;
+}
+
+static int group_names_cb(const struct cache_group *g, void *arg)
+{
+	strcat(arg, g->name);
+	strcat(arg, ",");
+	return 0;
+}
+
+/* One pass in no order, sorted by cache_enum_order: the ordered walk. */
+static void test_enum_unsorted(void **state)
+{
+	struct fx *f = *state;
+	put_users(f, 0);
+	struct cache_reader *r;
+	char names[256] = "";
+	assert_int_equal(cache_reader_begin(f->c, &r), 0);
+	assert_int_equal(cache_enum_users(r, "local", count_cb, names), 0);
+	assert_int_equal(cache_enum_users_unsorted(r, "local", keyed_user_cb, NULL), 0);
+	assert_string_equal(seen_sorted(), names);
+	names[0] = '\0';
+	assert_int_equal(cache_enum_groups(r, "local", group_names_cb, names), 0);
+	assert_int_equal(cache_enum_groups_unsorted(r, "local", keyed_group_cb, NULL), 0);
+	assert_string_equal(seen_sorted(), names);
+	assert_int_equal(cache_enum_users_unsorted(r, "empty", keyed_user_cb, NULL), 0);
+	assert_int_equal(nseen, 0);
+	cache_reader_end(r);
+}
+
 static void test_enum_delete_expire(void **state)
 {
 	struct fx *f = *state;
@@ -425,6 +498,7 @@ int main(void)
 	    T(test_initgroups),
 	    T(test_noop_refresh_writes_nothing_durable),
 	    T(test_enum_delete_expire),
+	    T(test_enum_unsorted),
 	    T(test_drop_outside),
 	    T(test_bad_names),
 	    T(test_timestamps_rebuilt),
