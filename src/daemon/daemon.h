@@ -168,6 +168,9 @@ void conn_resume(struct conn *c, int rc);
  * Append the reply (one frame) to out. Return 0, or <0 only when out of
  * memory (the connection is then closed). */
 int responder_handle(struct conn *c, const struct proto_req *req, struct idc_buf *out);
+/* The password field served for a kept one (cache_user.passwd): itself
+ * when cache_passwd_public() allows it, else "x". */
+const char *daemon_passwd_field(const char *kept);
 /* The connection closes: its waiting request, if any, is answered to no one. */
 void responder_detach(struct conn *c);
 void enum_cursor_free(struct enum_cursor *e);
@@ -236,8 +239,7 @@ int daemon_mc_fds(struct daemon *dm, uint32_t mask, int fds[3]);
 void daemon_mc_beat(struct daemon *dm);
 /* Records the responder answered with; by_id: the answer to a by-id lookup. */
 void daemon_mc_put_passwd(struct daemon *dm, const struct proto_passwd *pw, bool by_id);
-void daemon_mc_put_group(struct daemon *dm, const char *name, uint32_t gid, const char *const *mem,
-			 size_t nmem, bool by_id);
+void daemon_mc_put_group(struct daemon *dm, const struct cache_group *g, bool by_id);
 void daemon_mc_put_initgroups(struct daemon *dm, const char *user, const uint32_t *gids, size_t n);
 /* A provider's committed change (files_domain_set_hook; arg: the daemon):
  * drop exactly the records it affects. */

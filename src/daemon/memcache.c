@@ -161,19 +161,19 @@ void daemon_mc_put_passwd(struct daemon *dm, const struct proto_passwd *pw, bool
 	note("a user", mc_put_passwd(dm->mc[0], pw, expiry(), by_id));
 }
 
-void daemon_mc_put_group(struct daemon *dm, const char *name, uint32_t gid, const char *const *mem,
-			 size_t nmem, bool by_id)
+void daemon_mc_put_group(struct daemon *dm, const struct cache_group *g, bool by_id)
 {
 	if (dm->mc[1] == NULL)
 		return;
 	struct idc_buf b = IDC_BUF_INIT;
 	int rc = 0;
-	for (size_t i = 0; rc == 0 && i < nmem; i++)
-		rc = proto_put_cstr(&b, mem[i]);
-	struct proto_group gr = {{name, (uint32_t)strlen(name)},
-				 {"x", 1},
-				 gid,
-				 {(const uint8_t *)b.data, b.len, (uint32_t)nmem}};
+	for (size_t i = 0; rc == 0 && i < g->nmembers; i++)
+		rc = proto_put_cstr(&b, g->members[i]);
+	const char *pw = daemon_passwd_field(g->passwd);
+	struct proto_group gr = {{g->name, (uint32_t)strlen(g->name)},
+				 {pw, (uint32_t)strlen(pw)},
+				 g->gid,
+				 {(const uint8_t *)b.data, b.len, (uint32_t)g->nmembers}};
 	if (rc == 0)
 		rc = mc_put_group(dm->mc[1], &gr, expiry(), by_id);
 	note("a group", rc);

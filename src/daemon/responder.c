@@ -4,9 +4,14 @@
  *
  * Domains are searched in the configured order, each with its own case
  * rule, and the first that knows the key answers. A name the cache could
- * never hold is NOTFOUND without a lookup. The password field is always
- * "x" (users and groups alike): idcache never holds or serves password
- * hashes, and "x" is what shadow-based systems put there anyway.
+ * never hold is NOTFOUND without a lookup. The password field is "x"
+ * (users and groups alike) unless the provider kept one that says nothing
+ * secret ("", "*", "!": cache_passwd_public): idcache never holds or
+ * serves password hashes.
+ *
+ * An extra record (a later line of a repeated name) found by id is not
+ * written to the maps: there it would answer for the name, which belongs
+ * to the first line.
  *
  * A read transaction is shared by the requests of one connection's batch
  * (daemon_reader) and ended when the batch is done, so a refresh committed
@@ -49,17 +54,29 @@ static struct proto_str pstr(const char *s)
 	return (struct proto_str){s, (uint32_t)strlen(s)};
 }
 
+const char *daemon_passwd_field(const char *kept)
+{
+	return cache_passwd_public(kept) ? kept : NO_PASSWORD;
+}
+
+static struct proto_passwd to_proto(const struct cache_user *u)
+{
+	return (struct proto_passwd){pstr(u->name),  pstr(daemon_passwd_field(u->passwd)),
+				     u->uid,         u->gid,
+				     pstr(u->gecos), pstr(u->dir),
+				     pstr(u->shell)};
+}
+
 static int put_user(struct idc_buf *out, const struct cache_user *u)
 {
-	struct proto_passwd pw = {pstr(u->name),  pstr(NO_PASSWORD), u->uid,        u->gid,
-				  pstr(u->gecos), pstr(u->dir),      pstr(u->shell)};
+	struct proto_passwd pw = to_proto(u);
 	return proto_put_passwd(out, &pw);
 }
 
 static int put_group(struct idc_buf *out, const struct cache_group *g)
 {
-	return proto_put_group_cstr(out, g->name, NO_PASSWORD, g->gid, g->members,
-				    (uint32_t)g->nmembers);
+	return proto_put_group_cstr(out, g->name, daemon_passwd_field(g->passwd), g->gid,
+				    g->members, (uint32_t)g->nmembers);
 }
 
 /* Close the frame begun at start; a failure replaces it with ERROR. */
@@ -305,9 +322,10 @@ static int do_user(struct walk *w, struct idc_buf *out)
 		return 0;
 	if (rc < 0)
 		return reply_failure(out, req->cmd, rc);
-	struct proto_passwd pw = {pstr(u.name),  pstr(NO_PASSWORD), u.uid,        u.gid,
-				  pstr(u.gecos), pstr(u.dir),       pstr(u.shell)};
-	daemon_mc_put_passwd(dm, &pw, req->cmd == PROTO_CMD_GETPWUID);
+	struct proto_passwd pw = to_proto(&u);
+	bool by_id = req->cmd == PROTO_CMD_GETPWUID;
+	if (!(by_id && u.extra))
+		daemon_mc_put_passwd(dm, &pw, by_id);
 	size_t start;
 	rc = proto_reply_begin(out, req->cmd, PROTO_ST_OK, &start);
 	return finish(out, req->cmd, start, rc ? rc : put_user(out, &u));
@@ -333,8 +351,9 @@ static int do_group(struct walk *w, struct idc_buf *out)
 		return 0;
 	if (rc < 0)
 		return reply_failure(out, req->cmd, rc);
-	daemon_mc_put_group(dm, g.name, g.gid, (const char *const *)g.members, g.nmembers,
-			    req->cmd == PROTO_CMD_GETGRGID);
+	bool by_id = req->cmd == PROTO_CMD_GETGRGID;
+	if (!(by_id && g.extra))
+		daemon_mc_put_group(dm, &g, by_id);
 	size_t start;
 	rc = proto_reply_begin(out, req->cmd, PROTO_ST_OK, &start);
 	return finish(out, req->cmd, start, rc ? rc : put_group(out, &g));

@@ -20,12 +20,16 @@
  *     4294967295 once strtoul has wrapped a negative value;
  *   - members: split at ',', leading white space of each dropped, empty
  *     items dropped, everything else (':' and trailing white space) kept.
- * Our additions: a line with a NUL byte or longer than FILES_LINE_MAX is
- * malformed; a name cache_name_valid() refuses is skipped; the first
- * occurrence of a name wins (across all files of a domain), and so does the
- * first of two names the cache would fold together (case, spaces); member
- * names cache_name_valid() refuses are dropped. Every skip is logged with
- * file:line and the reason.
+ * As glibc, the first line of a name answers for the name (across all
+ * files of a domain), and every line answers for its id and in
+ * enumeration: a later line of a name is kept as an extra record. Names
+ * are case-sensitive: "Alice" after "alice" is a name of its own.
+ * The password field is kept when cache_passwd_public() allows ("", "*",
+ * "!"), else served as "x".
+ * Our additions: a line with a NUL byte is malformed; a name
+ * cache_name_valid() refuses is skipped; member names cache_name_valid()
+ * refuses are dropped. Every skip is logged with file:line and the
+ * reason.
  */
 #ifndef IDC_FILES_H
 #define IDC_FILES_H
@@ -37,7 +41,6 @@
 #include "cache/cache.h"
 #include "util/util.h"
 
-#define FILES_LINE_MAX (64u * 1024u)          /* longer lines are malformed */
 #define FILES_SIZE_MAX (256u * 1024u * 1024u) /* larger files are refused */
 
 /* ==== one line ===============================================================
@@ -75,6 +78,7 @@ const char *files_next_member(char **cursor);
  * until files_snapshot_free. */
 struct files_user {
 	const char *name, *gecos, *dir, *shell;
+	const char *passwd; /* cache_passwd_public() or NULL */
 	uint32_t uid, gid;
 	uint32_t file; /* index in the domain's file list */
 	uint32_t line; /* 1-based; 0 for a record read back from the cache */
@@ -82,10 +86,12 @@ struct files_user {
 	uint64_t order;
 	uint64_t hash; /* of everything stored except order */
 	uint64_t key;  /* hash of the folded name */
+	size_t prev;   /* extras: records of the main list before this one */
 };
 
 struct files_group {
 	const char *name;
+	const char *passwd; /* as files_user.passwd */
 	uint32_t gid;
 	uint32_t file, line;
 	uint32_t off;     /* byte offset of the line in its file */
@@ -94,6 +100,7 @@ struct files_group {
 	uint64_t order;
 	uint64_t hash;
 	uint64_t key;
+	size_t prev;
 };
 
 struct files_name_table {
@@ -126,6 +133,13 @@ struct files_snapshot {
 	size_t nusers, users_cap;
 	struct files_group *groups;
 	size_t ngroups, groups_cap;
+	/* Extra records: lines whose name (folded) an earlier line holds,
+	 * in file order; glibc answers them by id, by enumeration and, for
+	 * another spelling, by name (cache.h, "Extra records"). */
+	struct files_user *xusers;
+	size_t nxusers, xusers_cap;
+	struct files_group *xgroups;
+	size_t nxgroups, xgroups_cap;
 	const char **mem; /* member names of all groups */
 	size_t nmem, mem_cap;
 	struct files_name_table user_names, group_names; /* folded name -> index */
@@ -136,7 +150,8 @@ struct files_snapshot {
 	struct files_skips uskip, gskip;
 	struct idc_arena arena; /* strings copied from the cache */
 	size_t malformed;       /* lines skipped as malformed (bad syntax, name) */
-	size_t duplicates;      /* lines skipped as a repeated name */
+	size_t duplicates;      /* lines whose exact name an earlier line holds:
+				 * found by id only */
 };
 
 struct files_snapshot *files_snapshot_new(void);

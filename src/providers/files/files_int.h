@@ -6,9 +6,8 @@
 
 /* Record content hashes; equal records hash equal whether they come from a
  * parse or from the cache. */
-uint64_t files_user_hash(const char *name, uint32_t uid, uint32_t gid, const char *gecos,
-			 const char *dir, const char *shell);
-uint64_t files_group_hash(const char *name, uint32_t gid, const char *const *mem, size_t n);
+uint64_t files_user_hash(const struct files_user *u);
+uint64_t files_group_hash(const struct files_group *g, const char *const *mem);
 
 /* Take buf (len bytes, buf[len] writable) into s and parse it in place. On
  * error buf is freed too. */
