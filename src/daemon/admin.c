@@ -104,6 +104,7 @@ static void status_domain(struct daemon *dm, struct domain *d, struct idc_buf *b
 	idc_buf_printf(b, "domain.%s.refresh_failures=%llu\n", n,
 		       (unsigned long long)d->refresh_failed);
 	idc_buf_printf(b, "domain.%s.malformed_lines=%zu\n", n, d->last.malformed);
+	idc_buf_printf(b, "domain.%s.repeated_name_lines=%zu\n", n, d->last.duplicates);
 	snprintf(key, sizeof(key), "domain.%s.last_error", n);
 	kv(b, key, d->last_error);
 }
@@ -289,6 +290,32 @@ static int group_info(struct daemon *dm, struct cache_reader *r, const char *nam
 	return 0;
 }
 
+/* Why no domain serves the name: a skipped line of a files domain, or the
+ * name another case spells (names are case-sensitive there). Text in b. */
+static const char *why_not_served(struct daemon *dm, struct cache_reader *r,
+				  const struct proto_req *req, struct idc_buf *b)
+{
+	bool group = req->cmd == PROTO_CMD_GROUPINFO;
+	const char *name = req->name.p;
+	char why[600];
+	idc_buf_reset(b);
+	idc_buf_printf(b, "no served domain holds this name");
+	for (size_t i = 0; i < dm->ndomains; i++) {
+		struct domain *d = dm->domains[i];
+		const char *dn = d->cfg->name;
+		struct cache_user u;
+		struct cache_group g;
+		if (d->files && files_domain_why(d->files, group, name, why, sizeof(why)))
+			idc_buf_printf(b, "; %s", why);
+		else if (r && d->cfg->case_sensitive && cache_name_valid(name, strlen(name)) &&
+			 (group ? cache_group_by_name(r, &dn, 1, name, false, &g, NULL)
+				: cache_user_by_name(r, &dn, 1, name, false, &u, NULL)) == 0)
+			idc_buf_printf(b, "; domain %s has '%s' (names are case-sensitive)", dn,
+				       group ? g.name : u.name);
+	}
+	return b->data ? b->data : "no served domain holds this name";
+}
+
 static int do_info(struct daemon *dm, const struct proto_req *req, struct idc_buf *out)
 {
 	struct cache_reader *r = daemon_reader(dm);
@@ -301,7 +328,7 @@ static int do_info(struct daemon *dm, const struct proto_req *req, struct idc_bu
 		rc = b.data ? reply_text(out, req->cmd, &b) : -ENOMEM;
 	else if (rc == -ENOENT)
 		rc = proto_reply_status(out, req->cmd, PROTO_ST_NOTFOUND,
-					"no served domain holds this name");
+					why_not_served(dm, r, req, &b));
 	else
 		rc = proto_reply_status(out, req->cmd, PROTO_ST_ERROR, idc_strerror(rc));
 	idc_buf_free(&b);

@@ -5,6 +5,7 @@
  * costs one put however long the file is.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -554,6 +555,60 @@ static int apply_plan(struct files_domain *fd, struct cache *c, const struct fil
 	if (rc)
 		idc_diag_prefix(d, "files domain %s: nothing applied: ", fd->name);
 	return rc;
+}
+
+/* ==== why a name is not served ======================================================= */
+
+/* Whether the line at byte off of raw[0..len) has name in its name field
+ * (after leading white space, up to ':' or the end of the line). */
+static bool line_named(const char *raw, size_t len, uint32_t off, const char *name, size_t *llen)
+{
+	if (off >= len)
+		return false;
+	const char *p = raw + off, *nl = memchr(p, '\n', len - off);
+	const char *end = nl ? nl : raw + len;
+	*llen = (size_t)(end - p);
+	while (p < end && (*p == ' ' || (*p >= '\t' && *p <= '\r')))
+		p++;
+	size_t n = strlen(name);
+	return (size_t)(end - p) >= n && memcmp(p, name, n) == 0 && (p + n == end || p[n] == ':');
+}
+
+/* What the parser said of the line (a copy is parsed: it writes NULs). */
+static const char *skip_reason(const char *line, size_t len, bool group)
+{
+	char *copy = malloc(len + 1);
+	if (!copy)
+		return "skipped";
+	memcpy(copy, line, len);
+	copy[len] = '\0';
+	const char *why = NULL;
+	struct files_pwent pe;
+	struct files_grent ge;
+	enum files_line r = group ? files_parse_grline(copy, len, &ge, &why)
+				  : files_parse_pwline(copy, len, &pe, &why);
+	free(copy);
+	if (r == FILES_LINE_BAD && why)
+		return why;
+	return group ? "invalid group name" : "invalid user name";
+}
+
+int files_domain_why(const struct files_domain *fd, bool group, const char *name, char *out,
+		     size_t cap)
+{
+	const struct files_snapshot *s = fd->snap;
+	const struct files_skips *sk = s ? (group ? &s->gskip : &s->uskip) : NULL;
+	for (size_t i = 0; sk && i < sk->n; i++) {
+		const struct files_skip *e = &sk->v[i];
+		size_t pi = group ? fd->npasswd + e->file : e->file, len;
+		if (e->dup || pi >= fd->npasswd + fd->ngroup || !fd->raw[pi] ||
+		    !line_named(fd->raw[pi], fd->rawlen[pi], e->off, name, &len))
+			continue;
+		snprintf(out, cap, "%s:%u: %s; line skipped", fd->paths[pi], e->line,
+			 skip_reason(fd->raw[pi] + e->off, len, group));
+		return 1;
+	}
+	return 0;
 }
 
 /* ==== change hook ================================================================== */

@@ -310,4 +310,11 @@ void files_domain_invalidate(struct files_domain *fd);
 /* The last applied snapshot, or NULL before the first refresh. */
 const struct files_snapshot *files_domain_snapshot(const struct files_domain *fd);
 
+/* Why no record of the domain is named name (a user, or a group when
+ * group): the first line of the kept snapshot's files that has this name
+ * and was skipped as malformed, as "FILE:LINE: reason" in out. 1 when one
+ * was found, else 0 (out untouched). */
+int files_domain_why(const struct files_domain *fd, bool group, const char *name, char *out,
+		     size_t cap);
+
 #endif
