@@ -5,6 +5,7 @@ and lines of any length, through the socket and through the memory maps,
 compared with glibc's own answers over the same files; what `idcache
 status` and `idcache user|group NAME` say about lines that are not served.
 """
+import os
 import subprocess
 
 import pytest
@@ -110,3 +111,30 @@ def test_status_and_info_say_what_is_not_served(idcache, daemons):
     assert r.rc != 0 and "case-sensitive" in r.err, r
     r = cli(idcache, d, "user", "Alice")
     assert r.rc == 0 and "uid=2030\n" in r.out, r
+
+
+def test_in_place_write_to_bind_mounted_file(daemons):
+    """Containers bind-mount /etc/passwd: an edit is a write in place to
+    another directory's file, which a watch on our directory never hears
+    of. The file's own watch does."""
+    d = daemons.start("before:x:2100:100::/:/bin/sh\n", "g:x:100:\n", start=False)
+    real = d.base / "real"
+    real.mkdir()
+    os.chmod(real, 0o755)
+    src = real / "passwd"
+    src.write_text("before:x:2100:100::/:/bin/sh\n")
+    os.chmod(src, 0o644)
+    d.wrap = ["unshare", "-m", "--propagation", "private", "--", "sh", "-c",
+              'mount --bind "$1" "$2" || exit 125; shift 2; exec "$@"', "bind",
+              str(src), str(d.passwd)] + d.wrap
+    d.start()
+    assert d.ns.run(["getent", "passwd", "before"]).rc == 0
+    for k in range(3):
+        with open(src, "r+") as f:  # in place, as an editor in the container does
+            f.write(f"before:x:2100:100::/:/bin/sh\nadded{k}:x:{2101 + k}:100::/:/bin/sh\n")
+            f.truncate()
+        ok, waited = nsenv.wait_for(
+            lambda: d.ns.run(["getent", "passwd", f"added{k}"]).rc == 0, 5)
+        print(f"in-place write {k} visible after {waited:.3f}s")
+        assert ok, f"an in-place write to the bind-mounted file was not noticed:\n{d.log()}"
+    assert d.ns.run(["getent", "passwd", "added0"]).rc == 2

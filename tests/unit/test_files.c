@@ -444,6 +444,37 @@ static void test_watch(void **state)
 	free(lnk);
 }
 
+/* A write to the file through a name in another directory (what a bind
+ * mount over the path amounts to: the kernel tells that directory, not
+ * ours) is seen by the file's own watch, also after the path was replaced
+ * by a rename. */
+static void test_watch_write_elsewhere(void **state)
+{
+	(void)state;
+	char *dir = tmpdir(), *pw = path_in(dir, "passwd"), *other = tmpdir();
+	char *alias = path_in(other, "alias");
+	write_file(pw, "a:x:1:1:::\n");
+	struct files_watch *w;
+	const char *paths[] = {pw};
+	assert_int_equal(files_watch_open(paths, 1, &w, NULL), 0);
+	for (int round = 0; round < 2; round++) {
+		assert_int_equal(link(pw, alias), 0);
+		assert_int_equal(drain(w) & FILES_EV_CHANGED, FILES_EV_CHANGED); /* nlink */
+		write_file(alias, "a:x:1:1:::\nb:x:2:2:::\n");
+		assert_true(drain(w) & FILES_EV_CHANGED);
+		assert_int_equal(unlink(alias), 0);
+		replace_file(pw, "c:x:3:3:::\n"); /* the watch follows the new inode */
+		assert_true(drain(w) & FILES_EV_CHANGED);
+	}
+	files_watch_close(w);
+	rmrf(dir);
+	rmrf(other);
+	free(dir);
+	free(pw);
+	free(other);
+	free(alias);
+}
+
 static void test_watch_missing_dir(void **state)
 {
 	(void)state;
@@ -1277,6 +1308,7 @@ int main(void)
 	    cmocka_unit_test(test_snapshot_groups),
 	    cmocka_unit_test(test_snapshot_files_in_order),
 	    cmocka_unit_test(test_watch),
+	    cmocka_unit_test(test_watch_write_elsewhere),
 	    cmocka_unit_test(test_watch_missing_dir),
 	    cmocka_unit_test_setup_teardown(test_apply_changes, fixture_setup, fixture_teardown),
 	    cmocka_unit_test_setup_teardown(test_apply_insert_keeps_others, fixture_setup,

@@ -3,7 +3,7 @@
  * (DESIGN §6).
  *
  * Owns: the parse of passwd/group bytes (parse.c), an inotify watch on the
- * directories holding the configured files (watch.c), and per domain the
+ * configured files and the directories holding them (watch.c), and per domain the
  * last applied snapshot plus the diff that turns a new parse into one cache
  * transaction (apply.c).
  * May call: util, cache, libc.
@@ -179,9 +179,10 @@ long files_snapshot_user(const struct files_snapshot *s, const char *name);
 long files_snapshot_group(const struct files_snapshot *s, const char *name);
 
 /* ==== watch ==================================================================
- * inotify on the parent directories of the configured files, so writes in
- * place, replace-by-rename (useradd, vipw, sed -i), deletion, re-creation
- * and a symlink renamed into place are all seen.
+ * inotify on the parent directories of the configured files and on the
+ * files themselves, so writes in place (also to a file bind-mounted over
+ * the path), replace-by-rename (useradd, vipw, sed -i), deletion,
+ * re-creation and a symlink renamed into place are all seen.
  *
  * Wiring into an epoll loop:
  *   files_watch_open(paths) -> add files_watch_fd(w) for EPOLLIN;
@@ -208,7 +209,7 @@ enum {
 
 struct files_watch;
 
-/* Watch the directories of paths[0..n). A directory that does not exist
+/* Watch paths[0..n) and their directories. A directory that does not exist
  * yet is not an error: it is counted by files_watch_missing. 0 or -errno
  * (inotify_init1 failed, a path without a file name...). */
 int files_watch_open(const char *const *paths, size_t n, struct files_watch **out,
