@@ -205,8 +205,9 @@ struct privs {
 	int ngroups;
 };
 
-/* Look up user (before any socket exists, since the lookup may go
- * through NSS, possibly our own module). Not root: drop = false. */
+/* Look up user in /etc/passwd (NSS only when the file lacks it, and
+ * before any socket exists: NSS may ask our own module). Not root:
+ * drop = false. */
 int privs_prepare(const char *user, struct privs *p);
 /* mkdir -p with mode 0755; when dropping, chown to the user. */
 int privs_make_dir(const struct privs *p, const char *path, bool recursive_chown);

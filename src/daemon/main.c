@@ -4,8 +4,8 @@
  * Start-up order, and why:
  *   1. read the configuration (as the invoking user: root can read a
  *      root-only file);
- *   2. look up the run-time user (NSS may ask our own module, which finds no
- *      socket yet and falls through at once);
+ *   2. look up the run-time user in /etc/passwd itself (through NSS,
+ *      "passwd: idcache" alone would ask our own module: us, not serving);
  *   3. create run_dir and state_dir, owned by that user;
  *   4. create nss.sock and admin.sock (owned by that user, so it can take
  *      admin requests of its own uid and remove the sockets at stop);

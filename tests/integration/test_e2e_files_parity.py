@@ -138,3 +138,17 @@ def test_in_place_write_to_bind_mounted_file(daemons):
         print(f"in-place write {k} visible after {waited:.3f}s")
         assert ok, f"an in-place write to the bind-mounted file was not noticed:\n{d.log()}"
     assert d.ns.run(["getent", "passwd", "added0"]).rc == 2
+
+
+def test_daemon_starts_under_idcache_alone(daemons):
+    """With "passwd: idcache" and "group: idcache" alone, the daemon's own
+    user can only come from the files themselves: through NSS the lookup
+    would ask the daemon that is starting."""
+    d = daemons.start("u:x:2200:100::/:/bin/sh\n", "g:x:100:u\n", start=False)
+    sys_passwd, sys_group = nsenv.daemon_sys_files(d.base / "sys-idcache")
+    env = ["env", f"LD_LIBRARY_PATH={d.ns.module_dir}", f"IDCACHE_RUNDIR={d.run_dir}"]
+    d.wrap = env + d.ns.argv([], sources="idcache", passwd=sys_passwd, group=sys_group)
+    d.start()
+    assert f"running as {nsenv.DAEMON_USER} (uid {nsenv.DAEMON_UID})" in d.log(), d.log()
+    assert d.ns.run(["getent", "passwd", "u"]).rc == 0
+    d.check_alive()
