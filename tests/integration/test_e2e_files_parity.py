@@ -152,3 +152,25 @@ def test_daemon_starts_under_idcache_alone(daemons):
     assert f"running as {nsenv.DAEMON_USER} (uid {nsenv.DAEMON_UID})" in d.log(), d.log()
     assert d.ns.run(["getent", "passwd", "u"]).rc == 0
     d.check_alive()
+
+
+RECOMMENDED = "idcache [NOTFOUND=return] files"  # README, post-install, libnss_idcache(8)
+
+
+def test_recommended_nsswitch_line_enumerates_once(daemons):
+    """The line the docs give lists every user and group once, with the
+    daemon up and down, and answers as files does; both plain orders list
+    every local user twice, which is why the docs do not give them."""
+    d = daemons.start(PASSWD, GROUP)
+    kw = dict(passwd=d.passwd, group=d.group)
+    argvs = [["getent", "passwd"], ["getent", "group"], ["getent", "passwd", "dupname"],
+             ["getent", "passwd", "nosuch"], ["id", "alice"]]
+    want = [hashes_hidden(r.out) for r in d.ns.run_many(argvs, sources="files", **kw)]
+    up = d.ns.run_many(argvs, sources=RECOMMENDED, **kw)
+    assert [r.out for r in up] == want
+    for order in ("files idcache", "idcache files"):
+        twice = d.ns.run_many(argvs[:1], sources=order, **kw)[0]
+        assert len(twice.out.splitlines()) == 2 * len(want[0].splitlines()), (order, twice)
+    d.stop()
+    down = d.ns.run_many(argvs, sources=RECOMMENDED, **kw)
+    assert [r.out for r in down] == [r.out for r in d.ns.run_many(argvs, sources="files", **kw)]
