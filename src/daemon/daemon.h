@@ -236,7 +236,7 @@ int daemon_mc_share(struct conn *c, uint32_t kind, struct idc_buf *out);
  * order, into fds[0..3) (owned by the writers: valid until the next reset);
  * their number. */
 int daemon_mc_fds(struct daemon *dm, uint32_t mask, int fds[3]);
-/* The maps' heartbeat (mc/layout.h): called every DAEMON_SWEEP_MS. */
+/* The maps' heartbeat (mc/layout.h): called every MC_BEAT_MS. */
 void daemon_mc_beat(struct daemon *dm);
 /* Records the responder answered with; by_id: the answer to a by-id lookup. */
 void daemon_mc_put_passwd(struct daemon *dm, const struct proto_passwd *pw, bool by_id);
@@ -273,6 +273,7 @@ struct daemon {
 	int spare_fd; /* given up to accept-and-close when out of descriptors */
 	struct loop_io sig;
 	struct loop_timer sweep;
+	struct loop_timer beat; /* the maps' heartbeat, every MC_BEAT_MS */
 	bool foreground;
 	struct cache_reader *reader;
 	uint64_t start_ns;

@@ -150,6 +150,12 @@ static void on_signal(struct loop_io *io, uint32_t events)
 static void on_sweep(struct loop_timer *t)
 {
 	conn_sweep(t->owner);
+}
+
+/* Its own timer, every MC_BEAT_MS: a client takes a map whose beat stops
+ * for MC_STALE_MS for a dead daemon's (mc/layout.h). */
+static void on_beat(struct loop_timer *t)
+{
 	daemon_mc_beat(t->owner);
 }
 
@@ -259,6 +265,8 @@ static int start(struct daemon *dm, struct config *cfg)
 	dm->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	rc = rc ? rc : loop_timer_init(&dm->loop, &dm->sweep, on_sweep, dm);
 	rc = rc ? rc : loop_timer_arm(&dm->sweep, DAEMON_SWEEP_MS, DAEMON_SWEEP_MS);
+	rc = rc ? rc : loop_timer_init(&dm->loop, &dm->beat, on_beat, dm);
+	rc = rc ? rc : loop_timer_arm(&dm->beat, MC_BEAT_MS, MC_BEAT_MS);
 	rc = rc ? rc : listener_start(dm, &dm->nss);
 	rc = rc ? rc : listener_start(dm, &dm->admin);
 	rc = rc ? rc : daemon_apply_config(dm, cfg);
@@ -278,6 +286,7 @@ static void stop(struct daemon *dm)
 	daemon_reader_end(dm);
 	loop_io_close(&dm->sig);
 	loop_timer_close(&dm->sweep);
+	loop_timer_close(&dm->beat);
 	loop_fini(&dm->loop); /* frees the closed connections */
 	enum_snaps_release(dm);
 	daemon_mc_close(dm);
@@ -291,7 +300,8 @@ static void stop(struct daemon *dm)
 static int run(const struct options *o, struct config *cfg)
 {
 	struct daemon dm = {.config_path = o->config, .foreground = o->foreground};
-	dm.nss.io.fd = dm.admin.io.fd = dm.sig.fd = dm.sweep.io.fd = dm.spare_fd = -1;
+	dm.nss.io.fd = dm.admin.io.fd = dm.sig.fd = dm.sweep.io.fd = dm.beat.io.fd = -1;
+	dm.spare_fd = -1;
 	dm.loop.epfd = -1;
 	dm.start_ns = idc_now_ns();
 	dm.start_time = (int64_t)time(NULL);

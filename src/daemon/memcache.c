@@ -46,8 +46,6 @@
 
 #define DAEMON_MC_TTL_S 300
 
-_Static_assert(DAEMON_SWEEP_MS <= MC_BEAT_S * 1000u, "the sweep timer beats the maps");
-
 static uint64_t map_bytes(const struct config *cfg, int k)
 {
 	uint32_t mib = k == 0   ? cfg->memcache_size_passwd
@@ -139,7 +137,7 @@ int daemon_mc_share(struct conn *c, uint32_t kind, struct idc_buf *out)
 
 void daemon_mc_beat(struct daemon *dm)
 {
-	int64_t now = (int64_t)time(NULL);
+	uint32_t now = mc_clock_ms(NULL);
 	for (int k = 0; k < 3; k++)
 		mc_writer_beat(dm->mc[k], now);
 }
