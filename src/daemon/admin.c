@@ -151,6 +151,22 @@ static int do_status(struct daemon *dm, const struct proto_req *req, struct idc_
 
 /* ==== EXPIRE / RELOAD ===================================================================== */
 
+/* Whether domain i holds name as its lookups match it: the cache's expiry
+ * keys fold case, so a case-sensitive domain is asked first (ALICE must not
+ * expire alice). */
+static bool holds_name(struct daemon *dm, size_t i, enum cache_kind kind, const char *name)
+{
+	const struct config_domain *cfg = dm->domains[i]->cfg;
+	struct cache_reader *r = daemon_reader(dm);
+	const char *dn = cfg->name;
+	struct cache_user u;
+	struct cache_group g;
+	if (!cfg->case_sensitive || r == NULL)
+		return true; /* the cache's own folding decides */
+	return kind == CACHE_USER ? cache_user_by_name(r, &dn, 1, name, true, &u, NULL) == 0
+				  : cache_group_by_name(r, &dn, 1, name, true, &g, NULL) == 0;
+}
+
 static int do_expire(struct daemon *dm, const struct proto_req *req, struct idc_buf *out)
 {
 	enum cache_kind kind = req->what == PROTO_EXPIRE_USER    ? CACHE_USER
@@ -165,19 +181,29 @@ static int do_expire(struct daemon *dm, const struct proto_req *req, struct idc_
 			kind == CACHE_USER ? "user" : "group");
 		return proto_reply_status(out, req->cmd, PROTO_ST_BADREQ, "invalid name");
 	}
+	bool *skip = calloc(dm->ndomains + 1, sizeof(*skip));
+	if (skip == NULL)
+		return proto_reply_status(out, req->cmd, PROTO_ST_ERROR, "out of memory");
+	for (size_t i = 0; name && i < dm->ndomains; i++)
+		skip[i] = !holds_name(dm, i, kind, name);
 	daemon_reader_end(dm); /* LMDB: no write txn while this thread reads */
 	for (size_t i = 0; i < dm->ndomains; i++) {
 		size_t count = 0;
 		struct idc_diag d = {{0}};
-		int rc = cache_expire(dm->cache, dm->domains[i]->cfg->name, kind, name, &count, &d);
+		int rc = skip[i] ? 0
+				 : cache_expire(dm->cache, dm->domains[i]->cfg->name, kind, name,
+						&count, &d);
 		if (rc < 0) {
+			free(skip);
 			idc_log(IDC_LOG_ERR, "expire: %s", d.msg[0] ? d.msg : idc_strerror(rc));
 			return proto_reply_status(out, req->cmd, PROTO_ST_ERROR, d.msg);
 		}
 		total += count;
 		/* files domains have the truth at hand: fetch it back now */
-		domain_schedule(dm->domains[i], 0, true);
+		if (!skip[i])
+			domain_schedule(dm->domains[i], 0, true);
 	}
+	free(skip);
 	daemon_mc_expire(dm, req->what, name);
 	idc_log(IDC_LOG_INFO, "expired %zu entries on request", total);
 	size_t start;

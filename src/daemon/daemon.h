@@ -209,6 +209,9 @@ struct privs {
  * before any socket exists: NSS may ask our own module). Not root:
  * drop = false. */
 int privs_prepare(const char *user, struct privs *p);
+/* user's uid and gid, as privs_prepare finds them: /etc/passwd, else NSS
+ * (*in_files says which). 0, -ENOENT or -errno. */
+int privs_find_user(const char *user, uid_t *uid, gid_t *gid, bool *in_files);
 /* mkdir -p with mode 0755; when dropping, chown to the user. */
 int privs_make_dir(const struct privs *p, const char *path, bool recursive_chown);
 int privs_chown_path(const struct privs *p, const char *path);

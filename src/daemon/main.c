@@ -58,8 +58,9 @@ static void help(FILE *out)
 	      "Options:\n"
 	      "  -c, --config FILE   configuration file (default " CONFIG_DEFAULT_PATH ")\n"
 	      "  -i, --interactive   stay in the foreground and log to stderr, not syslog\n"
-	      "      --check-config  check the configuration, print \"config OK\" or every\n"
-	      "                      error as FILE:LINE: message, and exit\n"
+	      "      --check-config  check the configuration (and that its user exists),\n"
+	      "                      print \"config OK\" or every error as FILE:LINE:\n"
+	      "                      message, and exit\n"
 	      "  -h, --help          show this help and exit\n"
 	      "  -V, --version       show the version and exit\n"
 	      "\n"
@@ -118,6 +119,15 @@ static int check_config(const char *path)
 	struct config *cfg = NULL;
 	struct idc_buf errors = IDC_BUF_INIT;
 	int rc = config_load(path, &cfg, &errors);
+	uid_t uid;
+	gid_t gid;
+	bool in_files;
+	if (rc == 0 && privs_find_user(cfg->user, &uid, &gid, &in_files) < 0) {
+		/* what the daemon would stop at, started as root */
+		fprintf(stderr, "%s: user = %s: no such user (create it: useradd --system %s)\n",
+			path, cfg->user, cfg->user);
+		rc = -ENOENT;
+	}
 	if (rc == 0)
 		printf("config OK\n");
 	else

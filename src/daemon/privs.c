@@ -81,19 +81,33 @@ static int file_groups(const char *user, struct privs *p)
 	return 0;
 }
 
-static int lookup_groups(const struct passwd *pw, struct privs *p)
+static int lookup_groups(const char *user, struct privs *p)
 {
 	int n = PRIVS_MAX_GROUPS;
 	p->groups = calloc((size_t)n, sizeof(*p->groups));
 	if (!p->groups)
 		return -ENOMEM;
-	if (getgrouplist(pw->pw_name, pw->pw_gid, p->groups, &n) < 0) {
+	if (getgrouplist(user, p->gid, p->groups, &n) < 0) {
 		/* more groups than we care to carry: the primary one suffices
 		 * for reading world-readable files */
-		p->groups[0] = pw->pw_gid;
+		p->groups[0] = p->gid;
 		n = 1;
 	}
 	p->ngroups = n;
+	return 0;
+}
+
+int privs_find_user(const char *user, uid_t *uid, gid_t *gid, bool *in_files)
+{
+	*in_files = file_user(user, uid, gid) == 0;
+	if (*in_files)
+		return 0;
+	errno = 0;
+	struct passwd *pw = getpwnam(user);
+	if (!pw)
+		return errno ? -errno : -ENOENT;
+	*uid = pw->pw_uid;
+	*gid = pw->pw_gid;
 	return 0;
 }
 
@@ -102,22 +116,14 @@ int privs_prepare(const char *user, struct privs *p)
 	memset(p, 0, sizeof(*p));
 	if (geteuid() != 0)
 		return 0;
-	bool in_files = file_user(user, &p->uid, &p->gid) == 0;
-	struct passwd *pw = NULL;
-	if (!in_files) {
-		errno = 0;
-		pw = getpwnam(user);
-	}
-	if (!in_files && !pw) {
+	bool in_files;
+	int rc = privs_find_user(user, &p->uid, &p->gid, &in_files);
+	if (rc) {
 		idc_log(IDC_LOG_ERR,
 			"user '%s' does not exist in " PRIVS_PASSWD
 			" (create it: useradd --system %s)",
 			user, user);
-		return errno ? -errno : -ENOENT;
-	}
-	if (pw) {
-		p->uid = pw->pw_uid;
-		p->gid = pw->pw_gid;
+		return rc;
 	}
 	if (p->uid == 0) {
 		/* an explicit choice (tests in a private directory); say so */
@@ -125,7 +131,7 @@ int privs_prepare(const char *user, struct privs *p)
 		return 0;
 	}
 	p->drop = true;
-	return pw ? lookup_groups(pw, p) : file_groups(user, p);
+	return in_files ? file_groups(user, p) : lookup_groups(user, p);
 }
 
 void privs_free(struct privs *p)
