@@ -105,6 +105,9 @@ void ldapdom_initgroups_note(struct domain *d, const char *name);
 /* `idcache expire`: every group list fetched counts as expired. */
 void ldapdom_expire(struct ldapdom *l);
 void ldapdom_status(const struct domain *d, struct ldap_domain_status *st);
+/* An offline domain probes its servers now, not when its backoff ends
+ * (SIGUSR2). Not ldap, or online: nothing. */
+void ldapdom_retry_now(struct domain *d);
 
 /* ---- one client connection (conn.c) ---------------------------------------- */
 /* One map's enumeration in wire encoding, built once per cache state and
@@ -226,6 +229,10 @@ int daemon_apply_config(struct daemon *dm, struct config *cfg);
 /* Re-read the configuration and apply it; errors go to *errors (and the
  * log). 0, or <0 with the old configuration still in force. */
 int daemon_reload(struct daemon *dm, struct idc_buf *errors);
+/* Every offline ldap domain probes its servers now (SIGUSR2, as SSSD's
+ * "go online"; a reload starts ldap domains over anyway), not when its
+ * backoff ends. */
+void daemon_retry_offline(struct daemon *dm);
 
 /* ---- shared-memory cache (memcache.c) -----------------------------------------
  * Maps in run_dir/mc sized by cfg (MiB); a size change starts that map

@@ -230,6 +230,14 @@ void ldapdom_status(const struct domain *d, struct ldap_domain_status *st)
 	ldap_domain_get_status(d->ldap->ld, st);
 }
 
+void ldapdom_retry_now(struct domain *d)
+{
+	if (!d->ldap)
+		return;
+	ldap_domain_retry_now(d->ldap->ld);
+	sync_loop(d->ldap); /* the timer fires at once */
+}
+
 #else /* no libldap: config.c refuses `id_provider = ldap`, so none of this runs */
 
 int ldapdom_new(struct domain *d)
@@ -280,6 +288,11 @@ void ldapdom_status(const struct domain *d, struct ldap_domain_status *st)
 {
 	(void)d;
 	memset(st, 0, sizeof(*st));
+}
+
+void ldapdom_retry_now(struct domain *d)
+{
+	(void)d;
 }
 
 #endif

@@ -66,7 +66,8 @@ static void help(FILE *out)
 	      "\n"
 	      "The daemon never forks (systemd: Type=simple). Started as root it drops to\n"
 	      "the configured user (default idcache) after creating its sockets.\n"
-	      "Signals: SIGTERM, SIGINT stop cleanly; SIGHUP re-reads the configuration.\n"
+	      "Signals: SIGTERM, SIGINT stop cleanly; SIGHUP re-reads the configuration;\n"
+	      "SIGUSR2 makes offline LDAP domains probe their servers now.\n"
 	      "\n"
 	      "Exit status: 0 clean stop or config OK, 1 failure or config errors,\n"
 	      "2 wrong command line. See idcached(8) and idcache.conf(5).\n",
@@ -150,6 +151,9 @@ static void on_signal(struct loop_io *io, uint32_t events)
 			idc_log(IDC_LOG_INFO, "SIGHUP: reloading %s", dm->config_path);
 			daemon_reload(dm, &errors);
 			idc_buf_free(&errors);
+		} else if (si.ssi_signo == SIGUSR2) {
+			idc_log(IDC_LOG_INFO, "SIGUSR2: offline domains probe their servers now");
+			daemon_retry_offline(dm);
 		} else {
 			idc_log(IDC_LOG_INFO, "signal %u: stopping", si.ssi_signo);
 			dm->loop.stop = true;
@@ -193,6 +197,7 @@ static int block_signals(struct daemon *dm)
 	sigaddset(&set, SIGTERM);
 	sigaddset(&set, SIGINT);
 	sigaddset(&set, SIGHUP);
+	sigaddset(&set, SIGUSR2);
 	signal(SIGPIPE, SIG_IGN);
 	if (sigprocmask(SIG_BLOCK, &set, NULL) < 0)
 		return -errno;

@@ -72,7 +72,11 @@ static void swap_in(struct daemon *dm, struct config *cfg, struct domain **doms,
 	for (size_t i = 0; i < dm->ndomains; i++)
 		if (dm->domains[i]) {
 			const char *name = dm->domains[i]->cfg->name;
-			if (configured(cfg, name))
+			if (configured(cfg, name) && dm->domains[i]->ldap)
+				idc_log(IDC_LOG_INFO,
+					"domain %s: connecting anew with the options in force",
+					name);
+			else if (configured(cfg, name))
 				idc_log(IDC_LOG_INFO,
 					"domain %s: its source changed; loading it anew", name);
 			else
@@ -165,4 +169,10 @@ int daemon_reload(struct daemon *dm, struct idc_buf *errors)
 	}
 	idc_log(IDC_LOG_INFO, "configuration reloaded: %zu domains", dm->ndomains);
 	return 0;
+}
+
+void daemon_retry_offline(struct daemon *dm)
+{
+	for (size_t i = 0; i < dm->ndomains; i++)
+		ldapdom_retry_now(dm->domains[i]);
 }
