@@ -842,6 +842,33 @@ static int uncovers(const struct files_snapshot *old, int k, const struct files_
 	return r;
 }
 
+/* Whether an extra record of kind k lies at or after byte pre of file f.
+ * Extra records before the window stay as they are (their named records
+ * and neighbours are before it too); the window's own lines repeating a
+ * name give up in the window parse (files_outer.collide). Groups: any,
+ * since their members interleave with the named groups' (splice_groups). */
+static bool extras_from(const struct files_snapshot *old, int k, uint32_t f, size_t pre)
+{
+	if (k)
+		return old->nxgroups > 0;
+	for (size_t i = 0; i < old->nxusers; i++)
+		if (old->xusers[i].file > f ||
+		    (old->xusers[i].file == f && old->xusers[i].off >= pre))
+			return true;
+	return false;
+}
+
+/* Whether the extra users just before the window (after named record
+ * first - 1) still sort before the record that follows them now. */
+static bool extras_fit(const struct files_snapshot *ns, size_t first)
+{
+	uint64_t hi = first < ns->nusers ? ns->users[first].order : UINT64_MAX;
+	for (size_t i = 0; i < ns->nxusers; i++)
+		if (ns->xusers[i].prev == first && ns->xusers[i].order >= hi)
+			return false;
+	return true;
+}
+
 /* Find and parse the window of path pi (of kind k) into w. 0, 1 to give up,
  * or -errno. */
 static int fast_window(struct files_domain *fd, const struct loaded *l, int k, size_t pi,
@@ -869,6 +896,8 @@ static int fast_window(struct files_domain *fd, const struct loaded *l, int k, s
 		ne = nlen - (olen - oe);
 	}
 	uint32_t f = (uint32_t)(k ? pi - fd->npasswd : pi);
+	if (extras_from(old, k, f, pre))
+		return 1; /* the window could move or uncover extra records */
 	w->file = f;
 	w->pre = (uint32_t)pre;
 	w->old_end = (uint32_t)oe;
@@ -992,8 +1021,6 @@ static int fast_refresh(struct files_domain *fd, struct cache *c, struct loaded 
 	size_t n = fd->npasswd + fd->ngroup, total = 0;
 	if (!old || fd->no_partial || old->nbufs >= FAST_NBUFS_MAX)
 		return 1;
-	if (old->nxusers || old->nxgroups)
-		return 1; /* extra records are replaced whole: see make_plan */
 	long changed[2] = {-1, -1};
 	for (size_t i = 0; i < n; i++) {
 		total += l->len[i];
@@ -1025,6 +1052,8 @@ static int fast_refresh(struct files_domain *fd, struct cache *c, struct loaded 
 	if (rc == 0)
 		rc = fast_kind(old, ns, 0, &w[0], &p.put_u, &p.nput_u, &p.del_u, &p.ndel_u,
 			       &st->users);
+	if (rc == 0 && w[0].active && !extras_fit(ns, w[0].before))
+		rc = 1; /* a full refresh would renumber */
 	if (rc == 0)
 		rc = fast_kind(old, ns, 1, &w[1], &p.put_g, &p.nput_g, &p.del_g, &p.ndel_g,
 			       &st->groups);

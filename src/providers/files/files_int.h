@@ -46,7 +46,8 @@ struct files_window {
 
 /* A new snapshot: old with each active window's records replaced. Its
  * first nborrowed buffers are old's (orders are not set for window
- * records). 0 or -ENOMEM. */
+ * records). old's extra records are kept as they are: the caller makes
+ * sure none is in or after an active window. 0 or -ENOMEM. */
 int files_snapshot_splice(const struct files_snapshot *old, struct files_window w[2],
 			  struct files_snapshot **out);
 

@@ -862,8 +862,12 @@ static int splice_groups(struct files_snapshot *ns, const struct files_snapshot 
 	const struct files_snapshot *win = w->active ? w->win : NULL;
 	size_t nwin = win ? win->ngroups : 0;
 	size_t n = before + nwin + (old->ngroups - after);
+	/* Untouched, the member list is taken whole: extra groups' members
+	 * lie between the groups' (an active window has no extras around). */
 	size_t mem_before =
-	    before ? old->groups[before - 1].mem_first + old->groups[before - 1].nmembers : 0;
+	    !w->active ? old->nmem
+	    : before   ? old->groups[before - 1].mem_first + old->groups[before - 1].nmembers
+		       : 0;
 	size_t mem_after = after < old->ngroups ? old->groups[after].mem_first : old->nmem;
 	size_t nwin_mem = win ? win->nmem : 0;
 	size_t nmem = mem_before + nwin_mem + (old->nmem - mem_after);
@@ -922,6 +926,23 @@ static int splice_bufs(struct files_snapshot *ns, const struct files_snapshot *o
 	return 0;
 }
 
+/* Extra records, all before any active window (the caller checked): taken
+ * as they are; their strings are in the borrowed buffers. */
+static int splice_extras(struct files_snapshot *ns, const struct files_snapshot *old)
+{
+	if (old->nxusers && !(ns->xusers = malloc(old->nxusers * sizeof(*ns->xusers))))
+		return -ENOMEM;
+	if (old->nxgroups && !(ns->xgroups = malloc(old->nxgroups * sizeof(*ns->xgroups))))
+		return -ENOMEM;
+	if (old->nxusers)
+		memcpy(ns->xusers, old->xusers, old->nxusers * sizeof(*ns->xusers));
+	if (old->nxgroups)
+		memcpy(ns->xgroups, old->xgroups, old->nxgroups * sizeof(*ns->xgroups));
+	ns->nxusers = ns->xusers_cap = old->nxusers;
+	ns->nxgroups = ns->xgroups_cap = old->nxgroups;
+	return 0;
+}
+
 int files_snapshot_splice(const struct files_snapshot *old, struct files_window w[2],
 			  struct files_snapshot **out)
 {
@@ -929,6 +950,8 @@ int files_snapshot_splice(const struct files_snapshot *old, struct files_window 
 	if (!ns)
 		return -ENOMEM;
 	int rc = splice_bufs(ns, old, w);
+	if (rc == 0)
+		rc = splice_extras(ns, old);
 	if (rc == 0)
 		rc = splice_users(ns, old, &w[0]);
 	if (rc == 0)
