@@ -389,7 +389,9 @@ static uint64_t *extra_order(struct files_snapshot *s, int k, size_t i)
 
 static uint64_t extra_hash(const struct files_snapshot *s, int k, size_t i)
 {
-	return k ? s->xgroups[i].hash : s->xusers[i].hash;
+	/* order included: a record that moved must be stored again */
+	uint64_t order = k ? s->xgroups[i].order : s->xusers[i].order;
+	return (k ? s->xgroups[i].hash : s->xusers[i].hash) ^ idc_hash64(&order, 8, 0);
 }
 
 static uint64_t named_order(struct files_snapshot *s, int k, size_t i)
@@ -417,13 +419,12 @@ static bool extra_orders(struct files_snapshot *s, int k, bool squeeze)
 	return true;
 }
 
-static bool extras_differ(const struct files_snapshot *old, struct files_snapshot *ns, int k)
+static bool extras_differ(const struct files_snapshot *old, const struct files_snapshot *ns, int k)
 {
 	if (extra_count(old, k) != extra_count(ns, k))
 		return true;
 	for (size_t i = 0; i < extra_count(ns, k); i++)
-		if (extra_hash(old, k, i) != extra_hash(ns, k, i) ||
-		    *extra_order((struct files_snapshot *)old, k, i) != *extra_order(ns, k, i))
+		if (extra_hash(old, k, i) != extra_hash(ns, k, i))
 			return true;
 	return false;
 }
