@@ -3,17 +3,24 @@ BUILD ?= build
 MESON_OPTS ?=
 PYTHON := /usr/bin/python3
 
-.PHONY: all deps build check unit integration asan demo demo-store bench fuzz install clean format
+.PHONY: all deps build-deps build check unit integration asan demo demo-store bench fuzz install clean format
 
 all: build
 
+# What the tests, demo, benchmarks and fuzzers need (and the build's).
 deps:
-	@./scripts/install-deps
+	@./scripts/install-deps test
+
+# What building and installing need: nothing of the tests' (no slapd,
+# valgrind, clang or chromium on a production host).
+build-deps:
+	@./scripts/install-deps build
 
 $(BUILD)/build.ninja:
 	meson setup $(BUILD) $(MESON_OPTS)
 
 build: deps $(BUILD)/build.ninja
+	meson configure $(BUILD) -Dtests=true
 	ninja -C $(BUILD)
 
 # All tests: unit tests, fuzz corpora replays, integration tests.
@@ -42,7 +49,11 @@ fuzz: deps
 	ninja -C build-fuzz
 	./scripts/fuzz build-fuzz $${FUZZ_SECONDS:-60}
 
-install: build
+# Builds without the tests (they need cmocka) when the build directory is
+# new; one that `make build` configured keeps them.
+install: build-deps
+	[ -f $(BUILD)/build.ninja ] || meson setup $(BUILD) -Dtests=false $(MESON_OPTS)
+	ninja -C $(BUILD)
 	meson install -C $(BUILD)
 	./scripts/post-install
 

@@ -19,6 +19,11 @@ bool cache_name_valid(const char *name, size_t len)
 	return idc_name_valid(name, len);
 }
 
+bool cache_passwd_public(const char *p)
+{
+	return p && strspn(p, "!*") == strlen(p);
+}
+
 bool cache_domain_name_valid(const char *d, size_t n)
 {
 	if (n == 0 || n > CACHE_DOMAIN_MAX)
@@ -70,6 +75,14 @@ int cache_dn_entry(struct idc_buf *out, int kind, const char *domain, const char
 		rc = idc_buf_printf(out, ",cn=%s,cn=%s,cn=idcache",
 				    kind == KIND_USER ? "users" : "groups", domain);
 	return rc;
+}
+
+int cache_dn_extra(struct idc_buf *out, int kind, const char *domain, uint64_t order)
+{
+	idc_buf_reset(out);
+	return idc_buf_printf(out, "entryOrder=%llu,cn=%s,cn=%s,cn=idcache",
+			      (unsigned long long)order, kind == KIND_USER ? "users" : "groups",
+			      domain);
 }
 
 int cache_search_kind(struct store_txn *st, struct idc_buf *base, int kind, const char *domain,
@@ -428,11 +441,14 @@ static int touch(struct cache_txn *t, int kind, const char *domain, const char *
 }
 
 /* The entry for name built from ps, stored (if it differs) and its
- * timestamps renewed. */
+ * timestamps renewed; an extra record is stored under its order (its
+ * timestamps are its name's). */
 static int put_named(struct cache_txn *t, int kind, const char *domain, const char *name,
-		     struct pairs *ps, bool *changed, struct idc_diag *d)
+		     const uint64_t *extra_order, struct pairs *ps, bool *changed,
+		     struct idc_diag *d)
 {
-	int rc = cache_dn_entry(&t->dn, kind, domain, name);
+	int rc = extra_order ? cache_dn_extra(&t->dn, kind, domain, *extra_order)
+			     : cache_dn_entry(&t->dn, kind, domain, name);
 	struct store_entry e;
 	if (!rc)
 		rc = store_entry_from_pairs(&t->arena, (struct store_val){t->dn.data, t->dn.len},
@@ -471,11 +487,15 @@ int cache_put_user(struct cache_txn *t, const char *domain, const struct cache_u
 	    {"loginShell", u->shell ? u->shell : ""},
 	    {"entryOrder", num(t, u->order)},
 	    {"originalDN", u->orig_dn},
+	    {"passwordField", cache_passwd_public(u->passwd) ? u->passwd : NULL},
+	    {CACHE_ATTR_EXTRA, u->extra ? "TRUE" : NULL},
 	};
 	for (size_t i = 0; i < IDC_ARRAY_SIZE(kv) && !rc; i++)
 		if (kv[i][1])
 			rc = pairs_add(t, &ps, kv[i][0], kv[i][1]);
-	return rc ? rc : put_named(t, KIND_USER, domain, u->name, &ps, changed, d);
+	return rc ? rc
+		  : put_named(t, KIND_USER, domain, u->name, u->extra ? &u->order : NULL, &ps,
+			      changed, d);
 }
 
 /* Member names once each, in order (memberUid values form a set). */
@@ -544,9 +564,13 @@ int cache_put_group(struct cache_txn *t, const char *domain, const struct cache_
 	idc_arena_reset(&t->arena);
 	struct pairs ps = {.n = 0};
 	const char *const kv[][2] = {
-	    {"objectClass", "group"},      {"name", g->name},
-	    {"gidNumber", num(t, g->gid)}, {"entryOrder", num(t, g->order)},
+	    {"objectClass", "group"},
+	    {"name", g->name},
+	    {"gidNumber", num(t, g->gid)},
+	    {"entryOrder", num(t, g->order)},
 	    {"originalDN", g->orig_dn},
+	    {"passwordField", cache_passwd_public(g->passwd) ? g->passwd : NULL},
+	    {CACHE_ATTR_EXTRA, g->extra ? "TRUE" : NULL},
 	};
 	for (size_t i = 0; i < IDC_ARRAY_SIZE(kv) && !rc; i++)
 		if (kv[i][1])
@@ -562,7 +586,9 @@ int cache_put_group(struct cache_txn *t, const char *domain, const struct cache_
 		char *dn = idc_arena_strndup(&t->arena, t->tmp.data, t->tmp.len);
 		rc = dn ? pairs_add(t, &ps, "member", dn) : -ENOMEM;
 	}
-	return rc ? rc : put_named(t, KIND_GROUP, domain, g->name, &ps, changed, d);
+	return rc ? rc
+		  : put_named(t, KIND_GROUP, domain, g->name, g->extra ? &g->order : NULL, &ps,
+			      changed, d);
 }
 
 struct taken {
@@ -655,6 +681,32 @@ int cache_del_group(struct cache_txn *t, const char *domain, const char *name, s
 	return del_entry(t, KIND_GROUP, domain, name, d);
 }
 
+/* An extra record; its timestamps stay: they are its name's. */
+static int del_extra(struct cache_txn *t, int kind, const char *domain, uint64_t order,
+		     struct idc_diag *d)
+{
+	if (!cache_domain_name_valid(domain, strlen(domain)))
+		return idc_diag_set(d, -EINVAL, "invalid domain name '%s'", domain);
+	int rc = cache_dn_extra(&t->dn, kind, domain, order);
+	if (!rc)
+		rc = store_delete(t->st, (struct store_val){t->dn.data, t->dn.len}, false, d);
+	if (!rc)
+		t->dirty = true;
+	return rc;
+}
+
+int cache_del_extra_user(struct cache_txn *t, const char *domain, uint64_t order,
+			 struct idc_diag *d)
+{
+	return del_extra(t, KIND_USER, domain, order, d);
+}
+
+int cache_del_extra_group(struct cache_txn *t, const char *domain, uint64_t order,
+			  struct idc_diag *d)
+{
+	return del_extra(t, KIND_GROUP, domain, order, d);
+}
+
 /* The names a search found, copied (the search's entries go with it). */
 struct name_list {
 	struct idc_arena *arena;
@@ -666,8 +718,8 @@ static int collect_name(const struct store_entry *e, void *arg)
 {
 	struct name_list *l = arg;
 	const struct store_attr *a = store_entry_attr(e, "name", 4);
-	if (!a || a->nvals == 0)
-		return 0;
+	if (!a || a->nvals == 0 || store_entry_attr(e, CACHE_ATTR_EXTRA, strlen(CACHE_ATTR_EXTRA)))
+		return 0; /* extra records are files ones, never in a ranged domain */
 	if (l->n == l->cap) {
 		size_t cap = l->cap ? 2 * l->cap : 64;
 		const char **v = realloc(l->v, cap * sizeof(*v));

@@ -14,9 +14,17 @@
  *
  * Names are compared as the store's caseIgnore rule does for the DN, and
  * lookups in a case-sensitive domain then require the exact name. Two
- * names differing only in case share one entry in a domain: storing the
- * second replaces the first (a provider that holds both keeps the first
- * and logs the second as a duplicate).
+ * names differing only in case share one named entry in a domain: storing
+ * the second replaces the first.
+ *
+ * Extra records: a provider whose source may repeat a name (files: glibc
+ * reads every line) stores the first record of each folded name as the
+ * named entry and every later one with extra set. An extra record lives
+ * at entryOrder=<order>,cn=users|groups,... (its order is its key: unique
+ * in the domain); lookups by id and enumeration see it like any other, in
+ * order; a lookup by name in a case-sensitive domain answers the lowest
+ * order record with exactly the name asked, so "Alice" after "alice" is
+ * found, and a second "alice" never is (glibc answers the first).
  *
  * Threads: one writer (the daemon's loop); read functions may run in any
  * thread with their own read transaction.
@@ -69,6 +77,10 @@ struct cache_user {
 	 * modifyTimestamp is not kept: a refresh that finds only it changed
 	 * writes the timestamps db alone. */
 	const char *orig_dn;
+	const char *passwd; /* the password field when cache_passwd_public()
+			     * allows it, else NULL (served as "x") */
+	bool extra;         /* a later record for a name an earlier record
+			     * of the domain holds (see "Extra records") */
 };
 
 struct cache_group {
@@ -82,7 +94,15 @@ struct cache_group {
 	const char *const *member_groups; /* names of nested member groups (same domain) */
 	size_t nmember_groups;
 	const char *orig_dn;
+	const char *passwd; /* as cache_user.passwd */
+	bool extra;         /* as cache_user.extra */
 };
+
+/* Whether a password field says nothing secret and may be stored and
+ * served as it is: empty, or made only of '!' and '*' (glibc passes "*",
+ * "!" and "" through, and an empty field means something to pam_unix).
+ * Anything else (a hash, "x") is served as "x". */
+bool cache_passwd_public(const char *p);
 
 /* Whether a name may be stored: 1..CACHE_NAME_MAX bytes, no '/', ':', ',',
  * no control characters or NUL, not starting with '-', '+' or space, not
@@ -139,6 +159,11 @@ int cache_user_name(struct cache_txn *t, const char *domain, const char *name,
 /* Remove; -ENOENT when absent. */
 int cache_del_user(struct cache_txn *t, const char *domain, const char *name, struct idc_diag *d);
 int cache_del_group(struct cache_txn *t, const char *domain, const char *name, struct idc_diag *d);
+/* Remove the extra record stored with this order; -ENOENT when absent. */
+int cache_del_extra_user(struct cache_txn *t, const char *domain, uint64_t order,
+			 struct idc_diag *d);
+int cache_del_extra_group(struct cache_txn *t, const char *domain, uint64_t order,
+			  struct idc_diag *d);
 /* Remove the whole domain (users, groups, timestamps). */
 int cache_domain_remove(struct cache_txn *t, const char *domain, struct idc_diag *d);
 /* Remove the users of domain whose uid or gid, and the groups whose gid, is

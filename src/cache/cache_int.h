@@ -77,6 +77,9 @@ int ts_del(MDB_txn *txn, MDB_dbi dbi, const struct idc_buf *key);
 int cache_dn_domain(struct idc_buf *out, const char *domain);
 int cache_dn_container(struct idc_buf *out, int kind, const char *domain);
 int cache_dn_entry(struct idc_buf *out, int kind, const char *domain, const char *name);
+int cache_dn_extra(struct idc_buf *out, int kind, const char *domain, uint64_t order);
+/* Attribute marking an extra record (cache.h, "Extra records"). */
+#define CACHE_ATTR_EXTRA "extrarecord" /* canonical (lower case) */
 uint32_t cache_domain_ttl(const struct cache *c, const char *domain);
 /* Search one level below the domain's users or groups container with the
  * filter text (NULL: every entry), at most limit matches (0: all); base is

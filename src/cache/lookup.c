@@ -60,6 +60,11 @@ static uint64_t number(const struct store_entry *e, const char *attr)
 	return v;
 }
 
+static bool is_extra(const struct store_entry *e)
+{
+	return store_entry_attr(e, CACHE_ATTR_EXTRA, strlen(CACHE_ATTR_EXTRA)) != NULL;
+}
+
 static int to_user(struct cache_reader *r, const struct store_entry *e, struct cache_user *u)
 {
 	*u = (struct cache_user){0};
@@ -71,6 +76,8 @@ static int to_user(struct cache_reader *r, const struct store_entry *e, struct c
 	u->shell = str(r, e, "loginshell");
 	u->order = number(e, "entryorder");
 	u->orig_dn = str(r, e, "originaldn");
+	u->passwd = str(r, e, "passwordfield");
+	u->extra = is_extra(e);
 	if (!u->name || !u->gecos || !u->dir || !u->shell)
 		return -ENOMEM; /* or an entry missing required attributes */
 	return 0;
@@ -143,6 +150,8 @@ static int to_group(struct cache_reader *r, const struct store_entry *e, struct 
 	g->gid = (uint32_t)number(e, "gidnumber");
 	g->order = number(e, "entryorder");
 	g->orig_dn = str(r, e, "originaldn");
+	g->passwd = str(r, e, "passwordfield");
+	g->extra = is_extra(e);
 	int rc = to_members(r, e, g);
 	if (!rc)
 		rc = to_member_groups(r, e, g);
@@ -168,6 +177,59 @@ static void fill_meta(struct cache_reader *r, int kind, const char *domain, cons
 
 /* ---- by name ------------------------------------------------------------------------ */
 
+/* "(attr=value)" with value escaped as RFC 4515 wants, into ft. */
+static int filter_eq(struct idc_buf *ft, const char *attr, struct store_val value)
+{
+	idc_buf_reset(ft);
+	int rc = idc_buf_printf(ft, "(%s=", attr);
+	for (size_t i = 0; i < value.len && !rc; i++) {
+		unsigned char ch = (unsigned char)value.ptr[i];
+		rc = strchr("*()\\", ch) || ch < 0x20 ? idc_buf_printf(ft, "\\%02x", ch)
+						      : idc_buf_putc(ft, (char)ch);
+	}
+	return rc ? rc : idc_buf_putc(ft, ')');
+}
+
+struct pick {
+	uint64_t best_order;
+	uint64_t best_id;
+	bool found;
+	const char *name; /* set: only entries named exactly this */
+	size_t len;
+};
+
+static int pick_cb(const struct store_entry *e, void *arg)
+{
+	struct pick *p = arg;
+	if (p->name) {
+		const struct store_attr *a = store_entry_attr(e, "name", 4);
+		if (!a || a->nvals == 0 || a->vals[0].len != p->len ||
+		    memcmp(a->vals[0].ptr, p->name, p->len) != 0)
+			return 0;
+	}
+	uint64_t o = number(e, "entryorder");
+	if (!p->found || o < p->best_order) {
+		p->found = true;
+		p->best_order = o;
+		p->best_id = e->id;
+	}
+	return 0;
+}
+
+/* The lowest order entry of the domain named exactly name. */
+static int get_exact(struct cache_reader *r, int kind, const char *domain, const char *name,
+		     size_t len, struct store_entry *e)
+{
+	struct pick p = {.name = name, .len = len};
+	int rc = filter_eq(&r->tmp, "name", (struct store_val){name, len});
+	if (!rc)
+		rc = cache_search_kind(r->st, &r->dn, kind, domain, r->tmp.data, r->tmp.len, 0,
+				       pick_cb, &p);
+	if (rc)
+		return rc;
+	return p.found ? store_get_id(r->st, p.best_id, e) : -ENOENT;
+}
+
 static int get_named(struct cache_reader *r, int kind, const char *domain, const char *name,
 		     bool case_sensitive, struct store_entry *e)
 {
@@ -182,9 +244,10 @@ static int get_named(struct cache_reader *r, int kind, const char *domain, const
 	const struct store_attr *a = store_entry_attr(e, "name", 4);
 	if (!a || a->nvals == 0)
 		return -ENOENT;
-	if (case_sensitive && (a->vals[0].len != len || memcmp(a->vals[0].ptr, name, len) != 0))
-		return -ENOENT;
-	return 0;
+	if (!case_sensitive || (a->vals[0].len == len && memcmp(a->vals[0].ptr, name, len) == 0))
+		return 0;
+	/* A later record may hold exactly this spelling (an extra record). */
+	return get_exact(r, kind, domain, name, len, e);
 }
 
 /* A key to look up in each domain, in order, until one holds it. */
@@ -253,24 +316,6 @@ int cache_group_by_gid(struct cache_reader *r, const char *const *domains, size_
 }
 
 /* ---- by number ----------------------------------------------------------------------- */
-
-struct pick {
-	uint64_t best_order;
-	uint64_t best_id;
-	bool found;
-};
-
-static int pick_cb(const struct store_entry *e, void *arg)
-{
-	struct pick *p = arg;
-	uint64_t o = number(e, "entryorder");
-	if (!p->found || o < p->best_order) {
-		p->found = true;
-		p->best_order = o;
-		p->best_id = e->id;
-	}
-	return 0;
-}
 
 /* The entry with attr=v below the domain's container, lowest order. */
 static int get_numbered(struct cache_reader *r, int kind, const char *domain, const char *attr,
@@ -365,24 +410,12 @@ static int group_cb(const struct store_entry *e, void *arg)
 	return 0;
 }
 
-/* "(attr=value)" into ft, value escaped (RFC 4515). */
-static int eq_filter(struct idc_buf *ft, const char *attr, struct store_val value)
-{
-	int rc = idc_buf_printf(ft, "(%s=", attr);
-	for (size_t i = 0; i < value.len && !rc; i++) {
-		unsigned char ch = (unsigned char)value.ptr[i];
-		rc = strchr("*()\\", ch) || ch < 0x20 ? idc_buf_printf(ft, "\\%02x", ch)
-						      : idc_buf_putc(ft, (char)ch);
-	}
-	return rc ? rc : idc_buf_putc(ft, ')');
-}
-
 static int search_groups(struct walk *w, const char *domain, const char *attr,
 			 struct store_val value)
 {
 	struct cache_reader *r = w->r;
 	struct idc_buf ft = IDC_BUF_INIT;
-	int rc = eq_filter(&ft, attr, value);
+	int rc = filter_eq(&ft, attr, value);
 	struct idc_buf base = IDC_BUF_INIT;
 	if (!rc)
 		rc = cache_search_kind(r->st, &base, KIND_GROUP, domain, ft.data, ft.len, 0,
@@ -593,9 +626,9 @@ static int link_filter(struct cache_reader *r, const char *domain, enum cache_li
 		return idc_buf_printf(
 		    ft, "(%s=%u)", how == CACHE_LINK_UID ? "uidNumber" : "gidNumber", (unsigned)id);
 	if (how == CACHE_LINK_MEMBER)
-		return eq_filter(ft, "memberUid", (struct store_val){name, strlen(name)});
+		return filter_eq(ft, "memberUid", (struct store_val){name, strlen(name)});
 	int rc = cache_dn_entry(&r->tmp, KIND_GROUP, domain, name);
-	return rc ? rc : eq_filter(ft, "member", (struct store_val){r->tmp.data, r->tmp.len});
+	return rc ? rc : filter_eq(ft, "member", (struct store_val){r->tmp.data, r->tmp.len});
 }
 
 int cache_linked(struct cache_reader *r, const char *domain, enum cache_link how, const char *name,

@@ -38,7 +38,10 @@ static const struct admin_cmd admin_cmds[] = {
      "\n"
      "  -u, --user NAME    expire the user NAME (in every served domain)\n"
      "  -g, --group NAME   expire the group NAME\n"
-     "  -a, --all          expire every user and group\n"},
+     "  -a, --all          expire every user and group\n"
+     "\n"
+     "NAME matches as lookups match it: exactly in a case-sensitive domain\n"
+     "(files), in any case otherwise. No entry of that name: exit status 1.\n"},
     {"reload", "idcache reload [--run-dir DIR]",
      "Make idcached re-read its configuration, as SIGHUP does. Domains whose\n"
      "source did not change keep their state; new ones are loaded at once. If\n"
@@ -155,7 +158,11 @@ static const char *run_dir(const char *opt)
 
 static int connect_fail(int rc, const char *path)
 {
-	if (rc == -ENOENT || rc == -ECONNREFUSED || rc == -ENOTDIR)
+	if (rc == -ECONNREFUSED)
+		return cli_err("idcached is not running (%s exists but nothing listens on it: "
+			       "left by a daemon that was killed)",
+			       path);
+	if (rc == -ENOENT || rc == -ENOTDIR)
 		return cli_err("idcached is not running (no socket at %s)", path);
 	if (rc == -EACCES || rc == -EPERM)
 		return cli_err("permission denied: admin commands need root or the idcache user "
@@ -237,6 +244,12 @@ static int expire(const char *dir, const struct proto_req *req)
 		rc = cli_err("expire: malformed reply from idcached");
 	if (rc == CLI_OK)
 		printf("%u entries expired\n", count);
+	/* as the help says: a name no domain holds is an error */
+	char esc[4 * 255 + 4];
+	if (rc == CLI_OK && count == 0 && req->what != PROTO_EXPIRE_ALL)
+		rc = cli_err("expire: no cached %s is named '%s'",
+			     req->what == PROTO_EXPIRE_USER ? "user" : "group",
+			     shown(req->name.p, esc));
 	free(buf);
 	return rc;
 }

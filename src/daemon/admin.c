@@ -106,6 +106,7 @@ static void status_domain(struct daemon *dm, struct domain *d, struct idc_buf *b
 	idc_buf_printf(b, "domain.%s.refresh_failures=%llu\n", n,
 		       (unsigned long long)d->refresh_failed);
 	idc_buf_printf(b, "domain.%s.malformed_lines=%zu\n", n, d->last.malformed);
+	idc_buf_printf(b, "domain.%s.repeated_name_lines=%zu\n", n, d->last.duplicates);
 	snprintf(key, sizeof(key), "domain.%s.last_error", n);
 	kv(b, key, d->last_error);
 }
@@ -181,6 +182,22 @@ static int do_status(struct daemon *dm, const struct proto_req *req, struct idc_
 
 /* ==== EXPIRE / RELOAD ===================================================================== */
 
+/* Whether domain i holds name as its lookups match it: the cache's expiry
+ * keys fold case, so a case-sensitive domain is asked first (ALICE must not
+ * expire alice). */
+static bool holds_name(struct daemon *dm, size_t i, enum cache_kind kind, const char *name)
+{
+	const struct config_domain *cfg = dm->domains[i]->cfg;
+	struct cache_reader *r = daemon_reader(dm);
+	const char *dn = cfg->name;
+	struct cache_user u;
+	struct cache_group g;
+	if (!cfg->case_sensitive || r == NULL)
+		return true; /* the cache's own folding decides */
+	return kind == CACHE_USER ? cache_user_by_name(r, &dn, 1, name, true, &u, NULL) == 0
+				  : cache_group_by_name(r, &dn, 1, name, true, &g, NULL) == 0;
+}
+
 static int do_expire(struct daemon *dm, const struct proto_req *req, struct idc_buf *out)
 {
 	enum cache_kind kind = req->what == PROTO_EXPIRE_USER    ? CACHE_USER
@@ -195,19 +212,29 @@ static int do_expire(struct daemon *dm, const struct proto_req *req, struct idc_
 			kind == CACHE_USER ? "user" : "group");
 		return proto_reply_status(out, req->cmd, PROTO_ST_BADREQ, "invalid name");
 	}
+	bool *skip = calloc(dm->ndomains + 1, sizeof(*skip));
+	if (skip == NULL)
+		return proto_reply_status(out, req->cmd, PROTO_ST_ERROR, "out of memory");
+	for (size_t i = 0; name && i < dm->ndomains; i++)
+		skip[i] = !holds_name(dm, i, kind, name);
 	daemon_reader_end(dm); /* LMDB: no write txn while this thread reads */
 	for (size_t i = 0; i < dm->ndomains; i++) {
 		size_t count = 0;
 		struct idc_diag d = {{0}};
-		int rc = cache_expire(dm->cache, dm->domains[i]->cfg->name, kind, name, &count, &d);
+		int rc = skip[i] ? 0
+				 : cache_expire(dm->cache, dm->domains[i]->cfg->name, kind, name,
+						&count, &d);
 		if (rc < 0) {
+			free(skip);
 			idc_log(IDC_LOG_ERR, "expire: %s", d.msg[0] ? d.msg : idc_strerror(rc));
 			return proto_reply_status(out, req->cmd, PROTO_ST_ERROR, d.msg);
 		}
 		total += count;
 		/* files domains have the truth at hand: fetch it back now */
-		domain_schedule(dm->domains[i], 0, true);
+		if (!skip[i])
+			domain_schedule(dm->domains[i], 0, true);
 	}
+	free(skip);
 	daemon_mc_expire(dm, req->what, name);
 	responder_forget_replies(dm); /* kept replies were fresh */
 	idc_log(IDC_LOG_INFO, "expired %zu entries on request", total);
@@ -321,6 +348,32 @@ static int group_info(struct daemon *dm, struct cache_reader *r, const char *nam
 	return 0;
 }
 
+/* Why no domain serves the name: a skipped line of a files domain, or the
+ * name another case spells (names are case-sensitive there). Text in b. */
+static const char *why_not_served(struct daemon *dm, struct cache_reader *r,
+				  const struct proto_req *req, struct idc_buf *b)
+{
+	bool group = req->cmd == PROTO_CMD_GROUPINFO;
+	const char *name = req->name.p;
+	char why[600];
+	idc_buf_reset(b);
+	idc_buf_printf(b, "no served domain holds this name");
+	for (size_t i = 0; i < dm->ndomains; i++) {
+		struct domain *d = dm->domains[i];
+		const char *dn = d->cfg->name;
+		struct cache_user u;
+		struct cache_group g;
+		if (d->files && files_domain_why(d->files, group, name, why, sizeof(why)))
+			idc_buf_printf(b, "; %s", why);
+		else if (r && d->cfg->case_sensitive && cache_name_valid(name, strlen(name)) &&
+			 (group ? cache_group_by_name(r, &dn, 1, name, false, &g, NULL)
+				: cache_user_by_name(r, &dn, 1, name, false, &u, NULL)) == 0)
+			idc_buf_printf(b, "; domain %s has '%s' (names are case-sensitive)", dn,
+				       group ? g.name : u.name);
+	}
+	return b->data ? b->data : "no served domain holds this name";
+}
+
 static int do_info(struct daemon *dm, const struct proto_req *req, struct idc_buf *out)
 {
 	struct cache_reader *r = daemon_reader(dm);
@@ -333,7 +386,7 @@ static int do_info(struct daemon *dm, const struct proto_req *req, struct idc_bu
 		rc = b.data ? reply_text(out, req->cmd, &b) : -ENOMEM;
 	else if (rc == -ENOENT)
 		rc = proto_reply_status(out, req->cmd, PROTO_ST_NOTFOUND,
-					"no served domain holds this name");
+					why_not_served(dm, r, req, &b));
 	else
 		rc = proto_reply_status(out, req->cmd, PROTO_ST_ERROR, idc_strerror(rc));
 	idc_buf_free(&b);

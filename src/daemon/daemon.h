@@ -134,6 +134,9 @@ void ldapdom_status(const struct domain *d, struct ldap_domain_status *st);
 /* Log msg (WARN) once per distinct text, in the provider's log-once set;
  * whether it is new. */
 bool ldapdom_note_once(struct domain *d, const char *msg);
+/* An offline domain probes its servers now, not when its backoff ends
+ * (SIGUSR2). Not ldap, or online: nothing. */
+void ldapdom_retry_now(struct domain *d);
 
 /* ---- one client connection (conn.c) ---------------------------------------- */
 struct budget_uid;
@@ -247,6 +250,9 @@ void conn_wake_later(struct daemon *dm);
  * Append the reply (one frame) to out. Return 0, or <0 only when out of
  * memory (the connection is then closed). */
 int responder_handle(struct conn *c, const struct proto_req *req, struct idc_buf *out);
+/* The password field served for a kept one (cache_user.passwd): itself
+ * when cache_passwd_public() allows it, else "x". */
+const char *daemon_passwd_field(const char *kept);
 /* The connection closes: its waiting request, if any, is answered to no one. */
 void responder_detach(struct conn *c);
 void enum_cursor_free(struct daemon *dm, struct enum_cursor *e);
@@ -392,14 +398,18 @@ struct privs {
 	int ngroups;
 };
 
-/* Look up user (before any socket exists, since the lookup may go
- * through NSS, possibly our own module). Not root: drop = false. */
+/* Look up user in /etc/passwd (NSS only when the file lacks it, and
+ * before any socket exists: NSS may ask our own module). Not root:
+ * drop = false. */
 int privs_prepare(const char *user, struct privs *p);
 /* mkdir -p (parents 0755); when dropping, chown to the user. private_tree
  * (state_dir): the directory 0700 and, two levels down, directories 0700
  * and files 0600, existing ones included, all chowned; otherwise 0755
  * (run_dir, whose nss.sock everyone must reach). */
 int privs_make_dir(const struct privs *p, const char *path, bool private_tree);
+/* user's uid and gid, as privs_prepare finds them: /etc/passwd, else NSS
+ * (*in_files says which). 0, -ENOENT or -errno. */
+int privs_find_user(const char *user, uid_t *uid, gid_t *gid, bool *in_files);
 int privs_chown_path(const struct privs *p, const char *path);
 /* setgroups, setresgid, setresuid; then verify root cannot come back. */
 int privs_drop(const struct privs *p);
@@ -412,6 +422,10 @@ int daemon_apply_config(struct daemon *dm, struct config *cfg);
 /* Re-read the configuration and apply it; errors go to *errors (and the
  * log). 0, or <0 with the old configuration still in force. */
 int daemon_reload(struct daemon *dm, struct idc_buf *errors);
+/* Every offline ldap domain probes its servers now (SIGUSR2, as SSSD's
+ * "go online"; a reload starts ldap domains over anyway), not when its
+ * backoff ends. */
+void daemon_retry_offline(struct daemon *dm);
 
 /* ---- shared-memory cache (memcache.c) -----------------------------------------
  * Maps in run_dir/mc sized by cfg (MiB); a size change starts that map
@@ -425,13 +439,12 @@ int daemon_mc_share(struct conn *c, uint32_t kind, struct idc_buf *out);
  * order, into fds[0..3) (owned by the writers: valid until the next reset);
  * their number. */
 int daemon_mc_fds(struct daemon *dm, uint32_t mask, int fds[3]);
-/* The maps' heartbeat (mc/layout.h): called every DAEMON_SWEEP_MS. */
+/* The maps' heartbeat (mc/layout.h): called every MC_BEAT_MS. */
 void daemon_mc_beat(struct daemon *dm);
 /* Records the responder answered with, for the lookups (keys: enum
  * mc_key) they are the answer to; keys 0 stores nothing. */
 void daemon_mc_put_passwd(struct daemon *dm, const struct proto_passwd *pw, unsigned keys);
-void daemon_mc_put_group(struct daemon *dm, const char *name, uint32_t gid, const char *const *mem,
-			 size_t nmem, unsigned keys);
+void daemon_mc_put_group(struct daemon *dm, const struct cache_group *g, unsigned keys);
 void daemon_mc_put_initgroups(struct daemon *dm, const char *user, const uint32_t *gids, size_t n);
 /* A provider's committed change (files_domain_set_hook; arg: the daemon):
  * drop exactly the records it affects. */
@@ -473,6 +486,7 @@ struct daemon {
 	int spare_fd;         /* given up to accept-and-close when out of descriptors */
 	struct loop_io sig;
 	struct loop_timer sweep;
+	struct loop_timer beat; /* the maps' heartbeat, every MC_BEAT_MS */
 	bool foreground;
 	struct cache_reader *reader;
 	uint64_t start_ns;

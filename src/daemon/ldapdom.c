@@ -238,6 +238,14 @@ bool ldapdom_note_once(struct domain *d, const char *msg)
 	return ldap_domain_log_once(d->ldap->ld, IDC_LOG_WARN, "%s", msg);
 }
 
+void ldapdom_retry_now(struct domain *d)
+{
+	if (!d->ldap)
+		return;
+	ldap_domain_retry_now(d->ldap->ld);
+	sync_loop(d->ldap); /* the timer fires at once */
+}
+
 #else /* no libldap: config.c refuses `id_provider = ldap`, so none of this runs */
 
 int ldapdom_new(struct domain *d)
@@ -294,6 +302,11 @@ bool ldapdom_note_once(struct domain *d, const char *msg)
 {
 	(void)d, (void)msg;
 	return false;
+}
+
+void ldapdom_retry_now(struct domain *d)
+{
+	(void)d;
 }
 
 #endif

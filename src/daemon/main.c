@@ -4,8 +4,8 @@
  * Start-up order, and why:
  *   1. read the configuration (as the invoking user: root can read a
  *      root-only file);
- *   2. look up the run-time user (NSS may ask our own module, which finds no
- *      socket yet and falls through at once);
+ *   2. look up the run-time user in /etc/passwd itself (through NSS,
+ *      "passwd: idcache" alone would ask our own module: us, not serving);
  *   3. create run_dir (0755) and state_dir (0700, its files 0600, existing
  *      ones made so), owned by that user, under umask 077;
  *   4. create nss.sock and admin.sock (owned by that user, so it can take
@@ -60,14 +60,16 @@ static void help(FILE *out)
 	      "Options:\n"
 	      "  -c, --config FILE   configuration file (default " CONFIG_DEFAULT_PATH ")\n"
 	      "  -i, --interactive   stay in the foreground and log to stderr, not syslog\n"
-	      "      --check-config  check the configuration, print \"config OK\" or every\n"
-	      "                      error as FILE:LINE: message, and exit\n"
+	      "      --check-config  check the configuration (and that its user exists),\n"
+	      "                      print \"config OK\" or every error as FILE:LINE:\n"
+	      "                      message, and exit\n"
 	      "  -h, --help          show this help and exit\n"
 	      "  -V, --version       show the version and exit\n"
 	      "\n"
 	      "The daemon never forks (systemd: Type=simple). Started as root it drops to\n"
 	      "the configured user (default idcache) after creating its sockets.\n"
-	      "Signals: SIGTERM, SIGINT stop cleanly; SIGHUP re-reads the configuration.\n"
+	      "Signals: SIGTERM, SIGINT stop cleanly; SIGHUP re-reads the configuration;\n"
+	      "SIGUSR2 makes offline LDAP domains probe their servers now.\n"
 	      "\n"
 	      "Exit status: 0 clean stop or config OK, 1 failure or config errors,\n"
 	      "2 wrong command line. See idcached(8) and idcache.conf(5).\n",
@@ -120,6 +122,15 @@ static int check_config(const char *path)
 	struct config *cfg = NULL;
 	struct idc_buf errors = IDC_BUF_INIT;
 	int rc = config_load(path, &cfg, &errors);
+	uid_t uid;
+	gid_t gid;
+	bool in_files;
+	if (rc == 0 && privs_find_user(cfg->user, &uid, &gid, &in_files) < 0) {
+		/* what the daemon would stop at, started as root */
+		fprintf(stderr, "%s: user = %s: no such user (create it: useradd --system %s)\n",
+			path, cfg->user, cfg->user);
+		rc = -ENOENT;
+	}
 	if (rc == 0)
 		printf("config OK\n");
 	else
@@ -142,6 +153,9 @@ static void on_signal(struct loop_io *io, uint32_t events)
 			idc_log(IDC_LOG_INFO, "SIGHUP: reloading %s", dm->config_path);
 			daemon_reload(dm, &errors);
 			idc_buf_free(&errors);
+		} else if (si.ssi_signo == SIGUSR2) {
+			idc_log(IDC_LOG_INFO, "SIGUSR2: offline domains probe their servers now");
+			daemon_retry_offline(dm);
 		} else {
 			idc_log(IDC_LOG_INFO, "signal %u: stopping", si.ssi_signo);
 			dm->loop.stop = true;
@@ -153,8 +167,14 @@ static void on_sweep(struct loop_timer *t)
 {
 	conn_sweep(t->owner);
 	peers_sweep(t->owner);
-	daemon_mc_beat(t->owner);
 	daemon_host_check(t->owner);
+}
+
+/* Its own timer, every MC_BEAT_MS: a client takes a map whose beat stops
+ * for MC_STALE_MS for a dead daemon's (mc/layout.h). */
+static void on_beat(struct loop_timer *t)
+{
+	daemon_mc_beat(t->owner);
 }
 
 void daemon_check_ready(struct daemon *dm)
@@ -181,6 +201,7 @@ static int block_signals(struct daemon *dm)
 	sigaddset(&set, SIGTERM);
 	sigaddset(&set, SIGINT);
 	sigaddset(&set, SIGHUP);
+	sigaddset(&set, SIGUSR2);
 	signal(SIGPIPE, SIG_IGN);
 	if (sigprocmask(SIG_BLOCK, &set, NULL) < 0)
 		return -errno;
@@ -265,6 +286,8 @@ static int start(struct daemon *dm, struct config *cfg)
 	rc = rc ? rc : loop_timer_init(&dm->loop, &dm->sweep, on_sweep, dm);
 	rc = rc ? rc : loop_timer_arm(&dm->sweep, DAEMON_SWEEP_MS, DAEMON_SWEEP_MS);
 	rc = rc ? rc : loop_timer_init(&dm->loop, &dm->held_timer, responder_held_timer, dm);
+	rc = rc ? rc : loop_timer_init(&dm->loop, &dm->beat, on_beat, dm);
+	rc = rc ? rc : loop_timer_arm(&dm->beat, MC_BEAT_MS, MC_BEAT_MS);
 	rc = rc ? rc : listener_start(dm, &dm->nss);
 	rc = rc ? rc : listener_start(dm, &dm->admin);
 	rc = rc ? rc : daemon_apply_config(dm, cfg);
@@ -285,6 +308,7 @@ static void stop(struct daemon *dm)
 	loop_io_close(&dm->sig);
 	loop_timer_close(&dm->sweep);
 	loop_timer_close(&dm->held_timer);
+	loop_timer_close(&dm->beat);
 	loop_fini(&dm->loop); /* frees the closed connections */
 	budget_sweep(dm, true);
 	peers_free(dm); /* closes its kept sockets through the reaper */
@@ -303,7 +327,8 @@ static void stop(struct daemon *dm)
 static int run(const struct options *o, struct config *cfg)
 {
 	struct daemon dm = {.config_path = o->config, .foreground = o->foreground};
-	dm.nss.io.fd = dm.admin.io.fd = dm.sig.fd = dm.sweep.io.fd = dm.spare_fd = -1;
+	dm.nss.io.fd = dm.admin.io.fd = dm.sig.fd = dm.sweep.io.fd = dm.beat.io.fd = -1;
+	dm.spare_fd = -1;
 	dm.held_timer.io.fd = -1;
 	dm.loop.epfd = -1;
 	dm.start_ns = idc_now_ns();

@@ -51,8 +51,6 @@
 
 #define DAEMON_MC_TTL_S 300
 
-_Static_assert(DAEMON_SWEEP_MS <= MC_BEAT_S * 1000u, "the sweep timer beats the maps");
-
 static uint64_t map_bytes(const struct config *cfg, int k)
 {
 	uint32_t mib = k == 0   ? cfg->memcache_size_passwd
@@ -148,7 +146,7 @@ int daemon_mc_share(struct conn *c, uint32_t kind, struct idc_buf *out)
 
 void daemon_mc_beat(struct daemon *dm)
 {
-	int64_t now = (int64_t)time(NULL);
+	uint32_t now = mc_clock_ms(NULL);
 	for (int k = 0; k < 3; k++)
 		mc_writer_beat(dm->mc[k], now);
 }
@@ -171,19 +169,19 @@ void daemon_mc_put_passwd(struct daemon *dm, const struct proto_passwd *pw, unsi
 		note("a user", mc_put_passwd(dm->mc[0], pw, expiry(), keys));
 }
 
-void daemon_mc_put_group(struct daemon *dm, const char *name, uint32_t gid, const char *const *mem,
-			 size_t nmem, unsigned keys)
+void daemon_mc_put_group(struct daemon *dm, const struct cache_group *g, unsigned keys)
 {
 	if (dm->mc[1] == NULL || keys == 0)
 		return;
 	struct idc_buf b = IDC_BUF_INIT;
 	int rc = 0;
-	for (size_t i = 0; rc == 0 && i < nmem; i++)
-		rc = proto_put_cstr(&b, mem[i]);
-	struct proto_group gr = {{name, (uint32_t)strlen(name)},
-				 {"x", 1},
-				 gid,
-				 {(const uint8_t *)b.data, b.len, (uint32_t)nmem}};
+	for (size_t i = 0; rc == 0 && i < g->nmembers; i++)
+		rc = proto_put_cstr(&b, g->members[i]);
+	const char *pw = daemon_passwd_field(g->passwd);
+	struct proto_group gr = {{g->name, (uint32_t)strlen(g->name)},
+				 {pw, (uint32_t)strlen(pw)},
+				 g->gid,
+				 {(const uint8_t *)b.data, b.len, (uint32_t)g->nmembers}};
 	if (rc == 0)
 		rc = mc_put_group(dm->mc[1], &gr, expiry(), keys);
 	note("a group", rc);

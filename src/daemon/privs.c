@@ -1,12 +1,16 @@
 /*
  * privs: the daemon's directories and giving up root.
  *
- * Started as root, idcached looks its user up first (the lookup may go
- * through NSS, perhaps our own module, so it happens before our sockets
- * exist and the module falls through to the next source at once), creates
- * and chowns its directories, creates its sockets, then drops to the user
- * in OpenBSD's order: setgroups, setresgid, setresuid — each failure fatal
- * — and checks that root cannot be regained.
+ * Started as root, idcached looks its user up first, creates and chowns
+ * its directories, creates its sockets, then drops to the user in
+ * OpenBSD's order: setgroups, setresgid, setresuid — each failure fatal —
+ * and checks that root cannot be regained.
+ *
+ * The user and its groups are read from /etc/passwd and /etc/group
+ * themselves (fgetpwent, fgetgrent): through NSS, "passwd: idcache" alone
+ * would ask our own module, whose daemon is this process, not serving yet,
+ * and the lookup would fail. Only a user the files do not hold is asked of
+ * NSS (before our sockets exist, so our module falls through at once).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -23,20 +27,87 @@
 #include "daemon/daemon.h"
 
 #define PRIVS_MAX_GROUPS 256
+#define PRIVS_PASSWD     "/etc/passwd"
+#define PRIVS_GROUP      "/etc/group"
 
-static int lookup_groups(const struct passwd *pw, struct privs *p)
+/* user's uid and gid from the passwd file itself; -ENOENT when it has no
+ * such line (or cannot be read). */
+static int file_user(const char *user, uid_t *uid, gid_t *gid)
+{
+	FILE *f = fopen(PRIVS_PASSWD, "re");
+	if (!f)
+		return -ENOENT;
+	struct passwd *pw;
+	int rc = -ENOENT;
+	while (rc && (pw = fgetpwent(f)) != NULL) {
+		if (strcmp(pw->pw_name, user) != 0)
+			continue;
+		*uid = pw->pw_uid;
+		*gid = pw->pw_gid;
+		rc = 0;
+	}
+	fclose(f);
+	return rc;
+}
+
+static bool listed(char *const *mem, const char *user)
+{
+	for (; mem && *mem; mem++)
+		if (strcmp(*mem, user) == 0)
+			return true;
+	return false;
+}
+
+/* The primary gid, then the gids of the group file's groups that list
+ * user (each once), as initgroups would give them from files. */
+static int file_groups(const char *user, struct privs *p)
+{
+	p->groups = calloc(PRIVS_MAX_GROUPS, sizeof(*p->groups));
+	if (!p->groups)
+		return -ENOMEM;
+	p->groups[0] = p->gid;
+	p->ngroups = 1;
+	FILE *f = fopen(PRIVS_GROUP, "re");
+	struct group *gr;
+	while (f && p->ngroups < PRIVS_MAX_GROUPS && (gr = fgetgrent(f)) != NULL) {
+		bool seen = false;
+		for (int i = 0; i < p->ngroups && !seen; i++)
+			seen = p->groups[i] == gr->gr_gid;
+		if (!seen && listed(gr->gr_mem, user))
+			p->groups[p->ngroups++] = gr->gr_gid;
+	}
+	if (f)
+		fclose(f);
+	return 0;
+}
+
+static int lookup_groups(const char *user, struct privs *p)
 {
 	int n = PRIVS_MAX_GROUPS;
 	p->groups = calloc((size_t)n, sizeof(*p->groups));
 	if (!p->groups)
 		return -ENOMEM;
-	if (getgrouplist(pw->pw_name, pw->pw_gid, p->groups, &n) < 0) {
+	if (getgrouplist(user, p->gid, p->groups, &n) < 0) {
 		/* more groups than we care to carry: the primary one suffices
 		 * for reading world-readable files */
-		p->groups[0] = pw->pw_gid;
+		p->groups[0] = p->gid;
 		n = 1;
 	}
 	p->ngroups = n;
+	return 0;
+}
+
+int privs_find_user(const char *user, uid_t *uid, gid_t *gid, bool *in_files)
+{
+	*in_files = file_user(user, uid, gid) == 0;
+	if (*in_files)
+		return 0;
+	errno = 0;
+	struct passwd *pw = getpwnam(user);
+	if (!pw)
+		return errno ? -errno : -ENOENT;
+	*uid = pw->pw_uid;
+	*gid = pw->pw_gid;
 	return 0;
 }
 
@@ -45,22 +116,22 @@ int privs_prepare(const char *user, struct privs *p)
 	memset(p, 0, sizeof(*p));
 	if (geteuid() != 0)
 		return 0;
-	errno = 0;
-	struct passwd *pw = getpwnam(user);
-	if (!pw) {
-		idc_log(IDC_LOG_ERR, "user '%s' does not exist (create it: useradd --system %s)",
+	bool in_files;
+	int rc = privs_find_user(user, &p->uid, &p->gid, &in_files);
+	if (rc) {
+		idc_log(IDC_LOG_ERR,
+			"user '%s' does not exist in " PRIVS_PASSWD
+			" (create it: useradd --system %s)",
 			user, user);
-		return errno ? -errno : -ENOENT;
+		return rc;
 	}
-	if (pw->pw_uid == 0) {
+	if (p->uid == 0) {
 		/* an explicit choice (tests in a private directory); say so */
 		idc_log(IDC_LOG_WARN, "user = %s: keeping root privileges", user);
 		return 0;
 	}
 	p->drop = true;
-	p->uid = pw->pw_uid;
-	p->gid = pw->pw_gid;
-	return lookup_groups(pw, p);
+	return in_files ? file_groups(user, p) : lookup_groups(user, p);
 }
 
 void privs_free(struct privs *p)

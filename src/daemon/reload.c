@@ -59,12 +59,28 @@ static int build(struct daemon *dm, const struct config *cfg, struct domain **do
 	return 0;
 }
 
+static bool configured(const struct config *cfg, const char *name)
+{
+	for (size_t i = 0; i < cfg->ndomains; i++)
+		if (strcmp(cfg->domains[i].name, name) == 0)
+			return true;
+	return false;
+}
+
 static void swap_in(struct daemon *dm, struct config *cfg, struct domain **doms, const char **names)
 {
 	for (size_t i = 0; i < dm->ndomains; i++)
 		if (dm->domains[i]) {
-			idc_log(IDC_LOG_INFO, "domain %s: no longer served",
-				dm->domains[i]->cfg->name);
+			const char *name = dm->domains[i]->cfg->name;
+			if (configured(cfg, name) && dm->domains[i]->ldap)
+				idc_log(IDC_LOG_INFO,
+					"domain %s: connecting anew with the options in force",
+					name);
+			else if (configured(cfg, name))
+				idc_log(IDC_LOG_INFO,
+					"domain %s: its source changed; loading it anew", name);
+			else
+				idc_log(IDC_LOG_INFO, "domain %s: no longer served", name);
 			domain_retire(dm->domains[i]);
 		}
 	for (size_t i = 0; i < cfg->ndomains; i++) {
@@ -159,4 +175,10 @@ int daemon_reload(struct daemon *dm, struct idc_buf *errors)
 	}
 	idc_log(IDC_LOG_INFO, "configuration reloaded: %zu domains", dm->ndomains);
 	return 0;
+}
+
+void daemon_retry_offline(struct daemon *dm)
+{
+	for (size_t i = 0; i < dm->ndomains; i++)
+		ldapdom_retry_now(dm->domains[i]);
 }

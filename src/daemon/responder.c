@@ -5,9 +5,14 @@
  * Domains are searched in the configured order, each with its own case
  * rule, and the first that knows the key and may serve it answers (what a
  * domain may not serve: precedence.c). A name the cache could
- * never hold is NOTFOUND without a lookup. The password field is always
- * "x" (users and groups alike): idcache never holds or serves password
- * hashes, and "x" is what shadow-based systems put there anyway.
+ * never hold is NOTFOUND without a lookup. The password field is "x"
+ * (users and groups alike) unless the provider kept one that says nothing
+ * secret ("", "*", "!": cache_passwd_public): idcache never holds or
+ * serves password hashes.
+ *
+ * An extra record (a later line of a repeated name) found by id goes to
+ * the maps, like every by-id answer, under its id only: the name belongs
+ * to the first line.
  *
  * A read transaction is shared by the requests of one connection's batch
  * (daemon_reader) and ended when the batch is done, so a refresh committed
@@ -51,17 +56,29 @@ static struct proto_str pstr(const char *s)
 	return (struct proto_str){s, (uint32_t)strlen(s)};
 }
 
+const char *daemon_passwd_field(const char *kept)
+{
+	return cache_passwd_public(kept) ? kept : NO_PASSWORD;
+}
+
+static struct proto_passwd to_proto(const struct cache_user *u)
+{
+	return (struct proto_passwd){pstr(u->name),  pstr(daemon_passwd_field(u->passwd)),
+				     u->uid,         u->gid,
+				     pstr(u->gecos), pstr(u->dir),
+				     pstr(u->shell)};
+}
+
 static int put_user(struct idc_buf *out, const struct cache_user *u)
 {
-	struct proto_passwd pw = {pstr(u->name),  pstr(NO_PASSWORD), u->uid,        u->gid,
-				  pstr(u->gecos), pstr(u->dir),      pstr(u->shell)};
+	struct proto_passwd pw = to_proto(u);
 	return proto_put_passwd(out, &pw);
 }
 
 static int put_group(struct idc_buf *out, const struct cache_group *g)
 {
-	return proto_put_group_cstr(out, g->name, NO_PASSWORD, g->gid, g->members,
-				    (uint32_t)g->nmembers);
+	return proto_put_group_cstr(out, g->name, daemon_passwd_field(g->passwd), g->gid,
+				    g->members, (uint32_t)g->nmembers);
 }
 
 /* Close the frame begun at start; a failure replaces it with ERROR. */
@@ -325,8 +342,7 @@ static int do_user(struct walk *w, struct idc_buf *out)
 		return 0;
 	if (rc < 0)
 		return reply_failure(out, req->cmd, rc);
-	struct proto_passwd pw = {pstr(u.name),  pstr(NO_PASSWORD), u.uid,        u.gid,
-				  pstr(u.gecos), pstr(u.dir),       pstr(u.shell)};
+	struct proto_passwd pw = to_proto(&u);
 	daemon_mc_put_passwd(dm, &pw, answer_keys(req, u.name));
 	size_t start;
 	rc = proto_reply_begin(out, req->cmd, PROTO_ST_OK, &start);
@@ -542,8 +558,7 @@ static int do_group(struct walk *w, struct idc_buf *out)
 		rc = daemon_group_members_kept(dm, at, &g);
 	if (rc < 0)
 		return reply_failure(out, req->cmd, rc);
-	daemon_mc_put_group(dm, g.name, g.gid, (const char *const *)g.members, g.nmembers,
-			    answer_keys(req, g.name));
+	daemon_mc_put_group(dm, &g, answer_keys(req, g.name));
 	size_t start;
 	rc = proto_reply_begin(out, req->cmd, PROTO_ST_OK, &start);
 	rc = finish(out, req->cmd, start, rc ? rc : put_group(out, &g));

@@ -51,11 +51,13 @@
  *   reader checks status on each lookup (it is in the header it already has
  *   mapped: no system call) and asks the daemon for the current map on
  *   RECYCLED.
- * - beat: the writer stores the time (unix seconds, low 32 bits) at least
- *   every MC_BEAT_S. A map whose beat is more than MC_STALE_S old belongs to
- *   a daemon that died or hangs: a reader treats it like RECYCLED, so a
- *   killed daemon's records stop answering within MC_STALE_S, and a
- *   restarted daemon's new maps replace them then at the latest.
+ * - beat: the writer stores the time (mc_clock_ms: unix milliseconds, low
+ *   32 bits) every MC_BEAT_MS. A map whose beat is more than MC_STALE_MS
+ *   old belongs to a daemon that died or hangs: a reader treats it like
+ *   RECYCLED, so a killed daemon's records stop answering within
+ *   MC_STALE_MS, and a restarted daemon's new maps replace them then (a
+ *   running process takes them over on its next lookup). The reader reads
+ *   the clock once per lookup through the vDSO: no system call.
  * - The writer never resizes a live map; a reset builds a new one.
  *
  * Only u32 fields are accessed atomically: a 64-bit atomic load may be a
@@ -68,9 +70,10 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #define MC_MAGIC   UINT64_C(0x3143434d43444900) /* "\0IDCMCC1" little-endian */
-#define MC_VERSION 2u
+#define MC_VERSION 3u                           /* 3: beat in milliseconds */
 
 #define MC_HDR_SIZE 128u
 /* Slot size: a typical passwd record (40-byte header, ~100 bytes payload)
@@ -88,9 +91,12 @@
 #define MC_MIN_FILE   4096u
 #define MC_MAX_RECORD (1u << 20) /* payload bytes */
 /* Heartbeat: the writer's period and the age at which a reader gives a map
- * up. The gap leaves room for a daemon busy with one long step. */
-#define MC_BEAT_S  5u
-#define MC_STALE_S 30
+ * up. A restarted daemon's maps are taken over within MC_STALE_MS of the
+ * old daemon's death; a daemon busy with one step longer than that only
+ * sends its clients to the socket meanwhile (which answers once the step
+ * is done), never a wrong answer. */
+#define MC_BEAT_MS  500u
+#define MC_STALE_MS 1500
 
 enum mc_kind {
 	MC_PASSWD = 1,
@@ -154,6 +160,20 @@ static inline const char *mc_kind_name(uint32_t kind)
 	default:
 		return NULL;
 	}
+}
+
+/* The beat clock: unix milliseconds, low 32 bits (ages are computed as a
+ * signed 32-bit difference, so the wrap is harmless). CLOCK_REALTIME_COARSE
+ * is read through the vDSO, without a system call, and is the same in
+ * every process (a time namespace shifts only the monotonic clocks). sec,
+ * when not NULL, gets the same reading's unix seconds. */
+static inline uint32_t mc_clock_ms(int64_t *sec)
+{
+	struct timespec ts = {0, 0};
+	clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+	if (sec)
+		*sec = (int64_t)ts.tv_sec;
+	return (uint32_t)((uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u);
 }
 
 /* Bucket of a hash in a table of nbuckets (a power of two). */

@@ -40,7 +40,7 @@ struct mc_stats {
 int mc_writer_open(uint32_t kind, uint64_t size, struct mc_writer **out);
 
 /* Unmap and free. The map stays ALIVE for the clients that have it mapped
- * until its beat goes stale (MC_STALE_S); mc_writer_retire first to stop
+ * until its beat goes stale (MC_STALE_MS); mc_writer_retire first to stop
  * them at once. */
 void mc_writer_close(struct mc_writer *w);
 /* Mark the map RECYCLED, so readers stop answering from it (a daemon
@@ -58,9 +58,9 @@ int mc_writer_reset(struct mc_writer *w, uint64_t size);
  * -ENODATA for a NULL writer. */
 int mc_writer_fd(const struct mc_writer *w);
 
-/* Record that the writer is alive at now (unix seconds); the daemon calls
- * it at least every MC_BEAT_S (layout.h). */
-void mc_writer_beat(struct mc_writer *w, int64_t now);
+/* Record that the writer is alive at now_ms (mc_clock_ms); the daemon
+ * calls it every MC_BEAT_MS (layout.h). */
+void mc_writer_beat(struct mc_writer *w, uint32_t now_ms);
 
 /* The lookups a stored record answers (mc_put_*: keys, a nonzero mask). */
 enum mc_key {

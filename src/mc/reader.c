@@ -199,6 +199,20 @@ static bool lock_take(struct mc_reader *r, int me)
 	return cur != me && atomic_compare_exchange_strong(&r->lock_pid, &cur, me);
 }
 
+/* The time of one lookup: seconds for record expiry, milliseconds for the
+ * beat. One vDSO clock read, no system call. */
+struct mc_now {
+	int64_t s;
+	uint32_t ms;
+};
+
+static struct mc_now clock_now(void)
+{
+	struct mc_now n;
+	n.ms = mc_clock_ms(&n.s);
+	return n;
+}
+
 /* Unmap every retired slot nobody references. Clear base before unmapping,
  * so a fork in between can only leak a mapping, never unmap twice. */
 static void sweep(struct mc_reader *r, int keep)
@@ -214,13 +228,14 @@ static void sweep(struct mc_reader *r, int keep)
 }
 
 /* Whether a mapping may answer at now: ALIVE, and its writer beat within
- * MC_STALE_S. A beat ahead of now (the clock was set back) counts as fresh. */
-static bool usable(const struct mc_mapping *m, int64_t now)
+ * MC_STALE_MS. A beat ahead of now (the clock was set back) counts as
+ * fresh. */
+static bool usable(const struct mc_mapping *m, struct mc_now now)
 {
 	if (load_acq(&hdr_of(m)->status) != MC_ALIVE)
 		return false;
-	int32_t age = (int32_t)((uint32_t)now - load_rlx(&hdr_of(m)->beat));
-	return age <= MC_STALE_S;
+	int32_t age = (int32_t)(now.ms - load_rlx(&hdr_of(m)->beat));
+	return age <= MC_STALE_MS;
 }
 
 /* A descriptor fit to map: a regular file sealed against shrinking (a
@@ -249,7 +264,7 @@ static int free_slot(struct mc_reader *r)
 
 /* Map the map at fd (closed here whatever happens), validate it, and make
  * it current in a free slot. Lock held. */
-static int map_fd(struct mc_reader *r, int fd, int64_t now)
+static int map_fd(struct mc_reader *r, int fd, struct mc_now now)
 {
 	int slot = free_slot(r);
 	int64_t size = slot < 0 ? -EBUSY : sealed_size(fd);
@@ -279,16 +294,16 @@ static int map_fd(struct mc_reader *r, int fd, int64_t now)
 }
 
 /* Ask the source for the current map and map it. Lock held. */
-static int map_new(struct mc_reader *r, int64_t now)
+static int map_new(struct mc_reader *r, struct mc_now now)
 {
 	if (free_slot(r) < 0)
 		return -EBUSY;
 	uint32_t retry = atomic_load(&r->retry_at);
-	if (retry != 0 && (int32_t)(retry - (uint32_t)now) > 0)
+	if (retry != 0 && (int32_t)(retry - (uint32_t)now.s) > 0)
 		return -ENODATA;
 	int fd = r->source(r->source_ctx, r->kind);
 	if (fd == -ENODATA)
-		atomic_store(&r->retry_at, (uint32_t)now + MC_RETRY_S);
+		atomic_store(&r->retry_at, (uint32_t)now.s + MC_RETRY_S);
 	if (fd < 0)
 		return fd;
 	atomic_store(&r->retry_at, 0);
@@ -299,7 +314,7 @@ static int map_new(struct mc_reader *r, int64_t now)
  * it by the map at fd, or with fd < 0 by the source's current map. 0,
  * -EEXIST when it was usable after all (someone remapped while we waited
  * for the lock; fd closed), or why no map was taken. */
-static int replace(struct mc_reader *r, int64_t now, int fd)
+static int replace(struct mc_reader *r, struct mc_now now, int fd)
 {
 	if (!lock_take(r, (int)getpid())) {
 		if (fd >= 0)
@@ -326,7 +341,7 @@ static int replace(struct mc_reader *r, int64_t now, int fd)
 
 /* Ask the source for the current map. Another thread already remapping:
  * -EBUSY, the caller misses. */
-static int remap(struct mc_reader *r, int64_t now)
+static int remap(struct mc_reader *r, struct mc_now now)
 {
 	int rc = replace(r, now, -1);
 	return rc == -EEXIST ? 0 : rc;
@@ -334,11 +349,11 @@ static int remap(struct mc_reader *r, int64_t now)
 
 int mc_reader_offer(struct mc_reader *r, int fd)
 {
-	return replace(r, (int64_t)time(NULL), fd);
+	return replace(r, clock_now(), fd);
 }
 
 /* A referenced, usable mapping to look in (remapping if needed), or NULL. */
-static struct mc_mapping *map_get(struct mc_reader *r, int64_t now)
+static struct mc_mapping *map_get(struct mc_reader *r, struct mc_now now)
 {
 	struct mc_mapping *m = map_enter(r);
 	if (m != NULL && usable(m, now))
@@ -406,7 +421,7 @@ static bool rec_matches(const struct mc_mapping *m, uint32_t slot, const struct 
 
 /* Walk key's chain. 0: *h is a live, unexpired record; -ENOENT: none;
  * -EAGAIN: something changed under us (retry). */
-static int find(const struct mc_mapping *m, const struct key *k, int64_t now, struct hit *h)
+static int find(const struct mc_mapping *m, const struct key *k, struct mc_now now, struct hit *h)
 {
 	const struct mc_header *hdr = hdr_of(m);
 	h->gen = load_acq(&hdr->reuse_gen);
@@ -428,7 +443,7 @@ static int find(const struct mc_mapping *m, const struct key *k, int64_t now, st
 			int64_t expire = (int64_t)peek64(&rec->expire);
 			h->rec = rec;
 			h->seq = seq;
-			if (expire > now)
+			if (expire > now.s)
 				return 0;
 			/* Expired: a miss, unless it was being rewritten. */
 			atomic_thread_fence(memory_order_acquire);
@@ -459,7 +474,7 @@ static int hit_verify(const struct mc_mapping *m, const struct hit *h)
  * set, -ERANGE (the record is larger than cap: *len set), -ENOENT. */
 static int fetch(struct mc_reader *r, const struct key *k, uint8_t *area, size_t cap, uint32_t *len)
 {
-	int64_t now = (int64_t)time(NULL); /* vDSO: no system call */
+	struct mc_now now = clock_now(); /* vDSO: no system call */
 	int rc = -ENOENT;
 	for (int attempt = 0; attempt < MC_ATTEMPTS; attempt++) {
 		struct mc_mapping *m = map_get(r, now);
@@ -537,7 +552,7 @@ static bool packed_ok(const char *s, uint32_t len)
 static int passwd_direct(struct mc_reader *r, const struct key *k, struct passwd *pw, char *buf,
 			 size_t buflen)
 {
-	int64_t now = (int64_t)time(NULL);
+	struct mc_now now = clock_now();
 	struct mc_mapping *m = map_get(r, now);
 	if (m == NULL)
 		return -ENOENT;
@@ -665,7 +680,7 @@ int mc_initgroups(struct mc_reader *r, const char *user, size_t len, uint32_t *g
 	if (r->kind != MC_INITGROUPS || !name_ok(user, len))
 		return -ENOENT;
 	struct key k = {user, len, 0};
-	int64_t now = (int64_t)time(NULL);
+	struct mc_now now = clock_now();
 	for (int attempt = 0; attempt < MC_ATTEMPTS; attempt++) {
 		struct mc_mapping *m = map_get(r, now);
 		if (m == NULL)

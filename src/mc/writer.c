@@ -192,7 +192,7 @@ static int map_build(const struct mc_writer *w, uint64_t size, uint8_t **base, i
 	struct mc_header *h = p;
 	header_init(h, w->kind, size, w->generation + 1, &g);
 	memset((uint8_t *)p + MC_HDR_SIZE, 0xff, (size_t)g.nbuckets * 8); /* MC_NONE */
-	atomic_store_explicit(&h->beat, (uint32_t)time(NULL), memory_order_relaxed);
+	atomic_store_explicit(&h->beat, mc_clock_ms(NULL), memory_order_relaxed);
 	atomic_store_explicit(&h->status, MC_ALIVE, memory_order_release);
 	*base = p;
 	return 0;
@@ -324,10 +324,10 @@ int mc_writer_fd(const struct mc_writer *w)
 	return w == NULL ? -ENODATA : w->ro_fd;
 }
 
-void mc_writer_beat(struct mc_writer *w, int64_t now)
+void mc_writer_beat(struct mc_writer *w, uint32_t now_ms)
 {
 	if (w != NULL && w->hdr != NULL)
-		atomic_store_explicit(&w->hdr->beat, (uint32_t)now, memory_order_release);
+		atomic_store_explicit(&w->hdr->beat, now_ms, memory_order_release);
 }
 
 void mc_writer_stats(const struct mc_writer *w, struct mc_stats *st)

@@ -39,7 +39,7 @@ static void pw_line(char *line, char *glibc_copy, size_t len)
 	struct files_pwent e;
 	const char *why;
 	/* before parsing, which writes NULs into line */
-	bool ours_only = memchr(line, '\0', len) != NULL || len > FILES_LINE_MAX;
+	bool ours_only = memchr(line, '\0', len) != NULL;
 	enum files_line r = files_parse_pwline(line, len, &e, &why);
 	if (f && (ours_only || !pw || nis(pw->pw_name))) {
 		CHECK(r != FILES_LINE_RECORD);
@@ -62,7 +62,7 @@ static void gr_line(char *line, char *glibc_copy, size_t len)
 	struct group *gr = f ? fgetgrent(f) : NULL;
 	struct files_grent e;
 	const char *why;
-	bool ours_only = memchr(line, '\0', len) != NULL || len > FILES_LINE_MAX;
+	bool ours_only = memchr(line, '\0', len) != NULL;
 	enum files_line r = files_parse_grline(line, len, &e, &why);
 	if (f && (ours_only || !gr || nis(gr->gr_name))) {
 		CHECK(r != FILES_LINE_RECORD);

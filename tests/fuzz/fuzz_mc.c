@@ -96,7 +96,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (fd < 0 || write(fd, data + 2, size - 2) != (ssize_t)(size - 2))
 		abort();
 	size_t beat = offsetof(struct mc_header, beat);
-	uint32_t now = (uint32_t)time(NULL);
+	uint32_t now = mc_clock_ms(NULL);
 	if (size - 2 >= beat + sizeof(now) &&
 	    pwrite(fd, &now, sizeof(now), (off_t)beat) != (ssize_t)sizeof(now))
 		abort();

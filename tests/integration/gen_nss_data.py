@@ -10,17 +10,19 @@ groups, a group with 1,000 members, names with '.', '_', '-', '$' (Samba
 machine accounts), upper case and UTF-8; and malformed lines glibc's files
 module skips (bad numbers, too few fields, blank lines, comments).
 
+With parity=True it also holds what glibc serves line by line: a name
+given twice (the first answers by name, the second only by its id and in
+enumeration), names differing only in case, the password fields "*", "!"
+and "" (served as they are; a hash never is), and a group line longer
+than 64 KiB (7,000 members).
+
 Left out on purpose, because the cache cannot and should not mirror them
 (each has its own targeted test in test_e2e_nss.py):
   - NIS compat lines (+, +@netgroup, -name): glibc's files module returns
     them from enumeration as entries; idcache ignores them (docs/DESIGN.md §6).
-  - a name given twice: files enumerates both lines; the cache holds one
-    entry per name (first wins).
-  - two names differing only in case: the cache folds them into one entry
-    (src/cache/cache.h).
   - a user in two groups that share a gid: files' initgroups reports the
     gid twice, idcache once.
-  - a passwd field other than "x": the cache does not keep it.
+  - a password hash in the passwd field: idcache serves "x" instead.
 
 Usage: gen_nss_data.py [--users N] [--groups M] [--seed S] [--in-many K]
                        [--no-malformed] OUTDIR
@@ -106,6 +108,7 @@ class Data:
         self.bad_group = 0
         self.big_user = None
         self.huge_group = None
+        self.huge_line_group = None
 
     def passwd_text(self):
         return "".join(line + "\n" for line in self.passwd_lines)
@@ -113,13 +116,13 @@ class Data:
     def group_text(self):
         return "".join(line + "\n" for line in self.group_lines)
 
-    def add_user(self, name, uid, gid, gecos="", home=None, shell="/bin/sh"):
+    def add_user(self, name, uid, gid, gecos="", home=None, shell="/bin/sh", passwd="x"):
         home = f"/home/{name}" if home is None else home
-        self.passwd_lines.append(f"{name}:x:{uid}:{gid}:{gecos}:{home}:{shell}")
+        self.passwd_lines.append(f"{name}:{passwd}:{uid}:{gid}:{gecos}:{home}:{shell}")
         self.users.append((name, uid, gid))
 
-    def add_group(self, name, gid, members):
-        self.group_lines.append(f"{name}:x:{gid}:{','.join(members)}")
+    def add_group(self, name, gid, members, passwd="x"):
+        self.group_lines.append(f"{name}:{passwd}:{gid}:{','.join(members)}")
         self.groups.append((name, gid, list(members)))
 
     # Keys for lookups, including some that must not be found.
@@ -135,9 +138,32 @@ class Data:
         return keys
 
 
-def generate(n_users=2000, n_groups=300, seed=1, in_many=200, huge=1000, malformed=True):
+def add_parity_users(d):
+    """Lines glibc serves one by one: see the module's docstring."""
+    d.add_user("dupname", 2013, 100, "first line", "/home/dupname", "/bin/sh")
+    d.add_user("nopass", 2015, 100, "empty password field", "/", "/bin/sh", passwd="")
+    d.add_user("dupname", 2014, 100, "second line", "/home/dupname2", "/bin/sh", passwd="*")
+    d.add_user("caseuser", 2016, 100, "lower", "/", "/bin/sh", passwd="!")
+    d.add_user("CaseUser", 2017, 100, "mixed", "/", "/bin/sh")
+    d.add_user("CASEUSER", 2018, 100, "upper", "/", "/bin/sh", passwd="!!")
+    d.add_user("dupname", 2013, 100, "third line, uid of the first", "/", "/bin/sh")
+
+
+def add_parity_groups(d, names):
+    d.add_group("dupgroup", 2013, ["caseuser", "dupname"])
+    d.add_group("dupgroup", 2014, ["CaseUser", "dupname"], passwd="!")
+    d.add_group("casegroup", 2016, ["CASEUSER"], passwd="*")
+    d.add_group("CaseGroup", 2017, ["caseuser"], passwd="")
+    d.huge_line_group = "hugeline"
+    ghosts = [f"ghost-member-{k:05d}" for k in range(7000 - 3)]
+    d.add_group("hugeline", 2019, ghosts[:3000] + ["dupname", names[0], "CaseUser"] + ghosts[3000:])
+
+
+def generate(n_users=2000, n_groups=300, seed=1, in_many=200, huge=1000, malformed=True,
+             parity=False):
     """Build the data. in_many: how many groups the big user is in (needs
-    n_groups >= in_many); huge: members of the largest group."""
+    n_groups >= in_many); huge: members of the largest group; parity: the
+    lines add_parity_users/groups write."""
     if n_groups < in_many:
         raise ValueError("n_groups must be >= in_many")
     rng = random.Random(seed)
@@ -164,6 +190,8 @@ def generate(n_users=2000, n_groups=300, seed=1, in_many=200, huge=1000, malform
     d.add_user("a.b_c-d$", 9996, group_gids[2], "all the punctuation", "/", "/bin/sh")
     d.add_user("nullfields", 9995, 9995, "", "", "")    # empty gecos, home and shell
     d.add_user("tabgecos", 9994, 9994, "tab\there", "/home/tab", "/bin/sh")
+    if parity:
+        add_parity_users(d)
 
     prev_uid = None
     names = []
@@ -197,6 +225,8 @@ def generate(n_users=2000, n_groups=300, seed=1, in_many=200, huge=1000, malform
     d.add_group("équipe", 9998, ["josé", "biguser"])
     d.huge_group = "huge"
     d.add_group("huge", 19999, names[:huge])
+    if parity:
+        add_parity_groups(d, names)
     dup_gid_groups = set()
     for j in range(n_groups):
         gid = group_gids[j]

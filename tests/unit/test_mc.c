@@ -575,16 +575,16 @@ static void test_reset_recycle(void **state)
 	assert_int_equal(st.size, BIG_MAP);
 	/* A daemon killed: its map keeps answering until its beat is stale,
 	 * then the reader asks again and gets nothing (no daemon). */
-	int64_t now = (int64_t)time(NULL);
-	mc_writer_beat(w, now - MC_STALE_S + 2);
+	uint32_t now = mc_clock_ms(NULL);
+	mc_writer_beat(w, now - MC_STALE_MS + 200);
 	assert_int_equal(mc_getpwnam(&r, "alice", 5, &pw, buf, sizeof(buf)), 0);
-	mc_writer_beat(w, now - MC_STALE_S - 1);
+	mc_writer_beat(w, now - MC_STALE_MS - 10);
 	publish(NULL, MC_PASSWD);
 	unsigned asked = atomic_load(&broker_mem->asked[MC_PASSWD]);
 	assert_int_equal(mc_getpwnam(&r, "alice", 5, &pw, buf, sizeof(buf)), -ENOENT);
 	assert_int_equal(atomic_load(&broker_mem->asked[MC_PASSWD]), asked + 1);
 	/* A clock set back makes a beat look ahead of now: still fresh. */
-	mc_writer_beat(w, now + 3600);
+	mc_writer_beat(w, now + 3600 * 1000);
 	publish(w, MC_PASSWD);
 	assert_int_equal(mc_getpwnam(&r, "alice", 5, &pw, buf, sizeof(buf)), 0);
 	/* A new daemon after a killed one: the reader follows once the old
@@ -595,7 +595,7 @@ static void test_reset_recycle(void **state)
 	assert_int_equal(put_pw(w2, "alice", 1000, "C", later(), BOTH), 0);
 	assert_int_equal(mc_getpwnam(&r, "alice", 5, &pw, buf, sizeof(buf)), 0);
 	assert_string_equal(pw.pw_gecos, "B");
-	mc_writer_beat(w, now - MC_STALE_S - 1);
+	mc_writer_beat(w, now - MC_STALE_MS - 10);
 	mc_writer_close(w);
 	assert_int_equal(mc_getpwnam(&r, "alice", 5, &pw, buf, sizeof(buf)), 0);
 	assert_string_equal(pw.pw_gecos, "C");

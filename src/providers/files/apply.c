@@ -5,6 +5,7 @@
  * costs one put however long the file is.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -273,6 +274,7 @@ static bool assign_orders(uint64_t *order, size_t n)
 struct plan {
 	size_t *put_u, nput_u, *del_u, ndel_u;
 	size_t *put_g, nput_g, *del_g, ndel_g;
+	bool extras[2]; /* users, groups: replace every extra record */
 };
 
 static void plan_free(struct plan *p)
@@ -291,6 +293,7 @@ struct kind_ops {
 			 size_t i);
 	uint64_t *(*order)(struct files_snapshot *s, size_t i);
 	uint64_t (*hash)(const struct files_snapshot *s, size_t i);
+	bool renumber; /* give every record a new order */
 };
 
 static long user_find(const struct files_snapshot *old, const struct files_snapshot *ns, size_t i)
@@ -335,7 +338,7 @@ static int diff_kind(const struct kind_ops *k, struct files_snapshot *old,
 	int rc = match && seen && order && *put && *del ? 0 : -ENOMEM;
 	for (size_t i = 0; rc == 0 && i < k->nnew; i++) {
 		match[i] = k->find_old(old, ns, i);
-		order[i] = match[i] >= 0 ? *k->order(old, (size_t)match[i]) : 0;
+		order[i] = match[i] >= 0 && !k->renumber ? *k->order(old, (size_t)match[i]) : 0;
 		if (match[i] >= 0)
 			seen[match[i]] = true;
 	}
@@ -363,27 +366,110 @@ static int diff_kind(const struct kind_ops *k, struct files_snapshot *old,
 	return rc;
 }
 
+/* ---- extra records ----------------------------------------------------------------
+ * Few files repeat a name, so extra records are not diffed one by one:
+ * when any differs (content or order), all are replaced. Each takes the
+ * order just after the named record before it in the file, so lookups by
+ * id still find the first line holding the id. */
+
+static size_t extra_count(const struct files_snapshot *s, int k)
+{
+	return k ? s->nxgroups : s->nxusers;
+}
+
+static size_t extra_prev(const struct files_snapshot *s, int k, size_t i)
+{
+	return k ? s->xgroups[i].prev : s->xusers[i].prev;
+}
+
+static uint64_t *extra_order(struct files_snapshot *s, int k, size_t i)
+{
+	return k ? &s->xgroups[i].order : &s->xusers[i].order;
+}
+
+static uint64_t extra_hash(const struct files_snapshot *s, int k, size_t i)
+{
+	/* order included: a record that moved must be stored again */
+	uint64_t order = k ? s->xgroups[i].order : s->xusers[i].order;
+	return (k ? s->xgroups[i].hash : s->xusers[i].hash) ^ idc_hash64(&order, 8, 0);
+}
+
+static uint64_t named_order(struct files_snapshot *s, int k, size_t i)
+{
+	return k ? s->groups[i].order : s->users[i].order;
+}
+
+/* Orders for the extra records of kind k, between the named records' (set
+ * already). false when a gap is too small; with squeeze they are then
+ * put as close as the gap allows. */
+static bool extra_orders(struct files_snapshot *s, int k, bool squeeze)
+{
+	size_t nnamed = k ? s->ngroups : s->nusers, run = SIZE_MAX;
+	uint64_t step = 0;
+	for (size_t i = 0; i < extra_count(s, k); i++) {
+		size_t prev = extra_prev(s, k, i);
+		uint64_t lo = prev ? named_order(s, k, prev - 1) : 0;
+		uint64_t hi = prev < nnamed ? named_order(s, k, prev) : UINT64_MAX;
+		step = prev == run ? step + 1 : 1;
+		run = prev;
+		if (hi - lo <= step && !squeeze)
+			return false;
+		*extra_order(s, k, i) = hi - lo > step ? lo + step : hi - 1;
+	}
+	return true;
+}
+
+static bool extras_differ(const struct files_snapshot *old, const struct files_snapshot *ns, int k)
+{
+	if (extra_count(old, k) != extra_count(ns, k))
+		return true;
+	for (size_t i = 0; i < extra_count(ns, k); i++)
+		if (extra_hash(old, k, i) != extra_hash(ns, k, i))
+			return true;
+	return false;
+}
+
+/* One kind's diff, its named records renumbered when their extras need
+ * room. */
+static int diff_with_extras(struct kind_ops *ko, int k, struct files_snapshot *old,
+			    struct files_snapshot *ns, bool full, size_t **put, size_t *nput,
+			    size_t **del, size_t *ndel, struct files_kind_stats *st)
+{
+	int rc = diff_kind(ko, old, ns, full, put, nput, del, ndel, st);
+	if (rc || extra_orders(ns, k, false))
+		return rc;
+	free(*put);
+	free(*del);
+	*st = (struct files_kind_stats){0};
+	ko->renumber = true;
+	rc = diff_kind(ko, old, ns, full, put, nput, del, ndel, st);
+	if (rc == 0)
+		extra_orders(ns, k, true);
+	return rc;
+}
+
 static int make_plan(struct files_snapshot *old, struct files_snapshot *ns, bool full,
 		     struct plan *p, struct files_refresh_stats *st)
 {
-	struct kind_ops u = {ns->nusers, old->nusers, user_find, user_order, user_hash};
-	struct kind_ops g = {ns->ngroups, old->ngroups, group_find, group_order, group_hash};
-	int rc =
-	    diff_kind(&u, old, ns, full, &p->put_u, &p->nput_u, &p->del_u, &p->ndel_u, &st->users);
+	struct kind_ops u = {ns->nusers, old->nusers, user_find, user_order, user_hash, false};
+	struct kind_ops g = {ns->ngroups, old->ngroups, group_find, group_order, group_hash, false};
+	int rc = diff_with_extras(&u, 0, old, ns, full, &p->put_u, &p->nput_u, &p->del_u,
+				  &p->ndel_u, &st->users);
 	if (rc == 0)
-		rc = diff_kind(&g, old, ns, full, &p->put_g, &p->nput_g, &p->del_g, &p->ndel_g,
-			       &st->groups);
+		rc = diff_with_extras(&g, 1, old, ns, full, &p->put_g, &p->nput_g, &p->del_g,
+				      &p->ndel_g, &st->groups);
+	for (int k = 0; k < 2 && rc == 0; k++)
+		p->extras[k] = extras_differ(old, ns, k);
 	return rc;
 }
 
 /* ==== apply ======================================================================== */
 
-static int put_user(struct cache_txn *t, const struct files_domain *fd,
-		    const struct files_snapshot *s, size_t i, struct idc_diag *d)
+static int put_user(struct cache_txn *t, const struct files_domain *fd, const struct files_user *u,
+		    bool extra, struct idc_diag *d)
 {
-	const struct files_user *u = &s->users[i];
-	struct cache_user cu = {u->name, u->uid,   u->gid,   u->gecos,
-				u->dir,  u->shell, u->order, NULL};
+	struct cache_user cu = {u->name,  u->uid, u->gid,    u->gecos, u->dir,
+				u->shell, u->order, NULL, u->passwd, extra};
 	bool changed;
 	int rc = cache_put_user(t, fd->name, &cu, &changed, d);
 	if (rc)
@@ -392,12 +478,12 @@ static int put_user(struct cache_txn *t, const struct files_domain *fd,
 }
 
 static int put_group(struct cache_txn *t, const struct files_domain *fd,
-		     const struct files_snapshot *s, size_t i, struct idc_diag *d)
+		     const struct files_snapshot *s, const struct files_group *g, bool extra,
+		     struct idc_diag *d)
 {
-	const struct files_group *g = &s->groups[i];
 	struct cache_group cg = {
 	    g->name,     g->gid, g->order, files_snapshot_members(s, g->mem_first),
-	    g->nmembers, NULL,   0,        NULL};
+	    g->nmembers, NULL,   0,        NULL, g->passwd, extra};
 	bool changed;
 	int rc = cache_put_group(t, fd->name, &cg, &changed, d);
 	if (rc)
@@ -409,6 +495,24 @@ static int put_group(struct cache_txn *t, const struct files_domain *fd,
 static int ok_if_absent(int rc)
 {
 	return rc == -ENOENT ? 0 : rc;
+}
+
+/* Every extra record of a kind the plan replaces: the old ones go first
+ * (a new one may take an old one's order). */
+static int write_extras(struct cache_txn *t, const struct files_domain *fd,
+			const struct files_snapshot *old, const struct files_snapshot *ns,
+			const struct plan *p, struct idc_diag *d)
+{
+	int rc = 0;
+	for (size_t i = 0; p->extras[0] && rc == 0 && i < old->nxusers; i++)
+		rc = ok_if_absent(cache_del_extra_user(t, fd->name, old->xusers[i].order, d));
+	for (size_t i = 0; p->extras[1] && rc == 0 && i < old->nxgroups; i++)
+		rc = ok_if_absent(cache_del_extra_group(t, fd->name, old->xgroups[i].order, d));
+	for (size_t i = 0; p->extras[0] && rc == 0 && i < ns->nxusers; i++)
+		rc = put_user(t, fd, &ns->xusers[i], true, d);
+	for (size_t i = 0; p->extras[1] && rc == 0 && i < ns->nxgroups; i++)
+		rc = put_group(t, fd, ns, &ns->xgroups[i], true, d);
+	return rc;
 }
 
 /* The plan's writes, deletions first (a name re-cased in the file is a
@@ -423,10 +527,10 @@ static int write_plan(struct cache_txn *t, const struct files_domain *fd,
 	for (size_t i = 0; rc == 0 && i < p->ndel_g; i++)
 		rc = ok_if_absent(cache_del_group(t, fd->name, old->groups[p->del_g[i]].name, d));
 	for (size_t i = 0; rc == 0 && i < p->nput_u; i++)
-		rc = put_user(t, fd, ns, p->put_u[i], d);
+		rc = put_user(t, fd, &ns->users[p->put_u[i]], false, d);
 	for (size_t i = 0; rc == 0 && i < p->nput_g; i++)
-		rc = put_group(t, fd, ns, p->put_g[i], d);
-	return rc;
+		rc = put_group(t, fd, ns, &ns->groups[p->put_g[i]], false, d);
+	return rc ? rc : write_extras(t, fd, old, ns, p, d);
 }
 
 static int apply_plan(struct files_domain *fd, struct cache *c, const struct files_snapshot *old,
@@ -451,6 +555,60 @@ static int apply_plan(struct files_domain *fd, struct cache *c, const struct fil
 	if (rc)
 		idc_diag_prefix(d, "files domain %s: nothing applied: ", fd->name);
 	return rc;
+}
+
+/* ==== why a name is not served ======================================================= */
+
+/* Whether the line at byte off of raw[0..len) has name in its name field
+ * (after leading white space, up to ':' or the end of the line). */
+static bool line_named(const char *raw, size_t len, uint32_t off, const char *name, size_t *llen)
+{
+	if (off >= len)
+		return false;
+	const char *p = raw + off, *nl = memchr(p, '\n', len - off);
+	const char *end = nl ? nl : raw + len;
+	*llen = (size_t)(end - p);
+	while (p < end && (*p == ' ' || (*p >= '\t' && *p <= '\r')))
+		p++;
+	size_t n = strlen(name);
+	return (size_t)(end - p) >= n && memcmp(p, name, n) == 0 && (p + n == end || p[n] == ':');
+}
+
+/* What the parser said of the line (a copy is parsed: it writes NULs). */
+static const char *skip_reason(const char *line, size_t len, bool group)
+{
+	char *copy = malloc(len + 1);
+	if (!copy)
+		return "skipped";
+	memcpy(copy, line, len);
+	copy[len] = '\0';
+	const char *why = NULL;
+	struct files_pwent pe;
+	struct files_grent ge;
+	enum files_line r = group ? files_parse_grline(copy, len, &ge, &why)
+				  : files_parse_pwline(copy, len, &pe, &why);
+	free(copy);
+	if (r == FILES_LINE_BAD && why)
+		return why;
+	return group ? "invalid group name" : "invalid user name";
+}
+
+int files_domain_why(const struct files_domain *fd, bool group, const char *name, char *out,
+		     size_t cap)
+{
+	const struct files_snapshot *s = fd->snap;
+	const struct files_skips *sk = s ? (group ? &s->gskip : &s->uskip) : NULL;
+	for (size_t i = 0; sk && i < sk->n; i++) {
+		const struct files_skip *e = &sk->v[i];
+		size_t pi = group ? fd->npasswd + e->file : e->file, len;
+		if (e->dup || pi >= fd->npasswd + fd->ngroup || !fd->raw[pi] ||
+		    !line_named(fd->raw[pi], fd->rawlen[pi], e->off, name, &len))
+			continue;
+		snprintf(out, cap, "%s:%u: %s; line skipped", fd->paths[pi], e->line,
+			 skip_reason(fd->raw[pi] + e->off, len, group));
+		return 1;
+	}
+	return 0;
 }
 
 /* ==== change hook ================================================================== */
@@ -498,6 +656,20 @@ static void report_group(const struct files_domain *fd, const struct files_snaps
 	fd->hook(&ch, fd->hook_arg);
 }
 
+/* Replaced extra records: each old one went, each new one came. */
+static void report_extras(const struct files_domain *fd, const struct files_snapshot *old,
+			  const struct files_snapshot *ns, const struct plan *p)
+{
+	for (size_t i = 0; p->extras[0] && i < old->nxusers; i++)
+		report_user(fd, &old->xusers[i], NULL);
+	for (size_t i = 0; p->extras[0] && i < ns->nxusers; i++)
+		report_user(fd, NULL, &ns->xusers[i]);
+	for (size_t i = 0; p->extras[1] && i < old->nxgroups; i++)
+		report_group(fd, old, &old->xgroups[i], ns, NULL);
+	for (size_t i = 0; p->extras[1] && i < ns->nxgroups; i++)
+		report_group(fd, old, NULL, ns, &ns->xgroups[i]);
+}
+
 /* Tell the hook what the committed plan changed: removals first, as they
  * were applied. */
 static void report_plan(const struct files_domain *fd, const struct files_snapshot *old,
@@ -517,11 +689,13 @@ static void report_plan(const struct files_domain *fd, const struct files_snapsh
 		long o = files_snapshot_find_group(old, n->name, n->key);
 		report_group(fd, old, o >= 0 ? &old->groups[o] : NULL, ns, n);
 	}
+	report_extras(fd, old, ns, p);
 }
 
 static bool plan_empty(const struct plan *p)
 {
-	return !p->nput_u && !p->ndel_u && !p->nput_g && !p->ndel_g;
+	return !p->nput_u && !p->ndel_u && !p->nput_g && !p->ndel_g && !p->extras[0] &&
+	       !p->extras[1];
 }
 
 /* ==== partial refresh ================================================================
@@ -668,6 +842,33 @@ static int uncovers(const struct files_snapshot *old, int k, const struct files_
 	return r;
 }
 
+/* Whether an extra record of kind k lies at or after byte pre of file f.
+ * Extra records before the window stay as they are (their named records
+ * and neighbours are before it too); the window's own lines repeating a
+ * name give up in the window parse (files_outer.collide). Groups: any,
+ * since their members interleave with the named groups' (splice_groups). */
+static bool extras_from(const struct files_snapshot *old, int k, uint32_t f, size_t pre)
+{
+	if (k)
+		return old->nxgroups > 0;
+	for (size_t i = 0; i < old->nxusers; i++)
+		if (old->xusers[i].file > f ||
+		    (old->xusers[i].file == f && old->xusers[i].off >= pre))
+			return true;
+	return false;
+}
+
+/* Whether the extra users just before the window (after named record
+ * first - 1) still sort before the record that follows them now. */
+static bool extras_fit(const struct files_snapshot *ns, size_t first)
+{
+	uint64_t hi = first < ns->nusers ? ns->users[first].order : UINT64_MAX;
+	for (size_t i = 0; i < ns->nxusers; i++)
+		if (ns->xusers[i].prev == first && ns->xusers[i].order >= hi)
+			return false;
+	return true;
+}
+
 /* Find and parse the window of path pi (of kind k) into w. 0, 1 to give up,
  * or -errno. */
 static int fast_window(struct files_domain *fd, const struct loaded *l, int k, size_t pi,
@@ -695,6 +896,8 @@ static int fast_window(struct files_domain *fd, const struct loaded *l, int k, s
 		ne = nlen - (olen - oe);
 	}
 	uint32_t f = (uint32_t)(k ? pi - fd->npasswd : pi);
+	if (extras_from(old, k, f, pre))
+		return 1; /* the window could move or uncover extra records */
 	w->file = f;
 	w->pre = (uint32_t)pre;
 	w->old_end = (uint32_t)oe;
@@ -849,6 +1052,8 @@ static int fast_refresh(struct files_domain *fd, struct cache *c, struct loaded 
 	if (rc == 0)
 		rc = fast_kind(old, ns, 0, &w[0], &p.put_u, &p.nput_u, &p.del_u, &p.ndel_u,
 			       &st->users);
+	if (rc == 0 && w[0].active && !extras_fit(ns, w[0].before))
+		rc = 1; /* a full refresh would renumber */
 	if (rc == 0)
 		rc = fast_kind(old, ns, 1, &w[1], &p.put_g, &p.nput_g, &p.del_g, &p.ndel_g,
 			       &st->groups);

@@ -4,7 +4,8 @@
  *
  * Owns: snapshots — the parse of passwd/group bytes, their name tables and
  * the splicing of a re-parsed window into an old snapshot (parse.c) —, an
- * inotify watch on the directories holding the configured files (watch.c),
+ * inotify watch on the configured files and the directories holding them
+ * (watch.c),
  * and per domain the last applied snapshot plus the diff that turns a new
  * parse into one cache transaction (apply.c).
  * May call: util, cache, libc.
@@ -21,12 +22,16 @@
  *     4294967295 once strtoul has wrapped a negative value;
  *   - members: split at ',', leading white space of each dropped, empty
  *     items dropped, everything else (':' and trailing white space) kept.
- * Our additions: a line with a NUL byte or longer than FILES_LINE_MAX is
- * malformed; a name cache_name_valid() refuses is skipped; the first
- * occurrence of a name wins (across all files of a domain), and so does the
- * first of two names the cache would fold together (case, spaces); member
- * names cache_name_valid() refuses are dropped. Every skip is logged with
- * file:line and the reason.
+ * As glibc, the first line of a name answers for the name (across all
+ * files of a domain), and every line answers for its id and in
+ * enumeration: a later line of a name is kept as an extra record. Names
+ * are case-sensitive: "Alice" after "alice" is a name of its own.
+ * The password field is kept when cache_passwd_public() allows ("", "*",
+ * "!"), else served as "x".
+ * Our additions: a line with a NUL byte is malformed; a name
+ * cache_name_valid() refuses is skipped; member names cache_name_valid()
+ * refuses are dropped. Every skip is logged with file:line and the
+ * reason.
  */
 #ifndef IDC_FILES_H
 #define IDC_FILES_H
@@ -38,7 +43,6 @@
 #include "cache/cache.h"
 #include "util/util.h"
 
-#define FILES_LINE_MAX (64u * 1024u)          /* longer lines are malformed */
 #define FILES_SIZE_MAX (256u * 1024u * 1024u) /* larger files are refused */
 
 /* ==== one line ===============================================================
@@ -76,6 +80,7 @@ const char *files_next_member(char **cursor);
  * until files_snapshot_free. */
 struct files_user {
 	const char *name, *gecos, *dir, *shell;
+	const char *passwd; /* cache_passwd_public() or NULL */
 	uint32_t uid, gid;
 	uint32_t file; /* index in the domain's file list */
 	uint32_t line; /* 1-based; 0 for a record read back from the cache */
@@ -83,10 +88,12 @@ struct files_user {
 	uint64_t order;
 	uint64_t hash; /* of everything stored except order */
 	uint64_t key;  /* hash of the folded name */
+	size_t prev;   /* extras: records of the main list before this one */
 };
 
 struct files_group {
 	const char *name;
+	const char *passwd; /* as files_user.passwd */
 	uint32_t gid;
 	uint32_t file, line;
 	uint32_t off;     /* byte offset of the line in its file */
@@ -95,6 +102,7 @@ struct files_group {
 	uint64_t order;
 	uint64_t hash;
 	uint64_t key;
+	size_t prev;
 };
 
 struct files_name_table {
@@ -127,6 +135,13 @@ struct files_snapshot {
 	size_t nusers, users_cap;
 	struct files_group *groups;
 	size_t ngroups, groups_cap;
+	/* Extra records: lines whose name (folded) an earlier line holds,
+	 * in file order; glibc answers them by id, by enumeration and, for
+	 * another spelling, by name (cache.h, "Extra records"). */
+	struct files_user *xusers;
+	size_t nxusers, xusers_cap;
+	struct files_group *xgroups;
+	size_t nxgroups, xgroups_cap;
 	const char **mem; /* member names of all groups */
 	size_t nmem, mem_cap;
 	struct files_name_table user_names, group_names; /* folded name -> index */
@@ -137,7 +152,8 @@ struct files_snapshot {
 	struct files_skips uskip, gskip;
 	struct idc_arena arena; /* strings copied from the cache */
 	size_t malformed;       /* lines skipped as malformed (bad syntax, name) */
-	size_t duplicates;      /* lines skipped as a repeated name */
+	size_t duplicates;      /* lines whose exact name an earlier line holds:
+				 * found by id only */
 };
 
 struct files_snapshot *files_snapshot_new(void);
@@ -165,9 +181,10 @@ long files_snapshot_user(const struct files_snapshot *s, const char *name);
 long files_snapshot_group(const struct files_snapshot *s, const char *name);
 
 /* ==== watch ==================================================================
- * inotify on the parent directories of the configured files, so writes in
- * place, replace-by-rename (useradd, vipw, sed -i), deletion, re-creation
- * and a symlink renamed into place are all seen.
+ * inotify on the parent directories of the configured files and on the
+ * files themselves, so writes in place (also to a file bind-mounted over
+ * the path), replace-by-rename (useradd, vipw, sed -i), deletion,
+ * re-creation and a symlink renamed into place are all seen.
  *
  * Wiring into an epoll loop:
  *   files_watch_open(paths) -> add files_watch_fd(w) for EPOLLIN;
@@ -194,7 +211,7 @@ enum {
 
 struct files_watch;
 
-/* Watch the directories of paths[0..n). A directory that does not exist
+/* Watch paths[0..n) and their directories. A directory that does not exist
  * yet is not an error: it is counted by files_watch_missing. 0 or -errno
  * (inotify_init1 failed, a path without a file name...). */
 int files_watch_open(const char *const *paths, size_t n, struct files_watch **out,
@@ -295,5 +312,12 @@ void files_domain_invalidate(struct files_domain *fd);
 
 /* The last applied snapshot, or NULL before the first refresh. */
 const struct files_snapshot *files_domain_snapshot(const struct files_domain *fd);
+
+/* Why no record of the domain is named name (a user, or a group when
+ * group): the first line of the kept snapshot's files that has this name
+ * and was skipped as malformed, as "FILE:LINE: reason" in out. 1 when one
+ * was found, else 0 (out untouched). */
+int files_domain_why(const struct files_domain *fd, bool group, const char *name, char *out,
+		     size_t cap);
 
 #endif

@@ -6,9 +6,8 @@
 
 /* Record content hashes; equal records hash equal whether they come from a
  * parse or from the cache. */
-uint64_t files_user_hash(const char *name, uint32_t uid, uint32_t gid, const char *gecos,
-			 const char *dir, const char *shell);
-uint64_t files_group_hash(const char *name, uint32_t gid, const char *const *mem, size_t n);
+uint64_t files_user_hash(const struct files_user *u);
+uint64_t files_group_hash(const struct files_group *g, const char *const *mem);
 
 /* Take buf (len bytes, buf[len] writable) into s and parse it in place. On
  * error buf is freed too. */
@@ -47,7 +46,8 @@ struct files_window {
 
 /* A new snapshot: old with each active window's records replaced. Its
  * first nborrowed buffers are old's (orders are not set for window
- * records). 0 or -ENOMEM. */
+ * records). old's extra records are kept as they are: the caller makes
+ * sure none is in or after an active window. 0 or -ENOMEM. */
 int files_snapshot_splice(const struct files_snapshot *old, struct files_window w[2],
 			  struct files_snapshot **out);
 

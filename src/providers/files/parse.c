@@ -89,8 +89,6 @@ static enum files_line bad(const char **why, const char *text)
 static enum files_line line_start(char **line, size_t len, const char **why)
 {
 	char *p = *line, *end = p + len;
-	if (len > FILES_LINE_MAX)
-		return bad(why, "line longer than 65536 bytes");
 	while (p < end && is_space(*p))
 		p++;
 	if (p < end && *p == '#')
@@ -161,22 +159,34 @@ const char *files_next_member(char **cursor)
 
 /* ==== hashes ==================================================================== */
 
-uint64_t files_user_hash(const char *name, uint32_t uid, uint32_t gid, const char *gecos,
-			 const char *dir, const char *shell)
+/* A kept password field, or none (served as "x"): they hash apart. */
+static uint64_t passwd_hash(const char *passwd, uint64_t h)
 {
-	/* each string with its NUL, so field boundaries count */
-	uint64_t h = idc_hash64(name, strlen(name) + 1, ((uint64_t)uid << 32) | gid);
-	h = idc_hash64(gecos, strlen(gecos) + 1, h);
-	h = idc_hash64(dir, strlen(dir) + 1, h);
-	return idc_hash64(shell, strlen(shell) + 1, h);
+	return passwd ? idc_hash64(passwd, strlen(passwd) + 1, h) : h ^ 0x78;
 }
 
-uint64_t files_group_hash(const char *name, uint32_t gid, const char *const *mem, size_t n)
+uint64_t files_user_hash(const struct files_user *u)
 {
-	uint64_t h = idc_hash64(name, strlen(name) + 1, gid);
-	for (size_t i = 0; i < n; i++)
+	/* each string with its NUL, so field boundaries count */
+	uint64_t h = idc_hash64(u->name, strlen(u->name) + 1, ((uint64_t)u->uid << 32) | u->gid);
+	h = idc_hash64(u->gecos, strlen(u->gecos) + 1, h);
+	h = idc_hash64(u->dir, strlen(u->dir) + 1, h);
+	h = idc_hash64(u->shell, strlen(u->shell) + 1, h);
+	return passwd_hash(u->passwd, h);
+}
+
+uint64_t files_group_hash(const struct files_group *g, const char *const *mem)
+{
+	uint64_t h = idc_hash64(g->name, strlen(g->name) + 1, g->gid);
+	for (size_t i = 0; i < g->nmembers; i++)
 		h = idc_hash64(mem[i], strlen(mem[i]) + 1, h);
-	return h ^ n;
+	return passwd_hash(g->passwd, h ^ g->nmembers);
+}
+
+/* The password field as kept: only what says nothing secret. */
+static const char *public_passwd(const char *p)
+{
+	return cache_passwd_public(p) ? p : NULL;
 }
 
 /* ==== folded-name table ===========================================================
@@ -343,6 +353,8 @@ void files_snapshot_free(struct files_snapshot *s)
 	free(s->bufs);
 	free(s->users);
 	free(s->groups);
+	free(s->xusers);
+	free(s->xgroups);
 	free(s->mem);
 	free(s->user_names.slot);
 	free(s->group_names.slot);
@@ -424,12 +436,35 @@ static const char *kind_text(enum kind k)
 	return k == USERS ? "user" : "group";
 }
 
-/* Whether the record named name may be added: valid and not seen yet. */
-static bool name_ok(struct line_ctx *c, enum kind k, const char *name, uint64_t *key)
+/* How a line's record is kept: as the record of its name, as an extra
+ * record (an earlier line holds the name, folded), or not at all. */
+enum name_use { NAME_NEW, NAME_EXTRA, NAME_SKIP };
+
+/* A name an earlier line holds: the line is an extra record (never within
+ * a window: the caller then parses everything, see files_outer). */
+static enum name_use repeated(struct line_ctx *c, enum kind k, const char *name, const char *old,
+			      uint64_t key)
+{
+	bool exact = strcmp(old, name) == 0;
+	if (exact)
+		note_skip(c, true, key); /* not answered by name */
+	if (c->log_bad)
+		idc_log(IDC_LOG_DEBUG, "%s:%u: %s '%s' %s '%s' seen before; %s", c->label, c->line,
+			kind_text(k), name,
+			exact ? "repeats" : "differs only in case or spaces from", old,
+			exact ? "answered by id only" : "kept apart");
+	if (!c->outer)
+		return NAME_EXTRA;
+	c->outer->collide = true;
+	return NAME_SKIP;
+}
+
+/* Whether the record named name may be added, and how. */
+static enum name_use name_use(struct line_ctx *c, enum kind k, const char *name, uint64_t *key)
 {
 	if (!cache_name_valid(name, strlen(name))) {
 		note_bad(c, k == USERS ? "invalid user name" : "invalid group name");
-		return false;
+		return NAME_SKIP;
 	}
 	*key = name_key(name);
 	long prev = table_find(c->s, k, name, *key);
@@ -445,29 +480,63 @@ static bool name_ok(struct line_ctx *c, enum kind k, const char *name, uint64_t 
 		else if (j >= 0 && (size_t)j >= o->after[k])
 			c->outer->collide = true;
 	}
-	if (!old)
-		return true;
-	note_skip(c, true, *key);
-	bool exact = strcmp(old, name) == 0;
-	if (c->log_bad)
-		idc_log(exact ? IDC_LOG_DEBUG : IDC_LOG_WARN,
-			"%s:%u: %s '%s' %s '%s' seen before; line skipped", c->label, c->line,
-			kind_text(k), name,
-			exact ? "repeats" : "differs only in case or spaces from", old);
-	return false;
+	return old ? repeated(c, k, name, old, *key) : NAME_NEW;
+}
+
+/* Room for one more user (extra or not) in s; its slot. */
+static struct files_user *user_slot(struct files_snapshot *s, bool extra)
+{
+	int rc = extra ? grow((void **)&s->xusers, s->nxusers, &s->xusers_cap, sizeof(*s->xusers))
+		       : grow((void **)&s->users, s->nusers, &s->users_cap, sizeof(*s->users));
+	return rc ? NULL : extra ? &s->xusers[s->nxusers] : &s->users[s->nusers];
+}
+
+static struct files_group *group_slot(struct files_snapshot *s, bool extra)
+{
+	int rc = extra
+		     ? grow((void **)&s->xgroups, s->nxgroups, &s->xgroups_cap, sizeof(*s->xgroups))
+		     : grow((void **)&s->groups, s->ngroups, &s->groups_cap, sizeof(*s->groups));
+	return rc ? NULL : extra ? &s->xgroups[s->nxgroups] : &s->groups[s->ngroups];
+}
+
+/* The record just filled in its slot is s's now: an extra is only
+ * counted, a named one goes into the name table too. */
+static int user_added(struct files_snapshot *s, bool extra)
+{
+	if (extra) {
+		s->nxusers++;
+		return 0;
+	}
+	int rc = table_add(s, USERS, s->nusers);
+	if (rc == 0)
+		s->nusers++;
+	return rc;
+}
+
+static int group_added(struct files_snapshot *s, bool extra)
+{
+	if (extra) {
+		s->nxgroups++;
+		return 0;
+	}
+	int rc = table_add(s, GROUPS, s->ngroups);
+	if (rc == 0)
+		s->ngroups++;
+	return rc;
 }
 
 static int add_user(struct line_ctx *c, const struct files_pwent *e)
 {
 	struct files_snapshot *s = c->s;
 	uint64_t key;
-	if (!name_ok(c, USERS, e->name, &key))
+	enum name_use use = name_use(c, USERS, e->name, &key);
+	if (use == NAME_SKIP)
 		return 0;
-	int rc = grow((void **)&s->users, s->nusers, &s->users_cap, sizeof(*s->users));
-	if (rc)
-		return rc;
-	struct files_user *u = &s->users[s->nusers];
+	struct files_user *u = user_slot(s, use == NAME_EXTRA);
+	if (!u)
+		return -ENOMEM;
 	*u = (struct files_user){.name = e->name,
+				 .passwd = public_passwd(e->passwd),
 				 .gecos = e->gecos,
 				 .dir = e->dir,
 				 .shell = e->shell,
@@ -476,12 +545,10 @@ static int add_user(struct line_ctx *c, const struct files_pwent *e)
 				 .file = c->file,
 				 .line = c->line,
 				 .off = c->off,
-				 .key = key};
-	u->hash = files_user_hash(u->name, u->uid, u->gid, u->gecos, u->dir, u->shell);
-	rc = table_add(s, USERS, s->nusers);
-	if (rc == 0)
-		s->nusers++;
-	return rc;
+				 .key = key,
+				 .prev = s->nusers};
+	u->hash = files_user_hash(u);
+	return user_added(s, use == NAME_EXTRA);
 }
 
 const char *const *files_snapshot_members(const struct files_snapshot *s, size_t first)
@@ -535,29 +602,28 @@ static int add_group(struct line_ctx *c, struct files_grent *e)
 {
 	struct files_snapshot *s = c->s;
 	uint64_t key;
-	if (!name_ok(c, GROUPS, e->name, &key))
+	enum name_use use = name_use(c, GROUPS, e->name, &key);
+	if (use == NAME_SKIP)
 		return 0;
-	int rc = grow((void **)&s->groups, s->ngroups, &s->groups_cap, sizeof(*s->groups));
-	if (rc)
-		return rc;
+	struct files_group *g = group_slot(s, use == NAME_EXTRA);
+	if (!g)
+		return -ENOMEM;
 	size_t first = s->nmem;
-	rc = add_members(c, e->members);
+	int rc = add_members(c, e->members);
 	if (rc)
 		return rc;
-	struct files_group *g = &s->groups[s->ngroups];
 	*g = (struct files_group){.name = e->name,
+				  .passwd = public_passwd(e->passwd),
 				  .gid = e->gid,
 				  .file = c->file,
 				  .line = c->line,
 				  .off = c->off,
 				  .mem_first = first,
 				  .nmembers = s->nmem - first,
-				  .key = key};
-	g->hash = files_group_hash(g->name, g->gid, files_snapshot_members(s, first), g->nmembers);
-	rc = table_add(s, GROUPS, s->ngroups);
-	if (rc == 0)
-		s->ngroups++;
-	return rc;
+				  .key = key,
+				  .prev = s->ngroups};
+	g->hash = files_group_hash(g, files_snapshot_members(s, first));
+	return group_added(s, use == NAME_EXTRA);
 }
 
 static int parse_line(struct line_ctx *c, enum kind k, char *line, size_t len)
@@ -796,8 +862,12 @@ static int splice_groups(struct files_snapshot *ns, const struct files_snapshot 
 	const struct files_snapshot *win = w->active ? w->win : NULL;
 	size_t nwin = win ? win->ngroups : 0;
 	size_t n = before + nwin + (old->ngroups - after);
+	/* Untouched, the member list is taken whole: extra groups' members
+	 * lie between the groups' (an active window has no extras around). */
 	size_t mem_before =
-	    before ? old->groups[before - 1].mem_first + old->groups[before - 1].nmembers : 0;
+	    !w->active ? old->nmem
+	    : before   ? old->groups[before - 1].mem_first + old->groups[before - 1].nmembers
+		       : 0;
 	size_t mem_after = after < old->ngroups ? old->groups[after].mem_first : old->nmem;
 	size_t nwin_mem = win ? win->nmem : 0;
 	size_t nmem = mem_before + nwin_mem + (old->nmem - mem_after);
@@ -856,6 +926,23 @@ static int splice_bufs(struct files_snapshot *ns, const struct files_snapshot *o
 	return 0;
 }
 
+/* Extra records, all before any active window (the caller checked): taken
+ * as they are; their strings are in the borrowed buffers. */
+static int splice_extras(struct files_snapshot *ns, const struct files_snapshot *old)
+{
+	if (old->nxusers && !(ns->xusers = malloc(old->nxusers * sizeof(*ns->xusers))))
+		return -ENOMEM;
+	if (old->nxgroups && !(ns->xgroups = malloc(old->nxgroups * sizeof(*ns->xgroups))))
+		return -ENOMEM;
+	if (old->nxusers)
+		memcpy(ns->xusers, old->xusers, old->nxusers * sizeof(*ns->xusers));
+	if (old->nxgroups)
+		memcpy(ns->xgroups, old->xgroups, old->nxgroups * sizeof(*ns->xgroups));
+	ns->nxusers = ns->xusers_cap = old->nxusers;
+	ns->nxgroups = ns->xgroups_cap = old->nxgroups;
+	return 0;
+}
+
 int files_snapshot_splice(const struct files_snapshot *old, struct files_window w[2],
 			  struct files_snapshot **out)
 {
@@ -863,6 +950,8 @@ int files_snapshot_splice(const struct files_snapshot *old, struct files_window 
 	if (!ns)
 		return -ENOMEM;
 	int rc = splice_bufs(ns, old, w);
+	if (rc == 0)
+		rc = splice_extras(ns, old);
 	if (rc == 0)
 		rc = splice_users(ns, old, &w[0]);
 	if (rc == 0)
@@ -892,56 +981,54 @@ static const char *arena_str(struct files_snapshot *s, const char *p)
 
 int files_snapshot_push_user(struct files_snapshot *s, const struct cache_user *cu)
 {
-	int rc = grow((void **)&s->users, s->nusers, &s->users_cap, sizeof(*s->users));
-	if (rc)
-		return rc;
-	struct files_user *u = &s->users[s->nusers];
+	struct files_user *u = user_slot(s, cu->extra);
+	if (!u)
+		return -ENOMEM;
 	*u = (struct files_user){.name = arena_str(s, cu->name),
+				 .passwd = cu->passwd ? arena_str(s, cu->passwd) : NULL,
 				 .gecos = arena_str(s, cu->gecos),
 				 .dir = arena_str(s, cu->dir),
 				 .shell = arena_str(s, cu->shell),
 				 .uid = cu->uid,
 				 .gid = cu->gid,
-				 .order = cu->order};
-	if (!u->name || !u->gecos || !u->dir || !u->shell)
+				 .order = cu->order,
+				 .prev = s->nusers};
+	if (!u->name || !u->gecos || !u->dir || !u->shell || (cu->passwd && !u->passwd))
 		return -ENOMEM;
-	u->hash = files_user_hash(u->name, u->uid, u->gid, u->gecos, u->dir, u->shell);
+	u->hash = files_user_hash(u);
 	u->key = name_key(u->name);
-	if (table_find(s, USERS, u->name, u->key) >= 0)
+	if (!cu->extra && table_find(s, USERS, u->name, u->key) >= 0)
 		return 0; /* cannot happen in a consistent cache; keep the first */
-	rc = table_add(s, USERS, s->nusers);
-	if (rc == 0)
-		s->nusers++;
-	return rc;
+	return user_added(s, cu->extra);
 }
 
 int files_snapshot_push_group(struct files_snapshot *s, const struct cache_group *cg)
 {
-	int rc = grow((void **)&s->groups, s->ngroups, &s->groups_cap, sizeof(*s->groups));
-	if (rc)
-		return rc;
+	struct files_group *g = group_slot(s, cg->extra);
+	if (!g)
+		return -ENOMEM;
+	int rc = 0;
 	size_t first = s->nmem;
 	for (size_t i = 0; i < cg->nmembers && rc == 0; i++) {
 		const char *m = arena_str(s, cg->members[i]);
 		rc = m ? push_member(s, m) : -ENOMEM;
 	}
 	const char *name = arena_str(s, cg->name);
-	if (rc || !name)
+	const char *passwd = cg->passwd ? arena_str(s, cg->passwd) : NULL;
+	if (rc || !name || (cg->passwd && !passwd))
 		return rc ? rc : -ENOMEM;
-	struct files_group *g = &s->groups[s->ngroups];
 	*g = (struct files_group){.name = name,
+				  .passwd = passwd,
 				  .gid = cg->gid,
 				  .mem_first = first,
 				  .nmembers = s->nmem - first,
 				  .order = cg->order,
-				  .key = name_key(name)};
-	g->hash = files_group_hash(g->name, g->gid, files_snapshot_members(s, first), g->nmembers);
-	if (table_find(s, GROUPS, g->name, g->key) >= 0)
+				  .key = name_key(name),
+				  .prev = s->ngroups};
+	g->hash = files_group_hash(g, files_snapshot_members(s, first));
+	if (!cg->extra && table_find(s, GROUPS, g->name, g->key) >= 0)
 		return 0;
-	rc = table_add(s, GROUPS, s->ngroups);
-	if (rc == 0)
-		s->ngroups++;
-	return rc;
+	return group_added(s, cg->extra);
 }
 
 /* ==== reading a file ================================================================ */

@@ -1,8 +1,13 @@
 /*
  * files provider: inotify on the directories that hold the configured
- * files. Watching the directory, not the file, is what makes a
- * replace-by-rename (useradd, vipw, sed -i) visible: a watch on the file
- * would stay on the old inode. Events are filtered by file name.
+ * files, and on the files themselves. Watching the directory is what makes
+ * a replace-by-rename (useradd, vipw, sed -i) visible: a watch on the file
+ * stays on the old inode. Watching the file is what makes a write in place
+ * to a file bind-mounted over the path visible (containers mount
+ * /etc/passwd so; renaming over it is impossible): the kernel reports such
+ * a write to the directory the file really lives in, not to ours. After
+ * every change the file watches are set again, so they follow the inode
+ * the path names now. Directory events are filtered by file name.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -17,6 +22,7 @@
 #define DIR_MASK                                                                                   \
 	(IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_ATTRIB |        \
 	 IN_MODIFY | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR)
+#define FILE_MASK (IN_CLOSE_WRITE | IN_MODIFY | IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF)
 
 struct watch_dir {
 	char *path; /* directory */
@@ -25,10 +31,17 @@ struct watch_dir {
 	size_t nnames;
 };
 
+struct watch_file {
+	char *path;
+	int wd; /* -1 while the path names nothing */
+};
+
 struct files_watch {
 	int fd;
 	struct watch_dir *dirs;
 	size_t ndirs;
+	struct watch_file *files;
+	size_t nfiles;
 };
 
 /* ==== setup ===================================================================== */
@@ -72,11 +85,28 @@ static int add_name(struct watch_dir *wd, const char *base)
 	return 0;
 }
 
+static int add_file(struct files_watch *w, const char *path)
+{
+	for (size_t i = 0; i < w->nfiles; i++)
+		if (strcmp(w->files[i].path, path) == 0)
+			return 0;
+	struct watch_file *p = realloc(w->files, (w->nfiles + 1) * sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	w->files = p;
+	if (!(p[w->nfiles].path = strdup(path)))
+		return -ENOMEM;
+	p[w->nfiles++].wd = -1;
+	return 0;
+}
+
 static int add_path(struct files_watch *w, const char *path)
 {
 	char *dir;
 	const char *base;
-	int rc = split_path(path, &dir, &base);
+	int rc = add_file(w, path);
+	if (!rc)
+		rc = split_path(path, &dir, &base);
 	if (rc)
 		return rc;
 	struct watch_dir *wd = find_dir(w, dir);
@@ -108,6 +138,22 @@ static int arm_dir(struct files_watch *w, struct watch_dir *wd)
 	return -errno;
 }
 
+/* Watch each file's current inode; a watch left on an inode the path no
+ * longer names is removed. A file that does not exist is no error. */
+static int arm_files(struct files_watch *w)
+{
+	for (size_t i = 0; i < w->nfiles; i++) {
+		struct watch_file *f = &w->files[i];
+		int r = inotify_add_watch(w->fd, f->path, FILE_MASK);
+		if (r < 0 && errno != ENOENT && errno != ENOTDIR && errno != EACCES)
+			return -errno;
+		if (f->wd >= 0 && f->wd != r)
+			inotify_rm_watch(w->fd, f->wd);
+		f->wd = r < 0 ? -1 : r;
+	}
+	return 0;
+}
+
 int files_watch_open(const char *const *paths, size_t n, struct files_watch **out,
 		     struct idc_diag *d)
 {
@@ -125,6 +171,8 @@ int files_watch_open(const char *const *paths, size_t n, struct files_watch **ou
 		if ((rc = arm_dir(w, &w->dirs[i])) != 0)
 			idc_diag_set(d, rc, "inotify_add_watch %s: %s", w->dirs[i].path,
 				     idc_strerror(rc));
+	if (rc == 0 && (rc = arm_files(w)) != 0)
+		idc_diag_set(d, rc, "inotify_add_watch: %s", idc_strerror(rc));
 	if (rc) {
 		files_watch_close(w);
 		return rc;
@@ -146,6 +194,9 @@ void files_watch_close(struct files_watch *w)
 		free(w->dirs[i].path);
 	}
 	free(w->dirs);
+	for (size_t i = 0; i < w->nfiles; i++)
+		free(w->files[i].path);
+	free(w->files);
 	free(w);
 }
 
@@ -174,7 +225,8 @@ int files_watch_retry(struct files_watch *w, unsigned *ev)
 		if (w->dirs[i].wd >= 0)
 			*ev |= FILES_EV_RESCAN;
 	}
-	return (int)files_watch_missing(w);
+	int rc = *ev ? arm_files(w) : 0;
+	return rc ? rc : (int)files_watch_missing(w);
 }
 
 /* ==== events ====================================================================== */
@@ -195,11 +247,32 @@ static bool name_watched(const struct watch_dir *wd, const char *name)
 	return false;
 }
 
+static struct watch_file *file_by_wd(struct files_watch *w, int wd)
+{
+	for (size_t i = 0; i < w->nfiles; i++)
+		if (w->files[i].wd == wd)
+			return &w->files[i];
+	return NULL;
+}
+
+/* An event on a watched file itself. */
+static unsigned classify_file(struct watch_file *f, const struct inotify_event *e)
+{
+	if (e->mask & IN_IGNORED)
+		f->wd = -1; /* its inode is gone: set again after this drain */
+	if (e->mask == IN_MODIFY)
+		return FILES_EV_WRITING;
+	return FILES_EV_CHANGED;
+}
+
 /* FILES_EV_* bits for one event. */
 static unsigned classify(struct files_watch *w, const struct inotify_event *e)
 {
 	if (e->mask & IN_Q_OVERFLOW)
 		return FILES_EV_RESCAN;
+	struct watch_file *f = file_by_wd(w, e->wd);
+	if (f)
+		return classify_file(f, e);
 	struct watch_dir *wd = dir_by_wd(w, e->wd);
 	if (!wd)
 		return 0;
@@ -226,8 +299,10 @@ int files_watch_drain(struct files_watch *w, unsigned *ev)
 		ssize_t n = read(w->fd, buf, sizeof(buf));
 		if (n < 0 && errno == EINTR)
 			continue;
+		if (n < 0 && errno == EAGAIN)
+			return *ev & (FILES_EV_CHANGED | FILES_EV_RESCAN) ? arm_files(w) : 0;
 		if (n < 0)
-			return errno == EAGAIN ? 0 : -errno;
+			return -errno;
 		for (ssize_t off = 0; off + (ssize_t)sizeof(struct inotify_event) <= n;) {
 			const struct inotify_event *e = (const void *)(buf + off);
 			if (off + (ssize_t)(sizeof(*e) + e->len) > n)
@@ -236,6 +311,6 @@ int files_watch_drain(struct files_watch *w, unsigned *ev)
 			off += (ssize_t)(sizeof(*e) + e->len);
 		}
 		if (n == 0)
-			return 0;
+			return *ev & (FILES_EV_CHANGED | FILES_EV_RESCAN) ? arm_files(w) : 0;
 	}
 }

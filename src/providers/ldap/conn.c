@@ -540,6 +540,14 @@ static void probe(struct ldap_domain *ld, uint64_t now)
 	open_from(ld, 0); /* connected() sends the rootDSE search */
 }
 
+void ldap_domain_retry_now(struct ldap_domain *ld)
+{
+	if (ld->online)
+		return;
+	ld->backoff_ms = ld->cfg.offline_timeout_ms / 2; /* probe() doubles it */
+	ld->next_probe_ns = idc_now_ns();
+}
+
 void lp_probe_answered(struct ldap_domain *ld)
 {
 	if (ld->online)

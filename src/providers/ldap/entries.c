@@ -462,9 +462,10 @@ static void add_user(struct ent *e, struct lp_req *r)
 		return bad(e, why);
 	}
 	if (!lp_id_in_range(&ld->cfg, u->uid) || !lp_id_in_range(&ld->cfg, u->gid)) {
-		snprintf(why, sizeof(why), "%s %u or %s %u outside min_id %u..max_id %u",
-			 at[LDAP_MAP_USER_UID], (unsigned)u->uid, at[LDAP_MAP_USER_GID],
-			 (unsigned)u->gid, (unsigned)ld->cfg.min_id, (unsigned)ld->cfg.max_id);
+		char range[64];
+		snprintf(why, sizeof(why), "%s %u or %s %u outside %s", at[LDAP_MAP_USER_UID],
+			 (unsigned)u->uid, at[LDAP_MAP_USER_GID], (unsigned)u->gid,
+			 lp_range_text(&ld->cfg, range, sizeof(range)));
 		return bad(e, why);
 	}
 	const char *bad_attr = "";
@@ -612,9 +613,9 @@ static void add_group(struct ent *e, struct lp_req *r, bool ancestor)
 		return bad(e, why);
 	}
 	if (!lp_id_in_range(&ld->cfg, g->gid)) {
-		snprintf(why, sizeof(why), "%s %u outside min_id %u..max_id %u",
-			 at[LDAP_MAP_GROUP_GID], (unsigned)g->gid, (unsigned)ld->cfg.min_id,
-			 (unsigned)ld->cfg.max_id);
+		char range[64];
+		snprintf(why, sizeof(why), "%s %u outside %s", at[LDAP_MAP_GROUP_GID],
+			 (unsigned)g->gid, lp_range_text(&ld->cfg, range, sizeof(range)));
 		return bad(e, why);
 	}
 	if (!ld->cfg.ignore_group_members) {

@@ -212,6 +212,10 @@ int64_t ldap_domain_next_timeout(const struct ldap_domain *ld);
 /* Read what the server sent (never blocks), handle deadlines, probes and
  * failback. Callbacks of finished lookups run from here. */
 void ldap_domain_process(struct ldap_domain *ld);
+/* Offline: probe the servers at the next ldap_domain_process instead of
+ * when the backoff ends (the admin says a server is back); a failed probe
+ * waits offline_timeout again. Online: nothing. */
+void ldap_domain_retry_now(struct ldap_domain *ld);
 
 /* ==== change reports ========================================================= */
 

@@ -206,6 +206,9 @@ struct ldap_domain {
 const char *lp_attr(const struct ldap_domain_config *c, enum ldap_dom_attr a);
 /* Whether id lies in min_id..max_id (max_id 0: no upper limit). */
 bool lp_id_in_range(const struct ldap_domain_config *c, uint32_t id);
+/* The range in words for messages, into buf: "min_id 1..max_id 5000", or
+ * "min_id 1.. (no max_id)" when max_id is 0 (no upper bound, not 0). */
+const char *lp_range_text(const struct ldap_domain_config *c, char *buf, size_t cap);
 
 /* conn.c */
 /* Connection setup, step by step, never waiting on the network: the TLS

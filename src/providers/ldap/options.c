@@ -1,6 +1,7 @@
 /* options: the domain's sssd.conf-like keys, their defaults and checks. */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -40,6 +41,16 @@ const char *lp_attr(const struct ldap_domain_config *c, enum ldap_dom_attr a)
 bool lp_id_in_range(const struct ldap_domain_config *c, uint32_t id)
 {
 	return id >= c->min_id && (c->max_id == 0 || id <= c->max_id);
+}
+
+const char *lp_range_text(const struct ldap_domain_config *c, char *buf, size_t cap)
+{
+	if (c->max_id == 0)
+		snprintf(buf, cap, "min_id %u.. (no max_id)", (unsigned)c->min_id);
+	else
+		snprintf(buf, cap, "min_id %u..max_id %u", (unsigned)c->min_id,
+			 (unsigned)c->max_id);
+	return buf;
 }
 
 int ldap_domain_config_init(struct ldap_domain_config *c, const char *name)

@@ -1649,10 +1649,9 @@ static void drop_out_of_range(struct ldap_domain *ld)
 	if (nu + ng == 0)
 		return;
 	ld->ncommits++;
-	idc_log(IDC_LOG_INFO,
-		"ldap domain %s: %zu users and %zu groups cached outside min_id %u..max_id %u "
-		"removed",
-		ld->cfg.name, nu, ng, (unsigned)ld->cfg.min_id, (unsigned)ld->cfg.max_id);
+	char range[64];
+	idc_log(IDC_LOG_INFO, "ldap domain %s: %zu users and %zu groups cached outside %s removed",
+		ld->cfg.name, nu, ng, lp_range_text(&ld->cfg, range, sizeof(range)));
 	if (ld->hook)
 		ld->hook(NULL, ld->hook_arg);
 }
