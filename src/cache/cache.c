@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cache_int.h"
 
@@ -96,6 +97,26 @@ uint32_t cache_domain_ttl(const struct cache *c, const char *domain)
 
 /* ---- open / close -------------------------------------------------------------------- */
 
+/* A cache.mdb of another store format (index keys prepared by another
+ * rule) holds nothing the providers cannot give again: it starts over
+ * empty instead of keeping the daemon from starting. */
+static int open_store(const char *path, const struct store_options *so, struct store **st,
+		      struct idc_diag *d)
+{
+	struct idc_diag own = {{0}};
+	int rc = store_open(path, so, st, d ? d : &own);
+	if (rc != IDC_EVERSION)
+		return rc;
+	idc_log(IDC_LOG_WARN, "%s; starting the cache over empty", d ? d->msg : own.msg);
+	char f[4200];
+	snprintf(f, sizeof(f), "%s/data.mdb", path);
+	if (unlink(f) < 0 && errno != ENOENT)
+		return idc_diag_set(d, -errno, "%s: %s", f, strerror(errno));
+	snprintf(f, sizeof(f), "%s/lock.mdb", path);
+	unlink(f);
+	return store_open(path, so, st, d);
+}
+
 int cache_open(const char *state_dir, const struct cache_options *o, struct cache **out,
 	       struct idc_diag *d)
 {
@@ -115,7 +136,7 @@ int cache_open(const char *state_dir, const struct cache_options *o, struct cach
 	struct store_options so = {STORE_CREATE | (o->nosync ? STORE_NOSYNC : 0), o->map_size,
 				   cache_indexes, IDC_ARRAY_SIZE(cache_indexes), 0};
 	if (!rc)
-		rc = store_open(path, &so, &c->st, d);
+		rc = open_store(path, &so, &c->st, d);
 	if (!rc)
 		rc = ts_open(c, d);
 	if (rc) {

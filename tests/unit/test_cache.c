@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <lmdb.h>
 
 #include "cache/cache.h"
 
@@ -311,6 +312,44 @@ static void test_timestamps_rebuilt(void **state)
 	cache_reader_end(r);
 }
 
+/* Rewrite the format number in the meta database of the store at dir. */
+static void set_store_format(const char *dir, uint64_t v)
+{
+	MDB_env *env;
+	MDB_txn *txn;
+	MDB_dbi dbi;
+	assert_int_equal(mdb_env_create(&env), 0);
+	assert_int_equal(mdb_env_set_maxdbs(env, 256), 0);
+	assert_int_equal(mdb_env_open(env, dir, 0, 0600), 0);
+	assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
+	assert_int_equal(mdb_dbi_open(txn, "meta", 0, &dbi), 0);
+	MDB_val k = {6, "format"}, val = {sizeof(v), &v};
+	assert_int_equal(mdb_put(txn, dbi, &k, &val, 0), 0);
+	assert_int_equal(mdb_txn_commit(txn), 0);
+	mdb_env_close(env);
+}
+
+/* A cache.mdb written under another store format (older index keys) is
+ * started over empty: the daemon still starts, and the providers fill it. */
+static void test_other_format_starts_over(void **state)
+{
+	struct fx *f = *state;
+	put_users(f, 0);
+	cache_close(f->c);
+	f->c = NULL;
+	char path[128];
+	snprintf(path, sizeof(path), "%s/cache.mdb", f->dir);
+	set_store_format(path, 99); /* any number but this build's */
+	struct cache_options o = {.nosync = true};
+	assert_int_equal(cache_open(f->dir, &o, &f->c, NULL), 0);
+	struct cache_reader *r;
+	assert_int_equal(cache_reader_begin(f->c, &r), 0);
+	struct cache_user u;
+	assert_int_equal(cache_user_by_name(r, dom, 1, "alice", true, &u, NULL), -ENOENT);
+	cache_reader_end(r);
+	put_users(f, 0);
+}
+
 /* A map too small for a transaction: the caller grows it and runs the
  * transaction again, as the files provider does. */
 static int put_many(struct cache *c, int n)
@@ -373,6 +412,7 @@ int main(void)
 	    T(test_drop_outside),
 	    T(test_bad_names),
 	    T(test_timestamps_rebuilt),
+	    T(test_other_format_starts_over),
 	    cmocka_unit_test(test_map_full_grows),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
