@@ -19,6 +19,36 @@ bool cache_name_valid(const char *name, size_t len)
 	return idc_name_valid(name, len);
 }
 
+enum cache_name_rule cache_name_rule_of_attr(const char *attr)
+{
+	char canon[STORE_ATTR_MAX];
+	size_t n = attr ? store_attr_canon(attr, strlen(attr), canon) : 0;
+	switch (n ? store_attr_rule(canon, n) : STORE_RULE_CASE_IGNORE) {
+	case STORE_RULE_CASE_EXACT:
+		return CACHE_NAMES_CASE_EXACT;
+	case STORE_RULE_OCTET:
+	case STORE_RULE_INTEGER:
+		return CACHE_NAMES_EXACT;
+	default:
+		return CACHE_NAMES_CASE_IGNORE;
+	}
+}
+
+size_t cache_name_fold(enum cache_name_rule rule, const char *name, char out[CACHE_NAME_MAX + 1])
+{
+	size_t len = name ? strnlen(name, CACHE_NAME_MAX + 1) : 0, n = 0;
+	out[0] = '\0';
+	if (len == 0 || len > CACHE_NAME_MAX)
+		return 0;
+	if (rule == CACHE_NAMES_EXACT ||
+	    store_normalize_text(rule == CACHE_NAMES_CASE_IGNORE, name, len, out,
+				 CACHE_NAME_MAX + 1, &n) != 0) {
+		memcpy(out, name, len + 1); /* see the header */
+		n = len;
+	}
+	return n;
+}
+
 static bool domain_valid(const char *d)
 {
 	size_t n = strlen(d);

@@ -64,17 +64,14 @@ static bool space_marked(const uint8_t *s, size_t n, size_t i)
 	return uc_is_general_category(c, UC_CATEGORY_M);
 }
 
-/* Append s[0..n) to out with the space handling of part; ASCII letters
- * lowercased when lower, combining marks looked at when marks. */
-static int squeeze(const char *s, size_t n, enum store_prep_part part, bool lower, bool marks,
-		   struct idc_buf *out)
+/* s[0..n) with the space handling of part into w (room for n + 1 bytes,
+ * NUL-terminated); ASCII letters lowercased when lower, combining marks
+ * looked at when marks. The length written. */
+static size_t squeeze_to(const char *s, size_t n, enum store_prep_part part, bool lower, bool marks,
+			 char *w)
 {
-	int rc = idc_buf_reserve(out, n + 1);
-	if (rc)
-		return rc;
 	bool trim_lead = part == STORE_PREP_VALUE || part == STORE_PREP_INITIAL;
 	bool trim_trail = part == STORE_PREP_VALUE || part == STORE_PREP_FINAL;
-	char *w = out->data + out->len;
 	size_t k = 0;
 	bool pend = false;
 	for (size_t i = 0; i < n; i++) {
@@ -89,9 +86,18 @@ static int squeeze(const char *s, size_t n, enum store_prep_part part, bool lowe
 	}
 	if (pend && !trim_trail && (k > 0 || !trim_lead))
 		w[k++] = ' ';
-	out->len += k;
-	out->data[out->len] = '\0';
-	return 0;
+	w[k] = '\0';
+	return k;
+}
+
+/* squeeze_to appending to out. */
+static int squeeze(const char *s, size_t n, enum store_prep_part part, bool lower, bool marks,
+		   struct idc_buf *out)
+{
+	int rc = idc_buf_reserve(out, n + 1);
+	if (!rc)
+		out->len += squeeze_to(s, n, part, lower, marks, out->data + out->len);
+	return rc;
 }
 
 /* ==== map and prohibit ===================================================== */
@@ -201,4 +207,25 @@ int store_prep(const char *v, size_t len, bool fold, enum store_prep_part part, 
 			return rc;
 	}
 	return squeeze(v, len, part, fold, false, out); /* see the top of the file */
+}
+
+int store_normalize_text(bool fold, const char *v, size_t len, char *out, size_t cap,
+			 size_t *outlen)
+{
+	if (is_ascii_text(v, len)) {
+		if (len >= cap)
+			return -E2BIG;
+		*outlen = squeeze_to(v, len, STORE_PREP_VALUE, fold, false, out);
+		return 0;
+	}
+	struct idc_buf b = IDC_BUF_INIT;
+	int rc = store_prep(v, len, fold, STORE_PREP_VALUE, &b);
+	if (!rc && b.len >= cap)
+		rc = -E2BIG;
+	if (!rc) {
+		memcpy(out, b.data, b.len + 1);
+		*outlen = b.len;
+	}
+	idc_buf_free(&b);
+	return rc;
 }

@@ -110,6 +110,13 @@ int store_rule_by_name(const char *name, size_t len, enum store_rule *out);
 int store_normalize(enum store_rule r, const char *v, size_t len, struct idc_buf *out,
 		    struct idc_diag *d);
 
+/* store_normalize of caseIgnore (fold) or caseExact text into caller
+ * memory: out[0..cap) gets the normalized form, NUL-terminated, and
+ * *outlen its length. 0, -E2BIG when it does not fit, or -ENOMEM. Printable
+ * ASCII text is done without allocating. */
+int store_normalize_text(bool fold, const char *v, size_t len, char *out, size_t cap,
+			 size_t *outlen);
+
 /* ==== DN (RFC 4514) ============================================================ */
 
 #define STORE_DN_MAX_RDNS 64
