@@ -308,6 +308,22 @@ static void test_snapshot_rules(void **state)
 	files_snapshot_free(s);
 }
 
+/* Names the cache would hold as one entry (CACHE_NAMES_STORED, Unicode
+ * case folding included) are one name to the snapshot. */
+static void test_snapshot_folds_as_the_cache(void **state)
+{
+	(void)state;
+	struct files_snapshot *s = pw_snapshot("\u00E9mile:x:1000:1000:::\n"
+					       "\u00C9MILE:x:1001:1001:::\n"
+					       "E\u0301mile:x:1002:1002:::\n"
+					       "emile:x:1003:1003:::\n");
+	assert_int_equal(s->nusers, 2);
+	assert_int_equal(s->duplicates, 2);
+	assert_int_equal(files_snapshot_user(s, "\u00E9mile"), 0);
+	assert_int_equal(files_snapshot_user(s, "emile"), 1);
+	files_snapshot_free(s);
+}
+
 static void test_snapshot_groups(void **state)
 {
 	(void)state;
@@ -1112,6 +1128,7 @@ int main(void)
 	    cmocka_unit_test(test_random_lines),
 	    cmocka_unit_test(test_long_line),
 	    cmocka_unit_test(test_snapshot_rules),
+	    cmocka_unit_test(test_snapshot_folds_as_the_cache),
 	    cmocka_unit_test(test_snapshot_groups),
 	    cmocka_unit_test(test_snapshot_files_in_order),
 	    cmocka_unit_test(test_watch),
