@@ -46,13 +46,14 @@
 
 /* ==== insignificant space ================================================= */
 
-static bool is_ascii_text(const char *v, size_t len)
-{
-	for (size_t i = 0; i < len; i++)
-		if ((unsigned char)v[i] < 0x20 || (unsigned char)v[i] > 0x7e)
-			return false;
-	return true;
-}
+/* What squeeze_to does besides the spaces. */
+enum squeeze_mode {
+	SQ_ASCII,   /* printable ASCII only: give up on any other byte */
+	SQ_UNICODE, /* prepared UTF-8: a SPACE before a combining mark stays */
+	SQ_BYTES,   /* text that cannot be prepared: bytes as they are */
+};
+
+#define SQ_GAVE_UP SIZE_MAX
 
 /* Whether the SPACE at s[i] is followed by a combining mark. */
 static bool space_marked(const uint8_t *s, size_t n, size_t i)
@@ -65,24 +66,31 @@ static bool space_marked(const uint8_t *s, size_t n, size_t i)
 }
 
 /* s[0..n) with the space handling of part into w (room for n + 1 bytes,
- * NUL-terminated); ASCII letters lowercased when lower, combining marks
- * looked at when marks. The length written. */
-static size_t squeeze_to(const char *s, size_t n, enum store_prep_part part, bool lower, bool marks,
-			 char *w)
+ * NUL-terminated), ASCII letters lowercased when lower. The length
+ * written, or SQ_GAVE_UP in SQ_ASCII mode at a byte outside 0x20..0x7e
+ * (checked on the way: one pass over the common case). Always inlined, so
+ * each caller's constant mode and case give a loop of their own. */
+static inline __attribute__((always_inline)) size_t squeeze_to(const char *s, size_t n,
+							       enum store_prep_part part,
+							       bool lower, enum squeeze_mode mode,
+							       char *w)
 {
 	bool trim_lead = part == STORE_PREP_VALUE || part == STORE_PREP_INITIAL;
 	bool trim_trail = part == STORE_PREP_VALUE || part == STORE_PREP_FINAL;
 	size_t k = 0;
 	bool pend = false;
 	for (size_t i = 0; i < n; i++) {
-		if (s[i] == ' ' && !(marks && space_marked((const uint8_t *)s, n, i))) {
+		unsigned char c = (unsigned char)s[i];
+		if (mode == SQ_ASCII && (unsigned char)(c - 0x20) > 0x5e)
+			return SQ_GAVE_UP;
+		if (c == ' ' && !(mode == SQ_UNICODE && space_marked((const uint8_t *)s, n, i))) {
 			pend = true;
 			continue;
 		}
 		if (pend && (k > 0 || !trim_lead))
 			w[k++] = ' ';
 		pend = false;
-		w[k++] = lower ? idc_tolower(s[i]) : s[i];
+		w[k++] = lower ? idc_tolower((char)c) : (char)c;
 	}
 	if (pend && !trim_trail && (k > 0 || !trim_lead))
 		w[k++] = ' ';
@@ -90,14 +98,25 @@ static size_t squeeze_to(const char *s, size_t n, enum store_prep_part part, boo
 	return k;
 }
 
-/* squeeze_to appending to out. */
-static int squeeze(const char *s, size_t n, enum store_prep_part part, bool lower, bool marks,
-		   struct idc_buf *out)
+/* squeeze_to appending to out: 0, 1 when SQ_ASCII gave up (out as it
+ * was), or -ENOMEM. */
+static int squeeze(const char *s, size_t n, enum store_prep_part part, bool lower,
+		   enum squeeze_mode mode, struct idc_buf *out)
 {
 	int rc = idc_buf_reserve(out, n + 1);
-	if (!rc)
-		out->len += squeeze_to(s, n, part, lower, marks, out->data + out->len);
-	return rc;
+	if (rc)
+		return rc;
+	char *w = out->data + out->len;
+	size_t k = mode == SQ_ASCII     ? (lower ? squeeze_to(s, n, part, true, SQ_ASCII, w)
+						 : squeeze_to(s, n, part, false, SQ_ASCII, w))
+		   : mode == SQ_UNICODE ? squeeze_to(s, n, part, false, SQ_UNICODE, w)
+					: squeeze_to(s, n, part, lower, SQ_BYTES, w);
+	if (k == SQ_GAVE_UP) {
+		out->data[out->len] = '\0';
+		return 1;
+	}
+	out->len += k;
+	return 0;
 }
 
 /* ==== map and prohibit ===================================================== */
@@ -189,7 +208,7 @@ static int prep_unicode(const char *v, size_t len, bool fold, enum store_prep_pa
 	if (!rc && any_prohibited(f, flen))
 		rc = 1;
 	if (!rc)
-		rc = squeeze((const char *)f, flen, part, false, true, out);
+		rc = squeeze((const char *)f, flen, part, false, SQ_UNICODE, out);
 	if (f && f != fbuf)
 		free(f);
 	if (m != mbuf)
@@ -199,23 +218,23 @@ static int prep_unicode(const char *v, size_t len, bool fold, enum store_prep_pa
 
 int store_prep(const char *v, size_t len, bool fold, enum store_prep_part part, struct idc_buf *out)
 {
-	if (is_ascii_text(v, len))
-		return squeeze(v, len, part, fold, false, out);
+	int rc = squeeze(v, len, part, fold, SQ_ASCII, out);
+	if (rc <= 0)
+		return rc;
 	if (u8_check((const uint8_t *)v, len) == NULL) {
-		int rc = prep_unicode(v, len, fold, part, out);
+		rc = prep_unicode(v, len, fold, part, out);
 		if (rc <= 0)
 			return rc;
 	}
-	return squeeze(v, len, part, fold, false, out); /* see the top of the file */
+	return squeeze(v, len, part, fold, SQ_BYTES, out); /* see the top of the file */
 }
 
 int store_normalize_text(bool fold, const char *v, size_t len, char *out, size_t cap,
 			 size_t *outlen)
 {
-	if (is_ascii_text(v, len)) {
-		if (len >= cap)
-			return -E2BIG;
-		*outlen = squeeze_to(v, len, STORE_PREP_VALUE, fold, false, out);
+	size_t k = len < cap ? squeeze_to(v, len, STORE_PREP_VALUE, fold, SQ_ASCII, out) : 0;
+	if (len < cap && k != SQ_GAVE_UP) {
+		*outlen = k;
 		return 0;
 	}
 	struct idc_buf b = IDC_BUF_INIT;
