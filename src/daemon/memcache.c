@@ -31,8 +31,8 @@
  *                                the case of the name asked)
  * initgroups records are keyed by the name the client asked. A domain with
  * case_sensitive = false answers several spellings, so there only the
- * folded spelling (cache_name_fold, caseIgnore)
- * is stored, and invalidation drops the given and the folded spelling.
+ * folded spelling (cache_name_fold under caseIgnore) is stored, and
+ * invalidation drops the given and the folded spelling.
  */
 #include <errno.h>
 #include <inttypes.h>
