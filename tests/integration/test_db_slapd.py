@@ -2,7 +2,8 @@
 
 The same LDIF goes into Debian's slapd (back-mdb, loaded with slapadd) and
 into a store (`idcache db import`); every equality and substring filter below
-must select the same entries in both. The values hold the shapes where an
+(caseIgnoreMatch, and caseExactMatch through extensible filters) must select
+the same entries in both. The values hold the shapes where an
 ASCII-only rule goes wrong: letters with diacritics, sharp s, the Turkish
 dotted capital I, compatibility characters (the ligature fi, full-width
 letters), combining sequences beside precomposed letters, runs of spaces and
@@ -70,6 +71,12 @@ FILTERS = [
     "(description=ωmega)", "(description=ΩMEGA*)",
     "(description=ångström)", "(description=A\u030aNGSTRÖM)",
     "(description=ǆemal)", "(description=ǅemal)", "(description=dže*)",
+    # caseExactMatch through extensible filters: NFKC, spaces, no case folding
+    "(description:caseExactMatch:=Straße)", "(description:caseExactMatch:=straße)",
+    "(description:caseExactMatch:=Café)", "(description:caseExactMatch:=café)",
+    "(description:caseExactMatch:=file server)", "(description:caseExactMatch:=ABC full)",
+    "(description:caseExactMatch:=two   inner spaces)",
+    "(description:caseExactMatch:=ΣΊΣΥΦΟΣ)", "(description:caseExactMatch:=İstanbul)",
 ]
 
 # filter: (slapd's count, idcache's count) where RFC 4518 and slapd disagree.
