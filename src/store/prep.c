@@ -159,10 +159,12 @@ static size_t map_text(const uint8_t *s, size_t n, uint8_t *m)
 		ucs4_t c;
 		int l = u8_mbtouc(&c, s + i, n - i);
 		int cls = map_class(c);
-		if (cls == MAP_SPACE)
+		if (cls == MAP_SPACE) {
 			m[k++] = ' ';
-		else if (cls == MAP_KEEP)
-			memcpy(m + k, s + i, (size_t)l), k += (size_t)l;
+		} else if (cls == MAP_KEEP) {
+			memcpy(m + k, s + i, (size_t)l);
+			k += (size_t)l;
+		}
 		i += (size_t)l;
 	}
 	return k;
