@@ -73,3 +73,17 @@ def test_group_by_another_spelling(server, module_daemons):
                          ["getent", "group", "ga\u0308ste"]])
     for r in got:
         assert r.rc == 0 and r.out.strip() == "Gäste:x:43100:Émile,Ünal", (r, d.log()[-2000:])
+
+
+def test_cold_lookup_in_another_spelling(server, module_daemons):
+    """Nothing cached yet: the directory answers (uid=émile) with Émile, and
+    that answer is taken for the name asked (user, initgroups, group)."""
+    d = start_daemon(module_daemons, server.uri)
+    r = d.ns.run(["getent", "passwd", "émile"])
+    assert r.rc == 0 and r.out.startswith("Émile:x:43001:43100:"), (r, d.log()[-2000:])
+    d = start_daemon(module_daemons, server.uri)
+    r = d.ns.run(["id", "-G", "ÜNAL"])
+    assert r.rc == 0 and "43100" in r.out.split(), (r, d.log()[-2000:])
+    d = start_daemon(module_daemons, server.uri)
+    r = d.ns.run(["getent", "group", "gäste"])
+    assert r.rc == 0 and r.out.startswith("Gäste:x:43100:"), (r, d.log()[-2000:])

@@ -763,9 +763,16 @@ static int soft(struct ldap_domain *ld, int rc, const char *dn, struct idc_diag 
 	return 0;
 }
 
+/* Whether a and b name one entry of the cache (the directory answered one
+ * spelling for the other). */
 static bool name_eq(const char *a, const char *b)
 {
-	return idc_memcaseeq(a, strlen(a), b, strlen(b));
+	char fa[CACHE_NAME_MAX + 1], fb[CACHE_NAME_MAX + 1];
+	size_t na = cache_name_fold(CACHE_NAMES_STORED, a, fa);
+	size_t nb = cache_name_fold(CACHE_NAMES_STORED, b, fb);
+	if (na == 0 || nb == 0) /* not names the cache holds */
+		return strcmp(a, b) == 0;
+	return na == nb && memcmp(fa, fb, na) == 0;
 }
 
 static enum ldap_lookup_result answer(const struct lp_req *r)
