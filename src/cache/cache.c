@@ -49,6 +49,15 @@ size_t cache_name_fold(enum cache_name_rule rule, const char *name, char out[CAC
 	return n;
 }
 
+bool cache_name_equal(enum cache_name_rule rule, const char *a, const char *b)
+{
+	if (strcmp(a, b) == 0)
+		return true;
+	char fa[CACHE_NAME_MAX + 1], fb[CACHE_NAME_MAX + 1];
+	size_t na = cache_name_fold(rule, a, fa), nb = cache_name_fold(rule, b, fb);
+	return na && na == nb && memcmp(fa, fb, na) == 0;
+}
+
 static bool domain_valid(const char *d)
 {
 	size_t n = strlen(d);

@@ -127,6 +127,10 @@ enum cache_name_rule cache_name_rule_of_attr(const char *attr);
  * printable ASCII. */
 size_t cache_name_fold(enum cache_name_rule rule, const char *name, char out[CACHE_NAME_MAX + 1]);
 
+/* Whether a and b are one name under rule (their folds are equal). Strings
+ * that are no names (empty, too long) are equal only byte for byte. */
+bool cache_name_equal(enum cache_name_rule rule, const char *a, const char *b);
+
 /* ---- writing ------------------------------------------------------------------------
  * Everything between begin and commit is one store transaction: readers see
  * all of it or none. An entry stored with the same content as before writes

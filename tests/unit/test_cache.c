@@ -346,6 +346,11 @@ static void test_name_fold(void **state)
 	assert_int_equal(cache_name_fold(CACHE_NAMES_CASE_IGNORE, big, out), CACHE_NAME_MAX);
 	assert_memory_equal(out, big, CACHE_NAME_MAX + 1);
 
+	assert_true(cache_name_equal(CACHE_NAMES_CASE_IGNORE, "Stra\u00DFe", "STRASSE"));
+	assert_false(cache_name_equal(CACHE_NAMES_EXACT, "Alice", "alice"));
+	assert_false(cache_name_equal(CACHE_NAMES_CASE_IGNORE, "", "\u200B"));
+	assert_true(cache_name_equal(CACHE_NAMES_CASE_IGNORE, "", ""));
+
 	assert_int_equal(cache_name_rule_of_attr("uid"), CACHE_NAMES_CASE_IGNORE);
 	assert_int_equal(cache_name_rule_of_attr("CN"), CACHE_NAMES_CASE_IGNORE);
 	assert_int_equal(cache_name_rule_of_attr("memberUid"), CACHE_NAMES_CASE_EXACT);

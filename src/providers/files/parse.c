@@ -210,12 +210,7 @@ static uint64_t name_key(const char *name)
 
 static bool fold_equal(const char *a, const char *b)
 {
-	if (strcmp(a, b) == 0)
-		return true;
-	char fa[CACHE_NAME_MAX + 1], fb[CACHE_NAME_MAX + 1];
-	size_t na = cache_name_fold(CACHE_NAMES_STORED, a, fa);
-	size_t nb = cache_name_fold(CACHE_NAMES_STORED, b, fb);
-	return na == nb && memcmp(fa, fb, na) == 0;
+	return cache_name_equal(CACHE_NAMES_STORED, a, b);
 }
 
 /* Slot holding a name that folds like name (whose key is key), or the

@@ -767,12 +767,7 @@ static int soft(struct ldap_domain *ld, int rc, const char *dn, struct idc_diag 
  * spelling for the other). */
 static bool name_eq(const char *a, const char *b)
 {
-	char fa[CACHE_NAME_MAX + 1], fb[CACHE_NAME_MAX + 1];
-	size_t na = cache_name_fold(CACHE_NAMES_STORED, a, fa);
-	size_t nb = cache_name_fold(CACHE_NAMES_STORED, b, fb);
-	if (na == 0 || nb == 0) /* not names the cache holds */
-		return strcmp(a, b) == 0;
-	return na == nb && memcmp(fa, fb, na) == 0;
+	return cache_name_equal(CACHE_NAMES_STORED, a, b);
 }
 
 static enum ldap_lookup_result answer(const struct lp_req *r)
