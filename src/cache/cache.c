@@ -24,6 +24,45 @@ bool cache_passwd_public(const char *p)
 	return p && strspn(p, "!*") == strlen(p);
 }
 
+enum cache_name_rule cache_name_rule_of_attr(const char *attr)
+{
+	char canon[STORE_ATTR_MAX];
+	size_t n = attr ? store_attr_canon(attr, strlen(attr), canon) : 0;
+	switch (n ? store_attr_rule(canon, n) : STORE_RULE_CASE_IGNORE) {
+	case STORE_RULE_CASE_EXACT:
+		return CACHE_NAMES_CASE_EXACT;
+	case STORE_RULE_OCTET:
+	case STORE_RULE_INTEGER:
+		return CACHE_NAMES_EXACT;
+	default:
+		return CACHE_NAMES_CASE_IGNORE;
+	}
+}
+
+size_t cache_name_fold(enum cache_name_rule rule, const char *name, char out[CACHE_NAME_MAX + 1])
+{
+	size_t len = name ? strnlen(name, CACHE_NAME_MAX + 1) : 0, n = 0;
+	out[0] = '\0';
+	if (len == 0 || len > CACHE_NAME_MAX)
+		return 0;
+	if (rule == CACHE_NAMES_EXACT ||
+	    store_normalize_text(rule == CACHE_NAMES_CASE_IGNORE, name, len, out,
+				 CACHE_NAME_MAX + 1, &n) != 0) {
+		memcpy(out, name, len + 1); /* see the header */
+		n = len;
+	}
+	return n;
+}
+
+bool cache_name_equal(enum cache_name_rule rule, const char *a, const char *b)
+{
+	if (strcmp(a, b) == 0)
+		return true;
+	char fa[CACHE_NAME_MAX + 1], fb[CACHE_NAME_MAX + 1];
+	size_t na = cache_name_fold(rule, a, fa), nb = cache_name_fold(rule, b, fb);
+	return na && na == nb && memcmp(fa, fb, na) == 0;
+}
+
 bool cache_domain_name_valid(const char *d, size_t n)
 {
 	if (n == 0 || n > CACHE_DOMAIN_MAX)
@@ -187,6 +226,26 @@ static int cache_store_trust(const char *state_dir, const char *dir, struct idc_
 
 /* ---- open / close -------------------------------------------------------------------- */
 
+/* A cache.mdb of another store format (index keys prepared by another
+ * rule) holds nothing the providers cannot give again: it starts over
+ * empty instead of keeping the daemon from starting. */
+static int open_store(const char *path, const struct store_options *so, struct store **st,
+		      struct idc_diag *d)
+{
+	struct idc_diag own = {{0}};
+	int rc = store_open(path, so, st, d ? d : &own);
+	if (rc != IDC_EVERSION)
+		return rc;
+	idc_log(IDC_LOG_WARN, "%s; starting the cache over empty", d ? d->msg : own.msg);
+	char f[4200];
+	snprintf(f, sizeof(f), "%s/data.mdb", path);
+	if (unlink(f) < 0 && errno != ENOENT)
+		return idc_diag_set(d, -errno, "%s: %s", f, strerror(errno));
+	snprintf(f, sizeof(f), "%s/lock.mdb", path);
+	unlink(f);
+	return store_open(path, so, st, d);
+}
+
 int cache_open(const char *state_dir, const struct cache_options *o, struct cache **out,
 	       struct idc_diag *d)
 {
@@ -208,7 +267,7 @@ int cache_open(const char *state_dir, const struct cache_options *o, struct cach
 	if (!rc)
 		rc = cache_store_trust(state_dir, path, d);
 	if (!rc)
-		rc = store_open(path, &so, &c->st, d);
+		rc = open_store(path, &so, &c->st, d);
 	if (!rc)
 		rc = ts_open(c, d);
 	if (rc) {

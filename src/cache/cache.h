@@ -39,8 +39,8 @@
 
 #include "util/util.h"
 
-#define CACHE_NAME_MAX   255 /* longest user or group name accepted */
-#define CACHE_DOMAIN_MAX 64u /* longest domain name */
+#define CACHE_NAME_MAX   IDC_NAME_MAX /* longest user or group name accepted */
+#define CACHE_DOMAIN_MAX 64u          /* longest domain name */
 
 struct cache;
 struct cache_txn;
@@ -113,6 +113,50 @@ bool cache_name_valid(const char *name, size_t len);
  * domain holds): 1..CACHE_DOMAIN_MAX letters, digits, '-', '_' or '.'. The
  * one check, for the configuration and the cache alike. */
 bool cache_domain_name_valid(const char *name, size_t len);
+
+/* ---- comparing names ------------------------------------------------------------------
+ * The one place that says when two spellings are the same name. Every layer
+ * that keys or compares names (providers, the daemon's memory-cache keys,
+ * negative caches, timestamps) folds with cache_name_fold and compares the
+ * folded bytes.
+ *
+ * The rule depends on where the names come from:
+ *  - files domains compare names exactly, as glibc's files module does
+ *    ("Alice" and "alice" are two users): CACHE_NAMES_EXACT;
+ *  - LDAP names fold by the matching rule of the attribute that holds them
+ *    (cache_name_rule_of_attr): caseIgnore for uid and cn, so "Alice" and
+ *    "ALICE" are one user;
+ *  - the cache itself keys an entry by its name under CACHE_NAMES_STORED
+ *    (the rule of the name attribute in the entry's DN): names equal under
+ *    it are one entry of a domain, and timestamps are keyed alike.
+ * caseIgnore and caseExact are the store's rules: RFC 4518 preparation
+ * (NFKC, insignificant spaces; caseIgnore also folds case by Unicode, so
+ * "STRASSE" is "straße"). */
+enum cache_name_rule {
+	CACHE_NAMES_EXACT,       /* the bytes as given */
+	CACHE_NAMES_CASE_EXACT,  /* the store's caseExactMatch */
+	CACHE_NAMES_CASE_IGNORE, /* the store's caseIgnoreMatch */
+};
+#define CACHE_NAMES_STORED CACHE_NAMES_CASE_IGNORE
+
+/* The rule of the values of attribute attr (an LDAP attribute name) in the
+ * store's schema; caseIgnore for attributes it does not know. */
+enum cache_name_rule cache_name_rule_of_attr(const char *attr);
+
+/* name folded under rule into out, NUL-terminated; the length of the folded
+ * form. 0 (out "") when name is empty or longer than CACHE_NAME_MAX bytes:
+ * such a name is never stored (cache_name_valid). A name whose folded form
+ * would pass CACHE_NAME_MAX bytes (NFKC expands some compatibility
+ * characters many times over), or that memory ran out for, is given as it
+ * is: it then matches only its
+ * own spelling, and never another name's folded form (a folded form folds
+ * to itself; such a name does not). Allocates only for text beyond
+ * printable ASCII. */
+size_t cache_name_fold(enum cache_name_rule rule, const char *name, char out[CACHE_NAME_MAX + 1]);
+
+/* Whether a and b are one name under rule (their folds are equal). Strings
+ * that are no names (empty, too long) are equal only byte for byte. */
+bool cache_name_equal(enum cache_name_rule rule, const char *a, const char *b);
 
 /* ---- writing ------------------------------------------------------------------------
  * Everything between begin and commit is one store transaction: readers see

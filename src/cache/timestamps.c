@@ -144,9 +144,9 @@ int ts_key(int kind, const char *domain, const char *name, struct idc_buf *out)
 	int rc = idc_buf_putc(out, (char)kind);
 	if (!rc)
 		rc = idc_buf_append(out, domain, strlen(domain) + 1);
-	for (const char *p = name; !rc && p && *p; p++)
-		rc = idc_buf_putc(out, idc_tolower(*p));
-	return rc;
+	char folded[CACHE_NAME_MAX + 1];
+	size_t n = cache_name_fold(CACHE_NAMES_STORED, name, folded);
+	return rc ? rc : idc_buf_append(out, folded, n);
 }
 
 /* An LMDB code of the timestamps db as ours. Its map is fixed, so a full

@@ -112,12 +112,15 @@ static size_t utf8_printable(const unsigned char *s, size_t n)
 	return len;
 }
 
-/* name as it may be shown on a terminal, at most 255 bytes of it: control
- * characters, DEL, '\\' and bytes that are not printable UTF-8 as \xHH. */
-static const char *shown(const char *name, char out[4 * 255 + 4])
+#define SHOWN_MAX (4 * IDC_NAME_MAX + 4) /* every byte as \xHH, "..." and a NUL */
+
+/* name as it may be shown on a terminal, at most IDC_NAME_MAX bytes of it:
+ * control characters, DEL, '\\' and bytes that are not printable UTF-8 as
+ * \xHH. */
+static const char *shown(const char *name, char out[SHOWN_MAX])
 {
 	const unsigned char *s = (const unsigned char *)name;
-	size_t n = strnlen(name, 255), o = 0;
+	size_t n = strnlen(name, IDC_NAME_MAX), o = 0;
 	for (size_t i = 0; i < n;) {
 		size_t u = s[i] >= 0x80 ? utf8_printable(s + i, n - i) : 0;
 		if (u) {
@@ -141,7 +144,7 @@ static const char *shown(const char *name, char out[4 * 255 + 4])
  * else a usage error that shows the name escaped. */
 static bool name_arg_ok(const struct admin_cmd *cmd, const char *name)
 {
-	char esc[4 * 255 + 4];
+	char esc[SHOWN_MAX];
 	if (idc_name_valid(name, strlen(name)))
 		return true;
 	cli_err("%s: invalid name '%s'", cmd->name, shown(name, esc));
@@ -310,7 +313,7 @@ static int admin_main(const char *name, uint32_t proto_cmd, int argc, char **arg
 	const char *dir = run_dir(dir_opt);
 	if (proto_cmd == PROTO_CMD_EXPIRE)
 		return expire(dir, &req);
-	char what[4 * 255 + 64], esc[4 * 255 + 4];
+	char what[SHOWN_MAX + 60], esc[SHOWN_MAX];
 	snprintf(what, sizeof(what), "%s%s%s", name, wants_name ? " " : "",
 		 wants_name ? shown(argv[optind], esc) : "");
 	return print_text(dir, &req, what);

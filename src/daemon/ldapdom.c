@@ -198,9 +198,7 @@ void ldapdom_refresh(struct domain *d, enum ldap_lookup_kind kind, const char *n
 static uint64_t ig_hash(const struct ldapdom *l, const char *name)
 {
 	char buf[CACHE_NAME_MAX + 1];
-	size_t n = 0;
-	for (; name[n] && n < sizeof(buf); n++)
-		buf[n] = idc_tolower(name[n]); /* LDAP names are caseIgnore */
+	size_t n = cache_name_fold(CACHE_NAMES_STORED, name, buf);
 	return idc_hash64(buf, n, l->seed) | 1;
 }
 

@@ -35,8 +35,8 @@
  *                                the case of the name asked)
  * initgroups records are keyed by the name the client asked. A domain with
  * case_sensitive = false answers several spellings, so there only the
- * folded spelling (as the cache folds: ASCII lower case, blanks collapsed)
- * is stored, and invalidation drops the given and the folded spelling.
+ * folded spelling (cache_name_fold under caseIgnore) is stored, and
+ * invalidation drops the given and the folded spelling.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -198,37 +198,15 @@ static bool any_case_insensitive(const struct daemon *dm)
 	return false;
 }
 
-/* name as the cache folds it (schema.c's caseIgnore: blanks trimmed, inner
- * runs one blank, ASCII lower case) into out; its length, or 0 when it
- * does not fit. */
-static size_t fold_name(const char *name, char out[PROTO_NAME_MAX + 1])
-{
-	size_t n = 0;
-	bool blank = false;
-	for (; *name; name++) {
-		if (*name == ' ') {
-			blank = n > 0;
-			continue;
-		}
-		if (n + (blank ? 2 : 1) > PROTO_NAME_MAX)
-			return 0;
-		if (blank)
-			out[n++] = ' ';
-		blank = false;
-		out[n++] = idc_tolower(*name);
-	}
-	out[n] = '\0';
-	return n;
-}
-
 void daemon_mc_put_initgroups(struct daemon *dm, const char *user, const uint32_t *gids, size_t n)
 {
-	char folded[PROTO_NAME_MAX + 1];
+	char folded[CACHE_NAME_MAX + 1];
 	if (dm->mc[2] == NULL)
 		return;
 	/* See the top of the file: only a spelling invalidation can find. */
 	if (any_case_insensitive(dm) &&
-	    (fold_name(user, folded) != strlen(user) || strcmp(folded, user) != 0))
+	    (cache_name_fold(CACHE_NAMES_CASE_IGNORE, user, folded) != strlen(user) ||
+	     strcmp(folded, user) != 0))
 		return;
 	note("a group list", mc_put_initgroups(dm->mc[2], user, strlen(user), gids, n, expiry()));
 }
@@ -240,8 +218,9 @@ static void drop_initgroups(struct daemon *dm, const char *user)
 	if (user == NULL || dm->mc[2] == NULL)
 		return;
 	mc_invalidate_name(dm->mc[2], user, strlen(user));
-	char folded[PROTO_NAME_MAX + 1];
-	size_t n = any_case_insensitive(dm) ? fold_name(user, folded) : 0;
+	char folded[CACHE_NAME_MAX + 1];
+	size_t n =
+	    any_case_insensitive(dm) ? cache_name_fold(CACHE_NAMES_CASE_IGNORE, user, folded) : 0;
 	if (n && strcmp(folded, user) != 0)
 		mc_invalidate_name(dm->mc[2], folded, n);
 }

@@ -109,7 +109,7 @@
 #define PROTO_MAX_REQUEST 4096u
 #define PROTO_MAX_REPLY   (16u * 1024u * 1024u)
 /* Longest user or group name a request may carry. */
-#define PROTO_NAME_MAX 255u
+#define PROTO_NAME_MAX ((unsigned)IDC_NAME_MAX)
 
 enum proto_cmd {
 	PROTO_CMD_HELLO = 1,

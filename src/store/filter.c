@@ -15,12 +15,13 @@
  *    is refused, as RFC 4515 requires.
  *  - Without outer parentheses the text ends the value, so trailing
  *    whitespace there is dropped; inside parentheses every byte counts.
- *  - Substring parts of caseIgnore/caseExact (and DN) attributes get the
- *    value rule's space handling per part: runs of spaces fold to one, the
- *    initial part loses its leading spaces and the final part its trailing
- *    ones (the normalized value has none there), inner edges keep one
- *    space; caseIgnore and DN parts are lowercased (DN substrings are thus
- *    an approximation: DN values of caseExact attributes keep their case).
+ *  - Substring parts of caseIgnore/caseExact (and DN) attributes are
+ *    prepared one by one as RFC 4518 says (store_prep): runs of spaces fold
+ *    to one, the initial part loses its leading spaces and the final part
+ *    its trailing ones (the normalized value has none there), inner edges
+ *    keep one space; caseIgnore and DN parts are case folded (DN substrings
+ *    are thus an approximation: DN values of caseExact attributes keep
+ *    their case).
  *    Parts of integer and octet attributes stay raw and are matched on the
  *    value as stored. Empty "any" parts ("a**b") are dropped.
  *  - Format escapes * ( ) \ NUL, controls (< 0x20) and DEL as \XX
@@ -214,46 +215,19 @@ static int set_value(struct parser *p, struct store_filter *f, size_t from, size
 
 /* ==== substrings ============================================================ */
 
-enum part_kind { PART_INITIAL, PART_ANY, PART_FINAL };
-
-/* Space handling of caseIgnore/caseExact applied to one part in p->tmp,
- * written to p->norm (see the top of the file). */
-static int fold_part(struct parser *p, bool ci, enum part_kind kind)
-{
-	const char *s = p->tmp.data;
-	size_t n = p->tmp.len, i = 0;
-	idc_buf_reset(&p->norm);
-	int rc = idc_buf_reserve(&p->norm, n);
-	if (rc)
-		return rc;
-	char *o = p->norm.data;
-	if (kind == PART_INITIAL)
-		while (i < n && s[i] == ' ')
-			i++;
-	for (; i < n; i++) {
-		if (s[i] == ' ' && o > p->norm.data && o[-1] == ' ')
-			continue;
-		*o++ = ci ? idc_tolower(s[i]) : s[i];
-	}
-	if (kind == PART_FINAL)
-		while (o > p->norm.data && o[-1] == ' ')
-			o--;
-	p->norm.len = (size_t)(o - p->norm.data);
-	p->norm.data[p->norm.len] = '\0';
-	return 0;
-}
-
 /* Decode and normalize part s[from..to) into *out; an empty part stays
  * {NULL, 0}. */
 static int set_part(struct parser *p, const struct store_filter *f, size_t from, size_t to,
-		    enum part_kind kind, struct store_val *out)
+		    enum store_prep_part kind, struct store_val *out)
 {
 	int rc = decode(p, from, to);
 	if (rc)
 		return rc;
 	const struct idc_buf *src = &p->tmp;
 	if (f->rule != STORE_RULE_INTEGER && f->rule != STORE_RULE_OCTET) {
-		rc = fold_part(p, f->rule != STORE_RULE_CASE_EXACT, kind);
+		idc_buf_reset(&p->norm);
+		rc = store_prep(p->tmp.data, p->tmp.len, f->rule != STORE_RULE_CASE_EXACT, kind,
+				&p->norm);
 		if (rc)
 			return rc;
 		src = &p->norm;
@@ -285,13 +259,15 @@ static int set_substrings(struct parser *p, struct store_filter *f, size_t from,
 			continue;
 		}
 		struct store_val part = {NULL, 0};
-		enum part_kind kind = k == 0 ? PART_INITIAL : i == to ? PART_FINAL : PART_ANY;
+		enum store_prep_part kind = k == 0    ? STORE_PREP_INITIAL
+					    : i == to ? STORE_PREP_FINAL
+						      : STORE_PREP_ANY;
 		int rc = set_part(p, f, seg, i, kind, &part);
 		if (rc)
 			return rc;
-		if (kind == PART_INITIAL)
+		if (kind == STORE_PREP_INITIAL)
 			f->initial = part;
-		else if (kind == PART_FINAL)
+		else if (kind == STORE_PREP_FINAL)
 			f->final = part;
 		else if (part.len)
 			f->any[f->nany++] = part;
@@ -584,11 +560,23 @@ static int bytes_cmp(const char *a, size_t alen, const char *b, size_t blen)
 	return alen < blen ? -1 : alen > blen;
 }
 
+/* Whether v[from..n) is printable ASCII, for which store_prep is a plain
+ * byte loop. */
+static bool ascii_rest(const char *v, size_t from, size_t n)
+{
+	for (size_t i = from; i < n; i++)
+		if ((unsigned char)v[i] < 0x20 || (unsigned char)v[i] > 0x7e)
+			return false;
+	return true;
+}
+
 /* Order of v's caseIgnore/caseExact normal form against norm without
- * building it: the hot path of every equality test on a string attribute.
- * Must agree with store_normalize (leading/trailing spaces dropped, inner
- * runs folded to one, ASCII lowercased when ci). */
-static int fold_cmp(const char *v, size_t n, const char *norm, size_t m, bool ci)
+ * building it, when v is printable ASCII: the hot path of every equality
+ * test on a string attribute. Must agree with store_prep on such text
+ * (leading/trailing spaces dropped, inner runs folded to one, lowercased
+ * when ci). *order set and 0, or 1 when v needs store_prep: a byte later in
+ * v can change earlier ones (e + U+0301 composes to one character). */
+static int fold_cmp(const char *v, size_t n, const char *norm, size_t m, bool ci, int *order)
 {
 	size_t i = 0, j = 0;
 	bool space = false;
@@ -596,27 +584,30 @@ static int fold_cmp(const char *v, size_t n, const char *norm, size_t m, bool ci
 		i++;
 	for (; i < n; i++) {
 		unsigned char c = (unsigned char)v[i];
+		if (c < 0x20 || c > 0x7e)
+			return 1;
 		if (c == ' ') {
 			space = true;
 			continue;
 		}
 		if (space) {
-			if (j == m)
-				return 1;
-			if ((unsigned char)norm[j] != ' ')
-				return ' ' < (unsigned char)norm[j] ? -1 : 1;
+			if (j == m || (unsigned char)norm[j] != ' ') {
+				*order = j == m ? 1 : ' ' < (unsigned char)norm[j] ? -1 : 1;
+				return ascii_rest(v, i, n) ? 0 : 1;
+			}
 			j++;
 			space = false;
 		}
 		if (ci)
 			c = (unsigned char)idc_tolower((char)c);
-		if (j == m)
-			return 1;
-		if (c != (unsigned char)norm[j])
-			return c < (unsigned char)norm[j] ? -1 : 1;
+		if (j == m || c != (unsigned char)norm[j]) {
+			*order = j == m ? 1 : c < (unsigned char)norm[j] ? -1 : 1;
+			return ascii_rest(v, i, n) ? 0 : 1;
+		}
 		j++;
 	}
-	return j < m ? -1 : 0;
+	*order = j < m ? -1 : 0;
+	return 0;
 }
 
 /* Order of value v under rule r against the normalized assertion norm in
@@ -625,10 +616,9 @@ static int fold_cmp(const char *v, size_t n, const char *norm, size_t m, bool ci
 static int value_order(enum store_rule r, const char *v, size_t n, const struct store_val *norm,
 		       struct idc_buf *scratch, int *order)
 {
-	if (r == STORE_RULE_CASE_IGNORE || r == STORE_RULE_CASE_EXACT) {
-		*order = fold_cmp(v, n, norm->ptr, norm->len, r == STORE_RULE_CASE_IGNORE);
+	bool text = r == STORE_RULE_CASE_IGNORE || r == STORE_RULE_CASE_EXACT;
+	if (text && fold_cmp(v, n, norm->ptr, norm->len, r == STORE_RULE_CASE_IGNORE, order) == 0)
 		return 0;
-	}
 	if (r == STORE_RULE_OCTET) {
 		*order = bytes_cmp(v, n, norm->ptr, norm->len);
 		return 0;

@@ -404,31 +404,6 @@ int store_rule_by_name(const char *name, size_t len, enum store_rule *out)
 
 /* ==== normalization ========================================================= */
 
-/* caseIgnore/caseExact: spaces trimmed at both ends, inner runs folded. */
-static int norm_text(const char *v, size_t len, bool fold_case, struct idc_buf *out)
-{
-	int rc = idc_buf_reserve(out, len);
-	if (rc)
-		return rc;
-	char *w = out->data + out->len;
-	size_t n = 0;
-	bool space = false;
-	for (size_t i = 0; i < len; i++) {
-		char c = v[i];
-		if (c == ' ') {
-			space = n > 0;
-			continue;
-		}
-		if (space)
-			w[n++] = ' ';
-		space = false;
-		w[n++] = fold_case ? idc_tolower(c) : c;
-	}
-	out->len += n;
-	out->data[out->len] = '\0';
-	return 0;
-}
-
 #define SHOW_MAX 64 /* bytes of a bad value quoted in a message */
 
 static int integer_error(const char *v, size_t len, struct idc_diag *d, const char *why)
@@ -487,9 +462,9 @@ int store_normalize(enum store_rule r, const char *v, size_t len, struct idc_buf
 		return -EINVAL;
 	switch (r) {
 	case STORE_RULE_CASE_IGNORE:
-		return norm_text(v, len, true, out);
+		return store_prep(v, len, true, STORE_PREP_VALUE, out);
 	case STORE_RULE_CASE_EXACT:
-		return norm_text(v, len, false, out);
+		return store_prep(v, len, false, STORE_PREP_VALUE, out);
 	case STORE_RULE_INTEGER:
 		return norm_integer(v, len, out, d);
 	case STORE_RULE_DN:

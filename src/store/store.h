@@ -4,7 +4,7 @@
  * Owns: the LMDB environment of a store directory (data.mdb, lock.mdb and a
  * write.lock), the entry encoding, DN and value normalization (schema), RFC
  * 4515 filters, indexes, searches, consistency checks and LDIF.
- * May call: util, liblmdb, libc.
+ * May call: util, liblmdb, libunistring (prep.c), libc.
  *
  * Conventions: functions return 0 or a negative code (see util.h); those
  * that can fail on input take a `struct idc_diag *` (may be NULL) and fill
@@ -95,9 +95,12 @@ enum store_rule store_attr_rule(const char *norm, size_t len);
 int store_rule_by_name(const char *name, size_t len, enum store_rule *out);
 
 /* Append the normalized form of value v under rule r to out:
- *  caseIgnore: ASCII lowercased, leading/trailing spaces dropped, inner runs
- *              of spaces folded to one (bytes >= 0x80 kept as they are);
- *  caseExact:  the same space handling, case kept;
+ *  caseIgnore: RFC 4518 string preparation (prep.c): controls and joiners
+ *              dropped, separators made spaces, Unicode case folding and
+ *              NFKC, leading/trailing spaces dropped, inner runs of spaces
+ *              one. Text that is not UTF-8 or holds a prohibited code point
+ *              keeps its bytes, ASCII lowercased, with the same spaces;
+ *  caseExact:  the same without case folding;
  *  integer:    8 bytes, big-endian two's complement with the sign bit
  *              flipped, so memcmp orders numerically. Syntax: optional '-',
  *              digits, no leading zeros, fits int64, else IDC_ESYNTAX;
@@ -106,6 +109,13 @@ int store_rule_by_name(const char *name, size_t len, enum store_rule *out);
  * Returns 0, IDC_ESYNTAX (with d saying why) or -ENOMEM. */
 int store_normalize(enum store_rule r, const char *v, size_t len, struct idc_buf *out,
 		    struct idc_diag *d);
+
+/* store_normalize of caseIgnore (fold) or caseExact text into caller
+ * memory: out[0..cap) gets the normalized form, NUL-terminated, and
+ * *outlen its length. 0, -E2BIG when it does not fit, or -ENOMEM. Printable
+ * ASCII text is done without allocating. */
+int store_normalize_text(bool fold, const char *v, size_t len, char *out, size_t cap,
+			 size_t *outlen);
 
 /* ==== DN (RFC 4514) ============================================================ */
 

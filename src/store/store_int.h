@@ -12,6 +12,20 @@
  * beyond out's growth. Errors as store_dn_normalize. */
 int store_dn_normalize_append(const char *dn, size_t len, struct idc_buf *out, struct idc_diag *d);
 
+/* prep.c: RFC 4518 preparation of text under caseIgnore (fold) or
+ * caseExact, appended to out. A part of a substring assertion keeps one
+ * space where it meets the rest of the value: an initial part at its end, a
+ * final part at its start, an any part at both. Never fails on input (see
+ * prep.c for text that is not UTF-8); 0 or -ENOMEM. */
+enum store_prep_part {
+	STORE_PREP_VALUE,   /* a value or an equality assertion */
+	STORE_PREP_INITIAL, /* substrings: initial */
+	STORE_PREP_ANY,     /* substrings: any */
+	STORE_PREP_FINAL,   /* substrings: final */
+};
+int store_prep(const char *v, size_t len, bool fold, enum store_prep_part part,
+	       struct idc_buf *out);
+
 /* ---- filter tree -------------------------------------------------------------
  * Built by store_filter_parse; read by filter.c (evaluation) and search.c
  * (the planner). All strings are owned by the tree (one arena). */
@@ -62,7 +76,7 @@ int store_filter_eval(const struct store_filter *f, const struct store_entry *e,
 /* ==== store internals (store.c, index.c, ops.c, search.c, check.c) ========== */
 #include <lmdb.h>
 
-#define STORE_FORMAT_VERSION 1
+#define STORE_FORMAT_VERSION 2 /* 2: text keys prepared by RFC 4518 */
 #define STORE_MAX_INDEXES    120
 /* LMDB's largest key with default page size is 511; index keys at or past
  * this length become a prefix plus a 64-bit hash of the whole value, and

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <lmdb.h>
 
 #include "cache/cache.h"
 
@@ -400,6 +401,115 @@ static void test_timestamps_rebuilt(void **state)
 	cache_reader_end(r);
 }
 
+static void check_fold(enum cache_name_rule r, const char *in, const char *want)
+{
+	char out[CACHE_NAME_MAX + 1];
+	size_t n = cache_name_fold(r, in, out);
+	if (n != strlen(want) || strcmp(out, want) != 0)
+		fail_msg("rule %d: '%s' -> '%s', want '%s'", (int)r, in, out, want);
+}
+
+/* One fold for every layer, by the rule of where the names come from. */
+static void test_name_fold(void **state)
+{
+	(void)state;
+	check_fold(CACHE_NAMES_CASE_IGNORE, "ALICE", "alice");
+	check_fold(CACHE_NAMES_CASE_IGNORE, "Stra\u00DFe", "strasse");
+	check_fold(CACHE_NAMES_CASE_IGNORE, "\u00C9MILE", "\u00E9mile");
+	check_fold(CACHE_NAMES_CASE_IGNORE, "E\u0301mile", "\u00E9mile");
+	check_fold(CACHE_NAMES_CASE_EXACT, "\uFB01sh", "fish");
+	check_fold(CACHE_NAMES_CASE_EXACT, "Alice", "Alice");
+	check_fold(CACHE_NAMES_EXACT, "Alice  B", "Alice  B"); /* glibc compares bytes */
+	check_fold(CACHE_NAMES_STORED, "Bob", "bob");
+	check_fold(CACHE_NAMES_CASE_IGNORE, "", "");
+	char big[CACHE_NAME_MAX + 2], out[CACHE_NAME_MAX + 1];
+	memset(big, 'A', sizeof(big) - 1);
+	big[sizeof(big) - 1] = '\0';
+	assert_int_equal(cache_name_fold(CACHE_NAMES_CASE_IGNORE, big, out), 0); /* too long */
+	big[CACHE_NAME_MAX] = '\0';
+	assert_int_equal(cache_name_fold(CACHE_NAMES_CASE_IGNORE, big, out), CACHE_NAME_MAX);
+	assert_int_equal(out[0], 'a');
+	/* 85 x U+FDFA is 255 bytes that NFKC makes ~2,800: kept as given */
+	for (int i = 0; i < 85; i++)
+		memcpy(big + 3 * i, "\uFDFA", 3);
+	assert_int_equal(cache_name_fold(CACHE_NAMES_CASE_IGNORE, big, out), CACHE_NAME_MAX);
+	assert_memory_equal(out, big, CACHE_NAME_MAX + 1);
+
+	assert_true(cache_name_equal(CACHE_NAMES_CASE_IGNORE, "Stra\u00DFe", "STRASSE"));
+	assert_false(cache_name_equal(CACHE_NAMES_EXACT, "Alice", "alice"));
+	assert_false(cache_name_equal(CACHE_NAMES_CASE_IGNORE, "", "\u200B"));
+	assert_true(cache_name_equal(CACHE_NAMES_CASE_IGNORE, "", ""));
+
+	assert_int_equal(cache_name_rule_of_attr("uid"), CACHE_NAMES_CASE_IGNORE);
+	assert_int_equal(cache_name_rule_of_attr("CN"), CACHE_NAMES_CASE_IGNORE);
+	assert_int_equal(cache_name_rule_of_attr("memberUid"), CACHE_NAMES_CASE_EXACT);
+	assert_int_equal(cache_name_rule_of_attr("userPassword"), CACHE_NAMES_EXACT);
+	assert_int_equal(cache_name_rule_of_attr("sAMAccountName"), CACHE_NAMES_CASE_IGNORE);
+}
+
+/* Timestamps are keyed by the name as the cache folds it: expiring a user
+ * in another spelling expires the one entry both spellings name. */
+static void test_expire_other_spelling(void **state)
+{
+	struct fx *f = *state;
+	static const struct cache_user u = {"Stra\u00DFe", 3000, 100, "", "/home/s", "/bin/sh", 9};
+	struct cache_txn *t;
+	bool ch;
+	assert_int_equal(cache_txn_begin(f->c, &t, NULL), 0);
+	assert_int_equal(cache_domain_ensure(t, "local", 0, NULL), 0);
+	assert_int_equal(cache_put_user(t, "local", &u, &ch, NULL), 0);
+	assert_int_equal(cache_txn_commit(t, NULL), 0);
+	size_t n = 0;
+	assert_int_equal(cache_expire(f->c, "local", CACHE_USER, "STRASSE", &n, NULL), 0);
+	assert_int_equal(n, 1);
+	struct cache_reader *r;
+	assert_int_equal(cache_reader_begin(f->c, &r), 0);
+	struct cache_user got;
+	struct cache_meta m;
+	assert_int_equal(cache_user_by_name(r, dom, 1, "strasse", false, &got, &m), 0);
+	assert_string_equal(got.name, "Stra\u00DFe");
+	assert_true(m.expired);
+	cache_reader_end(r);
+}
+
+/* Rewrite the format number in the meta database of the store at dir. */
+static void set_store_format(const char *dir, uint64_t v)
+{
+	MDB_env *env;
+	MDB_txn *txn;
+	MDB_dbi dbi;
+	assert_int_equal(mdb_env_create(&env), 0);
+	assert_int_equal(mdb_env_set_maxdbs(env, 256), 0);
+	assert_int_equal(mdb_env_open(env, dir, 0, 0600), 0);
+	assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
+	assert_int_equal(mdb_dbi_open(txn, "meta", 0, &dbi), 0);
+	MDB_val k = {6, "format"}, val = {sizeof(v), &v};
+	assert_int_equal(mdb_put(txn, dbi, &k, &val, 0), 0);
+	assert_int_equal(mdb_txn_commit(txn), 0);
+	mdb_env_close(env);
+}
+
+/* A cache.mdb written under another store format (older index keys) is
+ * started over empty: the daemon still starts, and the providers fill it. */
+static void test_other_format_starts_over(void **state)
+{
+	struct fx *f = *state;
+	put_users(f, 0);
+	cache_close(f->c);
+	f->c = NULL;
+	char path[128];
+	snprintf(path, sizeof(path), "%s/cache.mdb", f->dir);
+	set_store_format(path, 99); /* any number but this build's */
+	struct cache_options o = {.nosync = true};
+	assert_int_equal(cache_open(f->dir, &o, &f->c, NULL), 0);
+	struct cache_reader *r;
+	assert_int_equal(cache_reader_begin(f->c, &r), 0);
+	struct cache_user u;
+	assert_int_equal(cache_user_by_name(r, dom, 1, "alice", true, &u, NULL), -ENOENT);
+	cache_reader_end(r);
+	put_users(f, 0);
+}
+
 /* A map too small for a transaction: the caller grows it and runs the
  * transaction again, as the files provider does. */
 static int put_many(struct cache *c, int n)
@@ -503,6 +613,9 @@ int main(void)
 	    T(test_bad_names),
 	    T(test_timestamps_rebuilt),
 	    T(test_timestamps_kept_when_the_file_ends_early),
+	    T(test_other_format_starts_over),
+	    cmocka_unit_test(test_name_fold),
+	    T(test_expire_other_spelling),
 	    cmocka_unit_test(test_map_full_grows),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -318,6 +318,26 @@ static void test_snapshot_rules(void **state)
 	files_snapshot_free(s);
 }
 
+/* Names the cache would hold as one entry (CACHE_NAMES_STORED, Unicode
+ * case folding and NFKC included) are one stored name to the snapshot: the
+ * later spellings are extra records (served by id and in enumeration, as
+ * glibc does), not repeats of the name. */
+static void test_snapshot_folds_as_the_cache(void **state)
+{
+	(void)state;
+	struct files_snapshot *s = pw_snapshot("\u00E9mile:x:1000:1000:::\n"
+					       "\u00C9MILE:x:1001:1001:::\n"
+					       "E\u0301mile:x:1002:1002:::\n"
+					       "emile:x:1003:1003:::\n");
+	assert_int_equal(s->nusers, 2);
+	assert_int_equal(s->nxusers, 2);
+	assert_int_equal(s->duplicates, 0);
+	assert_int_equal(files_snapshot_user(s, "\u00E9mile"), 0);
+	assert_int_equal(files_snapshot_user(s, "\u00C9MILE"), -1);
+	assert_int_equal(files_snapshot_user(s, "emile"), 1);
+	files_snapshot_free(s);
+}
+
 static void test_snapshot_groups(void **state)
 {
 	(void)state;
@@ -1312,6 +1332,7 @@ int main(void)
 	    cmocka_unit_test(test_random_lines),
 	    cmocka_unit_test(test_long_line),
 	    cmocka_unit_test(test_snapshot_rules),
+	    cmocka_unit_test(test_snapshot_folds_as_the_cache),
 	    cmocka_unit_test(test_snapshot_groups),
 	    cmocka_unit_test(test_snapshot_files_in_order),
 	    cmocka_unit_test(test_watch),

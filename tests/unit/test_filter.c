@@ -307,6 +307,32 @@ static void test_substrings(void **state)
 	EXPECT(alice, "(memberOf=cn=wheel,*)", SF_TRUE);
 }
 
+/* caseIgnore/caseExact under RFC 4518: Unicode case folding and NFKC, for
+ * equality, ordering and every kind of substring part. */
+static void test_unicode(void **state)
+{
+	(void)state;
+	static struct store_val desc[] = {V("\u00DCN\u00CFCODE  Stra\u00DFe")};
+	static struct store_val cn[] = {V("Ce\u0301line \uFB01sh")};
+	static struct store_val home[] = {V("/home/\u00C9mile")};
+	static struct store_attr attrs[] = {ATTR("cn", cn), ATTR("description", desc),
+					    ATTR("homedirectory", home)};
+	const struct store_entry e = {0, V("cn=x"), attrs, IDC_ARRAY_SIZE(attrs)};
+	EXPECT(e, "(description=\u00FCn\u00EFcode*)", SF_TRUE);
+	EXPECT(e, "(description=*STRASSE)", SF_TRUE);
+	EXPECT(e, "(description=*code stra*)", SF_TRUE);
+	EXPECT(e, "(description=\u00FCn\u00EFcode strasse)", SF_TRUE);
+	EXPECT(e, "(description=unicode*)", SF_FALSE);
+	EXPECT(e, "(cn=c\u00E9line fish)", SF_TRUE);
+	EXPECT(e, "(cn=C\u00C9LINE*)", SF_TRUE);
+	EXPECT(e, "(cn=*\uFF46\uFF49sh)", SF_TRUE); /* full-width fi */
+	EXPECT(e, "(cn>=c\u00E9line fish)", SF_TRUE);
+	EXPECT(e, "(cn<=celine)", SF_FALSE);
+	EXPECT(e, "(homeDirectory=/home/E\u0301mile)", SF_TRUE); /* caseExact: NFKC */
+	EXPECT(e, "(homeDirectory=/home/\u00E9mile)", SF_FALSE);
+	EXPECT(e, "(homeDirectory=/home/\u00C9*)", SF_TRUE);
+}
+
 static void test_escapes(void **state)
 {
 	(void)state;
@@ -560,6 +586,19 @@ static void test_fold_agrees_with_normalize(void **state)
 	    "a\\b",
 	    "MiXeD  CaSe",
 	    "z",
+	    "cafe\xcc\x81", /* e + U+0301: the ASCII prefix changes */
+	    "caf\xc3\xa9",  /* precomposed */
+	    "CAF\xc3\x89",
+	    "cafe",
+	    "\xef\xac\x81", /* the ligature fi */
+	    "fi",
+	    "FI",
+	    "a\xc2\xa0 b", /* no-break space */
+	    "a\x7f",
+	    "\xff"
+	    "A", /* not UTF-8 */
+	    "\xff"
+	    "a",
 	};
 	struct idc_buf nv = IDC_BUF_INIT, nf = IDC_BUF_INIT, scratch = IDC_BUF_INIT;
 	for (int r = STORE_RULE_CASE_IGNORE; r <= STORE_RULE_CASE_EXACT; r++) {
@@ -615,6 +654,7 @@ int main(void)
 	    cmocka_unit_test(test_undefined),
 	    cmocka_unit_test(test_boolean),
 	    cmocka_unit_test(test_substrings),
+	    cmocka_unit_test(test_unicode),
 	    cmocka_unit_test(test_escapes),
 	    cmocka_unit_test(test_extensible),
 	    cmocka_unit_test(test_format),

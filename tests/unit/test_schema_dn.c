@@ -330,8 +330,8 @@ static void test_norm_text(void **state)
 	check_text(STORE_RULE_CASE_IGNORE, "", "");
 	check_text(STORE_RULE_CASE_IGNORE, "    ", "");
 	check_text(STORE_RULE_CASE_IGNORE, "ABC", "abc");
-	check_text(STORE_RULE_CASE_IGNORE, "\xc3\x89t\xc3\xa9", "\xc3\x89t\xc3\xa9");
-	check_text(STORE_RULE_CASE_IGNORE, "a\tB", "a\tb"); /* only spaces fold */
+	check_text(STORE_RULE_CASE_IGNORE, "\xc3\x89t\xc3\xa9", "\xc3\xa9t\xc3\xa9");
+	check_text(STORE_RULE_CASE_IGNORE, "a\tB", "a b"); /* tab is a space */
 	check_text(STORE_RULE_CASE_EXACT, "  Hello   World  ", "Hello World");
 	check_text(STORE_RULE_CASE_EXACT, "/home/Alice", "/home/Alice");
 	check_text(STORE_RULE_OCTET, "  Keep  Me ", "  Keep  Me ");
@@ -346,6 +346,55 @@ static void test_norm_text(void **state)
 	assert_int_equal(b.len, 6);
 	assert_memory_equal(b.data + 3, "x:y", 3);
 	assert_int_equal(b.data[b.len], '\0');
+	idc_buf_free(&b);
+}
+
+/* RFC 4518 preparation: case folding, NFKC, mapping, prohibited code
+ * points and what happens to text that is not UTF-8. */
+static void test_norm_unicode(void **state)
+{
+	(void)state;
+	const enum store_rule ci = STORE_RULE_CASE_IGNORE, ce = STORE_RULE_CASE_EXACT;
+	check_text(ci, "\u00DCn\u00EFcode", "\u00FCn\u00EFcode"); /* Ünïcode */
+	check_text(ci, "Stra\u00DFe", "strasse");                 /* ß folds to ss */
+	check_text(ci, "STRASSE", "strasse");
+	check_text(ce, "Stra\u00DFe", "Stra\u00DFe");
+	check_text(ci, "\u0130stanbul", "i\u0307stanbul"); /* İ: i + dot above */
+	check_text(ci, "\uFB01le", "file");                /* the ligature ﬁ */
+	check_text(ce, "\uFB01le", "file");
+	check_text(ci, "\uFF21\uFF22", "ab"); /* full-width ＡＢ */
+	check_text(ce, "\uFF21\uFF22", "AB");
+	check_text(ci, "Ce\u0301", "c\u00E9"); /* e + U+0301 composes */
+	check_text(ci, "C\u00C9", "c\u00E9");
+	check_text(ci, "\u03A3\u0391\u03A3", "\u03C3\u03B1\u03C3");
+	check_text(ci, "\u03C3\u03B1\u03C2", "\u03C3\u03B1\u03C3");
+	/* separators are spaces, soft hyphen and zero width space vanish */
+	check_text(ci, "\u00A0A\u00A0 \u3000b\u2003", "a b");
+	check_text(ci, "co\u00ADop\u200B", "coop");
+	check_text(ci, "\u00A0\u200B ", "");
+	/* a space before a combining mark is a character */
+	check_text(ci, "a \u0301", "a \u0301");
+	check_text(ci, "a  \u0301", "a  \u0301");
+	/* not UTF-8, or a prohibited code point: bytes, ASCII folded */
+	check_text(ci,
+		   "\xff"
+		   "ABC  d",
+		   "\xff"
+		   "abc d");
+	check_text(ci, "\xc3", "\xc3");
+	check_text(ci, "\u00C9\uE000A", "\u00C9\uE000a"); /* U+E000 */
+	check_text(ci, "\uFFFD", "\uFFFD");               /* U+FFFD */
+	check_text(ci, "\xed\xa0\x80", "\xed\xa0\x80");   /* surrogate */
+
+	/* long text goes past the stack buffers */
+	struct idc_buf in = IDC_BUF_INIT, b = IDC_BUF_INIT;
+	for (int i = 0; i < 400; i++)
+		assert_int_equal(idc_buf_append(&in, "\u00C9", 2), 0);
+	assert_int_equal(norm(ci, in.data, in.len, &b), 0);
+	assert_int_equal(b.len, 800);
+	for (size_t i = 0; i < b.len; i += 2)
+		assert_memory_equal(b.data + i, "\u00E9", 2);
+	idc_buf_free(&in);
 	idc_buf_free(&b);
 }
 
@@ -460,7 +509,7 @@ static void test_dn_basic(void **state)
 	check_dn("cn= ,dc=x", "cn=,dc=x");
 	check_dn("cn=a=b", "cn=a\\=b");
 	check_dn("cn=a#b", "cn=a#b");
-	check_dn("cn=\xc3\x89T\xc3\xa9", "cn=\xc3\x89t\xc3\xa9");
+	check_dn("cn=\xc3\x89T\xc3\xa9", "cn=\xc3\xa9t\xc3\xa9");
 }
 
 static void test_dn_root(void **state)
@@ -503,8 +552,9 @@ static void test_dn_escapes(void **state)
 	check_dn("userPassword=\\20\\20x", "userpassword=\\  x");
 	check_dn("userPassword=a  b ", "userpassword=a  b");
 	/* control bytes and NUL come out as lowercase hex pairs */
-	check_dn("cn=a\\00b\\0D\\7F\\1f", "cn=a\\00b\\0d\\7f\\1f");
-	check_dn("cn=a\tb", "cn=a\\09b");
+	/* controls map to nothing, CR and tab to a space (RFC 4518 2.2) */
+	check_dn("cn=a\\00b\\0D\\7F\\1f", "cn=ab");
+	check_dn("cn=a\tb", "cn=a b");
 	/* an escaped backslash before hex digits is just a backslash */
 	check_dn("cn=\\\\41", "cn=\\\\41");
 }
@@ -617,8 +667,8 @@ static void test_dn_limits(void **state)
 	assert_non_null(strstr(d.msg, "8193"));
 
 	/* a DN that grows past the limit when escaped */
-	memset(big + 3, '\t', 3000);
-	assert_int_equal(store_dn_normalize(big, 3003, &n, NULL), -E2BIG);
+	memset(big + 3, '=', 4100);
+	assert_int_equal(store_dn_normalize(big, 4103, &n, NULL), -E2BIG);
 
 	/* STORE_DN_MAX_RDNS RDNs, then one more */
 	struct idc_buf dn = IDC_BUF_INIT;
@@ -793,25 +843,16 @@ static void test_dn_fixed_point(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_attr_canon),
-	    cmocka_unit_test(test_attr_aliases),
-	    cmocka_unit_test(test_attr_rule),
-	    cmocka_unit_test(test_rule_by_name),
-	    cmocka_unit_test(test_norm_text),
-	    cmocka_unit_test(test_norm_integer),
-	    cmocka_unit_test(test_norm_integer_order),
-	    cmocka_unit_test(test_norm_dn_rule),
-	    cmocka_unit_test(test_dn_basic),
-	    cmocka_unit_test(test_dn_root),
-	    cmocka_unit_test(test_dn_escapes),
-	    cmocka_unit_test(test_dn_hexstring),
-	    cmocka_unit_test(test_dn_multivalued),
-	    cmocka_unit_test(test_dn_values_by_rule),
-	    cmocka_unit_test(test_dn_errors),
-	    cmocka_unit_test(test_dn_limits),
-	    cmocka_unit_test(test_dn_rkey),
-	    cmocka_unit_test(test_dn_reuse),
-	    cmocka_unit_test(test_foreach_ava),
+	    cmocka_unit_test(test_attr_canon),        cmocka_unit_test(test_attr_aliases),
+	    cmocka_unit_test(test_attr_rule),         cmocka_unit_test(test_rule_by_name),
+	    cmocka_unit_test(test_norm_text),         cmocka_unit_test(test_norm_unicode),
+	    cmocka_unit_test(test_norm_integer),      cmocka_unit_test(test_norm_integer_order),
+	    cmocka_unit_test(test_norm_dn_rule),      cmocka_unit_test(test_dn_basic),
+	    cmocka_unit_test(test_dn_root),           cmocka_unit_test(test_dn_escapes),
+	    cmocka_unit_test(test_dn_hexstring),      cmocka_unit_test(test_dn_multivalued),
+	    cmocka_unit_test(test_dn_values_by_rule), cmocka_unit_test(test_dn_errors),
+	    cmocka_unit_test(test_dn_limits),         cmocka_unit_test(test_dn_rkey),
+	    cmocka_unit_test(test_dn_reuse),          cmocka_unit_test(test_foreach_ava),
 	    cmocka_unit_test(test_dn_fixed_point),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -190,29 +190,11 @@ static const char *public_passwd(const char *p)
 }
 
 /* ==== folded-name table ===========================================================
- * The cache folds case and runs of spaces in names (its DNs compare
- * caseIgnore), so two names equal after folding cannot both be stored; the
- * table finds the earlier one. */
+ * Two names equal under the rule the cache keys entries by
+ * (CACHE_NAMES_STORED) cannot both be stored; the table finds the earlier
+ * one. */
 
 enum kind { USERS, GROUPS };
-
-static size_t fold_name(const char *s, char *out)
-{
-	size_t n = 0;
-	bool space = false;
-	for (; *s && n < CACHE_NAME_MAX; s++) {
-		if (*s == ' ') {
-			space = n > 0;
-			continue;
-		}
-		if (space && n < CACHE_NAME_MAX)
-			out[n++] = ' ';
-		space = false;
-		if (n < CACHE_NAME_MAX)
-			out[n++] = idc_tolower(*s);
-	}
-	return n;
-}
 
 static const char *name_of(const struct files_snapshot *s, enum kind k, size_t i)
 {
@@ -231,18 +213,14 @@ static struct files_name_table *table_of(struct files_snapshot *s, enum kind k)
 
 static uint64_t name_key(const char *name)
 {
-	char folded[CACHE_NAME_MAX];
-	size_t n = fold_name(name, folded);
+	char folded[CACHE_NAME_MAX + 1];
+	size_t n = cache_name_fold(CACHE_NAMES_STORED, name, folded);
 	return idc_hash64(folded, n, NAME_SEED);
 }
 
 static bool fold_equal(const char *a, const char *b)
 {
-	if (strcmp(a, b) == 0)
-		return true;
-	char fa[CACHE_NAME_MAX], fb[CACHE_NAME_MAX];
-	size_t na = fold_name(a, fa), nb = fold_name(b, fb);
-	return na == nb && memcmp(fa, fb, na) == 0;
+	return cache_name_equal(CACHE_NAMES_STORED, a, b);
 }
 
 /* Slot holding a name that folds like name (whose key is key), or the

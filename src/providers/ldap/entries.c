@@ -477,9 +477,9 @@ static void add_user(struct ent *e, struct lp_req *r)
 			 "%.40s is too long or holds a NUL, ':' or a control character", bad_attr);
 		return bad(e, why);
 	}
-	char *fold = ent_dup(e, u->name, strlen(u->name));
-	for (char *p = fold; p && *p; p++)
-		*p = idc_tolower(*p);
+	char folded[CACHE_NAME_MAX + 1]; /* two names the cache holds as one */
+	size_t fn = cache_name_fold(CACHE_NAMES_STORED, u->name, folded);
+	char *fold = ent_dup(e, folded, fn);
 	struct lp_user *first = fold ? lp_map_get(&r->uname, fold) : NULL;
 	if (first) {
 		snprintf(why, sizeof(why), "user name '%.64s' also held by \"%.60s\"", u->name,

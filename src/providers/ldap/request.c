@@ -41,8 +41,10 @@ static uint64_t key_hash(const struct ldap_domain *ld, enum ldap_lookup_kind kin
 {
 	char buf[CACHE_NAME_MAX + 32];
 	int n = snprintf(buf, sizeof(buf), "%d:%u:", (int)kind, (unsigned)id);
-	for (const char *p = name; p && *p && (size_t)n < sizeof(buf) - 1; p++)
-		buf[n++] = idc_tolower(*p); /* names fold as the cache folds them */
+	/* the directory answers every spelling its matching rule equates alike */
+	bool group = kind == LDAP_LOOKUP_GRNAM || kind == LDAP_LOOKUP_GRGID;
+	enum ldap_dom_attr f = group ? LDAP_MAP_GROUP_NAME : LDAP_MAP_USER_NAME;
+	n += (int)cache_name_fold(cache_name_rule_of_attr(ld->attr[f]), name, buf + n);
 	return idc_hash64(buf, (size_t)n, ld->hash_seed) | 1;
 }
 
@@ -806,9 +808,11 @@ static int soft(struct ldap_domain *ld, int rc, const char *dn, struct idc_diag 
 	return 0;
 }
 
+/* Whether a and b name one entry of the cache (the directory answered one
+ * spelling for the other). */
 static bool name_eq(const char *a, const char *b)
 {
-	return idc_memcaseeq(a, strlen(a), b, strlen(b));
+	return cache_name_equal(CACHE_NAMES_STORED, a, b);
 }
 
 static enum ldap_lookup_result answer(const struct lp_req *r)
@@ -848,24 +852,14 @@ static bool group_due(const struct lp_req *r, const struct lp_group *g, bool pag
 	return !g->stored && (!page || members_known(r, g));
 }
 
-/* name as the cache's caseIgnore rule compares it (ASCII lower case,
- * spaces trimmed and runs of them folded to one), in a: two spellings the
+/* name as the cache keys it (CACHE_NAMES_STORED), in a: two spellings the
  * cache holds as one entry fold alike, so an answer in the directory's
  * spelling is not taken for the cached name's absence. */
 static char *fold_name(struct idc_arena *a, const char *name)
 {
-	char *f = idc_arena_strndup(a, name, strlen(name));
-	size_t n = 0;
-	for (const char *p = f; f && *p; p++) {
-		if (*p == ' ' && (n == 0 || f[n - 1] == ' '))
-			continue;
-		f[n++] = idc_tolower(*p);
-	}
-	if (f && n && f[n - 1] == ' ')
-		n--;
-	if (f)
-		f[n] = '\0';
-	return f;
+	char f[CACHE_NAME_MAX + 1];
+	size_t n = cache_name_fold(CACHE_NAMES_STORED, name, f);
+	return idc_arena_strndup(a, n ? f : name, n ? n : strlen(name));
 }
 
 /* Folded names (fold_name) of the users or groups of the answer. */
