@@ -138,6 +138,35 @@ static void log_errors(const struct idc_buf *errors)
 	}
 }
 
+/* Whether a files domain of cfg reads path (a group file when group). */
+static bool files_domain_reads(const struct config *cfg, const char *path, bool group)
+{
+	for (size_t i = 0; i < cfg->ndomains; i++) {
+		const struct config_domain *d = &cfg->domains[i];
+		char *const *v = group ? d->group_files : d->passwd_files;
+		size_t n = group ? d->ngroup : d->npasswd;
+		for (size_t j = 0; d->provider == CONFIG_PROVIDER_FILES && j < n; j++)
+			if (strcmp(v[j], path) == 0)
+				return true;
+	}
+	return false;
+}
+
+/* The recommended nsswitch.conf line, "idcache [NOTFOUND=return] files",
+ * makes the daemon's "not found" final while it runs: the host's own users
+ * are found only when a files domain serves their file. */
+static void warn_host_files(const struct config *cfg)
+{
+	static const char *const files[2] = {"/etc/passwd", "/etc/group"};
+	for (int g = 0; g < 2; g++)
+		if (!files_domain_reads(cfg, files[g], g))
+			idc_log(IDC_LOG_WARN,
+				"no files domain reads %s: with \"%s: idcache [NOTFOUND=return] "
+				"files\" in nsswitch.conf its entries are not found while idcached "
+				"runs (add one; see libnss_idcache(8))",
+				files[g], g ? "group" : "passwd");
+}
+
 int daemon_apply_config(struct daemon *dm, struct config *cfg)
 {
 	bool reload = dm->mc_opened;
@@ -152,6 +181,7 @@ int daemon_apply_config(struct daemon *dm, struct config *cfg)
 	listener_fd_budget(cfg);
 	dm->config_gen++; /* enumeration snapshots may list other domains now */
 	idc_log_init("idcached", dm->foreground, config_effective_log_level(cfg));
+	warn_host_files(cfg);
 	return 0;
 }
 

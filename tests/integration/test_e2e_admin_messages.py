@@ -73,3 +73,18 @@ def test_reload_says_a_changed_domain_is_loaded_anew(idcache, daemons):
     log = d.log()
     assert "domain local: its source changed; loading it anew" in log, log
     assert "no longer served" not in log, log
+
+
+def test_warns_when_no_files_domain_reads_the_host_files(daemons):
+    """With the recommended "idcache [NOTFOUND=return] files" a miss is
+    final while the daemon runs: a configuration without a files domain for
+    /etc/passwd and /etc/group says so at start, and one with it does not."""
+    d = daemons.start("alice:x:2600:100::/:/bin/sh\n", "staff:x:100:alice\n")
+    for f, db in (("/etc/passwd", "passwd"), ("/etc/group", "group")):
+        assert (f"no files domain reads {f}: with \"{db}: idcache [NOTFOUND=return] files\""
+                in d.log()), d.log()[-2000:]
+    d.stop()
+    host = daemons.start("", "", domain_conf=(
+        "\n[domain/host]\nid_provider = files\npasswd_files = /etc/passwd\n"
+        "group_files = /etc/group\n"), idcache_conf="domains = host, local\n")
+    assert "no files domain reads" not in host.log(), host.log()[-2000:]
