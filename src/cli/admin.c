@@ -16,8 +16,6 @@
 
 #include "proto/proto.h"
 
-#define ADMIN_DEFAULT_RUN_DIR "/run/idcache"
-
 struct admin_cmd {
 	const char *name;
 	const char *synopsis;
@@ -72,7 +70,7 @@ static void help(const struct admin_cmd *cmd)
 	printf("Usage: %s\n\n%s\n", cmd->synopsis, cmd->help);
 	fputs("Options:\n"
 	      "      --run-dir DIR  the daemon's run directory (default: $IDCACHE_RUNDIR,\n"
-	      "                     else " ADMIN_DEFAULT_RUN_DIR ")\n"
+	      "                     else " PROTO_DEFAULT_RUN_DIR ")\n"
 	      "  -h, --help         show this help and exit\n"
 	      "\n"
 	      "Admin commands need root or the daemon's user (default idcache).\n"
@@ -156,7 +154,7 @@ static bool name_arg_ok(const struct admin_cmd *cmd, const char *name)
 static const char *run_dir(const char *opt)
 {
 	const char *env = secure_getenv("IDCACHE_RUNDIR");
-	return opt ? opt : env && *env ? env : ADMIN_DEFAULT_RUN_DIR;
+	return opt ? opt : env && *env ? env : PROTO_DEFAULT_RUN_DIR;
 }
 
 static int connect_fail(int rc, const char *path)

@@ -17,11 +17,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "proto/proto.h"
 #include "providers/ldap/ldap.h" /* struct ldap_domain_config (no libldap needed) */
 #include "util/util.h"
 
 #define CONFIG_DEFAULT_PATH        "/etc/idcache/idcache.conf"
-#define CONFIG_DEFAULT_RUN_DIR     "/run/idcache"
+#define CONFIG_DEFAULT_RUN_DIR     PROTO_DEFAULT_RUN_DIR
 #define CONFIG_DEFAULT_STATE_DIR   "/var/lib/idcache"
 #define CONFIG_DEFAULT_USER        "idcache"
 #define CONFIG_DEFAULT_TTL         5400u

@@ -154,13 +154,17 @@ static bool files_domain_reads(const struct config *cfg, const char *path, bool 
 
 /* The recommended nsswitch.conf line, "idcache [NOTFOUND=return] files",
  * makes the daemon's "not found" final while it runs: the host's own users
- * are found only when a files domain serves their file. */
+ * are found only when a files domain serves their file. A warning for the
+ * daemon the host's NSS module finds (the default run_dir); information
+ * for another (a test, the demo), which clients reach only when pointed at
+ * it. */
 static void warn_host_files(const struct config *cfg)
 {
 	static const char *const files[2] = {"/etc/passwd", "/etc/group"};
+	int level = strcmp(cfg->run_dir, PROTO_DEFAULT_RUN_DIR) == 0 ? IDC_LOG_WARN : IDC_LOG_INFO;
 	for (int g = 0; g < 2; g++)
 		if (!files_domain_reads(cfg, files[g], g))
-			idc_log(IDC_LOG_WARN,
+			idc_log(level,
 				"no files domain reads %s: with \"%s: idcache [NOTFOUND=return] "
 				"files\" in nsswitch.conf its entries are not found while idcached "
 				"runs (add one; see libnss_idcache(8))",

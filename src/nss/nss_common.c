@@ -12,8 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define IDC_DEFAULT_RUNDIR "/run/idcache"
-#define IDC_NSS_SOCKET     "nss.sock"
+#define IDC_NSS_SOCKET "nss.sock"
 
 enum nss_status idc_nss_done(enum nss_status st, int err, int saved_errno, int *errnop)
 {
@@ -42,7 +41,7 @@ bool idc_nss_name_ok(const char *name, struct proto_str *out)
 static const char *run_dir(void)
 {
 	const char *dir = secure_getenv("IDCACHE_RUNDIR");
-	return dir == NULL || dir[0] == '\0' ? IDC_DEFAULT_RUNDIR : dir;
+	return dir == NULL || dir[0] == '\0' ? PROTO_DEFAULT_RUN_DIR : dir;
 }
 
 /* One reader per map for the whole process, set up once. A forked child

@@ -110,6 +110,9 @@
 #define PROTO_MAX_REPLY   (16u * 1024u * 1024u)
 /* Longest user or group name a request may carry. */
 #define PROTO_NAME_MAX ((unsigned)IDC_NAME_MAX)
+/* Where clients look for the daemon's sockets unless told otherwise
+ * (IDCACHE_RUNDIR, --run-dir), and the daemon's run_dir by default. */
+#define PROTO_DEFAULT_RUN_DIR "/run/idcache"
 
 enum proto_cmd {
 	PROTO_CMD_HELLO = 1,
