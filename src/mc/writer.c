@@ -360,11 +360,12 @@ static void detach(struct mc_writer *w, uint32_t slot, uint8_t links)
 static void rec_remove(struct mc_writer *w, uint32_t slot)
 {
 	struct mc_rec *rec = rec_at(w, slot);
-	if (w->links[slot] & LINK_NAME)
+	uint8_t held = w->links[slot];
+	if (held & LINK_NAME)
 		unlink_key(w, slot, LINK_NAME);
-	if (w->links[slot] & LINK_ID)
+	if (held & LINK_ID)
 		unlink_key(w, slot, LINK_ID);
-	mc_check_unlinked(w, slot);
+	mc_check_unlinked(w, slot, held);
 	w->links[slot] = 0;
 	uint32_t seq = atomic_load_explicit(&rec->seq, memory_order_relaxed);
 	atomic_store_explicit(&rec->seq, seq | 1u, memory_order_release);

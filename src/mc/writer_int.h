@@ -51,15 +51,15 @@
  * debugoptimized build, which the tests run — and fatal there: a broken
  * invariant prints which and where, and aborts. On every change, what it
  * touched, in O(length of the chains touched + slots taken): each link and
- * unlink walks its chain after (C1, C2, C4 for the record linked, C3 for the
- * record moved), a removed record is on neither of its chains, a stored
- * record and its slots are checked whole (S1, S2, R1, R2, C3), a range
- * written without a reuse_gen bump is still zero (U1, S4), and the counters
- * agree (S3's header half). The whole map (S1-S5, R1-R2, C1-C4), in
- * O(slots + chain steps), every MC_CHECK_WALK changes (at least: in a small
- * map more often, see writer_check.c) and before a reset replaces it.
- * Release builds check nothing. The reader never asserts: to it the map is
- * hostile input.
+ * unlink walks its chain after (C1, C2; C4 for the record linked, C3 for
+ * the one unlinked), a removed record is on no chain of a key it lacked
+ * (C2), a stored record and its slots are checked whole (S1, S2, R1, R2,
+ * C3), a range written without a reuse_gen bump is still zero (U1, S4), and
+ * the header's counters agree (S3, S5). The whole map (all of the above),
+ * in O(slots + chain steps), every slot_count changes — a few per cent on
+ * a change in a map of any size — and before a reset replaces it. Release
+ * builds check nothing. The reader never asserts: to it the map is hostile
+ * input.
  * =============================================================================
  */
 #ifndef IDC_MC_WRITER_INT_H
@@ -155,8 +155,9 @@ void mc_check_link(const struct mc_writer *w, uint8_t link, uint32_t b, uint32_t
  * C3): C1, C2, slot no longer on it. */
 void mc_check_unlink(const struct mc_writer *w, uint8_t link, uint32_t b, uint32_t slot,
 		     bool found);
-/* A record being removed, already unlinked: on neither chain of its keys. */
-void mc_check_unlinked(const struct mc_writer *w, uint32_t slot);
+/* A record being removed, already unlinked from the chains of the keys it
+ * held (which unlink_key checked): not on the others' either (C2). */
+void mc_check_unlinked(const struct mc_writer *w, uint32_t slot, uint8_t held);
 /* The record just stored at slot, whole: S1, S2, R1, R2, C3, C4. */
 void mc_check_stored(const struct mc_writer *w, uint32_t slot);
 /* Slots [start, start + n) about to be written; bumped: reuse_gen was
@@ -176,9 +177,9 @@ static inline void mc_check_unlink(const struct mc_writer *w, uint8_t link, uint
 {
 	(void)w, (void)link, (void)b, (void)slot, (void)found;
 }
-static inline void mc_check_unlinked(const struct mc_writer *w, uint32_t slot)
+static inline void mc_check_unlinked(const struct mc_writer *w, uint32_t slot, uint8_t held)
 {
-	(void)w, (void)slot;
+	(void)w, (void)slot, (void)held;
 }
 static inline void mc_check_stored(const struct mc_writer *w, uint32_t slot)
 {
