@@ -194,7 +194,7 @@ static void mark_recycled(uint8_t *base)
 static int map_replace(struct mc_writer *w, uint64_t size)
 {
 	if (w->base != NULL)
-		mc_check_map(w); /* its last check: nothing after this can hide a bug */
+		mc_check_map(w); /* whole, before it is let go: its last changes too */
 	uint8_t *base = NULL;
 	int ro = -1;
 	int rc = map_build(w, size, &base, &ro);

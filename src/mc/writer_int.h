@@ -56,8 +56,9 @@
  * (C2), a stored record and its slots are checked whole (S1, S2, R1, R2,
  * C3), a range written without a reuse_gen bump is still zero (U1, S4), and
  * the header's counters agree (S3, S5). The whole map (all of the above),
- * in O(slots + chain steps), every slot_count changes — a few per cent on
- * a change in a map of any size — and before a reset replaces it. Release
+ * in O(slots + chain steps), every slot_count changes — about a tenth of
+ * a put on each change, whatever the map's size — and before a reset
+ * replaces it. Release
  * builds check nothing. The reader never asserts: to it the map is hostile
  * input.
  * =============================================================================
