@@ -58,9 +58,8 @@
  * the header's counters agree (S3, S5). The whole map (all of the above),
  * in O(slots + chain steps), every slot_count changes — about a tenth of
  * a put on each change, whatever the map's size — and before a reset
- * replaces it. Release
- * builds check nothing. The reader never asserts: to it the map is hostile
- * input.
+ * replaces it. Release builds check nothing. The reader never asserts: to
+ * it the map is hostile input.
  * =============================================================================
  */
 #ifndef IDC_MC_WRITER_INT_H
