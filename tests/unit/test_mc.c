@@ -1333,9 +1333,22 @@ static void touch_reset(struct mc_writer *w)
 	_exit(mc_writer_reset(w, 0) ? 10 : 0);
 }
 
+/* Changes that touch nothing broken (no such uid): only the periodic
+ * whole-map walk can notice. Bounded: it comes within slot_count changes. */
+static void touch_elsewhere(struct mc_writer *w)
+{
+	for (int i = 0; i < 100000; i++)
+		if (mc_invalidate_id(w, 4242) != 0)
+			_exit(10);
+	_exit(0);
+}
+
 /* Every call above, on an unbroken map. */
 static void touch_all(struct mc_writer *w)
 {
+	for (int i = 0; i < 1000; i++)
+		if (mc_invalidate_id(w, 4242) != 0)
+			_exit(10);
 	if (put_pw(w, "alice", 1000, "Alice B", later(), BOTH) ||
 	    put_pw(w, "root", 0, "root", later(), BOTH) ||
 	    put_pw(w, "carol", 1002, "Carol", later(), BOTH) || mc_invalidate_id(w, 1000) != 1 ||
@@ -1399,6 +1412,7 @@ static void test_invariants_checked(void **state)
 	    {"none", NULL, touch_all, NULL},
 	    {"a cycle", break_cycle, touch_alice, "(a cycle)"},
 	    {"a linked record with an odd seq", break_seq, touch_reset, "odd seq"},
+	    {"the same, left alone", break_seq, touch_elsewhere, "odd seq"},
 	    {"a key holder off its chain", break_lost, touch_uid_1000, "is not on name chain"},
 	    {"a link to a free slot", break_dangling, touch_reset, "starts no live record"},
 	    {"a chain holding a record for a key it lacks", break_key_not_held, touch_root,
