@@ -15,10 +15,9 @@
  * The writer keeps its own bookkeeping (which record owns each slot, which
  * chains a record is on) in private memory, so it never has to trust the
  * map for anything but the chain words it walks to unlink, and those walks
- * are bounded and bound-checked.
+ * are bounded and bound-checked. Its invariants, and how debug builds check
+ * them: writer_int.h.
  */
-#include "mc/mc.h"
-
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -30,58 +29,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "util/util.h"
+#include "mc/writer_int.h"
 
-/* The chains a record is on are the keys it answers (enum mc_key). */
-#define LINK_NAME MC_KEY_NAME
-#define LINK_ID   MC_KEY_ID
-
-struct mc_writer {
-	uint32_t kind;
-	int ro_fd; /* read-only descriptor of the current map, for clients */
-	uint64_t generation;
-	uint8_t *base; /* the whole map, read-write */
-	size_t len;
-	struct mc_header *hdr;
-	_Atomic uint32_t *tab_name, *tab_id;
-	uint8_t *slots;
-	uint32_t nbuckets, slot_count, slot_size;
-	uint32_t *owner;  /* per slot: first slot of the record covering it, or MC_NONE */
-	uint8_t *links;   /* per first slot: LINK_* chains the record is on */
-	uint32_t head;    /* ring: next slot to hand out */
-	uint32_t hwm;     /* slots below have held a record: reusing them bumps reuse_gen */
-	uint32_t used;    /* slots held by live records */
-	uint32_t records; /* live records */
-	uint64_t evictions;
-	struct idc_buf scratch; /* payload being encoded */
-};
-
-/* ---- small helpers ------------------------------------------------------------ */
-
-static struct mc_rec *rec_at(const struct mc_writer *w, uint32_t slot)
-{
-	return (struct mc_rec *)(void *)(w->slots + (size_t)slot * w->slot_size);
-}
-
-static uint64_t hash_name(const struct mc_writer *w, const char *name, size_t len)
-{
-	return idc_hash64(name, len, w->hdr->seed);
-}
-
-static uint64_t hash_id(const struct mc_writer *w, uint32_t id)
-{
-	return idc_hash64(&id, sizeof(id), w->hdr->seed);
-}
-
-/* The name a record's payload starts with (a wire str). */
 static bool rec_name_is(const struct mc_rec *rec, const char *name, size_t len)
 {
-	const uint8_t *p = (const uint8_t *)(rec + 1);
-	uint32_t n;
-	if (rec->len < 4)
-		return false;
-	memcpy(&n, p, 4);
-	return n == len && (size_t)rec->len >= 4 + (size_t)n + 1 && memcmp(p + 4, name, len) == 0;
+	const char *n;
+	uint32_t nlen;
+	return rec_name(rec, &n, &nlen) && nlen == len && memcmp(n, name, len) == 0;
 }
 
 static uint64_t seed_new(void)
@@ -224,7 +178,7 @@ static int adopt(struct mc_writer *w, uint8_t *base)
 	w->slots = base + h->slot_off;
 	w->slot_count = h->slot_count;
 	w->slot_size = h->slot_size;
-	w->head = w->hwm = w->used = w->records = 0;
+	w->head = w->hwm = w->used = w->records = w->changes = 0;
 	w->evictions = 0;
 	return 0;
 }
@@ -239,6 +193,8 @@ static void mark_recycled(uint8_t *base)
  * marked RECYCLED (its readers ask for the new one) and let go. */
 static int map_replace(struct mc_writer *w, uint64_t size)
 {
+	if (w->base != NULL)
+		mc_check_map(w); /* whole, before it is let go: its last changes too */
 	uint8_t *base = NULL;
 	int ro = -1;
 	int rc = map_build(w, size, &base, &ro);
@@ -345,52 +301,43 @@ void mc_writer_stats(const struct mc_writer *w, struct mc_stats *st)
 
 /* ---- chains ----------------------------------------------------------------------------- */
 
-/* Remove slot from the chain starting at head, where each record's next word
- * is at byte offset next_off in struct mc_rec. The predecessor's word (or
- * the bucket) is overwritten with one release store: a reader sees the
+/* Take the record at slot off its chain for link. The predecessor's word
+ * (or the bucket) is overwritten with one release store: a reader sees the
  * chain with or without the record, and one standing on the record walks
  * on through its unchanged next word. */
-static void chain_unlink(struct mc_writer *w, _Atomic uint32_t *head, size_t next_off,
-			 uint32_t slot)
+static void unlink_key(struct mc_writer *w, uint32_t slot, uint8_t link)
 {
-	_Atomic uint32_t *pp = head;
-	for (uint32_t steps = 0; steps <= w->slot_count; steps++) {
+	uint32_t b = key_bucket(w, rec_at(w, slot), link);
+	_Atomic uint32_t *pp = chain_head(w, link, b);
+	bool found = false;
+	for (uint32_t steps = 0; !found && steps <= w->slot_count; steps++) {
 		uint32_t cur = atomic_load_explicit(pp, memory_order_relaxed);
 		if (cur >= w->slot_count)
-			return;
-		_Atomic uint32_t *next =
-		    (_Atomic uint32_t *)(void *)((uint8_t *)rec_at(w, cur) + next_off);
-		if (cur == slot) {
+			break;
+		_Atomic uint32_t *next = rec_next(rec_at(w, cur), link);
+		found = cur == slot;
+		if (found)
 			atomic_store_explicit(pp, atomic_load_explicit(next, memory_order_relaxed),
 					      memory_order_release);
-			return;
-		}
 		pp = next;
 	}
+	w->links[slot] &= (uint8_t)~link;
+	mc_check_unlink(w, link, b, slot, found);
 }
 
-static void link_push(_Atomic uint32_t *head, _Atomic uint32_t *next, uint32_t slot)
+/* Put the record at slot at the head of its chain for link. */
+static void link_key(struct mc_writer *w, uint32_t slot, uint8_t link)
 {
-	atomic_store_explicit(next, atomic_load_explicit(head, memory_order_relaxed),
+	struct mc_rec *rec = rec_at(w, slot);
+	uint32_t b = key_bucket(w, rec, link);
+	_Atomic uint32_t *head = chain_head(w, link, b);
+	atomic_store_explicit(rec_next(rec, link), atomic_load_explicit(head, memory_order_relaxed),
 			      memory_order_relaxed);
 	/* Release: a reader that loads the bucket (acquire) sees the whole
 	 * record and its next word. */
 	atomic_store_explicit(head, slot, memory_order_release);
-}
-
-static void unlink_id(struct mc_writer *w, uint32_t slot)
-{
-	struct mc_rec *rec = rec_at(w, slot);
-	chain_unlink(w, &w->tab_id[mc_bucket(hash_id(w, rec->id), w->nbuckets)],
-		     offsetof(struct mc_rec, next_id), slot);
-	w->links[slot] &= (uint8_t)~LINK_ID;
-}
-
-static void unlink_name(struct mc_writer *w, uint32_t slot)
-{
-	chain_unlink(w, &w->tab_name[mc_bucket(rec_at(w, slot)->name_hash, w->nbuckets)],
-		     offsetof(struct mc_rec, next_name), slot);
-	w->links[slot] &= (uint8_t)~LINK_NAME;
+	w->links[slot] |= link;
+	mc_check_link(w, link, b, slot);
 }
 
 static void rec_remove(struct mc_writer *w, uint32_t slot);
@@ -403,9 +350,9 @@ static void detach(struct mc_writer *w, uint32_t slot, uint8_t links)
 		return;
 	}
 	if (links & LINK_NAME)
-		unlink_name(w, slot);
+		unlink_key(w, slot, LINK_NAME);
 	if (links & LINK_ID)
-		unlink_id(w, slot);
+		unlink_key(w, slot, LINK_ID);
 }
 
 /* Unlink a record from its chains, make its sequence word odd for good, and
@@ -413,10 +360,12 @@ static void detach(struct mc_writer *w, uint32_t slot, uint8_t links)
 static void rec_remove(struct mc_writer *w, uint32_t slot)
 {
 	struct mc_rec *rec = rec_at(w, slot);
-	if (w->links[slot] & LINK_NAME)
-		unlink_name(w, slot);
-	if (w->links[slot] & LINK_ID)
-		unlink_id(w, slot);
+	uint8_t held = w->links[slot];
+	if (held & LINK_NAME)
+		unlink_key(w, slot, LINK_NAME);
+	if (held & LINK_ID)
+		unlink_key(w, slot, LINK_ID);
+	mc_check_unlinked(w, slot, held);
 	w->links[slot] = 0;
 	uint32_t seq = atomic_load_explicit(&rec->seq, memory_order_relaxed);
 	atomic_store_explicit(&rec->seq, seq | 1u, memory_order_release);
@@ -497,7 +446,8 @@ static uint32_t slots_take(struct mc_writer *w, uint32_t n)
 			w->hdr->evictions = w->evictions;
 		}
 	}
-	if (start < w->hwm) {
+	bool reused = start < w->hwm;
+	if (reused) {
 		/* These slots held records a reader may still reach through a
 		 * link it read before they were unlinked: make it notice.
 		 * The release fence orders the bump before the record writes
@@ -506,6 +456,7 @@ static uint32_t slots_take(struct mc_writer *w, uint32_t n)
 		atomic_store_explicit(&w->hdr->reuse_gen, g + 1, memory_order_release);
 		atomic_thread_fence(memory_order_release);
 	}
+	mc_check_take(w, start, n, reused);
 	w->head = start + n;
 	if (w->head > w->hwm)
 		w->hwm = w->head;
@@ -557,19 +508,16 @@ static void link_keys(struct mc_writer *w, uint32_t slot, const char *name, size
 		uint32_t other = find_name(w, name, nlen, rec->name_hash);
 		if (other != MC_NONE)
 			detach(w, other, LINK_NAME);
-		link_push(&w->tab_name[mc_bucket(rec->name_hash, w->nbuckets)], &rec->next_name,
-			  slot);
-		w->links[slot] |= LINK_NAME;
+		link_key(w, slot, LINK_NAME);
 	}
 	if ((links & LINK_ID) && !(w->links[slot] & LINK_ID)) {
 		drop_id(w, rec->id, slot, false);
-		link_push(&w->tab_id[mc_bucket(hash_id(w, rec->id), w->nbuckets)], &rec->next_id,
-			  slot);
-		w->links[slot] |= LINK_ID;
+		link_key(w, slot, LINK_ID);
 	}
 }
 
-/* Store payload (a wire record starting with the name) for keys. */
+/* Store payload (a wire record starting with the name) for keys: the
+ * record's first slot, or -errno. */
 static int put(struct mc_writer *w, const char *name, size_t nlen, uint32_t id, uint8_t keys,
 	       int64_t expire)
 {
@@ -587,7 +535,7 @@ static int put(struct mc_writer *w, const char *name, size_t nlen, uint32_t id, 
 	if (old != MC_NONE && rec_at(w, old)->nslots == n) {
 		rec_write(rec_at(w, old), payload, (uint32_t)len, expire);
 		link_keys(w, old, name, nlen, keys);
-		return 0;
+		return old;
 	}
 	if (old != MC_NONE)
 		rec_remove(w, old);
@@ -607,6 +555,18 @@ static int put(struct mc_writer *w, const char *name, size_t nlen, uint32_t id, 
 	rec_write(rec, payload, (uint32_t)len, expire);
 	w->links[slot] = 0;
 	link_keys(w, slot, name, nlen, keys | had);
+	return (int)slot;
+}
+
+/* put, then the checks of what it stored and changed. */
+static int put_checked(struct mc_writer *w, const char *name, size_t nlen, uint32_t id,
+		       uint8_t keys, int64_t expire)
+{
+	int slot = put(w, name, nlen, id, keys, expire);
+	if (slot < 0)
+		return slot;
+	mc_check_stored(w, (uint32_t)slot);
+	mc_check_changed(w);
 	return 0;
 }
 
@@ -632,7 +592,7 @@ int mc_put_passwd(struct mc_writer *w, const struct proto_passwd *pw, int64_t ex
 	int rc = proto_put_passwd(&w->scratch, pw);
 	if (rc < 0)
 		return rc;
-	return put(w, pw->name.p, pw->name.len, pw->uid, (uint8_t)keys, expire);
+	return put_checked(w, pw->name.p, pw->name.len, pw->uid, (uint8_t)keys, expire);
 }
 
 int mc_put_group(struct mc_writer *w, const struct proto_group *gr, int64_t expire, unsigned keys)
@@ -645,7 +605,7 @@ int mc_put_group(struct mc_writer *w, const struct proto_group *gr, int64_t expi
 	int rc = proto_put_group(&w->scratch, gr);
 	if (rc < 0)
 		return rc;
-	return put(w, gr->name.p, gr->name.len, gr->gid, (uint8_t)keys, expire);
+	return put_checked(w, gr->name.p, gr->name.len, gr->gid, (uint8_t)keys, expire);
 }
 
 int mc_put_initgroups(struct mc_writer *w, const char *user, size_t len, const uint32_t *gids,
@@ -668,7 +628,7 @@ int mc_put_initgroups(struct mc_writer *w, const char *user, size_t len, const u
 		rc = idc_buf_append(&w->scratch, gids, n * sizeof(*gids));
 	if (rc < 0)
 		return rc;
-	return put(w, user, len, 0, LINK_NAME, expire);
+	return put_checked(w, user, len, 0, LINK_NAME, expire);
 }
 
 int mc_invalidate_name(struct mc_writer *w, const char *name, size_t len)
@@ -679,6 +639,7 @@ int mc_invalidate_name(struct mc_writer *w, const char *name, size_t len)
 	if (slot == MC_NONE)
 		return 0;
 	rec_remove(w, slot);
+	mc_check_changed(w);
 	return 1;
 }
 
@@ -686,7 +647,9 @@ int mc_invalidate_id(struct mc_writer *w, uint32_t id)
 {
 	if (w == NULL || w->kind == MC_INITGROUPS)
 		return 0;
-	return drop_id(w, id, MC_NONE, true);
+	int n = drop_id(w, id, MC_NONE, true);
+	mc_check_changed(w);
+	return n;
 }
 
 int mc_lookup_id(const struct mc_writer *w, const char *name, size_t len, uint32_t *id)

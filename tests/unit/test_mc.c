@@ -20,10 +20,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -1190,6 +1192,254 @@ static void test_corruption(void **state)
 	mc_reader_close(&r);
 }
 
+/* ---- the writer's invariants ------------------------------------------------------ */
+
+/* The live passwd map of w as its writer sees it (layout.h), through the
+ * writer's own mapping, to break it on purpose. */
+struct wmap {
+	struct mc_header *h;
+	_Atomic uint32_t *by_name, *by_id;
+	uint8_t *slots;
+};
+
+static struct wmap wmap_of(struct mc_writer *w)
+{
+	size_t len;
+	uint8_t *base = writable_map("passwd", &len);
+	struct mc_header *h = (struct mc_header *)(void *)base, want;
+	/* The mapping of this writer's map, not of another one still open. */
+	assert_int_equal(pread(mc_writer_fd(w), &want, sizeof(want), 0), (ssize_t)sizeof(want));
+	assert_true(h->seed == want.seed && h->generation == want.generation);
+	struct wmap m = {h, (_Atomic uint32_t *)(void *)(base + h->table_off), NULL,
+			 base + h->slot_off};
+	m.by_id = m.by_name + h->nbuckets;
+	return m;
+}
+
+static struct mc_rec *wrec(const struct wmap *m, uint32_t slot)
+{
+	return (struct mc_rec *)(void *)(m->slots + (size_t)slot * m->h->slot_size);
+}
+
+static _Atomic uint32_t *name_head(const struct wmap *m, const char *name)
+{
+	uint64_t h = idc_hash64(name, strlen(name), m->h->seed);
+	return &m->by_name[mc_bucket(h, m->h->nbuckets)];
+}
+
+static _Atomic uint32_t *id_head(const struct wmap *m, uint32_t id)
+{
+	return &m->by_id[mc_bucket(idc_hash64(&id, sizeof(id), m->h->seed), m->h->nbuckets)];
+}
+
+/* The word on name's chain that points at the record named name. */
+static _Atomic uint32_t *name_link(const struct wmap *m, const char *name)
+{
+	_Atomic uint32_t *pp = name_head(m, name);
+	for (int steps = 0; steps < 64 && *pp != MC_NONE; steps++) {
+		struct mc_rec *rec = wrec(m, *pp);
+		uint32_t n;
+		memcpy(&n, rec + 1, 4);
+		if (n == strlen(name) && memcmp((char *)(rec + 1) + 4, name, n) == 0)
+			return pp;
+		pp = &rec->next_name;
+	}
+	fail_msg("%s is not on its name chain", name);
+	return NULL;
+}
+
+static uint32_t slot_of(const struct wmap *m, const char *name)
+{
+	return *name_link(m, name);
+}
+
+/* Each way of breaking the map: what is changed, the writer call that
+ * must notice, and the words it must say. */
+static void break_cycle(struct wmap *m)
+{
+	wrec(m, slot_of(m, "alice"))->next_name = slot_of(m, "alice");
+}
+
+static void break_seq(struct wmap *m)
+{
+	wrec(m, slot_of(m, "alice"))->seq |= 1u; /* removed, yet linked */
+}
+
+static void break_lost(struct wmap *m)
+{
+	_Atomic uint32_t *pp = name_link(m, "alice");
+	*pp = wrec(m, *pp)->next_name; /* alice holds its name, off the chain */
+}
+
+static void break_dangling(struct wmap *m)
+{
+	for (uint32_t b = 0; b < m->h->nbuckets; b++)
+		if (m->by_name[b] == MC_NONE) {
+			m->by_name[b] = m->h->slot_count - 1; /* never held a record */
+			return;
+		}
+	fail_msg("no empty bucket");
+}
+
+static void break_key_not_held(struct wmap *m)
+{
+	/* toor answers by name only; put it on uid 0's chain before root. */
+	uint32_t toor = slot_of(m, "toor");
+	wrec(m, toor)->next_id = *id_head(m, 0);
+	*id_head(m, 0) = toor;
+}
+
+static void break_counter(struct wmap *m)
+{
+	m->h->evictions += 7;
+}
+
+static void break_fresh_slot(struct wmap *m)
+{
+	/* The ring's next slot, after the last record put, never written:
+	 * a byte there is a write the writer did not account for. */
+	uint32_t end = 0;
+	static const char *const names[] = {"alice", "bob", "root", "toor"};
+	for (int i = 0; i < 4; i++) {
+		uint32_t s = slot_of(m, names[i]);
+		if (s + wrec(m, s)->nslots > end)
+			end = s + wrec(m, s)->nslots;
+	}
+	m->slots[(size_t)end * m->h->slot_size + 20] = 0x5a;
+}
+
+static void touch_alice(struct mc_writer *w)
+{
+	_exit(put_pw(w, "alice", 1000, "Alice B", later(), BOTH) ? 10 : 0); /* in place */
+}
+
+static void touch_root(struct mc_writer *w)
+{
+	_exit(put_pw(w, "root", 0, "root", later(), BOTH) ? 10 : 0);
+}
+
+static void touch_carol(struct mc_writer *w)
+{
+	_exit(put_pw(w, "carol", 1002, "Carol", later(), BOTH) ? 10 : 0);
+}
+
+static void touch_uid_1000(struct mc_writer *w)
+{
+	_exit(mc_invalidate_id(w, 1000) == 1 ? 0 : 10);
+}
+
+static void touch_reset(struct mc_writer *w)
+{
+	_exit(mc_writer_reset(w, 0) ? 10 : 0);
+}
+
+/* Changes that touch nothing broken (no such uid): only the periodic
+ * whole-map walk can notice. Bounded: it comes within slot_count changes. */
+static void touch_elsewhere(struct mc_writer *w)
+{
+	for (int i = 0; i < 100000; i++)
+		if (mc_invalidate_id(w, 4242) != 0)
+			_exit(10);
+	_exit(0);
+}
+
+/* Every call above, on an unbroken map. */
+static void touch_all(struct mc_writer *w)
+{
+	for (int i = 0; i < 1000; i++)
+		if (mc_invalidate_id(w, 4242) != 0)
+			_exit(10);
+	if (put_pw(w, "alice", 1000, "Alice B", later(), BOTH) ||
+	    put_pw(w, "root", 0, "root", later(), BOTH) ||
+	    put_pw(w, "carol", 1002, "Carol", later(), BOTH) || mc_invalidate_id(w, 1000) != 1 ||
+	    mc_writer_reset(w, 0))
+		_exit(10);
+	_exit(0);
+}
+
+struct breakage {
+	const char *what;
+	void (*corrupt)(struct wmap *m);
+	void (*touch)(struct mc_writer *w);
+	const char *says;
+};
+
+/* Run touch in a child on a map corrupt broke; its stderr in out. */
+static int run_broken(const struct breakage *b, char *out, size_t outlen)
+{
+	struct mc_writer *w;
+	assert_int_equal(wopen(MC_PASSWD, SMALL_MAP, &w), 0);
+	assert_int_equal(put_pw(w, "alice", 1000, "Alice A", later(), BOTH), 0);
+	assert_int_equal(put_pw(w, "bob", 1001, "Bob", later(), BOTH), 0);
+	assert_int_equal(put_pw(w, "root", 0, "root", later(), BOTH), 0);
+	assert_int_equal(put_pw(w, "toor", 0, "toor", later(), MC_KEY_NAME), 0);
+	if (b->corrupt) {
+		struct wmap m = wmap_of(w);
+		b->corrupt(&m);
+	}
+	int p[2];
+	assert_int_equal(pipe(p), 0);
+	fflush(stderr);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct rlimit no_core = {0, 0};
+		setrlimit(RLIMIT_CORE, &no_core);
+		dup2(p[1], 2);
+		b->touch(w);
+	}
+	close(p[1]);
+	size_t n = 0;
+	ssize_t got;
+	while (n + 1 < outlen && (got = read(p[0], out + n, outlen - 1 - n)) > 0)
+		n += (size_t)got;
+	out[n] = '\0';
+	close(p[0]);
+	int status;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	mc_writer_close(w); /* closing does not check: the map is dropped whole */
+	return status;
+}
+
+/* A map broken in each way the invariants (writer_int.h) rule out makes
+ * the writer abort, naming what broke, on the next call that touches it —
+ * in a debug build. A release build carries on (its walks stay bounded);
+ * the readers never assert either way (test_corruption). */
+static void test_invariants_checked(void **state)
+{
+	(void)state;
+	static const struct breakage cases[] = {
+	    {"none", NULL, touch_all, NULL},
+	    {"a cycle", break_cycle, touch_alice, "(a cycle)"},
+	    {"a linked record with an odd seq", break_seq, touch_reset, "odd seq"},
+	    {"the same, left alone", break_seq, touch_elsewhere, "odd seq"},
+	    {"a key holder off its chain", break_lost, touch_uid_1000, "is not on name chain"},
+	    {"a link to a free slot", break_dangling, touch_reset, "starts no live record"},
+	    {"a chain holding a record for a key it lacks", break_key_not_held, touch_root,
+	     "does not hold the id key"},
+	    {"a header counter", break_counter, touch_carol, "evictions"},
+	    {"a fresh slot written", break_fresh_slot, touch_carol, "without a reuse_gen bump"},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char err[1024];
+		int status = run_broken(&cases[i], err, sizeof(err));
+#ifdef NDEBUG
+		bool checked = false;
+#else
+		bool checked = cases[i].says != NULL;
+#endif
+		if (checked) {
+			if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGABRT)
+				fail_msg("%s: not caught (status %#x)", cases[i].what, status);
+			if (strstr(err, "invariant broken") == NULL ||
+			    strstr(err, cases[i].says) == NULL)
+				fail_msg("%s: caught as \"%s\"", cases[i].what, err);
+		} else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || err[0] != '\0') {
+			fail_msg("%s: status %#x, \"%s\"", cases[i].what, status, err);
+		}
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1207,6 +1457,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_seals, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_offer, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_corruption, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_invariants_checked, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
