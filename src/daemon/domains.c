@@ -184,7 +184,7 @@ static int files_new(const struct config_domain *cfg, struct files_domain **out)
 
 /* An ldap domain: the provider, no files, no watch; "attempted" at once
  * (there is no first load to wait for). */
-static int ldap_domain_start(struct domain *d, struct domain **out)
+static int start_ldap_domain(struct domain *d, struct domain **out)
 {
 	int rc = ldapdom_new(d);
 	if (rc < 0) {
@@ -208,7 +208,7 @@ int domain_new(struct daemon *dm, const struct config_domain *cfg, struct domain
 	d->refresh.io.fd = d->retry.io.fd = -1;
 	d->start_ns = idc_now_ns();
 	if (cfg->provider == CONFIG_PROVIDER_LDAP)
-		return ldap_domain_start(d, out);
+		return start_ldap_domain(d, out);
 	int rc = files_new(cfg, &d->files);
 	if (rc == 0)
 		rc = loop_timer_init(&dm->loop, &d->refresh, on_refresh_timer, d);

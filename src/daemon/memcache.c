@@ -323,7 +323,7 @@ static void drop_change(struct daemon *dm, const struct files_change *ch)
 		drop_member_changes(dm, ch);
 }
 
-void daemon_mc_ldap_change(const struct ldap_change *ch, void *arg)
+void daemon_mc_ldap_change(const struct lprov_change *ch, void *arg)
 {
 	struct daemon *dm = arg;
 	if (ch == NULL) {

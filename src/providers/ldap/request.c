@@ -32,28 +32,28 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "providers/ldap/ldap_int.h"
+#include "providers/ldap/lprov_int.h"
 
 /* ==== negative cache ========================================================= */
 
-static uint64_t key_hash(const struct ldap_domain *ld, enum ldap_lookup_kind kind, const char *name,
-			 uint32_t id)
+static uint64_t key_hash(const struct lprov_domain *ld, enum lprov_lookup_kind kind,
+			 const char *name, uint32_t id)
 {
 	char buf[CACHE_NAME_MAX + 32];
 	int n = snprintf(buf, sizeof(buf), "%d:%u:", (int)kind, (unsigned)id);
 	/* the directory answers every spelling its matching rule equates alike */
-	bool group = kind == LDAP_LOOKUP_GRNAM || kind == LDAP_LOOKUP_GRGID;
-	enum ldap_dom_attr f = group ? LDAP_MAP_GROUP_NAME : LDAP_MAP_USER_NAME;
+	bool group = kind == LPROV_LOOKUP_GRNAM || kind == LPROV_LOOKUP_GRGID;
+	enum lprov_attr f = group ? LPROV_MAP_GROUP_NAME : LPROV_MAP_USER_NAME;
 	n += (int)cache_name_fold(cache_name_rule_of_attr(ld->attr[f]), name, buf + n);
 	return idc_hash64(buf, (size_t)n, ld->hash_seed) | 1;
 }
 
-static struct lp_neg *neg_slot(struct ldap_domain *ld, uint64_t h)
+static struct lp_neg *neg_slot(struct lprov_domain *ld, uint64_t h)
 {
 	return &ld->neg[h % LP_NEG_SLOTS];
 }
 
-static bool neg_hit(struct ldap_domain *ld, uint64_t h)
+static bool neg_hit(struct lprov_domain *ld, uint64_t h)
 {
 	struct lp_neg *n = neg_slot(ld, h);
 	return n->h == h && idc_now_ns() < n->expires_ns;
@@ -96,7 +96,7 @@ static void req_free(struct lp_req *r)
 	free(r);
 }
 
-static void req_unlink(struct ldap_domain *ld, struct lp_req *r)
+static void req_unlink(struct lprov_domain *ld, struct lp_req *r)
 {
 	for (struct lp_req **p = &ld->reqs; *p; p = &(*p)->next)
 		if (*p == r) {
@@ -106,7 +106,7 @@ static void req_unlink(struct ldap_domain *ld, struct lp_req *r)
 }
 
 /* Forget r's searches still in flight (their replies will be ignored). */
-static void req_forget_searches(struct ldap_domain *ld, struct lp_req *r)
+static void req_forget_searches(struct lprov_domain *ld, struct lp_req *r)
 {
 	for (struct lp_search **p = &ld->searches; *p;) {
 		struct lp_search *s = *p;
@@ -122,15 +122,15 @@ static void req_forget_searches(struct ldap_domain *ld, struct lp_req *r)
 }
 
 /* Take r out, tell every waiter, free it. */
-static void req_complete(struct lp_req *r, enum ldap_lookup_result res)
+static void req_complete(struct lp_req *r, enum lprov_lookup_result res)
 {
-	struct ldap_domain *ld = r->ld;
+	struct lprov_domain *ld = r->ld;
 	req_unlink(ld, r);
 	req_forget_searches(ld, r);
-	if (r->kind != LDAP_LOOKUP_ENUMERATE && r->kind != LP_REFRESH) {
+	if (r->kind != LPROV_LOOKUP_ENUMERATE && r->kind != LP_REFRESH) {
 		uint64_t h = key_hash(ld, r->kind, r->name, r->id);
 		struct lp_neg *n = neg_slot(ld, h);
-		if (res == LDAP_LOOKUP_NOTFOUND)
+		if (res == LPROV_LOOKUP_NOTFOUND)
 			*n = (struct lp_neg){h, idc_now_ns() +
 						    ld->cfg.negative_timeout_ms * 1000000ull};
 		else if (n->h == h)
@@ -141,14 +141,14 @@ static void req_complete(struct lp_req *r, enum ldap_lookup_result res)
 	req_free(r);
 }
 
-void lp_req_finish_all(struct ldap_domain *ld, enum ldap_lookup_result res)
+void lp_req_finish_all(struct lprov_domain *ld, enum lprov_lookup_result res)
 {
 	/* Bounded: each round removes the head. */
 	while (ld->reqs)
 		req_complete(ld->reqs, res);
 }
 
-static int add_waiter(struct lp_req *r, ldap_lookup_cb cb, void *arg)
+static int add_waiter(struct lp_req *r, lprov_lookup_cb cb, void *arg)
 {
 	if (!cb)
 		return 0;
@@ -166,9 +166,9 @@ static int add_waiter(struct lp_req *r, ldap_lookup_cb cb, void *arg)
 
 /* ==== filters ==================================================================== */
 
-static int oc_filter(struct idc_buf *b, const struct ldap_domain *ld, bool user, bool group)
+static int oc_filter(struct idc_buf *b, const struct lprov_domain *ld, bool user, bool group)
 {
-	const char *u = ld->attr[LDAP_MAP_USER_OC], *g = ld->attr[LDAP_MAP_GROUP_OC];
+	const char *u = ld->attr[LPROV_MAP_USER_OC], *g = ld->attr[LPROV_MAP_GROUP_OC];
 	if (user && group)
 		return idc_buf_printf(b, "(|(objectClass=%s)(objectClass=%s))", u, g);
 	return idc_buf_printf(b, "(objectClass=%s)", user ? u : g);
@@ -193,22 +193,22 @@ static int send_search(struct lp_req *r, enum lp_purpose p, const char *base,
 
 static int send_find(struct lp_req *r)
 {
-	struct ldap_domain *ld = r->ld;
+	struct lprov_domain *ld = r->ld;
 	const char *const *at = ld->attr;
 	struct idc_buf f = IDC_BUF_INIT;
-	bool user = r->kind == LDAP_LOOKUP_PWNAM || r->kind == LDAP_LOOKUP_PWUID ||
-		    r->kind == LDAP_LOOKUP_INITGROUPS;
+	bool user = r->kind == LPROV_LOOKUP_PWNAM || r->kind == LPROV_LOOKUP_PWUID ||
+		    r->kind == LPROV_LOOKUP_INITGROUPS;
 	char id[16];
 	snprintf(id, sizeof(id), "%u", (unsigned)r->id);
 	int rc = idc_buf_printf(&f, "(&");
 	if (!rc)
 		rc = oc_filter(&f, ld, user, !user);
-	if (!rc && r->kind == LDAP_LOOKUP_PWUID)
-		rc = eq_filter(&f, at[LDAP_MAP_USER_UID], id);
-	else if (!rc && r->kind == LDAP_LOOKUP_GRGID)
-		rc = eq_filter(&f, at[LDAP_MAP_GROUP_GID], id);
+	if (!rc && r->kind == LPROV_LOOKUP_PWUID)
+		rc = eq_filter(&f, at[LPROV_MAP_USER_UID], id);
+	else if (!rc && r->kind == LPROV_LOOKUP_GRGID)
+		rc = eq_filter(&f, at[LPROV_MAP_GROUP_GID], id);
 	else if (!rc)
-		rc = eq_filter(&f, at[user ? LDAP_MAP_USER_NAME : LDAP_MAP_GROUP_NAME], r->name);
+		rc = eq_filter(&f, at[user ? LPROV_MAP_USER_NAME : LPROV_MAP_GROUP_NAME], r->name);
 	if (!rc)
 		rc = idc_buf_putc(&f, ')');
 	if (!rc)
@@ -222,7 +222,7 @@ static int send_find(struct lp_req *r)
  * cookie of the first when a second starts. */
 static int send_enum(struct lp_req *r, bool groups)
 {
-	struct ldap_domain *ld = r->ld;
+	struct lprov_domain *ld = r->ld;
 	struct idc_buf f = IDC_BUF_INIT;
 	int rc = oc_filter(&f, ld, !groups, groups);
 	if (!rc)
@@ -255,7 +255,7 @@ static int scan_group(const struct cache_group *g, void *arg)
 
 static int collect_expired(struct lp_req *r)
 {
-	struct ldap_domain *ld = r->ld;
+	struct lprov_domain *ld = r->ld;
 	const char *doms[] = {ld->cfg.name};
 	int64_t soon = (int64_t)time(NULL) + (int64_t)(ld->cfg.refresh_expired_ms / 1000) + 1;
 	struct cache_reader *rd;
@@ -289,8 +289,8 @@ static int collect_expired(struct lp_req *r)
  * search. */
 static int send_by_names(struct lp_req *r, bool group, const struct lp_vec *v)
 {
-	struct ldap_domain *ld = r->ld;
-	const char *attr = ld->attr[group ? LDAP_MAP_GROUP_NAME : LDAP_MAP_USER_NAME];
+	struct lprov_domain *ld = r->ld;
+	const char *attr = ld->attr[group ? LPROV_MAP_GROUP_NAME : LPROV_MAP_USER_NAME];
 	struct idc_buf f = IDC_BUF_INIT;
 	int rc = 0;
 	for (size_t i = 0; i < v->n && !rc; i += LP_MEMBER_BATCH) {
@@ -314,7 +314,7 @@ static int send_by_names(struct lp_req *r, bool group, const struct lp_vec *v)
 /* refresh: the collected names. */
 static int send_refresh(struct lp_req *r)
 {
-	struct ldap_domain *ld = r->ld;
+	struct lprov_domain *ld = r->ld;
 	/* An entry stored in this second or later (by a lookup of its own,
 	 * while this refresh runs) is not deleted on its word (refresh_gone). */
 	r->refresh_sent = (int64_t)time(NULL);
@@ -334,19 +334,19 @@ static int send_refresh(struct lp_req *r)
 
 static int send_groups_of(struct lp_req *r)
 {
-	struct ldap_domain *ld = r->ld;
+	struct lprov_domain *ld = r->ld;
 	struct idc_buf f = IDC_BUF_INIT;
-	bool bis = ld->cfg.schema == LDAP_DOM_RFC2307BIS;
+	bool bis = ld->cfg.schema == LPROV_RFC2307BIS;
 	int rc = idc_buf_printf(&f, "(&");
 	if (!rc)
 		rc = oc_filter(&f, ld, false, true);
 	if (!rc && bis)
 		rc = idc_buf_printf(&f, "(|");
 	if (!rc)
-		rc = eq_filter(&f, bis ? "memberUid" : ld->attr[LDAP_MAP_GROUP_MEMBER],
+		rc = eq_filter(&f, bis ? "memberUid" : ld->attr[LPROV_MAP_GROUP_MEMBER],
 			       r->target->name);
 	if (!rc && bis)
-		rc = eq_filter(&f, ld->attr[LDAP_MAP_GROUP_MEMBER], r->target->dn);
+		rc = eq_filter(&f, ld->attr[LPROV_MAP_GROUP_MEMBER], r->target->dn);
 	if (!rc)
 		rc = idc_buf_printf(&f, bis ? "))" : ")");
 	if (!rc)
@@ -358,7 +358,7 @@ static int send_groups_of(struct lp_req *r)
 /* Groups that have one of the queued groups as a member. */
 static int send_parents(struct lp_req *r)
 {
-	struct ldap_domain *ld = r->ld;
+	struct lprov_domain *ld = r->ld;
 	struct idc_buf f = IDC_BUF_INIT;
 	int rc = 0;
 	for (size_t i = 0; i < r->parentq.n && !rc; i += LP_PARENT_BATCH) {
@@ -369,7 +369,7 @@ static int send_parents(struct lp_req *r)
 		if (!rc)
 			rc = idc_buf_printf(&f, "(|");
 		for (size_t j = i; j < r->parentq.n && j < i + LP_PARENT_BATCH && !rc; j++)
-			rc = eq_filter(&f, ld->attr[LDAP_MAP_GROUP_MEMBER], r->parentq.v[j]);
+			rc = eq_filter(&f, ld->attr[LPROV_MAP_GROUP_MEMBER], r->parentq.v[j]);
 		if (!rc)
 			rc = idc_buf_printf(&f, "))");
 		if (!rc)
@@ -434,7 +434,7 @@ static struct bucket *bucket_for(struct bucket *bs, size_t *n, const char *base,
 
 static int queue_member(struct lp_req *r, struct bucket *bs, size_t *nb, const char *ndn)
 {
-	struct ldap_domain *ld = r->ld;
+	struct lprov_domain *ld = r->ld;
 	char *attr, *value;
 	if (lp_dn_first_ava(&r->arena, ndn, &attr, &value))
 		return 0; /* not reachable by a filter: left unresolved */
@@ -480,7 +480,7 @@ static int send_members(struct lp_req *r)
 /* Queue the parents and members of groups found since the last wave. */
 static int queue_new_groups(struct lp_req *r)
 {
-	bool up = r->kind == LDAP_LOOKUP_INITGROUPS && r->ld->cfg.schema == LDAP_DOM_RFC2307BIS;
+	bool up = r->kind == LPROV_LOOKUP_INITGROUPS && r->ld->cfg.schema == LPROV_RFC2307BIS;
 	int rc = 0;
 	for (; r->scanned < r->groups.n && !rc; r->scanned++) {
 		struct lp_group *g = r->groups.v[r->scanned];
@@ -500,7 +500,7 @@ static int queue_new_groups(struct lp_req *r)
 	return rc;
 }
 
-/* ==== change reports (ldap_domain_set_hook) ============================================ */
+/* ==== change reports (lprov_domain_set_hook) ============================================ */
 
 static bool group_due(const struct lp_req *r, const struct lp_group *g, bool page);
 
@@ -573,7 +573,7 @@ static void keep_group(struct track *tr, const struct cache_group *g, struct rec
 /* The records as the cache holds them before the transaction. */
 static void track_begin(struct lp_req *r, struct track *tr, bool page, struct gone_list *gl)
 {
-	struct ldap_domain *ld = r->ld;
+	struct lprov_domain *ld = r->ld;
 	const char *doms[] = {ld->cfg.name};
 	memset(tr, 0, sizeof(*tr));
 	tr->on = ld->hook != NULL;
@@ -644,7 +644,7 @@ static bool same_names(const char **a, size_t na, const char **b, size_t nb)
 	return true;
 }
 
-static void emit(struct ldap_domain *ld, bool group, struct rec *o, struct rec *n)
+static void emit(struct lprov_domain *ld, bool group, struct rec *o, struct rec *n)
 {
 	if (o->present && n->present && strcmp(o->name, n->name)) {
 		/* The same entry under a name in another case: went and came. */
@@ -655,15 +655,15 @@ static void emit(struct ldap_domain *ld, bool group, struct rec *o, struct rec *
 	}
 	if (!o->present && !n->present)
 		return;
-	struct ldap_change ch = {.group = group,
-				 .old_name = o->present ? o->name : NULL,
-				 .new_name = n->present ? n->name : NULL,
-				 .old_id = o->id,
-				 .new_id = n->id,
-				 .old_mem = o->mem,
-				 .nold_mem = o->nmem,
-				 .new_mem = n->mem,
-				 .nnew_mem = n->nmem};
+	struct lprov_change ch = {.group = group,
+				  .old_name = o->present ? o->name : NULL,
+				  .new_name = n->present ? n->name : NULL,
+				  .old_id = o->id,
+				  .new_id = n->id,
+				  .old_mem = o->mem,
+				  .nold_mem = o->nmem,
+				  .new_mem = n->mem,
+				  .nnew_mem = n->nmem};
 	if (group && (o->nnested || n->nnested))
 		ch.nested_changed = !o->present || !n->present || o->id != n->id ||
 				    !same_names(o->nested, o->nnested, n->nested, n->nnested);
@@ -673,7 +673,7 @@ static void emit(struct ldap_domain *ld, bool group, struct rec *o, struct rec *
 /* After the commit: tell the hook what changed. */
 static void track_report(struct lp_req *r, struct track *tr, struct gone_list *gl)
 {
-	struct ldap_domain *ld = r->ld;
+	struct lprov_domain *ld = r->ld;
 	if (!tr->on)
 		return;
 	if (tr->unknown) {
@@ -708,7 +708,7 @@ static void track_free(struct track *tr)
  * gidNumber of two groups) is kept for both, as glibc's files module
  * would, but is worth an administrator's look: logged once with the DN
  * being stored and the name already holding it. */
-static void note_shared_id(struct ldap_domain *ld, struct cache_txn *t, bool group, const char *dn,
+static void note_shared_id(struct lprov_domain *ld, struct cache_txn *t, bool group, const char *dn,
 			   const char *name, uint32_t id)
 {
 	char other[CACHE_NAME_MAX + 1];
@@ -718,8 +718,8 @@ static void note_shared_id(struct ldap_domain *ld, struct cache_txn *t, bool gro
 		lp_log_once(ld, IDC_LOG_WARN,
 			    "ldap domain %s: %s: entry \"%.300s\": %s %u is also held by %s",
 			    ld->cfg.name, lp_server(ld), dn,
-			    ld->attr[group ? LDAP_MAP_GROUP_GID : LDAP_MAP_USER_UID], (unsigned)id,
-			    other);
+			    ld->attr[group ? LPROV_MAP_GROUP_GID : LPROV_MAP_USER_UID],
+			    (unsigned)id, other);
 }
 
 /* A member named by its DN's RDN (ldap_member_names_from_rdn): the RDN
@@ -799,7 +799,7 @@ static int put_group(struct cache_txn *t, struct lp_req *r, struct lp_group *g, 
 }
 
 /* Not storable (a name taken in another case...): log, keep the rest. */
-static int soft(struct ldap_domain *ld, int rc, const char *dn, struct idc_diag *d)
+static int soft(struct lprov_domain *ld, int rc, const char *dn, struct idc_diag *d)
 {
 	if (rc != -EINVAL)
 		return rc;
@@ -815,24 +815,24 @@ static bool name_eq(const char *a, const char *b)
 	return cache_name_equal(CACHE_NAMES_STORED, a, b);
 }
 
-static enum ldap_lookup_result answer(const struct lp_req *r)
+static enum lprov_lookup_result answer(const struct lp_req *r)
 {
 	bool found = false;
 	for (size_t i = 0; i < r->users.n && !found; i++) {
 		const struct lp_user *u = r->users.v[i];
-		found = (r->kind == LDAP_LOOKUP_PWNAM && name_eq(u->name, r->name)) ||
-			(r->kind == LDAP_LOOKUP_PWUID && u->uid == r->id);
+		found = (r->kind == LPROV_LOOKUP_PWNAM && name_eq(u->name, r->name)) ||
+			(r->kind == LPROV_LOOKUP_PWUID && u->uid == r->id);
 	}
 	for (size_t i = 0; i < r->groups.n && !found; i++) {
 		const struct lp_group *g = r->groups.v[i];
-		found = (r->kind == LDAP_LOOKUP_GRNAM && name_eq(g->name, r->name)) ||
-			(r->kind == LDAP_LOOKUP_GRGID && g->gid == r->id);
+		found = (r->kind == LPROV_LOOKUP_GRNAM && name_eq(g->name, r->name)) ||
+			(r->kind == LPROV_LOOKUP_GRGID && g->gid == r->id);
 	}
-	if (r->kind == LDAP_LOOKUP_INITGROUPS)
+	if (r->kind == LPROV_LOOKUP_INITGROUPS)
 		found = r->target != NULL;
-	if (r->kind == LDAP_LOOKUP_ENUMERATE || r->kind == LP_REFRESH)
+	if (r->kind == LPROV_LOOKUP_ENUMERATE || r->kind == LP_REFRESH)
 		found = true;
-	return found ? LDAP_LOOKUP_FOUND : LDAP_LOOKUP_NOTFOUND;
+	return found ? LPROV_LOOKUP_FOUND : LPROV_LOOKUP_NOTFOUND;
 }
 
 /* Whether every member DN of g is a user or group of this answer. */
@@ -917,15 +917,15 @@ static int refresh_gone(struct lp_req *r, struct cache_reader *rd, bool group,
  * (LDAP_SUCCESS, nothing lost to memory: !r->partial), the names it asked
  * for that the directory answered without. A failed or timed-out search never gets here (the
  * request is restarted or completed offline without a store). */
-static int collect_gone(struct lp_req *r, enum ldap_lookup_result res, bool page,
+static int collect_gone(struct lp_req *r, enum lprov_lookup_result res, bool page,
 			struct gone_list *gl)
 {
 	memset(gl, 0, sizeof(*gl));
 	if (page)
 		return 0;
-	if (res == LDAP_LOOKUP_NOTFOUND &&
-	    (r->kind == LDAP_LOOKUP_PWNAM || r->kind == LDAP_LOOKUP_GRNAM))
-		return gone_push(gl, 1, r->name, r->kind == LDAP_LOOKUP_GRNAM);
+	if (res == LPROV_LOOKUP_NOTFOUND &&
+	    (r->kind == LPROV_LOOKUP_PWNAM || r->kind == LPROV_LOOKUP_GRNAM))
+		return gone_push(gl, 1, r->name, r->kind == LPROV_LOOKUP_GRNAM);
 	if (r->partial || (!r->ru.n && !r->rg.n))
 		return 0; /* neither a refresh nor a verify wave asked by name */
 	struct lp_map unames = {0}, gnames = {0};
@@ -949,7 +949,7 @@ static int collect_gone(struct lp_req *r, enum ldap_lookup_result res, bool page
 
 /* Remove the entries of gl from the cache (one absent already is no
  * error); marks those removed for track_report. */
-static int del_gone(struct cache_txn *t, struct ldap_domain *ld, struct gone_list *gl,
+static int del_gone(struct cache_txn *t, struct lprov_domain *ld, struct gone_list *gl,
 		    struct idc_diag *d)
 {
 	for (size_t i = 0; i < gl->n; i++) {
@@ -968,15 +968,15 @@ static int del_gone(struct cache_txn *t, struct ldap_domain *ld, struct gone_lis
  * enumeration's intermediate commit (users so far, groups whose members
  * are known). An unchanged entry writes only the timestamps db
  * (cache_put_user/cache_put_group). */
-static int store(struct lp_req *r, enum ldap_lookup_result res, bool page, struct idc_diag *d)
+static int store(struct lp_req *r, enum lprov_lookup_result res, bool page, struct idc_diag *d)
 {
-	struct ldap_domain *ld = r->ld;
+	struct lprov_domain *ld = r->ld;
 	size_t ngroups = 0;
 	for (size_t i = 0; i < r->groups.n; i++)
 		ngroups += group_due(r, r->groups.v[i], page);
 	struct gone_list gl;
 	int rc = collect_gone(r, res, page, &gl);
-	bool enumerating = page || r->kind == LDAP_LOOKUP_ENUMERATE || r->kind == LP_REFRESH;
+	bool enumerating = page || r->kind == LPROV_LOOKUP_ENUMERATE || r->kind == LP_REFRESH;
 	if (rc || (enumerating && r->users_stored == r->users.n && !ngroups && !gl.n)) {
 		free(gl.v);
 		return rc;
@@ -1049,7 +1049,7 @@ void lp_req_page(struct lp_req *r)
 	struct idc_diag d = {{0}};
 	size_t nu = r->users.n - r->users_stored;
 	uint64_t t0 = idc_now_ns();
-	int rc = store(r, LDAP_LOOKUP_FOUND, true, &d);
+	int rc = store(r, LPROV_LOOKUP_FOUND, true, &d);
 	if (rc)
 		/* Left for the final transaction, which tries again. */
 		idc_log(IDC_LOG_WARN, "ldap domain %s: storing an enumeration page failed: %s",
@@ -1065,7 +1065,7 @@ void lp_req_page(struct lp_req *r)
 static void finish(struct lp_req *r)
 {
 	struct idc_diag d = {{0}};
-	enum ldap_lookup_result res = answer(r);
+	enum lprov_lookup_result res = answer(r);
 	uint64_t t0 = idc_now_ns();
 	int rc = store(r, res, false, &d);
 	idc_log(IDC_LOG_DEBUG, "ldap domain %s: %zu users, %zu groups stored in %.1f ms",
@@ -1073,7 +1073,7 @@ static void finish(struct lp_req *r)
 	if (rc) {
 		idc_log(IDC_LOG_ERR, "ldap domain %s: storing the answer failed: %s",
 			r->ld->cfg.name, d.msg[0] ? d.msg : idc_strerror(rc));
-		res = LDAP_LOOKUP_FAILED;
+		res = LPROV_LOOKUP_FAILED;
 	}
 	req_complete(r, res);
 }
@@ -1144,7 +1144,7 @@ static int stale_users(struct lp_req *r, struct cache_reader *rd, struct stale *
 {
 	const char *dom = r->ld->cfg.name;
 	int rc = answered_names(r, false, &x->seen);
-	if (!rc && r->kind == LDAP_LOOKUP_PWUID)
+	if (!rc && r->kind == LPROV_LOOKUP_PWUID)
 		rc = cache_linked(rd, dom, CACHE_LINK_UID, NULL, r->id, stale_cb, x);
 	for (size_t i = 0; i < r->users.n && !rc; i++) {
 		const struct lp_user *u = r->users.v[i];
@@ -1156,11 +1156,11 @@ static int stale_users(struct lp_req *r, struct cache_reader *rd, struct stale *
 static int stale_groups(struct lp_req *r, struct cache_reader *rd, struct stale *x)
 {
 	const char *dom = r->ld->cfg.name;
-	bool up = r->kind == LDAP_LOOKUP_INITGROUPS && r->ld->cfg.schema == LDAP_DOM_RFC2307BIS;
+	bool up = r->kind == LPROV_LOOKUP_INITGROUPS && r->ld->cfg.schema == LPROV_RFC2307BIS;
 	int rc = answered_names(r, true, &x->seen);
 	if (!rc && r->target)
 		rc = cache_linked(rd, dom, CACHE_LINK_MEMBER, r->target->name, 0, stale_cb, x);
-	if (!rc && r->kind == LDAP_LOOKUP_GRGID)
+	if (!rc && r->kind == LPROV_LOOKUP_GRGID)
 		rc = cache_linked(rd, dom, CACHE_LINK_GID, NULL, r->id, stale_cb, x);
 	for (size_t i = 0; i < r->groups.n && !rc; i++) {
 		const struct lp_group *g = r->groups.v[i];
@@ -1193,9 +1193,9 @@ static int collect_stale(struct lp_req *r)
  * time. */
 static int send_verify(struct lp_req *r)
 {
-	struct ldap_domain *ld = r->ld;
+	struct lprov_domain *ld = r->ld;
 	r->verified = true;
-	if (r->kind == LDAP_LOOKUP_ENUMERATE || r->kind == LP_REFRESH || r->partial)
+	if (r->kind == LPROV_LOOKUP_ENUMERATE || r->kind == LP_REFRESH || r->partial)
 		return 0; /* an incomplete answer contradicts nothing */
 	r->refresh_sent = (int64_t)time(NULL);
 	int rc = collect_stale(r);
@@ -1233,7 +1233,7 @@ static struct lp_user *find_target(struct lp_req *r)
  * have followed. */
 static bool too_deep(struct lp_req *r, bool up)
 {
-	struct ldap_domain *ld = r->ld;
+	struct lprov_domain *ld = r->ld;
 	uint32_t level = ld->cfg.nesting_level;
 	if (up ? ++r->up <= level : ++r->down <= level + 1)
 		return false;
@@ -1257,7 +1257,7 @@ static void req_step(struct lp_req *r)
 	if (r->cut) {
 		/* a limit was reached (ldap_max_entries, ldap_max_searches,
 		 * ldap_group_nesting_level): what came is the answer */
-		if (r->kind == LDAP_LOOKUP_INITGROUPS && r->phase == 1)
+		if (r->kind == LPROV_LOOKUP_INITGROUPS && r->phase == 1)
 			r->target = find_target(r);
 		return finish(r);
 	}
@@ -1268,11 +1268,11 @@ static void req_step(struct lp_req *r)
 			return finish(r); /* nothing expired */
 	} else if (r->phase == 0) {
 		r->phase = 1;
-		rc = r->kind == LDAP_LOOKUP_ENUMERATE ? send_enum(r, false) : send_find(r);
-	} else if (r->phase == 1 && r->kind == LDAP_LOOKUP_ENUMERATE) {
+		rc = r->kind == LPROV_LOOKUP_ENUMERATE ? send_enum(r, false) : send_find(r);
+	} else if (r->phase == 1 && r->kind == LPROV_LOOKUP_ENUMERATE) {
 		r->phase = 2;
 		rc = send_enum(r, true);
-	} else if (r->phase == 1 && r->kind == LDAP_LOOKUP_INITGROUPS) {
+	} else if (r->phase == 1 && r->kind == LPROV_LOOKUP_INITGROUPS) {
 		r->phase = 2;
 		r->target = find_target(r);
 		if (!r->target)
@@ -1301,7 +1301,7 @@ static void req_step(struct lp_req *r)
 		return;
 	}
 	if (rc == -ENOMEM) {
-		req_complete(r, LDAP_LOOKUP_FAILED);
+		req_complete(r, LPROV_LOOKUP_FAILED);
 	} else if (rc) {
 		r->ld->broken = true;
 		req_forget_searches(r->ld, r);
@@ -1314,7 +1314,7 @@ void lp_req_searched(struct lp_req *r)
 	req_step(r);
 }
 
-void lp_req_restart_all(struct ldap_domain *ld)
+void lp_req_restart_all(struct lprov_domain *ld)
 {
 	/* Detach first: a restart may fail the new server too and complete
 	 * requests; each one is re-linked before it is stepped. */
@@ -1329,7 +1329,7 @@ void lp_req_restart_all(struct ldap_domain *ld)
 		bool began = r->phase != 0;
 		req_clear(r);
 		if ((began && ++r->restarts > (int)ld->cfg.nuris + 1) || !ld->conn)
-			req_complete(r, LDAP_LOOKUP_OFFLINE);
+			req_complete(r, LPROV_LOOKUP_OFFLINE);
 		else
 			req_step(r);
 	}
@@ -1343,7 +1343,7 @@ static int copy_str(char **dst, const char *src)
 	return src && !*dst ? -ENOMEM : 0;
 }
 
-static int copy_config(struct ldap_domain_config *dst, const struct ldap_domain_config *src)
+static int copy_config(struct lprov_config *dst, const struct lprov_config *src)
 {
 	*dst = *src;
 	char **s[] = {&dst->name,    &dst->search_base,  &dst->user_base,  &dst->group_base,
@@ -1353,13 +1353,13 @@ static int copy_config(struct ldap_domain_config *dst, const struct ldap_domain_
 	int rc = 0;
 	for (size_t i = 0; i < IDC_ARRAY_SIZE(s); i++)
 		*s[i] = NULL;
-	for (size_t i = 0; i < LDAP_MAP_COUNT; i++)
+	for (size_t i = 0; i < LPROV_MAP_COUNT; i++)
 		dst->map[i] = NULL;
 	for (size_t i = 0; i < src->nuris; i++)
 		dst->uris[i] = NULL;
 	for (size_t i = 0; i < IDC_ARRAY_SIZE(s) && !rc; i++)
 		rc = copy_str(s[i], v[i]);
-	for (size_t i = 0; i < LDAP_MAP_COUNT && !rc; i++)
+	for (size_t i = 0; i < LPROV_MAP_COUNT && !rc; i++)
 		rc = copy_str(&dst->map[i], src->map[i]);
 	for (size_t i = 0; i < src->nuris && !rc; i++)
 		rc = copy_str(&dst->uris[i], src->uris[i]);
@@ -1367,15 +1367,15 @@ static int copy_config(struct ldap_domain_config *dst, const struct ldap_domain_
 }
 
 /* The attributes every search asks for (each once). */
-static void set_attrs(struct ldap_domain *ld)
+static void set_attrs(struct lprov_domain *ld)
 {
 	size_t n = 0;
 	const char *want[] = {"objectClass", "memberUid"};
-	for (size_t i = 0; i < LDAP_MAP_COUNT; i++)
-		ld->attr[i] = lp_attr(&ld->cfg, (enum ldap_dom_attr)i);
-	for (size_t i = 0; i < LDAP_MAP_COUNT + IDC_ARRAY_SIZE(want); i++) {
-		const char *a = i < LDAP_MAP_COUNT ? ld->attr[i] : want[i - LDAP_MAP_COUNT];
-		if (i == LDAP_MAP_USER_OC || i == LDAP_MAP_GROUP_OC)
+	for (size_t i = 0; i < LPROV_MAP_COUNT; i++)
+		ld->attr[i] = lp_attr(&ld->cfg, (enum lprov_attr)i);
+	for (size_t i = 0; i < LPROV_MAP_COUNT + IDC_ARRAY_SIZE(want); i++) {
+		const char *a = i < LPROV_MAP_COUNT ? ld->attr[i] : want[i - LPROV_MAP_COUNT];
+		if (i == LPROV_MAP_USER_OC || i == LPROV_MAP_GROUP_OC)
 			continue;
 		bool dup = false;
 		for (size_t j = 0; j < n && !dup; j++)
@@ -1387,13 +1387,13 @@ static void set_attrs(struct ldap_domain *ld)
 }
 
 /* What the configuration leaves open on the wire, said once at start. */
-static void warn_channel(const struct ldap_domain_config *c)
+static void warn_channel(const struct lprov_config *c)
 {
 	static const char *const level[] = {"never", "allow"};
 	bool plain = false;
 	for (size_t i = 0; i < c->nuris; i++)
 		plain |= !strncasecmp(c->uris[i], "ldap://", 7);
-	if (c->tls_reqcert <= LDAP_DOM_REQCERT_ALLOW)
+	if (c->tls_reqcert <= LPROV_REQCERT_ALLOW)
 		idc_log(IDC_LOG_WARN,
 			"ldap domain %s: ldap_tls_reqcert = %s: the server's certificate is not "
 			"verified; anyone on the path can impersonate the directory",
@@ -1410,22 +1410,22 @@ static void warn_channel(const struct ldap_domain_config *c)
 			c->name);
 }
 
-int ldap_domain_new(const struct ldap_domain_config *cfg, struct cache *c, struct ldap_domain **out,
-		    struct idc_diag *d)
+int lprov_domain_new(const struct lprov_config *cfg, struct cache *c, struct lprov_domain **out,
+		     struct idc_diag *d)
 {
-	int rc = ldap_domain_config_check(cfg, d);
+	int rc = lprov_config_check(cfg, d);
 	if (rc)
 		return rc;
-	struct ldap_domain *ld = calloc(1, sizeof(*ld));
+	struct lprov_domain *ld = calloc(1, sizeof(*ld));
 	if (!ld)
 		return -ENOMEM;
 	rc = copy_config(&ld->cfg, cfg);
 	if (!rc && cfg->bind_dn && cfg->authtok)
 		rc = copy_str(&ld->password, cfg->authtok);
 	else if (!rc && cfg->bind_dn)
-		rc = ldap_domain_read_authtok(cfg->authtok_file, (uid_t)-1, &ld->password, d);
+		rc = lprov_read_authtok(cfg->authtok_file, (uid_t)-1, &ld->password, d);
 	if (rc) {
-		ldap_domain_free(ld);
+		lprov_domain_free(ld);
 		return rc;
 	}
 	ld->cache = c;
@@ -1439,7 +1439,7 @@ int ldap_domain_new(const struct ldap_domain_config *cfg, struct cache *c, struc
 	ld->nubase = lp_dn_normalize(&ld->arena, ld->ubase, strlen(ld->ubase));
 	ld->ngbase = lp_dn_normalize(&ld->arena, ld->gbase, strlen(ld->gbase));
 	if (!ld->nubase || !ld->ngbase) {
-		ldap_domain_free(ld);
+		lprov_domain_free(ld);
 		return idc_diag_set(d, -EINVAL, "a search base is not a DN");
 	}
 	if (!strcmp(ld->nubase, ld->ngbase))
@@ -1454,29 +1454,29 @@ int ldap_domain_new(const struct ldap_domain_config *cfg, struct cache *c, struc
 	return 0;
 }
 
-void ldap_domain_set_hook(struct ldap_domain *ld, ldap_change_fn fn, void *arg)
+void lprov_domain_set_hook(struct lprov_domain *ld, lprov_change_fn fn, void *arg)
 {
 	ld->hook = fn;
 	ld->hook_arg = fn ? arg : NULL;
 }
 
-void ldap_domain_free(struct ldap_domain *ld)
+void lprov_domain_free(struct lprov_domain *ld)
 {
 	if (!ld)
 		return;
-	lp_req_finish_all(ld, LDAP_LOOKUP_FAILED);
+	lp_req_finish_all(ld, LPROV_LOOKUP_FAILED);
 	lp_conn_close(ld);
 	if (ld->password)
 		explicit_bzero(ld->password, strlen(ld->password));
 	free(ld->password);
 	idc_arena_free(&ld->arena);
 	lp_hset_free(&ld->logged);
-	ldap_domain_config_free(&ld->cfg);
+	lprov_config_free(&ld->cfg);
 	free(ld);
 }
 
-static struct lp_req *find_req(struct ldap_domain *ld, enum ldap_lookup_kind kind, const char *name,
-			       uint32_t id)
+static struct lp_req *find_req(struct lprov_domain *ld, enum lprov_lookup_kind kind,
+			       const char *name, uint32_t id)
 {
 	for (struct lp_req *r = ld->reqs; r; r = r->next)
 		if (r->kind == kind && r->id == id &&
@@ -1485,53 +1485,53 @@ static struct lp_req *find_req(struct ldap_domain *ld, enum ldap_lookup_kind kin
 	return NULL;
 }
 
-static enum ldap_lookup_result start_lookup(struct ldap_domain *ld, enum ldap_lookup_kind kind,
-					    const char *name, uint32_t id, ldap_lookup_cb cb,
-					    void *arg);
+static enum lprov_lookup_result start_lookup(struct lprov_domain *ld, enum lprov_lookup_kind kind,
+					     const char *name, uint32_t id, lprov_lookup_cb cb,
+					     void *arg);
 
-enum ldap_lookup_result ldap_domain_lookup(struct ldap_domain *ld, enum ldap_lookup_kind kind,
-					   const char *name, uint32_t id, ldap_lookup_cb cb,
-					   void *arg)
+enum lprov_lookup_result lprov_domain_lookup(struct lprov_domain *ld, enum lprov_lookup_kind kind,
+					     const char *name, uint32_t id, lprov_lookup_cb cb,
+					     void *arg)
 {
-	bool by_name = kind == LDAP_LOOKUP_PWNAM || kind == LDAP_LOOKUP_GRNAM ||
-		       kind == LDAP_LOOKUP_INITGROUPS;
-	if (kind < LDAP_LOOKUP_PWNAM || kind > LDAP_LOOKUP_ENUMERATE)
-		return LDAP_LOOKUP_FAILED;
+	bool by_name = kind == LPROV_LOOKUP_PWNAM || kind == LPROV_LOOKUP_GRNAM ||
+		       kind == LPROV_LOOKUP_INITGROUPS;
+	if (kind < LPROV_LOOKUP_PWNAM || kind > LPROV_LOOKUP_ENUMERATE)
+		return LPROV_LOOKUP_FAILED;
 	if (by_name && (!name || !cache_name_valid(name, strlen(name))))
-		return LDAP_LOOKUP_NOTFOUND;
+		return LPROV_LOOKUP_NOTFOUND;
 	if (!by_name) {
 		name = NULL;
-		if (kind == LDAP_LOOKUP_ENUMERATE)
+		if (kind == LPROV_LOOKUP_ENUMERATE)
 			id = 0;
 	}
 	/* min_id/max_id: such an id is never stored; the directory is not asked. */
-	if ((kind == LDAP_LOOKUP_PWUID || kind == LDAP_LOOKUP_GRGID) &&
+	if ((kind == LPROV_LOOKUP_PWUID || kind == LPROV_LOOKUP_GRGID) &&
 	    !lp_id_in_range(&ld->cfg, id))
-		return LDAP_LOOKUP_NOTFOUND;
-	if (kind != LDAP_LOOKUP_ENUMERATE && neg_hit(ld, key_hash(ld, kind, name, id))) {
+		return LPROV_LOOKUP_NOTFOUND;
+	if (kind != LPROV_LOOKUP_ENUMERATE && neg_hit(ld, key_hash(ld, kind, name, id))) {
 		ld->nneg++;
-		return LDAP_LOOKUP_NOTFOUND;
+		return LPROV_LOOKUP_NOTFOUND;
 	}
 	return start_lookup(ld, kind, name, id, cb, arg);
 }
 
 /* Join an identical request in flight, or start one. */
-static enum ldap_lookup_result start_lookup(struct ldap_domain *ld, enum ldap_lookup_kind kind,
-					    const char *name, uint32_t id, ldap_lookup_cb cb,
-					    void *arg)
+static enum lprov_lookup_result start_lookup(struct lprov_domain *ld, enum lprov_lookup_kind kind,
+					     const char *name, uint32_t id, lprov_lookup_cb cb,
+					     void *arg)
 {
 	struct lp_req *r = find_req(ld, kind, name, id);
 	if (r) {
 		ld->njoined++;
-		return add_waiter(r, cb, arg) ? LDAP_LOOKUP_FAILED : LDAP_LOOKUP_PENDING;
+		return add_waiter(r, cb, arg) ? LPROV_LOOKUP_FAILED : LPROV_LOOKUP_PENDING;
 	}
 	if (lp_conn_ensure(ld))
-		return LDAP_LOOKUP_OFFLINE;
+		return LPROV_LOOKUP_OFFLINE;
 	r = calloc(1, sizeof(*r));
 	if (!r || (name && !(r->name = strdup(name))) || add_waiter(r, cb, arg)) {
 		if (r)
 			req_free(r);
-		return LDAP_LOOKUP_FAILED;
+		return LPROV_LOOKUP_FAILED;
 	}
 	r->ld = ld;
 	r->kind = kind;
@@ -1541,10 +1541,10 @@ static enum ldap_lookup_result start_lookup(struct ldap_domain *ld, enum ldap_lo
 	ld->nlookups++;
 	if (!ld->hs)
 		req_step(r); /* else it goes out when the connection is ready */
-	return LDAP_LOOKUP_PENDING;
+	return LPROV_LOOKUP_PENDING;
 }
 
-size_t ldap_domain_fds(const struct ldap_domain *ld, int *fds, size_t max)
+size_t lprov_domain_fds(const struct lprov_domain *ld, int *fds, size_t max)
 {
 	if (!ld->conn || ld->fd < 0)
 		return 0;
@@ -1559,7 +1559,7 @@ static void earliest(uint64_t *best, uint64_t t)
 		*best = t;
 }
 
-int64_t ldap_domain_next_timeout(const struct ldap_domain *ld)
+int64_t lprov_domain_next_timeout(const struct lprov_domain *ld)
 {
 	if (ld->more || ld->broken)
 		return 0;
@@ -1586,13 +1586,13 @@ int64_t ldap_domain_next_timeout(const struct ldap_domain *ld)
 	return best <= now ? 0 : (int64_t)((best - now + 999999) / 1000000);
 }
 
-static void maybe_enumerate(struct ldap_domain *ld, uint64_t now)
+static void maybe_enumerate(struct lprov_domain *ld, uint64_t now)
 {
 	if (!ld->next_enum_ns || now < ld->next_enum_ns || !ld->online)
 		return;
 	ld->next_enum_ns = now + LP_ENUM_EVERY_MS * 1000000ull;
-	if (ldap_domain_lookup(ld, LDAP_LOOKUP_ENUMERATE, NULL, 0, NULL, NULL) ==
-	    LDAP_LOOKUP_OFFLINE)
+	if (lprov_domain_lookup(ld, LPROV_LOOKUP_ENUMERATE, NULL, 0, NULL, NULL) ==
+	    LPROV_LOOKUP_OFFLINE)
 		idc_log(IDC_LOG_DEBUG, "ldap domain %s: enumeration postponed (offline)",
 			ld->cfg.name);
 }
@@ -1600,14 +1600,14 @@ static void maybe_enumerate(struct ldap_domain *ld, uint64_t now)
 /* refresh_expired_interval: refresh what expired (or is about to) in the
  * background, one request at a time; unchanged entries only get new
  * timestamps. Offline: skipped until the next interval. */
-static void maybe_refresh(struct ldap_domain *ld, uint64_t now)
+static void maybe_refresh(struct lprov_domain *ld, uint64_t now)
 {
 	if (!ld->next_refresh_ns || now < ld->next_refresh_ns || !ld->online)
 		return;
 	ld->next_refresh_ns = now + ld->cfg.refresh_expired_ms * 1000000ull;
 	if (find_req(ld, LP_REFRESH, NULL, 0))
 		return; /* the last one is still running */
-	if (start_lookup(ld, LP_REFRESH, NULL, 0, NULL, NULL) == LDAP_LOOKUP_OFFLINE)
+	if (start_lookup(ld, LP_REFRESH, NULL, 0, NULL, NULL) == LPROV_LOOKUP_OFFLINE)
 		idc_log(IDC_LOG_DEBUG,
 			"ldap domain %s: refresh of expired entries postponed "
 			"(offline)",
@@ -1619,7 +1619,7 @@ static void maybe_refresh(struct ldap_domain *ld, uint64_t now)
  * removed once, when the domain first runs (its hook is set by then), and
  * the memory cache told to start over — rare enough not to describe record
  * by record. */
-static void drop_out_of_range(struct ldap_domain *ld)
+static void drop_out_of_range(struct lprov_domain *ld)
 {
 	ld->range_checked = true;
 	struct idc_diag d = {{0}};
@@ -1650,7 +1650,7 @@ static void drop_out_of_range(struct ldap_domain *ld)
 		ld->hook(NULL, ld->hook_arg);
 }
 
-void ldap_domain_process(struct ldap_domain *ld)
+void lprov_domain_process(struct lprov_domain *ld)
 {
 	if (!ld->range_checked)
 		drop_out_of_range(ld);
@@ -1669,12 +1669,12 @@ void ldap_domain_process(struct ldap_domain *ld)
 	maybe_refresh(ld, now);
 }
 
-void ldap_domain_get_status(const struct ldap_domain *ld, struct ldap_domain_status *st)
+void lprov_domain_get_status(const struct lprov_domain *ld, struct lprov_domain_status *st)
 {
 	size_t n = 0;
 	for (const struct lp_req *r = ld->reqs; r; r = r->next)
 		n++;
-	*st = (struct ldap_domain_status){
+	*st = (struct lprov_domain_status){
 	    .online = ld->online,
 	    .since = ld->since,
 	    .server = ld->conn ? ld->cfg.uris[ld->server] : NULL,

@@ -2,12 +2,12 @@
  * ldap provider internals, shared by options.c, conn.c, search.c,
  * entries.c and request.c. Nothing here is API.
  */
-#ifndef IDC_LDAP_INT_H
-#define IDC_LDAP_INT_H
+#ifndef IDC_LPROV_INT_H
+#define IDC_LPROV_INT_H
 
-#include <ldap.h> /* OpenLDAP (the build does not put this directory on the path) */
+#include <ldap.h> /* OpenLDAP */
 
-#include "providers/ldap/ldap.h"
+#include "providers/ldap/lprov.h"
 
 #define LP_MEMBER_BATCH 250     /* RDN values per member-resolution search */
 #define LP_PARENT_BATCH 100     /* group DNs per parent search */
@@ -31,7 +31,7 @@
 #define LP_REFRESH_MAX    20000      /* names per kind one background refresh takes */
 /* The background refresh of expired entries (refresh_expired_interval):
  * a request kind of its own, never asked for by a caller. */
-#define LP_REFRESH ((enum ldap_lookup_kind)100)
+#define LP_REFRESH ((enum lprov_lookup_kind)100)
 
 /* ==== small containers ==================================================== */
 
@@ -107,14 +107,14 @@ struct lp_search {
 };
 
 struct lp_waiter {
-	ldap_lookup_cb cb;
+	lprov_lookup_cb cb;
 	void *arg;
 };
 
 struct lp_req {
 	struct lp_req *next;
-	struct ldap_domain *ld;
-	enum ldap_lookup_kind kind;
+	struct lprov_domain *ld;
+	enum lprov_lookup_kind kind;
 	char *name;
 	uint32_t id;
 	struct lp_waiter *w;
@@ -155,10 +155,10 @@ struct lp_neg {
 	uint64_t expires_ns;
 };
 
-struct ldap_domain {
-	struct ldap_domain_config cfg;
+struct lprov_domain {
+	struct lprov_config cfg;
 	struct cache *cache;
-	const char *attr[LDAP_MAP_COUNT];
+	const char *attr[LPROV_MAP_COUNT];
 	const char *attrs[16]; /* requested in every search */
 	const char *ubase, *gbase;
 	char *password;
@@ -197,18 +197,18 @@ struct ldap_domain {
 	bool range_checked;    /* cached ids outside min_id..max_id dropped (once) */
 	size_t members_max;    /* member values kept per attribute (LP_MEMBERS_MAX) */
 	uint64_t hash_seed;
-	ldap_change_fn hook; /* ldap_domain_set_hook */
+	lprov_change_fn hook; /* lprov_domain_set_hook */
 	void *hook_arg;
 	uint64_t nsearches, nlookups, njoined, nneg, ncommits;
 };
 
 /* options.c */
-const char *lp_attr(const struct ldap_domain_config *c, enum ldap_dom_attr a);
+const char *lp_attr(const struct lprov_config *c, enum lprov_attr a);
 /* Whether id lies in min_id..max_id (max_id 0: no upper limit). */
-bool lp_id_in_range(const struct ldap_domain_config *c, uint32_t id);
+bool lp_id_in_range(const struct lprov_config *c, uint32_t id);
 /* The range in words for messages, into buf: "min_id 1..max_id 5000", or
  * "min_id 1.. (no max_id)" when max_id is 0 (no upper bound, not 0). */
-const char *lp_range_text(const struct ldap_domain_config *c, char *buf, size_t cap);
+const char *lp_range_text(const struct lprov_config *c, char *buf, size_t cap);
 
 /* conn.c */
 /* Connection setup, step by step, never waiting on the network: the TLS
@@ -218,32 +218,32 @@ enum lp_hs { LP_HS_NONE, LP_HS_CONNECT, LP_HS_STARTTLS, LP_HS_TLS, LP_HS_BIND };
 #define LP_HS_POLL_MS 10 /* LP_HS_CONNECT: how often the socket is checked */
 /* Advance the setup (a reply came, the socket connected, the step's
  * deadline passed: next server). */
-void lp_conn_handshake(struct ldap_domain *ld, uint64_t now);
-int lp_conn_ensure(struct ldap_domain *ld);
+void lp_conn_handshake(struct lprov_domain *ld, uint64_t now);
+int lp_conn_ensure(struct lprov_domain *ld);
 /* Drop conn; a TLS handshake in progress is ended first (its socket shut
  * down, its thread joined), so no thread outlives the call. */
-void lp_conn_close(struct ldap_domain *ld);
+void lp_conn_close(struct lprov_domain *ld);
 /* The server failed (timeout, connection lost): drop it, restart what was
  * in flight on the next one, or go offline. */
-void lp_conn_fail(struct ldap_domain *ld, const char *why);
-void lp_go_offline(struct ldap_domain *ld, const char *why);
-void lp_conn_timers(struct ldap_domain *ld, uint64_t now);
-void lp_probe_answered(struct ldap_domain *ld);
-const char *lp_server(const struct ldap_domain *ld);
+void lp_conn_fail(struct lprov_domain *ld, const char *why);
+void lp_go_offline(struct lprov_domain *ld, const char *why);
+void lp_conn_timers(struct lprov_domain *ld, uint64_t now);
+void lp_probe_answered(struct lprov_domain *ld);
+const char *lp_server(const struct lprov_domain *ld);
 
 /* search.c */
-int lp_search_send(struct ldap_domain *ld, struct lp_req *req, enum lp_purpose purpose,
+int lp_search_send(struct lprov_domain *ld, struct lp_req *req, enum lp_purpose purpose,
 		   const char *base, int scope, const char *filter, bool paged);
 void lp_search_free(struct lp_search *s);
-void lp_read(struct ldap_domain *ld);
-void lp_search_deadlines(struct ldap_domain *ld, uint64_t now);
+void lp_read(struct lprov_domain *ld);
+void lp_search_deadlines(struct lprov_domain *ld, uint64_t now);
 /* Unlink and free every search (the connection is gone). */
-void lp_search_drop_all(struct ldap_domain *ld);
+void lp_search_drop_all(struct lprov_domain *ld);
 /* "getpwnam NAME", "enumeration"...: r in log messages, into buf. */
 void lp_req_describe(const struct lp_req *r, char *buf, size_t n);
 
 /* entries.c */
-void lp_entry(struct ldap_domain *ld, struct lp_search *s, LDAPMessage *msg);
+void lp_entry(struct lprov_domain *ld, struct lp_search *s, LDAPMessage *msg);
 /* Normalized DN (lower case, LDAPv3 string form) in arena, or NULL when dn
  * is not a DN. */
 char *lp_dn_normalize(struct idc_arena *a, const char *dn, size_t len);
@@ -257,7 +257,7 @@ int lp_filter_escape(struct idc_buf *b, const char *v, size_t n);
  * after LP_LOGGED_MAX distinct messages, new ones are dropped (one line
  * says so), repeats stay silent. Messages above the log level are neither
  * logged nor remembered. */
-void lp_log_once(struct ldap_domain *ld, int level, const char *fmt, ...)
+void lp_log_once(struct lprov_domain *ld, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* request.c */
@@ -266,7 +266,7 @@ void lp_req_searched(struct lp_req *r); /* a search of r finished */
 void lp_req_page(struct lp_req *r);
 /* The connection is ready: send what waited for it, restart what was in
  * flight on a server that failed. */
-void lp_req_restart_all(struct ldap_domain *ld);
-void lp_req_finish_all(struct ldap_domain *ld, enum ldap_lookup_result res);
+void lp_req_restart_all(struct lprov_domain *ld);
+void lp_req_finish_all(struct lprov_domain *ld, enum lprov_lookup_result res);
 
 #endif
