@@ -1,6 +1,16 @@
 /*
- * ldap provider internals, shared by options.c, conn.c, search.c,
- * entries.c and request.c. Nothing here is API.
+ * lprov internals, shared by the provider's files. Nothing here is API.
+ *   options.c  configuration: keys, defaults, checks, the bind password file
+ *   conn.c     the connection: setup step by step, failover, offline, probes
+ *   search.c   searches in flight: sending, reading replies, deadlines, limits
+ *   entries.c  entries into parsed records; DNs, filters, log-once
+ *   request.c  the request state machine: lookups, coalescing, negative
+ *              cache, stepping from wave to wave, finishing
+ *   waves.c    the searches of one step
+ *   refresh.c  entries asked for again by name: refresh and verify
+ *   store.c    the answer into the cache, and what is gone from the directory
+ *   changes.c  change reports to the domain's hook
+ *   domain.c   the domain object: life cycle, timers, process, status
  */
 #ifndef IDC_LPROV_INT_H
 #define IDC_LPROV_INT_H
@@ -133,7 +143,7 @@ struct lp_req {
 	size_t users_stored;           /* enumeration: users committed page by page */
 	struct lp_vec ru, rg;          /* refresh, verify: user and group names (arena) */
 	int64_t refresh_sent;          /* refresh, verify: unix seconds its searches went out */
-	/* the verify wave (send_verify) went out: cached groups the answer
+	/* the verify wave (lp_wave_verify) went out: cached groups the answer
 	 * left out, asked for again by name into rg */
 	bool verified;
 	/* some search ended without LDAP_SUCCESS (referral, size or admin
@@ -260,7 +270,7 @@ int lp_filter_escape(struct idc_buf *b, const char *v, size_t n);
 void lp_log_once(struct lprov_domain *ld, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* request.c */
+/* request.c: the request state machine */
 void lp_req_searched(struct lp_req *r); /* a search of r finished */
 /* A page of an enumeration arrived: commit what it completed. */
 void lp_req_page(struct lp_req *r);
@@ -268,5 +278,88 @@ void lp_req_page(struct lp_req *r);
  * flight on a server that failed. */
 void lp_req_restart_all(struct lprov_domain *ld);
 void lp_req_finish_all(struct lprov_domain *ld, enum lprov_lookup_result res);
+/* The request in flight for (kind, name, id), or NULL. */
+struct lp_req *lp_req_find(struct lprov_domain *ld, enum lprov_lookup_kind kind, const char *name,
+			   uint32_t id);
+/* Join an identical request in flight, or start one (no negative cache,
+ * no checks of name or id: lprov_domain_lookup's job). */
+enum lprov_lookup_result lp_req_start(struct lprov_domain *ld, enum lprov_lookup_kind kind,
+				      const char *name, uint32_t id, lprov_lookup_cb cb, void *arg);
+
+/* waves.c: the searches of one step; 0 or what lp_search_send returns
+ * (-E2BIG once ldap_max_searches is spent) */
+int lp_wave_find(struct lp_req *r);
+int lp_wave_enum(struct lp_req *r, bool groups);
+int lp_wave_groups_of(struct lp_req *r);
+/* Groups that have one of r->parentq as a member (empties parentq). */
+int lp_wave_parents(struct lp_req *r);
+/* The member DNs of r->memq (empties memq). */
+int lp_wave_members(struct lp_req *r);
+/* The users (group false) or groups named in v. */
+int lp_wave_by_names(struct lp_req *r, bool group, const struct lp_vec *v);
+/* Queue the parents and members of groups found since the last wave. */
+int lp_wave_queue_groups(struct lp_req *r);
+
+/* refresh.c: entries asked for again by name */
+int lp_wave_refresh(struct lp_req *r);
+int lp_wave_verify(struct lp_req *r);
+
+/* store.c: the answer into the cache */
+/* What was found and not yet committed, in one transaction; what the
+ * directory no longer has is removed. page: an enumeration's intermediate
+ * commit. */
+int lp_store(struct lp_req *r, enum lprov_lookup_result res, bool page, struct idc_diag *d);
+/* Whether a and b name one entry of the cache. */
+bool lp_name_eq(const char *a, const char *b);
+/* name as the cache keys it (CACHE_NAMES_STORED), in a; NULL: no memory. */
+char *lp_fold_name(struct idc_arena *a, const char *name);
+/* Folded names (lp_fold_name) of the users or groups of the answer. */
+int lp_answered_names(struct lp_req *r, bool group, struct lp_map *out);
+/* Whether g goes into this transaction (page: an enumeration page). */
+bool lp_group_due(const struct lp_req *r, const struct lp_group *g, bool page);
+
+/* changes.c: change reports (lprov_domain_set_hook) */
+/* One side of a change: a record as the cache held it before the
+ * transaction or as it was stored (strings in the tracker's arena or the
+ * request's). */
+struct lp_rec {
+	bool present;
+	const char *name;
+	uint32_t id;
+	const char **mem, **nested; /* groups: member users, member groups */
+	size_t nmem, nnested;
+};
+
+/* An entry the directory no longer has, removed by lp_store(): the name a
+ * lookup by name did not find, or a name a refresh asked for that its
+ * complete answer did not hold (collect_gone). */
+struct lp_gone {
+	const char *name;
+	bool group;
+	bool deleted;      /* by this transaction */
+	struct lp_rec old; /* as the cache held it (when tracking) */
+};
+
+struct lp_gone_list {
+	struct lp_gone *v;
+	size_t n;
+};
+
+/* What one lp_store() needs to tell the hook: the records before (read
+ * before the transaction begins) and after, for the users and groups it
+ * writes and the entries it deletes. */
+struct lp_track {
+	bool on;      /* a hook is set */
+	bool unknown; /* something could not be read or kept: report NULL */
+	struct idc_arena a;
+	struct lp_rec *uold, *unew; /* per user from users_stored */
+	struct lp_rec *gold, *gnew; /* per group index */
+};
+
+/* The records as the cache holds them before the transaction. */
+void lp_track_begin(struct lp_req *r, struct lp_track *tr, bool page, struct lp_gone_list *gl);
+/* After the commit: tell the hook what changed. */
+void lp_track_report(struct lp_req *r, struct lp_track *tr, struct lp_gone_list *gl);
+void lp_track_free(struct lp_track *tr);
 
 #endif
