@@ -7,7 +7,9 @@
  * inotify watch on the configured files and the directories holding them
  * (watch.c),
  * and per domain the last applied snapshot plus the diff that turns a new
- * parse into one cache transaction (apply.c).
+ * parse into one cache transaction (apply.c), or, when a few lines of one
+ * file per kind changed, the re-parse and diff of those lines alone
+ * (partial.c).
  * May call: util, cache, libc.
  *
  * Parsing follows glibc's line parser (the one fgetpwent(3) and
