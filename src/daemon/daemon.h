@@ -447,14 +447,12 @@ void daemon_mc_beat(struct daemon *dm);
 void daemon_mc_put_passwd(struct daemon *dm, const struct proto_passwd *pw, unsigned keys);
 void daemon_mc_put_group(struct daemon *dm, const struct cache_group *g, unsigned keys);
 void daemon_mc_put_initgroups(struct daemon *dm, const char *user, const uint32_t *gids, size_t n);
-/* A provider's committed change (files_domain_set_hook; arg: the daemon):
- * drop exactly the records it affects. */
-void daemon_mc_files_change(const struct files_change *ch, void *arg);
-/* The same for an ldap domain (lprov_domain_set_hook; arg: the daemon);
- * ch NULL (the changes are unknown): every map is reset. A change of
- * nested groups resets the initgroups map, once per call into the provider:
- * daemon_mc_ldap_flush after it returns. */
-void daemon_mc_ldap_change(const struct lprov_change *ch, void *arg);
+/* A provider's committed change (files_domain_set_hook,
+ * lprov_domain_set_hook; arg: the daemon): drop exactly the records it
+ * affects. ch NULL (an ldap commit whose changes are unknown): every map
+ * is reset. A change of nested groups resets the initgroups map, once per
+ * call into the provider: daemon_mc_ldap_flush after it returns. */
+void daemon_mc_change(const struct cache_change *ch, void *arg);
 void daemon_mc_ldap_flush(struct daemon *dm);
 /* `idcache expire` (what: PROTO_EXPIRE_*): drop the affected records. */
 void daemon_mc_expire(struct daemon *dm, uint32_t what, const char *name);

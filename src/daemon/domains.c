@@ -47,7 +47,7 @@ int domain_refresh(struct domain *d)
 		files_domain_invalidate(d->files);
 	memset(&st, 0, sizeof(st));
 	/* Each committed change drops exactly the mc records it affects. */
-	files_domain_set_hook(d->files, daemon_mc_files_change, d->dm);
+	files_domain_set_hook(d->files, daemon_mc_change, d->dm);
 	int rc = files_domain_refresh(d->files, d->dm->cache, &st, &diag);
 	uint64_t ms = (idc_now_ns() - t0) / 1000000u;
 	d->attempted = true;

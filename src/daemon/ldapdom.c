@@ -14,7 +14,7 @@
  * The provider reports every user and group a commit changed (added,
  * removed, changed in place, with old and new name, id and members;
  * lprov_domain_set_hook), and the memory cache drops exactly the records
- * they affect (daemon_mc_ldap_change), as for a files refresh.
+ * they affect (daemon_mc_change), as for a files refresh.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -92,7 +92,7 @@ static void process(struct ldapdom *l)
 {
 	struct daemon *dm = l->d->dm;
 	daemon_reader_end(dm);       /* the provider writes: no read txn of ours open */
-	lprov_domain_process(l->ld); /* changes reach daemon_mc_ldap_change */
+	lprov_domain_process(l->ld); /* changes reach daemon_mc_change */
 	daemon_mc_ldap_flush(dm);
 	sync_loop(l);
 }
@@ -131,7 +131,7 @@ int ldapdom_new(struct domain *d)
 		return rc;
 	}
 	d->ldap = l;
-	lprov_domain_set_hook(l->ld, daemon_mc_ldap_change, d->dm);
+	lprov_domain_set_hook(l->ld, daemon_mc_change, d->dm);
 	/* Before any lookup is answered from the cache: the first run drops
 	 * what a narrowed min_id..max_id no longer allows; with enumerate =
 	 * true the first enumeration is due now too. */

@@ -119,7 +119,7 @@ struct env {
 	bool unknown; /* the hook was told "anything may have changed" */
 };
 
-static void on_change(const struct lprov_change *ch, void *arg)
+static void on_change(const struct cache_change *ch, void *arg)
 {
 	struct env *e = arg;
 	if (!ch) {

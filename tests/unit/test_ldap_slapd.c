@@ -432,7 +432,7 @@ struct changes {
 	char last[256];
 };
 
-static void on_change(const struct lprov_change *ch, void *arg)
+static void on_change(const struct cache_change *ch, void *arg)
 {
 	struct changes *c = arg;
 	if (!ch) {

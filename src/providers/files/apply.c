@@ -95,7 +95,7 @@ void files_domain_set_partial(struct files_domain *fd, bool on)
 	fd->no_partial = !on;
 }
 
-void files_domain_set_hook(struct files_domain *fd, files_change_fn fn, void *arg)
+void files_domain_set_hook(struct files_domain *fd, cache_change_fn fn, void *arg)
 {
 	fd->hook = fn;
 	fd->hook_arg = fn ? arg : NULL;
@@ -596,7 +596,7 @@ static void report_user(const struct files_domain *fd, const struct files_user *
 {
 	if (o && n && o->hash == n->hash && o->order == n->order)
 		return;
-	struct files_change ch = {.group = false};
+	struct cache_change ch = {.group = false};
 	if (o) {
 		ch.old_name = o->name;
 		ch.old_id = o->uid;
@@ -615,7 +615,7 @@ static void report_group(const struct files_domain *fd, const struct files_snaps
 {
 	if (o && n && o->hash == n->hash && o->order == n->order)
 		return;
-	struct files_change ch = {.group = true};
+	struct cache_change ch = {.group = true};
 	if (o) {
 		ch.old_name = o->name;
 		ch.old_id = o->gid;

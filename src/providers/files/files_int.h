@@ -72,7 +72,7 @@ struct files_domain {
 	uint64_t *logged;            /* per path: content hash last parsed (and logged) */
 	char **raw;                  /* per path: the bytes snap was parsed from (NULL: none) */
 	size_t *rawlen;
-	files_change_fn hook; /* told of each committed change; may be NULL */
+	cache_change_fn hook; /* told of each committed change; may be NULL */
 	bool no_partial;      /* files_domain_set_partial(false) */
 	void *hook_arg;
 };

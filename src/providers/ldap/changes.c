@@ -126,7 +126,7 @@ static void emit(struct lprov_domain *ld, bool group, struct lp_rec *o, struct l
 	}
 	if (!o->present && !n->present)
 		return;
-	struct lprov_change ch = {.group = group,
+	struct cache_change ch = {.group = group,
 				  .old_name = o->present ? o->name : NULL,
 				  .new_name = n->present ? n->name : NULL,
 				  .old_id = o->id,

@@ -129,7 +129,7 @@ int lprov_domain_new(const struct lprov_config *cfg, struct cache *c, struct lpr
 	return 0;
 }
 
-void lprov_domain_set_hook(struct lprov_domain *ld, lprov_change_fn fn, void *arg)
+void lprov_domain_set_hook(struct lprov_domain *ld, cache_change_fn fn, void *arg)
 {
 	ld->hook = fn;
 	ld->hook_arg = fn ? arg : NULL;

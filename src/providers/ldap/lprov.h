@@ -220,33 +220,17 @@ void lprov_domain_retry_now(struct lprov_domain *ld);
 
 /* ==== change reports ========================================================= */
 
-/* After a transaction of the domain commits, the hook hears of every user
- * and group whose stored record changed: added (old_name NULL), removed
+/* After a transaction of the domain commits, the hook hears (struct
+ * cache_change, moved always false) of every user and group whose stored
+ * record changed: added (old_name NULL), removed
  * (new_name NULL), or changed in place (both set and equal; a name whose
  * case changed is reported as a removal and an addition). Strings and
  * member lists are valid during the call only. Entries stored with the
  * content the cache held are not reported. A call with ch NULL means the
  * changes of a commit could not be told (out of memory, the cache could
- * not be read before writing): anything may have changed. */
-struct lprov_change {
-	bool group;                 /* else a user */
-	const char *old_name;       /* NULL: added */
-	const char *new_name;       /* NULL: removed */
-	uint32_t old_id, new_id;    /* uid or gid; valid with the name */
-	const char *const *old_mem; /* groups: member user names before */
-	size_t nold_mem;
-	const char *const *new_mem; /* groups: member user names after */
-	size_t nnew_mem;
-	/* groups: the users of member groups (nested, rfc2307bis) gained or
-	 * lost this group: the set of member groups changed, or the group
-	 * came, went or got a new gid while it had member groups */
-	bool nested_changed;
-};
-
-typedef void (*lprov_change_fn)(const struct lprov_change *ch, void *arg);
-
-/* Report the changes of later commits to fn(ch, arg); fn NULL: stop. */
-void lprov_domain_set_hook(struct lprov_domain *ld, lprov_change_fn fn, void *arg);
+ * not be read before writing): anything may have changed.
+ * Report the changes of later commits to fn(ch, arg); fn NULL: stop. */
+void lprov_domain_set_hook(struct lprov_domain *ld, cache_change_fn fn, void *arg);
 
 /* ==== messages =============================================================== */
 

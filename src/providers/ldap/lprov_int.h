@@ -207,7 +207,7 @@ struct lprov_domain {
 	bool range_checked;    /* cached ids outside min_id..max_id dropped (once) */
 	size_t members_max;    /* member values kept per attribute (LP_MEMBERS_MAX) */
 	uint64_t hash_seed;
-	lprov_change_fn hook; /* lprov_domain_set_hook */
+	cache_change_fn hook; /* lprov_domain_set_hook */
 	void *hook_arg;
 	uint64_t nsearches, nlookups, njoined, nneg, ncommits;
 };
