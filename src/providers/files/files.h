@@ -2,14 +2,13 @@
  * files provider: passwd and group files turned into cache entries
  * (docs/DESIGN.md §6).
  *
- * Owns: snapshots — the parse of passwd/group bytes, their name tables and
- * the splicing of a re-parsed window into an old snapshot (parse.c) —, an
- * inotify watch on the configured files and the directories holding them
- * (watch.c),
- * and per domain the last applied snapshot plus the diff that turns a new
- * parse into one cache transaction (apply.c), or, when a few lines of one
- * file per kind changed, the re-parse and diff of those lines alone
- * (partial.c).
+ * Owns: snapshots — passwd/group lines parsed (parse.c) into records, their
+ * name tables and the splicing of a re-parsed window into an old snapshot
+ * (snapshot.c) —, an inotify watch on the configured files and the
+ * directories holding them (watch.c), and per domain the last applied
+ * snapshot plus the diff that turns a new parse into one cache transaction
+ * (apply.c), or, when a few lines of one file per kind changed, the
+ * re-parse and diff of those lines alone (partial.c).
  * May call: util, cache, libc.
  *
  * Parsing follows glibc's line parser (the one fgetpwent(3) and

@@ -1,4 +1,5 @@
-/* Internals shared by the files provider's parse.c, apply.c and partial.c. */
+/* Internals shared by the files provider's snapshot.c, apply.c and
+ * partial.c. */
 #ifndef IDC_FILES_INT_H
 #define IDC_FILES_INT_H
 
