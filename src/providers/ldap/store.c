@@ -250,6 +250,53 @@ static int del_gone(struct cache_txn *t, struct lprov_domain *ld, struct lp_gone
 	return 0;
 }
 
+/* The users and groups of r not committed yet, into t; tr (when on) learns
+ * what was stored for each changed record. */
+static int put_entries(struct cache_txn *t, struct lp_req *r, struct lp_track *tr, bool page,
+		       struct idc_diag *d)
+{
+	struct lprov_domain *ld = r->ld;
+	int rc = 0;
+	for (size_t i = r->users_stored; i < r->users.n && !rc; i++) {
+		const struct lp_user *u = r->users.v[i];
+		struct cache_user cu = {u->name, u->uid,   u->gid, u->gecos,
+					u->dir,  u->shell, 0,      u->dn};
+		bool changed = false;
+		rc = soft(ld, cache_put_user(t, ld->cfg.name, &cu, &changed, d), u->dn, d);
+		if (!rc && changed)
+			note_shared_id(ld, t, false, u->dn, u->name, u->uid);
+		if (!rc && changed && tr->on && !tr->unknown)
+			tr->unew[i - r->users_stored] =
+			    (struct lp_rec){.present = true, .name = u->name, .id = u->uid};
+	}
+	for (size_t i = 0; i < r->groups.n && !rc; i++) {
+		struct lp_group *g = r->groups.v[i];
+		if (lp_group_due(r, g, page))
+			rc = soft(ld, put_group(t, r, g, tr, tr->on ? &tr->gnew[i] : NULL, d),
+				  g->dn, d);
+	}
+	return rc;
+}
+
+/* Say how many entries a committed store removed (del_gone). */
+static void log_gone(const struct lp_req *r, const struct lp_gone_list *gl)
+{
+	const char *dom = r->ld->cfg.name;
+	size_t nu = 0, ng = 0;
+	for (size_t i = 0; i < gl->n; i++)
+		*(gl->v[i].group ? &ng : &nu) += gl->v[i].deleted;
+	if (r->kind == LP_REFRESH && nu + ng)
+		idc_log(IDC_LOG_INFO,
+			"ldap domain %s: refresh: %zu users and %zu groups no longer in the "
+			"directory removed from the cache",
+			dom, nu, ng);
+	else if (nu + ng)
+		idc_log(IDC_LOG_INFO,
+			"ldap domain %s: %zu users and %zu groups no longer in the directory under "
+			"their cached names (removed or renamed) removed from the cache",
+			dom, nu, ng);
+}
+
 /* What was found and not yet committed, in one transaction; what the
  * directory no longer has is removed (collect_gone). page: an
  * enumeration's intermediate commit (users so far, groups whose members
@@ -275,24 +322,8 @@ int lp_store(struct lp_req *r, enum lprov_lookup_result res, bool page, struct i
 	if (rc)
 		goto out;
 	rc = cache_domain_ensure(t, ld->cfg.name, ld->cfg.entry_cache_timeout, d);
-	for (size_t i = r->users_stored; i < r->users.n && !rc; i++) {
-		const struct lp_user *u = r->users.v[i];
-		struct cache_user cu = {u->name, u->uid,   u->gid, u->gecos,
-					u->dir,  u->shell, 0,      u->dn};
-		bool changed = false;
-		rc = soft(ld, cache_put_user(t, ld->cfg.name, &cu, &changed, d), u->dn, d);
-		if (!rc && changed)
-			note_shared_id(ld, t, false, u->dn, u->name, u->uid);
-		if (!rc && changed && tr.on && !tr.unknown)
-			tr.unew[i - r->users_stored] =
-			    (struct lp_rec){.present = true, .name = u->name, .id = u->uid};
-	}
-	for (size_t i = 0; i < r->groups.n && !rc; i++) {
-		struct lp_group *g = r->groups.v[i];
-		if (lp_group_due(r, g, page))
-			rc = soft(ld, put_group(t, r, g, &tr, tr.on ? &tr.gnew[i] : NULL, d), g->dn,
-				  d);
-	}
+	if (!rc)
+		rc = put_entries(t, r, &tr, page, d);
 	if (!rc)
 		rc = del_gone(t, ld, &gl, d);
 	if (rc == -ENOENT)
@@ -306,19 +337,7 @@ int lp_store(struct lp_req *r, enum lprov_lookup_result res, bool page, struct i
 		goto out;
 	ld->ncommits++;
 	lp_track_report(r, &tr, &gl);
-	size_t nu = 0, ng = 0;
-	for (size_t i = 0; i < gl.n; i++)
-		*(gl.v[i].group ? &ng : &nu) += gl.v[i].deleted;
-	if (r->kind == LP_REFRESH && nu + ng)
-		idc_log(IDC_LOG_INFO,
-			"ldap domain %s: refresh: %zu users and %zu groups no longer in the "
-			"directory removed from the cache",
-			ld->cfg.name, nu, ng);
-	else if (nu + ng)
-		idc_log(IDC_LOG_INFO,
-			"ldap domain %s: %zu users and %zu groups no longer in the directory under "
-			"their cached names (removed or renamed) removed from the cache",
-			ld->cfg.name, nu, ng);
+	log_gone(r, &gl);
 	r->users_stored = r->users.n;
 	for (size_t i = 0; i < r->groups.n; i++) {
 		struct lp_group *g = r->groups.v[i];
