@@ -312,6 +312,40 @@ static int fast_kind(struct files_snapshot *old, struct files_snapshot *ns, int 
 	return rc;
 }
 
+/* Which file of each kind changed into changed[] (left -1: none), and the
+ * bytes loaded into *total. 1 when two files of a kind changed: rare, not
+ * worth the care. */
+static int changed_files(const struct files_domain *fd, const struct files_loaded *l,
+			 long changed[2], size_t *total)
+{
+	for (size_t i = 0; i < fd->npasswd + fd->ngroup; i++) {
+		*total += l->len[i];
+		if (l->hash[i] == fd->applied[i])
+			continue;
+		int k = i >= fd->npasswd;
+		if (changed[k] >= 0)
+			return 1;
+		changed[k] = (long)i;
+	}
+	return 0;
+}
+
+/* The plan of ns, old with the windows w spliced in, against old. 0, 1 to
+ * give up, or -ENOMEM. */
+static int window_plan(struct files_snapshot *old, struct files_snapshot *ns,
+		       const struct files_window w[2], struct files_plan *p,
+		       struct files_refresh_stats *st)
+{
+	int rc =
+	    fast_kind(old, ns, 0, &w[0], &p->put_u, &p->nput_u, &p->del_u, &p->ndel_u, &st->users);
+	if (rc == 0 && w[0].active && !extras_fit(ns, w[0].before))
+		rc = 1; /* a full refresh would renumber */
+	if (rc == 0)
+		rc = fast_kind(old, ns, 1, &w[1], &p->put_g, &p->nput_g, &p->del_g, &p->ndel_g,
+			       &st->groups);
+	return rc;
+}
+
 /* The refresh through windows. 1 when it does not apply (nothing was
  * done: the caller parses everything), else the refresh's result. */
 int files_partial_refresh(struct files_domain *fd, struct cache *c, struct files_loaded *l,
@@ -322,15 +356,8 @@ int files_partial_refresh(struct files_domain *fd, struct cache *c, struct files
 	if (!old || fd->no_partial || old->nbufs >= FAST_NBUFS_MAX)
 		return 1;
 	long changed[2] = {-1, -1};
-	for (size_t i = 0; i < n; i++) {
-		total += l->len[i];
-		if (l->hash[i] == fd->applied[i])
-			continue;
-		int k = i >= fd->npasswd;
-		if (changed[k] >= 0)
-			return 1; /* two files of a kind: rare, not worth the care */
-		changed[k] = (long)i;
-	}
+	if (changed_files(fd, l, changed, &total))
+		return 1;
 	/* Buffers whose lines were edited away stay until a full parse. */
 	if (old->buf_bytes > 2 * total + 65536)
 		return 1;
@@ -350,13 +377,7 @@ int files_partial_refresh(struct files_domain *fd, struct cache *c, struct files
 	uint64_t t1 = idc_now_ns();
 	st->parse_ns = t1 - t0;
 	if (rc == 0)
-		rc = fast_kind(old, ns, 0, &w[0], &p.put_u, &p.nput_u, &p.del_u, &p.ndel_u,
-			       &st->users);
-	if (rc == 0 && w[0].active && !extras_fit(ns, w[0].before))
-		rc = 1; /* a full refresh would renumber */
-	if (rc == 0)
-		rc = fast_kind(old, ns, 1, &w[1], &p.put_g, &p.nput_g, &p.del_g, &p.ndel_g,
-			       &st->groups);
+		rc = window_plan(old, ns, w, &p, st);
 	uint64_t t2 = idc_now_ns();
 	st->diff_ns = t2 - t1;
 	if (rc) {
