@@ -19,16 +19,16 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
-#include "providers/ldap/ldap.h"
+#include "providers/ldap/lprov.h"
 
 static const char *const res_names[] = {"PENDING", "FOUND", "NOTFOUND", "OFFLINE", "FAILED"};
 
 struct wait {
 	bool done;
-	enum ldap_lookup_result res;
+	enum lprov_lookup_result res;
 };
 
-static void on_done(enum ldap_lookup_result res, void *arg)
+static void on_done(enum lprov_lookup_result res, void *arg)
 {
 	struct wait *w = arg;
 	w->done = true;
@@ -36,13 +36,13 @@ static void on_done(enum ldap_lookup_result res, void *arg)
 }
 
 /* Run the provider's part of an event loop until w is done (bounded). */
-static void run(struct ldap_domain *ld, struct wait *w)
+static void run(struct lprov_domain *ld, struct wait *w)
 {
 	int ep = epoll_create1(EPOLL_CLOEXEC);
 	int cur = -1;
 	for (int guard = 0; !w->done && guard < 1000000; guard++) {
 		int fd = -1;
-		if (ldap_domain_fds(ld, &fd, 1) == 0)
+		if (lprov_domain_fds(ld, &fd, 1) == 0)
 			fd = -1;
 		if (fd != cur) {
 			if (cur >= 0)
@@ -52,20 +52,20 @@ static void run(struct ldap_domain *ld, struct wait *w)
 				fd = -1;
 			cur = fd;
 		}
-		int64_t t = ldap_domain_next_timeout(ld);
+		int64_t t = lprov_domain_next_timeout(ld);
 		struct epoll_event ev;
 		epoll_wait(ep, &ev, 1, t < 0 ? 1000 : (int)t);
-		ldap_domain_process(ld);
+		lprov_domain_process(ld);
 	}
 	close(ep);
 }
 
-static enum ldap_lookup_result ask(struct ldap_domain *ld, enum ldap_lookup_kind k,
-				   const char *name, uint32_t id)
+static enum lprov_lookup_result ask(struct lprov_domain *ld, enum lprov_lookup_kind k,
+				    const char *name, uint32_t id)
 {
-	struct wait w = {false, LDAP_LOOKUP_PENDING};
-	enum ldap_lookup_result r = ldap_domain_lookup(ld, k, name, id, on_done, &w);
-	if (r != LDAP_LOOKUP_PENDING)
+	struct wait w = {false, LPROV_LOOKUP_PENDING};
+	enum lprov_lookup_result r = lprov_domain_lookup(ld, k, name, id, on_done, &w);
+	if (r != LPROV_LOOKUP_PENDING)
 		return r;
 	run(ld, &w);
 	return w.res;
@@ -116,8 +116,8 @@ static void print_answer(struct cache *c, const char *dom, const char *op, const
 }
 
 /* `id NAME`: the cache answers when it holds a fresh entry. */
-static enum ldap_lookup_result id_like(struct ldap_domain *ld, struct cache *c, const char *dom,
-				       const char *name, bool *from_cache)
+static enum lprov_lookup_result id_like(struct lprov_domain *ld, struct cache *c, const char *dom,
+					const char *name, bool *from_cache)
 {
 	struct cache_reader *r;
 	struct cache_meta meta;
@@ -129,10 +129,10 @@ static enum ldap_lookup_result id_like(struct ldap_domain *ld, struct cache *c, 
 		cache_reader_end(r);
 		if (rc == 0 && !meta.expired) {
 			*from_cache = true;
-			return LDAP_LOOKUP_FOUND;
+			return LPROV_LOOKUP_FOUND;
 		}
 	}
-	return ask(ld, LDAP_LOOKUP_INITGROUPS, name, 0);
+	return ask(ld, LPROV_LOOKUP_INITGROUPS, name, 0);
 }
 
 static int usage(void)
@@ -141,30 +141,30 @@ static int usage(void)
 	return 2;
 }
 
-static int do_op(struct ldap_domain *ld, struct cache *c, const char *dom, const char *op,
+static int do_op(struct lprov_domain *ld, struct cache *c, const char *dom, const char *op,
 		 const char *arg)
 {
-	struct ldap_domain_status s0, s1;
-	ldap_domain_get_status(ld, &s0);
+	struct lprov_domain_status s0, s1;
+	lprov_domain_get_status(ld, &s0);
 	uint64_t commits0 = cache_durable_commits(c);
 	uint64_t t0 = idc_now_ns();
-	enum ldap_lookup_result res = LDAP_LOOKUP_FOUND;
+	enum lprov_lookup_result res = LPROV_LOOKUP_FOUND;
 	bool cached = false;
 	uint32_t id = (uint32_t)strtoul(arg ? arg : "0", NULL, 10);
 	if (!strcmp(op, "pwnam"))
-		res = ask(ld, LDAP_LOOKUP_PWNAM, arg, 0);
+		res = ask(ld, LPROV_LOOKUP_PWNAM, arg, 0);
 	else if (!strcmp(op, "pwuid"))
-		res = ask(ld, LDAP_LOOKUP_PWUID, NULL, id);
+		res = ask(ld, LPROV_LOOKUP_PWUID, NULL, id);
 	else if (!strcmp(op, "grnam"))
-		res = ask(ld, LDAP_LOOKUP_GRNAM, arg, 0);
+		res = ask(ld, LPROV_LOOKUP_GRNAM, arg, 0);
 	else if (!strcmp(op, "grgid"))
-		res = ask(ld, LDAP_LOOKUP_GRGID, NULL, id);
+		res = ask(ld, LPROV_LOOKUP_GRGID, NULL, id);
 	else if (!strcmp(op, "initgroups"))
-		res = ask(ld, LDAP_LOOKUP_INITGROUPS, arg, 0);
+		res = ask(ld, LPROV_LOOKUP_INITGROUPS, arg, 0);
 	else if (!strcmp(op, "id"))
 		res = id_like(ld, c, dom, arg, &cached);
 	else if (!strcmp(op, "enumerate"))
-		res = ask(ld, LDAP_LOOKUP_ENUMERATE, NULL, 0);
+		res = ask(ld, LPROV_LOOKUP_ENUMERATE, NULL, 0);
 	else if (!strcmp(op, "expire")) {
 		size_t n = 0;
 		struct idc_diag d = {{0}};
@@ -176,7 +176,7 @@ static int do_op(struct ldap_domain *ld, struct cache *c, const char *dom, const
 		return usage();
 	}
 	double ms = (double)(idc_now_ns() - t0) / 1e6;
-	ldap_domain_get_status(ld, &s1);
+	lprov_domain_get_status(ld, &s1);
 	printf("%s %s: %s%s ms=%.3f searches=%llu commits=%llu online=%d server=%s\n", op,
 	       arg ? arg : "-", res_names[res], cached ? " (cache)" : "", ms,
 	       (unsigned long long)(s1.searches - s0.searches),
@@ -194,12 +194,12 @@ static bool takes_arg(const char *op)
 
 int main(int argc, char **argv)
 {
-	struct ldap_domain_config cfg;
+	struct lprov_config cfg;
 	const char *dir = NULL;
 	struct idc_diag d = {{0}};
 	idc_log_init("ldap_lookup", true,
 		     getenv("LDAP_LOOKUP_DEBUG") ? IDC_LOG_DEBUG : IDC_LOG_WARN);
-	if (ldap_domain_config_init(&cfg, "ldap"))
+	if (lprov_config_init(&cfg, "ldap"))
 		return 1;
 	int opt;
 	while ((opt = getopt(argc, argv, "d:o:")) != -1) {
@@ -208,7 +208,7 @@ int main(int argc, char **argv)
 			dir = optarg;
 		} else if (eq) {
 			*eq = '\0';
-			if (ldap_domain_config_set(&cfg, optarg, eq + 1, &d)) {
+			if (lprov_config_set(&cfg, optarg, eq + 1, &d)) {
 				fprintf(stderr, "%s\n", d.msg);
 				return 2;
 			}
@@ -220,8 +220,8 @@ int main(int argc, char **argv)
 		return usage();
 	struct cache *c;
 	struct cache_options co = {.nosync = getenv("LDAP_LOOKUP_NOSYNC") != NULL};
-	struct ldap_domain *ld;
-	if (cache_open(dir, &co, &c, &d) || ldap_domain_new(&cfg, c, &ld, &d)) {
+	struct lprov_domain *ld;
+	if (cache_open(dir, &co, &c, &d) || lprov_domain_new(&cfg, c, &ld, &d)) {
 		fprintf(stderr, "ldap_lookup: %s\n", d.msg);
 		return 1;
 	}
@@ -231,8 +231,8 @@ int main(int argc, char **argv)
 		const char *arg = takes_arg(op) && i + 1 < argc ? argv[++i] : NULL;
 		rc = do_op(ld, c, cfg.name, op, arg);
 	}
-	ldap_domain_free(ld);
+	lprov_domain_free(ld);
 	cache_close(c);
-	ldap_domain_config_free(&cfg);
+	lprov_config_free(&cfg);
 	return rc;
 }

@@ -181,7 +181,7 @@ static int free_port(void)
 	return port;
 }
 
-static int ldap_open_bind(const char *url, const char *rootdn, LDAP **out, struct idc_diag *d)
+static int ol_open_bind(const char *url, const char *rootdn, LDAP **out, struct idc_diag *d)
 {
 	LDAP *ld = NULL;
 	int version = LDAP_VERSION3;
@@ -260,7 +260,7 @@ static int ol_serve(struct eng *e, struct idc_diag *d)
 			return idc_diag_set(d, -EIO, "slapd exited at start; see %s", e->log);
 		}
 		nanosleep(&(struct timespec){0, 50000000}, NULL);
-		rc = ldap_open_bind(e->url, e->rootdn, &e->ld, d);
+		rc = ol_open_bind(e->url, e->rootdn, &e->ld, d);
 	}
 	if (rc < 0)
 		stop_slapd(e);
@@ -321,7 +321,7 @@ static int ol_worker_open(struct eng *e, struct eng_worker **out, struct idc_dia
 	struct eng_worker *w = rc < 0 ? NULL : calloc(1, sizeof(*w));
 	if (rc < 0 || !w)
 		return rc < 0 ? rc : -ENOMEM;
-	rc = ldap_open_bind(e->url, e->rootdn, &w->ld, d);
+	rc = ol_open_bind(e->url, e->rootdn, &w->ld, d);
 	if (rc < 0) {
 		free(w);
 		return rc;

@@ -98,6 +98,31 @@ struct cache_group {
 	bool extra;         /* as cache_user.extra */
 };
 
+/* One committed change to a user or group, as a provider's change hook
+ * reports it to the daemon (files_domain_set_hook, lprov_domain_set_hook;
+ * each says when it reports): added (old_name NULL), removed (new_name
+ * NULL), or changed in place (both set). Strings and member lists are
+ * valid during the call only. */
+struct cache_change {
+	bool group;                 /* else a user */
+	const char *old_name;       /* NULL: added */
+	const char *new_name;       /* NULL: removed */
+	uint32_t old_id, new_id;    /* uid or gid; valid with the name */
+	const char *const *old_mem; /* groups: member user names before */
+	size_t nold_mem;
+	const char *const *new_mem; /* groups: member user names after */
+	size_t nnew_mem;
+	/* files: both present, and the record's order changed (it moved
+	 * against its neighbours) */
+	bool moved;
+	/* ldap groups: the users of member groups (nested, rfc2307bis) gained
+	 * or lost this group: the set of member groups changed, or the group
+	 * came, went or got a new gid while it had member groups */
+	bool nested_changed;
+};
+
+typedef void (*cache_change_fn)(const struct cache_change *ch, void *arg);
+
 /* Whether a password field says nothing secret and may be stored and
  * served as it is: empty, or made only of '!' and '*' (glibc passes "*",
  * "!" and "" through, and an empty field means something to pam_unix).

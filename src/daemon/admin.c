@@ -60,7 +60,7 @@ static long rss_kib(void)
 static void status_ldap(struct domain *d, struct idc_buf *b)
 {
 	const char *n = d->cfg->name;
-	struct ldap_domain_status st;
+	struct lprov_domain_status st;
 	char key[128];
 	ldapdom_status(d, &st);
 	idc_buf_printf(b, "domain.%s.state=%s\n", n, st.online ? "online" : "offline");

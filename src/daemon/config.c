@@ -445,7 +445,7 @@ static void set_provider(struct parse *ps, struct config_domain *d, const char *
 }
 
 /* The ldap provider's keys (idcache.conf(5)); their values are checked by
- * ldap_domain_config_set. entry_cache_timeout is a common domain key. */
+ * lprov_config_set. entry_cache_timeout is a common domain key. */
 static const char *const ldap_keys[] = {
     "ldap_uri",
     "ldap_search_base",
@@ -491,12 +491,11 @@ static const char *const ldap_keys[] = {
 #ifdef IDC_HAVE_LDAP
 /* d's ldap options, created with their defaults on first use; NULL when
  * out of memory (noted). */
-static struct ldap_domain_config *ldap_cfg(struct parse *ps, struct config_domain *d)
+static struct lprov_config *ldap_cfg(struct parse *ps, struct config_domain *d)
 {
 	if (d->ldap)
 		return d->ldap;
-	if (!(d->ldap = calloc(1, sizeof(*d->ldap))) ||
-	    ldap_domain_config_init(d->ldap, d->name) < 0) {
+	if (!(d->ldap = calloc(1, sizeof(*d->ldap))) || lprov_config_init(d->ldap, d->name) < 0) {
 		free(d->ldap);
 		d->ldap = NULL;
 		ps->oom = true;
@@ -529,7 +528,7 @@ static int ldap_key(struct parse *ps, struct config_domain *d, const char *key, 
 	struct idc_diag diag = {{0}};
 	if (!ldap_cfg(ps, d))
 		return 0;
-	int rc = ldap_domain_config_set(d->ldap, key, v, &diag);
+	int rc = lprov_config_set(d->ldap, key, v, &diag);
 	if (rc == -ENOMEM)
 		ps->oom = true;
 	else if (rc < 0)
@@ -771,7 +770,7 @@ static void check_ldap_domain(struct parse *ps, struct config_domain *d)
 	if (!ldap_cfg(ps, d))
 		return;
 	d->ldap->entry_cache_timeout = d->entry_cache_timeout;
-	if (ldap_domain_config_check(d->ldap, &diag) < 0)
+	if (lprov_config_check(d->ldap, &diag) < 0)
 		perr_at(ps, d->line, "[domain/%s]: %s", d->name, diag.msg);
 }
 #endif
@@ -815,7 +814,7 @@ static void domain_free(struct config_domain *d)
 	strv_free(d->group_files, d->ngroup);
 #ifdef IDC_HAVE_LDAP
 	if (d->ldap)
-		ldap_domain_config_free(d->ldap);
+		lprov_config_free(d->ldap);
 #endif
 	free(d->ldap);
 }
@@ -1042,16 +1041,16 @@ static int read_secret(const struct config *c, const struct config *prev, struct
 		return 0;
 	struct idc_diag dg = {{0}};
 	char *pw = NULL;
-	int rc = ldap_domain_read_authtok(path, user_uid(c->user), &pw, &dg);
+	int rc = lprov_read_authtok(path, user_uid(c->user), &pw, &dg);
 	const char *old = rc == -EACCES ? prev_secret(prev, d) : NULL;
 	if (old) {
 		idc_log(IDC_LOG_INFO,
 			"%s: not readable now; keeping the password read from it at start", path);
-		return ldap_domain_config_set_authtok(d->ldap, old, strlen(old));
+		return lprov_config_set_authtok(d->ldap, old, strlen(old));
 	}
 	if (rc)
 		return load_fail(errors, rc, path, dg.msg[0] ? dg.msg : NULL);
-	rc = ldap_domain_config_set_authtok(d->ldap, pw, strlen(pw));
+	rc = lprov_config_set_authtok(d->ldap, pw, strlen(pw));
 	explicit_bzero(pw, strlen(pw));
 	free(pw);
 	return rc;

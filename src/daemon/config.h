@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #include "proto/proto.h"
-#include "providers/ldap/ldap.h" /* struct ldap_domain_config (no libldap needed) */
+#include "providers/ldap/lprov.h" /* struct lprov_config (no libldap needed) */
 #include "util/util.h"
 
 #define CONFIG_DEFAULT_PATH        "/etc/idcache/idcache.conf"
@@ -78,9 +78,9 @@ struct config_domain {
 	bool allow_local_overlap;
 	unsigned seen; /* keys given (bit per key), to refuse repeats */
 	/* id_provider = ldap: every ldap_* option (and the provider's other
-	 * keys), checked by the provider's own ldap_domain_config_set/_check;
+	 * keys), checked by the provider's own lprov_config_set/_check;
 	 * entry_cache_timeout is copied in. NULL for other providers. */
-	struct ldap_domain_config *ldap;
+	struct lprov_config *ldap;
 	unsigned ldap_line; /* first provider-specific key, for errors */
 	uint64_t ldap_seen; /* provider keys given (bit per key) */
 };

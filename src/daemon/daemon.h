@@ -114,14 +114,15 @@ struct ldapdom;
 int ldapdom_new(struct domain *d);
 /* Stop watching (domain_retire: events of this batch may still come). */
 void ldapdom_close_io(struct ldapdom *l);
-/* Free; pending lookups complete with LDAP_LOOKUP_FAILED first. */
+/* Free; pending lookups complete with LPROV_LOOKUP_FAILED first. */
 void ldapdom_free(struct ldapdom *l);
-/* ldap_domain_lookup on d's provider (ldap.h: PENDING and cb later, or
+/* lprov_domain_lookup on d's provider (lprov.h: PENDING and cb later, or
  * an immediate result without cb). */
-enum ldap_lookup_result ldapdom_lookup(struct domain *d, enum ldap_lookup_kind kind,
-				       const char *name, uint32_t id, ldap_lookup_cb cb, void *arg);
+enum lprov_lookup_result ldapdom_lookup(struct domain *d, enum lprov_lookup_kind kind,
+					const char *name, uint32_t id, lprov_lookup_cb cb,
+					void *arg);
 /* Refresh an expired entry in the background (no callback). */
-void ldapdom_refresh(struct domain *d, enum ldap_lookup_kind kind, const char *name, uint32_t id);
+void ldapdom_refresh(struct domain *d, enum lprov_lookup_kind kind, const char *name, uint32_t id);
 /* Whether name's group list was fetched from the directory since start
  * (until then the cache may hold only some of its groups), and whether
  * that fetch is older than entry_cache_timeout or an expire. */
@@ -130,7 +131,7 @@ enum ldapdom_ig ldapdom_initgroups_state(const struct domain *d, const char *nam
 void ldapdom_initgroups_note(struct domain *d, const char *name);
 /* `idcache expire`: every group list fetched counts as expired. */
 void ldapdom_expire(struct ldapdom *l);
-void ldapdom_status(const struct domain *d, struct ldap_domain_status *st);
+void ldapdom_status(const struct domain *d, struct lprov_domain_status *st);
 /* Log msg (WARN) once per distinct text, in the provider's log-once set;
  * whether it is new. */
 bool ldapdom_note_once(struct domain *d, const char *msg);
@@ -446,14 +447,12 @@ void daemon_mc_beat(struct daemon *dm);
 void daemon_mc_put_passwd(struct daemon *dm, const struct proto_passwd *pw, unsigned keys);
 void daemon_mc_put_group(struct daemon *dm, const struct cache_group *g, unsigned keys);
 void daemon_mc_put_initgroups(struct daemon *dm, const char *user, const uint32_t *gids, size_t n);
-/* A provider's committed change (files_domain_set_hook; arg: the daemon):
- * drop exactly the records it affects. */
-void daemon_mc_files_change(const struct files_change *ch, void *arg);
-/* The same for an ldap domain (ldap_domain_set_hook; arg: the daemon);
- * ch NULL (the changes are unknown): every map is reset. A change of
- * nested groups resets the initgroups map, once per call into the provider:
- * daemon_mc_ldap_flush after it returns. */
-void daemon_mc_ldap_change(const struct ldap_change *ch, void *arg);
+/* A provider's committed change (files_domain_set_hook,
+ * lprov_domain_set_hook; arg: the daemon): drop exactly the records it
+ * affects. ch NULL (an ldap commit whose changes are unknown): every map
+ * is reset. A change of nested groups resets the initgroups map, once per
+ * call into the provider: daemon_mc_ldap_flush after it returns. */
+void daemon_mc_change(const struct cache_change *ch, void *arg);
 void daemon_mc_ldap_flush(struct daemon *dm);
 /* `idcache expire` (what: PROTO_EXPIRE_*): drop the affected records. */
 void daemon_mc_expire(struct daemon *dm, uint32_t what, const char *name);

@@ -47,7 +47,7 @@ int domain_refresh(struct domain *d)
 		files_domain_invalidate(d->files);
 	memset(&st, 0, sizeof(st));
 	/* Each committed change drops exactly the mc records it affects. */
-	files_domain_set_hook(d->files, daemon_mc_files_change, d->dm);
+	files_domain_set_hook(d->files, daemon_mc_change, d->dm);
 	int rc = files_domain_refresh(d->files, d->dm->cache, &st, &diag);
 	uint64_t ms = (idc_now_ns() - t0) / 1000000u;
 	d->attempted = true;
@@ -184,7 +184,7 @@ static int files_new(const struct config_domain *cfg, struct files_domain **out)
 
 /* An ldap domain: the provider, no files, no watch; "attempted" at once
  * (there is no first load to wait for). */
-static int ldap_domain_start(struct domain *d, struct domain **out)
+static int start_ldap_domain(struct domain *d, struct domain **out)
 {
 	int rc = ldapdom_new(d);
 	if (rc < 0) {
@@ -208,7 +208,7 @@ int domain_new(struct daemon *dm, const struct config_domain *cfg, struct domain
 	d->refresh.io.fd = d->retry.io.fd = -1;
 	d->start_ns = idc_now_ns();
 	if (cfg->provider == CONFIG_PROVIDER_LDAP)
-		return ldap_domain_start(d, out);
+		return start_ldap_domain(d, out);
 	int rc = files_new(cfg, &d->files);
 	if (rc == 0)
 		rc = loop_timer_init(&dm->loop, &d->refresh, on_refresh_timer, d);

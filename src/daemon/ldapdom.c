@@ -4,17 +4,17 @@
  * the responder, and the memory of which users' group lists came from the
  * directory.
  *
- * Loop wiring (the provider's contract, ldap.h): after every call into the
- * provider, sync() watches the descriptor ldap_domain_fds() names (it
+ * Loop wiring (the provider's contract, lprov.h): after every call into the
+ * provider, sync() watches the descriptor lprov_domain_fds() names (it
  * changes on reconnect and failover) and arms a timer for
- * ldap_domain_next_timeout() (search deadlines, offline probes, failback,
- * enumeration); either event calls ldap_domain_process(). The descriptor
+ * lprov_domain_next_timeout() (search deadlines, offline probes, failback,
+ * enumeration); either event calls lprov_domain_process(). The descriptor
  * belongs to libldap: it is watched, never closed here.
  *
  * The provider reports every user and group a commit changed (added,
  * removed, changed in place, with old and new name, id and members;
- * ldap_domain_set_hook), and the memory cache drops exactly the records
- * they affect (daemon_mc_ldap_change), as for a files refresh.
+ * lprov_domain_set_hook), and the memory cache drops exactly the records
+ * they affect (daemon_mc_change), as for a files refresh.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -34,7 +34,7 @@
 
 struct ldapdom {
 	struct domain *d;
-	struct ldap_domain *ld;
+	struct lprov_domain *ld;
 	struct loop_io io; /* libldap's descriptor: forgotten, never closed */
 	struct loop_timer timer;
 	uint64_t seed;
@@ -78,10 +78,10 @@ static void watch_fd(struct ldapdom *l, int fd)
 static void sync_loop(struct ldapdom *l)
 {
 	int fd = -1;
-	if (ldap_domain_fds(l->ld, &fd, 1) == 0)
+	if (lprov_domain_fds(l->ld, &fd, 1) == 0)
 		fd = -1;
 	watch_fd(l, fd);
-	int64_t ms = ldap_domain_next_timeout(l->ld);
+	int64_t ms = lprov_domain_next_timeout(l->ld);
 	if (ms < 0)
 		loop_timer_disarm(&l->timer);
 	else if (loop_timer_arm(&l->timer, (uint64_t)ms, 0) < 0)
@@ -91,8 +91,8 @@ static void sync_loop(struct ldapdom *l)
 static void process(struct ldapdom *l)
 {
 	struct daemon *dm = l->d->dm;
-	daemon_reader_end(dm);      /* the provider writes: no read txn of ours open */
-	ldap_domain_process(l->ld); /* changes reach daemon_mc_ldap_change */
+	daemon_reader_end(dm);       /* the provider writes: no read txn of ours open */
+	lprov_domain_process(l->ld); /* changes reach daemon_mc_change */
 	daemon_mc_ldap_flush(dm);
 	sync_loop(l);
 }
@@ -120,18 +120,18 @@ int ldapdom_new(struct domain *d)
 	l->io.fd = -1;
 	l->timer.io.fd = -1;
 	l->seed = idc_now_ns();
-	int rc = ldap_domain_new(d->cfg->ldap, d->dm->cache, &l->ld, &diag);
+	int rc = lprov_domain_new(d->cfg->ldap, d->dm->cache, &l->ld, &diag);
 	if (rc == 0)
 		rc = loop_timer_init(&d->dm->loop, &l->timer, on_timer, l);
 	if (rc < 0) {
 		idc_log(IDC_LOG_ERR, "ldap domain %s: %s", d->cfg->name,
 			diag.msg[0] ? diag.msg : idc_strerror(rc));
-		ldap_domain_free(l->ld);
+		lprov_domain_free(l->ld);
 		free(l);
 		return rc;
 	}
 	d->ldap = l;
-	ldap_domain_set_hook(l->ld, daemon_mc_ldap_change, d->dm);
+	lprov_domain_set_hook(l->ld, daemon_mc_change, d->dm);
 	/* Before any lookup is answered from the cache: the first run drops
 	 * what a narrowed min_id..max_id no longer allows; with enumerate =
 	 * true the first enumeration is due now too. */
@@ -154,23 +154,24 @@ void ldapdom_free(struct ldapdom *l)
 	if (!l)
 		return;
 	ldapdom_close_io(l);
-	ldap_domain_free(l->ld); /* pending lookups complete with FAILED */
+	lprov_domain_free(l->ld); /* pending lookups complete with FAILED */
 	free(l);
 }
 
 /* ==== lookups ============================================================================ */
 
-enum ldap_lookup_result ldapdom_lookup(struct domain *d, enum ldap_lookup_kind kind,
-				       const char *name, uint32_t id, ldap_lookup_cb cb, void *arg)
+enum lprov_lookup_result ldapdom_lookup(struct domain *d, enum lprov_lookup_kind kind,
+					const char *name, uint32_t id, lprov_lookup_cb cb,
+					void *arg)
 {
 	struct ldapdom *l = d->ldap;
-	enum ldap_lookup_result res = ldap_domain_lookup(l->ld, kind, name, id, cb, arg);
+	enum lprov_lookup_result res = lprov_domain_lookup(l->ld, kind, name, id, cb, arg);
 	daemon_mc_ldap_flush(d->dm);
 	sync_loop(l);
 	return res;
 }
 
-static void on_ig_refreshed(enum ldap_lookup_result res, void *arg)
+static void on_ig_refreshed(enum lprov_lookup_result res, void *arg)
 {
 	(void)res;
 	struct ldapdom *l = arg;
@@ -180,15 +181,15 @@ static void on_ig_refreshed(enum ldap_lookup_result res, void *arg)
 /* Serving an expired entry: refresh it behind the reply. An initgroups
  * refresh stores the user's groups, so while one runs the groups it is
  * about to store are not refreshed one by one (`id` asks for each). */
-void ldapdom_refresh(struct domain *d, enum ldap_lookup_kind kind, const char *name, uint32_t id)
+void ldapdom_refresh(struct domain *d, enum lprov_lookup_kind kind, const char *name, uint32_t id)
 {
 	struct ldapdom *l = d->ldap;
-	bool group = kind == LDAP_LOOKUP_GRNAM || kind == LDAP_LOOKUP_GRGID;
+	bool group = kind == LPROV_LOOKUP_GRNAM || kind == LPROV_LOOKUP_GRGID;
 	if (group && l->ig_refreshing)
 		return;
-	bool ig = kind == LDAP_LOOKUP_INITGROUPS;
-	if (ldap_domain_lookup(l->ld, kind, name, id, ig ? on_ig_refreshed : NULL, l) ==
-		LDAP_LOOKUP_PENDING &&
+	bool ig = kind == LPROV_LOOKUP_INITGROUPS;
+	if (lprov_domain_lookup(l->ld, kind, name, id, ig ? on_ig_refreshed : NULL, l) ==
+		LPROV_LOOKUP_PENDING &&
 	    ig)
 		l->ig_refreshing++;
 	daemon_mc_ldap_flush(d->dm);
@@ -226,21 +227,21 @@ void ldapdom_expire(struct ldapdom *l)
 		l->ig[i].at = 0;
 }
 
-void ldapdom_status(const struct domain *d, struct ldap_domain_status *st)
+void ldapdom_status(const struct domain *d, struct lprov_domain_status *st)
 {
-	ldap_domain_get_status(d->ldap->ld, st);
+	lprov_domain_get_status(d->ldap->ld, st);
 }
 
 bool ldapdom_note_once(struct domain *d, const char *msg)
 {
-	return ldap_domain_log_once(d->ldap->ld, IDC_LOG_WARN, "%s", msg);
+	return lprov_domain_log_once(d->ldap->ld, IDC_LOG_WARN, "%s", msg);
 }
 
 void ldapdom_retry_now(struct domain *d)
 {
 	if (!d->ldap)
 		return;
-	ldap_domain_retry_now(d->ldap->ld);
+	lprov_domain_retry_now(d->ldap->ld);
 	sync_loop(d->ldap); /* the timer fires at once */
 }
 
@@ -262,11 +263,12 @@ void ldapdom_free(struct ldapdom *l)
 	(void)l;
 }
 
-enum ldap_lookup_result ldapdom_lookup(struct domain *d, enum ldap_lookup_kind kind,
-				       const char *name, uint32_t id, ldap_lookup_cb cb, void *arg)
+enum lprov_lookup_result ldapdom_lookup(struct domain *d, enum lprov_lookup_kind kind,
+					const char *name, uint32_t id, lprov_lookup_cb cb,
+					void *arg)
 {
 	(void)d, (void)kind, (void)name, (void)id, (void)cb, (void)arg;
-	return LDAP_LOOKUP_FAILED;
+	return LPROV_LOOKUP_FAILED;
 }
 
 enum ldapdom_ig ldapdom_initgroups_state(const struct domain *d, const char *name)
@@ -285,12 +287,12 @@ void ldapdom_initgroups_note(struct domain *d, const char *name)
 	(void)d, (void)name;
 }
 
-void ldapdom_refresh(struct domain *d, enum ldap_lookup_kind kind, const char *name, uint32_t id)
+void ldapdom_refresh(struct domain *d, enum lprov_lookup_kind kind, const char *name, uint32_t id)
 {
 	(void)d, (void)kind, (void)name, (void)id;
 }
 
-void ldapdom_status(const struct domain *d, struct ldap_domain_status *st)
+void ldapdom_status(const struct domain *d, struct lprov_domain_status *st)
 {
 	(void)d;
 	memset(st, 0, sizeof(*st));

@@ -25,7 +25,7 @@
  *                                or got a new gid with member groups), every
  *                                initgroups record (those users are found
  *                                only by a walk)
- *   ldap commit not described    every record (daemon_mc_ldap_change(NULL))
+ *   ldap commit not described    every record (daemon_mc_change(NULL))
  *   a name or id new (any        the remote domains' entries carrying it,
  *   domain), while remote        which are withheld now (precedence.c):
  *   domains are checked          by their other key, and their members'
@@ -242,7 +242,7 @@ static int cmp_str(const void *a, const void *b)
 	return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-static void drop_all_members(struct daemon *dm, const struct files_change *ch)
+static void drop_all_members(struct daemon *dm, const struct cache_change *ch)
 {
 	for (size_t i = 0; i < ch->nold_mem; i++)
 		drop_initgroups(dm, ch->old_mem[i]);
@@ -251,7 +251,7 @@ static void drop_all_members(struct daemon *dm, const struct files_change *ch)
 }
 
 /* The members in one list and not the other (sorted copies, merged). */
-static void drop_member_changes(struct daemon *dm, const struct files_change *ch)
+static void drop_member_changes(struct daemon *dm, const struct cache_change *ch)
 {
 	size_t no = ch->nold_mem, nn = ch->nnew_mem;
 	const char **o = malloc((no + 1) * sizeof(*o)), **n = malloc((nn + 1) * sizeof(*n));
@@ -279,7 +279,7 @@ static void drop_member_changes(struct daemon *dm, const struct files_change *ch
 	free(n);
 }
 
-static void drop_change(struct daemon *dm, const struct files_change *ch);
+static void drop_change(struct daemon *dm, const struct cache_change *ch);
 
 /* Whether some remote domain is kept off the names and ids of the others
  * (precedence.c). */
@@ -291,16 +291,28 @@ static bool overlap_checked(const struct daemon *dm)
 	return false;
 }
 
-static void drop_shadowed(struct daemon *dm, const struct files_change *ch);
+static void drop_shadowed(struct daemon *dm, const struct cache_change *ch);
 
-void daemon_mc_files_change(const struct files_change *ch, void *arg)
+void daemon_mc_change(const struct cache_change *ch, void *arg)
 {
 	struct daemon *dm = arg;
+	if (ch == NULL) { /* only an ldap domain reports one */
+		idc_log(IDC_LOG_INFO, "memory cache: an ldap commit's changes are not known; "
+				      "every map reset");
+		for (int k = 0; k < 3; k++)
+			daemon_mc_reset(dm, k);
+		return;
+	}
 	drop_change(dm, ch);
 	drop_shadowed(dm, ch);
+	/* Who is in a nested group is not told record by record: the map is
+	 * reset, once for all the groups of a commit (a reset costs ~10 ms,
+	 * and a directory may change many groups at once). */
+	if (ch->group && ch->nested_changed)
+		dm->mc_nested_reset = true;
 }
 
-static void drop_change(struct daemon *dm, const struct files_change *ch)
+static void drop_change(struct daemon *dm, const struct cache_change *ch)
 {
 	int k = ch->group ? 1 : 0;
 	bool came_or_went = ch->old_name == NULL || ch->new_name == NULL;
@@ -321,35 +333,6 @@ static void drop_change(struct daemon *dm, const struct files_change *ch)
 		drop_all_members(dm, ch);
 	else
 		drop_member_changes(dm, ch);
-}
-
-void daemon_mc_ldap_change(const struct ldap_change *ch, void *arg)
-{
-	struct daemon *dm = arg;
-	if (ch == NULL) {
-		idc_log(IDC_LOG_INFO, "memory cache: an ldap commit's changes are not known; "
-				      "every map reset");
-		for (int k = 0; k < 3; k++)
-			daemon_mc_reset(dm, k);
-		return;
-	}
-	/* The same record layout as a files change (no order: moved stays false). */
-	struct files_change fc = {.group = ch->group,
-				  .old_name = ch->old_name,
-				  .new_name = ch->new_name,
-				  .old_id = ch->old_id,
-				  .new_id = ch->new_id,
-				  .old_mem = ch->old_mem,
-				  .nold_mem = ch->nold_mem,
-				  .new_mem = ch->new_mem,
-				  .nnew_mem = ch->nnew_mem};
-	drop_change(dm, &fc);
-	drop_shadowed(dm, &fc);
-	/* Who is in a nested group is not told record by record: the map is
-	 * reset, once for all the groups of a commit (a reset costs ~10 ms,
-	 * and a directory may change many groups at once). */
-	if (ch->group && ch->nested_changed)
-		dm->mc_nested_reset = true;
 }
 
 void daemon_mc_ldap_flush(struct daemon *dm)
@@ -378,7 +361,7 @@ static void drop_members(struct daemon *dm, const struct cache_group *g)
  * more is safe), but not one with both (the entry itself, whose records
  * drop_change dropped). Each result is used before the next lookup. */
 static void drop_shadowed_in(struct daemon *dm, struct cache_reader *r, const char *dn,
-			     const struct files_change *ch)
+			     const struct cache_change *ch)
 {
 	struct cache_user u;
 	struct cache_group g;
@@ -407,7 +390,7 @@ static void drop_shadowed_in(struct daemon *dm, struct cache_reader *r, const ch
 	}
 }
 
-static void drop_shadowed(struct daemon *dm, const struct files_change *ch)
+static void drop_shadowed(struct daemon *dm, const struct cache_change *ch)
 {
 	bool fresh = ch->new_name && (!ch->old_name || ch->old_id != ch->new_id ||
 				      strcmp(ch->old_name, ch->new_name) != 0);

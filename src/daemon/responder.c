@@ -141,7 +141,7 @@ struct pending {
 	char name[PROTO_NAME_MAX + 1];
 	size_t next;          /* first domain whose directory may still be asked */
 	struct domain *asked; /* the domain asked last (alive while its callback runs) */
-	enum ldap_lookup_result res;
+	enum lprov_lookup_result res;
 };
 
 enum { WALK_NEXT = 0, WALK_ANSWER, WALK_DEFER };
@@ -153,19 +153,19 @@ struct walk {
 	struct pending *p; /* when resumed, else NULL until the walk defers */
 };
 
-static enum ldap_lookup_kind lookup_kind(uint32_t cmd)
+static enum lprov_lookup_kind lookup_kind(uint32_t cmd)
 {
 	switch (cmd) {
 	case PROTO_CMD_GETPWNAM:
-		return LDAP_LOOKUP_PWNAM;
+		return LPROV_LOOKUP_PWNAM;
 	case PROTO_CMD_GETPWUID:
-		return LDAP_LOOKUP_PWUID;
+		return LPROV_LOOKUP_PWUID;
 	case PROTO_CMD_GETGRNAM:
-		return LDAP_LOOKUP_GRNAM;
+		return LPROV_LOOKUP_GRNAM;
 	case PROTO_CMD_GETGRGID:
-		return LDAP_LOOKUP_GRGID;
+		return LPROV_LOOKUP_GRGID;
 	default:
-		return LDAP_LOOKUP_INITGROUPS;
+		return LPROV_LOOKUP_INITGROUPS;
 	}
 }
 
@@ -186,7 +186,7 @@ static void resume(void *arg)
 		free(p);
 		return;
 	}
-	if (p->res == LDAP_LOOKUP_FOUND && p->req.cmd == PROTO_CMD_INITGROUPS && p->asked)
+	if (p->res == LPROV_LOOKUP_FOUND && p->req.cmd == PROTO_CMD_INITGROUPS && p->asked)
 		ldapdom_initgroups_note(p->asked, p->name);
 	c->wait = NULL;
 	struct walk w = {p->dm, c, &p->req, p};
@@ -197,13 +197,13 @@ static void resume(void *arg)
 	conn_resume(c, rc);
 }
 
-/* The provider's callback (from ldap_domain_process, or at once on a
+/* The provider's callback (from lprov_domain_process, or at once on a
  * failure): continue after the current batch, outside the provider. */
-static void on_looked(enum ldap_lookup_result res, void *arg)
+static void on_looked(enum lprov_lookup_result res, void *arg)
 {
 	struct pending *p = arg;
 	p->res = res;
-	if (res == LDAP_LOOKUP_FAILED)
+	if (res == LPROV_LOOKUP_FAILED)
 		p->asked = NULL; /* may be a domain being freed */
 	if (loop_defer(&p->dm->loop, resume, p) < 0 && p->c)
 		conn_close(p->c, "out of memory"); /* p is leaked: it may still be referenced */
@@ -245,10 +245,10 @@ static int ask(struct walk *w, size_t i, int *err)
 	}
 	p->next = i + 1;
 	p->asked = d;
-	enum ldap_lookup_result res =
+	enum lprov_lookup_result res =
 	    ldapdom_lookup(d, lookup_kind(w->req->cmd), by_name(w->req->cmd) ? p->name : NULL,
 			   w->req->id, on_looked, p);
-	if (res == LDAP_LOOKUP_PENDING) {
+	if (res == LPROV_LOOKUP_PENDING) {
 		w->p = p;
 		w->c->wait = p;
 		return WALK_DEFER;

@@ -11,7 +11,7 @@
 #include <strings.h>
 
 #include "daemon/config.h"
-#include "providers/ldap/ldap.h"
+#include "providers/ldap/lprov.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -26,7 +26,7 @@ static void check(const struct config *c)
 			__builtin_trap();
 		if (d->provider == CONFIG_PROVIDER_LDAP) {
 			/* The provider's own check ran: servers, a base, a range. */
-			const struct ldap_domain_config *l = d->ldap;
+			const struct lprov_config *l = d->ldap;
 			if (!l || l->nuris == 0 || !l->search_base ||
 			    (l->max_id && l->min_id > l->max_id))
 				__builtin_trap();

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "providers/ldap/ldap_int.h"
+#include "providers/ldap/lprov_int.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

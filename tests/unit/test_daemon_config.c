@@ -261,10 +261,10 @@ static void test_ldap_domain(void **state)
 	assert_int_equal(d->ldap->nuris, 2);
 	assert_string_equal(d->ldap->uris[1], "ldaps://b.example:636");
 	assert_string_equal(d->ldap->group_base, "ou=groups,dc=example,dc=com");
-	assert_int_equal(d->ldap->schema, LDAP_DOM_RFC2307BIS);
-	assert_string_equal(d->ldap->map[LDAP_MAP_USER_NAME], "sAMAccountName");
+	assert_int_equal(d->ldap->schema, LPROV_RFC2307BIS);
+	assert_string_equal(d->ldap->map[LPROV_MAP_USER_NAME], "sAMAccountName");
 	assert_true(d->ldap->start_tls);
-	assert_int_equal(d->ldap->tls_reqcert, LDAP_DOM_REQCERT_TRY);
+	assert_int_equal(d->ldap->tls_reqcert, LPROV_REQCERT_TRY);
 	assert_int_equal(d->ldap->network_timeout_ms, 2500);
 	assert_int_equal(d->ldap->page_size, 500);
 	assert_int_equal(d->ldap->entry_cache_timeout, 600);
@@ -280,7 +280,7 @@ static void test_ldap_domain(void **state)
 
 	c = parse_ok(LDAP_DOM "ldap_search_base = dc=x\ncase_sensitive = true\n");
 	assert_true(c->domains[0].case_sensitive); /* given: kept */
-	assert_int_equal(c->domains[0].ldap->tls_reqcert, LDAP_DOM_REQCERT_DEMAND);
+	assert_int_equal(c->domains[0].ldap->tls_reqcert, LPROV_REQCERT_DEMAND);
 	assert_null(c->domains[0].ldap->bind_dn);
 	/* min_id = 1 by default: no uid 0 or gid 0 from a directory */
 	assert_int_equal(c->domains[0].ldap->min_id, 1);
@@ -319,10 +319,10 @@ static void test_ldap_domain(void **state)
 	config_free(c);
 	/* never/allow are accepted (and warned about at start) */
 	c = parse_ok(LDAP_DOM "ldap_search_base = dc=x\nldap_tls_reqcert = never\n");
-	assert_int_equal(c->domains[0].ldap->tls_reqcert, LDAP_DOM_REQCERT_NEVER);
+	assert_int_equal(c->domains[0].ldap->tls_reqcert, LPROV_REQCERT_NEVER);
 	config_free(c);
 	c = parse_ok(LDAP_DOM "ldap_search_base = dc=x\nldap_tls_reqcert = allow\n");
-	assert_int_equal(c->domains[0].ldap->tls_reqcert, LDAP_DOM_REQCERT_ALLOW);
+	assert_int_equal(c->domains[0].ldap->tls_reqcert, LPROV_REQCERT_ALLOW);
 	config_free(c);
 }
 

@@ -948,7 +948,7 @@ struct model {
 	bool no_final_nl[DIFF_FILES];
 };
 
-static void hook_text(const struct files_change *ch, void *arg)
+static void hook_text(const struct cache_change *ch, void *arg)
 {
 	struct idc_buf *b = arg;
 	assert_int_equal(idc_buf_printf(b, "%c %s>%s %u>%u m%d [", ch->group ? 'g' : 'u',

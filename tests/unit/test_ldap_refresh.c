@@ -12,7 +12,7 @@
  *    memberships removed (direct and nested), groups renamed (new DN, or
  *    the name attribute alone), member DNs in another case; and a change
  *    of modifyTimestamp alone writes nothing durable.
- * Reaches into the domain (ldap_int.h) to run the refresh at once and to
+ * Reaches into the domain (lprov_int.h) to run the refresh at once and to
  * lower the cap.
  */
 #include <arpa/inet.h>
@@ -34,7 +34,7 @@
 #include <cmocka.h>
 
 #include "ldap_harness.h"
-#include "providers/ldap/ldap_int.h"
+#include "providers/ldap/lprov_int.h"
 
 #ifndef LDAP_TEST_DIR
 #error "LDAP_TEST_DIR must name tests/ldap"
@@ -111,15 +111,15 @@ struct change {
 struct env {
 	char dir[128];
 	struct cache *cache;
-	struct ldap_domain_config cfg;
-	struct ldap_domain *ld;
+	struct lprov_config cfg;
+	struct lprov_domain *ld;
 	int ep, fd;
 	struct change ch[64];
 	size_t nch;
 	bool unknown; /* the hook was told "anything may have changed" */
 };
 
-static void on_change(const struct ldap_change *ch, void *arg)
+static void on_change(const struct cache_change *ch, void *arg)
 {
 	struct env *e = arg;
 	if (!ch) {
@@ -151,7 +151,7 @@ static void env_open(struct env *e, struct env *share, ...)
 		struct cache_options co = {.nosync = true};
 		assert_int_equal(cache_open(e->dir, &co, &e->cache, &d), 0);
 	}
-	ldap_domain_config_init(&e->cfg, "dir");
+	lprov_config_init(&e->cfg, "dir");
 	const char *base[] = {"ldap_uri",
 			      uri,
 			      "ldap_search_base",
@@ -165,24 +165,24 @@ static void env_open(struct env *e, struct env *share, ...)
 			      "refresh_expired_interval",
 			      "3600"};
 	for (size_t i = 0; i < IDC_ARRAY_SIZE(base); i += 2)
-		assert_int_equal(ldap_domain_config_set(&e->cfg, base[i], base[i + 1], &d), 0);
+		assert_int_equal(lprov_config_set(&e->cfg, base[i], base[i + 1], &d), 0);
 	va_list ap;
 	va_start(ap, share);
 	for (const char *k = va_arg(ap, const char *); k; k = va_arg(ap, const char *))
-		if (ldap_domain_config_set(&e->cfg, k, va_arg(ap, const char *), &d))
+		if (lprov_config_set(&e->cfg, k, va_arg(ap, const char *), &d))
 			fail_msg("%s: %s", k, d.msg);
 	va_end(ap);
-	if (ldap_domain_new(&e->cfg, e->cache, &e->ld, &d))
+	if (lprov_domain_new(&e->cfg, e->cache, &e->ld, &d))
 		fail_msg("%s", d.msg);
-	ldap_domain_set_hook(e->ld, on_change, e);
+	lprov_domain_set_hook(e->ld, on_change, e);
 	e->ep = epoll_create1(EPOLL_CLOEXEC);
 	e->fd = -1;
 }
 
 static void env_close(struct env *e, bool close_cache)
 {
-	ldap_domain_free(e->ld);
-	ldap_domain_config_free(&e->cfg);
+	lprov_domain_free(e->ld);
+	lprov_config_free(&e->cfg);
 	close(e->ep);
 	if (close_cache)
 		cache_close(e->cache);
@@ -192,7 +192,7 @@ static void env_close(struct env *e, bool close_cache)
 static void pump(struct env *e)
 {
 	int fd = -1;
-	if (ldap_domain_fds(e->ld, &fd, 1) == 0)
+	if (lprov_domain_fds(e->ld, &fd, 1) == 0)
 		fd = -1;
 	if (fd != e->fd) {
 		if (e->fd >= 0)
@@ -200,30 +200,30 @@ static void pump(struct env *e)
 		struct epoll_event ev = {.events = EPOLLIN, .data.fd = fd};
 		e->fd = fd >= 0 && epoll_ctl(e->ep, EPOLL_CTL_ADD, fd, &ev) == 0 ? fd : -1;
 	}
-	int64_t t = ldap_domain_next_timeout(e->ld);
+	int64_t t = lprov_domain_next_timeout(e->ld);
 	struct epoll_event ev;
 	epoll_wait(e->ep, &ev, 1, t < 0 || t > 100 ? 100 : (int)t);
-	ldap_domain_process(e->ld);
+	lprov_domain_process(e->ld);
 }
 
 struct result {
 	bool done;
-	enum ldap_lookup_result res;
+	enum lprov_lookup_result res;
 };
 
-static void on_result(enum ldap_lookup_result res, void *arg)
+static void on_result(enum lprov_lookup_result res, void *arg)
 {
 	struct result *r = arg;
 	r->done = true;
 	r->res = res;
 }
 
-static enum ldap_lookup_result lookup_key(struct env *e, enum ldap_lookup_kind kind,
-					  const char *name, uint32_t id)
+static enum lprov_lookup_result lookup_key(struct env *e, enum lprov_lookup_kind kind,
+					   const char *name, uint32_t id)
 {
-	struct result r = {false, LDAP_LOOKUP_FAILED};
-	enum ldap_lookup_result res = ldap_domain_lookup(e->ld, kind, name, id, on_result, &r);
-	if (res != LDAP_LOOKUP_PENDING)
+	struct result r = {false, LPROV_LOOKUP_FAILED};
+	enum lprov_lookup_result res = lprov_domain_lookup(e->ld, kind, name, id, on_result, &r);
+	if (res != LPROV_LOOKUP_PENDING)
 		return res;
 	uint64_t until = idc_now_ns() + 20000000000ull;
 	while (!r.done && idc_now_ns() < until)
@@ -232,13 +232,13 @@ static enum ldap_lookup_result lookup_key(struct env *e, enum ldap_lookup_kind k
 	return r.res;
 }
 
-static enum ldap_lookup_result lookup(struct env *e, enum ldap_lookup_kind kind, const char *name)
+static enum lprov_lookup_result lookup(struct env *e, enum lprov_lookup_kind kind, const char *name)
 {
 	return lookup_key(e, kind, name, 0);
 }
 
 /* The same by id (PWUID, GRGID). */
-static enum ldap_lookup_result lookup_id(struct env *e, enum ldap_lookup_kind kind, uint32_t id)
+static enum lprov_lookup_result lookup_id(struct env *e, enum lprov_lookup_kind kind, uint32_t id)
 {
 	return lookup_key(e, kind, NULL, id);
 }
@@ -251,7 +251,7 @@ static void refresh_now(struct env *e)
 	assert_int_equal(cache_expire(e->cache, "dir", CACHE_ANY, NULL, &n, &d), 0);
 	assert_null(e->ld->reqs);
 	e->ld->next_refresh_ns = idc_now_ns();
-	ldap_domain_process(e->ld);
+	lprov_domain_process(e->ld);
 	assert_non_null(e->ld->reqs); /* started */
 	uint64_t until = idc_now_ns() + 20000000000ull;
 	while (e->ld->reqs && idc_now_ns() < until)
@@ -308,10 +308,10 @@ static void cache_the_fixtures(struct env *a)
 	const char *users[] = {"rena", "remy", "rita"};
 	const char *groups[] = {"rg_stay", "rg_gone", "rg_top"};
 	for (size_t i = 0; i < IDC_ARRAY_SIZE(users); i++)
-		assert_int_equal(lookup(a, LDAP_LOOKUP_PWNAM, users[i]), LDAP_LOOKUP_FOUND);
+		assert_int_equal(lookup(a, LPROV_LOOKUP_PWNAM, users[i]), LPROV_LOOKUP_FOUND);
 	for (size_t i = 0; i < IDC_ARRAY_SIZE(groups); i++)
-		assert_int_equal(lookup(a, LDAP_LOOKUP_GRNAM, groups[i]), LDAP_LOOKUP_FOUND);
-	assert_int_equal(lookup(a, LDAP_LOOKUP_INITGROUPS, "rena"), LDAP_LOOKUP_FOUND);
+		assert_int_equal(lookup(a, LPROV_LOOKUP_GRNAM, groups[i]), LPROV_LOOKUP_FOUND);
+	assert_int_equal(lookup(a, LPROV_LOOKUP_INITGROUPS, "rena"), LPROV_LOOKUP_FOUND);
 	char gids[128];
 	lh_gids_of(a->cache, "dir", "rena", gids, sizeof(gids));
 	assert_string_equal(gids, "31001,31002,31003,31010,31011");
@@ -353,7 +353,7 @@ static void test_refresh_removes_what_the_directory_lost(void **state)
 	 * deleted */
 	struct env c;
 	env_open(&c, &a, NULL);
-	assert_int_equal(lookup(&c, LDAP_LOOKUP_PWNAM, "rita"), LDAP_LOOKUP_FOUND);
+	assert_int_equal(lookup(&c, LPROV_LOOKUP_PWNAM, "rita"), LPROV_LOOKUP_FOUND);
 	assert_int_equal(kill(slapd_pid, SIGSTOP), 0);
 	s0 = c.ld->nsearches;
 	refresh_now(&c);
@@ -453,9 +453,9 @@ static void test_member_cap(void **state)
 	for (int round = 0; round < 3; round++) {
 		struct idc_diag d = {{0}};
 		assert_int_equal(cache_expire(a.cache, "dir", CACHE_ANY, NULL, NULL, &d), 0);
-		assert_int_equal(lookup(&a, LDAP_LOOKUP_GRNAM, "big"), LDAP_LOOKUP_FOUND);
-		assert_int_equal(lookup(&a, LDAP_LOOKUP_GRNAM, "bigdn"), LDAP_LOOKUP_FOUND);
-		assert_int_equal(lookup(&a, LDAP_LOOKUP_INITGROUPS, "rena"), LDAP_LOOKUP_FOUND);
+		assert_int_equal(lookup(&a, LPROV_LOOKUP_GRNAM, "big"), LPROV_LOOKUP_FOUND);
+		assert_int_equal(lookup(&a, LPROV_LOOKUP_GRNAM, "bigdn"), LPROV_LOOKUP_FOUND);
+		assert_int_equal(lookup(&a, LPROV_LOOKUP_INITGROUPS, "rena"), LPROV_LOOKUP_FOUND);
 	}
 	char *log = capture_end(&c);
 	idc_log_init("test_ldap_refresh", true, IDC_LOG_ERR);
@@ -517,7 +517,7 @@ static void change_and_expire(struct env *e, const char *ldif)
 static void initgroups_are(struct env *e, const char *user, const char *want)
 {
 	char gids[128];
-	assert_int_equal(lookup(e, LDAP_LOOKUP_INITGROUPS, user), LDAP_LOOKUP_FOUND);
+	assert_int_equal(lookup(e, LPROV_LOOKUP_INITGROUPS, user), LPROV_LOOKUP_FOUND);
 	lh_gids_of(e->cache, "dir", user, gids, sizeof(gids));
 	assert_string_equal(gids, want);
 }
@@ -582,20 +582,20 @@ static void test_renamed_groups_lose_the_old_name(void **state)
 	struct env a;
 	env_open(&a, NULL, NULL);
 	char name[64];
-	assert_int_equal(lookup(&a, LDAP_LOOKUP_GRNAM, "fg_old"), LDAP_LOOKUP_FOUND);
-	assert_int_equal(lookup(&a, LDAP_LOOKUP_GRNAM, "fg_attr_old"), LDAP_LOOKUP_FOUND);
+	assert_int_equal(lookup(&a, LPROV_LOOKUP_GRNAM, "fg_old"), LPROV_LOOKUP_FOUND);
+	assert_int_equal(lookup(&a, LPROV_LOOKUP_GRNAM, "fg_attr_old"), LPROV_LOOKUP_FOUND);
 	change_and_expire(&a, "dn: cn=fg_old," GROUPS "\\nchangetype: modrdn\\nnewrdn: cn=fg_new\\n"
 			      "deleteoldrdn: 1\\n\\ndn: gidNumber=31105," GROUPS
 			      "\\nchangetype: modify\\n"
 			      "replace: cn\\ncn: fg_attr_new\\n");
-	assert_int_equal(lookup_id(&a, LDAP_LOOKUP_GRGID, 31104), LDAP_LOOKUP_FOUND);
+	assert_int_equal(lookup_id(&a, LPROV_LOOKUP_GRGID, 31104), LPROV_LOOKUP_FOUND);
 	assert_false(has_group(&a, "fg_old", NULL));
 	assert_true(has_group(&a, "fg_new", NULL));
 	group_by_gid(&a, 31104, name, sizeof(name));
 	assert_string_equal(name, "fg_new");
 	assert_non_null(removal(&a, true, "fg_old"));
 
-	assert_int_equal(lookup(&a, LDAP_LOOKUP_GRNAM, "fg_attr_new"), LDAP_LOOKUP_FOUND);
+	assert_int_equal(lookup(&a, LPROV_LOOKUP_GRNAM, "fg_attr_new"), LPROV_LOOKUP_FOUND);
 	assert_false(has_group(&a, "fg_attr_old", NULL));
 	group_by_gid(&a, 31105, name, sizeof(name));
 	assert_string_equal(name, "fg_attr_new");
@@ -610,10 +610,10 @@ static void test_renamed_user_loses_the_old_name(void **state)
 	(void)state;
 	struct env a;
 	env_open(&a, NULL, NULL);
-	assert_int_equal(lookup(&a, LDAP_LOOKUP_PWNAM, "fu4"), LDAP_LOOKUP_FOUND);
+	assert_int_equal(lookup(&a, LPROV_LOOKUP_PWNAM, "fu4"), LPROV_LOOKUP_FOUND);
 	change_and_expire(&a, "dn: uid=fu4," PEOPLE "\\nchangetype: modrdn\\nnewrdn: uid=fu4new\\n"
 			      "deleteoldrdn: 1\\n");
-	assert_int_equal(lookup_id(&a, LDAP_LOOKUP_PWUID, 30104), LDAP_LOOKUP_FOUND);
+	assert_int_equal(lookup_id(&a, LPROV_LOOKUP_PWUID, 30104), LPROV_LOOKUP_FOUND);
 	assert_false(has_user(&a, "fu4"));
 	assert_true(has_user(&a, "fu4new"));
 	const char *doms[] = {"dir"};
@@ -646,7 +646,7 @@ static void test_member_dn_in_another_case(void **state)
 		cache_reader_end(r);
 		/* again by the group's own lookup, fu2 being cached */
 		expire_all(&a);
-		assert_int_equal(lookup(&a, LDAP_LOOKUP_GRNAM, "fg_case"), LDAP_LOOKUP_FOUND);
+		assert_int_equal(lookup(&a, LPROV_LOOKUP_GRNAM, "fg_case"), LPROV_LOOKUP_FOUND);
 	}
 	env_close(&a, true);
 }
@@ -659,8 +659,8 @@ static void test_only_modify_timestamp_changed(void **state)
 	(void)state;
 	struct env a;
 	env_open(&a, NULL, NULL);
-	assert_int_equal(lookup(&a, LDAP_LOOKUP_PWNAM, "fu3"), LDAP_LOOKUP_FOUND);
-	assert_int_equal(lookup(&a, LDAP_LOOKUP_GRNAM, "fg_ts"), LDAP_LOOKUP_FOUND);
+	assert_int_equal(lookup(&a, LPROV_LOOKUP_PWNAM, "fu3"), LPROV_LOOKUP_FOUND);
+	assert_int_equal(lookup(&a, LPROV_LOOKUP_GRNAM, "fg_ts"), LPROV_LOOKUP_FOUND);
 	change_and_expire(
 	    &a, "dn: uid=fu3," PEOPLE "\\nchangetype: modify\\nreplace: description\\n"
 		"description: touched\\n\\ndn: cn=fg_ts," GROUPS "\\nchangetype: modify\\n"
@@ -668,8 +668,8 @@ static void test_only_modify_timestamp_changed(void **state)
 	uint64_t commits = cache_durable_commits(a.cache);
 	size_t nch = a.nch;
 	int64_t before = (int64_t)time(NULL);
-	assert_int_equal(lookup(&a, LDAP_LOOKUP_PWNAM, "fu3"), LDAP_LOOKUP_FOUND);
-	assert_int_equal(lookup(&a, LDAP_LOOKUP_GRNAM, "fg_ts"), LDAP_LOOKUP_FOUND);
+	assert_int_equal(lookup(&a, LPROV_LOOKUP_PWNAM, "fu3"), LPROV_LOOKUP_FOUND);
+	assert_int_equal(lookup(&a, LPROV_LOOKUP_GRNAM, "fg_ts"), LPROV_LOOKUP_FOUND);
 	assert_int_equal(cache_durable_commits(a.cache), commits);
 	assert_int_equal(a.nch, nch);
 	const char *doms[] = {"dir"};

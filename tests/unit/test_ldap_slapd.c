@@ -32,7 +32,7 @@
 #include <cmocka.h>
 
 #include "ldap_harness.h"
-#include "providers/ldap/ldap.h"
+#include "providers/ldap/lprov.h"
 
 #ifndef LDAP_TEST_DIR
 #error "LDAP_TEST_DIR must name tests/ldap"
@@ -98,8 +98,8 @@ static int teardown_servers(void **state)
 struct env {
 	char dir[128];
 	struct cache *cache;
-	struct ldap_domain *ld;
-	struct ldap_domain_config cfg;
+	struct lprov_domain *ld;
+	struct lprov_config cfg;
 	int ep, cur;
 };
 
@@ -112,12 +112,11 @@ static void env_open(struct env *e, const char *uri, ...)
 	assert_int_equal(lh_sh("mkdir -p %s", e->dir), 0);
 	struct cache_options co = {.nosync = true};
 	assert_int_equal(cache_open(e->dir, &co, &e->cache, &d), 0);
-	ldap_domain_config_init(&e->cfg, "dir");
-	assert_int_equal(ldap_domain_config_set(&e->cfg, "ldap_uri", uri, &d), 0);
-	assert_int_equal(
-	    ldap_domain_config_set(&e->cfg, "ldap_search_base", "dc=example,dc=com", &d), 0);
-	assert_int_equal(ldap_domain_config_set(&e->cfg, "ldap_network_timeout", "2", &d), 0);
-	assert_int_equal(ldap_domain_config_set(&e->cfg, "ldap_search_timeout", "3", &d), 0);
+	lprov_config_init(&e->cfg, "dir");
+	assert_int_equal(lprov_config_set(&e->cfg, "ldap_uri", uri, &d), 0);
+	assert_int_equal(lprov_config_set(&e->cfg, "ldap_search_base", "dc=example,dc=com", &d), 0);
+	assert_int_equal(lprov_config_set(&e->cfg, "ldap_network_timeout", "2", &d), 0);
+	assert_int_equal(lprov_config_set(&e->cfg, "ldap_search_timeout", "3", &d), 0);
 	va_list ap;
 	va_start(ap, uri);
 	for (const char *kv = va_arg(ap, const char *); kv; kv = va_arg(ap, const char *)) {
@@ -125,13 +124,13 @@ static void env_open(struct env *e, const char *uri, ...)
 		const char *eq = strchr(kv, '=');
 		snprintf(k, sizeof(k), "%.*s", (int)(eq - kv), kv);
 		if (!strcmp(k, "authtok")) /* the password itself, as idcached hands it */
-			assert_int_equal(
-			    ldap_domain_config_set_authtok(&e->cfg, eq + 1, strlen(eq + 1)), 0);
-		else if (ldap_domain_config_set(&e->cfg, k, eq + 1, &d))
+			assert_int_equal(lprov_config_set_authtok(&e->cfg, eq + 1, strlen(eq + 1)),
+					 0);
+		else if (lprov_config_set(&e->cfg, k, eq + 1, &d))
 			fail_msg("%s", d.msg);
 	}
 	va_end(ap);
-	if (ldap_domain_new(&e->cfg, e->cache, &e->ld, &d))
+	if (lprov_domain_new(&e->cfg, e->cache, &e->ld, &d))
 		fail_msg("%s", d.msg);
 	e->ep = epoll_create1(EPOLL_CLOEXEC);
 	e->cur = -1;
@@ -139,8 +138,8 @@ static void env_open(struct env *e, const char *uri, ...)
 
 static void env_close(struct env *e)
 {
-	ldap_domain_free(e->ld);
-	ldap_domain_config_free(&e->cfg);
+	lprov_domain_free(e->ld);
+	lprov_config_free(&e->cfg);
 	cache_close(e->cache);
 	close(e->ep);
 }
@@ -149,7 +148,7 @@ static void env_close(struct env *e)
 static void turn(struct env *e, int max_ms)
 {
 	int fd = -1;
-	if (ldap_domain_fds(e->ld, &fd, 1) == 0)
+	if (lprov_domain_fds(e->ld, &fd, 1) == 0)
 		fd = -1;
 	if (fd != e->cur) {
 		if (e->cur >= 0)
@@ -159,20 +158,20 @@ static void turn(struct env *e, int max_ms)
 			fd = -1;
 		e->cur = fd;
 	}
-	int64_t t = ldap_domain_next_timeout(e->ld);
+	int64_t t = lprov_domain_next_timeout(e->ld);
 	if (t < 0 || t > max_ms)
 		t = max_ms;
 	struct epoll_event ev;
 	epoll_wait(e->ep, &ev, 1, (int)t);
-	ldap_domain_process(e->ld);
+	lprov_domain_process(e->ld);
 }
 
 struct done {
 	int calls;
-	enum ldap_lookup_result res;
+	enum lprov_lookup_result res;
 };
 
-static void on_done(enum ldap_lookup_result res, void *arg)
+static void on_done(enum lprov_lookup_result res, void *arg)
 {
 	struct done *d = arg;
 	d->calls++;
@@ -187,12 +186,12 @@ static void wait_done(struct env *e, struct done *d, int n)
 	assert_int_equal(d->calls, n);
 }
 
-static enum ldap_lookup_result look(struct env *e, enum ldap_lookup_kind k, const char *name,
-				    uint32_t id)
+static enum lprov_lookup_result look(struct env *e, enum lprov_lookup_kind k, const char *name,
+				     uint32_t id)
 {
 	struct done d = {0, 0};
-	enum ldap_lookup_result r = ldap_domain_lookup(e->ld, k, name, id, on_done, &d);
-	if (r != LDAP_LOOKUP_PENDING)
+	enum lprov_lookup_result r = lprov_domain_lookup(e->ld, k, name, id, on_done, &d);
+	if (r != LPROV_LOOKUP_PENDING)
 		return r;
 	wait_done(e, &d, 1);
 	return d.res;
@@ -200,8 +199,8 @@ static enum ldap_lookup_result look(struct env *e, enum ldap_lookup_kind k, cons
 
 static uint64_t searches(struct env *e)
 {
-	struct ldap_domain_status st;
-	ldap_domain_get_status(e->ld, &st);
+	struct lprov_domain_status st;
+	lprov_domain_get_status(e->ld, &st);
 	return st.searches;
 }
 
@@ -235,17 +234,17 @@ static void test_rfc2307(void **state)
 	struct env e;
 	env_open(&e, uri(port_b, "ldap"), "ldap_schema=rfc2307", NULL);
 	uint32_t uid = 0;
-	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "alice", 0), LDAP_LOOKUP_FOUND);
+	assert_int_equal(look(&e, LPROV_LOOKUP_PWNAM, "alice", 0), LPROV_LOOKUP_FOUND);
 	assert_true(cached_user(&e, "alice", &uid));
 	assert_int_equal(uid, 10001);
-	assert_int_equal(look(&e, LDAP_LOOKUP_PWUID, NULL, 10002), LDAP_LOOKUP_FOUND);
+	assert_int_equal(look(&e, LPROV_LOOKUP_PWUID, NULL, 10002), LPROV_LOOKUP_FOUND);
 	assert_true(cached_user(&e, "bob", NULL));
-	assert_int_equal(look(&e, LDAP_LOOKUP_INITGROUPS, "alice", 0), LDAP_LOOKUP_FOUND);
+	assert_int_equal(look(&e, LPROV_LOOKUP_INITGROUPS, "alice", 0), LPROV_LOOKUP_FOUND);
 	char g[256];
 	lh_gids_of(e.cache, "dir", "alice", g, sizeof(g));
 	assert_string_equal(g, "20001"); /* memberUid only: the member DNs are 2307bis */
-	assert_int_equal(look(&e, LDAP_LOOKUP_GRNAM, "ops", 0), LDAP_LOOKUP_FOUND);
-	assert_int_equal(look(&e, LDAP_LOOKUP_GRGID, NULL, 29999), LDAP_LOOKUP_NOTFOUND);
+	assert_int_equal(look(&e, LPROV_LOOKUP_GRNAM, "ops", 0), LPROV_LOOKUP_FOUND);
+	assert_int_equal(look(&e, LPROV_LOOKUP_GRGID, NULL, 29999), LPROV_LOOKUP_NOTFOUND);
 	env_close(&e);
 }
 
@@ -265,17 +264,17 @@ static void check_rfc2307bis(const char *rdn_opt)
 	struct env e;
 	env_open(&e, uri(port_b, "ldap"), "ldap_schema=rfc2307bis", rdn_opt, NULL);
 	uint64_t s0 = searches(&e);
-	assert_int_equal(look(&e, LDAP_LOOKUP_INITGROUPS, "alice", 0), LDAP_LOOKUP_FOUND);
+	assert_int_equal(look(&e, LPROV_LOOKUP_INITGROUPS, "alice", 0), LPROV_LOOKUP_FOUND);
 	/* user, groups-of, parents x3 levels, members: a handful, not one per member */
 	assert_true(searches(&e) - s0 <= 8);
 	char g[256];
 	lh_gids_of(e.cache, "dir", "alice", g, sizeof(g));
 	assert_string_equal(g, "20001,20010,20011,20014"); /* ops, dev, all (nests dev), top */
-	assert_int_equal(look(&e, LDAP_LOOKUP_INITGROUPS, "frank", 0), LDAP_LOOKUP_FOUND);
+	assert_int_equal(look(&e, LPROV_LOOKUP_INITGROUPS, "frank", 0), LPROV_LOOKUP_FOUND);
 	lh_gids_of(e.cache, "dir", "frank", g, sizeof(g));
 	assert_string_equal(g, "20012,20013"); /* c1 <-> c2: the cycle ends */
 	/* getgrnam of a nested group stores its member users and groups */
-	assert_int_equal(look(&e, LDAP_LOOKUP_GRNAM, "all", 0), LDAP_LOOKUP_FOUND);
+	assert_int_equal(look(&e, LPROV_LOOKUP_GRNAM, "all", 0), LPROV_LOOKUP_FOUND);
 	struct cache_reader *r;
 	struct cache_group cg;
 	const char *doms[] = {"dir"};
@@ -295,24 +294,24 @@ static void test_coalesce_negative_unchanged(void **state)
 	env_open(&e, uri(port_b, "ldap"), "ldap_schema=rfc2307bis", NULL);
 	struct done d = {0, 0};
 	uint64_t s0 = searches(&e);
-	assert_int_equal(ldap_domain_lookup(e.ld, LDAP_LOOKUP_PWNAM, "bob", 0, on_done, &d),
-			 LDAP_LOOKUP_PENDING);
-	assert_int_equal(ldap_domain_lookup(e.ld, LDAP_LOOKUP_PWNAM, "BOB", 0, on_done, &d),
-			 LDAP_LOOKUP_PENDING);
+	assert_int_equal(lprov_domain_lookup(e.ld, LPROV_LOOKUP_PWNAM, "bob", 0, on_done, &d),
+			 LPROV_LOOKUP_PENDING);
+	assert_int_equal(lprov_domain_lookup(e.ld, LPROV_LOOKUP_PWNAM, "BOB", 0, on_done, &d),
+			 LPROV_LOOKUP_PENDING);
 	wait_done(&e, &d, 2);
-	assert_int_equal(d.res, LDAP_LOOKUP_FOUND);
+	assert_int_equal(d.res, LPROV_LOOKUP_FOUND);
 	assert_int_equal(searches(&e) - s0, 1); /* one search for both */
 	/* negative cache */
-	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "nosuch", 0), LDAP_LOOKUP_NOTFOUND);
+	assert_int_equal(look(&e, LPROV_LOOKUP_PWNAM, "nosuch", 0), LPROV_LOOKUP_NOTFOUND);
 	s0 = searches(&e);
-	assert_int_equal(ldap_domain_lookup(e.ld, LDAP_LOOKUP_PWNAM, "nosuch", 0, on_done, &d),
-			 LDAP_LOOKUP_NOTFOUND);
+	assert_int_equal(lprov_domain_lookup(e.ld, LPROV_LOOKUP_PWNAM, "nosuch", 0, on_done, &d),
+			 LPROV_LOOKUP_NOTFOUND);
 	assert_int_equal(searches(&e), s0);
 	/* a refresh that finds nothing changed writes nothing durable */
-	assert_int_equal(look(&e, LDAP_LOOKUP_INITGROUPS, "alice", 0), LDAP_LOOKUP_FOUND);
+	assert_int_equal(look(&e, LPROV_LOOKUP_INITGROUPS, "alice", 0), LPROV_LOOKUP_FOUND);
 	uint64_t c0 = cache_durable_commits(e.cache);
-	assert_int_equal(look(&e, LDAP_LOOKUP_INITGROUPS, "alice", 0), LDAP_LOOKUP_FOUND);
-	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "alice", 0), LDAP_LOOKUP_FOUND);
+	assert_int_equal(look(&e, LPROV_LOOKUP_INITGROUPS, "alice", 0), LPROV_LOOKUP_FOUND);
+	assert_int_equal(look(&e, LPROV_LOOKUP_PWNAM, "alice", 0), LPROV_LOOKUP_FOUND);
 	assert_int_equal(cache_durable_commits(e.cache), c0);
 	env_close(&e);
 }
@@ -331,14 +330,14 @@ static void test_paging_enumerate(void **state)
 	env_open(&e, uri(port_b, "ldap"), "ldap_schema=rfc2307bis", "ldap_page_size=4",
 		 "enumerate=true", NULL);
 	uint64_t s0 = searches(&e);
-	struct ldap_domain_status st;
-	ldap_domain_get_status(e.ld, &st);
+	struct lprov_domain_status st;
+	lprov_domain_get_status(e.ld, &st);
 	uint64_t k0 = st.commits;
-	assert_int_equal(look(&e, LDAP_LOOKUP_ENUMERATE, NULL, 0), LDAP_LOOKUP_FOUND);
+	assert_int_equal(look(&e, LPROV_LOOKUP_ENUMERATE, NULL, 0), LPROV_LOOKUP_FOUND);
 	/* 31 groups and 7 users in pages of 4: at least 8 + 2 requests */
 	assert_true(searches(&e) - s0 >= 10);
 	/* committed page by page, not in one transaction at the end */
-	ldap_domain_get_status(e.ld, &st);
+	lprov_domain_get_status(e.ld, &st);
 	assert_true(st.commits - k0 >= 8);
 	size_t n = 0;
 	struct cache_reader *r;
@@ -353,7 +352,7 @@ static void test_paging_enumerate(void **state)
 	assert_true(cached_user(&e, "carol", NULL));
 	/* enumerating again over an unchanged directory writes nothing durable */
 	uint64_t c0 = cache_durable_commits(e.cache);
-	assert_int_equal(look(&e, LDAP_LOOKUP_ENUMERATE, NULL, 0), LDAP_LOOKUP_FOUND);
+	assert_int_equal(look(&e, LPROV_LOOKUP_ENUMERATE, NULL, 0), LPROV_LOOKUP_FOUND);
 	assert_int_equal(cache_durable_commits(e.cache), c0);
 	env_close(&e);
 }
@@ -379,9 +378,9 @@ static void test_refresh_expired(void **state)
 	struct env e;
 	env_open(&e, uri(port_b, "ldap"), "ldap_schema=rfc2307bis", "refresh_expired_interval=0.3",
 		 NULL);
-	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "alice", 0), LDAP_LOOKUP_FOUND);
-	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "bob", 0), LDAP_LOOKUP_FOUND);
-	assert_int_equal(look(&e, LDAP_LOOKUP_GRNAM, "all", 0), LDAP_LOOKUP_FOUND);
+	assert_int_equal(look(&e, LPROV_LOOKUP_PWNAM, "alice", 0), LPROV_LOOKUP_FOUND);
+	assert_int_equal(look(&e, LPROV_LOOKUP_PWNAM, "bob", 0), LPROV_LOOKUP_FOUND);
+	assert_int_equal(look(&e, LPROV_LOOKUP_GRNAM, "all", 0), LPROV_LOOKUP_FOUND);
 	struct idc_diag d = {{0}};
 	size_t n = 0;
 	assert_int_equal(cache_expire(e.cache, "dir", CACHE_ANY, NULL, &n, &d), 0);
@@ -415,25 +414,25 @@ static void test_bad_entries(void **state)
 	struct env e;
 	env_open(&e, uri(port_b, "ldap"), "ldap_schema=rfc2307bis", NULL);
 	/* uidNumber beyond 32 bits: skipped (logged once) */
-	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "eve", 0), LDAP_LOOKUP_NOTFOUND);
+	assert_int_equal(look(&e, LPROV_LOOKUP_PWNAM, "eve", 0), LPROV_LOOKUP_NOTFOUND);
 	/* two entries with uid=dup: the first is kept */
 	uint32_t uid = 0;
-	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "dup", 0), LDAP_LOOKUP_FOUND);
+	assert_int_equal(look(&e, LPROV_LOOKUP_PWNAM, "dup", 0), LPROV_LOOKUP_FOUND);
 	assert_true(cached_user(&e, "dup", &uid));
 	assert_true(uid == 10100 || uid == 10101);
 	/* names the cache refuses never reach the directory */
-	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "a:b", 0), LDAP_LOOKUP_NOTFOUND);
-	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "x)(uid=*", 0), LDAP_LOOKUP_NOTFOUND);
+	assert_int_equal(look(&e, LPROV_LOOKUP_PWNAM, "a:b", 0), LPROV_LOOKUP_NOTFOUND);
+	assert_int_equal(look(&e, LPROV_LOOKUP_PWNAM, "x)(uid=*", 0), LPROV_LOOKUP_NOTFOUND);
 	env_close(&e);
 }
 
-/* Change reports (ldap_domain_set_hook), recorded for the tests below. */
+/* Change reports (lprov_domain_set_hook), recorded for the tests below. */
 struct changes {
 	int n, unknown;
 	char last[256];
 };
 
-static void on_change(const struct ldap_change *ch, void *arg)
+static void on_change(const struct cache_change *ch, void *arg)
 {
 	struct changes *c = arg;
 	if (!ch) {
@@ -456,51 +455,51 @@ static void test_id_range_and_fields(void **state)
 	struct env e;
 	env_open(&e, uri(port_b, "ldap"), "ldap_schema=rfc2307bis", NULL);
 	assert_int_equal(e.cfg.min_id, 1); /* the default */
-	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "root0", 0), LDAP_LOOKUP_NOTFOUND);
-	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "gid0", 0), LDAP_LOOKUP_NOTFOUND);
-	assert_int_equal(look(&e, LDAP_LOOKUP_GRNAM, "wheel0", 0), LDAP_LOOKUP_NOTFOUND);
+	assert_int_equal(look(&e, LPROV_LOOKUP_PWNAM, "root0", 0), LPROV_LOOKUP_NOTFOUND);
+	assert_int_equal(look(&e, LPROV_LOOKUP_PWNAM, "gid0", 0), LPROV_LOOKUP_NOTFOUND);
+	assert_int_equal(look(&e, LPROV_LOOKUP_GRNAM, "wheel0", 0), LPROV_LOOKUP_NOTFOUND);
 	assert_false(cached_user(&e, "root0", NULL));
 	uint64_t s0 = searches(&e);
-	assert_int_equal(look(&e, LDAP_LOOKUP_PWUID, NULL, 0), LDAP_LOOKUP_NOTFOUND);
-	assert_int_equal(look(&e, LDAP_LOOKUP_GRGID, NULL, 0), LDAP_LOOKUP_NOTFOUND);
+	assert_int_equal(look(&e, LPROV_LOOKUP_PWUID, NULL, 0), LPROV_LOOKUP_NOTFOUND);
+	assert_int_equal(look(&e, LPROV_LOOKUP_GRGID, NULL, 0), LPROV_LOOKUP_NOTFOUND);
 	assert_int_equal(searches(&e), s0); /* not asked */
 	/* alice is in wheel0 (gid 0): not among her groups */
-	assert_int_equal(look(&e, LDAP_LOOKUP_INITGROUPS, "alice", 0), LDAP_LOOKUP_FOUND);
+	assert_int_equal(look(&e, LPROV_LOOKUP_INITGROUPS, "alice", 0), LPROV_LOOKUP_FOUND);
 	char g[256];
 	lh_gids_of(e.cache, "dir", "alice", g, sizeof(g));
 	assert_string_equal(g, "20001,20010,20011,20014");
 	/* passwd fields */
-	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "colon", 0), LDAP_LOOKUP_NOTFOUND);
-	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "newline", 0), LDAP_LOOKUP_NOTFOUND);
-	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "escape", 0), LDAP_LOOKUP_NOTFOUND);
-	assert_int_equal(look(&e, LDAP_LOOKUP_PWUID, NULL, 10201), LDAP_LOOKUP_NOTFOUND);
+	assert_int_equal(look(&e, LPROV_LOOKUP_PWNAM, "colon", 0), LPROV_LOOKUP_NOTFOUND);
+	assert_int_equal(look(&e, LPROV_LOOKUP_PWNAM, "newline", 0), LPROV_LOOKUP_NOTFOUND);
+	assert_int_equal(look(&e, LPROV_LOOKUP_PWNAM, "escape", 0), LPROV_LOOKUP_NOTFOUND);
+	assert_int_equal(look(&e, LPROV_LOOKUP_PWUID, NULL, 10201), LPROV_LOOKUP_NOTFOUND);
 	assert_false(cached_user(&e, "colon", NULL));
 	assert_false(cached_user(&e, "newline", NULL));
 	env_close(&e);
 
 	/* min_id = 0 lets uid 0 through; max_id bounds from above */
 	env_open(&e, uri(port_b, "ldap"), "min_id=0", "max_id=10002", NULL);
-	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "root0", 0), LDAP_LOOKUP_FOUND);
-	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "bob", 0), LDAP_LOOKUP_FOUND);
-	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "carol", 0), LDAP_LOOKUP_NOTFOUND);
+	assert_int_equal(look(&e, LPROV_LOOKUP_PWNAM, "root0", 0), LPROV_LOOKUP_FOUND);
+	assert_int_equal(look(&e, LPROV_LOOKUP_PWNAM, "bob", 0), LPROV_LOOKUP_FOUND);
+	assert_int_equal(look(&e, LPROV_LOOKUP_PWNAM, "carol", 0), LPROV_LOOKUP_NOTFOUND);
 	s0 = searches(&e);
-	assert_int_equal(look(&e, LDAP_LOOKUP_PWUID, NULL, 10003), LDAP_LOOKUP_NOTFOUND);
+	assert_int_equal(look(&e, LPROV_LOOKUP_PWUID, NULL, 10003), LPROV_LOOKUP_NOTFOUND);
 	assert_int_equal(searches(&e), s0);
-	assert_int_equal(look(&e, LDAP_LOOKUP_PWUID, NULL, 10002), LDAP_LOOKUP_FOUND);
+	assert_int_equal(look(&e, LPROV_LOOKUP_PWUID, NULL, 10002), LPROV_LOOKUP_FOUND);
 	env_close(&e);
 
 	/* the option checks */
-	struct ldap_domain_config c;
+	struct lprov_config c;
 	struct idc_diag d = {{0}};
-	ldap_domain_config_init(&c, "x");
-	assert_int_equal(ldap_domain_config_set(&c, "max_id", "100", &d), 0);
-	assert_int_equal(ldap_domain_config_set(&c, "min_id", "200", &d), -EINVAL);
+	lprov_config_init(&c, "x");
+	assert_int_equal(lprov_config_set(&c, "max_id", "100", &d), 0);
+	assert_int_equal(lprov_config_set(&c, "min_id", "200", &d), -EINVAL);
 	assert_non_null(strstr(d.msg, "min_id must not exceed max_id"));
-	assert_int_equal(ldap_domain_config_set(&c, "min_id", "-1", &d), -EINVAL);
-	assert_int_equal(ldap_domain_config_set(&c, "max_id", "4294967296", &d), -EINVAL);
+	assert_int_equal(lprov_config_set(&c, "min_id", "-1", &d), -EINVAL);
+	assert_int_equal(lprov_config_set(&c, "max_id", "4294967296", &d), -EINVAL);
 	assert_int_equal(c.min_id, 1);
 	assert_int_equal(c.max_id, 100);
-	ldap_domain_config_free(&c);
+	lprov_config_free(&c);
 }
 
 /* The change hook: a first lookup adds, a repeat with the same content
@@ -512,20 +511,20 @@ static void test_change_hook(void **state)
 	struct changes ch = {0};
 	env_open(&e, uri(port_b, "ldap"), "ldap_schema=rfc2307bis", "entry_negative_timeout=0",
 		 NULL);
-	ldap_domain_set_hook(e.ld, on_change, &ch);
-	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "bob", 0), LDAP_LOOKUP_FOUND);
+	lprov_domain_set_hook(e.ld, on_change, &ch);
+	assert_int_equal(look(&e, LPROV_LOOKUP_PWNAM, "bob", 0), LPROV_LOOKUP_FOUND);
 	assert_int_equal(ch.n, 1);
 	assert_string_equal(ch.last, "u -:0>bob:10002 m0>0");
-	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "bob", 0), LDAP_LOOKUP_FOUND);
+	assert_int_equal(look(&e, LPROV_LOOKUP_PWNAM, "bob", 0), LPROV_LOOKUP_FOUND);
 	assert_int_equal(ch.n, 1); /* unchanged: nothing to report */
-	assert_int_equal(look(&e, LDAP_LOOKUP_GRNAM, "ops", 0), LDAP_LOOKUP_FOUND);
+	assert_int_equal(look(&e, LPROV_LOOKUP_GRNAM, "ops", 0), LPROV_LOOKUP_FOUND);
 	assert_int_equal(ch.n, 1 + 1);
 	assert_non_null(strstr(ch.last, "g -:0>ops:20001"));
 	/* a group with a member group (all nests dev): its members' lists move */
-	assert_int_equal(look(&e, LDAP_LOOKUP_GRNAM, "all", 0), LDAP_LOOKUP_FOUND);
+	assert_int_equal(look(&e, LPROV_LOOKUP_GRNAM, "all", 0), LPROV_LOOKUP_FOUND);
 	assert_true(ch.n >= 3);
 	int before = ch.n;
-	assert_int_equal(look(&e, LDAP_LOOKUP_GRNAM, "all", 0), LDAP_LOOKUP_FOUND);
+	assert_int_equal(look(&e, LPROV_LOOKUP_GRNAM, "all", 0), LPROV_LOOKUP_FOUND);
 	assert_int_equal(ch.n, before);
 	assert_int_equal(ch.unknown, 0);
 	env_close(&e);
@@ -538,21 +537,21 @@ static void test_failover_failback(void **state)
 	char uris[128];
 	snprintf(uris, sizeof(uris), "%s,%s", uri(port_f, "ldap"), uri(port_b, "ldap"));
 	env_open(&e, uris, "failover_primary_timeout=0.5", NULL);
-	struct ldap_domain_status st;
-	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "alice", 0), LDAP_LOOKUP_FOUND);
-	ldap_domain_get_status(e.ld, &st);
+	struct lprov_domain_status st;
+	assert_int_equal(look(&e, LPROV_LOOKUP_PWNAM, "alice", 0), LPROV_LOOKUP_FOUND);
+	lprov_domain_get_status(e.ld, &st);
 	assert_string_equal(st.server, uri(port_f, "ldap"));
 	stop("f");
-	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "bob", 0), LDAP_LOOKUP_FOUND);
-	ldap_domain_get_status(e.ld, &st);
+	assert_int_equal(look(&e, LPROV_LOOKUP_PWNAM, "bob", 0), LPROV_LOOKUP_FOUND);
+	lprov_domain_get_status(e.ld, &st);
 	assert_true(st.online);
 	assert_string_equal(st.server, uri(port_b, "ldap"));
 	start("f", port_f, "");
 	uint64_t until = idc_now_ns() + 700000000ull;
 	while (idc_now_ns() < until)
 		turn(&e, 50);
-	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "carol", 0), LDAP_LOOKUP_FOUND);
-	ldap_domain_get_status(e.ld, &st);
+	assert_int_equal(look(&e, LPROV_LOOKUP_PWNAM, "carol", 0), LPROV_LOOKUP_FOUND);
+	lprov_domain_get_status(e.ld, &st);
 	assert_string_equal(st.server, uri(port_f, "ldap")); /* back on the primary */
 	env_close(&e);
 }
@@ -564,26 +563,26 @@ static void test_tls(void **state)
 	snprintf(ca, sizeof(ca), "%s/certs/ca.pem", tmp);
 	snprintf(opt, sizeof(opt), "ldap_tls_cacert=%s", ca);
 	struct env e;
-	struct ldap_domain_status st;
+	struct lprov_domain_status st;
 	/* StartTLS, certificate verified against the test CA */
 	env_open(&e, uri(port_a, "ldap"), opt, "ldap_id_use_start_tls=true", NULL);
-	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "alice", 0), LDAP_LOOKUP_FOUND);
+	assert_int_equal(look(&e, LPROV_LOOKUP_PWNAM, "alice", 0), LPROV_LOOKUP_FOUND);
 	env_close(&e);
 	/* LDAPS */
 	env_open(&e, uri(port_as, "ldaps"), opt, NULL);
-	assert_int_equal(look(&e, LDAP_LOOKUP_INITGROUPS, "alice", 0), LDAP_LOOKUP_FOUND);
+	assert_int_equal(look(&e, LPROV_LOOKUP_INITGROUPS, "alice", 0), LPROV_LOOKUP_FOUND);
 	env_close(&e);
 	/* a certificate for another host name is refused */
 	env_open(&e, uri(port_w, "ldaps"), opt, NULL);
-	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "alice", 0), LDAP_LOOKUP_OFFLINE);
-	ldap_domain_get_status(e.ld, &st);
+	assert_int_equal(look(&e, LPROV_LOOKUP_PWNAM, "alice", 0), LPROV_LOOKUP_OFFLINE);
+	lprov_domain_get_status(e.ld, &st);
 	assert_false(st.online);
 	assert_non_null(strstr(st.last_error, "TLS handshake"));
 	env_close(&e);
 	/* StartTLS without the CA: the chain does not verify */
 	env_open(&e, uri(port_a, "ldap"), "ldap_id_use_start_tls=true", NULL);
-	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "alice", 0), LDAP_LOOKUP_OFFLINE);
-	ldap_domain_get_status(e.ld, &st);
+	assert_int_equal(look(&e, LPROV_LOOKUP_PWNAM, "alice", 0), LPROV_LOOKUP_OFFLINE);
+	lprov_domain_get_status(e.ld, &st);
 	assert_non_null(strstr(st.last_error, "StartTLS"));
 	env_close(&e);
 }
@@ -598,50 +597,48 @@ static void test_bind(void **state)
 	assert_int_equal(lh_sh("printf 'secret\\n' > %s && chmod 600 %s", pw, pw), 0);
 	/* a password over plain ldap:// needs the explicit override */
 	struct idc_diag d = {{0}};
-	struct ldap_domain *ld = NULL;
-	ldap_domain_config_init(&e.cfg, "dir");
-	assert_int_equal(ldap_domain_config_set(&e.cfg, "ldap_uri", uri(port_b, "ldap"), &d), 0);
-	assert_int_equal(ldap_domain_config_set(&e.cfg, "ldap_search_base", "dc=x", &d), 0);
-	assert_int_equal(ldap_domain_config_set(&e.cfg, "ldap_default_bind_dn", "cn=a,dc=x", &d),
-			 0);
-	assert_int_equal(ldap_domain_config_set(&e.cfg, "ldap_default_authtok_file", pw, &d), 0);
-	assert_int_equal(ldap_domain_new(&e.cfg, NULL, &ld, &d), -EINVAL);
+	struct lprov_domain *ld = NULL;
+	lprov_config_init(&e.cfg, "dir");
+	assert_int_equal(lprov_config_set(&e.cfg, "ldap_uri", uri(port_b, "ldap"), &d), 0);
+	assert_int_equal(lprov_config_set(&e.cfg, "ldap_search_base", "dc=x", &d), 0);
+	assert_int_equal(lprov_config_set(&e.cfg, "ldap_default_bind_dn", "cn=a,dc=x", &d), 0);
+	assert_int_equal(lprov_config_set(&e.cfg, "ldap_default_authtok_file", pw, &d), 0);
+	assert_int_equal(lprov_domain_new(&e.cfg, NULL, &ld, &d), -EINVAL);
 	assert_non_null(strstr(d.msg, "in clear"));
-	ldap_domain_config_free(&e.cfg);
+	lprov_config_free(&e.cfg);
 	env_open(&e, uri(port_b, "ldap"), "ldap_default_bind_dn=cn=admin,dc=example,dc=com", opt,
 		 "ldap_auth_disable_tls_never_use_in_production=true", NULL);
-	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "alice", 0), LDAP_LOOKUP_FOUND);
+	assert_int_equal(look(&e, LPROV_LOOKUP_PWNAM, "alice", 0), LPROV_LOOKUP_FOUND);
 	env_close(&e);
 	/* StartTLS: no override needed */
 	char caopt[160];
 	snprintf(caopt, sizeof(caopt), "ldap_tls_cacert=%s/certs/ca.pem", tmp);
 	env_open(&e, uri(port_a, "ldap"), "ldap_default_bind_dn=cn=admin,dc=example,dc=com", opt,
 		 caopt, "ldap_id_use_start_tls=true", NULL);
-	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "alice", 0), LDAP_LOOKUP_FOUND);
+	assert_int_equal(look(&e, LPROV_LOOKUP_PWNAM, "alice", 0), LPROV_LOOKUP_FOUND);
 	env_close(&e);
 	/* the secret handed over: the file is never opened (here it is gone) */
 	assert_int_equal(lh_sh("rm -f %s", pw), 0);
 	env_open(&e, uri(port_b, "ldap"), "ldap_default_bind_dn=cn=admin,dc=example,dc=com", opt,
 		 "authtok=secret", "ldap_auth_disable_tls_never_use_in_production=true", NULL);
-	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "alice", 0), LDAP_LOOKUP_FOUND);
+	assert_int_equal(look(&e, LPROV_LOOKUP_PWNAM, "alice", 0), LPROV_LOOKUP_FOUND);
 	env_close(&e);
 	/* the provider's own reading refuses a file group or others can read */
 	assert_int_equal(lh_sh("printf 'secret\\n' > %s && chmod 640 %s", pw, pw), 0);
-	ldap_domain_config_init(&e.cfg, "dir");
-	assert_int_equal(ldap_domain_config_set(&e.cfg, "ldap_uri", uri(port_b, "ldap"), &d), 0);
-	assert_int_equal(ldap_domain_config_set(&e.cfg, "ldap_search_base", "dc=x", &d), 0);
-	assert_int_equal(ldap_domain_config_set(&e.cfg, "ldap_default_bind_dn", "cn=a,dc=x", &d),
-			 0);
-	assert_int_equal(ldap_domain_config_set(&e.cfg, "ldap_default_authtok_file", pw, &d), 0);
-	assert_int_equal(ldap_domain_config_set(&e.cfg, "ldap_id_use_start_tls", "true", &d), 0);
-	assert_int_equal(ldap_domain_new(&e.cfg, NULL, &ld, &d), -EPERM);
-	ldap_domain_config_free(&e.cfg);
+	lprov_config_init(&e.cfg, "dir");
+	assert_int_equal(lprov_config_set(&e.cfg, "ldap_uri", uri(port_b, "ldap"), &d), 0);
+	assert_int_equal(lprov_config_set(&e.cfg, "ldap_search_base", "dc=x", &d), 0);
+	assert_int_equal(lprov_config_set(&e.cfg, "ldap_default_bind_dn", "cn=a,dc=x", &d), 0);
+	assert_int_equal(lprov_config_set(&e.cfg, "ldap_default_authtok_file", pw, &d), 0);
+	assert_int_equal(lprov_config_set(&e.cfg, "ldap_id_use_start_tls", "true", &d), 0);
+	assert_int_equal(lprov_domain_new(&e.cfg, NULL, &ld, &d), -EPERM);
+	lprov_config_free(&e.cfg);
 	assert_int_equal(lh_sh("printf 'wrong\\n' > %s && chmod 600 %s", pw, pw), 0);
 	env_open(&e, uri(port_b, "ldap"), "ldap_default_bind_dn=cn=admin,dc=example,dc=com", opt,
 		 "ldap_auth_disable_tls_never_use_in_production=true", NULL);
-	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "alice", 0), LDAP_LOOKUP_OFFLINE);
-	struct ldap_domain_status st;
-	ldap_domain_get_status(e.ld, &st);
+	assert_int_equal(look(&e, LPROV_LOOKUP_PWNAM, "alice", 0), LPROV_LOOKUP_OFFLINE);
+	struct lprov_domain_status st;
+	lprov_domain_get_status(e.ld, &st);
 	assert_non_null(strstr(st.last_error, "Invalid credentials"));
 	env_close(&e);
 }
@@ -651,12 +648,12 @@ static void test_offline(void **state)
 	(void)state;
 	struct env e;
 	env_open(&e, uri(port_f, "ldap"), "ldap_schema=rfc2307bis", "offline_timeout=0.3", NULL);
-	assert_int_equal(look(&e, LDAP_LOOKUP_INITGROUPS, "alice", 0), LDAP_LOOKUP_FOUND);
+	assert_int_equal(look(&e, LPROV_LOOKUP_INITGROUPS, "alice", 0), LPROV_LOOKUP_FOUND);
 	stop("f");
 	turn(&e, 50); /* the loop notices the closed connection */
 	uint64_t t0 = idc_now_ns();
-	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "alice", 0), LDAP_LOOKUP_OFFLINE);
-	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "unknown", 0), LDAP_LOOKUP_OFFLINE);
+	assert_int_equal(look(&e, LPROV_LOOKUP_PWNAM, "alice", 0), LPROV_LOOKUP_OFFLINE);
+	assert_int_equal(look(&e, LPROV_LOOKUP_PWNAM, "unknown", 0), LPROV_LOOKUP_OFFLINE);
 	assert_true(idc_now_ns() - t0 < 100000000ull); /* fast: no waiting per lookup */
 	/* what was cached is still there, expired or not */
 	assert_true(cached_user(&e, "alice", NULL));
@@ -664,8 +661,8 @@ static void test_offline(void **state)
 	lh_gids_of(e.cache, "dir", "alice", g, sizeof(g));
 	assert_string_equal(g, "20001,20010,20011,20014");
 	assert_false(cached_user(&e, "unknown", NULL));
-	struct ldap_domain_status st;
-	ldap_domain_get_status(e.ld, &st);
+	struct lprov_domain_status st;
+	lprov_domain_get_status(e.ld, &st);
 	assert_false(st.online);
 	assert_true(st.since > 0);
 	/* back: the probe finds the server again */
@@ -673,10 +670,10 @@ static void test_offline(void **state)
 	uint64_t until = idc_now_ns() + 5000000000ull;
 	do {
 		turn(&e, 50);
-		ldap_domain_get_status(e.ld, &st);
+		lprov_domain_get_status(e.ld, &st);
 	} while (!st.online && idc_now_ns() < until);
 	assert_true(st.online);
-	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "bob", 0), LDAP_LOOKUP_FOUND);
+	assert_int_equal(look(&e, LPROV_LOOKUP_PWNAM, "bob", 0), LPROV_LOOKUP_FOUND);
 	env_close(&e);
 }
 
@@ -695,7 +692,7 @@ static void test_silent_server(void **state)
 	env_open(&e, uri(port, "ldap"), "ldap_search_timeout=0.5", "ldap_network_timeout=0.5",
 		 NULL);
 	uint64_t t0 = idc_now_ns();
-	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "alice", 0), LDAP_LOOKUP_OFFLINE);
+	assert_int_equal(look(&e, LPROV_LOOKUP_PWNAM, "alice", 0), LPROV_LOOKUP_OFFLINE);
 	uint64_t ms = (idc_now_ns() - t0) / 1000000u;
 	assert_true(ms >= 400 && ms < 3000);
 	env_close(&e);
@@ -703,21 +700,21 @@ static void test_silent_server(void **state)
 	env_open(&e, uri(port, "ldap"), "ldap_network_timeout=0.5", "ldap_id_use_start_tls=true",
 		 NULL);
 	t0 = idc_now_ns();
-	assert_int_equal(look(&e, LDAP_LOOKUP_PWNAM, "alice", 0), LDAP_LOOKUP_OFFLINE);
+	assert_int_equal(look(&e, LPROV_LOOKUP_PWNAM, "alice", 0), LPROV_LOOKUP_OFFLINE);
 	ms = (idc_now_ns() - t0) / 1000000u;
 	assert_true(ms < 3000);
 	env_close(&e);
 	close(s);
 }
 
-/* Wait for a lookup started on a stalled server: every ldap_domain_process
+/* Wait for a lookup started on a stalled server: every lprov_domain_process
  * call returns at once; the answer (elapsed ms back) comes by the timer. */
 static uint64_t wait_stalled(struct env *e, struct done *d, uint64_t t0)
 {
 	uint64_t worst = 0, until = idc_now_ns() + 10000000000ull;
 	while (!d->calls && idc_now_ns() < until) {
 		int fd = -1;
-		if (ldap_domain_fds(e->ld, &fd, 1) == 0)
+		if (lprov_domain_fds(e->ld, &fd, 1) == 0)
 			fd = -1;
 		if (fd != e->cur) {
 			if (e->cur >= 0)
@@ -727,12 +724,12 @@ static uint64_t wait_stalled(struct env *e, struct done *d, uint64_t t0)
 				fd = -1;
 			e->cur = fd;
 		}
-		int64_t t = ldap_domain_next_timeout(e->ld);
+		int64_t t = lprov_domain_next_timeout(e->ld);
 		assert_true(t >= 0); /* the handshake's deadline is a timer */
 		struct epoll_event ev;
 		epoll_wait(e->ep, &ev, 1, t > 100 ? 100 : (int)t);
 		uint64_t p0 = idc_now_ns();
-		ldap_domain_process(e->ld);
+		lprov_domain_process(e->ld);
 		uint64_t took = idc_now_ns() - p0;
 		worst = took > worst ? took : worst;
 	}
@@ -759,29 +756,29 @@ static void test_stalled_handshake(void **state)
 	assert_int_equal(getsockname(s, (struct sockaddr *)&a, &len), 0);
 	int port = ntohs(a.sin_port);
 	struct env e;
-	struct ldap_domain_status st;
+	struct lprov_domain_status st;
 	/* plain bind, one server: pending at once, offline after the deadline */
 	env_open(&e, uri(port, "ldap"), "ldap_network_timeout=0.5",
 		 "ldap_default_bind_dn=cn=admin,dc=example,dc=com", "authtok=secret",
 		 "ldap_auth_disable_tls_never_use_in_production=true", NULL);
 	struct done d = {0, 0};
 	uint64_t t0 = idc_now_ns();
-	assert_int_equal(ldap_domain_lookup(e.ld, LDAP_LOOKUP_PWNAM, "alice", 0, on_done, &d),
-			 LDAP_LOOKUP_PENDING);
+	assert_int_equal(lprov_domain_lookup(e.ld, LPROV_LOOKUP_PWNAM, "alice", 0, on_done, &d),
+			 LPROV_LOOKUP_PENDING);
 	uint64_t call_ms = (idc_now_ns() - t0) / 1000000u;
-	printf("stalled bind: ldap_domain_lookup returned after %llu ms\n",
+	printf("stalled bind: lprov_domain_lookup returned after %llu ms\n",
 	       (unsigned long long)call_ms);
 	assert_true(call_ms < 100);
 	/* a second lookup meanwhile waits for the same connection */
 	struct done d2 = {0, 0};
-	assert_int_equal(ldap_domain_lookup(e.ld, LDAP_LOOKUP_GRNAM, "top", 0, on_done, &d2),
-			 LDAP_LOOKUP_PENDING);
+	assert_int_equal(lprov_domain_lookup(e.ld, LPROV_LOOKUP_GRNAM, "top", 0, on_done, &d2),
+			 LPROV_LOOKUP_PENDING);
 	uint64_t ms = wait_stalled(&e, &d, t0);
-	assert_int_equal(d.res, LDAP_LOOKUP_OFFLINE);
+	assert_int_equal(d.res, LPROV_LOOKUP_OFFLINE);
 	assert_int_equal(d2.calls, 1);
-	assert_int_equal(d2.res, LDAP_LOOKUP_OFFLINE);
+	assert_int_equal(d2.res, LPROV_LOOKUP_OFFLINE);
 	assert_true(ms >= 450 && ms < 3000);
-	ldap_domain_get_status(e.ld, &st);
+	lprov_domain_get_status(e.ld, &st);
 	assert_false(st.online);
 	assert_non_null(strstr(st.last_error, "bind"));
 	assert_non_null(strstr(st.last_error, "Timed out"));
@@ -794,13 +791,13 @@ static void test_stalled_handshake(void **state)
 		 "ldap_auth_disable_tls_never_use_in_production=true", NULL);
 	d = (struct done){0, 0};
 	t0 = idc_now_ns();
-	assert_int_equal(ldap_domain_lookup(e.ld, LDAP_LOOKUP_PWNAM, "alice", 0, on_done, &d),
-			 LDAP_LOOKUP_PENDING);
+	assert_int_equal(lprov_domain_lookup(e.ld, LPROV_LOOKUP_PWNAM, "alice", 0, on_done, &d),
+			 LPROV_LOOKUP_PENDING);
 	assert_true(idc_now_ns() - t0 < 100000000ull);
 	ms = wait_stalled(&e, &d, t0);
-	assert_int_equal(d.res, LDAP_LOOKUP_FOUND);
+	assert_int_equal(d.res, LPROV_LOOKUP_FOUND);
 	assert_true(ms >= 450 && ms < 3000);
-	ldap_domain_get_status(e.ld, &st);
+	lprov_domain_get_status(e.ld, &st);
 	assert_true(st.online);
 	assert_string_equal(st.server, uri(port_b, "ldap"));
 	assert_true(cached_user(&e, "alice", NULL));
@@ -810,13 +807,13 @@ static void test_stalled_handshake(void **state)
 		 NULL);
 	d = (struct done){0, 0};
 	t0 = idc_now_ns();
-	assert_int_equal(ldap_domain_lookup(e.ld, LDAP_LOOKUP_PWNAM, "alice", 0, on_done, &d),
-			 LDAP_LOOKUP_PENDING);
+	assert_int_equal(lprov_domain_lookup(e.ld, LPROV_LOOKUP_PWNAM, "alice", 0, on_done, &d),
+			 LPROV_LOOKUP_PENDING);
 	assert_true(idc_now_ns() - t0 < 100000000ull);
 	ms = wait_stalled(&e, &d, t0);
-	assert_int_equal(d.res, LDAP_LOOKUP_OFFLINE);
+	assert_int_equal(d.res, LPROV_LOOKUP_OFFLINE);
 	assert_true(ms >= 450 && ms < 3000);
-	ldap_domain_get_status(e.ld, &st);
+	lprov_domain_get_status(e.ld, &st);
 	assert_non_null(strstr(st.last_error, "StartTLS"));
 	env_close(&e);
 	close(s);
@@ -934,24 +931,24 @@ static uint64_t start_stalled(struct env *e, struct done *d)
 {
 	*d = (struct done){0, 0};
 	uint64_t t0 = idc_now_ns();
-	assert_int_equal(ldap_domain_lookup(e->ld, LDAP_LOOKUP_PWNAM, "alice", 0, on_done, d),
-			 LDAP_LOOKUP_PENDING);
+	assert_int_equal(lprov_domain_lookup(e->ld, LPROV_LOOKUP_PWNAM, "alice", 0, on_done, d),
+			 LPROV_LOOKUP_PENDING);
 	uint64_t ms = (idc_now_ns() - t0) / 1000000u;
-	printf("stalled TLS: ldap_domain_lookup returned after %llu ms\n", (unsigned long long)ms);
+	printf("stalled TLS: lprov_domain_lookup returned after %llu ms\n", (unsigned long long)ms);
 	assert_true(ms < 100);
 	return t0;
 }
 
 static void assert_error(struct env *e, const char *a, const char *b)
 {
-	struct ldap_domain_status st;
-	ldap_domain_get_status(e->ld, &st);
+	struct lprov_domain_status st;
+	lprov_domain_get_status(e->ld, &st);
 	if (!strstr(st.last_error, a) || !strstr(st.last_error, b))
 		fail_msg("last_error \"%s\": want \"%s\" and \"%s\"", st.last_error, a, b);
 }
 
 /* Servers that complete the TCP connect and then stall the TLS handshake:
- * the handshake runs off the loop (every ldap_domain_process call returns
+ * the handshake runs off the loop (every lprov_domain_process call returns
  * at once), its deadline (ldap_network_timeout) fails the server over to
  * the next URI, or the domain goes offline. First ldaps:// that never
  * answers the ClientHello. */
@@ -964,11 +961,11 @@ static void test_stalled_ldaps_handshake(void **state)
 	int mute = mute_listener(&port);
 	struct env e;
 	struct done d;
-	struct ldap_domain_status st;
+	struct lprov_domain_status st;
 	/* one server: offline after the deadline */
 	env_open(&e, uri(port, "ldaps"), ca, "ldap_network_timeout=0.5", NULL);
 	uint64_t ms = wait_stalled(&e, &d, start_stalled(&e, &d));
-	assert_int_equal(d.res, LDAP_LOOKUP_OFFLINE);
+	assert_int_equal(d.res, LPROV_LOOKUP_OFFLINE);
 	assert_true(ms >= 450 && ms < 3000);
 	assert_error(&e, "TLS handshake", "Timed out");
 	env_close(&e);
@@ -976,9 +973,9 @@ static void test_stalled_ldaps_handshake(void **state)
 	snprintf(uris, sizeof(uris), "%s,%s", uri(port, "ldaps"), uri(port_b, "ldap"));
 	env_open(&e, uris, ca, "ldap_network_timeout=0.5", NULL);
 	ms = wait_stalled(&e, &d, start_stalled(&e, &d));
-	assert_int_equal(d.res, LDAP_LOOKUP_FOUND);
+	assert_int_equal(d.res, LPROV_LOOKUP_FOUND);
 	assert_true(ms >= 450 && ms < 3000);
-	ldap_domain_get_status(e.ld, &st);
+	lprov_domain_get_status(e.ld, &st);
 	assert_string_equal(st.server, uri(port_b, "ldap"));
 	assert_true(cached_user(&e, "alice", NULL));
 	env_close(&e);
@@ -994,11 +991,11 @@ static void test_stalled_starttls_handshake(void **state)
 	int port = staller_start('s');
 	struct env e;
 	struct done d;
-	struct ldap_domain_status st;
+	struct lprov_domain_status st;
 	env_open(&e, uri(port, "ldap"), ca, "ldap_id_use_start_tls=true",
 		 "ldap_network_timeout=0.5", NULL);
 	uint64_t ms = wait_stalled(&e, &d, start_stalled(&e, &d));
-	assert_int_equal(d.res, LDAP_LOOKUP_OFFLINE);
+	assert_int_equal(d.res, LPROV_LOOKUP_OFFLINE);
 	assert_true(ms >= 450 && ms < 3000);
 	assert_error(&e, "TLS handshake after StartTLS", "Timed out");
 	env_close(&e);
@@ -1006,9 +1003,9 @@ static void test_stalled_starttls_handshake(void **state)
 	snprintf(uris, sizeof(uris), "%s,%s", uri(port, "ldap"), uri(port_a, "ldap"));
 	env_open(&e, uris, ca, "ldap_id_use_start_tls=true", "ldap_network_timeout=0.5", NULL);
 	ms = wait_stalled(&e, &d, start_stalled(&e, &d));
-	assert_int_equal(d.res, LDAP_LOOKUP_FOUND);
+	assert_int_equal(d.res, LPROV_LOOKUP_FOUND);
 	assert_true(ms >= 450 && ms < 3000);
-	ldap_domain_get_status(e.ld, &st);
+	lprov_domain_get_status(e.ld, &st);
 	assert_string_equal(st.server, uri(port_a, "ldap"));
 	env_close(&e);
 	stallers_stop();
@@ -1026,7 +1023,7 @@ static void test_partial_tls_reply(void **state)
 	struct done d;
 	env_open(&e, uri(port, "ldaps"), ca, "ldap_network_timeout=0.5", NULL);
 	uint64_t ms = wait_stalled(&e, &d, start_stalled(&e, &d));
-	assert_int_equal(d.res, LDAP_LOOKUP_OFFLINE);
+	assert_int_equal(d.res, LPROV_LOOKUP_OFFLINE);
 	assert_true(ms >= 450 && ms < 3000);
 	assert_error(&e, "TLS handshake", "Timed out");
 	env_close(&e);
@@ -1053,7 +1050,7 @@ static void test_free_during_tls_handshake(void **state)
 	uint64_t ms = (idc_now_ns() - t0) / 1000000u;
 	printf("domain freed during a stalled TLS handshake in %llu ms\n", (unsigned long long)ms);
 	assert_int_equal(d.calls, 1);
-	assert_int_equal(d.res, LDAP_LOOKUP_FAILED);
+	assert_int_equal(d.res, LPROV_LOOKUP_FAILED);
 	assert_true(ms < 1000);
 	close(mute);
 }

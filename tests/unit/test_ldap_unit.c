@@ -14,55 +14,55 @@
 
 #include <cmocka.h>
 
-#include "providers/ldap/ldap_int.h"
+#include "providers/ldap/lprov_int.h"
 
 static void test_options(void **state)
 {
 	(void)state;
-	struct ldap_domain_config c;
+	struct lprov_config c;
 	struct idc_diag d = {{0}};
-	assert_int_equal(ldap_domain_config_init(&c, "dir"), 0);
-	assert_int_equal(c.tls_reqcert, LDAP_DOM_REQCERT_DEMAND);
+	assert_int_equal(lprov_config_init(&c, "dir"), 0);
+	assert_int_equal(c.tls_reqcert, LPROV_REQCERT_DEMAND);
 	assert_false(c.enumerate);
-	assert_int_equal(
-	    ldap_domain_config_set(&c, "ldap_uri", "ldap://127.0.0.1:1, ldaps://h:2", &d), 0);
+	assert_int_equal(lprov_config_set(&c, "ldap_uri", "ldap://127.0.0.1:1, ldaps://h:2", &d),
+			 0);
 	assert_int_equal(c.nuris, 2);
 	assert_string_equal(c.uris[1], "ldaps://h:2");
-	assert_int_equal(ldap_domain_config_set(&c, "ldap_uri", "http://x", &d), -EINVAL);
-	assert_int_equal(ldap_domain_config_set(&c, "ldap_network_timeout", "0.25", &d), 0);
+	assert_int_equal(lprov_config_set(&c, "ldap_uri", "http://x", &d), -EINVAL);
+	assert_int_equal(lprov_config_set(&c, "ldap_network_timeout", "0.25", &d), 0);
 	assert_int_equal(c.network_timeout_ms, 250);
-	assert_int_equal(ldap_domain_config_set(&c, "ldap_search_timeout", "x", &d), -EINVAL);
-	assert_int_equal(ldap_domain_config_set(&c, "no_such_key", "1", &d), -ENOENT);
-	assert_int_equal(ldap_domain_config_set(&c, "ldap_schema", "rfc2307bis", &d), 0);
-	assert_string_equal(lp_attr(&c, LDAP_MAP_GROUP_MEMBER), "member");
-	assert_int_equal(ldap_domain_config_set(&c, "ldap_schema", "rfc2307", &d), 0);
-	assert_string_equal(lp_attr(&c, LDAP_MAP_GROUP_MEMBER), "memberUid");
-	assert_int_equal(ldap_domain_config_set(&c, "ldap_group_member", "uniqueMember", &d), 0);
-	assert_string_equal(lp_attr(&c, LDAP_MAP_GROUP_MEMBER), "uniqueMember");
-	assert_int_equal(ldap_domain_config_set(&c, "ldap_tls_reqcert", "never", &d), 0);
-	assert_int_equal(c.tls_reqcert, LDAP_DOM_REQCERT_NEVER);
-	assert_int_equal(ldap_domain_config_check(&c, &d), -EINVAL); /* no base */
-	assert_int_equal(ldap_domain_config_set(&c, "ldap_search_base", "dc=x", &d), 0);
-	assert_int_equal(ldap_domain_config_check(&c, &d), 0);
-	assert_int_equal(ldap_domain_config_set(&c, "ldap_default_bind_dn", "cn=a,dc=x", &d), 0);
-	assert_int_equal(ldap_domain_config_check(&c, &d), -EINVAL); /* no password file */
-	ldap_domain_config_free(&c);
+	assert_int_equal(lprov_config_set(&c, "ldap_search_timeout", "x", &d), -EINVAL);
+	assert_int_equal(lprov_config_set(&c, "no_such_key", "1", &d), -ENOENT);
+	assert_int_equal(lprov_config_set(&c, "ldap_schema", "rfc2307bis", &d), 0);
+	assert_string_equal(lp_attr(&c, LPROV_MAP_GROUP_MEMBER), "member");
+	assert_int_equal(lprov_config_set(&c, "ldap_schema", "rfc2307", &d), 0);
+	assert_string_equal(lp_attr(&c, LPROV_MAP_GROUP_MEMBER), "memberUid");
+	assert_int_equal(lprov_config_set(&c, "ldap_group_member", "uniqueMember", &d), 0);
+	assert_string_equal(lp_attr(&c, LPROV_MAP_GROUP_MEMBER), "uniqueMember");
+	assert_int_equal(lprov_config_set(&c, "ldap_tls_reqcert", "never", &d), 0);
+	assert_int_equal(c.tls_reqcert, LPROV_REQCERT_NEVER);
+	assert_int_equal(lprov_config_check(&c, &d), -EINVAL); /* no base */
+	assert_int_equal(lprov_config_set(&c, "ldap_search_base", "dc=x", &d), 0);
+	assert_int_equal(lprov_config_check(&c, &d), 0);
+	assert_int_equal(lprov_config_set(&c, "ldap_default_bind_dn", "cn=a,dc=x", &d), 0);
+	assert_int_equal(lprov_config_check(&c, &d), -EINVAL); /* no password file */
+	lprov_config_free(&c);
 }
 
 /* What a directory may make a request cost: defaults, sizes, checks. */
 static void test_limits(void **state)
 {
 	(void)state;
-	struct ldap_domain_config c;
+	struct lprov_config c;
 	struct idc_diag d = {{0}};
-	assert_int_equal(ldap_domain_config_init(&c, "dir"), 0);
+	assert_int_equal(lprov_config_init(&c, "dir"), 0);
 	assert_int_equal(c.max_reply_bytes, 64u << 20);
 	assert_int_equal(c.max_entries, 100000);
 	assert_int_equal(c.nesting_level, 32);
 	assert_int_equal(c.max_searches, 500);
 	assert_int_equal(c.max_memory, 128u << 20);
-	ldap_domain_config_set(&c, "ldap_uri", "ldap://127.0.0.1:1", &d);
-	ldap_domain_config_set(&c, "ldap_search_base", "dc=x", &d);
+	lprov_config_set(&c, "ldap_uri", "ldap://127.0.0.1:1", &d);
+	lprov_config_set(&c, "ldap_search_base", "dc=x", &d);
 	const struct {
 		const char *v;
 		int rc;
@@ -73,45 +73,45 @@ static void test_limits(void **state)
 		     {"99999999999", -EINVAL, 0}};
 	for (size_t i = 0; i < IDC_ARRAY_SIZE(sizes); i++) {
 		c.max_reply_bytes = 7;
-		assert_int_equal(ldap_domain_config_set(&c, "ldap_max_reply_size", sizes[i].v, &d),
+		assert_int_equal(lprov_config_set(&c, "ldap_max_reply_size", sizes[i].v, &d),
 				 sizes[i].rc);
 		assert_int_equal(c.max_reply_bytes, sizes[i].rc ? 7 : sizes[i].bytes);
 	}
-	assert_int_equal(ldap_domain_config_set(&c, "ldap_max_reply_size", "1k", &d), 0);
-	assert_int_equal(ldap_domain_config_check(&c, &d), -EINVAL); /* below LP_REPLY_MIN */
+	assert_int_equal(lprov_config_set(&c, "ldap_max_reply_size", "1k", &d), 0);
+	assert_int_equal(lprov_config_check(&c, &d), -EINVAL); /* below LP_REPLY_MIN */
 	assert_non_null(strstr(d.msg, "ldap_max_reply_size"));
-	assert_int_equal(ldap_domain_config_set(&c, "ldap_max_reply_size", "1M", &d), 0);
-	assert_int_equal(ldap_domain_config_check(&c, &d), 0);
-	assert_int_equal(ldap_domain_config_set(&c, "ldap_max_memory", "512k", &d), 0);
-	assert_int_equal(ldap_domain_config_check(&c, &d), -EINVAL); /* below LP_MEMORY_MIN */
-	assert_int_equal(ldap_domain_config_set(&c, "ldap_max_memory", "1G", &d), 0);
+	assert_int_equal(lprov_config_set(&c, "ldap_max_reply_size", "1M", &d), 0);
+	assert_int_equal(lprov_config_check(&c, &d), 0);
+	assert_int_equal(lprov_config_set(&c, "ldap_max_memory", "512k", &d), 0);
+	assert_int_equal(lprov_config_check(&c, &d), -EINVAL); /* below LP_MEMORY_MIN */
+	assert_int_equal(lprov_config_set(&c, "ldap_max_memory", "1G", &d), 0);
 	assert_int_equal(c.max_memory, 1u << 30);
-	assert_int_equal(ldap_domain_config_check(&c, &d), 0);
-	assert_int_equal(ldap_domain_config_set(&c, "ldap_max_entries", "0", &d), 0);
-	assert_int_equal(ldap_domain_config_check(&c, &d), -EINVAL);
-	assert_int_equal(ldap_domain_config_set(&c, "ldap_max_entries", "5", &d), 0);
-	assert_int_equal(ldap_domain_config_set(&c, "ldap_max_searches", "0", &d), 0);
-	assert_int_equal(ldap_domain_config_check(&c, &d), -EINVAL);
-	assert_int_equal(ldap_domain_config_set(&c, "ldap_max_searches", "7", &d), 0);
-	assert_int_equal(ldap_domain_config_set(&c, "ldap_group_nesting_level", "0", &d), 0);
-	assert_int_equal(ldap_domain_config_check(&c, &d), 0);
-	assert_int_equal(ldap_domain_config_set(&c, "ldap_group_nesting_level", "1001", &d), 0);
-	assert_int_equal(ldap_domain_config_check(&c, &d), -EINVAL);
-	assert_int_equal(ldap_domain_config_set(&c, "ldap_group_nesting_level", "x", &d), -EINVAL);
-	ldap_domain_config_free(&c);
+	assert_int_equal(lprov_config_check(&c, &d), 0);
+	assert_int_equal(lprov_config_set(&c, "ldap_max_entries", "0", &d), 0);
+	assert_int_equal(lprov_config_check(&c, &d), -EINVAL);
+	assert_int_equal(lprov_config_set(&c, "ldap_max_entries", "5", &d), 0);
+	assert_int_equal(lprov_config_set(&c, "ldap_max_searches", "0", &d), 0);
+	assert_int_equal(lprov_config_check(&c, &d), -EINVAL);
+	assert_int_equal(lprov_config_set(&c, "ldap_max_searches", "7", &d), 0);
+	assert_int_equal(lprov_config_set(&c, "ldap_group_nesting_level", "0", &d), 0);
+	assert_int_equal(lprov_config_check(&c, &d), 0);
+	assert_int_equal(lprov_config_set(&c, "ldap_group_nesting_level", "1001", &d), 0);
+	assert_int_equal(lprov_config_check(&c, &d), -EINVAL);
+	assert_int_equal(lprov_config_set(&c, "ldap_group_nesting_level", "x", &d), -EINVAL);
+	lprov_config_free(&c);
 }
 
 static void test_req_describe(void **state)
 {
 	(void)state;
 	char buf[96];
-	struct lp_req r = {.kind = LDAP_LOOKUP_PWNAM, .name = (char *)"alice"};
+	struct lp_req r = {.kind = LPROV_LOOKUP_PWNAM, .name = (char *)"alice"};
 	lp_req_describe(&r, buf, sizeof(buf));
 	assert_string_equal(buf, "getpwnam alice");
-	r = (struct lp_req){.kind = LDAP_LOOKUP_GRGID, .id = 42};
+	r = (struct lp_req){.kind = LPROV_LOOKUP_GRGID, .id = 42};
 	lp_req_describe(&r, buf, sizeof(buf));
 	assert_string_equal(buf, "getgrgid 42");
-	r = (struct lp_req){.kind = LDAP_LOOKUP_ENUMERATE};
+	r = (struct lp_req){.kind = LPROV_LOOKUP_ENUMERATE};
 	lp_req_describe(&r, buf, sizeof(buf));
 	assert_string_equal(buf, "enumeration");
 	r = (struct lp_req){.kind = LP_REFRESH};
@@ -177,14 +177,14 @@ static void test_map(void **state)
 /* ==== logged once ======================================================= */
 
 /* A domain that never connects (nothing listens on port 1). */
-static struct ldap_domain *quiet_domain(struct ldap_domain_config *cfg)
+static struct lprov_domain *quiet_domain(struct lprov_config *cfg)
 {
 	struct idc_diag d = {{0}};
-	struct ldap_domain *ld;
-	ldap_domain_config_init(cfg, "dir");
-	ldap_domain_config_set(cfg, "ldap_uri", "ldap://127.0.0.1:1", &d);
-	ldap_domain_config_set(cfg, "ldap_search_base", "dc=example,dc=com", &d);
-	assert_int_equal(ldap_domain_new(cfg, NULL, &ld, &d), 0);
+	struct lprov_domain *ld;
+	lprov_config_init(cfg, "dir");
+	lprov_config_set(cfg, "ldap_uri", "ldap://127.0.0.1:1", &d);
+	lprov_config_set(cfg, "ldap_search_base", "dc=example,dc=com", &d);
+	assert_int_equal(lprov_domain_new(cfg, NULL, &ld, &d), 0);
 	return ld;
 }
 
@@ -253,8 +253,8 @@ static void test_log_once_exact(void **state)
 {
 	(void)state;
 	enum { N = 12000 };
-	struct ldap_domain_config cfg;
-	struct ldap_domain *ld = quiet_domain(&cfg);
+	struct lprov_config cfg;
+	struct lprov_domain *ld = quiet_domain(&cfg);
 	unsigned *count = calloc(N + 1, sizeof(*count));
 	assert_non_null(count);
 	idc_log_init("test_ldap_unit", true, IDC_LOG_WARN);
@@ -280,8 +280,8 @@ static void test_log_once_exact(void **state)
 	assert_int_equal(nlines, N);
 	free(text);
 	free(count);
-	ldap_domain_free(ld);
-	ldap_domain_config_free(&cfg);
+	lprov_domain_free(ld);
+	lprov_config_free(&cfg);
 }
 
 /* Past LP_LOGGED_MAX distinct messages: one line says further ones are
@@ -291,8 +291,8 @@ static void test_log_once_cap(void **state)
 {
 	(void)state;
 	enum { N = LP_LOGGED_MAX + 3000 };
-	struct ldap_domain_config cfg;
-	struct ldap_domain *ld = quiet_domain(&cfg);
+	struct lprov_config cfg;
+	struct lprov_domain *ld = quiet_domain(&cfg);
 	unsigned *count = calloc(N, sizeof(*count));
 	assert_non_null(count);
 	idc_log_init("test_ldap_unit", true, IDC_LOG_WARN);
@@ -314,8 +314,8 @@ static void test_log_once_cap(void **state)
 	assert_true(ld->logged.mask + 1 <= 2 * (size_t)LP_LOGGED_MAX); /* 256 KiB at most */
 	free(text);
 	free(count);
-	ldap_domain_free(ld);
-	ldap_domain_config_free(&cfg);
+	lprov_domain_free(ld);
+	lprov_config_free(&cfg);
 }
 
 static void test_hset(void **state)
@@ -343,26 +343,26 @@ static void test_offline_without_server(void **state)
 	struct idc_diag d = {{0}};
 	struct cache_options co = {.nosync = true};
 	assert_int_equal(cache_open(dir, &co, &c, &d), 0);
-	struct ldap_domain_config cfg;
-	ldap_domain_config_init(&cfg, "dir");
-	ldap_domain_config_set(&cfg, "ldap_uri", "ldap://127.0.0.1:1", &d);
-	ldap_domain_config_set(&cfg, "ldap_search_base", "dc=example,dc=com", &d);
-	struct ldap_domain *ld;
-	assert_int_equal(ldap_domain_new(&cfg, c, &ld, &d), 0);
+	struct lprov_config cfg;
+	lprov_config_init(&cfg, "dir");
+	lprov_config_set(&cfg, "ldap_uri", "ldap://127.0.0.1:1", &d);
+	lprov_config_set(&cfg, "ldap_search_base", "dc=example,dc=com", &d);
+	struct lprov_domain *ld;
+	assert_int_equal(lprov_domain_new(&cfg, c, &ld, &d), 0);
 	uint64_t t0 = idc_now_ns();
-	assert_int_equal(ldap_domain_lookup(ld, LDAP_LOOKUP_PWNAM, "alice", 0, NULL, NULL),
-			 LDAP_LOOKUP_OFFLINE);
-	assert_int_equal(ldap_domain_lookup(ld, LDAP_LOOKUP_PWUID, NULL, 5, NULL, NULL),
-			 LDAP_LOOKUP_OFFLINE);
+	assert_int_equal(lprov_domain_lookup(ld, LPROV_LOOKUP_PWNAM, "alice", 0, NULL, NULL),
+			 LPROV_LOOKUP_OFFLINE);
+	assert_int_equal(lprov_domain_lookup(ld, LPROV_LOOKUP_PWUID, NULL, 5, NULL, NULL),
+			 LPROV_LOOKUP_OFFLINE);
 	assert_true(idc_now_ns() - t0 < 1000000000ull);
-	assert_int_equal(ldap_domain_lookup(ld, LDAP_LOOKUP_PWNAM, "bad:name", 0, NULL, NULL),
-			 LDAP_LOOKUP_NOTFOUND);
-	struct ldap_domain_status st;
-	ldap_domain_get_status(ld, &st);
+	assert_int_equal(lprov_domain_lookup(ld, LPROV_LOOKUP_PWNAM, "bad:name", 0, NULL, NULL),
+			 LPROV_LOOKUP_NOTFOUND);
+	struct lprov_domain_status st;
+	lprov_domain_get_status(ld, &st);
 	assert_false(st.online);
-	assert_true(ldap_domain_next_timeout(ld) > 0);
-	ldap_domain_free(ld);
-	ldap_domain_config_free(&cfg);
+	assert_true(lprov_domain_next_timeout(ld) > 0);
+	lprov_domain_free(ld);
+	lprov_config_free(&cfg);
 	cache_close(c);
 	char cmd[128];
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
@@ -380,7 +380,7 @@ static char *authtok_of(const char *path, const char *text, mode_t mode, int *rc
 	fclose(f);
 	assert_int_equal(chmod(path, mode), 0);
 	char *pw = NULL;
-	*rc = ldap_domain_read_authtok(path, (uid_t)-1, &pw, d);
+	*rc = lprov_read_authtok(path, (uid_t)-1, &pw, d);
 	return pw;
 }
 
@@ -405,10 +405,10 @@ static void test_authtok_file_policy(void **state)
 	assert_int_equal(rc, -EINVAL);
 	assert_non_null(strstr(d.msg, "empty"));
 	assert_int_equal(symlink(path, link), 0);
-	rc = ldap_domain_read_authtok(link, (uid_t)-1, &pw, &d);
+	rc = lprov_read_authtok(link, (uid_t)-1, &pw, &d);
 	assert_int_equal(rc, -ELOOP);
 	assert_non_null(strstr(d.msg, "symbolic link"));
-	rc = ldap_domain_read_authtok(dir, (uid_t)-1, &pw, &d);
+	rc = lprov_read_authtok(dir, (uid_t)-1, &pw, &d);
 	assert_int_equal(rc, -EINVAL);
 	assert_non_null(strstr(d.msg, "not a regular file"));
 	unlink(link);

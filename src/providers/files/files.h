@@ -2,12 +2,13 @@
  * files provider: passwd and group files turned into cache entries
  * (docs/DESIGN.md §6).
  *
- * Owns: snapshots — the parse of passwd/group bytes, their name tables and
- * the splicing of a re-parsed window into an old snapshot (parse.c) —, an
- * inotify watch on the configured files and the directories holding them
- * (watch.c),
- * and per domain the last applied snapshot plus the diff that turns a new
- * parse into one cache transaction (apply.c).
+ * Owns: snapshots — passwd/group lines parsed (parse.c) into records, their
+ * name tables and the splicing of a re-parsed window into an old snapshot
+ * (snapshot.c) —, an inotify watch on the configured files and the
+ * directories holding them (watch.c), and per domain the last applied
+ * snapshot plus the diff that turns a new parse into one cache transaction
+ * (apply.c), or, when a few lines of one file per kind changed, the
+ * re-parse and diff of those lines alone (partial.c).
  * May call: util, cache, libc.
  *
  * Parsing follows glibc's line parser (the one fgetpwent(3) and
@@ -274,31 +275,18 @@ int files_domain_refresh(struct files_domain *fd, struct cache *c, struct files_
 			 struct idc_diag *d);
 
 /* ---- change hook ----------------------------------------------------------------
- * After a refresh commits, the hook hears of every user and group whose
- * stored record changed: added (old_name NULL), removed (new_name NULL),
- * or changed in place (both set, and equal: records are matched by exact
- * name, so a rename is a removal and an addition). Content and position
- * both count: a record that moved against its neighbours changes which
- * entry answers a shared id and the order of a user's groups. Strings and
+ * After a refresh commits, the hook hears (struct cache_change,
+ * nested_changed always false) of every user and group whose stored record
+ * changed: added (old_name NULL), removed (new_name NULL), or changed in
+ * place (both set, and equal: records are matched by exact name, so a
+ * rename is a removal and an addition). Content and position both count:
+ * a record that moved against its neighbours (moved) changes which entry
+ * answers a shared id and the order of a user's groups. Never ch NULL. Strings and
  * member lists are valid during the call only. Nothing is reported for a
  * refresh that fails, finds the files unchanged, or re-stores records
- * whose content is what the cache held (files_domain_invalidate). */
-struct files_change {
-	bool group;                 /* else a user */
-	const char *old_name;       /* NULL: added */
-	const char *new_name;       /* NULL: removed */
-	uint32_t old_id, new_id;    /* uid or gid; valid with the name */
-	bool moved;                 /* both present, order changed */
-	const char *const *old_mem; /* groups: members before */
-	size_t nold_mem;
-	const char *const *new_mem; /* groups: members after */
-	size_t nnew_mem;
-};
-
-typedef void (*files_change_fn)(const struct files_change *ch, void *arg);
-
-/* Report the changes of later refreshes to fn(ch, arg); fn NULL: stop. */
-void files_domain_set_hook(struct files_domain *fd, files_change_fn fn, void *arg);
+ * whose content is what the cache held (files_domain_invalidate).
+ * Report the changes of later refreshes to fn(ch, arg); fn NULL: stop. */
+void files_domain_set_hook(struct files_domain *fd, cache_change_fn fn, void *arg);
 
 /* Whether a refresh may parse only the changed lines of a file (on by
  * default; the result is the same either way, which the tests check by

@@ -1,4 +1,5 @@
-/* Internals shared by the files provider's parse.c and apply.c. */
+/* Internals shared by the files provider's snapshot.c, apply.c and
+ * partial.c. */
 #ifndef IDC_FILES_INT_H
 #define IDC_FILES_INT_H
 
@@ -59,5 +60,60 @@ int files_snapshot_push_group(struct files_snapshot *s, const struct cache_group
 /* files_snapshot_user/group with the name's key (files_user.key) known. */
 long files_snapshot_find_user(const struct files_snapshot *s, const char *name, uint64_t key);
 long files_snapshot_find_group(const struct files_snapshot *s, const char *name, uint64_t key);
+
+/* ==== the domain, shared by apply.c and partial.c ============================== */
+
+struct files_domain {
+	char *name;
+	char **paths; /* passwd files, then group files */
+	size_t npasswd, ngroup;
+	uint32_t ttl;
+	struct files_snapshot *snap; /* last applied; NULL before the first */
+	uint64_t *applied;           /* per path: content hash in snap */
+	uint64_t *logged;            /* per path: content hash last parsed (and logged) */
+	char **raw;                  /* per path: the bytes snap was parsed from (NULL: none) */
+	size_t *rawlen;
+	cache_change_fn hook; /* told of each committed change; may be NULL */
+	bool no_partial;      /* files_domain_set_partial(false) */
+	void *hook_arg;
+};
+
+/* The domain's files as read by one refresh. */
+struct files_loaded {
+	char **buf; /* per path; NULL when absent */
+	size_t *len;
+	uint64_t *hash;
+};
+
+/* What one refresh writes: record indexes of the new snapshot to put, of
+ * the old one to delete. */
+struct files_plan {
+	size_t *put_u, nput_u, *del_u, ndel_u;
+	size_t *put_g, nput_g, *del_g, ndel_g;
+	bool extras[2]; /* users, groups: replace every extra record */
+};
+
+/* apply.c */
+/* order[i] holds the old order of record i or 0; keep the old orders that
+ * still increase and give the others orders between their neighbours.
+ * Returns true when there was no room and everything was renumbered. */
+bool files_assign_orders(uint64_t *order, size_t n);
+void files_plan_free(struct files_plan *p);
+bool files_plan_empty(const struct files_plan *p);
+int files_apply_plan(struct files_domain *fd, struct cache *c, const struct files_snapshot *old,
+		     const struct files_snapshot *ns, const struct files_plan *p,
+		     struct idc_diag *d);
+/* Tell the hook what the committed plan changed: removals first, as they
+ * were applied. */
+void files_report_plan(const struct files_domain *fd, const struct files_snapshot *old,
+		       const struct files_snapshot *ns, const struct files_plan *p);
+/* Take the loaded bytes as what the kept snapshot was parsed from. */
+void files_keep_raw(struct files_domain *fd, struct files_loaded *l);
+
+/* partial.c */
+/* The refresh through windows. 1 when it does not apply (nothing was
+ * done: the caller parses everything), else the refresh's result. */
+int files_partial_refresh(struct files_domain *fd, struct cache *c, struct files_loaded *l,
+			  struct files_refresh_stats *st, struct idc_diag *d);
 
 #endif

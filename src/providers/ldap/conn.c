@@ -18,14 +18,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "providers/ldap/ldap_int.h"
+#include "providers/ldap/lprov_int.h"
 
-const char *lp_server(const struct ldap_domain *ld)
+const char *lp_server(const struct lprov_domain *ld)
 {
 	return ld->conn ? ld->cfg.uris[ld->server] : "(no server)";
 }
 
-static void set_error(struct ldap_domain *ld, const char *uri, const char *what, int rc)
+static void set_error(struct lprov_domain *ld, const char *uri, const char *what, int rc)
 {
 	snprintf(ld->last_error, sizeof(ld->last_error), "%s: %s: %s", uri, what,
 		 ldap_err2string(rc));
@@ -47,16 +47,16 @@ static int set_max_incoming(LDAP *l, uint32_t max)
 
 /* libldap options for one handle; certificate checks apply to it alone
  * (NEWCTX builds a TLS context from this handle's settings). */
-static int set_options(struct ldap_domain *ld, LDAP *l)
+static int set_options(struct lprov_domain *ld, LDAP *l)
 {
-	const struct ldap_domain_config *c = &ld->cfg;
+	const struct lprov_config *c = &ld->cfg;
 	int v3 = LDAP_VERSION3;
 	struct timeval tv = {(time_t)(c->network_timeout_ms / 1000),
 			     (suseconds_t)(c->network_timeout_ms % 1000) * 1000};
-	int req = c->tls_reqcert == LDAP_DOM_REQCERT_NEVER   ? LDAP_OPT_X_TLS_NEVER
-		  : c->tls_reqcert == LDAP_DOM_REQCERT_ALLOW ? LDAP_OPT_X_TLS_ALLOW
-		  : c->tls_reqcert == LDAP_DOM_REQCERT_TRY   ? LDAP_OPT_X_TLS_TRY
-							     : LDAP_OPT_X_TLS_DEMAND;
+	int req = c->tls_reqcert == LPROV_REQCERT_NEVER   ? LDAP_OPT_X_TLS_NEVER
+		  : c->tls_reqcert == LPROV_REQCERT_ALLOW ? LDAP_OPT_X_TLS_ALLOW
+		  : c->tls_reqcert == LPROV_REQCERT_TRY   ? LDAP_OPT_X_TLS_TRY
+							  : LDAP_OPT_X_TLS_DEMAND;
 	int zero = 0;
 	int rc = ldap_set_option(l, LDAP_OPT_PROTOCOL_VERSION, &v3);
 	/* Referrals are not chased: the provider reads one directory. */
@@ -91,7 +91,7 @@ static bool is_ldaps(const char *uri)
 }
 
 /* The name of a setup step in messages (last_error, the log). */
-static const char *hs_step(const struct ldap_domain *ld, int hs)
+static const char *hs_step(const struct lprov_domain *ld, int hs)
 {
 	switch (hs) {
 	case LP_HS_CONNECT:
@@ -134,7 +134,7 @@ static void *tls_main(void *arg)
 }
 
 /* LP_HS_TLS: hand conn to a new helper thread. LDAP error code. */
-static int tls_start(struct ldap_domain *ld)
+static int tls_start(struct lprov_domain *ld)
 {
 	struct lp_tls *t = calloc(1, sizeof(*t));
 	if (!t)
@@ -172,7 +172,7 @@ static int tls_start(struct ldap_domain *ld)
 }
 
 /* Whether the helper thread has finished (it wrote its eventfd). */
-static bool tls_finished(struct ldap_domain *ld)
+static bool tls_finished(struct lprov_domain *ld)
 {
 	uint64_t n;
 	return read(ld->tls->done, &n, sizeof(n)) == (ssize_t)sizeof(n);
@@ -180,7 +180,7 @@ static bool tls_finished(struct ldap_domain *ld)
 
 /* Join the helper thread (finished, or about to), take conn back, and
  * return what ldap_install_tls returned. */
-static int tls_join(struct ldap_domain *ld)
+static int tls_join(struct lprov_domain *ld)
 {
 	struct lp_tls *t = ld->tls;
 	pthread_join(t->thread, NULL);
@@ -197,7 +197,7 @@ static int tls_join(struct ldap_domain *ld)
  * (libldap's poll, a blocking read or write inside the TLS library) return
  * at once, so the join is short. The socket itself stays open, conn's,
  * until conn is unbound. */
-static void tls_stop(struct ldap_domain *ld)
+static void tls_stop(struct lprov_domain *ld)
 {
 	if (!ld->tls)
 		return;
@@ -214,7 +214,7 @@ static void tls_stop(struct ldap_domain *ld)
 
 /* The setup of the current server failed at step: say why (with the
  * server's diagnostic when there is one) and drop the handle. */
-static void hs_error(struct ldap_domain *ld, const char *step, int rc)
+static void hs_error(struct lprov_domain *ld, const char *step, int rc)
 {
 	const char *uri = ld->cfg.uris[ld->server];
 	tls_stop(ld); /* conn is the helper's until joined */
@@ -236,7 +236,7 @@ static void hs_error(struct ldap_domain *ld, const char *step, int rc)
 /* The connection is ready. Offline, it is a probe: a rootDSE search must
  * come back (a server may accept and never answer). Online, what waited
  * for it goes out. */
-static void connected(struct ldap_domain *ld)
+static void connected(struct lprov_domain *ld)
 {
 	size_t k = ld->server;
 	ld->hs = LP_HS_NONE;
@@ -254,7 +254,7 @@ static void connected(struct ldap_domain *ld)
 
 /* Send the next step of the setup after `done`, or finish it. LDAP error
  * code (the caller fails the server). */
-static int hs_next(struct ldap_domain *ld, int done)
+static int hs_next(struct lprov_domain *ld, int done)
 {
 	bool ldaps = is_ldaps(ld->cfg.uris[ld->server]);
 	ld->hs_deadline_ns = idc_now_ns() + (uint64_t)ld->cfg.network_timeout_ms * 1000000u;
@@ -277,7 +277,7 @@ static int hs_next(struct ldap_domain *ld, int done)
 }
 
 /* LP_HS_CONNECT: 1 connected, 0 still in progress, else an LDAP error. */
-static int tcp_connected(struct ldap_domain *ld)
+static int tcp_connected(struct lprov_domain *ld)
 {
 	struct pollfd p = {.fd = ld->fd, .events = POLLOUT};
 	int n = poll(&p, 1, 0);
@@ -315,7 +315,7 @@ static char *plain_uri(const char *uri)
 /* Start the setup of uris[i]: TCP connect (in progress), then StartTLS by
  * message id, the TLS handshake (helper thread) and the bind by message
  * id. 0 started (or ready), else failed. */
-static int open_one(struct ldap_domain *ld, size_t i)
+static int open_one(struct lprov_domain *ld, size_t i)
 {
 	const char *uri = ld->cfg.uris[i];
 	LDAP *l = NULL;
@@ -363,7 +363,7 @@ static int open_one(struct ldap_domain *ld, size_t i)
 
 /* Start with the servers in order from first, each once, until one starts
  * its setup. -EHOSTUNREACH when none is left. */
-static int open_from(struct ldap_domain *ld, size_t first)
+static int open_from(struct lprov_domain *ld, size_t first)
 {
 	for (size_t k = first; k < ld->cfg.nuris; k++)
 		if (open_one(ld, k) == 0)
@@ -373,7 +373,7 @@ static int open_from(struct ldap_domain *ld, size_t first)
 
 /* The setup of the current server failed: the next one, or (none left)
  * offline; a probe that failed waits for the next one. */
-static void hs_fail(struct ldap_domain *ld, const char *step, int rc)
+static void hs_fail(struct lprov_domain *ld, const char *step, int rc)
 {
 	size_t next = ld->server + 1;
 	hs_error(ld, step, rc);
@@ -385,7 +385,7 @@ static void hs_fail(struct ldap_domain *ld, const char *step, int rc)
 
 /* LP_HS_STARTTLS, LP_HS_BIND: read the step's reply if it came. Whether
  * the step is over (the next one started, or the server failed). */
-static bool hs_reply(struct ldap_domain *ld, int step)
+static bool hs_reply(struct lprov_domain *ld, int step)
 {
 	struct timeval zero = {0, 0};
 	LDAPMessage *msg = NULL;
@@ -412,7 +412,7 @@ static bool hs_reply(struct ldap_domain *ld, int step)
 
 /* LP_HS_TLS: whether the helper thread finished (and the next step
  * started, or the server failed). */
-static bool hs_tls(struct ldap_domain *ld)
+static bool hs_tls(struct lprov_domain *ld)
 {
 	if (!tls_finished(ld))
 		return false;
@@ -424,7 +424,7 @@ static bool hs_tls(struct ldap_domain *ld)
 	return true;
 }
 
-void lp_conn_handshake(struct ldap_domain *ld, uint64_t now)
+void lp_conn_handshake(struct lprov_domain *ld, uint64_t now)
 {
 	if (!ld->conn || ld->hs == LP_HS_NONE)
 		return;
@@ -476,7 +476,7 @@ static void unbind_quietly(LDAP *l)
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
-void lp_conn_close(struct ldap_domain *ld)
+void lp_conn_close(struct lprov_domain *ld)
 {
 	tls_stop(ld);
 	lp_search_drop_all(ld);
@@ -488,7 +488,7 @@ void lp_conn_close(struct ldap_domain *ld)
 	ld->more = false;
 }
 
-int lp_conn_ensure(struct ldap_domain *ld)
+int lp_conn_ensure(struct lprov_domain *ld)
 {
 	if (!ld->online)
 		return -ENOTCONN;
@@ -500,7 +500,7 @@ int lp_conn_ensure(struct ldap_domain *ld)
 	return -ENOTCONN;
 }
 
-void lp_go_offline(struct ldap_domain *ld, const char *why)
+void lp_go_offline(struct lprov_domain *ld, const char *why)
 {
 	lp_conn_close(ld);
 	if (ld->online) {
@@ -511,10 +511,10 @@ void lp_go_offline(struct ldap_domain *ld, const char *why)
 			ld->cfg.name, why);
 	}
 	ld->next_probe_ns = idc_now_ns() + (uint64_t)ld->backoff_ms * 1000000u;
-	lp_req_finish_all(ld, LDAP_LOOKUP_OFFLINE);
+	lp_req_finish_all(ld, LPROV_LOOKUP_OFFLINE);
 }
 
-void lp_conn_fail(struct ldap_domain *ld, const char *why)
+void lp_conn_fail(struct lprov_domain *ld, const char *why)
 {
 	size_t next = ld->server + 1;
 	snprintf(ld->last_error, sizeof(ld->last_error), "%s: %s", lp_server(ld), why);
@@ -531,7 +531,7 @@ void lp_conn_fail(struct ldap_domain *ld, const char *why)
 }
 
 /* Offline: probe the servers from the primary (see connected). */
-static void probe(struct ldap_domain *ld, uint64_t now)
+static void probe(struct lprov_domain *ld, uint64_t now)
 {
 	uint64_t b = (uint64_t)ld->backoff_ms * 2;
 	ld->backoff_ms = b > LP_BACKOFF_MAX_MS ? LP_BACKOFF_MAX_MS : (uint32_t)b;
@@ -540,7 +540,7 @@ static void probe(struct ldap_domain *ld, uint64_t now)
 	open_from(ld, 0); /* connected() sends the rootDSE search */
 }
 
-void ldap_domain_retry_now(struct ldap_domain *ld)
+void lprov_domain_retry_now(struct lprov_domain *ld)
 {
 	if (ld->online)
 		return;
@@ -548,7 +548,7 @@ void ldap_domain_retry_now(struct ldap_domain *ld)
 	ld->next_probe_ns = idc_now_ns();
 }
 
-void lp_probe_answered(struct ldap_domain *ld)
+void lp_probe_answered(struct lprov_domain *ld)
 {
 	if (ld->online)
 		return;
@@ -560,7 +560,7 @@ void lp_probe_answered(struct ldap_domain *ld)
 
 /* Close idle connections the server ended, so a dead socket does not keep
  * epoll busy (libldap only notices when it reads for a request). */
-static void check_idle(struct ldap_domain *ld)
+static void check_idle(struct lprov_domain *ld)
 {
 	if (!ld->conn || ld->hs || ld->searches || ld->fd < 0)
 		return;
@@ -569,7 +569,7 @@ static void check_idle(struct ldap_domain *ld)
 		lp_conn_close(ld);
 }
 
-void lp_conn_timers(struct ldap_domain *ld, uint64_t now)
+void lp_conn_timers(struct lprov_domain *ld, uint64_t now)
 {
 	if (!ld->online && !ld->probe && !ld->hs && now >= ld->next_probe_ns) {
 		probe(ld, now);

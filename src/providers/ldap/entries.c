@@ -13,7 +13,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "providers/ldap/ldap_int.h"
+#include "providers/ldap/lprov_int.h"
 
 /* ==== containers ============================================================ */
 
@@ -149,7 +149,7 @@ void lp_hset_free(struct lp_hset *s)
 
 /* lp_log_once's work; remember: keep the message even when it is above
  * the log level. Whether it is new (not logged before). */
-static bool log_once_v(struct ldap_domain *ld, int level, bool remember, const char *fmt,
+static bool log_once_v(struct lprov_domain *ld, int level, bool remember, const char *fmt,
 		       va_list ap)
 {
 	if (level > idc_log_level() && !remember)
@@ -180,7 +180,7 @@ static bool log_once_v(struct ldap_domain *ld, int level, bool remember, const c
 	return true;
 }
 
-void lp_log_once(struct ldap_domain *ld, int level, const char *fmt, ...)
+void lp_log_once(struct lprov_domain *ld, int level, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -188,7 +188,7 @@ void lp_log_once(struct ldap_domain *ld, int level, const char *fmt, ...)
 	va_end(ap);
 }
 
-bool ldap_domain_log_once(struct ldap_domain *ld, int level, const char *fmt, ...)
+bool lprov_domain_log_once(struct lprov_domain *ld, int level, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -336,7 +336,7 @@ static bool id_value(const struct berval *bv, uint32_t *out)
 }
 
 struct ent {
-	struct ldap_domain *ld;
+	struct lprov_domain *ld;
 	LDAPMessage *msg;
 	struct idc_arena *a;
 	const char *dn, *ndn;
@@ -436,7 +436,7 @@ static const char *get_name(struct ent *e, const char *attr)
 
 static void add_user(struct ent *e, struct lp_req *r)
 {
-	struct ldap_domain *ld = e->ld;
+	struct lprov_domain *ld = e->ld;
 	const char *const *at = ld->attr;
 	char why[160];
 	if (lp_map_get(&r->udn, e->ndn))
@@ -449,29 +449,29 @@ static void add_user(struct ent *e, struct lp_req *r)
 	memset(u, 0, sizeof(*u));
 	u->dn = e->dn;
 	u->ndn = e->ndn;
-	u->name = get_name(e, at[LDAP_MAP_USER_NAME]);
+	u->name = get_name(e, at[LPROV_MAP_USER_NAME]);
 	bool ok = true;
 	if (!u->name) {
-		snprintf(why, sizeof(why), "no valid %s", at[LDAP_MAP_USER_NAME]);
+		snprintf(why, sizeof(why), "no valid %s", at[LPROV_MAP_USER_NAME]);
 		return bad(e, why);
 	}
-	if (!get_id(e, at[LDAP_MAP_USER_UID], &u->uid) ||
-	    !get_id(e, at[LDAP_MAP_USER_GID], &u->gid)) {
+	if (!get_id(e, at[LPROV_MAP_USER_UID], &u->uid) ||
+	    !get_id(e, at[LPROV_MAP_USER_GID], &u->gid)) {
 		snprintf(why, sizeof(why), "%s or %s missing or not a number",
-			 at[LDAP_MAP_USER_UID], at[LDAP_MAP_USER_GID]);
+			 at[LPROV_MAP_USER_UID], at[LPROV_MAP_USER_GID]);
 		return bad(e, why);
 	}
 	if (!lp_id_in_range(&ld->cfg, u->uid) || !lp_id_in_range(&ld->cfg, u->gid)) {
 		char range[64];
-		snprintf(why, sizeof(why), "%s %u or %s %u outside %s", at[LDAP_MAP_USER_UID],
-			 (unsigned)u->uid, at[LDAP_MAP_USER_GID], (unsigned)u->gid,
+		snprintf(why, sizeof(why), "%s %u or %s %u outside %s", at[LPROV_MAP_USER_UID],
+			 (unsigned)u->uid, at[LPROV_MAP_USER_GID], (unsigned)u->gid,
 			 lp_range_text(&ld->cfg, range, sizeof(range)));
 		return bad(e, why);
 	}
 	const char *bad_attr = "";
-	u->gecos = get_str(e, at[LDAP_MAP_USER_GECOS], true, &ok, &bad_attr);
-	u->dir = get_str(e, at[LDAP_MAP_USER_HOME], true, &ok, &bad_attr);
-	u->shell = get_str(e, at[LDAP_MAP_USER_SHELL], true, &ok, &bad_attr);
+	u->gecos = get_str(e, at[LPROV_MAP_USER_GECOS], true, &ok, &bad_attr);
+	u->dir = get_str(e, at[LPROV_MAP_USER_HOME], true, &ok, &bad_attr);
+	u->shell = get_str(e, at[LPROV_MAP_USER_SHELL], true, &ok, &bad_attr);
 	if (!ok) {
 		snprintf(why, sizeof(why),
 			 "%.40s is too long or holds a NUL, ':' or a control character", bad_attr);
@@ -497,8 +497,8 @@ static void add_user(struct ent *e, struct lp_req *r)
  * the DN is resolved by a search. */
 static const char *rdn_name(struct ent *e, const struct berval *bv)
 {
-	struct ldap_domain *ld = e->ld;
-	const char *attr = ld->attr[LDAP_MAP_USER_NAME], *p = bv->bv_val;
+	struct lprov_domain *ld = e->ld;
+	const char *attr = ld->attr[LPROV_MAP_USER_NAME], *p = bv->bv_val;
 	size_t alen = strlen(attr), len = bv->bv_len;
 	if (!ld->cfg.member_names_from_rdn || len <= alen + 1 || strncasecmp(p, attr, alen) ||
 	    p[alen] != '=')
@@ -582,7 +582,7 @@ static void add_members(struct ent *e, struct lp_group *g, const char *names_att
 
 static void add_group(struct ent *e, struct lp_req *r, bool ancestor)
 {
-	struct ldap_domain *ld = e->ld;
+	struct lprov_domain *ld = e->ld;
 	const char *const *at = ld->attr;
 	char why[160];
 	struct lp_group *g = lp_map_get(&r->gdn, e->ndn);
@@ -603,26 +603,26 @@ static void add_group(struct ent *e, struct lp_req *r, bool ancestor)
 	g->dn = e->dn;
 	g->ndn = e->ndn;
 	g->ancestor = ancestor;
-	g->name = get_name(e, at[LDAP_MAP_GROUP_NAME]);
+	g->name = get_name(e, at[LPROV_MAP_GROUP_NAME]);
 	if (!g->name) {
-		snprintf(why, sizeof(why), "no valid %s", at[LDAP_MAP_GROUP_NAME]);
+		snprintf(why, sizeof(why), "no valid %s", at[LPROV_MAP_GROUP_NAME]);
 		return bad(e, why);
 	}
-	if (!get_id(e, at[LDAP_MAP_GROUP_GID], &g->gid)) {
-		snprintf(why, sizeof(why), "%s missing or not a number", at[LDAP_MAP_GROUP_GID]);
+	if (!get_id(e, at[LPROV_MAP_GROUP_GID], &g->gid)) {
+		snprintf(why, sizeof(why), "%s missing or not a number", at[LPROV_MAP_GROUP_GID]);
 		return bad(e, why);
 	}
 	if (!lp_id_in_range(&ld->cfg, g->gid)) {
 		char range[64];
-		snprintf(why, sizeof(why), "%s %u outside %s", at[LDAP_MAP_GROUP_GID],
+		snprintf(why, sizeof(why), "%s %u outside %s", at[LPROV_MAP_GROUP_GID],
 			 (unsigned)g->gid, lp_range_text(&ld->cfg, range, sizeof(range)));
 		return bad(e, why);
 	}
 	if (!ld->cfg.ignore_group_members) {
-		if (ld->cfg.schema == LDAP_DOM_RFC2307)
-			add_members(e, g, at[LDAP_MAP_GROUP_MEMBER], NULL);
+		if (ld->cfg.schema == LPROV_RFC2307)
+			add_members(e, g, at[LPROV_MAP_GROUP_MEMBER], NULL);
 		else
-			add_members(e, g, "memberUid", at[LDAP_MAP_GROUP_MEMBER]);
+			add_members(e, g, "memberUid", at[LPROV_MAP_GROUP_MEMBER]);
 	}
 	int rc = lp_map_put(&r->gdn, g->ndn, g);
 	if (rc < 0 || (rc == 0 && lp_vec_push(&r->groups, g) < 0))
@@ -637,7 +637,7 @@ static bool has_class(struct berval **oc, const char *want)
 	return false;
 }
 
-void lp_entry(struct ldap_domain *ld, struct lp_search *s, LDAPMessage *msg)
+void lp_entry(struct lprov_domain *ld, struct lp_search *s, LDAPMessage *msg)
 {
 	struct lp_req *r = s->req;
 	if (!r || s->purpose == LP_S_PROBE)
@@ -658,8 +658,8 @@ void lp_entry(struct ldap_domain *ld, struct lp_search *s, LDAPMessage *msg)
 	if (!e.ndn)
 		return bad(&e, "DN syntax error");
 	struct berval **oc = values(&e, "objectClass");
-	bool user = has_class(oc, ld->attr[LDAP_MAP_USER_OC]);
-	bool group = has_class(oc, ld->attr[LDAP_MAP_GROUP_OC]);
+	bool user = has_class(oc, ld->attr[LPROV_MAP_USER_OC]);
+	bool group = has_class(oc, ld->attr[LPROV_MAP_GROUP_OC]);
 	ldap_value_free_len(oc);
 	if (user)
 		add_user(&e, r);

@@ -8,42 +8,42 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "providers/ldap/ldap_int.h"
+#include "providers/ldap/lprov_int.h"
 
-static const char *const map_keys[LDAP_MAP_COUNT] = {
-    [LDAP_MAP_USER_NAME] = "ldap_user_name",
-    [LDAP_MAP_USER_UID] = "ldap_user_uid_number",
-    [LDAP_MAP_USER_GID] = "ldap_user_gid_number",
-    [LDAP_MAP_USER_GECOS] = "ldap_user_gecos",
-    [LDAP_MAP_USER_HOME] = "ldap_user_home_directory",
-    [LDAP_MAP_USER_SHELL] = "ldap_user_shell",
-    [LDAP_MAP_USER_OC] = "ldap_user_object_class",
-    [LDAP_MAP_GROUP_NAME] = "ldap_group_name",
-    [LDAP_MAP_GROUP_GID] = "ldap_group_gid_number",
-    [LDAP_MAP_GROUP_MEMBER] = "ldap_group_member",
-    [LDAP_MAP_GROUP_OC] = "ldap_group_object_class",
+static const char *const map_keys[LPROV_MAP_COUNT] = {
+    [LPROV_MAP_USER_NAME] = "ldap_user_name",
+    [LPROV_MAP_USER_UID] = "ldap_user_uid_number",
+    [LPROV_MAP_USER_GID] = "ldap_user_gid_number",
+    [LPROV_MAP_USER_GECOS] = "ldap_user_gecos",
+    [LPROV_MAP_USER_HOME] = "ldap_user_home_directory",
+    [LPROV_MAP_USER_SHELL] = "ldap_user_shell",
+    [LPROV_MAP_USER_OC] = "ldap_user_object_class",
+    [LPROV_MAP_GROUP_NAME] = "ldap_group_name",
+    [LPROV_MAP_GROUP_GID] = "ldap_group_gid_number",
+    [LPROV_MAP_GROUP_MEMBER] = "ldap_group_member",
+    [LPROV_MAP_GROUP_OC] = "ldap_group_object_class",
 };
 
-static const char *const map_defaults[LDAP_MAP_COUNT] = {
+static const char *const map_defaults[LPROV_MAP_COUNT] = {
     "uid",          "uidNumber", "gidNumber", "gecos",     "homeDirectory", "loginShell",
     "posixAccount", "cn",        "gidNumber", "memberUid", "posixGroup",
 };
 
-const char *lp_attr(const struct ldap_domain_config *c, enum ldap_dom_attr a)
+const char *lp_attr(const struct lprov_config *c, enum lprov_attr a)
 {
 	if (c->map[a])
 		return c->map[a];
-	if (a == LDAP_MAP_GROUP_MEMBER && c->schema == LDAP_DOM_RFC2307BIS)
+	if (a == LPROV_MAP_GROUP_MEMBER && c->schema == LPROV_RFC2307BIS)
 		return "member";
 	return map_defaults[a];
 }
 
-bool lp_id_in_range(const struct ldap_domain_config *c, uint32_t id)
+bool lp_id_in_range(const struct lprov_config *c, uint32_t id)
 {
 	return id >= c->min_id && (c->max_id == 0 || id <= c->max_id);
 }
 
-const char *lp_range_text(const struct ldap_domain_config *c, char *buf, size_t cap)
+const char *lp_range_text(const struct lprov_config *c, char *buf, size_t cap)
 {
 	if (c->max_id == 0)
 		snprintf(buf, cap, "min_id %u.. (no max_id)", (unsigned)c->min_id);
@@ -53,13 +53,13 @@ const char *lp_range_text(const struct ldap_domain_config *c, char *buf, size_t 
 	return buf;
 }
 
-int ldap_domain_config_init(struct ldap_domain_config *c, const char *name)
+int lprov_config_init(struct lprov_config *c, const char *name)
 {
 	memset(c, 0, sizeof(*c));
 	c->name = strdup(name ? name : "");
 	if (!c->name)
 		return -ENOMEM;
-	c->tls_reqcert = LDAP_DOM_REQCERT_DEMAND;
+	c->tls_reqcert = LPROV_REQCERT_DEMAND;
 	c->network_timeout_ms = 6000;
 	c->search_timeout_ms = 6000;
 	c->page_size = 1000;
@@ -77,7 +77,7 @@ int ldap_domain_config_init(struct ldap_domain_config *c, const char *name)
 	return 0;
 }
 
-void ldap_domain_config_free(struct ldap_domain_config *c)
+void lprov_config_free(struct lprov_config *c)
 {
 	free(c->name);
 	for (size_t i = 0; i < c->nuris; i++)
@@ -85,7 +85,7 @@ void ldap_domain_config_free(struct ldap_domain_config *c)
 	free(c->search_base);
 	free(c->user_base);
 	free(c->group_base);
-	for (size_t i = 0; i < LDAP_MAP_COUNT; i++)
+	for (size_t i = 0; i < LPROV_MAP_COUNT; i++)
 		free(c->map[i]);
 	free(c->bind_dn);
 	free(c->authtok_file);
@@ -96,7 +96,7 @@ void ldap_domain_config_free(struct ldap_domain_config *c)
 	memset(c, 0, sizeof(*c));
 }
 
-int ldap_domain_config_set_authtok(struct ldap_domain_config *c, const char *secret, size_t len)
+int lprov_config_set_authtok(struct lprov_config *c, const char *secret, size_t len)
 {
 	char *p = malloc(len + 1);
 	if (!p)
@@ -147,7 +147,7 @@ static int authtok_file_ok(int fd, uid_t also_owner, struct idc_diag *d)
 	return 0;
 }
 
-int ldap_domain_read_authtok(const char *path, uid_t also_owner, char **out, struct idc_diag *d)
+int lprov_read_authtok(const char *path, uid_t also_owner, char **out, struct idc_diag *d)
 {
 	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
 	if (fd < 0 && errno == ELOOP)
@@ -263,9 +263,9 @@ static int parse_size(const char *v, uint32_t *out)
 
 /* ldap_uri: "ldap://a, ldaps://b" in failover order. A bad list leaves
  * the old one in place. */
-static int parse_uris(struct ldap_domain_config *c, const char *v)
+static int parse_uris(struct lprov_config *c, const char *v)
 {
-	char *uris[LDAP_DOM_URIS_MAX];
+	char *uris[LPROV_URIS_MAX];
 	size_t n = 0;
 	int rc = 0;
 	for (const char *p = v; *p && !rc;) {
@@ -274,7 +274,7 @@ static int parse_uris(struct ldap_domain_config *c, const char *v)
 		size_t len = strcspn(p, ", \t");
 		if (!len)
 			break;
-		if (n == LDAP_DOM_URIS_MAX ||
+		if (n == LPROV_URIS_MAX ||
 		    (strncasecmp(p, "ldap://", 7) && strncasecmp(p, "ldaps://", 8)))
 			rc = -EINVAL;
 		else if (!(uris[n++] = strndup(p, len)))
@@ -295,24 +295,24 @@ static int parse_uris(struct ldap_domain_config *c, const char *v)
 	return 0;
 }
 
-static int parse_reqcert(const char *v, enum ldap_dom_reqcert *out)
+static int parse_reqcert(const char *v, enum lprov_reqcert *out)
 {
 	static const char *const names[] = {"never", "allow", "try", "demand"};
 	for (size_t i = 0; i < IDC_ARRAY_SIZE(names); i++)
 		if (!strcasecmp(v, names[i])) {
-			*out = (enum ldap_dom_reqcert)i;
+			*out = (enum lprov_reqcert)i;
 			return 0;
 		}
 	if (!strcasecmp(v, "hard")) {
-		*out = LDAP_DOM_REQCERT_DEMAND;
+		*out = LPROV_REQCERT_DEMAND;
 		return 0;
 	}
 	return -EINVAL;
 }
 
-static int set_known(struct ldap_domain_config *c, const char *k, const char *v)
+static int set_known(struct lprov_config *c, const char *k, const char *v)
 {
-	for (size_t i = 0; i < LDAP_MAP_COUNT; i++)
+	for (size_t i = 0; i < LPROV_MAP_COUNT; i++)
 		if (!strcmp(k, map_keys[i]))
 			return *v ? set_str(&c->map[i], v) : -EINVAL;
 	if (!strcmp(k, "ldap_uri"))
@@ -325,9 +325,9 @@ static int set_known(struct ldap_domain_config *c, const char *k, const char *v)
 		return set_str(&c->group_base, v);
 	if (!strcmp(k, "ldap_schema")) {
 		if (!strcasecmp(v, "rfc2307"))
-			c->schema = LDAP_DOM_RFC2307;
+			c->schema = LPROV_RFC2307;
 		else if (!strcasecmp(v, "rfc2307bis"))
-			c->schema = LDAP_DOM_RFC2307BIS;
+			c->schema = LPROV_RFC2307BIS;
 		else
 			return -EINVAL;
 		return 0;
@@ -391,8 +391,7 @@ static int set_known(struct ldap_domain_config *c, const char *k, const char *v)
 	return -ENOENT;
 }
 
-int ldap_domain_config_set(struct ldap_domain_config *c, const char *key, const char *value,
-			   struct idc_diag *d)
+int lprov_config_set(struct lprov_config *c, const char *key, const char *value, struct idc_diag *d)
 {
 	int rc = set_known(c, key, value);
 	if (rc == -EINVAL)
@@ -407,7 +406,7 @@ int ldap_domain_config_set(struct ldap_domain_config *c, const char *key, const 
 	return rc;
 }
 
-int ldap_domain_config_check(const struct ldap_domain_config *c, struct idc_diag *d)
+int lprov_config_check(const struct lprov_config *c, struct idc_diag *d)
 {
 	if (!c->nuris)
 		return idc_diag_set(d, -EINVAL, "ldap_uri is required");

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "providers/ldap/ldap_int.h"
+#include "providers/ldap/lprov_int.h"
 
 void lp_search_free(struct lp_search *s)
 {
@@ -23,7 +23,7 @@ void lp_search_free(struct lp_search *s)
 	free(s);
 }
 
-static void unlink_search(struct ldap_domain *ld, struct lp_search *s)
+static void unlink_search(struct lprov_domain *ld, struct lp_search *s)
 {
 	for (struct lp_search **p = &ld->searches; *p; p = &(*p)->next)
 		if (*p == s) {
@@ -35,7 +35,7 @@ static void unlink_search(struct ldap_domain *ld, struct lp_search *s)
 }
 
 /* Send s (again, for the next page). LDAP error code. */
-static int send_one(struct ldap_domain *ld, struct lp_search *s)
+static int send_one(struct lprov_domain *ld, struct lp_search *s)
 {
 	LDAPControl *page = NULL, *ctrls[2] = {NULL, NULL};
 	if (s->paged) {
@@ -64,13 +64,13 @@ static int send_one(struct ldap_domain *ld, struct lp_search *s)
 void lp_req_describe(const struct lp_req *r, char *buf, size_t n)
 {
 	static const char *const what[] = {
-	    [LDAP_LOOKUP_PWNAM] = "getpwnam",        [LDAP_LOOKUP_PWUID] = "getpwuid",
-	    [LDAP_LOOKUP_GRNAM] = "getgrnam",        [LDAP_LOOKUP_GRGID] = "getgrgid",
-	    [LDAP_LOOKUP_INITGROUPS] = "initgroups", [LDAP_LOOKUP_ENUMERATE] = "enumeration",
+	    [LPROV_LOOKUP_PWNAM] = "getpwnam",        [LPROV_LOOKUP_PWUID] = "getpwuid",
+	    [LPROV_LOOKUP_GRNAM] = "getgrnam",        [LPROV_LOOKUP_GRGID] = "getgrgid",
+	    [LPROV_LOOKUP_INITGROUPS] = "initgroups", [LPROV_LOOKUP_ENUMERATE] = "enumeration",
 	};
 	if (r->kind == LP_REFRESH)
 		snprintf(buf, n, "refresh of expired entries");
-	else if (r->kind == LDAP_LOOKUP_ENUMERATE)
+	else if (r->kind == LPROV_LOOKUP_ENUMERATE)
 		snprintf(buf, n, "%s", what[r->kind]);
 	else if (r->name)
 		snprintf(buf, n, "%s %.64s", what[r->kind], r->name);
@@ -88,12 +88,12 @@ static size_t expect_for(const struct lp_req *r, enum lp_purpose purpose)
 	if (!r || purpose != LP_S_FIND)
 		return 0;
 	switch (r->kind) {
-	case LDAP_LOOKUP_PWNAM:
-	case LDAP_LOOKUP_GRNAM:
-	case LDAP_LOOKUP_INITGROUPS:
+	case LPROV_LOOKUP_PWNAM:
+	case LPROV_LOOKUP_GRNAM:
+	case LPROV_LOOKUP_INITGROUPS:
 		return 1;
-	case LDAP_LOOKUP_PWUID:
-	case LDAP_LOOKUP_GRGID:
+	case LPROV_LOOKUP_PWUID:
+	case LPROV_LOOKUP_GRGID:
 		return LP_SHARED_ID_MAX;
 	default:
 		return 0;
@@ -102,7 +102,7 @@ static size_t expect_for(const struct lp_req *r, enum lp_purpose purpose)
 
 /* ldap_max_searches: whether req may send one more search. When not, the
  * request is cut (it ends with what came) and that is logged once. */
-static bool budget_left(struct ldap_domain *ld, struct lp_req *req)
+static bool budget_left(struct lprov_domain *ld, struct lp_req *req)
 {
 	if (!req || req->nsent < ld->cfg.max_searches) {
 		if (req)
@@ -119,7 +119,7 @@ static bool budget_left(struct ldap_domain *ld, struct lp_req *req)
 	return false;
 }
 
-int lp_search_send(struct ldap_domain *ld, struct lp_req *req, enum lp_purpose purpose,
+int lp_search_send(struct lprov_domain *ld, struct lp_req *req, enum lp_purpose purpose,
 		   const char *base, int scope, const char *filter, bool paged)
 {
 	if (!ld->conn || ld->hs)
@@ -156,7 +156,7 @@ int lp_search_send(struct ldap_domain *ld, struct lp_req *req, enum lp_purpose p
 	return 0;
 }
 
-void lp_search_drop_all(struct ldap_domain *ld)
+void lp_search_drop_all(struct lprov_domain *ld)
 {
 	while (ld->searches) {
 		struct lp_search *s = ld->searches;
@@ -166,7 +166,7 @@ void lp_search_drop_all(struct ldap_domain *ld)
 	ld->probe = NULL;
 }
 
-static struct lp_search *find(struct ldap_domain *ld, int msgid)
+static struct lp_search *find(struct lprov_domain *ld, int msgid)
 {
 	for (struct lp_search *s = ld->searches; s; s = s->next)
 		if (s->msgid == msgid)
@@ -176,7 +176,7 @@ static struct lp_search *find(struct ldap_domain *ld, int msgid)
 
 /* The cookie of the paged results response; empty when this was the last
  * page. 0, or -EPROTO when a paged search came back without one. */
-static int next_cookie(struct ldap_domain *ld, struct lp_search *s, LDAPControl **ctrls)
+static int next_cookie(struct lprov_domain *ld, struct lp_search *s, LDAPControl **ctrls)
 {
 	free(s->cookie.bv_val);
 	s->cookie = (struct berval){0, NULL};
@@ -210,7 +210,7 @@ static bool benign(int err)
 
 /* s is over: unlink and free it; its request goes on when it was the
  * last of its wave. */
-static void search_done(struct ldap_domain *ld, struct lp_search *s)
+static void search_done(struct lprov_domain *ld, struct lp_search *s)
 {
 	unlink_search(ld, s);
 	struct lp_req *r = s->req;
@@ -226,7 +226,7 @@ static void search_done(struct ldap_domain *ld, struct lp_search *s)
 }
 
 /* The search is over (or needs its next page): finish it. */
-static void on_result(struct ldap_domain *ld, struct lp_search *s, LDAPMessage *msg)
+static void on_result(struct lprov_domain *ld, struct lp_search *s, LDAPMessage *msg)
 {
 	int err = LDAP_OTHER;
 	char *text = NULL;
@@ -257,7 +257,7 @@ static void on_result(struct ldap_domain *ld, struct lp_search *s, LDAPMessage *
 	ldap_controls_free(ctrls);
 	/* An enumeration commits page by page and lets the loop serve others
 	 * before the next page is read (never completes the request). */
-	if (benign(err) && s->req && s->req->kind == LDAP_LOOKUP_ENUMERATE)
+	if (benign(err) && s->req && s->req->kind == LPROV_LOOKUP_ENUMERATE)
 		lp_req_page(s->req);
 	if (again)
 		return;
@@ -272,7 +272,7 @@ static void on_result(struct ldap_domain *ld, struct lp_search *s, LDAPMessage *
 
 /* s returned more entries than it may: abandon it (libldap drops what
  * still comes for it) and end it with what came. */
-static void search_cut(struct ldap_domain *ld, struct lp_search *s)
+static void search_cut(struct lprov_domain *ld, struct lp_search *s)
 {
 	ldap_abandon_ext(ld->conn, s->msgid, NULL, NULL);
 	if (s->req)
@@ -283,7 +283,7 @@ static void search_cut(struct ldap_domain *ld, struct lp_search *s)
 /* ldap_max_memory: whether the requests in flight hold more than it for
  * what they read (their arenas: entries, values, DNs). Checked before
  * each entry, so the bound is passed by at most one message. */
-static bool over_memory(const struct ldap_domain *ld)
+static bool over_memory(const struct lprov_domain *ld)
 {
 	size_t held = 0;
 	for (const struct lp_req *r = ld->reqs; r; r = r->next)
@@ -292,7 +292,7 @@ static bool over_memory(const struct ldap_domain *ld)
 }
 
 /* A limit of the request cut it: logged once with the search it cut. */
-static void log_cut(struct ldap_domain *ld, const struct lp_search *s, const char *limit,
+static void log_cut(struct lprov_domain *ld, const struct lp_search *s, const char *limit,
 		    uint32_t value, const char *unit)
 {
 	char what[96];
@@ -307,7 +307,7 @@ static void log_cut(struct ldap_domain *ld, const struct lp_search *s, const cha
 
 /* Whether the entry msg is one more than s or its request may take
  * (logged once, with the DN for a search that expected fewer). */
-static bool entry_over(struct ldap_domain *ld, struct lp_search *s, LDAPMessage *msg)
+static bool entry_over(struct lprov_domain *ld, struct lp_search *s, LDAPMessage *msg)
 {
 	struct lp_req *r = s->req;
 	if (s->expect && ++s->nentries > s->expect) {
@@ -331,7 +331,7 @@ static bool entry_over(struct ldap_domain *ld, struct lp_search *s, LDAPMessage 
 	return r->cut; /* once cut, every search of the request ends at its next entry */
 }
 
-static void on_entry(struct ldap_domain *ld, struct lp_search *s, LDAPMessage *msg)
+static void on_entry(struct lprov_domain *ld, struct lp_search *s, LDAPMessage *msg)
 {
 	if (entry_over(ld, s, msg)) {
 		search_cut(ld, s);
@@ -348,7 +348,7 @@ static void on_entry(struct ldap_domain *ld, struct lp_search *s, LDAPMessage *m
 	}
 }
 
-static void on_message(struct ldap_domain *ld, LDAPMessage *msg)
+static void on_message(struct lprov_domain *ld, LDAPMessage *msg)
 {
 	struct lp_search *s = find(ld, ldap_msgid(msg));
 	if (!s)
@@ -371,7 +371,7 @@ static void on_message(struct ldap_domain *ld, LDAPMessage *msg)
 }
 
 /* ldap_result failed (errno as it left it): the connection is gone. */
-static void read_failed(struct ldap_domain *ld, int saved_errno)
+static void read_failed(struct lprov_domain *ld, int saved_errno)
 {
 	int err = LDAP_SERVER_DOWN;
 	ldap_get_option(ld->conn, LDAP_OPT_RESULT_CODE, &err);
@@ -390,7 +390,7 @@ static void read_failed(struct ldap_domain *ld, int saved_errno)
 		lp_conn_close(ld);
 }
 
-void lp_read(struct ldap_domain *ld)
+void lp_read(struct lprov_domain *ld)
 {
 	ld->more = false;
 	uint64_t t0 = idc_now_ns();
@@ -421,7 +421,7 @@ void lp_read(struct ldap_domain *ld)
 	ld->more = ld->conn != NULL; /* stopped at the slice or a page: come back at once */
 }
 
-void lp_search_deadlines(struct ldap_domain *ld, uint64_t now)
+void lp_search_deadlines(struct lprov_domain *ld, uint64_t now)
 {
 	for (struct lp_search *s = ld->searches; s; s = s->next)
 		if (now >= s->deadline_ns) {

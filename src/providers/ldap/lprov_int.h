@@ -1,13 +1,23 @@
 /*
- * ldap provider internals, shared by options.c, conn.c, search.c,
- * entries.c and request.c. Nothing here is API.
+ * lprov internals, shared by the provider's files. Nothing here is API.
+ *   options.c  configuration: keys, defaults, checks, the bind password file
+ *   conn.c     the connection: setup step by step, failover, offline, probes
+ *   search.c   searches in flight: sending, reading replies, deadlines, limits
+ *   entries.c  entries into parsed records; DNs, filters, log-once
+ *   request.c  the request state machine: lookups, coalescing, negative
+ *              cache, stepping from wave to wave, finishing
+ *   waves.c    the searches of one step
+ *   refresh.c  entries asked for again by name: refresh and verify
+ *   store.c    the answer into the cache, and what is gone from the directory
+ *   changes.c  change reports to the domain's hook
+ *   domain.c   the domain object: life cycle, timers, process, status
  */
-#ifndef IDC_LDAP_INT_H
-#define IDC_LDAP_INT_H
+#ifndef IDC_LPROV_INT_H
+#define IDC_LPROV_INT_H
 
-#include <ldap.h> /* OpenLDAP (the build does not put this directory on the path) */
+#include <ldap.h> /* OpenLDAP */
 
-#include "providers/ldap/ldap.h"
+#include "providers/ldap/lprov.h"
 
 #define LP_MEMBER_BATCH 250     /* RDN values per member-resolution search */
 #define LP_PARENT_BATCH 100     /* group DNs per parent search */
@@ -31,7 +41,7 @@
 #define LP_REFRESH_MAX    20000      /* names per kind one background refresh takes */
 /* The background refresh of expired entries (refresh_expired_interval):
  * a request kind of its own, never asked for by a caller. */
-#define LP_REFRESH ((enum ldap_lookup_kind)100)
+#define LP_REFRESH ((enum lprov_lookup_kind)100)
 
 /* ==== small containers ==================================================== */
 
@@ -107,14 +117,14 @@ struct lp_search {
 };
 
 struct lp_waiter {
-	ldap_lookup_cb cb;
+	lprov_lookup_cb cb;
 	void *arg;
 };
 
 struct lp_req {
 	struct lp_req *next;
-	struct ldap_domain *ld;
-	enum ldap_lookup_kind kind;
+	struct lprov_domain *ld;
+	enum lprov_lookup_kind kind;
 	char *name;
 	uint32_t id;
 	struct lp_waiter *w;
@@ -133,7 +143,7 @@ struct lp_req {
 	size_t users_stored;           /* enumeration: users committed page by page */
 	struct lp_vec ru, rg;          /* refresh, verify: user and group names (arena) */
 	int64_t refresh_sent;          /* refresh, verify: unix seconds its searches went out */
-	/* the verify wave (send_verify) went out: cached groups the answer
+	/* the verify wave (lp_wave_verify) went out: cached groups the answer
 	 * left out, asked for again by name into rg */
 	bool verified;
 	/* some search ended without LDAP_SUCCESS (referral, size or admin
@@ -155,10 +165,10 @@ struct lp_neg {
 	uint64_t expires_ns;
 };
 
-struct ldap_domain {
-	struct ldap_domain_config cfg;
+struct lprov_domain {
+	struct lprov_config cfg;
 	struct cache *cache;
-	const char *attr[LDAP_MAP_COUNT];
+	const char *attr[LPROV_MAP_COUNT];
 	const char *attrs[16]; /* requested in every search */
 	const char *ubase, *gbase;
 	char *password;
@@ -197,18 +207,18 @@ struct ldap_domain {
 	bool range_checked;    /* cached ids outside min_id..max_id dropped (once) */
 	size_t members_max;    /* member values kept per attribute (LP_MEMBERS_MAX) */
 	uint64_t hash_seed;
-	ldap_change_fn hook; /* ldap_domain_set_hook */
+	cache_change_fn hook; /* lprov_domain_set_hook */
 	void *hook_arg;
 	uint64_t nsearches, nlookups, njoined, nneg, ncommits;
 };
 
 /* options.c */
-const char *lp_attr(const struct ldap_domain_config *c, enum ldap_dom_attr a);
+const char *lp_attr(const struct lprov_config *c, enum lprov_attr a);
 /* Whether id lies in min_id..max_id (max_id 0: no upper limit). */
-bool lp_id_in_range(const struct ldap_domain_config *c, uint32_t id);
+bool lp_id_in_range(const struct lprov_config *c, uint32_t id);
 /* The range in words for messages, into buf: "min_id 1..max_id 5000", or
  * "min_id 1.. (no max_id)" when max_id is 0 (no upper bound, not 0). */
-const char *lp_range_text(const struct ldap_domain_config *c, char *buf, size_t cap);
+const char *lp_range_text(const struct lprov_config *c, char *buf, size_t cap);
 
 /* conn.c */
 /* Connection setup, step by step, never waiting on the network: the TLS
@@ -218,32 +228,32 @@ enum lp_hs { LP_HS_NONE, LP_HS_CONNECT, LP_HS_STARTTLS, LP_HS_TLS, LP_HS_BIND };
 #define LP_HS_POLL_MS 10 /* LP_HS_CONNECT: how often the socket is checked */
 /* Advance the setup (a reply came, the socket connected, the step's
  * deadline passed: next server). */
-void lp_conn_handshake(struct ldap_domain *ld, uint64_t now);
-int lp_conn_ensure(struct ldap_domain *ld);
+void lp_conn_handshake(struct lprov_domain *ld, uint64_t now);
+int lp_conn_ensure(struct lprov_domain *ld);
 /* Drop conn; a TLS handshake in progress is ended first (its socket shut
  * down, its thread joined), so no thread outlives the call. */
-void lp_conn_close(struct ldap_domain *ld);
+void lp_conn_close(struct lprov_domain *ld);
 /* The server failed (timeout, connection lost): drop it, restart what was
  * in flight on the next one, or go offline. */
-void lp_conn_fail(struct ldap_domain *ld, const char *why);
-void lp_go_offline(struct ldap_domain *ld, const char *why);
-void lp_conn_timers(struct ldap_domain *ld, uint64_t now);
-void lp_probe_answered(struct ldap_domain *ld);
-const char *lp_server(const struct ldap_domain *ld);
+void lp_conn_fail(struct lprov_domain *ld, const char *why);
+void lp_go_offline(struct lprov_domain *ld, const char *why);
+void lp_conn_timers(struct lprov_domain *ld, uint64_t now);
+void lp_probe_answered(struct lprov_domain *ld);
+const char *lp_server(const struct lprov_domain *ld);
 
 /* search.c */
-int lp_search_send(struct ldap_domain *ld, struct lp_req *req, enum lp_purpose purpose,
+int lp_search_send(struct lprov_domain *ld, struct lp_req *req, enum lp_purpose purpose,
 		   const char *base, int scope, const char *filter, bool paged);
 void lp_search_free(struct lp_search *s);
-void lp_read(struct ldap_domain *ld);
-void lp_search_deadlines(struct ldap_domain *ld, uint64_t now);
+void lp_read(struct lprov_domain *ld);
+void lp_search_deadlines(struct lprov_domain *ld, uint64_t now);
 /* Unlink and free every search (the connection is gone). */
-void lp_search_drop_all(struct ldap_domain *ld);
+void lp_search_drop_all(struct lprov_domain *ld);
 /* "getpwnam NAME", "enumeration"...: r in log messages, into buf. */
 void lp_req_describe(const struct lp_req *r, char *buf, size_t n);
 
 /* entries.c */
-void lp_entry(struct ldap_domain *ld, struct lp_search *s, LDAPMessage *msg);
+void lp_entry(struct lprov_domain *ld, struct lp_search *s, LDAPMessage *msg);
 /* Normalized DN (lower case, LDAPv3 string form) in arena, or NULL when dn
  * is not a DN. */
 char *lp_dn_normalize(struct idc_arena *a, const char *dn, size_t len);
@@ -257,16 +267,99 @@ int lp_filter_escape(struct idc_buf *b, const char *v, size_t n);
  * after LP_LOGGED_MAX distinct messages, new ones are dropped (one line
  * says so), repeats stay silent. Messages above the log level are neither
  * logged nor remembered. */
-void lp_log_once(struct ldap_domain *ld, int level, const char *fmt, ...)
+void lp_log_once(struct lprov_domain *ld, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* request.c */
+/* request.c: the request state machine */
 void lp_req_searched(struct lp_req *r); /* a search of r finished */
 /* A page of an enumeration arrived: commit what it completed. */
 void lp_req_page(struct lp_req *r);
 /* The connection is ready: send what waited for it, restart what was in
  * flight on a server that failed. */
-void lp_req_restart_all(struct ldap_domain *ld);
-void lp_req_finish_all(struct ldap_domain *ld, enum ldap_lookup_result res);
+void lp_req_restart_all(struct lprov_domain *ld);
+void lp_req_finish_all(struct lprov_domain *ld, enum lprov_lookup_result res);
+/* The request in flight for (kind, name, id), or NULL. */
+struct lp_req *lp_req_find(struct lprov_domain *ld, enum lprov_lookup_kind kind, const char *name,
+			   uint32_t id);
+/* Join an identical request in flight, or start one (no negative cache,
+ * no checks of name or id: lprov_domain_lookup's job). */
+enum lprov_lookup_result lp_req_start(struct lprov_domain *ld, enum lprov_lookup_kind kind,
+				      const char *name, uint32_t id, lprov_lookup_cb cb, void *arg);
+
+/* waves.c: the searches of one step; 0 or what lp_search_send returns
+ * (-E2BIG once ldap_max_searches is spent) */
+int lp_wave_find(struct lp_req *r);
+int lp_wave_enum(struct lp_req *r, bool groups);
+int lp_wave_groups_of(struct lp_req *r);
+/* Groups that have one of r->parentq as a member (empties parentq). */
+int lp_wave_parents(struct lp_req *r);
+/* The member DNs of r->memq (empties memq). */
+int lp_wave_members(struct lp_req *r);
+/* The users (group false) or groups named in v. */
+int lp_wave_by_names(struct lp_req *r, bool group, const struct lp_vec *v);
+/* Queue the parents and members of groups found since the last wave. */
+int lp_wave_queue_groups(struct lp_req *r);
+
+/* refresh.c: entries asked for again by name */
+int lp_wave_refresh(struct lp_req *r);
+int lp_wave_verify(struct lp_req *r);
+
+/* store.c: the answer into the cache */
+/* What was found and not yet committed, in one transaction; what the
+ * directory no longer has is removed. page: an enumeration's intermediate
+ * commit. */
+int lp_store(struct lp_req *r, enum lprov_lookup_result res, bool page, struct idc_diag *d);
+/* Whether a and b name one entry of the cache. */
+bool lp_name_eq(const char *a, const char *b);
+/* name as the cache keys it (CACHE_NAMES_STORED), in a; NULL: no memory. */
+char *lp_fold_name(struct idc_arena *a, const char *name);
+/* Folded names (lp_fold_name) of the users or groups of the answer. */
+int lp_answered_names(struct lp_req *r, bool group, struct lp_map *out);
+/* Whether g goes into this transaction (page: an enumeration page). */
+bool lp_group_due(const struct lp_req *r, const struct lp_group *g, bool page);
+
+/* changes.c: change reports (lprov_domain_set_hook) */
+/* One side of a change: a record as the cache held it before the
+ * transaction or as it was stored (strings in the tracker's arena or the
+ * request's). */
+struct lp_rec {
+	bool present;
+	const char *name;
+	uint32_t id;
+	const char **mem, **nested; /* groups: member users, member groups */
+	size_t nmem, nnested;
+};
+
+/* An entry the directory no longer has, removed by lp_store(): the name a
+ * lookup by name did not find, or a name a refresh asked for that its
+ * complete answer did not hold (collect_gone). */
+struct lp_gone {
+	const char *name;
+	bool group;
+	bool deleted;      /* by this transaction */
+	struct lp_rec old; /* as the cache held it (when tracking) */
+};
+
+struct lp_gone_list {
+	struct lp_gone *v;
+	size_t n;
+};
+
+/* What one lp_store() needs to tell the hook: the records before (read
+ * before the transaction begins) and after, for the users and groups it
+ * writes and the entries it deletes. */
+struct lp_track {
+	bool on;      /* a hook is set */
+	bool unknown; /* something could not be read or kept: report NULL */
+	struct idc_arena a;
+	struct lp_rec *uold, *unew; /* per user from users_stored */
+	struct lp_rec *gold, *gnew; /* per group index */
+};
+
+/* The records as the cache holds them before the transaction. */
+void lp_track_begin(struct lp_req *r, struct lp_track *tr, bool page, struct lp_gone_list *gl);
+/* After the commit: tell the hook what changed. */
+void lp_track_report(struct lp_req *r, struct lp_track *tr, struct lp_gone_list *gl);
+void lp_track_free(struct lp_track *tr);
 
 #endif

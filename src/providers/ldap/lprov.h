@@ -1,24 +1,25 @@
 /*
- * ldap provider: users and groups from LDAP directories into the cache
- * (docs/DESIGN.md §6), for a single-threaded epoll daemon.
+ * lprov, the LDAP provider: users and groups from LDAP directories into
+ * the cache (docs/DESIGN.md §6), for a single-threaded epoll daemon.
  *
  * Owns: one libldap connection per domain (a URI list with failover), the
  * in-flight lookups (identical ones coalesced), an in-memory negative
  * cache, and the online/offline state.
  * May call: cache, util, libldap/liblber, libc.
  *
- * Include as "providers/ldap/ldap.h": OpenLDAP's own header is <ldap.h>.
+ * Names: lprov_ / LPROV_ here, lp_ / LP_ inside (lprov_int.h); ldap_ and
+ * LDAP_ stay libldap's. This header needs no libldap headers.
  *
  * Wiring into an epoll loop:
- *   ldap_domain_new(cfg, cache) once per domain;
- *   after every ldap_domain_* call, ldap_domain_fds() tells which
+ *   lprov_domain_new(cfg, cache) once per domain;
+ *   after every lprov_domain_* call, lprov_domain_fds() tells which
  *     descriptors to watch for EPOLLIN (the set changes on reconnect) and
- *     ldap_domain_next_timeout() when to call ldap_domain_process() even
+ *     lprov_domain_next_timeout() when to call lprov_domain_process() even
  *     without an event (search deadlines, offline probes, failback);
- *   on EPOLLIN or the timeout: ldap_domain_process().
- *   A cache miss or an expired entry: ldap_domain_lookup(); when it
- *   returns LDAP_LOOKUP_PENDING the callback runs later, from
- *   ldap_domain_process() (or ldap_domain_free(), with LDAP_LOOKUP_FAILED),
+ *   on EPOLLIN or the timeout: lprov_domain_process().
+ *   A cache miss or an expired entry: lprov_domain_lookup(); when it
+ *   returns LPROV_LOOKUP_PENDING the callback runs later, from
+ *   lprov_domain_process() (or lprov_domain_free(), with LPROV_LOOKUP_FAILED),
  *   after which the answer is read from the cache.
  *
  * Blocking: nothing blocks the caller's loop. Searches and their results
@@ -30,14 +31,14 @@
  * thread the loop hears from through an eventfd; each step has
  * ldap_network_timeout as its deadline.
  *
- * Bounded work: one ldap_domain_process() reads a slice of messages
+ * Bounded work: one lprov_domain_process() reads a slice of messages
  * (LP_TURN_MSGS or LP_TURN_MS) and commits a large answer as it comes;
  * what one server can make a request cost is capped (ldap_max_reply_size
  * per message, ldap_max_entries, ldap_max_searches,
- * ldap_group_nesting_level, ldap_max_memory: see ldap_domain_config).
+ * ldap_group_nesting_level, ldap_max_memory: see lprov_config).
  */
-#ifndef IDC_LDAP_PROVIDER_H
-#define IDC_LDAP_PROVIDER_H
+#ifndef IDC_LPROV_H
+#define IDC_LPROV_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -48,54 +49,54 @@
 
 /* ==== configuration ====================================================== */
 
-enum ldap_dom_schema { LDAP_DOM_RFC2307 = 0, LDAP_DOM_RFC2307BIS };
+enum lprov_schema { LPROV_RFC2307 = 0, LPROV_RFC2307BIS };
 
 /* ldap_tls_reqcert values, as libldap's LDAP_OPT_X_TLS_* levels. */
-enum ldap_dom_reqcert {
-	LDAP_DOM_REQCERT_NEVER = 0,
-	LDAP_DOM_REQCERT_ALLOW,
-	LDAP_DOM_REQCERT_TRY,
-	LDAP_DOM_REQCERT_DEMAND
+enum lprov_reqcert {
+	LPROV_REQCERT_NEVER = 0,
+	LPROV_REQCERT_ALLOW,
+	LPROV_REQCERT_TRY,
+	LPROV_REQCERT_DEMAND
 };
 
-/* Attribute maps, indexes into ldap_domain_config.map. */
-enum ldap_dom_attr {
-	LDAP_MAP_USER_NAME = 0, /* ldap_user_name: uid */
-	LDAP_MAP_USER_UID,      /* ldap_user_uid_number: uidNumber */
-	LDAP_MAP_USER_GID,      /* ldap_user_gid_number: gidNumber */
-	LDAP_MAP_USER_GECOS,    /* ldap_user_gecos: gecos */
-	LDAP_MAP_USER_HOME,     /* ldap_user_home_directory: homeDirectory */
-	LDAP_MAP_USER_SHELL,    /* ldap_user_shell: loginShell */
-	LDAP_MAP_USER_OC,       /* ldap_user_object_class: posixAccount */
-	LDAP_MAP_GROUP_NAME,    /* ldap_group_name: cn */
-	LDAP_MAP_GROUP_GID,     /* ldap_group_gid_number: gidNumber */
-	LDAP_MAP_GROUP_MEMBER,  /* ldap_group_member: memberUid / member (2307bis) */
-	LDAP_MAP_GROUP_OC,      /* ldap_group_object_class: posixGroup */
-	LDAP_MAP_COUNT
+/* Attribute maps, indexes into lprov_config.map. */
+enum lprov_attr {
+	LPROV_MAP_USER_NAME = 0, /* ldap_user_name: uid */
+	LPROV_MAP_USER_UID,      /* ldap_user_uid_number: uidNumber */
+	LPROV_MAP_USER_GID,      /* ldap_user_gid_number: gidNumber */
+	LPROV_MAP_USER_GECOS,    /* ldap_user_gecos: gecos */
+	LPROV_MAP_USER_HOME,     /* ldap_user_home_directory: homeDirectory */
+	LPROV_MAP_USER_SHELL,    /* ldap_user_shell: loginShell */
+	LPROV_MAP_USER_OC,       /* ldap_user_object_class: posixAccount */
+	LPROV_MAP_GROUP_NAME,    /* ldap_group_name: cn */
+	LPROV_MAP_GROUP_GID,     /* ldap_group_gid_number: gidNumber */
+	LPROV_MAP_GROUP_MEMBER,  /* ldap_group_member: memberUid / member (2307bis) */
+	LPROV_MAP_GROUP_OC,      /* ldap_group_object_class: posixGroup */
+	LPROV_MAP_COUNT
 };
 
-#define LDAP_DOM_URIS_MAX 16
+#define LPROV_URIS_MAX 16
 
 /* All strings owned (malloc); times in milliseconds (the config gives
  * seconds, fractions allowed). */
-struct ldap_domain_config {
+struct lprov_config {
 	char *name; /* cache domain */
-	char *uris[LDAP_DOM_URIS_MAX];
+	char *uris[LPROV_URIS_MAX];
 	size_t nuris;
 	char *search_base, *user_base, *group_base; /* user/group default to search_base */
-	enum ldap_dom_schema schema;
-	char *map[LDAP_MAP_COUNT]; /* NULL: the schema's default */
-	char *bind_dn;             /* NULL: anonymous */
-	char *authtok_file;        /* password file for bind_dn (first line) */
-	char *authtok;             /* the password itself (set_authtok), read by the
-				    * caller while it could; wiped when freed */
+	enum lprov_schema schema;
+	char *map[LPROV_MAP_COUNT]; /* NULL: the schema's default */
+	char *bind_dn;              /* NULL: anonymous */
+	char *authtok_file;         /* password file for bind_dn (first line) */
+	char *authtok;              /* the password itself (set_authtok), read by the
+				     * caller while it could; wiped when freed */
 	bool start_tls;
 	/* ldap_auth_disable_tls_never_use_in_production (sssd's name): allow
 	 * a bind password over plain ldap:// without StartTLS, which
-	 * ldap_domain_config_check refuses otherwise. */
+	 * lprov_config_check refuses otherwise. */
 	bool insecure_bind;
 	char *tls_cacert;
-	enum ldap_dom_reqcert tls_reqcert;
+	enum lprov_reqcert tls_reqcert;
 	uint32_t network_timeout_ms;  /* ldap_network_timeout: 6 s */
 	uint32_t search_timeout_ms;   /* ldap_search_timeout: 6 s */
 	uint32_t page_size;           /* ldap_page_size: 1000 */
@@ -135,19 +136,19 @@ struct ldap_domain_config {
 };
 
 /* Defaults for domain name. 0 or -ENOMEM. */
-int ldap_domain_config_init(struct ldap_domain_config *c, const char *name);
-void ldap_domain_config_free(struct ldap_domain_config *c);
+int lprov_config_init(struct lprov_config *c, const char *name);
+void lprov_config_free(struct lprov_config *c);
 /* Apply one "key = value" (sssd.conf names). 0; -ENOENT for a key this
  * provider does not know; -EINVAL for a bad value (d says why). ldap_uri
  * is a comma/space separated list. */
-int ldap_domain_config_set(struct ldap_domain_config *c, const char *key, const char *value,
-			   struct idc_diag *d);
+int lprov_config_set(struct lprov_config *c, const char *key, const char *value,
+		     struct idc_diag *d);
 /* The bind password itself (len bytes, no NUL needed), replacing any
  * earlier one, which is wiped: the daemon reads ldap_default_authtok_file
  * while still root and hands the secret over, so the provider does not
- * open the file (it reads it with ldap_domain_read_authtok only when no
+ * open the file (it reads it with lprov_read_authtok only when no
  * secret was handed over). 0 or -ENOMEM. */
-int ldap_domain_config_set_authtok(struct ldap_domain_config *c, const char *secret, size_t len);
+int lprov_config_set_authtok(struct lprov_config *c, const char *secret, size_t len);
 /* The bind password in path, the one policy for ldap_default_authtok_file:
  * opened without following a symbolic link; the descriptor read must be a
  * regular file with no group or other permission bits, owned by root, by
@@ -155,97 +156,81 @@ int ldap_domain_config_set_authtok(struct ldap_domain_config *c, const char *sec
  * line, not empty. *out: malloc'd, the caller wipes and frees it. d says
  * why a file is refused, without the path. -EACCES when it cannot be
  * opened for permission (the caller may keep an earlier password). */
-int ldap_domain_read_authtok(const char *path, uid_t also_owner, char **out, struct idc_diag *d);
+int lprov_read_authtok(const char *path, uid_t also_owner, char **out, struct idc_diag *d);
 /* Check the whole config (uris, bases, a password when binding, min_id
  * <= max_id, no bind password over plain ldap:// without StartTLS unless
  * insecure_bind). */
-int ldap_domain_config_check(const struct ldap_domain_config *c, struct idc_diag *d);
+int lprov_config_check(const struct lprov_config *c, struct idc_diag *d);
 
 /* ==== domain ============================================================== */
 
-struct ldap_domain;
+struct lprov_domain;
 
 /* Copies cfg; keeps c (which must outlive the domain). Connects nothing
  * yet. 0, -EINVAL (d says why) or -ENOMEM. */
-int ldap_domain_new(const struct ldap_domain_config *cfg, struct cache *c, struct ldap_domain **out,
-		    struct idc_diag *d);
-/* Completes pending lookups with LDAP_LOOKUP_FAILED, then frees. */
-void ldap_domain_free(struct ldap_domain *ld);
+int lprov_domain_new(const struct lprov_config *cfg, struct cache *c, struct lprov_domain **out,
+		     struct idc_diag *d);
+/* Completes pending lookups with LPROV_LOOKUP_FAILED, then frees. */
+void lprov_domain_free(struct lprov_domain *ld);
 
 /* ==== lookups ============================================================= */
 
-enum ldap_lookup_kind {
-	LDAP_LOOKUP_PWNAM = 1,
-	LDAP_LOOKUP_PWUID,
-	LDAP_LOOKUP_GRNAM,
-	LDAP_LOOKUP_GRGID,
-	LDAP_LOOKUP_INITGROUPS, /* the user, its groups and their ancestors */
-	LDAP_LOOKUP_ENUMERATE,  /* everything, paged (key unused) */
+enum lprov_lookup_kind {
+	LPROV_LOOKUP_PWNAM = 1,
+	LPROV_LOOKUP_PWUID,
+	LPROV_LOOKUP_GRNAM,
+	LPROV_LOOKUP_GRGID,
+	LPROV_LOOKUP_INITGROUPS, /* the user, its groups and their ancestors */
+	LPROV_LOOKUP_ENUMERATE,  /* everything, paged (key unused) */
 };
 
-enum ldap_lookup_result {
-	LDAP_LOOKUP_PENDING = 0, /* went out; the callback will say */
-	LDAP_LOOKUP_FOUND,       /* the cache now holds the answer */
-	LDAP_LOOKUP_NOTFOUND,    /* the directory has no such entry (negative-cached) */
-	LDAP_LOOKUP_OFFLINE,     /* no server answers: serve the cache, expired or not */
-	LDAP_LOOKUP_FAILED,      /* the answer could not be stored (d logged) */
+enum lprov_lookup_result {
+	LPROV_LOOKUP_PENDING = 0, /* went out; the callback will say */
+	LPROV_LOOKUP_FOUND,       /* the cache now holds the answer */
+	LPROV_LOOKUP_NOTFOUND,    /* the directory has no such entry (negative-cached) */
+	LPROV_LOOKUP_OFFLINE,     /* no server answers: serve the cache, expired or not */
+	LPROV_LOOKUP_FAILED,      /* the answer could not be stored (d logged) */
 };
 
-typedef void (*ldap_lookup_cb)(enum ldap_lookup_result res, void *arg);
+typedef void (*lprov_lookup_cb)(enum lprov_lookup_result res, void *arg);
 
 /* Look up name (PWNAM, GRNAM, INITGROUPS) or id (PWUID, GRGID). Returns
- * LDAP_LOOKUP_PENDING and calls cb exactly once later, or returns another
+ * LPROV_LOOKUP_PENDING and calls cb exactly once later, or returns another
  * result at once (negative cache hit, offline, invalid name) without
  * calling cb. A lookup identical to one in flight joins it. */
-enum ldap_lookup_result ldap_domain_lookup(struct ldap_domain *ld, enum ldap_lookup_kind kind,
-					   const char *name, uint32_t id, ldap_lookup_cb cb,
-					   void *arg);
+enum lprov_lookup_result lprov_domain_lookup(struct lprov_domain *ld, enum lprov_lookup_kind kind,
+					     const char *name, uint32_t id, lprov_lookup_cb cb,
+					     void *arg);
 
 /* ==== event loop =========================================================== */
 
 /* Descriptors to watch for EPOLLIN: writes up to max into fds, returns how
  * many there are (0 or 1). */
-size_t ldap_domain_fds(const struct ldap_domain *ld, int *fds, size_t max);
-/* Milliseconds until ldap_domain_process() must run without an event, or
+size_t lprov_domain_fds(const struct lprov_domain *ld, int *fds, size_t max);
+/* Milliseconds until lprov_domain_process() must run without an event, or
  * -1 when nothing is scheduled. */
-int64_t ldap_domain_next_timeout(const struct ldap_domain *ld);
+int64_t lprov_domain_next_timeout(const struct lprov_domain *ld);
 /* Read what the server sent (never blocks), handle deadlines, probes and
  * failback. Callbacks of finished lookups run from here. */
-void ldap_domain_process(struct ldap_domain *ld);
-/* Offline: probe the servers at the next ldap_domain_process instead of
+void lprov_domain_process(struct lprov_domain *ld);
+/* Offline: probe the servers at the next lprov_domain_process instead of
  * when the backoff ends (the admin says a server is back); a failed probe
  * waits offline_timeout again. Online: nothing. */
-void ldap_domain_retry_now(struct ldap_domain *ld);
+void lprov_domain_retry_now(struct lprov_domain *ld);
 
 /* ==== change reports ========================================================= */
 
-/* After a transaction of the domain commits, the hook hears of every user
- * and group whose stored record changed: added (old_name NULL), removed
+/* After a transaction of the domain commits, the hook hears (struct
+ * cache_change, moved always false) of every user and group whose stored
+ * record changed: added (old_name NULL), removed
  * (new_name NULL), or changed in place (both set and equal; a name whose
  * case changed is reported as a removal and an addition). Strings and
  * member lists are valid during the call only. Entries stored with the
  * content the cache held are not reported. A call with ch NULL means the
  * changes of a commit could not be told (out of memory, the cache could
- * not be read before writing): anything may have changed. */
-struct ldap_change {
-	bool group;                 /* else a user */
-	const char *old_name;       /* NULL: added */
-	const char *new_name;       /* NULL: removed */
-	uint32_t old_id, new_id;    /* uid or gid; valid with the name */
-	const char *const *old_mem; /* groups: member user names before */
-	size_t nold_mem;
-	const char *const *new_mem; /* groups: member user names after */
-	size_t nnew_mem;
-	/* groups: the users of member groups (nested, rfc2307bis) gained or
-	 * lost this group: the set of member groups changed, or the group
-	 * came, went or got a new gid while it had member groups */
-	bool nested_changed;
-};
-
-typedef void (*ldap_change_fn)(const struct ldap_change *ch, void *arg);
-
-/* Report the changes of later commits to fn(ch, arg); fn NULL: stop. */
-void ldap_domain_set_hook(struct ldap_domain *ld, ldap_change_fn fn, void *arg);
+ * not be read before writing): anything may have changed.
+ * Report the changes of later commits to fn(ch, arg); fn NULL: stop. */
+void lprov_domain_set_hook(struct lprov_domain *ld, cache_change_fn fn, void *arg);
 
 /* ==== messages =============================================================== */
 
@@ -253,12 +238,12 @@ void ldap_domain_set_hook(struct ldap_domain *ld, ldap_change_fn fn, void *arg);
  * "logged once" warnings use (lp_log_once), for the daemon's notes about
  * this domain's entries. The message is remembered even when level is
  * not logged. Whether it is new; false once the set is full. */
-bool ldap_domain_log_once(struct ldap_domain *ld, int level, const char *fmt, ...)
+bool lprov_domain_log_once(struct lprov_domain *ld, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* ==== status =============================================================== */
 
-struct ldap_domain_status {
+struct lprov_domain_status {
 	bool online;
 	int64_t since;          /* unix seconds the state began */
 	const char *server;     /* URI in use, or NULL (valid until the next call) */
@@ -270,6 +255,6 @@ struct ldap_domain_status {
 	uint64_t commits;       /* cache transactions committed */
 	size_t in_flight;
 };
-void ldap_domain_get_status(const struct ldap_domain *ld, struct ldap_domain_status *st);
+void lprov_domain_get_status(const struct lprov_domain *ld, struct lprov_domain_status *st);
 
 #endif
