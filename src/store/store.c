@@ -303,6 +303,7 @@ static int store_lock_writer(struct store *s, struct idc_diag *d)
 
 static void txn_free(struct store_txn *t)
 {
+	store_search_mem_free(t);
 	store_scratch_free(&t->sc);
 	store_scratch_free(&t->sc2);
 	store_ndn_free(&t->ndn);

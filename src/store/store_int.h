@@ -158,6 +158,7 @@ struct store_txn {
 	size_t nak, akcap;
 	uint32_t ak_pres[STORE_MAX_INDEXES]; /* store_add: idx[] of attributes present */
 	size_t npres;
+	struct search_mem *smem; /* search.c: memory searches reuse; lent to one at a time */
 };
 
 /* Map an LMDB code to ours (MDB_MAP_FULL -> IDC_EMAPFULL, ...). */
@@ -203,3 +204,5 @@ int store_dn_key(struct store_txn *t, const struct store_ndn *n, size_t skip);
 int store_get_ndn(struct store_txn *t, const struct store_ndn *n, uint64_t *id);
 int store_read_entry(struct store_txn *t, uint64_t id, struct store_scratch *sc,
 		     struct store_entry *out, struct store_val *ndn);
+/* search.c: release what searches kept in t (t->smem). */
+void store_search_mem_free(struct store_txn *t);

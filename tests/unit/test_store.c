@@ -391,6 +391,72 @@ static void test_search_callback_stops(void **state)
 	store_txn_abort(t);
 }
 
+/* A search from inside another's callback, on the same transaction, with
+ * another base: both see their own results. */
+struct nest_ctx {
+	struct store_txn *t;
+	size_t outer, inner;
+};
+
+static int nest_inner_cb(const struct store_entry *e, void *arg)
+{
+	(void)e;
+	((struct nest_ctx *)arg)->inner++;
+	return 0;
+}
+
+static int nest_outer_cb(const struct store_entry *e, void *arg)
+{
+	struct nest_ctx *n = arg;
+	n->outer++;
+	struct store_search q = {{"ou=groups,dc=example,dc=com", 27}, STORE_SCOPE_SUB, NULL, 0};
+	(void)e;
+	return store_search(n->t, &q, nest_inner_cb, n, NULL);
+}
+
+static void search_uid(struct store_txn *t, const char *base, const char *filter, int want_rc,
+		       size_t want)
+{
+	struct store_filter *flt;
+	assert_int_equal(store_filter_parse(filter, strlen(filter), &flt, NULL), 0);
+	struct store_search q = {{base, strlen(base)}, STORE_SCOPE_SUB, flt, 0};
+	struct collect c = {0};
+	assert_int_equal(store_search(t, &q, collect_cb, &c, NULL), want_rc);
+	assert_int_equal(c.n, want);
+	store_filter_free(flt);
+}
+
+static void test_search_reuse(void **state)
+{
+	struct fx *f = *state;
+	add_tree(f);
+	struct store_txn *t;
+	assert_int_equal(store_txn_begin(f->s, NULL, STORE_TXN_RDONLY, &t, NULL), 0);
+	struct nest_ctx n = {t, 0, 0};
+	struct store_filter *flt;
+	assert_int_equal(store_filter_parse("(objectClass=posixAccount)", 26, &flt, NULL), 0);
+	struct store_search q = {{"ou=people,dc=example,dc=com", 27}, STORE_SCOPE_SUB, flt, 0};
+	assert_int_equal(store_search(t, &q, nest_outer_cb, &n, NULL), 0);
+	store_filter_free(flt);
+	assert_int_equal(n.outer, 5);
+	assert_int_equal(n.inner, 5 * 2);
+	/* bases alternating, spelled differently, missing, in one read txn */
+	for (int i = 0; i < 3; i++) {
+		search_uid(t, "ou=people,dc=example,dc=com", "(uid=bob)", 0, 1);
+		search_uid(t, "OU=People, DC=example,dc=com", "(uid=carol)", 0, 1);
+		search_uid(t, "ou=groups,dc=example,dc=com", "(uid=bob)", 0, 0);
+		search_uid(t, "ou=nobody,dc=example,dc=com", "(uid=bob)", -ENOENT, 0);
+	}
+	store_txn_abort(t);
+	/* a write txn sees its own deletes of the base */
+	assert_int_equal(store_txn_begin(f->s, NULL, 0, &t, NULL), 0);
+	search_uid(t, "uid=eve,ou=people,dc=example,dc=com", "(uid=eve)", 0, 1);
+	struct store_val dn = {"uid=eve,ou=people,dc=example,dc=com", 35};
+	assert_int_equal(store_delete(t, dn, false, NULL), 0);
+	search_uid(t, "uid=eve,ou=people,dc=example,dc=com", "(uid=eve)", -ENOENT, 0);
+	store_txn_abort(t);
+}
+
 /* ---- modify / replace ----------------------------------------------------------------------- */
 
 static int modify(struct fx *f, const char *dn, struct store_mod *m, size_t n, bool *changed)
@@ -1157,6 +1223,7 @@ int main(void)
 	    T(test_verify_survives_damage),
 	    T(test_clean_marker),
 	    cmocka_unit_test(test_lmdb_errors),
+	    cmocka_unit_test_setup_teardown(test_search_reuse, setup, teardown),
 	    T(test_reopen_keeps_data),
 	    T(test_add_errors),
 	    T(test_add_too_big),
