@@ -287,6 +287,8 @@ struct plan_ctx {
 	struct store_txn *t;
 	struct idc_buf *explain; /* NULL unless asked */
 	struct search_mem *m;    /* key, norm and cursors */
+	const struct store_filter *top;
+	bool exact; /* top is an equality whose index key is the whole value */
 };
 
 static void explain(struct plan_ctx *p, const char *what, const struct store_filter *f)
@@ -373,6 +375,8 @@ static int plan_assertion(struct plan_ctx *p, const struct store_filter *f, stru
 		if (rc || skip)
 			break;
 		explain(p, "eq", f);
+		if (f == p->top && f->type != SF_EXT && f->rule == ix->rule)
+			p->exact = p->m->key.len < STORE_KEY_MAX;
 		rc = fetch_key(p->t, p->m, ix->dbi,
 			       (struct store_val){p->m->key.data, p->m->key.len}, out);
 		if (!rc && f->type == SF_EXT && f->dn_attrs)
@@ -554,6 +558,7 @@ struct run {
 	const struct store_search *q;
 	struct search_mem *m;
 	struct store_val base; /* normalized, child-first */
+	bool exact;            /* every candidate matches the filter (plan_ctx) */
 	store_entry_cb cb;
 	void *arg;
 	size_t sent;
@@ -571,7 +576,8 @@ static int visit(struct run *r, MDB_val v, uint64_t id)
 		return 0;
 	if (r->base.len == 0 && r->q->scope == STORE_SCOPE_ONE && !root_child(r->t, ndn))
 		return 0;
-	if (r->q->filter && store_filter_eval(r->q->filter, &e, &r->m->scratch) != SF_TRUE)
+	if (r->q->filter && !r->exact &&
+	    store_filter_eval(r->q->filter, &e, &r->m->scratch) != SF_TRUE)
 		return 0;
 	if (r->q->sizelimit && r->sent == r->q->sizelimit)
 		return IDC_ESIZELIMIT;
@@ -670,7 +676,7 @@ static int run_search(struct run *r, uint64_t base_id)
 {
 	if (r->q->scope == STORE_SCOPE_BASE)
 		return base_id ? visit_id(r, base_id) : 0;
-	struct plan_ctx p = {r->t, NULL, r->m};
+	struct plan_ctx p = {r->t, NULL, r->m, r->q->filter, false};
 	struct idl *c = &r->m->ids;
 	*c = (struct idl){c->ids, 0, c->cap, false};
 	int rc = 0;
@@ -680,6 +686,7 @@ static int run_search(struct run *r, uint64_t base_id)
 		c->all = true;
 	if (!rc && c->all)
 		return base_id ? scan_subtree(r, base_id) : scan_all(r);
+	r->exact = p.exact;
 	/* visits may run a search of their own: it gets other memory */
 	for (size_t i = 0; i < c->n && !rc; i++)
 		rc = visit_id(r, c->ids[i]);
@@ -712,7 +719,7 @@ int store_search_plan(struct store_txn *t, const struct store_search *q, struct 
 	if (!q->filter)
 		return idc_buf_printf(out, "scan");
 	int rc = t->nbulk ? index_bulk_flush(t) : 0;
-	struct plan_ctx p = {t, out, rc ? NULL : mem_take(t)};
+	struct plan_ctx p = {t, out, rc ? NULL : mem_take(t), q->filter, false};
 	if (!rc && !p.m)
 		rc = -ENOMEM;
 	struct idl c = {0};
