@@ -159,6 +159,8 @@ struct store_txn {
 	uint32_t ak_pres[STORE_MAX_INDEXES]; /* store_add: idx[] of attributes present */
 	size_t npres;
 	struct search_mem *smem; /* search.c: memory searches reuse; lent to one at a time */
+	struct idc_buf pkey;     /* store_add: dn2id key of the parent found last; a
+				  * delete here or a committed child clears it */
 };
 
 /* Map an LMDB code to ours (MDB_MAP_FULL -> IDC_EMAPFULL, ...). */

@@ -457,6 +457,39 @@ static void test_search_reuse(void **state)
 	store_txn_abort(t);
 }
 
+static int add_in(struct fx *f, struct store_txn *t, const char *text)
+{
+	struct store_entry e = mk(f, text);
+	return store_add(t, &e, NULL, NULL);
+}
+
+/* store_add remembers the parent it found last: deletes, in the txn or a
+ * committed child, must make it look again; a refused duplicate writes
+ * nothing. */
+static void test_add_parent_memo(void **state)
+{
+	struct fx *f = *state;
+	add_tree(f);
+	struct store_txn *t, *c;
+	assert_int_equal(store_txn_begin(f->s, NULL, 0, &t, NULL), 0);
+	assert_int_equal(add_in(f, t, "ou=x,dc=example,dc=com\nou: x"), 0);
+	assert_int_equal(add_in(f, t, "cn=a,ou=x,dc=example,dc=com\ncn: a"), 0);
+	assert_int_equal(
+	    store_delete(t, (struct store_val){"ou=x,dc=example,dc=com", 22}, true, NULL), 0);
+	assert_int_equal(add_in(f, t, "cn=b,ou=x,dc=example,dc=com\ncn: b"), IDC_ENOPARENT);
+	assert_int_equal(add_in(f, t, "ou=y,dc=example,dc=com\nou: y"), 0);
+	assert_int_equal(add_in(f, t, "cn=a,ou=y,dc=example,dc=com\ncn: a"), 0);
+	assert_int_equal(store_txn_begin(f->s, t, 0, &c, NULL), 0);
+	assert_int_equal(
+	    store_delete(c, (struct store_val){"ou=y,dc=example,dc=com", 22}, true, NULL), 0);
+	assert_int_equal(store_txn_commit(c, NULL), 0);
+	assert_int_equal(add_in(f, t, "cn=b,ou=y,dc=example,dc=com\ncn: b"), IDC_ENOPARENT);
+	assert_int_equal(add_in(f, t, "uid=bob,ou=people,dc=example,dc=com\nuid: bob"), -EEXIST);
+	assert_int_equal(store_check(t, NULL, NULL), 0);
+	assert_int_equal(store_txn_commit(t, NULL), 0);
+	assert_int_equal(count(f, "(objectClass=*)"), 9);
+}
+
 /* ---- modify / replace ----------------------------------------------------------------------- */
 
 static int modify(struct fx *f, const char *dn, struct store_mod *m, size_t n, bool *changed)
@@ -1224,6 +1257,7 @@ int main(void)
 	    T(test_clean_marker),
 	    cmocka_unit_test(test_lmdb_errors),
 	    cmocka_unit_test_setup_teardown(test_search_reuse, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_add_parent_memo, setup, teardown),
 	    T(test_reopen_keeps_data),
 	    T(test_add_errors),
 	    T(test_add_too_big),
