@@ -490,6 +490,32 @@ static void test_add_parent_memo(void **state)
 	assert_int_equal(count(f, "(objectClass=*)"), 9);
 }
 
+/* Keys with many ids, flushed into indexes that already hold some. */
+static void test_bulk_runs_into_full_index(void **state)
+{
+	struct fx *f = *state;
+	add_tree(f);
+	for (int round = 0; round < 3; round++) {
+		struct store_txn *t;
+		assert_int_equal(store_txn_begin(f->s, NULL, 0, &t, NULL), 0);
+		for (int i = 0; i < 300; i++) {
+			char e[256];
+			snprintf(e, sizeof(e),
+				 "uid=r%dn%d,ou=people,dc=example,dc=com\nobjectClass: account\n"
+				 "uid: r%dn%d\ngidNumber: %d",
+				 round, i, round, i, 500 + i % 3);
+			assert_int_equal(add_in(f, t, e), 0);
+		}
+		assert_int_equal(store_txn_commit(t, NULL), 0);
+	}
+	assert_int_equal(count(f, "(objectClass=account)"), 900);
+	assert_int_equal(count(f, "(gidNumber=501)"), 300);
+	struct store_txn *t;
+	assert_int_equal(store_txn_begin(f->s, NULL, STORE_TXN_RDONLY, &t, NULL), 0);
+	assert_int_equal(store_check(t, NULL, NULL), 0);
+	store_txn_abort(t);
+}
+
 /* ---- modify / replace ----------------------------------------------------------------------- */
 
 static int modify(struct fx *f, const char *dn, struct store_mod *m, size_t n, bool *changed)
@@ -1258,6 +1284,7 @@ int main(void)
 	    cmocka_unit_test(test_lmdb_errors),
 	    cmocka_unit_test_setup_teardown(test_search_reuse, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_add_parent_memo, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_bulk_runs_into_full_index, setup, teardown),
 	    T(test_reopen_keeps_data),
 	    T(test_add_errors),
 	    T(test_add_too_big),
