@@ -254,8 +254,9 @@ static int bulk_add(struct store_txn *t, MDB_dbi dbi, struct store_val key, uint
 	return 0;
 }
 
-static const char *bulk_base; /* qsort has no context argument */
-static const struct bulk_group *bulk_groups;
+/* qsort has no context argument: per thread, as two stores may flush at once */
+static _Thread_local const char *bulk_base;
+static _Thread_local const struct bulk_group *bulk_groups;
 
 static int group_cmp(const void *a, const void *b)
 {
@@ -394,7 +395,7 @@ struct keyref {
 	size_t len;
 };
 
-static const char *keys_base;
+static _Thread_local const char *keys_base;
 
 static int keyref_cmp(const void *a, const void *b)
 {

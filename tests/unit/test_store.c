@@ -1,6 +1,7 @@
 /* Unit tests of the store core: open, transactions, add/modify/replace/
  * delete/modrdn, search and the planner, indexes, check, bulk and growth. */
 #include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -514,6 +515,66 @@ static void test_bulk_runs_into_full_index(void **state)
 	assert_int_equal(store_txn_begin(f->s, NULL, STORE_TXN_RDONLY, &t, NULL), 0);
 	assert_int_equal(store_check(t, NULL, NULL), 0);
 	store_txn_abort(t);
+}
+
+/* Two threads flushing adds into two stores at once: each flush sorts
+ * its own keys. Keys arrive out of order so the sort runs. */
+struct flush_job {
+	struct fx f;
+	pthread_barrier_t *go;
+	unsigned seed;
+	int rc;
+	long faults;
+};
+
+static void *flush_main(void *arg)
+{
+	struct flush_job *j = arg;
+	struct store_txn *t;
+	j->rc = store_txn_begin(j->f.s, NULL, 0, &t, NULL);
+	for (int i = 0; i < 4000 && j->rc == 0; i++) {
+		char e[256];
+		unsigned k = (unsigned)(i * 2654435761u + j->seed) % 1000003u;
+		snprintf(e, sizeof(e), "cn=n%u,dc=example,dc=com\ncn: n%u\nuid: u%u", k, k, k);
+		struct store_entry en = mk(&j->f, e);
+		j->rc = store_add(t, &en, NULL, NULL);
+	}
+	pthread_barrier_wait(j->go);
+	if (j->rc == 0)
+		j->rc = store_txn_commit(t, NULL);
+	else
+		store_txn_abort(t);
+	if (j->rc == 0 && store_txn_begin(j->f.s, NULL, STORE_TXN_RDONLY, &t, NULL) == 0) {
+		j->faults = store_check(t, NULL, NULL);
+		store_txn_abort(t);
+	}
+	return NULL;
+}
+
+static void test_bulk_flush_threads(void **state)
+{
+	(void)state;
+	for (unsigned round = 0; round < 8; round++) {
+		struct flush_job j[2] = {{.seed = round * 7 + 1}, {.seed = round * 7 + 3}};
+		pthread_barrier_t go;
+		pthread_t tid[2];
+		pthread_barrier_init(&go, NULL, 2);
+		for (int i = 0; i < 2; i++) {
+			assert_int_equal(open_fx(&j[i].f, 0), 0);
+			assert_int_equal(add(&j[i].f, "dc=example,dc=com\ndc: example"), 0);
+			j[i].go = &go;
+			assert_int_equal(pthread_create(&tid[i], NULL, flush_main, &j[i]), 0);
+		}
+		for (int i = 0; i < 2; i++) {
+			pthread_join(tid[i], NULL);
+			assert_int_equal(j[i].rc, 0);
+			assert_int_equal(j[i].faults, 0);
+			store_close(j[i].f.s);
+			idc_arena_free(&j[i].f.arena);
+			rm_store(j[i].f.dir);
+		}
+		pthread_barrier_destroy(&go);
+	}
 }
 
 /* ---- modify / replace ----------------------------------------------------------------------- */
@@ -1282,6 +1343,7 @@ int main(void)
 	    T(test_verify_survives_damage),
 	    T(test_clean_marker),
 	    cmocka_unit_test(test_lmdb_errors),
+	    cmocka_unit_test(test_bulk_flush_threads),
 	    cmocka_unit_test_setup_teardown(test_search_reuse, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_add_parent_memo, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_bulk_runs_into_full_index, setup, teardown),
