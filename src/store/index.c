@@ -334,8 +334,13 @@ static int bulk_write(struct store_txn *t, struct bulk_list *b)
 			MDB_val v = {sizeof(size_t), &ids[i]};
 			unsigned flags = !b->was_empty ? 0 : i == pos ? MDB_APPEND : MDB_APPENDDUP;
 			rc = mdb_cursor_put(c, &key, &v, flags);
+			/* present already: fine for a plain put; under an append it
+			 * means the pairs were not in order, and pairs would be lost */
+			if (rc == MDB_KEYEXIST && flags)
+				idc_log(IDC_LOG_ERR, "%s: index pairs out of order at flush",
+					t->s->dir);
 			if (rc == MDB_KEYEXIST)
-				rc = 0;
+				rc = flags ? MDB_CORRUPTED : 0;
 		}
 		pos = end;
 	}
