@@ -209,7 +209,7 @@ static int check_naming(struct store_txn *t, const struct store_entry *e, struct
 {
 	/* t->norm is free once check_attr is done */
 	struct naming_ctx c = {t, e, &t->key2, &t->norm, d};
-	int rc = store_dn_foreach_ava(e->dn.ptr, e->dn.len, naming_ava, &c, d);
+	int rc = store_dn_foreach_ava_parsed(e->dn.ptr, e->dn.len, naming_ava, &c, d);
 	return rc == 1 ? 0 : rc;
 }
 
