@@ -619,6 +619,12 @@ static int walk_avas(const char *dn, size_t len, store_ava_cb cb, void *arg, str
 	return 0;
 }
 
+int store_dn_foreach_ava_parsed(const char *dn, size_t len, store_ava_cb cb, void *arg,
+				struct idc_diag *d)
+{
+	return walk_avas(dn, len, cb, arg, d);
+}
+
 int store_dn_foreach_ava(const char *dn, size_t len, store_ava_cb cb, void *arg, struct idc_diag *d)
 {
 	/* check it all first, so cb never sees part of a DN that is then refused */

@@ -230,16 +230,6 @@ struct rd {
 	size_t left;
 };
 
-static bool rd_u16(struct rd *r, uint16_t *v)
-{
-	if (r->left < 2)
-		return false;
-	memcpy(v, r->p, 2);
-	r->p += 2;
-	r->left -= 2;
-	return true;
-}
-
 static bool rd_u32(struct rd *r, uint32_t *v)
 {
 	if (r->left < 4)
@@ -282,32 +272,47 @@ static int scratch_reserve(struct store_scratch *sc, size_t nattrs, size_t nvals
 	return 0;
 }
 
+/* Names mostly differ in their first byte: settle that without memcmp.
+ * Decoded names are never empty. */
 static bool norm_less(struct store_val a, struct store_val b)
 {
+	if (a.ptr[0] != b.ptr[0])
+		return (unsigned char)a.ptr[0] < (unsigned char)b.ptr[0];
 	size_t n = a.len < b.len ? a.len : b.len;
 	int c = memcmp(a.ptr, b.ptr, n);
 	return c < 0 || (c == 0 && a.len < b.len);
 }
 
 /* Values of one attribute: grows sc->vals (so earlier attrs are re-pointed
- * by the caller after all are read). */
+ * by the caller after all are read). Every search decodes each candidate,
+ * so the header is read in one bounds check. */
 static int decode_attr(struct rd *r, struct store_scratch *sc, size_t *nv, struct store_attr *a)
 {
 	uint16_t nl, ml;
 	uint32_t cnt;
-	if (!rd_u16(r, &nl) || !rd_u16(r, &ml) || !rd_u32(r, &cnt) || !rd_u32(r, &a->rank))
+	if (r->left < 12)
 		return IDC_ECORRUPT;
-	if (nl == 0 || ml == 0 || cnt == 0 || cnt > r->left / 4)
+	memcpy(&nl, r->p, 2);
+	memcpy(&ml, r->p + 2, 2);
+	memcpy(&cnt, r->p + 4, 4);
+	memcpy(&a->rank, r->p + 8, 4);
+	r->p += 12;
+	r->left -= 12;
+	if (nl == 0 || ml == 0 || cnt == 0 || (size_t)nl + ml > r->left ||
+	    cnt > (r->left - nl - ml) / 4)
 		return IDC_ECORRUPT;
-	if (!rd_bytes(r, nl, &a->norm) || !rd_bytes(r, ml, &a->name))
-		return IDC_ECORRUPT;
-	if (scratch_reserve(sc, 0, *nv + cnt))
+	a->norm = (struct store_val){r->p, nl};
+	a->name = (struct store_val){r->p + nl, ml};
+	r->p += (size_t)nl + ml;
+	r->left -= (size_t)nl + ml;
+	if (*nv + cnt > sc->vcap && scratch_reserve(sc, 0, *nv + cnt))
 		return -ENOMEM;
 	a->vals = NULL;
 	a->nvals = cnt;
+	struct store_val *v = sc->vals + *nv;
 	for (uint32_t j = 0; j < cnt; j++) {
 		uint32_t vl;
-		if (!rd_u32(r, &vl) || !rd_bytes(r, vl, &sc->vals[*nv + j]))
+		if (!rd_u32(r, &vl) || !rd_bytes(r, vl, &v[j]))
 			return IDC_ECORRUPT;
 	}
 	*nv += cnt;
@@ -333,7 +338,7 @@ int store_entry_decode(const void *p, size_t len, uint64_t id, struct store_scra
 		return IDC_ECORRUPT;
 	if (ndn)
 		*ndn = nd;
-	if (scratch_reserve(sc, na, 0))
+	if (na > sc->acap && scratch_reserve(sc, na, 0))
 		return -ENOMEM;
 	size_t nv = 0;
 	for (uint32_t i = 0; i < na; i++) {

@@ -170,13 +170,9 @@ static int scan_value(struct parser *p, bool allow_star, size_t *nstars)
 
 /* Undo the escapes of s[from..to), already checked by scan_value, into
  * p->tmp. */
-static int decode(struct parser *p, size_t from, size_t to)
+static size_t decode_to(const struct parser *p, size_t from, size_t to, char *out)
 {
-	idc_buf_reset(&p->tmp);
-	int rc = idc_buf_reserve(&p->tmp, to - from);
-	if (rc)
-		return rc;
-	char *o = p->tmp.data;
+	char *o = out;
 	for (size_t i = from; i < to;) {
 		if (p->s[i] != '\\') {
 			*o++ = p->s[i++];
@@ -188,9 +184,40 @@ static int decode(struct parser *p, size_t from, size_t to)
 			i += 2;
 		}
 	}
-	p->tmp.len = (size_t)(o - p->tmp.data);
-	p->tmp.data[p->tmp.len] = '\0';
+	*o = '\0';
+	return (size_t)(o - out);
+}
+
+static int decode(struct parser *p, size_t from, size_t to)
+{
+	idc_buf_reset(&p->tmp);
+	int rc = idc_buf_reserve(&p->tmp, to - from);
+	if (rc)
+		return rc;
+	p->tmp.len = decode_to(p, from, to, p->tmp.data);
 	return 0;
+}
+
+/* Text rules normalize straight into the tree when the result is no
+ * longer than the value (always so for ASCII): a parse then allocates only
+ * its arena. 1 when done, 0 to take the general path, or -ENOMEM. */
+static int set_text_norm(struct parser *p, struct store_filter *f)
+{
+	if (f->rule != STORE_RULE_CASE_IGNORE && f->rule != STORE_RULE_CASE_EXACT)
+		return 0;
+	char *norm = idc_arena_alloc(&p->arena, f->raw.len + 1);
+	if (!norm)
+		return -ENOMEM;
+	size_t n;
+	int rc = store_normalize_text(f->rule == STORE_RULE_CASE_IGNORE, f->raw.ptr, f->raw.len,
+				      norm, f->raw.len + 1, &n);
+	if (rc == -E2BIG)
+		return 0;
+	if (rc)
+		return rc;
+	f->valid = true;
+	f->norm = (struct store_val){norm, n};
+	return 1;
 }
 
 /* Fill f->raw and f->norm from the value s[from..to) under f->rule. A value
@@ -198,11 +225,13 @@ static int decode(struct parser *p, size_t from, size_t to)
  * malformed. */
 static int set_value(struct parser *p, struct store_filter *f, size_t from, size_t to)
 {
-	int rc = decode(p, from, to);
-	if (!rc)
-		rc = keep(p, &p->tmp, &f->raw);
+	char *raw = idc_arena_alloc(&p->arena, to - from + 1);
+	if (!raw)
+		return -ENOMEM;
+	f->raw = (struct store_val){raw, decode_to(p, from, to, raw)};
+	int rc = set_text_norm(p, f);
 	if (rc)
-		return rc;
+		return rc < 0 ? rc : 0;
 	idc_buf_reset(&p->norm);
 	rc = store_normalize(f->rule, f->raw.ptr, f->raw.len, &p->norm, NULL);
 	if (rc == -ENOMEM)

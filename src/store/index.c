@@ -254,8 +254,9 @@ static int bulk_add(struct store_txn *t, MDB_dbi dbi, struct store_val key, uint
 	return 0;
 }
 
-static const char *bulk_base; /* qsort has no context argument */
-static const struct bulk_group *bulk_groups;
+/* qsort has no context argument: per thread, as two stores may flush at once */
+static _Thread_local const char *bulk_base;
+static _Thread_local const struct bulk_group *bulk_groups;
 
 static int group_cmp(const void *a, const void *b)
 {
@@ -291,6 +292,26 @@ static uint64_t *bulk_sort(struct bulk_list *b, uint32_t *order)
 	return ids;
 }
 
+/* The ids[0..n) of one key (increasing, a repeat dropped) into a database
+ * that already has data: one MDB_MULTIPLE put per run instead of a search
+ * from the root per id. A pair already present (a modify re-adding what a
+ * flush wrote) stops LMDB's run; it is skipped and the rest goes on. */
+static int put_ids(MDB_cursor *c, MDB_val *key, uint64_t *ids, size_t n)
+{
+	size_t m = 0;
+	for (size_t i = 0; i < n; i++)
+		if (m == 0 || ids[i] != ids[m - 1])
+			ids[m++] = ids[i];
+	for (size_t done = 0; done < m;) {
+		MDB_val v[2] = {{sizeof(size_t), &ids[done]}, {m - done, NULL}};
+		int rc = mdb_cursor_put(c, key, v, MDB_MULTIPLE);
+		if (rc && rc != MDB_KEYEXIST)
+			return rc;
+		done += v[1].mv_size + (rc == MDB_KEYEXIST);
+	}
+	return 0;
+}
+
 static int bulk_write(struct store_txn *t, struct bulk_list *b)
 {
 	uint32_t *order = malloc((b->ngroups ? b->ngroups : 1) * sizeof(*order));
@@ -302,14 +323,24 @@ static int bulk_write(struct store_txn *t, struct bulk_list *b)
 		const struct bulk_group *g = &b->groups[order[k]];
 		size_t end = g->count; /* bulk_sort left the end of its ids here */
 		MDB_val key = {g->len, b->keys.data + g->off};
+		if (!b->was_empty && end - pos > 1) {
+			rc = put_ids(c, &key, ids + pos, end - pos);
+			pos = end;
+			continue;
+		}
 		for (size_t i = pos; i < end && !rc; i++) {
 			if (i > pos && ids[i] == ids[i - 1])
 				continue; /* the same value twice in one entry */
 			MDB_val v = {sizeof(size_t), &ids[i]};
 			unsigned flags = !b->was_empty ? 0 : i == pos ? MDB_APPEND : MDB_APPENDDUP;
 			rc = mdb_cursor_put(c, &key, &v, flags);
+			/* present already: fine for a plain put; under an append it
+			 * means the pairs were not in order, and pairs would be lost */
+			if (rc == MDB_KEYEXIST && flags)
+				idc_log(IDC_LOG_ERR, "%s: index pairs out of order at flush",
+					t->s->dir);
 			if (rc == MDB_KEYEXIST)
-				rc = 0;
+				rc = flags ? MDB_CORRUPTED : 0;
 		}
 		pos = end;
 	}
@@ -369,7 +400,7 @@ struct keyref {
 	size_t len;
 };
 
-static const char *keys_base;
+static _Thread_local const char *keys_base;
 
 static int keyref_cmp(const void *a, const void *b)
 {

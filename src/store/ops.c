@@ -209,7 +209,7 @@ static int check_naming(struct store_txn *t, const struct store_entry *e, struct
 {
 	/* t->norm is free once check_attr is done */
 	struct naming_ctx c = {t, e, &t->key2, &t->norm, d};
-	int rc = store_dn_foreach_ava(e->dn.ptr, e->dn.len, naming_ava, &c, d);
+	int rc = store_dn_foreach_ava_parsed(e->dn.ptr, e->dn.len, naming_ava, &c, d);
 	return rc == 1 ? 0 : rc;
 }
 
@@ -242,17 +242,24 @@ static int flush_bulk(struct store_txn *t)
 	return t->nbulk ? index_bulk_flush(t) : 0;
 }
 
-/* The parent must exist, unless no ancestor does (a new naming context). */
+/* The parent must exist, unless no ancestor does (a new naming context).
+ * Adds come in runs under one parent: the last one found is not looked up
+ * again. */
 static int check_parent(struct store_txn *t, struct store_val dn, struct idc_diag *d)
 {
 	for (size_t skip = 1; skip < t->ndn.nrdn; skip++) {
 		int rc = store_dn_key(t, &t->ndn, skip);
 		if (rc)
 			return rc;
+		if (skip == 1 && t->pkey.len == t->key.len && t->key.len &&
+		    memcmp(t->pkey.data, t->key.data, t->key.len) == 0)
+			return 0;
 		MDB_val k = {t->key.len, t->key.data}, v;
 		rc = mdb_get(t->txn, t->s->dn2id, &k, &v);
-		if (rc == 0 && skip == 1)
-			return 0;
+		if (rc == 0 && skip == 1) {
+			idc_buf_reset(&t->pkey);
+			return idc_buf_append(&t->pkey, t->key.data, t->key.len);
+		}
 		if (rc == 0)
 			return idc_diag_set(d, IDC_ENOPARENT, "parent of %.*s does not exist",
 					    SHOWN(dn));
@@ -262,12 +269,9 @@ static int check_parent(struct store_txn *t, struct store_val dn, struct idc_dia
 	return 0;
 }
 
-static int put_entry(struct store_txn *t, uint64_t id, const struct store_entry *e, unsigned flags)
+/* Write the entry store_entry_encode left in t->enc. */
+static int put_entry(struct store_txn *t, uint64_t id, unsigned flags)
 {
-	struct store_val ndn = {t->ndn.text.data, t->ndn.text.len};
-	int rc = store_entry_encode(e, ndn, &t->enc);
-	if (rc)
-		return rc;
 	size_t sid = id;
 	MDB_val k = {sizeof(sid), &sid}, v = {t->enc.len, t->enc.data};
 	return store_mdb_err(mdb_put(t->txn, t->s->id2entry, &k, &v, flags));
@@ -281,29 +285,30 @@ int store_add(struct store_txn *t, const struct store_entry *e, uint64_t *idp, s
 	if (t->ndn.nrdn == 0)
 		return idc_diag_set(d, -EINVAL, "the empty DN cannot hold an entry");
 	rc = check_entry(t, e, true, d);
-	if (rc)
-		return rc;
-	uint64_t id;
-	rc = store_get_ndn(t, &t->ndn, &id);
-	if (rc == 0)
-		return idc_diag_set(d, -EEXIST, "entry %.*s already exists", SHOWN(e->dn));
-	if (rc != -ENOENT)
-		return rc;
-	rc = check_parent(t, e->dn, d);
-	if (rc)
-		return rc;
-	id = t->next_id;
-	rc = put_entry(t, id, e, MDB_APPEND);
+	if (!rc)
+		rc = check_parent(t, e->dn, d);
+	if (!rc)
+		rc = store_entry_encode(e, (struct store_val){t->ndn.text.data, t->ndn.text.len},
+					&t->enc);
 	if (rc == -E2BIG)
 		return idc_diag_set(d, rc, "entry %.*s is larger than %u bytes", SHOWN(e->dn),
 				    STORE_ENTRY_MAX);
 	if (!rc)
 		rc = store_dn_key(t, &t->ndn, 0);
+	if (rc)
+		return rc;
+	/* Nothing is written before this put, which doubles as the check
+	 * that the DN is new: a present one leaves the transaction as it was. */
+	uint64_t id = t->next_id;
 	size_t sid = id;
 	MDB_val k = {t->key.len, t->key.data};
 	MDB_val v = {sizeof(sid), &sid};
+	rc = mdb_put(t->txn, t->s->dn2id, &k, &v, MDB_NOOVERWRITE);
+	if (rc == MDB_KEYEXIST)
+		return idc_diag_set(d, -EEXIST, "entry %.*s already exists", SHOWN(e->dn));
+	rc = store_mdb_err(rc);
 	if (!rc)
-		rc = store_mdb_err(mdb_put(t->txn, t->s->dn2id, &k, &v, MDB_NOOVERWRITE));
+		rc = put_entry(t, id, MDB_APPEND);
 	if (!rc)
 		rc = index_add(t, id);
 	if (rc)
@@ -604,6 +609,7 @@ static int delete_id(struct store_txn *t, uint64_t id, struct idc_diag *d)
 	MDB_val dk = {t->key.len, t->key.data};
 	if (!rc)
 		rc = store_mdb_err(mdb_del(t->txn, t->s->dn2id, &dk, NULL));
+	idc_buf_reset(&t->pkey);
 	if (!rc)
 		rc = store_mdb_err(mdb_del(t->txn, t->s->id2entry, &k, NULL));
 	return rc;

@@ -82,6 +82,97 @@ static void idl_free(struct idl *l)
 	*l = (struct idl){0};
 }
 
+/* ---- memory a search reuses ------------------------------------------------------------
+ * One search per transaction at a time borrows t->smem (a search started
+ * from another's callback gets a fresh one), so a loop of searches in one
+ * transaction allocates nothing after the first. In a read transaction the
+ * snapshot cannot change, so it also keeps cursors and the last base. */
+#define KEPT_CURSORS 8
+
+struct kept_cursor {
+	MDB_dbi dbi;
+	MDB_cursor *c;
+	bool busy;
+};
+
+struct search_mem {
+	struct store_scratch sc;           /* the decoded candidate */
+	struct idc_buf scratch, key, norm; /* filter evaluation, index keys */
+	struct idl ids;                    /* candidates */
+	struct idc_buf base_raw;           /* base as given ... */
+	struct store_ndn base;             /* ... normalized */
+	uint64_t base_id;                  /* its id; 0: nothing kept */
+	struct kept_cursor cur[KEPT_CURSORS];
+	size_t ncur;
+};
+
+static struct search_mem *mem_take(struct store_txn *t)
+{
+	struct search_mem *m = t->smem;
+	t->smem = NULL;
+	return m ? m : calloc(1, sizeof(*m));
+}
+
+static void mem_free(struct search_mem *m)
+{
+	store_scratch_free(&m->sc);
+	idc_buf_free(&m->scratch);
+	idc_buf_free(&m->key);
+	idc_buf_free(&m->norm);
+	idl_free(&m->ids);
+	idc_buf_free(&m->base_raw);
+	store_ndn_free(&m->base);
+	/* read-only cursors may be closed after their transaction ended */
+	for (size_t i = 0; i < m->ncur; i++)
+		mdb_cursor_close(m->cur[i].c);
+	free(m);
+}
+
+static void mem_give(struct store_txn *t, struct search_mem *m)
+{
+	if (!t->smem)
+		t->smem = m;
+	else
+		mem_free(m);
+}
+
+void store_search_mem_free(struct store_txn *t)
+{
+	if (t->smem)
+		mem_free(t->smem);
+	t->smem = NULL;
+}
+
+/* A cursor on dbi: a kept one in a read transaction, else a new one. */
+static int cursor_take(struct store_txn *t, struct search_mem *m, MDB_dbi dbi, MDB_cursor **c)
+{
+	bool keep = m && (t->flags & STORE_TXN_RDONLY);
+	for (size_t i = 0; keep && i < m->ncur; i++) {
+		if (m->cur[i].dbi == dbi && !m->cur[i].busy) {
+			m->cur[i].busy = true;
+			*c = m->cur[i].c;
+			return 0;
+		}
+	}
+	int rc = mdb_cursor_open(t->txn, dbi, c);
+	if (rc)
+		return store_mdb_err(rc);
+	if (keep && m->ncur < KEPT_CURSORS)
+		m->cur[m->ncur++] = (struct kept_cursor){dbi, *c, true};
+	return 0;
+}
+
+static void cursor_give(struct search_mem *m, MDB_cursor *c)
+{
+	for (size_t i = 0; m && i < m->ncur; i++) {
+		if (m->cur[i].c == c) {
+			m->cur[i].busy = false;
+			return;
+		}
+	}
+	mdb_cursor_close(c);
+}
+
 /* ---- reading indexes ---------------------------------------------------------------- */
 
 /* Append every id under the cursor's current key (dups in pages). v must
@@ -102,29 +193,31 @@ static int fetch_dups(MDB_cursor *c, MDB_val v, struct idl *out)
 	return rc == MDB_NOTFOUND ? 0 : store_mdb_err(rc);
 }
 
-static int fetch_key(struct store_txn *t, MDB_dbi dbi, struct store_val key, struct idl *out)
+static int fetch_key(struct store_txn *t, struct search_mem *m, MDB_dbi dbi, struct store_val key,
+		     struct idl *out)
 {
 	MDB_cursor *c;
-	int rc = mdb_cursor_open(t->txn, dbi, &c);
+	int rc = cursor_take(t, m, dbi, &c);
 	if (rc)
-		return store_mdb_err(rc);
+		return rc;
 	MDB_val k = {key.len, (void *)key.ptr}, v;
 	rc = mdb_cursor_get(c, &k, &v, MDB_SET);
 	rc = rc == 0 ? fetch_dups(c, v, out) : rc == MDB_NOTFOUND ? 0 : store_mdb_err(rc);
-	mdb_cursor_close(c);
+	cursor_give(m, c);
 	return rc;
 }
 
-static size_t count_key(struct store_txn *t, MDB_dbi dbi, struct store_val key)
+static size_t count_key(struct store_txn *t, struct search_mem *m, MDB_dbi dbi,
+			struct store_val key)
 {
 	MDB_cursor *c;
-	if (mdb_cursor_open(t->txn, dbi, &c))
+	if (cursor_take(t, m, dbi, &c))
 		return SIZE_MAX;
 	MDB_val k = {key.len, (void *)key.ptr}, v;
 	size_t n = 0;
 	if (mdb_cursor_get(c, &k, &v, MDB_SET) == 0)
 		mdb_cursor_count(c, &n);
-	mdb_cursor_close(c);
+	cursor_give(m, c);
 	return n;
 }
 
@@ -139,14 +232,14 @@ enum range { RANGE_GE, RANGE_LE, RANGE_PREFIX };
 
 /* Ids of all keys in a range. Long keys compare on their prefix only, so
  * the set is a superset; candidates are re-checked. */
-static int fetch_range(struct store_txn *t, MDB_dbi dbi, enum range r, struct store_val a,
-		       struct idl *out)
+static int fetch_range(struct store_txn *t, struct search_mem *m, MDB_dbi dbi, enum range r,
+		       struct store_val a, struct idl *out)
 {
 	size_t plen = a.len < STORE_KEY_PREFIX ? a.len : STORE_KEY_PREFIX;
 	MDB_cursor *c;
-	int rc = mdb_cursor_open(t->txn, dbi, &c);
+	int rc = cursor_take(t, m, dbi, &c);
 	if (rc)
-		return store_mdb_err(rc);
+		return rc;
 	MDB_val k = {plen, (void *)a.ptr}, v;
 	int op = r == RANGE_LE ? MDB_FIRST : MDB_SET_RANGE;
 	if (plen == 0)
@@ -159,7 +252,7 @@ static int fetch_range(struct store_txn *t, MDB_dbi dbi, enum range r, struct st
 		if ((rc = fetch_dups(c, v, out)) != 0)
 			break;
 	}
-	mdb_cursor_close(c);
+	cursor_give(m, c);
 	if (rc && rc != MDB_NOTFOUND)
 		return rc < 0 ? rc : store_mdb_err(rc);
 	idl_sort_unique(out);
@@ -167,13 +260,14 @@ static int fetch_range(struct store_txn *t, MDB_dbi dbi, enum range r, struct st
 }
 
 /* Ids of dn2id keys starting with prefix (a reversed DN plus ','). */
-static int fetch_subtree(struct store_txn *t, struct store_val prefix, struct idl *out)
+static int fetch_subtree(struct store_txn *t, struct search_mem *m, struct store_val prefix,
+			 struct idl *out)
 {
 	size_t plen = prefix.len < STORE_KEY_PREFIX ? prefix.len : STORE_KEY_PREFIX;
 	MDB_cursor *c;
-	int rc = mdb_cursor_open(t->txn, t->s->dn2id, &c);
+	int rc = cursor_take(t, m, t->s->dn2id, &c);
 	if (rc)
-		return store_mdb_err(rc);
+		return rc;
 	MDB_val k = {plen, (void *)prefix.ptr}, v;
 	for (rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE); rc == 0;
 	     rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
@@ -183,7 +277,7 @@ static int fetch_subtree(struct store_txn *t, struct store_val prefix, struct id
 			break;
 		memcpy(&out->ids[out->n++], v.mv_data, sizeof(uint64_t));
 	}
-	mdb_cursor_close(c);
+	cursor_give(m, c);
 	return rc == 0 || rc == MDB_NOTFOUND ? 0 : rc < 0 ? rc : store_mdb_err(rc);
 }
 
@@ -192,7 +286,9 @@ static int fetch_subtree(struct store_txn *t, struct store_val prefix, struct id
 struct plan_ctx {
 	struct store_txn *t;
 	struct idc_buf *explain; /* NULL unless asked */
-	struct idc_buf key, norm;
+	struct search_mem *m;    /* key, norm and cursors */
+	const struct store_filter *top;
+	bool exact; /* top is an equality whose index key is the whole value */
 };
 
 static void explain(struct plan_ctx *p, const char *what, const struct store_filter *f)
@@ -215,14 +311,14 @@ static int assertion_key(struct plan_ctx *p, const struct store_index *ix,
 {
 	struct store_val n = f->norm;
 	if (f->type == SF_EXT && f->rule != ix->rule) {
-		idc_buf_reset(&p->norm);
-		if (store_normalize(ix->rule, f->raw.ptr, f->raw.len, &p->norm, NULL)) {
+		idc_buf_reset(&p->m->norm);
+		if (store_normalize(ix->rule, f->raw.ptr, f->raw.len, &p->m->norm, NULL)) {
 			*skip = true;
 			return 0;
 		}
-		n = (struct store_val){p->norm.data, p->norm.len};
+		n = (struct store_val){p->m->norm.data, p->m->norm.len};
 	}
-	return index_key(n, &p->key, skip);
+	return index_key(n, &p->m->key, skip);
 }
 
 /* Extensible ":dn:" also matches entries below a match (their DN holds the
@@ -243,7 +339,8 @@ static int add_subtrees(struct plan_ctx *p, struct idl *out)
 		if (rc == 0)
 			rc = idc_buf_putc(&t->key2, ',');
 		if (rc == 0)
-			rc = fetch_subtree(t, (struct store_val){t->key2.data, t->key2.len}, out);
+			rc = fetch_subtree(t, p->m, (struct store_val){t->key2.data, t->key2.len},
+					   out);
 		if (rc)
 			return rc;
 	}
@@ -261,8 +358,8 @@ static int plan_assertion(struct plan_ctx *p, const struct store_filter *f, stru
 	}
 	if (f->type == SF_PRESENT) {
 		explain(p, "pres", f);
-		return fetch_key(p->t, p->t->s->pres, (struct store_val){ix->name, ix->name_len},
-				 out);
+		return fetch_key(p->t, p->m, p->t->s->pres,
+				 (struct store_val){ix->name, ix->name_len}, out);
 	}
 	if (!f->valid) { /* Undefined for every entry: nothing can match */
 		explain(p, "none", f);
@@ -278,20 +375,23 @@ static int plan_assertion(struct plan_ctx *p, const struct store_filter *f, stru
 		if (rc || skip)
 			break;
 		explain(p, "eq", f);
-		rc = fetch_key(p->t, ix->dbi, (struct store_val){p->key.data, p->key.len}, out);
+		if (f == p->top && f->type != SF_EXT && f->rule == ix->rule)
+			p->exact = p->m->key.len < STORE_KEY_MAX;
+		rc = fetch_key(p->t, p->m, ix->dbi,
+			       (struct store_val){p->m->key.data, p->m->key.len}, out);
 		if (!rc && f->type == SF_EXT && f->dn_attrs)
 			rc = add_subtrees(p, out);
 		return rc;
 	case SF_GE:
 	case SF_LE:
 		explain(p, f->type == SF_GE ? "range>=" : "range<=", f);
-		return fetch_range(p->t, ix->dbi, f->type == SF_GE ? RANGE_GE : RANGE_LE, f->norm,
-				   out);
+		return fetch_range(p->t, p->m, ix->dbi, f->type == SF_GE ? RANGE_GE : RANGE_LE,
+				   f->norm, out);
 	case SF_SUBSTR:
 		if (!f->initial.ptr || f->initial.len == 0 || ix->rule == STORE_RULE_INTEGER)
 			break;
 		explain(p, "prefix", f);
-		return fetch_range(p->t, ix->dbi, RANGE_PREFIX, f->initial, out);
+		return fetch_range(p->t, p->m, ix->dbi, RANGE_PREFIX, f->initial, out);
 	default:
 		break;
 	}
@@ -309,11 +409,13 @@ static size_t estimate(struct plan_ctx *p, const struct store_filter *f)
 	if (!ix)
 		return SIZE_MAX;
 	if (f->type == SF_PRESENT)
-		return count_key(p->t, p->t->s->pres, (struct store_val){ix->name, ix->name_len});
+		return count_key(p->t, p->m, p->t->s->pres,
+				 (struct store_val){ix->name, ix->name_len});
 	bool skip = false;
 	if ((f->type == SF_EQ || f->type == SF_APPROX) && f->valid &&
 	    assertion_key(p, ix, f, &skip) == 0 && !skip)
-		return count_key(p->t, ix->dbi, (struct store_val){p->key.data, p->key.len});
+		return count_key(p->t, p->m, ix->dbi,
+				 (struct store_val){p->m->key.data, p->m->key.len});
 	return SIZE_MAX - 1;
 }
 
@@ -454,27 +556,46 @@ static bool root_child(struct store_txn *t, struct store_val ndn)
 struct run {
 	struct store_txn *t;
 	const struct store_search *q;
+	struct search_mem *m;
 	struct store_val base; /* normalized, child-first */
-	struct store_scratch sc;
-	struct idc_buf scratch, basebuf;
+	bool exact;            /* every candidate matches the filter (plan_ctx) */
 	store_entry_cb cb;
 	void *arg;
 	size_t sent;
 };
+
+/* Whether e fails the filter. An exact plan skips the evaluation; debug
+ * builds still run it, as a check that the index agrees with the entry,
+ * and on a disagreement say so and leave the entry out as before. */
+static bool filtered_out(struct run *r, const struct store_entry *e)
+{
+	if (!r->q->filter)
+		return false;
+#ifdef NDEBUG
+	if (r->exact)
+		return false;
+#endif
+	bool out = store_filter_eval(r->q->filter, e, &r->m->scratch) != SF_TRUE;
+	if (out && r->exact)
+		idc_log(IDC_LOG_ERR,
+			"%s: index and entry %llu disagree; `idcache db check` lists faults",
+			r->t->s->dir, (unsigned long long)e->id);
+	return out;
+}
 
 /* Check one stored entry and hand it over; 0 to go on. */
 static int visit(struct run *r, MDB_val v, uint64_t id)
 {
 	struct store_entry e;
 	struct store_val ndn;
-	int rc = store_entry_decode(v.mv_data, v.mv_size, id, &r->sc, &e, &ndn);
+	int rc = store_entry_decode(v.mv_data, v.mv_size, id, &r->m->sc, &e, &ndn);
 	if (rc)
 		return rc;
 	if (!in_scope(ndn, r->base, r->q->scope))
 		return 0;
 	if (r->base.len == 0 && r->q->scope == STORE_SCOPE_ONE && !root_child(r->t, ndn))
 		return 0;
-	if (r->q->filter && store_filter_eval(r->q->filter, &e, &r->scratch) != SF_TRUE)
+	if (filtered_out(r, &e))
 		return 0;
 	if (r->q->sizelimit && r->sent == r->q->sizelimit)
 		return IDC_ESIZELIMIT;
@@ -517,11 +638,11 @@ static int scan_subtree(struct run *r, uint64_t base_id)
 {
 	struct store_txn *t = r->t;
 	struct idl ids = {0};
-	int rc = store_dn_key(t, &t->ndn, 0);
+	int rc = store_dn_key(t, &r->m->base, 0);
 	if (!rc)
 		rc = idc_buf_putc(&t->key2, ',');
 	if (!rc)
-		rc = fetch_subtree(t, (struct store_val){t->key2.data, t->key2.len}, &ids);
+		rc = fetch_subtree(t, r->m, (struct store_val){t->key2.data, t->key2.len}, &ids);
 	if (!rc && r->q->scope == STORE_SCOPE_SUB)
 		rc = visit_id(r, base_id);
 	for (size_t i = 0; i < ids.n && !rc; i++)
@@ -530,44 +651,63 @@ static int scan_subtree(struct run *r, uint64_t base_id)
 	return rc;
 }
 
+/* The base of the last search of a read transaction is kept: a caller
+ * searching one container over and over normalizes and looks it up once. */
+static bool base_kept(const struct run *r)
+{
+	const struct search_mem *m = r->m;
+	return (r->t->flags & STORE_TXN_RDONLY) && m->base_id != 0 &&
+	       m->base_raw.len == r->q->base.len &&
+	       memcmp(m->base_raw.data, r->q->base.ptr, r->q->base.len) == 0;
+}
+
 static int resolve_base(struct run *r, uint64_t *base_id, struct idc_diag *d)
 {
 	struct store_txn *t = r->t;
+	struct search_mem *m = r->m;
 	*base_id = 0;
 	if (r->q->base.len == 0)
 		return 0;
-	int rc = store_dn_normalize(r->q->base.ptr, r->q->base.len, &t->ndn, d);
-	if (!rc)
-		rc = store_get_ndn(t, &t->ndn, base_id);
-	if (rc == -ENOENT)
-		return idc_diag_set(d, rc, "search base %.*s does not exist",
-				    (int)(r->q->base.len > 200 ? 200 : r->q->base.len),
-				    r->q->base.ptr);
-	if (!rc)
-		rc = idc_buf_append(&r->basebuf, t->ndn.text.data, t->ndn.text.len);
-	r->base = (struct store_val){r->basebuf.data, r->basebuf.len};
-	return rc;
+	if (!base_kept(r)) {
+		m->base_id = 0;
+		idc_buf_reset(&m->base_raw);
+		int rc = store_dn_normalize(r->q->base.ptr, r->q->base.len, &m->base, d);
+		if (!rc)
+			rc = store_get_ndn(t, &m->base, &m->base_id);
+		if (rc == -ENOENT)
+			return idc_diag_set(d, rc, "search base %.*s does not exist",
+					    (int)(r->q->base.len > 200 ? 200 : r->q->base.len),
+					    r->q->base.ptr);
+		if (!rc)
+			rc = idc_buf_append(&m->base_raw, r->q->base.ptr, r->q->base.len);
+		if (rc) {
+			m->base_id = 0;
+			return rc;
+		}
+	}
+	*base_id = m->base_id;
+	r->base = (struct store_val){m->base.text.data, m->base.text.len};
+	return 0;
 }
 
 static int run_search(struct run *r, uint64_t base_id)
 {
 	if (r->q->scope == STORE_SCOPE_BASE)
 		return base_id ? visit_id(r, base_id) : 0;
-	struct plan_ctx p = {r->t, NULL, IDC_BUF_INIT, IDC_BUF_INIT};
-	struct idl c = {0};
+	struct plan_ctx p = {r->t, NULL, r->m, r->q->filter, false};
+	struct idl *c = &r->m->ids;
+	*c = (struct idl){c->ids, 0, c->cap, false};
 	int rc = 0;
 	if (r->q->filter)
-		rc = plan(&p, r->q->filter, &c);
+		rc = plan(&p, r->q->filter, c);
 	else
-		c.all = true;
-	if (!rc && c.all)
-		rc = base_id ? scan_subtree(r, base_id) : scan_all(r);
-	else
-		for (size_t i = 0; i < c.n && !rc; i++)
-			rc = visit_id(r, c.ids[i]);
-	idl_free(&c);
-	idc_buf_free(&p.key);
-	idc_buf_free(&p.norm);
+		c->all = true;
+	if (!rc && c->all)
+		return base_id ? scan_subtree(r, base_id) : scan_all(r);
+	r->exact = p.exact;
+	/* visits may run a search of their own: it gets other memory */
+	for (size_t i = 0; i < c->n && !rc; i++)
+		rc = visit_id(r, c->ids[i]);
 	return rc;
 }
 
@@ -575,17 +715,18 @@ int store_search(struct store_txn *t, const struct store_search *q, store_entry_
 		 struct idc_diag *d)
 {
 	int rc = t->nbulk ? index_bulk_flush(t) : 0;
-	struct run r = {.t = t, .q = q, .cb = cb, .arg = arg};
+	struct run r = {.t = t, .q = q, .m = rc ? NULL : mem_take(t), .cb = cb, .arg = arg};
 	uint64_t base_id;
+	if (!rc && !r.m)
+		rc = -ENOMEM;
 	if (!rc)
 		rc = resolve_base(&r, &base_id, d);
 	if (!rc)
 		rc = run_search(&r, base_id);
 	if (rc == IDC_ESIZELIMIT)
 		idc_diag_set(d, rc, "size limit of %zu entries exceeded", q->sizelimit);
-	store_scratch_free(&r.sc);
-	idc_buf_free(&r.scratch);
-	idc_buf_free(&r.basebuf);
+	if (r.m)
+		mem_give(t, r.m);
 	return rc;
 }
 
@@ -595,17 +736,18 @@ int store_search_plan(struct store_txn *t, const struct store_search *q, struct 
 		return idc_buf_printf(out, "base");
 	if (!q->filter)
 		return idc_buf_printf(out, "scan");
-	int rc0 = t->nbulk ? index_bulk_flush(t) : 0;
-	if (rc0)
-		return rc0;
-	struct plan_ctx p = {t, out, IDC_BUF_INIT, IDC_BUF_INIT};
+	int rc = t->nbulk ? index_bulk_flush(t) : 0;
+	struct plan_ctx p = {t, out, rc ? NULL : mem_take(t), q->filter, false};
+	if (!rc && !p.m)
+		rc = -ENOMEM;
 	struct idl c = {0};
-	int rc = plan(&p, q->filter, &c);
+	if (!rc)
+		rc = plan(&p, q->filter, &c);
 	if (!rc)
 		rc = c.all ? idc_buf_printf(out, " -> scan")
 			   : idc_buf_printf(out, " -> %zu candidates", c.n);
 	idl_free(&c);
-	idc_buf_free(&p.key);
-	idc_buf_free(&p.norm);
+	if (p.m)
+		mem_give(t, p.m);
 	return rc;
 }

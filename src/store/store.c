@@ -303,6 +303,7 @@ static int store_lock_writer(struct store *s, struct idc_diag *d)
 
 static void txn_free(struct store_txn *t)
 {
+	store_search_mem_free(t);
 	store_scratch_free(&t->sc);
 	store_scratch_free(&t->sc2);
 	store_ndn_free(&t->ndn);
@@ -311,6 +312,7 @@ static void txn_free(struct store_txn *t)
 	idc_buf_free(&t->norm);
 	idc_buf_free(&t->enc);
 	idc_buf_free(&t->copy);
+	idc_buf_free(&t->pkey);
 	idc_buf_free(&t->akeys);
 	free(t->ak);
 	idc_arena_free(&t->arena);
@@ -390,6 +392,7 @@ int store_txn_commit(struct store_txn *t, struct idc_diag *d)
 		rc = store_lmdb_err(s->dir, mdb_txn_commit(t->txn));
 		if (rc == 0 && t->parent) {
 			t->parent->next_id = t->next_id;
+			idc_buf_reset(&t->parent->pkey); /* the child may have deleted it */
 			t->parent->index_changed |= t->index_changed;
 		} else if (rc == 0 && !rdonly) {
 			s->commits++;

@@ -12,6 +12,12 @@
  * beyond out's growth. Errors as store_dn_normalize. */
 int store_dn_normalize_append(const char *dn, size_t len, struct idc_buf *out, struct idc_diag *d);
 
+/* store_dn_foreach_ava for a DN that store_dn_normalize has accepted: no
+ * checking pass first, so a cb that stops at the first RDN (the naming
+ * check of every add) parses only that. */
+int store_dn_foreach_ava_parsed(const char *dn, size_t len, store_ava_cb cb, void *arg,
+				struct idc_diag *d);
+
 /* prep.c: RFC 4518 preparation of text under caseIgnore (fold) or
  * caseExact, appended to out. A part of a substring assertion keeps one
  * space where it meets the rest of the value: an initial part at its end, a
@@ -158,6 +164,9 @@ struct store_txn {
 	size_t nak, akcap;
 	uint32_t ak_pres[STORE_MAX_INDEXES]; /* store_add: idx[] of attributes present */
 	size_t npres;
+	struct search_mem *smem; /* search.c: memory searches reuse; lent to one at a time */
+	struct idc_buf pkey;     /* store_add: dn2id key of the parent found last; a
+				  * delete here or a committed child clears it */
 };
 
 /* Map an LMDB code to ours (MDB_MAP_FULL -> IDC_EMAPFULL, ...). */
@@ -203,3 +212,5 @@ int store_dn_key(struct store_txn *t, const struct store_ndn *n, size_t skip);
 int store_get_ndn(struct store_txn *t, const struct store_ndn *n, uint64_t *id);
 int store_read_entry(struct store_txn *t, uint64_t id, struct store_scratch *sc,
 		     struct store_entry *out, struct store_val *ndn);
+/* search.c: release what searches kept in t (t->smem). */
+void store_search_mem_free(struct store_txn *t);

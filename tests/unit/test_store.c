@@ -1,6 +1,7 @@
 /* Unit tests of the store core: open, transactions, add/modify/replace/
  * delete/modrdn, search and the planner, indexes, check, bulk and growth. */
 #include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -389,6 +390,191 @@ static void test_search_callback_stops(void **state)
 	assert_int_equal(store_search(t, &q, stop_cb, &sc, NULL), 42);
 	assert_int_equal(sc.seen, 2);
 	store_txn_abort(t);
+}
+
+/* A search from inside another's callback, on the same transaction, with
+ * another base: both see their own results. */
+struct nest_ctx {
+	struct store_txn *t;
+	size_t outer, inner;
+};
+
+static int nest_inner_cb(const struct store_entry *e, void *arg)
+{
+	(void)e;
+	((struct nest_ctx *)arg)->inner++;
+	return 0;
+}
+
+static int nest_outer_cb(const struct store_entry *e, void *arg)
+{
+	struct nest_ctx *n = arg;
+	n->outer++;
+	struct store_search q = {{"ou=groups,dc=example,dc=com", 27}, STORE_SCOPE_SUB, NULL, 0};
+	(void)e;
+	return store_search(n->t, &q, nest_inner_cb, n, NULL);
+}
+
+static void search_uid(struct store_txn *t, const char *base, const char *filter, int want_rc,
+		       size_t want)
+{
+	struct store_filter *flt;
+	assert_int_equal(store_filter_parse(filter, strlen(filter), &flt, NULL), 0);
+	struct store_search q = {{base, strlen(base)}, STORE_SCOPE_SUB, flt, 0};
+	struct collect c = {0};
+	assert_int_equal(store_search(t, &q, collect_cb, &c, NULL), want_rc);
+	assert_int_equal(c.n, want);
+	store_filter_free(flt);
+}
+
+static void test_search_reuse(void **state)
+{
+	struct fx *f = *state;
+	add_tree(f);
+	struct store_txn *t;
+	assert_int_equal(store_txn_begin(f->s, NULL, STORE_TXN_RDONLY, &t, NULL), 0);
+	struct nest_ctx n = {t, 0, 0};
+	struct store_filter *flt;
+	assert_int_equal(store_filter_parse("(objectClass=posixAccount)", 26, &flt, NULL), 0);
+	struct store_search q = {{"ou=people,dc=example,dc=com", 27}, STORE_SCOPE_SUB, flt, 0};
+	assert_int_equal(store_search(t, &q, nest_outer_cb, &n, NULL), 0);
+	store_filter_free(flt);
+	assert_int_equal(n.outer, 5);
+	assert_int_equal(n.inner, 5 * 2);
+	/* bases alternating, spelled differently, missing, in one read txn */
+	for (int i = 0; i < 3; i++) {
+		search_uid(t, "ou=people,dc=example,dc=com", "(uid=bob)", 0, 1);
+		search_uid(t, "OU=People, DC=example,dc=com", "(uid=carol)", 0, 1);
+		search_uid(t, "ou=groups,dc=example,dc=com", "(uid=bob)", 0, 0);
+		search_uid(t, "ou=nobody,dc=example,dc=com", "(uid=bob)", -ENOENT, 0);
+	}
+	store_txn_abort(t);
+	/* a write txn sees its own deletes of the base */
+	assert_int_equal(store_txn_begin(f->s, NULL, 0, &t, NULL), 0);
+	search_uid(t, "uid=eve,ou=people,dc=example,dc=com", "(uid=eve)", 0, 1);
+	struct store_val dn = {"uid=eve,ou=people,dc=example,dc=com", 35};
+	assert_int_equal(store_delete(t, dn, false, NULL), 0);
+	search_uid(t, "uid=eve,ou=people,dc=example,dc=com", "(uid=eve)", -ENOENT, 0);
+	store_txn_abort(t);
+}
+
+static int add_in(struct fx *f, struct store_txn *t, const char *text)
+{
+	struct store_entry e = mk(f, text);
+	return store_add(t, &e, NULL, NULL);
+}
+
+/* store_add remembers the parent it found last: deletes, in the txn or a
+ * committed child, must make it look again; a refused duplicate writes
+ * nothing. */
+static void test_add_parent_memo(void **state)
+{
+	struct fx *f = *state;
+	add_tree(f);
+	struct store_txn *t, *c;
+	assert_int_equal(store_txn_begin(f->s, NULL, 0, &t, NULL), 0);
+	assert_int_equal(add_in(f, t, "ou=x,dc=example,dc=com\nou: x"), 0);
+	assert_int_equal(add_in(f, t, "cn=a,ou=x,dc=example,dc=com\ncn: a"), 0);
+	assert_int_equal(
+	    store_delete(t, (struct store_val){"ou=x,dc=example,dc=com", 22}, true, NULL), 0);
+	assert_int_equal(add_in(f, t, "cn=b,ou=x,dc=example,dc=com\ncn: b"), IDC_ENOPARENT);
+	assert_int_equal(add_in(f, t, "ou=y,dc=example,dc=com\nou: y"), 0);
+	assert_int_equal(add_in(f, t, "cn=a,ou=y,dc=example,dc=com\ncn: a"), 0);
+	assert_int_equal(store_txn_begin(f->s, t, 0, &c, NULL), 0);
+	assert_int_equal(
+	    store_delete(c, (struct store_val){"ou=y,dc=example,dc=com", 22}, true, NULL), 0);
+	assert_int_equal(store_txn_commit(c, NULL), 0);
+	assert_int_equal(add_in(f, t, "cn=b,ou=y,dc=example,dc=com\ncn: b"), IDC_ENOPARENT);
+	assert_int_equal(add_in(f, t, "uid=bob,ou=people,dc=example,dc=com\nuid: bob"), -EEXIST);
+	assert_int_equal(store_check(t, NULL, NULL), 0);
+	assert_int_equal(store_txn_commit(t, NULL), 0);
+	assert_int_equal(count(f, "(objectClass=*)"), 9);
+}
+
+/* Keys with many ids, flushed into indexes that already hold some. */
+static void test_bulk_runs_into_full_index(void **state)
+{
+	struct fx *f = *state;
+	add_tree(f);
+	for (int round = 0; round < 3; round++) {
+		struct store_txn *t;
+		assert_int_equal(store_txn_begin(f->s, NULL, 0, &t, NULL), 0);
+		for (int i = 0; i < 300; i++) {
+			char e[256];
+			snprintf(e, sizeof(e),
+				 "uid=r%dn%d,ou=people,dc=example,dc=com\nobjectClass: account\n"
+				 "uid: r%dn%d\ngidNumber: %d",
+				 round, i, round, i, 500 + i % 3);
+			assert_int_equal(add_in(f, t, e), 0);
+		}
+		assert_int_equal(store_txn_commit(t, NULL), 0);
+	}
+	assert_int_equal(count(f, "(objectClass=account)"), 900);
+	assert_int_equal(count(f, "(gidNumber=501)"), 300);
+	struct store_txn *t;
+	assert_int_equal(store_txn_begin(f->s, NULL, STORE_TXN_RDONLY, &t, NULL), 0);
+	assert_int_equal(store_check(t, NULL, NULL), 0);
+	store_txn_abort(t);
+}
+
+/* Two threads flushing adds into two stores at once: each flush sorts
+ * its own keys. Keys arrive out of order so the sort runs. */
+struct flush_job {
+	struct fx f;
+	pthread_barrier_t *go;
+	unsigned seed;
+	int rc;
+	long faults;
+};
+
+static void *flush_main(void *arg)
+{
+	struct flush_job *j = arg;
+	struct store_txn *t;
+	j->rc = store_txn_begin(j->f.s, NULL, 0, &t, NULL);
+	for (int i = 0; i < 4000 && j->rc == 0; i++) {
+		char e[256];
+		unsigned k = (unsigned)(i * 2654435761u + j->seed) % 1000003u;
+		snprintf(e, sizeof(e), "cn=n%u,dc=example,dc=com\ncn: n%u\nuid: u%u", k, k, k);
+		struct store_entry en = mk(&j->f, e);
+		j->rc = store_add(t, &en, NULL, NULL);
+	}
+	pthread_barrier_wait(j->go);
+	if (j->rc == 0)
+		j->rc = store_txn_commit(t, NULL);
+	else
+		store_txn_abort(t);
+	if (j->rc == 0 && store_txn_begin(j->f.s, NULL, STORE_TXN_RDONLY, &t, NULL) == 0) {
+		j->faults = store_check(t, NULL, NULL);
+		store_txn_abort(t);
+	}
+	return NULL;
+}
+
+static void test_bulk_flush_threads(void **state)
+{
+	(void)state;
+	for (unsigned round = 0; round < 8; round++) {
+		struct flush_job j[2] = {{.seed = round * 7 + 1}, {.seed = round * 7 + 3}};
+		pthread_barrier_t go;
+		pthread_t tid[2];
+		pthread_barrier_init(&go, NULL, 2);
+		for (int i = 0; i < 2; i++) {
+			assert_int_equal(open_fx(&j[i].f, 0), 0);
+			assert_int_equal(add(&j[i].f, "dc=example,dc=com\ndc: example"), 0);
+			j[i].go = &go;
+			assert_int_equal(pthread_create(&tid[i], NULL, flush_main, &j[i]), 0);
+		}
+		for (int i = 0; i < 2; i++) {
+			pthread_join(tid[i], NULL);
+			assert_int_equal(j[i].rc, 0);
+			assert_int_equal(j[i].faults, 0);
+			store_close(j[i].f.s);
+			idc_arena_free(&j[i].f.arena);
+			rm_store(j[i].f.dir);
+		}
+		pthread_barrier_destroy(&go);
+	}
 }
 
 /* ---- modify / replace ----------------------------------------------------------------------- */
@@ -1157,6 +1343,10 @@ int main(void)
 	    T(test_verify_survives_damage),
 	    T(test_clean_marker),
 	    cmocka_unit_test(test_lmdb_errors),
+	    cmocka_unit_test(test_bulk_flush_threads),
+	    cmocka_unit_test_setup_teardown(test_search_reuse, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_add_parent_memo, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_bulk_runs_into_full_index, setup, teardown),
 	    T(test_reopen_keeps_data),
 	    T(test_add_errors),
 	    T(test_add_too_big),
