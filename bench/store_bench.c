@@ -683,45 +683,22 @@ static int write_ldif(const struct gen *g, char *out, size_t cap)
 	return 0;
 }
 
-struct import_job {
-	FILE *f;
-	const char *name;
-	uint64_t count;
-};
-
-/* The store's import loop (the one `idcache db import` runs); re-runnable
- * (store_write calls it again after growing a full map), so it starts from
- * the top. */
-static int import_fn(struct store_txn *t, void *arg, struct idc_diag *d)
-{
-	struct import_job *j = arg;
-	struct ldif_reader *r = NULL;
-	rewind(j->f);
-	j->count = 0;
-	int rc = ldif_open(j->f, j->name, &r);
-	if (rc == 0)
-		rc = ldif_apply_all(t, r, j->name, NULL, &j->count, d);
-	if (r)
-		ldif_close(r);
-	return rc;
-}
-
 /* Import ldif into a new indexed store in dir; time from open to commit. */
 static int import_file(const char *ldif, const char *dir, double *secs, double *cpu,
 		       uint64_t *count)
 {
 	struct idc_diag d = {{0}};
 	struct store *s = NULL;
-	struct import_job j = {.name = ldif};
+	struct ldif_import j = {.name = ldif};
 	double c0 = cpu_secs();
 	uint64_t t0 = idc_now_ns();
 	j.f = fopen(ldif, "r");
 	int rc = j.f ? 0 : -errno;
 	rc = rc < 0 ? rc : open_store(dir, true, STORE_CREATE, &s, &d);
-	rc = rc < 0 ? rc : store_write(s, STORE_TXN_BULK, import_fn, &j, &d);
+	rc = rc < 0 ? rc : store_write(s, STORE_TXN_BULK, ldif_import_fn, &j, &d);
 	*secs = secs_since(t0);
 	*cpu = cpu_secs() - c0;
-	*count = j.count;
+	*count = j.records;
 	if (s)
 		store_close(s);
 	if (j.f)

@@ -63,36 +63,14 @@ static int idc_create_nosync(const struct eng_cfg *cfg, struct eng **out, struct
 
 /* ==== import and export ======================================================== */
 
-struct import_job {
-	FILE *f;
-	const char *name;
-	uint64_t count;
-};
-
-/* Re-runnable (store_write repeats it after growing the map): from the top,
- * through the store's own import loop, the one `idcache db import` runs. */
-static int import_fn(struct store_txn *t, void *arg, struct idc_diag *d)
-{
-	struct import_job *j = arg;
-	struct ldif_reader *r = NULL;
-	rewind(j->f);
-	j->count = 0;
-	int rc = ldif_open(j->f, j->name, &r);
-	if (rc == 0)
-		rc = ldif_apply_all(t, r, j->name, NULL, &j->count, d);
-	if (r)
-		ldif_close(r);
-	return rc;
-}
-
 static int idc_import(struct eng *e, const char *ldif, uint64_t *count, struct idc_diag *d)
 {
-	struct import_job j = {.name = ldif};
+	struct ldif_import j = {.name = ldif};
 	j.f = fopen(ldif, "r");
 	if (!j.f)
 		return idc_diag_set(d, -errno, "%s: %s", ldif, strerror(errno));
-	int rc = store_write(e->s, STORE_TXN_BULK, import_fn, &j, d);
-	*count = j.count;
+	int rc = store_write(e->s, STORE_TXN_BULK, ldif_import_fn, &j, d);
+	*count = j.records;
 	fclose(j.f);
 	return rc;
 }

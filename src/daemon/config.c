@@ -988,23 +988,6 @@ static int check_file(const char *path, const struct stat *st, struct idc_buf *e
 	return 0;
 }
 
-static int read_all(int fd, char *buf, size_t cap, size_t *len)
-{
-	size_t n = 0;
-	while (n < cap) {
-		ssize_t r = read(fd, buf + n, cap - n);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return -errno;
-		if (r == 0)
-			break;
-		n += (size_t)r;
-	}
-	*len = n;
-	return 0;
-}
-
 #ifdef IDC_HAVE_LDAP
 /* The configured user's uid, or (uid_t)-1 when it is not known. */
 static uid_t user_uid(const char *user)
@@ -1073,7 +1056,7 @@ static int load(const char *path, const struct config *prev, struct config **out
 	size_t len = 0;
 	if (rc == 0 && !buf)
 		rc = load_fail(errors, -ENOMEM, path, NULL);
-	if (rc == 0 && (rc = read_all(fd, buf, CONFIG_FILE_MAX + 1, &len)) < 0)
+	if (rc == 0 && (rc = idc_read_full(fd, buf, CONFIG_FILE_MAX + 1, &len)) < 0)
 		load_fail(errors, rc, path, NULL);
 	if (rc == 0 && len > CONFIG_FILE_MAX) /* grew since fstat */
 		rc = load_fail(errors, -EFBIG, path, "larger than 1 MiB");

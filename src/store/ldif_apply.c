@@ -77,3 +77,17 @@ int ldif_apply_all(struct store_txn *t, struct ldif_reader *r, const char *name,
 	idc_arena_free(&scratch);
 	return rc;
 }
+
+int ldif_import_fn(struct store_txn *t, void *arg, struct idc_diag *d)
+{
+	struct ldif_import *im = arg;
+	struct ldif_reader *r = NULL;
+	rewind(im->f);
+	im->records = 0;
+	int rc = ldif_open(im->f, im->name, &r);
+	if (rc != 0)
+		return idc_diag_set(d, rc, "%s: %s", im->name, idc_strerror(rc));
+	rc = ldif_apply_all(t, r, im->name, im->progress, &im->records, d);
+	ldif_close(r);
+	return rc;
+}

@@ -475,6 +475,18 @@ struct ldif_progress {
 int ldif_apply_all(struct store_txn *t, struct ldif_reader *r, const char *name,
 		   const struct ldif_progress *p, uint64_t *records, struct idc_diag *d);
 
+/* An LDIF stream to import in one transaction: for store_write with
+ * ldif_import_fn, which rewinds f and applies every record (re-runnable:
+ * store_write runs it again after growing a full map). f stays open.
+ * records: out, the records applied. */
+struct ldif_import {
+	FILE *f;
+	const char *name;                     /* in messages */
+	const struct ldif_progress *progress; /* may be NULL */
+	uint64_t records;
+};
+int ldif_import_fn(struct store_txn *t, void *arg, struct idc_diag *d);
+
 /* Append e as an LDIF record ("dn: ...\n" then "name: value\n" per value,
  * then a blank line) to out. Values that RFC 2849 says are not SAFE-STRINGs
  * (leading space, ':' or '<', trailing space, NUL, CR, LF, bytes >= 0x80)

@@ -133,6 +133,10 @@ bool idc_memcaseeq(const char *a, size_t alen, const char *b, size_t blen);
 #define IDC_NAME_MAX 255
 bool idc_name_valid(const char *name, size_t len);
 
+/* Read fd until cap bytes or the end, retrying on EINTR: *got bytes in
+ * buf. 0 or -errno (what was read before the error is in buf). */
+int idc_read_full(int fd, char *buf, size_t cap, size_t *got);
+
 /* Monotonic clock in nanoseconds. */
 uint64_t idc_now_ns(void);
 

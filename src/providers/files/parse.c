@@ -157,23 +157,6 @@ const char *files_next_member(char **cursor)
 
 /* ==== reading a file ================================================================ */
 
-static int read_all(int fd, char *buf, size_t size, size_t *got)
-{
-	size_t n = 0;
-	while (n < size) {
-		ssize_t r = read(fd, buf + n, size - n);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return -errno;
-		if (r == 0)
-			break;
-		n += (size_t)r;
-	}
-	*got = n;
-	return 0;
-}
-
 int files_read(const char *path, char **data, size_t *len)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
@@ -194,7 +177,7 @@ int files_read(const char *path, char **data, size_t *len)
 		rc = -ENOMEM;
 	size_t got = 0;
 	if (rc == 0)
-		rc = read_all(fd, buf, cap, &got);
+		rc = idc_read_full(fd, buf, cap, &got);
 	close(fd);
 	if (rc) {
 		free(buf);

@@ -110,24 +110,6 @@ int lprov_config_set_authtok(struct lprov_config *c, const char *secret, size_t 
 	return 0;
 }
 
-/* Read up to cap bytes of fd into buf; 0 or -errno. */
-static int read_upto(int fd, char *buf, size_t cap, size_t *got)
-{
-	size_t n = 0;
-	while (n < cap) {
-		ssize_t k = read(fd, buf + n, cap - n);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k < 0)
-			return -errno;
-		if (k == 0)
-			break;
-		n += (size_t)k;
-	}
-	*got = n;
-	return 0;
-}
-
 /* The policy for the password file, on the descriptor that is read. */
 static int authtok_file_ok(int fd, uid_t also_owner, struct idc_diag *d)
 {
@@ -158,7 +140,7 @@ int lprov_read_authtok(const char *path, uid_t also_owner, char **out, struct id
 	char buf[1024];
 	size_t len = 0;
 	int rc = authtok_file_ok(fd, also_owner, d);
-	if (!rc && (rc = read_upto(fd, buf, sizeof(buf) - 1, &len)) < 0)
+	if (!rc && (rc = idc_read_full(fd, buf, sizeof(buf) - 1, &len)) < 0)
 		idc_diag_set(d, rc, "%s", idc_strerror(rc));
 	close(fd);
 	if (!rc) {
