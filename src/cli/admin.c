@@ -49,10 +49,13 @@ static const struct admin_cmd admin_cmds[] = {
      "Show what the cache holds for the user NAME: its passwd fields, domain,\n"
      "last update and expiry times, whether it is expired, and the ids of the\n"
      "groups that list it, directly or through nested groups, in provider order\n"
-     "(what initgroups adds to the user's primary group).\n"},
+     "(what initgroups adds to the user's primary group). A withheld= line says\n"
+     "why lookups pass the entry by (filter_users, local name, earlier domain\n"
+     "id, ...; idcache.conf(5), LOCAL IDENTITIES).\n"},
     {"group", "idcache group [--run-dir DIR] NAME",
      "Show what the cache holds for the group NAME: gid, members, nested member\n"
-     "groups, domain, last update and expiry times.\n"},
+     "groups, domain, last update and expiry times, and a withheld= line when\n"
+     "lookups pass the entry by.\n"},
 };
 
 /* ==== help ======================================================================= */

@@ -271,6 +271,15 @@ static void info_meta(struct idc_buf *b, const struct cache_meta *m)
 	kv(b, "expired", m->expired ? "yes" : "no");
 }
 
+/* Why lookups pass domain i's entry by (precedence.c), when they do. */
+static void info_withheld(struct daemon *dm, size_t i, bool group, const char *name, uint32_t id,
+			  struct idc_buf *b)
+{
+	const char *why = daemon_withheld_reason(dm, i, group, name, id);
+	if (why)
+		kv(b, "withheld", why);
+}
+
 static void info_gids(struct daemon *dm, struct cache_reader *r, const struct cache_meta *m,
 		      const char *name, struct idc_buf *b)
 {
@@ -296,10 +305,13 @@ static int user_info(struct daemon *dm, struct cache_reader *r, const char *name
 	struct cache_user u;
 	struct cache_meta m;
 	int rc = -ENOENT;
-	for (size_t i = 0; rc == -ENOENT && i < dm->ndomains; i++) {
+	size_t i = 0;
+	for (; i < dm->ndomains; i++) {
 		const struct config_domain *cfg = dm->domains[i]->cfg;
 		const char *dn = cfg->name;
 		rc = cache_user_by_name(r, &dn, 1, name, cfg->case_sensitive, &u, &m);
+		if (rc != -ENOENT)
+			break;
 	}
 	if (rc < 0)
 		return rc;
@@ -312,6 +324,7 @@ static int user_info(struct daemon *dm, struct cache_reader *r, const char *name
 	if (u.orig_dn)
 		kv(b, "original_dn", u.orig_dn);
 	info_meta(b, &m);
+	info_withheld(dm, i, false, u.name, u.uid, b);
 	info_gids(dm, r, &m, u.name, b);
 	return 0;
 }
@@ -330,10 +343,13 @@ static int group_info(struct daemon *dm, struct cache_reader *r, const char *nam
 	struct cache_group g;
 	struct cache_meta m;
 	int rc = -ENOENT;
-	for (size_t i = 0; rc == -ENOENT && i < dm->ndomains; i++) {
+	size_t i = 0;
+	for (; i < dm->ndomains; i++) {
 		const struct config_domain *cfg = dm->domains[i]->cfg;
 		const char *dn = cfg->name;
 		rc = cache_group_by_name(r, &dn, 1, name, cfg->case_sensitive, &g, &m);
+		if (rc != -ENOENT)
+			break;
 	}
 	if (rc < 0)
 		return rc;
@@ -345,6 +361,7 @@ static int group_info(struct daemon *dm, struct cache_reader *r, const char *nam
 	if (g.orig_dn)
 		kv(b, "original_dn", g.orig_dn);
 	info_meta(b, &m);
+	info_withheld(dm, i, true, g.name, g.gid, b);
 	return 0;
 }
 

@@ -275,6 +275,11 @@ void daemon_reader_end(struct daemon *dm);
  * logged with its DN and counted in the domain's `withheld`. */
 bool daemon_user_withheld(struct daemon *dm, size_t i, const struct cache_user *u);
 bool daemon_group_withheld(struct daemon *dm, size_t i, const struct cache_group *g);
+/* The same check, without logging or counting, for the admin's info: why
+ * domain i's entry is withheld as a short static string ("filter_users",
+ * "local name", "earlier domain id", ...), or NULL when it is served. */
+const char *daemon_withheld_reason(struct daemon *dm, size_t i, bool group, const char *name,
+				   uint32_t id);
 /* Remove from gids[0..*n), the group list of a user of domain i, the gids
  * of its withheld groups. */
 void daemon_gids_withhold(struct daemon *dm, size_t i, uint32_t *gids, size_t *n);

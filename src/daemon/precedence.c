@@ -249,18 +249,20 @@ struct entry {
 	const char *dn;
 };
 
-/* Whether domain j holds e's name or id; why says which. */
-static bool domain_holds(struct daemon *dm, size_t i, size_t j, const struct entry *e, char *why,
-			 size_t cap)
+/* Whether domain j holds e's name or id: the tag saying which (NULL: it
+ * does not), why the long form. Files domains are the host's own. */
+static const char *domain_holds(struct daemon *dm, size_t i, size_t j, const struct entry *e,
+				char *why, size_t cap)
 {
 	struct cache_reader *r = aside(dm);
 	const struct config_domain *cfg = dm->domains[j]->cfg;
 	const char *dn = cfg->name;
 	bool cs = cfg->case_sensitive && dm->domains[i]->cfg->case_sensitive;
+	bool local = !dm->domains[j]->ldap;
 	struct cache_user u;
 	struct cache_group g;
 	if (!r)
-		return false;
+		return NULL;
 	bool name = e->group ? cache_group_by_name(r, &dn, 1, e->name, cs, &g, NULL) == 0
 			     : cache_user_by_name(r, &dn, 1, e->name, cs, &u, NULL) == 0;
 	bool id = !name && (e->group ? cache_group_by_gid(r, &dn, 1, e->id, &g, NULL) == 0
@@ -270,49 +272,75 @@ static bool domain_holds(struct daemon *dm, size_t i, size_t j, const struct ent
 	else if (id)
 		snprintf(why, cap, "%s %u is held by domain %s", e->group ? "gid" : "uid", e->id,
 			 dn);
-	return name || id;
+	if (!name && !id)
+		return NULL;
+	return local ? (name ? "local name" : "local id")
+		     : (name ? "earlier domain name" : "earlier domain id");
 }
 
 /* Whether the host's files or a domain before i (or any files domain)
- * hold e's name or id. */
-static bool held(struct daemon *dm, size_t i, const struct entry *e, char *why, size_t cap)
+ * hold e's name or id: domain_holds' tag, or NULL. */
+static const char *held(struct daemon *dm, size_t i, const struct entry *e, char *why, size_t cap)
 {
-	for (size_t j = 0; j < dm->ndomains; j++)
-		if (j != i && (j < i || !dm->domains[j]->ldap) &&
-		    domain_holds(dm, i, j, e, why, cap))
-			return true;
+	const char *tag = NULL;
+	for (size_t j = 0; j < dm->ndomains && !tag; j++)
+		if (j != i && (j < i || !dm->domains[j]->ldap))
+			tag = domain_holds(dm, i, j, e, why, cap);
+	if (tag)
+		return tag;
 	struct host_files *h = reads_host(dm) ? host_files(dm) : NULL;
 	bool by_name = false;
 	if (!h || !host_holds(e->group ? &h->gr : &h->pw, e->group, e->name,
 			      dm->domains[i]->cfg->case_sensitive, e->id, &by_name))
-		return false;
+		return NULL;
 	if (by_name)
 		snprintf(why, cap, "the name is held by %s", e->group ? HOST_GROUP : HOST_PASSWD);
 	else
 		snprintf(why, cap, "%s %u is held by %s", e->group ? "gid" : "uid", e->id,
 			 e->group ? HOST_GROUP : HOST_PASSWD);
-	return true;
+	return by_name ? "local name" : "local id";
+}
+
+/* Why domain i may not serve e: a short tag (NULL: it may), why the long
+ * form. Neither logs nor counts. */
+static const char *withheld_why(struct daemon *dm, size_t i, const struct entry *e, char *why,
+				size_t cap)
+{
+	struct domain *d = dm->domains[i];
+	const struct config_domain *cfg = d->cfg;
+	const char *filter = e->group ? "filter_groups" : "filter_users";
+	if (config_names_has(e->group ? &cfg->filter_groups : &cfg->filter_users, e->name,
+			     cfg->case_sensitive)) {
+		snprintf(why, cap, "%s lists it", filter);
+		return filter;
+	}
+	if (!d->ldap || cfg->allow_local_overlap)
+		return NULL;
+	return held(dm, i, e, why, cap);
 }
 
 static bool withheld(struct daemon *dm, size_t i, const struct entry *e)
 {
 	struct domain *d = dm->domains[i];
-	const struct config_domain *cfg = d->cfg;
 	char why[160], msg[768];
-	if (config_names_has(e->group ? &cfg->filter_groups : &cfg->filter_users, e->name,
-			     cfg->case_sensitive))
-		snprintf(why, sizeof(why), "%s lists it",
-			 e->group ? "filter_groups" : "filter_users");
-	else if (!d->ldap || cfg->allow_local_overlap || !held(dm, i, e, why, sizeof(why)))
+	if (!withheld_why(dm, i, e, why, sizeof(why)))
 		return false;
 	if (!d->ldap)
 		return true; /* a files domain's own filter: nothing to report */
-	snprintf(msg, sizeof(msg), "domain %s: %s \"%s\" (%s %u, %.400s) not served: %s", cfg->name,
-		 e->group ? "group" : "user", e->name, e->group ? "gid" : "uid", e->id,
-		 e->dn ? e->dn : "no DN", why);
+	snprintf(msg, sizeof(msg), "domain %s: %s \"%s\" (%s %u, %.400s) not served: %s",
+		 d->cfg->name, e->group ? "group" : "user", e->name, e->group ? "gid" : "uid",
+		 e->id, e->dn ? e->dn : "no DN", why);
 	if (ldapdom_note_once(d, msg))
 		d->withheld++;
 	return true;
+}
+
+const char *daemon_withheld_reason(struct daemon *dm, size_t i, bool group, const char *name,
+				   uint32_t id)
+{
+	char why[160];
+	struct entry e = {group, name, id, NULL};
+	return withheld_why(dm, i, &e, why, sizeof(why));
 }
 
 bool daemon_user_withheld(struct daemon *dm, size_t i, const struct cache_user *u)

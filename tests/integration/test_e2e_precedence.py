@@ -302,6 +302,34 @@ def test_directory_cannot_shadow_or_join_local_identity(idcache, daemons, direct
     print("\n".join(ln for ln in log.splitlines() if "not served" in ln))
 
 
+def info(idcache, d, kind, name):
+    """`idcache user|group NAME` as a dict of its key=value lines."""
+    p = subprocess.run([str(idcache), kind, "--run-dir", str(d.run_dir), name],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, (kind, name, p.stdout, p.stderr)
+    return dict(ln.partition("=")[::2] for ln in p.stdout.splitlines())
+
+
+def test_info_says_why_an_entry_is_withheld(idcache, daemons, directory):
+    """`idcache user/group` shows the directory's entry with the reason
+    lookups pass it by; a served entry has no such line; asking neither
+    logs nor counts."""
+    d = dir_first(daemons, directory)
+    answers(d)  # the directory's entries are in the cache now
+    before = status(idcache, d)["domain.dir.withheld"]
+    log = d.log()
+    expect = {("user", "root"): "filter_users", ("user", "mallory"): "local id",
+              ("user", "alice"): "local name", ("group", "sudo"): "local name",
+              ("group", "staff2"): "local id", ("user", "ldapuser"): None,
+              ("group", "devs"): None, ("group", "ops"): None}
+    for (kind, name), why in expect.items():
+        got = info(idcache, d, kind, name)
+        assert got["domain"] == "dir", (name, got)
+        assert got.get("withheld") == why, (name, got)
+    assert status(idcache, d)["domain.dir.withheld"] == before
+    assert d.log().count("not served") == log.count("not served")
+
+
 def test_overlap_allowed_deliberately_and_filters(idcache, daemons, directory):
     """allow_local_overlap = true serves what the directory holds in the
     domain order; filter_users / filter_groups still hold root and the
@@ -345,6 +373,8 @@ def test_host_files_when_no_files_domain(idcache, daemons, directory):
     log = d.log()
     assert 'user "root" (uid 5001, uid=root,ou=people,dc=example,dc=com) not served: ' \
         "the name is held by /etc/passwd" in log, log
+    assert info(idcache, d, "user", "root").get("withheld") == "local name"
+    assert "withheld" not in info(idcache, d, "user", "ldapuser")
     # the host's group file changes in place (the daemon's /etc/group is a
     # bind mount of it): read again, devs is the host's now
     assert d.ns.run(["getent", "group", "devs"]).rc == 0
