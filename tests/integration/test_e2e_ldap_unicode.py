@@ -25,7 +25,7 @@ pytestmark = [
 ]
 
 
-def unicode_ldif(path):
+def unicode_ldif(path, extra=()):
     out = [ldif_entry(BASE, ("objectClass", "dcObject"), ("objectClass", "organization"),
                       ("o", "Example"), ("dc", "example")),
            ldif_entry(PEOPLE, ("objectClass", "organizationalUnit"), ("ou", "people")),
@@ -35,21 +35,35 @@ def unicode_ldif(path):
            ldif_entry(f"cn=Gäste,{GROUPS_OU}", ("objectClass", "posixGroup"),
                       ("cn", "Gäste"), ("gidNumber", "43100"), ("memberUid", "Émile"),
                       ("memberUid", "Ünal"))]
-    Path(path).write_text("\n".join(out))
+    Path(path).write_text("\n".join(out + list(extra)))
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def run_slapd(name, extra=()):
     base = nsenv.make_private_dir("idc-ldap-unicode-")
     ldif = base / "unicode.ldif"
-    unicode_ldif(ldif)
-    s = Slapd(base, "u", ldif=ldif)
+    unicode_ldif(ldif, extra)
+    s = Slapd(base, name, ldif=ldif)
     s.start()
     try:
         yield s
     finally:
         s.stop()
         nsenv.remove_tree(base)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    yield from run_slapd("u")
+
+
+@pytest.fixture(scope="module")
+def member_server(tmp_path_factory):
+    """The same directory and an rfc2307bis group whose member DNs spell
+    the uids in other cases than the entries' DNs."""
+    yield from run_slapd("m", [ldif_entry(
+        f"cn=leser,{GROUPS_OU}", ("objectClass", "posixGroup"),
+        ("objectClass", "extensibleObject"), ("cn", "leser"), ("gidNumber", "43200"),
+        ("member", f"uid=éMILE,{PEOPLE}"), ("member", f"uid=ünal,{PEOPLE}"))])
 
 
 def test_other_spellings_are_the_same_user(server, module_daemons):
@@ -87,3 +101,16 @@ def test_cold_lookup_in_another_spelling(server, module_daemons):
     d = start_daemon(module_daemons, server.uri)
     r = d.ns.run(["getent", "group", "gäste"])
     assert r.rc == 0 and r.out.startswith("Gäste:x:43100:"), (r, d.log()[-2000:])
+
+
+def test_member_dn_in_another_spelling(member_server, module_daemons):
+    """rfc2307bis member DNs compare as the store compares them: uid=éMILE
+    and uid=ünal are the entries uid=Émile and uid=Ünal."""
+    server = member_server
+    d = start_daemon(module_daemons, server.uri)
+    r = d.ns.run(["getent", "group", "leser"])
+    assert r.rc == 0 and r.out.strip() == "leser:x:43200:Émile,Ünal", (r, d.log()[-2000:])
+    d = start_daemon(module_daemons, server.uri)
+    got = d.ns.run_many([["id", "-G", "Émile"], ["id", "-G", "ünal"]])
+    for g in got:
+        assert g.rc == 0 and "43200" in g.out.split(), (g, d.log()[-2000:])

@@ -142,6 +142,24 @@ static void test_dn(void **state)
 	for (size_t i = 0; i < IDC_ARRAY_SIZE(bad); i++)
 		assert_null(lp_dn_normalize(&a, bad[i], strlen(bad[i])));
 	assert_null(lp_dn_normalize(&a, "uid=a\0b,dc=x", 12));
+	/* Beyond ASCII, values fold as the store compares them (caseIgnore:
+	 * Unicode case folding and NFKC), and the normal form is a fixed point. */
+	const char *upper = "uid=\xc3\x89MILE,ou=People,dc=x";
+	const char *lower = "uid=\xc3\xa9mile,ou=people,dc=x";
+	char *nu = lp_dn_normalize(&a, upper, strlen(upper));
+	char *nl = lp_dn_normalize(&a, lower, strlen(lower));
+	assert_non_null(nu);
+	assert_non_null(nl);
+	assert_string_equal(nu, nl);
+	assert_string_equal(lp_dn_normalize(&a, nu, strlen(nu)), nu);
+	const char *wide = "uid=\xef\xbc\xa1lice,dc=x"; /* fullwidth A: NFKC makes it "a" */
+	assert_string_equal(lp_dn_normalize(&a, wide, strlen(wide)), "uid=alice,dc=x");
+	assert_int_equal(lp_dn_first_ava(&a, nu, &attr, &value), 0);
+	assert_string_equal(value, "\xc3\xa9mile");
+	/* An escaped NUL is not cut short by the folding. */
+	const char *nul = "uid=\xc3\xa9\\00x,dc=x";
+	char *nn = lp_dn_normalize(&a, nul, strlen(nul));
+	assert_true(!nn || strcmp(nn, "uid=\xc3\xa9,dc=x") != 0);
 	assert_true(lp_dn_under("uid=a,dc=x", "dc=x"));
 	assert_true(lp_dn_under("dc=x", "dc=x"));
 	assert_false(lp_dn_under("uid=a,dc=xx", "dc=x"));

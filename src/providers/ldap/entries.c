@@ -224,16 +224,79 @@ static bool plain_dn(const char *dn, size_t len)
 	return !want_attr && seen;
 }
 
-/* dn through libldap's parser and back out as an LDAPv3 string, lower-cased
- * (in a); NULL when it does not parse. */
+/* Whether v holds a byte beyond ASCII. */
+static bool beyond_ascii(const char *v, size_t len)
+{
+	for (size_t i = 0; i < len; i++)
+		if ((unsigned char)v[i] >= 0x80)
+			return true;
+	return false;
+}
+
+/* The string values of parsed beyond ASCII folded as the store compares
+ * them (the rule of their attribute: cache_name_fold), so a member DN
+ * matches its entry's DN whenever the store calls the two equal. The
+ * original values are kept in saved (for undo_fold) since parsed owns them. */
+static int fold_values(struct idc_arena *a, LDAPDN parsed, struct berval *saved, size_t cap,
+		       size_t *n)
+{
+	*n = 0;
+	for (size_t r = 0; parsed[r]; r++)
+		for (size_t i = 0; parsed[r][i]; i++) {
+			LDAPAVA *ava = parsed[r][i];
+			if (*n == cap)
+				return -E2BIG;
+			saved[(*n)++] = ava->la_value;
+			/* A value with an escaped NUL is no name, one past CACHE_NAME_MAX
+			 * none either: they keep their bytes. */
+			size_t vl = ava->la_value.bv_len;
+			char val[CACHE_NAME_MAX + 1], f[CACHE_NAME_MAX + 1];
+			if ((ava->la_flags & LDAP_AVA_BINARY) || vl > CACHE_NAME_MAX ||
+			    !beyond_ascii(ava->la_value.bv_val, vl) ||
+			    memchr(ava->la_value.bv_val, '\0', vl))
+				continue;
+			memcpy(val, ava->la_value.bv_val, vl);
+			val[vl] = '\0';
+			char *attr = idc_arena_strndup(a, ava->la_attr.bv_val, ava->la_attr.bv_len);
+			size_t fl =
+			    attr ? cache_name_fold(cache_name_rule_of_attr(attr), val, f) : 0;
+			char *kept = fl ? idc_arena_strndup(a, f, fl) : NULL;
+			if (!attr || (fl && !kept))
+				return -ENOMEM;
+			if (kept)
+				ava->la_value = (struct berval){fl, kept};
+		}
+	return 0;
+}
+
+static void undo_fold(LDAPDN parsed, const struct berval *saved, size_t n)
+{
+	size_t k = 0;
+	for (size_t r = 0; parsed[r]; r++)
+		for (size_t i = 0; parsed[r][i] && k < n; i++)
+			parsed[r][i]->la_value = saved[k++];
+}
+
+/* dn through libldap's parser and back out as an LDAPv3 string, values
+ * beyond ASCII folded by the store's rule, lower-cased (in a); NULL when it
+ * does not parse. */
 static char *parse_norm(struct idc_arena *a, const char *dn, size_t len)
 {
 	LDAPDN parsed = NULL;
 	struct berval bv = {len, (char *)dn};
+	struct berval saved[LP_DN_AVAS_MAX];
+	size_t nsaved = 0;
 	char *s = NULL;
 	if (ldap_bv2dn(&bv, &parsed, LDAP_DN_FORMAT_LDAP) != LDAP_SUCCESS)
 		return NULL;
-	int rc = parsed ? ldap_dn2str(parsed, &s, LDAP_DN_FORMAT_LDAPV3) : LDAP_INVALID_DN_SYNTAX;
+	int rc = LDAP_INVALID_DN_SYNTAX;
+	if (parsed) {
+		/* An ASCII DN stays as it was: lower-casing is its whole rule. */
+		if (!beyond_ascii(dn, len) ||
+		    fold_values(a, parsed, saved, IDC_ARRAY_SIZE(saved), &nsaved) == 0)
+			rc = ldap_dn2str(parsed, &s, LDAP_DN_FORMAT_LDAPV3);
+		undo_fold(parsed, saved, nsaved);
+	}
 	ldap_dnfree(parsed);
 	if (rc != LDAP_SUCCESS || !s)
 		return NULL;

@@ -20,6 +20,7 @@
 #include "providers/ldap/lprov.h"
 
 #define LP_MEMBER_BATCH 250     /* RDN values per member-resolution search */
+#define LP_DN_AVAS_MAX  256     /* AVAs in a DN the provider compares */
 #define LP_PARENT_BATCH 100     /* group DNs per parent search */
 #define LP_MEMBERS_MAX  1000000 /* member values kept per group */
 #define LP_VALUE_MAX    4096    /* longest gecos/home/shell/timestamp kept */
