@@ -96,6 +96,24 @@ class Slapd:
         return log.count(" SRCH base=")
 
 
+def private_slapd(prefix, name, write_ldif=None):
+    """A slapd of a test's own in a fresh private directory, for a fixture
+    to `yield from`: the fixtures' entries, or what write_ldif(path) writes,
+    loaded with slapadd. Stopped and its directory removed afterwards."""
+    base = nsenv.make_private_dir(prefix)
+    ldif = None
+    if write_ldif is not None:
+        ldif = base / "dir.ldif"
+        write_ldif(ldif)
+    s = Slapd(base, name, ldif=ldif)
+    try:
+        s.start()
+        yield s
+    finally:
+        s.stop()
+        nsenv.remove_tree(base)
+
+
 class Env:
     def __init__(self, base):
         self.base = base

@@ -9,14 +9,13 @@ as they are after the change, never from a client's own memory.
 The fixtures: alice is in ops (memberUid) and dev (member DN); dev is a
 member group of all, all of top.
 """
-import shutil
 import subprocess
 import time
 
 import pytest
 
 import nsenv
-from test_e2e_ldap import (BASE, REFRESHING, Slapd, cache_holds, cli, free_port, pytestmark,
+from test_e2e_ldap import (BASE, REFRESHING, cache_holds, cli, private_slapd, pytestmark,
                            start_daemon, status)
 
 assert pytestmark  # the same requirements (slapd, ldap-utils, openssl)
@@ -28,12 +27,7 @@ GROUPS = f"ou=groups,{BASE}"
 @pytest.fixture
 def server():
     """The fixtures on a slapd of this test's own, which it changes."""
-    base = nsenv.make_private_dir("idc-ldap-fresh-")
-    s = Slapd(base, f"s{free_port()}")
-    s.start()
-    yield s
-    s.stop()
-    shutil.rmtree(base, ignore_errors=True)
+    yield from private_slapd("idc-ldap-fresh-", "s")
 
 
 def ldap_change(server, ldif):

@@ -9,7 +9,7 @@ import time
 import pytest
 
 import nsenv
-from test_e2e_ldap import Slapd, cli, free_port, start_daemon, status  # noqa: F401
+from test_e2e_ldap import cli, private_slapd, start_daemon, status
 
 pytestmark = [pytest.mark.usefixtures("as_root")] + \
     __import__("test_e2e_ldap").pytestmark[1:]
@@ -17,16 +17,12 @@ pytestmark = [pytest.mark.usefixtures("as_root")] + \
 
 @pytest.fixture
 def server(tmp_path_factory):
-    base = nsenv.make_private_dir("idc-ldap-online-")
-    s = Slapd(base, "s")
-    s.start()
-    yield s
-    try:
-        os.kill(s.pid, signal.SIGCONT)
-    except (ProcessLookupError, TypeError):
-        pass
-    s.stop()
-    nsenv.remove_tree(base)
+    for s in private_slapd("idc-ldap-online-", "s"):
+        yield s
+        try:  # a test may leave it stopped (SIGSTOP)
+            os.kill(s.pid, signal.SIGCONT)
+        except (ProcessLookupError, TypeError):
+            pass
 
 
 def go_offline(idcache, d, s):

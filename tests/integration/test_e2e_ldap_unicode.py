@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import nsenv
-from test_e2e_ldap import BASE, Slapd, ldif_entry, start_daemon, user_entry
+from test_e2e_ldap import BASE, ldif_entry, private_slapd, start_daemon, user_entry
 
 PEOPLE = f"ou=people,{BASE}"
 GROUPS_OU = f"ou=groups,{BASE}"
@@ -39,16 +38,7 @@ def unicode_ldif(path, extra=()):
 
 
 def run_slapd(name, extra=()):
-    base = nsenv.make_private_dir("idc-ldap-unicode-")
-    ldif = base / "unicode.ldif"
-    unicode_ldif(ldif, extra)
-    s = Slapd(base, name, ldif=ldif)
-    s.start()
-    try:
-        yield s
-    finally:
-        s.stop()
-        nsenv.remove_tree(base)
+    return private_slapd("idc-ldap-unicode-", name, lambda p: unicode_ldif(p, extra))
 
 
 @pytest.fixture(scope="module")

@@ -220,16 +220,7 @@ def directory():
     tel = pytest.importorskip("test_e2e_ldap")
     if not (os.access(tel.SLAPD, os.X_OK) and shutil.which("ldapadd")):
         pytest.skip("needs Debian's slapd and ldap-utils")
-    base = nsenv.make_private_dir("idc-prec-ldap-")
-    ldif = base / "dir.ldif"
-    ldif.write_text(DIRECTORY)
-    s = tel.Slapd(base, "p", ldif=ldif)
-    s.start()
-    try:
-        yield s
-    finally:
-        s.stop()
-        nsenv.remove_tree(base)
+    yield from tel.private_slapd("idc-prec-ldap-", "p", lambda p: p.write_text(DIRECTORY))
 
 
 def dir_domain(uri, extra=""):
