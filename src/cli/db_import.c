@@ -165,22 +165,32 @@ static void import_tick(void *arg, uint64_t records, uint64_t offset)
 	progress_tick(&job->prog, records, offset);
 }
 
-/* store_txn_fn: the whole input in the caller's transaction. Re-runnable:
- * every run reads the input from its start. */
+/* The whole input in one transaction: the store's own import step, which
+ * store_write may run again (it rewinds the stream), then a progress note
+ * while the commit writes the indexes. */
+struct import_all {
+	struct import_job *job;
+	struct ldif_import im;
+};
+
 static int import_all_fn(struct store_txn *t, void *arg, struct idc_diag *d)
 {
-	struct import_job *job = arg;
-	FILE *f;
-	struct ldif_reader *r;
-	int rc = open_reader(job, &f, &r, d);
-	if (rc != 0)
-		return rc;
-	struct ldif_progress p = {import_tick, job};
-	rc = ldif_apply_all(t, r, job->src.name, &p, &job->records, d);
-	ldif_close(r);
-	fclose(f);
+	struct import_all *a = arg;
+	int rc = ldif_import_fn(t, &a->im, d);
+	a->job->records = a->im.records;
 	if (rc == 0)
-		progress_note(&job->prog, "writing indexes");
+		progress_note(&a->job->prog, "writing indexes");
+	return rc;
+}
+
+static int import_all(struct store *s, struct import_job *job, struct idc_diag *d)
+{
+	struct ldif_progress p = {import_tick, job};
+	struct import_all a = {job, {src_open(&job->src), job->src.name, &p, 0}};
+	if (!a.im.f)
+		return idc_diag_set(d, -errno, "%s: %s", job->src.name, strerror(errno));
+	int rc = store_write(s, job->txn_flags, import_all_fn, &a, d);
+	fclose(a.im.f);
 	return rc;
 }
 
@@ -384,7 +394,7 @@ static int run_import(struct db_ctx *ctx, int argc, char **argv, unsigned txn_fl
 	if (job.batch)
 		lrc = import_batched(ctx->store, &job, &d);
 	else
-		lrc = store_write(ctx->store, txn_flags, import_all_fn, &job, &d);
+		lrc = import_all(ctx->store, &job, &d);
 	progress_clear(&job.prog);
 	if (lrc != 0)
 		rc = import_failed(ctx, &job, lrc, &d);
