@@ -100,6 +100,7 @@ static int user_fields(json_object *rec, const struct udb_user *u)
 	rc = rc ? rc : add_text(rec, "shell", u->shell);
 	rc = rc ? rc : add_list(rec, "memberOf", u->member_of, u->nmember_of);
 	rc = rc ? rc : add_list(rec, "sshAuthorizedKeys", u->keys, u->nkeys);
+	rc = rc ? rc : add_text(rec, "service", u->service);
 	return rc ? rc : add_text(rec, "disposition", udb_disposition(u->uid));
 }
 
@@ -108,6 +109,7 @@ static int group_fields(json_object *rec, const struct udb_group *g)
 	int rc = add_text(rec, "groupName", g->name);
 	rc = rc ? rc : add_value(rec, "gid", json_object_new_int64(g->gid));
 	rc = rc ? rc : add_list(rec, "members", g->members, g->nmembers);
+	rc = rc ? rc : add_text(rec, "service", g->service);
 	return rc ? rc : add_text(rec, "disposition", udb_disposition(g->gid));
 }
 
@@ -205,7 +207,8 @@ int udb_reply_info(const char *version, struct udb_reply **out)
 static int write_message(json_object *obj, struct idc_buf *out)
 {
 	size_t len = 0;
-	const char *s = json_object_to_json_string_length(obj, JSON_C_TO_STRING_PLAIN, &len);
+	const char *s = json_object_to_json_string_length(
+	    obj, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &len);
 	if (!s)
 		return -ENOMEM;
 	int rc = idc_buf_reserve(out, len + 1);

@@ -117,6 +117,7 @@ struct udb_user {
 	size_t nmember_of;
 	const char *const *keys; /* sshAuthorizedKeys */
 	size_t nkeys;
+	const char *service; /* the service answering: clients refuse a record without */
 };
 
 struct udb_group {
@@ -124,6 +125,7 @@ struct udb_group {
 	uint32_t gid;
 	const char *const *members;
 	size_t nmembers;
+	const char *service;
 };
 
 /* {"record": USER, "incomplete": false}. 0, -EILSEQ (name not UTF-8) or

@@ -227,8 +227,17 @@ static void reply_user_record(void **state)
 	(void)state;
 	const char *groups[] = {"wheel", "users"};
 	const char *keys[] = {"ssh-ed25519 AAAA alice@x"};
-	struct udb_user u = {"alice", 1000, 100, "Alice \xc3\x84", "/home/alice", "/bin/sh", groups,
-			     2,       keys, 1};
+	struct udb_user u = {.name = "alice",
+			     .uid = 1000,
+			     .gid = 100,
+			     .gecos = "Alice \xc3\x84",
+			     .dir = "/home/alice",
+			     .shell = "/bin/sh",
+			     .member_of = groups,
+			     .nmember_of = 2,
+			     .keys = keys,
+			     .nkeys = 1,
+			     .service = "io.idcache"};
 	struct udb_reply *r;
 	struct idc_buf b = IDC_BUF_INIT;
 	assert_int_equal(udb_reply_user(&u, &r), 0);
@@ -245,6 +254,7 @@ static void reply_user_record(void **state)
 	assert_string_equal(json_object_get_string(at(rec, "homeDirectory")), "/home/alice");
 	assert_string_equal(json_object_get_string(at(rec, "shell")), "/bin/sh");
 	assert_string_equal(json_object_get_string(at(rec, "disposition")), "regular");
+	assert_string_equal(json_object_get_string(at(rec, "service")), "io.idcache");
 	assert_int_equal(json_object_array_length(at(rec, "memberOf")), 2);
 	assert_string_equal(
 	    json_object_get_string(json_object_array_get_idx(at(rec, "sshAuthorizedKeys"), 0)),
