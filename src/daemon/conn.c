@@ -362,6 +362,13 @@ static bool busy(const struct conn *c)
 	return c->wait || c->held;
 }
 
+/* Whether a request c sent is still being answered: waiting (busy), or
+ * a userdb call still streaming its replies. */
+static bool answering(const struct conn *c)
+{
+	return busy(c) || (c->udb && userdb_active(c));
+}
+
 /* Whether c's uid is over budget and c holds output of its own: a
  * connection whose client reads goes on, only those that do not wait. */
 static bool over_budget(const struct conn *c)
@@ -507,7 +514,7 @@ static void on_event(struct loop_io *io, uint32_t events)
 		return;
 	}
 	c->eof |= eof;
-	if (c->eof && !busy(c)) /* answered all it sent */
+	if (c->eof && !answering(c)) /* answered all it sent */
 		c->closing = true;
 	update_interest(c);
 }
@@ -521,7 +528,7 @@ void conn_resume(struct conn *c, int rc)
 		conn_close(c, rc == -EBADMSG ? "protocol error" : idc_strerror(rc));
 		return;
 	}
-	if (c->eof && !busy(c))
+	if (c->eof && !answering(c))
 		c->closing = true;
 	update_interest(c);
 }

@@ -347,6 +347,8 @@ void userdb_conn_free(struct conn *c);
 /* Bytes received; what is buffered and not taken yet. */
 int userdb_feed(struct conn *c, const void *p, size_t n);
 size_t userdb_buffered(const struct conn *c);
+/* Whether a call of c is under way (its replies not all queued). */
+bool userdb_active(const struct conn *c);
 /* Take c's calls while conn_may_take allows. 0, or <0: close c. */
 int userdb_process(struct conn *c);
 struct idc_buf *userdb_reply_buf(struct conn *c);

@@ -153,6 +153,11 @@ size_t userdb_buffered(const struct conn *c)
 	return udb_reader_buffered(&c->udb->rd);
 }
 
+bool userdb_active(const struct conn *c)
+{
+	return c->udb->active;
+}
+
 struct idc_buf *userdb_reply_buf(struct conn *c)
 {
 	return &c->udb->inner;

@@ -455,3 +455,25 @@ def test_many_connections_are_limited(daemons):
     assert p.returncode == 0, p.stderr
     assert int(p.stdout) <= 8
     still_serves(d)
+
+
+def test_streamed_enumeration_survives_back_pressure_and_half_close(daemons):
+    """A client that asks for every user, closes its sending side and reads
+    slowly gets every record: the call goes on while its replies drain."""
+    users = "".join(f"u{i:05d}:x:{10000 + i}:100:User number {i} with a longer gecos field,"
+                    f"room 12,,:/home/u{i:05d}:/bin/sh\n" for i in range(4000))
+    d = start(daemons, passwd=PASSWD + users)
+    v = Varlink(sock(d), timeout=10.0)
+    v.send({"method": UDB + "GetUserRecord", "parameters": {"service": SERVICE}, "more": True})
+    v.s.shutdown(socket.SHUT_WR)
+    time.sleep(0.5)  # the daemon fills the socket and waits for it to drain
+    got = []
+    while True:
+        r = v.reply()
+        assert r is not None, f"closed after {len(got)} replies"
+        got.append(r["parameters"]["record"]["userName"])
+        if not r.get("continues"):
+            break
+    v.close()
+    assert len(got) == 4 + 4000
+    assert got[:4] == ["root", "alice", "bob", "carol"]

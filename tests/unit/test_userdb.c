@@ -191,8 +191,8 @@ static void call_not_varlink(void **state)
 	    "{\"method\":\"org.varlink.service.GetInfo\",\"more\":\"yes\"}",
 	    "{\"method\":\"org.varlink.service.GetInfo\"} trailing",
 	    "{\"method\":\"org.varlink.service.GetInfo\",}",
-	    "{\"method\":\"io.systemd.UserDatabase.GetUserRecord\",\"parameters\":{\"userName\":"
-	    "\"\xff\"}}",
+	    ("{\"method\":\"io.systemd.UserDatabase.GetUserRecord\",\"parameters\":{\"userName\":"
+	     "\"\xff\"}}"),
 	    "{\"a\":[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]}",
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
