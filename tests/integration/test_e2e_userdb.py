@@ -20,7 +20,7 @@ import time
 import pytest
 
 import nsenv
-from test_e2e_ldap import BASE, GROUPS, USERS, ldap_domain, private_slapd
+from test_e2e_ldap import GROUPS, USERS, Blackhole, ldap_domain, private_slapd
 from test_e2e_precedence import B_GROUP, B_PASSWD, files_domain
 
 pytestmark = pytest.mark.usefixtures("as_root")
@@ -477,3 +477,30 @@ def test_streamed_enumeration_survives_back_pressure_and_half_close(daemons):
     v.close()
     assert len(got) == 4 + 4000
     assert got[:4] == ["root", "alice", "bob", "carol"]
+
+
+def test_call_waiting_for_a_directory_does_not_stall_others(daemons):
+    """A call whose answer waits for a server that never answers waits for
+    ldap_search_timeout, then finds nothing; meanwhile other calls are
+    answered at once."""
+    bh = Blackhole()
+    try:
+        d = start(daemons, passwd="loc:x:5000:5000:Local User:/home/loc:/bin/sh\n",
+                  group="locg:x:5000:loc\n", extra="domains = local, dir\n",
+                  domain_conf=ldap_domain(bh.uri))
+        slow = Varlink(sock(d), timeout=15.0)
+        slow.send({"method": UDB + "GetUserRecord",
+                   "parameters": {"userName": "alice", "service": SERVICE}})
+        t0 = time.monotonic()
+        fast = Varlink(sock(d))
+        r = fast.call(UDB + "GetUserRecord", {"userName": "loc", "service": SERVICE})
+        assert r[0]["parameters"]["record"]["uid"] == 5000
+        assert time.monotonic() - t0 < 1.0
+        fast.close()
+        r = slow.reply()
+        waited = time.monotonic() - t0
+        assert r == {"error": UDB + "NoRecordFound", "parameters": {}}
+        assert 2.0 < waited < 8.0, waited  # ldap_search_timeout = 3
+        slow.close()
+    finally:
+        bh.close()
