@@ -352,6 +352,8 @@ bool userdb_active(const struct conn *c);
 /* Take c's calls while conn_may_take allows. 0, or <0: close c. */
 int userdb_process(struct conn *c);
 struct idc_buf *userdb_reply_buf(struct conn *c);
+/* Its lines of `idcache status`. */
+void userdb_status(struct daemon *dm, struct idc_buf *b);
 
 /* ---- listeners (listen.c) --------------------------------------------------- */
 struct listener {
@@ -517,8 +519,9 @@ struct daemon {
 	size_t ndomains;
 	const char **names; /* domain names for multi-domain lookups */
 	struct listener nss, admin;
-	struct listener userdb;  /* io.fd -1: not served (userdb.c) */
-	const char *udb_service; /* its file name, the service clients name */
+	struct listener userdb;                        /* io.fd -1: not served (userdb.c) */
+	const char *udb_service;                       /* its file name, the service clients name */
+	uint64_t udb_calls, udb_errors, udb_malformed; /* `idcache status` */
 	struct conn *conns;
 	size_t nconns;
 	uint64_t refused, refused_logged_ns;

@@ -88,6 +88,14 @@ int userdb_start(struct daemon *dm)
 	return rc;
 }
 
+void userdb_status(struct daemon *dm, struct idc_buf *b)
+{
+	idc_buf_printf(b, "userdb_socket=%s\n", dm->userdb.io.fd >= 0 ? dm->userdb.path : "");
+	idc_buf_printf(b, "userdb.calls=%llu\nuserdb.errors=%llu\nuserdb.malformed=%llu\n",
+		       (unsigned long long)dm->udb_calls, (unsigned long long)dm->udb_errors,
+		       (unsigned long long)dm->udb_malformed);
+}
+
 void userdb_close(struct daemon *dm)
 {
 	listener_close(&dm->userdb);
@@ -165,11 +173,17 @@ struct idc_buf *userdb_reply_buf(struct conn *c)
 
 /* ==== replies ============================================================================= */
 
+static int write_error(struct conn *c, const struct udb_error *e)
+{
+	c->dm->udb_errors++;
+	return c->udb->call.oneway ? 0 : udb_error_write(e, &c->out);
+}
+
 static int send_error(struct conn *c, const char *name)
 {
 	struct udb_error e;
 	udb_error_set(&e, name, NULL, NULL);
-	return c->udb->call.oneway ? 0 : udb_error_write(&e, &c->out);
+	return write_error(c, &e);
 }
 
 /* Take r (NULL: out of memory) as the call's next reply; the one before
@@ -582,12 +596,14 @@ static int start_call(struct conn *c, const char *msg, size_t len)
 	struct udb_error e;
 	int rc = udb_call_parse(msg, len, &u->call, &e);
 	if (rc < 0) {
+		c->dm->udb_malformed += rc == -EBADMSG;
 		idc_log(IDC_LOG_DEBUG, "userdb: uid %d sent something not Varlink: closing",
 			(int)c->peer_uid);
 		return rc;
 	}
+	c->dm->udb_calls++;
 	if (rc == 1)
-		return u->call.oneway ? 0 : udb_error_write(&e, &c->out);
+		return write_error(c, &e);
 	u->active = true;
 	return begin(c);
 }
@@ -604,6 +620,7 @@ int userdb_process(struct conn *c)
 		const char *msg;
 		size_t len;
 		int got = udb_reader_next(&u->rd, &msg, &len);
+		c->dm->udb_malformed += got == -EMSGSIZE;
 		if (got <= 0) {
 			rc = got == -EMSGSIZE ? -EBADMSG : got;
 			break;

@@ -392,6 +392,13 @@ def test_default_is_off(daemons):
 
 # ==== hostile clients =========================================================================
 
+def status(idcache, d):
+    p = subprocess.run([str(idcache), "status", "--run-dir", str(d.run_dir)],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    return dict(line.partition("=")[::2] for line in p.stdout.splitlines())
+
+
 def still_serves(d):
     v = Varlink(sock(d), timeout=5.0)
     t0 = time.monotonic()
@@ -413,7 +420,7 @@ def test_garbage_closes_only_that_connection(files_daemon):
     still_serves(d)
 
 
-def test_message_without_nul_is_bounded(files_daemon):
+def test_message_without_nul_is_bounded(files_daemon, idcache):
     d = files_daemon
     v = Varlink(sock(d))
     sent = 0
@@ -427,6 +434,10 @@ def test_message_without_nul_is_bounded(files_daemon):
     assert v.closed()
     v.close()
     still_serves(d)
+    st = status(idcache, d)
+    assert st["userdb_socket"] == str(sock(d))
+    assert int(st["userdb.malformed"]) == 1
+    assert int(st["userdb.calls"]) >= 1
 
 
 def test_many_connections_are_limited(daemons):
