@@ -12,7 +12,6 @@ clients (garbage, no NUL, a huge message, many connections) must leave
 the daemon serving.
 """
 import json
-import os
 import socket
 import subprocess
 import time
@@ -183,6 +182,16 @@ def test_unknown_names_are_errors(files_daemon):
         assert rc != 0
         assert "does not exist" in err or "not found" in err.lower(), err
     assert res[3][0] == 2
+
+
+def test_ssh_authorized_keys_without_keys(files_daemon):
+    """Records carry no sshAuthorizedKeys yet: a known user has none (no
+    output, success, as sshd's AuthorizedKeysCommand expects), an unknown
+    one is an error."""
+    res = in_ns(files_daemon, [udbctl("ssh-authorized-keys", "alice"),
+                               udbctl("ssh-authorized-keys", "nosuch")])
+    assert res[0][:2] == (0, "")
+    assert res[1][0] != 0 and "does not exist" in res[1][2]
 
 
 def test_service_option_names_our_socket(files_daemon):
