@@ -120,6 +120,15 @@ int userdb_conn_new(struct daemon *dm, int fd, const struct ucred *cred)
 	return 0;
 }
 
+/* Empty b; a large one (a batch of large groups, say) is given back, so
+ * an idle connection keeps no more than DAEMON_OUT_KEEP of it. */
+static void trim(struct idc_buf *b)
+{
+	idc_buf_reset(b);
+	if (b->cap > DAEMON_OUT_KEEP)
+		idc_buf_free(b);
+}
+
 /* Forget the call under way (its cursors included). */
 static void call_reset(struct conn *c)
 {
@@ -128,9 +137,16 @@ static void call_reset(struct conn *c)
 	u->held = NULL;
 	u->active = u->asked = false;
 	u->replies = u->ngids = u->gi = 0;
-	idc_buf_reset(&u->inner);
-	idc_buf_reset(&u->user);
-	idc_buf_reset(&u->names);
+	trim(&u->inner);
+	trim(&u->user);
+	trim(&u->names);
+	free(u->gids);
+	u->gids = NULL;
+	if (u->ptrs_cap * sizeof(*u->ptrs) > DAEMON_OUT_KEEP) {
+		free(u->ptrs);
+		u->ptrs = NULL;
+		u->ptrs_cap = 0;
+	}
 	enum_cursor_free(c->dm, &c->pw);
 	enum_cursor_free(c->dm, &c->gr);
 }
@@ -145,7 +161,6 @@ void userdb_conn_free(struct conn *c)
 	idc_buf_free(&u->inner);
 	idc_buf_free(&u->user);
 	idc_buf_free(&u->names);
-	free(u->gids);
 	free(u->ptrs);
 	free(u);
 	c->udb = NULL;
@@ -538,7 +553,7 @@ static int advance(struct conn *c)
 	int rc = take(c);
 	if (u->active) {
 		u->asked = false;
-		idc_buf_reset(&u->inner);
+		trim(&u->inner);
 	}
 	return rc;
 }
