@@ -144,38 +144,32 @@ static int record_reply(json_object *rec, struct udb_reply **out)
 	return rc;
 }
 
+/* A name that JSON can carry: non-empty valid text. */
+static bool name_ok(const char *name)
+{
+	return name && *name && utf8_text(name);
+}
+
 int udb_reply_user(const struct udb_user *u, struct udb_reply **out)
 {
 	*out = NULL;
-	if (!u->name || !*u->name || !utf8_text(u->name))
-		return -EILSEQ;
-	json_object *rec = json_object_new_object();
-	int rc = rec ? user_fields(rec, u) : -ENOMEM;
-	if (rc < 0) {
-		json_object_put(rec);
-		return rc;
-	}
-	return record_reply(rec, out);
+	json_object *rec = name_ok(u->name) ? json_object_new_object() : NULL;
+	int rc = !name_ok(u->name) ? -EILSEQ : rec ? user_fields(rec, u) : -ENOMEM;
+	return rc ? (json_object_put(rec), rc) : record_reply(rec, out);
 }
 
 int udb_reply_group(const struct udb_group *g, struct udb_reply **out)
 {
 	*out = NULL;
-	if (!g->name || !*g->name || !utf8_text(g->name))
-		return -EILSEQ;
-	json_object *rec = json_object_new_object();
-	int rc = rec ? group_fields(rec, g) : -ENOMEM;
-	if (rc < 0) {
-		json_object_put(rec);
-		return rc;
-	}
-	return record_reply(rec, out);
+	json_object *rec = name_ok(g->name) ? json_object_new_object() : NULL;
+	int rc = !name_ok(g->name) ? -EILSEQ : rec ? group_fields(rec, g) : -ENOMEM;
+	return rc ? (json_object_put(rec), rc) : record_reply(rec, out);
 }
 
 int udb_reply_membership(const char *user, const char *group, struct udb_reply **out)
 {
 	*out = NULL;
-	if (!user || !group || !*user || !*group || !utf8_text(user) || !utf8_text(group))
+	if (!name_ok(user) || !name_ok(group))
 		return -EILSEQ;
 	int rc = reply_new(out);
 	rc = rc ? rc : add_text((*out)->params, "userName", user);
