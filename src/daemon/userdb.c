@@ -340,10 +340,14 @@ static int ask_req(struct conn *c, uint32_t cmd, const char *name, uint32_t id)
 	return responder_handle(c, &req, &c->udb->inner);
 }
 
+/* The first lookup of a call: the record asked; for memberships the
+ * group, or the user (its groups are then asked by the name it has). */
 static uint32_t lookup_cmd(const struct udb_call *call)
 {
 	if (call->method == UDB_GET_USER)
 		return call->has_user ? PROTO_CMD_GETPWNAM : PROTO_CMD_GETPWUID;
+	if (call->method == UDB_GET_MEMBERSHIPS && !call->has_group)
+		return PROTO_CMD_GETPWNAM;
 	return call->has_group ? PROTO_CMD_GETGRNAM : PROTO_CMD_GETGRGID;
 }
 
@@ -593,14 +597,7 @@ static int begin(struct conn *c)
 						       : enumerates(call);
 	if (all && !c->dm->cfg->userdb.enumerate)
 		return fail(c, UDB_ERR_NO_ENUM);
-	if (all)
-		u->step = ST_ENUM_SET;
-	else if (call->method == UDB_GET_MEMBERSHIPS && !call->has_group)
-		u->step = ST_INITGROUPS;
-	else
-		u->step = ST_LOOKUP;
-	if (u->step == ST_INITGROUPS) /* asked by the name the call gives */
-		return idc_buf_append(&u->user, call->user, strlen(call->user) + 1);
+	u->step = all ? ST_ENUM_SET : ST_LOOKUP;
 	return 0;
 }
 

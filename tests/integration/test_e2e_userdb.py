@@ -277,6 +277,12 @@ def test_ldap_users_equal_nss(slapd, daemons):
         got = {gids[line.split()[1]] for line in out.splitlines() if line.strip()}
         want = {int(x) for x in iout.split()}
         assert got <= want and want - got <= {primary}, (u, got, want)
+    # another spelling, in a domain that ignores case: the names the domain has
+    res2 = in_ns(d, [udbctl("--no-legend", "groups-of-user", USERS[0].upper()),
+                     udbctl("-j", "user", USERS[0].upper())])
+    assert res2[0][0] == 0, res2[0]
+    assert res2[0][1] == res[2 * n + 2 * m][1]
+    assert json.loads(res2[1][1])["userName"] == USERS[0]
 
 
 # ==== the API: raw Varlink calls ===================================================================
