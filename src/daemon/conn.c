@@ -394,6 +394,7 @@ static bool must_wait(struct conn *c)
 
 bool conn_may_take(struct conn *c)
 {
+	charge_out(c); /* what the last request queued counts before the budget is read */
 	return !c->closing && !busy(c) && !c->pass_maps && !c->tail &&
 	       out_pending(c) < DAEMON_OUT_HIGH && !must_wait(c);
 }

@@ -242,7 +242,7 @@ int conn_new(struct daemon *dm, int fd, bool admin, const struct ucred *cred);
 struct conn *conn_create(struct daemon *dm, int fd, bool admin, const struct ucred *cred);
 /* Whether c may take its next request now: not closing, nothing waiting
  * for a directory, a build, descriptors or a tail, output under
- * DAEMON_OUT_HIGH and its uid under budget. */
+ * DAEMON_OUT_HIGH and its uid under budget (its output charged first). */
 bool conn_may_take(struct conn *c);
 /* Where the responder puts c's replies: c->out, or on the userdb socket
  * the buffer userdb.c reads them from. */
