@@ -530,3 +530,39 @@ def test_call_waiting_for_a_directory_does_not_stall_others(daemons):
         slow.close()
     finally:
         bh.close()
+
+
+def test_streaming_clients_that_do_not_read_cost_others_nothing(daemons, idcache):
+    """Clients of one uid that ask for every user and never read: their
+    calls pause (back-pressure, the uid's budget) and the daemon answers
+    everyone else at once; their output stays bounded."""
+    users = "".join(f"u{i:05d}:x:{10000 + i}:100:User {i}:/home/u{i:05d}:/bin/sh\n"
+                    for i in range(4000))
+    d = start(daemons, passwd=PASSWD + users)
+    script = (
+        "import json, socket, sys, time\n"
+        "m = json.dumps({'method': 'io.systemd.UserDatabase.GetUserRecord',\n"
+        "                'parameters': {'service': sys.argv[2]}, 'more': True}).encode() + b'\\0'\n"
+        "socks = []\n"
+        "for _ in range(32):\n"
+        "    s = socket.socket(socket.AF_UNIX)\n"
+        "    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)\n"
+        "    s.connect(sys.argv[1]); s.sendall(m * 4); socks.append(s)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(30)\n")
+    p = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                          nsenv.sys_python(), "-c", script, str(sock(d)), SERVICE],
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        time.sleep(1.0)
+        for _ in range(5):
+            still_serves(d)
+        st = status(idcache, d)
+        print("budget.bytes", st["budget.bytes"], "rss_kib", st["rss_kib"])
+        # each paused connection holds at most about DAEMON_OUT_HIGH plus a batch
+        assert int(st["budget.bytes"]) < 32 * 1024 * 1024, st["budget.bytes"]
+    finally:
+        p.kill()
+        p.wait(timeout=10)
+    still_serves(d)
