@@ -133,15 +133,16 @@ struct idc_buf *conn_reply_buf(struct conn *c)
 	return c->udb ? userdb_reply_buf(c) : &c->out;
 }
 
+static const char *socket_name(const struct conn *c)
+{
+	return c->admin ? "admin" : c->udb ? "userdb" : "nss";
+}
+
 void conn_close(struct conn *c, const char *why)
 {
 	if (c->io.fd < 0)
 		return;
-	idc_log(IDC_LOG_DEBUG, "closing %s connection: %s",
-		c->admin ? "admin"
-		: c->udb ? "userdb"
-			 : "nss",
-		why);
+	idc_log(IDC_LOG_DEBUG, "closing %s connection: %s", socket_name(c), why);
 	responder_detach(c);
 	if (c->mem_wait)
 		c->dm->budget_waiting--;
