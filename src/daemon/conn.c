@@ -13,6 +13,10 @@
  * the queues drain. An enumeration reply's records go out straight from
  * the shared snapshot (conn_queue_tail): a client that never reads holds
  * a reference, not a copy.
+ *
+ * A connection of the userdb socket (c->udb) is the same connection with
+ * other framing: its bytes go to the Varlink reader and userdb.c takes its
+ * calls under the same conditions (conn_may_take).
  */
 #include <errno.h>
 #include <stdlib.h>
