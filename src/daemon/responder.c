@@ -190,7 +190,7 @@ static void resume(void *arg)
 		ldapdom_initgroups_note(p->asked, p->name);
 	c->wait = NULL;
 	struct walk w = {p->dm, c, &p->req, p};
-	int rc = handle_lookup(&w, &c->out);
+	int rc = handle_lookup(&w, conn_reply_buf(c));
 	daemon_reader_end(p->dm);
 	if (c->wait != p)
 		free(p);
@@ -402,7 +402,7 @@ void responder_held_timer(struct loop_timer *t)
 		}
 		c->held = false;
 		struct proto_req req = c->held_req;
-		int rc = responder_handle(c, &req, &c->out);
+		int rc = responder_handle(c, &req, conn_reply_buf(c));
 		daemon_reader_end(dm);
 		conn_resume(c, rc);
 	}
