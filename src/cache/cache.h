@@ -314,10 +314,11 @@ int cache_linked(struct cache_reader *r, const char *domain, enum cache_link how
 
 /* ---- SSH public keys ----------------------------------------------------------------
  * A user's SSH public keys (authorized_keys lines, idc_ssh_key_check) are a
- * record of their own beside the user, name=<name>,cn=sshkeys,cn=<domain>,
- * cn=idcache, not attributes of the user entry: passwd lookups, the maps
- * and enumeration never read or compare them, and an unchanged key set
- * writes nothing durable. They carry no timestamps of their own: they are
+ * record of their own beside the user, sshKeysOf=<name>,cn=sshkeys,
+ * cn=<domain>,cn=idcache, not attributes of the user entry: passwd lookups,
+ * the maps and enumeration never read or compare them, and an unchanged key
+ * set writes nothing durable. The record has no "name" (an indexed
+ * attribute every lookup by name searches). They carry no timestamps of their own: they are
  * as fresh as their user, whose provider stores both in one transaction,
  * and they go when the user is removed (cache_del_user, a narrowed id range,
  * the domain's removal). */

@@ -88,6 +88,8 @@ int cache_dn_domain(struct idc_buf *out, const char *domain);
 int cache_dn_container(struct idc_buf *out, int kind, const char *domain);
 int cache_dn_entry(struct idc_buf *out, int kind, const char *domain, const char *name);
 int cache_dn_extra(struct idc_buf *out, int kind, const char *domain, uint64_t order);
+/* The attribute naming a keys record (sshkeys.c): the user's name. */
+#define CACHE_ATTR_KEYS_OF "sshKeysOf"
 /* Attribute marking an extra record (cache.h, "Extra records"). */
 #define CACHE_ATTR_EXTRA "extrarecord" /* canonical (lower case) */
 uint32_t cache_domain_ttl(const struct cache *c, const char *domain);

@@ -44,7 +44,8 @@ static int keys_entry(struct cache_txn *t, const char *domain, const char *name,
 	if (!p)
 		return -ENOMEM;
 	p[0] = (struct store_pair){{"objectClass", 11}, {"sshKeys", 7}};
-	p[1] = (struct store_pair){{"name", 4}, {name, strlen(name)}};
+	p[1] = (struct store_pair){{CACHE_ATTR_KEYS_OF, strlen(CACHE_ATTR_KEYS_OF)},
+				   {name, strlen(name)}};
 	size_t n = 2;
 	for (size_t i = 0; i < nkeys; i++) {
 		int ok = key_ok(keys, i, d);
