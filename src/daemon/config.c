@@ -297,7 +297,8 @@ static void set_names(struct parse *ps, const char *key, const char *v, struct c
 /* Keys whose value may be empty: an empty list. */
 static bool empty_ok(const char *key)
 {
-	return strcmp(key, "filter_users") == 0 || strcmp(key, "filter_groups") == 0;
+	return strcmp(key, "filter_users") == 0 || strcmp(key, "filter_groups") == 0 ||
+	       strcmp(key, "userdb_socket") == 0;
 }
 
 static const char *const idcache_keys[] = {
@@ -377,11 +378,51 @@ static void check_limits(struct parse *ps)
 		    l->root_reserved, l->max_connections);
 }
 
+/* ---- systemd's user database ------------------------------------------------------ */
+
+static const char *const userdb_keys[] = {"userdb_socket", "userdb_enumerate"};
+
+/* The socket's path: absolute, fitting sun_path, its file name (the
+ * service name clients pass) printable. Empty: not served. */
+static void set_userdb_socket(struct parse *ps, const char *v)
+{
+	const char *base = strrchr(v, '/');
+	if (!*v)
+		return;
+	if (!path_ok(v, strlen(v)) || has_control(v))
+		perr(ps, "userdb_socket: '%s' is not an absolute path", v);
+	else if (strlen(v) >= sizeof(((struct sockaddr_un *)0)->sun_path))
+		perr(ps, "userdb_socket: path longer than %zu bytes",
+		     sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
+	else if (!base[1] || strcmp(base, "/.") == 0 || strcmp(base, "/..") == 0)
+		perr(ps, "userdb_socket: '%s' names no socket file (the service name)", v);
+	else
+		set_str(ps, &ps->cfg->userdb.socket, v);
+}
+
+/* A key of userdb_keys: true when it was one (handled, errors reported). */
+static bool userdb_key(struct parse *ps, const char *key, const char *v)
+{
+	struct config_userdb *u = &ps->cfg->userdb;
+	int k = key_index(userdb_keys, IDC_ARRAY_SIZE(userdb_keys), key);
+	if (k < 0)
+		return false;
+	if (!first_time(ps, &u->seen, 1u << k, key))
+		return true;
+	if (k == 0)
+		set_userdb_socket(ps, v);
+	else if (parse_bool(v, &u->enumerate) < 0)
+		perr(ps, "%s: '%s' is not true or false", key, v);
+	return true;
+}
+
 static void idcache_key(struct parse *ps, const char *key, const char *v)
 {
 	struct config *c = ps->cfg;
 	int k = key_index(idcache_keys, IDC_ARRAY_SIZE(idcache_keys), key);
 	if (k < 0 && limit_key(ps, key, v))
+		return;
+	if (k < 0 && userdb_key(ps, key, v))
 		return;
 	if (k < 0) {
 		perr(ps, "unknown key '%s' in [idcache]", key);
@@ -941,6 +982,7 @@ int config_parse(const char *label, const char *text, size_t len, struct config 
 	ps.cfg->memcache_size_group = CONFIG_DEFAULT_MEMCACHE_MB;
 	ps.cfg->memcache_size_initgroups = CONFIG_DEFAULT_MEMCACHE_MB;
 	limits_default(&ps.cfg->limits);
+	ps.cfg->userdb.enumerate = true;
 	configure_inih();
 	int rc = ini_parse_stream(read_line, &ps, on_key, &ps);
 	if (rc > 0 && ps.nerr == 0)
@@ -1101,6 +1143,7 @@ void config_free(struct config *c)
 	free(c->run_dir);
 	free(c->state_dir);
 	free(c->user);
+	free(c->userdb.socket);
 	free(c);
 }
 

@@ -49,6 +49,15 @@ struct config_limits {
 	unsigned line[5];                 /* where each was given */
 };
 
+/* systemd's user database socket (idcache.conf(5), "SYSTEMD USER
+ * DATABASE"): off unless userdb_socket names one. */
+#define CONFIG_USERDB_DIR "/run/systemd/userdb"
+struct config_userdb {
+	char *socket;   /* absolute path; NULL: not served */
+	bool enumerate; /* enumeration answered (default), else EnumerationNotSupported */
+	unsigned seen;  /* keys given (bit per key) */
+};
+
 enum config_provider { CONFIG_PROVIDER_FILES = 1, CONFIG_PROVIDER_LDAP };
 
 /* filter_users / filter_groups: names, each valid (cache_name_valid). */
@@ -101,6 +110,7 @@ struct config {
 	size_t ndomains;
 	unsigned seen;
 	struct config_limits limits;
+	struct config_userdb userdb;
 };
 
 /* Parse text[0..len) (need not be NUL-terminated; may hold anything) named

@@ -22,6 +22,8 @@
  *   peers.c      per-uid accounts: connections, unread map descriptors
  *   precedence.c what a domain may not serve: filters, overlap with the
  *                host's files and earlier domains
+ *   userdb.c     systemd's user database socket (Varlink, src/userdb):
+ *                its calls answered through the responder
  */
 #ifndef IDC_DAEMON_H
 #define IDC_DAEMON_H
@@ -224,6 +226,10 @@ struct conn {
 	 * descriptors of its MCMAP reply went out and may still be unread. */
 	struct peer *peer;
 	bool maps_unread;
+
+	/* On the userdb socket: its Varlink state (userdb.c), which reads
+	 * instead of rd and takes the responder's replies; else NULL. */
+	struct udb_conn *udb;
 };
 
 /* Queue the reply frame starting at out offset at to carry the
@@ -232,6 +238,15 @@ void conn_pass_maps(struct conn *c, uint32_t mask, size_t at);
 /* Take over an accepted socket whose peer is cred (SO_PEERCRED; uid -1
  * when unknown). 0 or -errno (fd closed). */
 int conn_new(struct daemon *dm, int fd, bool admin, const struct ucred *cred);
+/* conn_new, returning the connection; NULL (fd closed) on failure. */
+struct conn *conn_create(struct daemon *dm, int fd, bool admin, const struct ucred *cred);
+/* Whether c may take its next request now: not closing, nothing waiting
+ * for a directory, a build, descriptors or a tail, output under
+ * DAEMON_OUT_HIGH and its uid under budget (its output charged first). */
+bool conn_may_take(struct conn *c);
+/* Where the responder puts c's replies: c->out, or on the userdb socket
+ * the buffer userdb.c reads them from. */
+struct idc_buf *conn_reply_buf(struct conn *c);
 /* Nothing under way: no request waiting or buffered, no output. */
 bool conn_idle(const struct conn *c);
 /* Close and free (after the current batch). */
@@ -315,12 +330,38 @@ uint64_t budget_build_wait(const struct budget_uid *u, uint64_t now);
 /* u built a snapshot at now, which took took_ns. */
 void budget_built(struct budget_uid *u, uint64_t now, uint64_t took_ns);
 
+/* ---- systemd's user database (userdb.c) --------------------------------------
+ * A Varlink socket (io.systemd.UserDatabase) counted and limited as
+ * nss.sock is (its connections share each uid's account), whose calls are
+ * answered by the responder: the same domain walk, precedence, waits for
+ * directories and budgets. */
+struct udb_conn;
+/* Bind the socket cfg->userdb.socket names, if any (as root, before
+ * the drop; its directory created 0755 when missing). 0 or -errno, logged. */
+int userdb_open(struct daemon *dm, const struct config *cfg);
+int userdb_start(struct daemon *dm);
+void userdb_close(struct daemon *dm);
+/* An accepted connection of the socket (as conn_new). */
+int userdb_conn_new(struct daemon *dm, int fd, const struct ucred *cred);
+void userdb_conn_free(struct conn *c);
+/* Bytes received; what is buffered and not taken yet. */
+int userdb_feed(struct conn *c, const void *p, size_t n);
+size_t userdb_buffered(const struct conn *c);
+/* Whether a call of c is under way (its replies not all queued). */
+bool userdb_active(const struct conn *c);
+/* Take c's calls while conn_may_take allows. 0, or <0: close c. */
+int userdb_process(struct conn *c);
+struct idc_buf *userdb_reply_buf(struct conn *c);
+/* Its lines of `idcache status`. */
+void userdb_status(struct daemon *dm, struct idc_buf *b);
+
 /* ---- listeners (listen.c) --------------------------------------------------- */
 struct listener {
 	struct loop_io io;
 	struct daemon *dm;
 	char path[108];
 	bool admin;
+	bool userdb;      /* the userdb socket: connections through userdb_conn_new */
 	bool refuses_fds; /* SO_PASSRIGHTS is off */
 };
 
@@ -478,6 +519,9 @@ struct daemon {
 	size_t ndomains;
 	const char **names; /* domain names for multi-domain lookups */
 	struct listener nss, admin;
+	struct listener userdb;                        /* io.fd -1: not served (userdb.c) */
+	const char *udb_service;                       /* its file name, the service clients name */
+	uint64_t udb_calls, udb_errors, udb_malformed; /* `idcache status` */
 	struct conn *conns;
 	size_t nconns;
 	uint64_t refused, refused_logged_ns;

@@ -1,6 +1,8 @@
 /*
- * listen: the daemon's two Unix stream sockets (nss.sock 0666, admin.sock
- * 0600) and accepting connections on them, with the connection limit.
+ * listen: the daemon's Unix stream sockets (nss.sock 0666, admin.sock
+ * 0600, the userdb socket 0666 when configured) and accepting connections
+ * on them, with the connection limits (the userdb socket's count with
+ * nss.sock's).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -241,6 +243,8 @@ static void on_accept(struct loop_io *io, uint32_t events)
 		enum verdict v = admit(dm, l->admin, cred.uid);
 		if (v != ADMIT)
 			refuse(dm, fd, v, &cred);
+		else if (l->userdb)
+			userdb_conn_new(dm, fd, &cred);
 		else
 			conn_new(dm, fd, l->admin, &cred);
 	}

@@ -230,7 +230,7 @@ static int make_sockets(struct daemon *dm, const struct privs *p)
 }
 
 /* Everything that needs root, then the drop. */
-static int setup_privileged(struct daemon *dm)
+static int setup_privileged(struct daemon *dm, const struct config *cfg)
 {
 	struct privs p;
 	int rc = privs_prepare(dm->user, &p);
@@ -240,6 +240,8 @@ static int setup_privileged(struct daemon *dm)
 		rc = privs_make_dir(&p, dm->state_dir, true);
 	if (rc == 0)
 		rc = make_sockets(dm, &p);
+	if (rc == 0)
+		rc = userdb_open(dm, cfg); /* in a directory of root's */
 	if (rc == 0)
 		rc = privs_drop(&p);
 	if (rc == 0 && p.drop)
@@ -263,7 +265,8 @@ static int open_cache(struct daemon *dm)
  * are closed by a thread of their own (reaper.c). */
 static int guard_passed_fds(struct daemon *dm)
 {
-	dm->kernel_refuses_fds = dm->nss.refuses_fds && dm->admin.refuses_fds;
+	dm->kernel_refuses_fds = dm->nss.refuses_fds && dm->admin.refuses_fds &&
+				 (dm->userdb.io.fd < 0 || dm->userdb.refuses_fds);
 	if (dm->kernel_refuses_fds)
 		return 0;
 	idc_log(IDC_LOG_INFO, "the kernel cannot refuse descriptors passed to our sockets "
@@ -279,7 +282,7 @@ static int start(struct daemon *dm, struct config *cfg)
 	listener_fd_budget(cfg); /* before the reaper sizes its queue */
 	int rc = loop_init(&dm->loop);
 	rc = rc ? rc : block_signals(dm);
-	rc = rc ? rc : setup_privileged(dm);
+	rc = rc ? rc : setup_privileged(dm, cfg);
 	rc = rc ? rc : guard_passed_fds(dm);
 	rc = rc ? rc : open_cache(dm);
 	dm->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -290,6 +293,7 @@ static int start(struct daemon *dm, struct config *cfg)
 	rc = rc ? rc : loop_timer_arm(&dm->beat, MC_BEAT_MS, MC_BEAT_MS);
 	rc = rc ? rc : listener_start(dm, &dm->nss);
 	rc = rc ? rc : listener_start(dm, &dm->admin);
+	rc = rc ? rc : userdb_start(dm);
 	rc = rc ? rc : daemon_apply_config(dm, cfg);
 	return rc;
 }
@@ -298,6 +302,7 @@ static void stop(struct daemon *dm)
 {
 	listener_close(&dm->nss);
 	listener_close(&dm->admin);
+	userdb_close(dm);
 	while (dm->conns)
 		conn_close(dm->conns, "stopping");
 	for (size_t i = 0; i < dm->ndomains; i++)
@@ -327,7 +332,8 @@ static void stop(struct daemon *dm)
 static int run(const struct options *o, struct config *cfg)
 {
 	struct daemon dm = {.config_path = o->config, .foreground = o->foreground};
-	dm.nss.io.fd = dm.admin.io.fd = dm.sig.fd = dm.sweep.io.fd = dm.beat.io.fd = -1;
+	dm.nss.io.fd = dm.admin.io.fd = dm.userdb.io.fd = dm.sig.fd = dm.sweep.io.fd =
+	    dm.beat.io.fd = -1;
 	dm.spare_fd = -1;
 	dm.held_timer.io.fd = -1;
 	dm.loop.epfd = -1;

@@ -125,6 +125,9 @@ static void warn_fixed(const struct daemon *dm, const struct config *cfg)
 		idc_log(IDC_LOG_WARN, "state_dir changed: takes effect after a restart");
 	if (strcmp(cfg->user, dm->user) != 0)
 		idc_log(IDC_LOG_WARN, "user changed: takes effect after a restart");
+	const char *udb = dm->userdb.io.fd >= 0 ? dm->userdb.path : "";
+	if (strcmp(cfg->userdb.socket ? cfg->userdb.socket : "", udb) != 0)
+		idc_log(IDC_LOG_WARN, "userdb_socket changed: takes effect after a restart");
 }
 
 static void log_errors(const struct idc_buf *errors)

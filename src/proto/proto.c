@@ -85,6 +85,8 @@ const char *proto_cmd_name(uint32_t cmd)
 		return "ENDGRENT";
 	case PROTO_CMD_MCMAP:
 		return "MCMAP";
+	case PROTO_CMD_SSHKEYS:
+		return "SSHKEYS";
 	case PROTO_CMD_STATUS:
 		return "STATUS";
 	case PROTO_CMD_EXPIRE:
@@ -121,6 +123,7 @@ static enum shape req_shape(uint32_t cmd)
 	case PROTO_CMD_GETPWNAM:
 	case PROTO_CMD_GETGRNAM:
 	case PROTO_CMD_INITGROUPS:
+	case PROTO_CMD_SSHKEYS:
 	case PROTO_CMD_USERINFO:
 	case PROTO_CMD_GROUPINFO:
 		return SH_NAME;
@@ -443,6 +446,22 @@ int proto_batch_next_group(const struct proto_batch *b, size_t *off, struct prot
 		return 0;
 	*off = r.off;
 	return 1;
+}
+
+int proto_decode_sshkeys(const void *payload, size_t n, struct proto_strlist *keys)
+{
+	struct rd r = {payload, n, 0};
+	uint32_t count;
+	struct proto_strlist t;
+	if (rd_u32(&r, &count) < 0 || rd_strlist(&r, count, &t) < 0 || rd_end(&r) < 0)
+		return -EBADMSG;
+	size_t off = 0;
+	struct proto_str k;
+	while (proto_strlist_next(&t, &off, &k) == 1)
+		if (k.len == 0)
+			return -EBADMSG;
+	*keys = t;
+	return 0;
 }
 
 int proto_decode_text(const void *payload, size_t n, struct proto_str *s)

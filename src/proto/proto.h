@@ -79,6 +79,14 @@
  *      kind listed, in that order. UNAVAIL: no such map (disabled);
  *      BADREQ: not a map kind, or a second MCMAP on the connection.
  *      nss.sock only.
+ *  20  SSHKEYS      str user                     -> u32 n, n × str key
+ *      The SSH public keys of the user GETPWNAM would answer with (the
+ *      same domain, docs/DESIGN.md §11), one authorized_keys line each, in
+ *      the order the provider gave them; n may be 0 (a files user, or none
+ *      kept). An expired entry of a directory is asked for again before
+ *      the reply (the answer decides a login); offline, the cache answers.
+ *      NOTFOUND: no such user. nss.sock only, for any peer (sshd's
+ *      AuthorizedKeysCommandUser).
  *  32  STATUS       (empty)                      -> str text
  *      text: "key=value\n" lines (e.g. "version=0.1.0\nusers=1234\n").
  *  33  EXPIRE       u32 what, str name           -> u32 count
@@ -128,6 +136,7 @@ enum proto_cmd {
 	PROTO_CMD_GETGRENT = 11,
 	PROTO_CMD_ENDGRENT = 12,
 	PROTO_CMD_MCMAP = 13,
+	PROTO_CMD_SSHKEYS = 20,
 	PROTO_CMD_STATUS = 32,
 	PROTO_CMD_EXPIRE = 33,
 	PROTO_CMD_RELOAD = 34,
@@ -218,9 +227,8 @@ uint32_t proto_gids_get(const struct proto_gids *g, uint32_t i);
 /* ---- requests ---------------------------------------------------------------- */
 
 /* One request, decoded or to encode. Which fields are used depends on cmd:
- * name (GETPWNAM, GETGRNAM, INITGROUPS, EXPIRE, USERINFO, GROUPINFO), id (GETPWUID, GETGRGID,
- * MCMAP: the kind),
- * version (HELLO), max_count/max_bytes (GET*ENT), what (EXPIRE). */
+ * name (GETPWNAM, GETGRNAM, INITGROUPS, SSHKEYS, EXPIRE, USERINFO, GROUPINFO), id (GETPWUID,
+ * GETGRGID, MCMAP: the kind), version (HELLO), max_count/max_bytes (GET*ENT), what (EXPIRE). */
 struct proto_req {
 	uint32_t cmd;
 	struct proto_str name;
@@ -259,6 +267,8 @@ int proto_decode_batch(uint32_t cmd, const void *payload, size_t n, struct proto
 /* Next record at *off (start with 0): 1 and *out set, 0 at the end. */
 int proto_batch_next_passwd(const struct proto_batch *b, size_t *off, struct proto_passwd *out);
 int proto_batch_next_group(const struct proto_batch *b, size_t *off, struct proto_group *out);
+/* An SSHKEYS reply: keys gets its n strings (each non-empty). */
+int proto_decode_sshkeys(const void *payload, size_t n, struct proto_strlist *keys);
 /* A STATUS text, or the optional message of a non-OK reply: empty payload
  * gives an empty string (p = ""). */
 int proto_decode_text(const void *payload, size_t n, struct proto_str *s);

@@ -28,6 +28,7 @@ mkdir -p "$D/db"
 stop
 {
 	for s in core cosine nis inetorgperson; do echo "include /etc/ldap/schema/$s.schema"; done
+	echo "include $(cd "$(dirname "$0")" && pwd)/openssh-lpk.schema"
 	cat <<C
 modulepath /usr/lib/ldap
 moduleload back_mdb

@@ -223,6 +223,36 @@ static void test_connection_limits(void **state)
 		     "t.conf:2: root_reserved_connections (1024) leaves no connection");
 }
 
+static void test_userdb(void **state)
+{
+	(void)state;
+	struct config *c = parse_ok(DOM);
+	assert_null(c->userdb.socket); /* off by default */
+	assert_true(c->userdb.enumerate);
+	config_free(c);
+	c = parse_ok("[idcache]\nuserdb_socket = /run/systemd/userdb/io.idcache\n"
+		     "userdb_enumerate = no\n" DOM);
+	assert_string_equal(c->userdb.socket, "/run/systemd/userdb/io.idcache");
+	assert_false(c->userdb.enumerate);
+	config_free(c);
+	c = parse_ok("[idcache]\nuserdb_socket =\n" DOM);
+	assert_null(c->userdb.socket);
+	config_free(c);
+	expect_error("[idcache]\nuserdb_socket = run/x\n" DOM,
+		     "t.conf:2: userdb_socket: 'run/x' is not an absolute path");
+	expect_error("[idcache]\nuserdb_socket = /run/systemd/userdb/\n" DOM,
+		     "t.conf:2: userdb_socket: '/run/systemd/userdb/' names no socket file");
+	expect_error(
+	    "[idcache]\nuserdb_socket = /run/a/"
+	    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+	    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n" DOM,
+	    "t.conf:2: userdb_socket: path longer than 107 bytes");
+	expect_error("[idcache]\nuserdb_enumerate = maybe\n" DOM,
+		     "t.conf:2: userdb_enumerate: 'maybe' is not true or false");
+	expect_error("[idcache]\nuserdb_socket = /a/b\nuserdb_socket = /a/c\n" DOM,
+		     "t.conf:3: 'userdb_socket' is given twice");
+}
+
 /* ==== ldap domains ====================================================================== */
 
 #define LDAP_DOM "[domain/dir]\nid_provider = ldap\nldap_uri = ldap://127.0.0.1:389\n"
@@ -646,6 +676,7 @@ int main(void)
 	    cmocka_unit_test(test_log_levels),
 	    cmocka_unit_test(test_errors),
 	    cmocka_unit_test(test_connection_limits),
+	    cmocka_unit_test(test_userdb),
 	    cmocka_unit_test(test_ldap_domain),
 	    cmocka_unit_test(test_ldap_errors),
 	    cmocka_unit_test(test_filters_and_overlap),

@@ -48,6 +48,7 @@ static const struct proto_req sample_reqs[] = {
     {.cmd = PROTO_CMD_RELOAD},
     {.cmd = PROTO_CMD_USERINFO, .name = {"alice", 5}},
     {.cmd = PROTO_CMD_GROUPINFO, .name = {"wheel", 5}},
+    {.cmd = PROTO_CMD_SSHKEYS, .name = {"alice", 5}},
 };
 
 static int decode_frame(const uint8_t *buf, size_t n, struct proto_req *out)
@@ -301,6 +302,64 @@ static int dec_pwbatch(const void *p, size_t n, void *out)
 static int dec_grbatch(const void *p, size_t n, void *out)
 {
 	return proto_decode_batch(PROTO_CMD_GETGRENT, p, n, out);
+}
+
+static int dec_sshkeys(const void *p, size_t n, void *out)
+{
+	return proto_decode_sshkeys(p, n, out);
+}
+
+/* An SSHKEYS reply with keys[0..n) as built by the daemon. */
+static const uint8_t *build_sshkeys(struct idc_buf *b, const char *const *keys, uint32_t n,
+				    size_t *len)
+{
+	size_t start;
+	idc_buf_reset(b);
+	assert_int_equal(proto_reply_begin(b, PROTO_CMD_SSHKEYS, PROTO_ST_OK, &start), 0);
+	assert_int_equal(proto_put_u32(b, n), 0);
+	for (uint32_t i = 0; i < n; i++)
+		assert_int_equal(proto_put_cstr(b, keys[i]), 0);
+	assert_int_equal(proto_reply_end(b, start), 0);
+	return payload_of(b, start, len);
+}
+
+static void test_reply_sshkeys(void **state)
+{
+	(void)state;
+	static const char *const keys[] = {"ssh-ed25519 AAAA a", "ssh-rsa BBBB b c"};
+	struct idc_buf b = IDC_BUF_INIT;
+	size_t n, off = 0;
+	const uint8_t *p = build_sshkeys(&b, keys, 2, &n);
+	struct proto_strlist l;
+	struct proto_str k;
+	assert_int_equal(proto_decode_sshkeys(p, n, &l), 0);
+	assert_int_equal(l.count, 2);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(proto_strlist_next(&l, &off, &k), 1);
+		assert_string_equal(k.p, keys[i]);
+	}
+	assert_int_equal(proto_strlist_next(&l, &off, &k), 0);
+	check_prefixes(p, n, dec_sshkeys, &l);
+	/* None is an answer (a user without keys)... */
+	p = build_sshkeys(&b, keys, 0, &n);
+	assert_int_equal(proto_decode_sshkeys(p, n, &l), 0);
+	assert_int_equal(l.count, 0);
+	/* ...an empty key is not, nor a count the bytes cannot hold. */
+	static const char *const empty[] = {"ssh-ed25519 AAAA", ""};
+	p = build_sshkeys(&b, empty, 2, &n);
+	assert_int_equal(proto_decode_sshkeys(p, n, &l), -EBADMSG);
+	p = build_sshkeys(&b, keys, 1, &n);
+	uint8_t *copy = malloc(n);
+	memcpy(copy, p, n);
+	uint32_t two = 2;
+	memcpy(copy, &two, 4);
+	assert_int_equal(proto_decode_sshkeys(copy, n, &l), -EBADMSG);
+	free(copy);
+	idc_buf_free(&b);
+	/* Anyone may ask: not an admin command. */
+	assert_true(proto_cmd_known(PROTO_CMD_SSHKEYS));
+	assert_false(proto_cmd_is_admin(PROTO_CMD_SSHKEYS));
+	assert_string_equal(proto_cmd_name(PROTO_CMD_SSHKEYS), "SSHKEYS");
 }
 
 static void test_reply_passwd(void **state)
@@ -911,6 +970,7 @@ int main(void)
 	    cmocka_unit_test(test_client_drain),
 	    cmocka_unit_test(test_client_fd),
 	    cmocka_unit_test(test_client_connect_missing),
+	    cmocka_unit_test(test_reply_sshkeys),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

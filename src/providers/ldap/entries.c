@@ -497,6 +497,38 @@ static const char *get_name(struct ent *e, const char *attr)
 
 /* ==== users and groups ================================================================== */
 
+/* The user's SSH public keys: every value that is an authorized_keys line
+ * (idc_ssh_key_check), trimmed, at most CACHE_SSH_KEYS_MAX; a value that
+ * is not is logged once with the DN and left out, the others stay. */
+static void get_keys(struct ent *e, const char *attr, struct lp_user *u)
+{
+	struct berval **v = values(e, attr);
+	size_t n = 0;
+	while (v && v[n])
+		n++;
+	u->keys = n ? idc_arena_alloc(e->a, n * sizeof(*u->keys)) : NULL;
+	e->oom |= n && !u->keys;
+	for (size_t i = 0; u->keys && i < n; i++) {
+		struct idc_ssh_key k;
+		if (idc_ssh_key_check(v[i]->bv_val, v[i]->bv_len, &k) < 0) {
+			lp_log_once(
+			    e->ld, IDC_LOG_WARN,
+			    "ldap domain %s: %s: entry \"%.300s\": %s value %zu skipped: %s",
+			    e->ld->cfg.name, lp_server(e->ld), e->dn, attr, i + 1, k.why);
+		} else if (u->nkeys == CACHE_SSH_KEYS_MAX) {
+			lp_log_once(e->ld, IDC_LOG_WARN,
+				    "ldap domain %s: %s: entry \"%.300s\": more than %u %s values; "
+				    "the first %u kept",
+				    e->ld->cfg.name, lp_server(e->ld), e->dn, CACHE_SSH_KEYS_MAX,
+				    attr, CACHE_SSH_KEYS_MAX);
+			break;
+		} else if ((u->keys[u->nkeys] = ent_dup(e, v[i]->bv_val + k.start, k.len))) {
+			u->nkeys++;
+		}
+	}
+	ldap_value_free_len(v);
+}
+
 static void add_user(struct ent *e, struct lp_req *r)
 {
 	struct lprov_domain *ld = e->ld;
@@ -535,6 +567,7 @@ static void add_user(struct ent *e, struct lp_req *r)
 	u->gecos = get_str(e, at[LPROV_MAP_USER_GECOS], true, &ok, &bad_attr);
 	u->dir = get_str(e, at[LPROV_MAP_USER_HOME], true, &ok, &bad_attr);
 	u->shell = get_str(e, at[LPROV_MAP_USER_SHELL], true, &ok, &bad_attr);
+	get_keys(e, at[LPROV_MAP_USER_SSH_KEY], u);
 	if (!ok) {
 		snprintf(why, sizeof(why),
 			 "%.40s is too long or holds a NUL, ':' or a control character", bad_attr);

@@ -72,6 +72,7 @@ enum lprov_attr {
 	LPROV_MAP_GROUP_GID,     /* ldap_group_gid_number: gidNumber */
 	LPROV_MAP_GROUP_MEMBER,  /* ldap_group_member: memberUid / member (2307bis) */
 	LPROV_MAP_GROUP_OC,      /* ldap_group_object_class: posixGroup */
+	LPROV_MAP_USER_SSH_KEY,  /* ldap_user_ssh_public_key: sshPublicKey (ldapPublicKey) */
 	LPROV_MAP_COUNT
 };
 

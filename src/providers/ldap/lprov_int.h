@@ -79,6 +79,8 @@ void lp_hset_free(struct lp_hset *s);
 struct lp_user {
 	const char *dn, *ndn, *name, *gecos, *dir, *shell;
 	uint32_t uid, gid;
+	const char **keys; /* SSH public keys that passed idc_ssh_key_check, trimmed */
+	size_t nkeys;
 };
 
 struct lp_group {

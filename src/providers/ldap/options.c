@@ -22,11 +22,13 @@ static const char *const map_keys[LPROV_MAP_COUNT] = {
     [LPROV_MAP_GROUP_GID] = "ldap_group_gid_number",
     [LPROV_MAP_GROUP_MEMBER] = "ldap_group_member",
     [LPROV_MAP_GROUP_OC] = "ldap_group_object_class",
+    [LPROV_MAP_USER_SSH_KEY] = "ldap_user_ssh_public_key",
 };
 
 static const char *const map_defaults[LPROV_MAP_COUNT] = {
-    "uid",          "uidNumber", "gidNumber", "gecos",     "homeDirectory", "loginShell",
-    "posixAccount", "cn",        "gidNumber", "memberUid", "posixGroup",
+    "uid",           "uidNumber",  "gidNumber",    "gecos",
+    "homeDirectory", "loginShell", "posixAccount", "cn",
+    "gidNumber",     "memberUid",  "posixGroup",   [LPROV_MAP_USER_SSH_KEY] = "sshPublicKey",
 };
 
 const char *lp_attr(const struct lprov_config *c, enum lprov_attr a)
