@@ -11,6 +11,8 @@
  * name=<name>,cn=users,cn=<domain>,cn=idcache and groups likewise. Group
  * members are user names (memberUid, which may name users the cache does
  * not hold: "ghosts") and DNs of member groups (member), which nest.
+ * A user's SSH public keys, when its provider has any, are a record of
+ * their own under cn=sshkeys beside cn=users (see "SSH public keys").
  *
  * Names are compared as the store's caseIgnore rule does for the DN, and
  * lookups in a case-sensitive domain then require the exact name. Two

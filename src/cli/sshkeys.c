@@ -50,8 +50,8 @@ static void help(void)
 	      "\n"
 	      "Any user may run it; it asks idcached over DIR/nss.sock.\n"
 	      "Exit status: 0 the keys (or none) printed, 1 idcached is not running or\n"
-	      "did not answer (nothing printed: sshd refuses the keys), 2 wrong command\n"
-	      "line. See idcache(1).\n",
+	      "did not answer (nothing printed: sshd takes no key from it), 2 wrong\n"
+	      "command line. See idcache(1).\n",
 	      stdout);
 }
 

@@ -11,6 +11,7 @@ of a private slapd.
   bob    two values that are no keys and one key: the bad values are
          skipped and logged with bob's DN, the key still logs him in
   carol  no keys
+  loc, root  keys, but withheld (a local name; filter_users): none served
 """
 import os
 import shutil
@@ -81,7 +82,9 @@ def server(keys):
             f"dn: ou=people,{BASE}\nobjectClass: organizationalUnit\nou: people\n\n"
             + user_ldif("alice", 20001, [keys.alice])
             + user_ldif("bob", 20002, BAD_VALUES + [keys.bob])
-            + user_ldif("carol", 20003, []))
+            + user_ldif("carol", 20003, [])
+            + user_ldif("loc", 20004, [keys.other])  # the host's files hold loc
+            + user_ldif("root", 20005, [keys.other]))  # filter_users
     yield from private_slapd("idc-sshkeys-ldap-", "s", write)
 
 
@@ -245,9 +248,12 @@ def test_refresh_brings_key_changes_without_expire(idcache, daemons, server, key
 
 def test_what_sshd_gets_besides_keys(idcache, daemons, server, keys, tmp_path):
     d = start_daemon(daemons, server.uri)
-    for user in ("carol", "nosuchuser", "loc", "bad:name"):
+    for user in ("carol", "nosuchuser", "loc", "root", "bad:name"):
         r = authorized_keys(idcache, d, user)
         assert (r.rc, r.out, r.err) == (0, "", ""), (user, r)
+    # The directory's root and loc were fetched, keys and all, and withheld.
+    assert "withheld=filter_users" in cli(idcache, d, "user", "root")
+    assert authorized_keys(idcache, d, "loc").out == ""
     # Offline, the cached keys still answer.
     assert authorized_keys(idcache, d, "alice").out == keys.alice + "\n"
     server.stop()

@@ -1,7 +1,8 @@
 #!/bin/bash
 # slapd.sh: a throw-away slapd (Debian's, back-mdb) on loopback for tests
 # and benchmarks. Suffix dc=example,dc=com, rootdn cn=admin,dc=example,dc=com
-# with password "secret"; everything lives in DIR.
+# with password "secret"; everything lives in DIR. Besides Debian's schemas it
+# loads openssh-lpk.schema (ldapPublicKey, sshPublicKey) from beside itself.
 #
 #   slapd.sh start DIR PORT [LDIF] [TLSDIR [LDAPS_PORT] [CERTNAME]]
 #       Writes DIR/slapd.conf, starts slapd logging stats (-d 256, to count
