@@ -81,6 +81,13 @@ struct cache_user {
 			     * allows it, else NULL (served as "x") */
 	bool extra;         /* a later record for a name an earlier record
 			     * of the domain holds (see "Extra records") */
+	/* LDAP: the subordinate uid and gid ranges the entry names (the
+	 * domain's ldap_user_subuid_* / ldap_user_subgid_* attributes);
+	 * count 0 when none. Checked by the provider: start + count <=
+	 * 2^32 - 1. */
+	struct cache_subid_range {
+		uint32_t start, count;
+	} subuid, subgid;
 };
 
 struct cache_group {
@@ -311,6 +318,12 @@ enum cache_link { CACHE_LINK_MEMBER, CACHE_LINK_NESTED, CACHE_LINK_GID, CACHE_LI
 typedef int (*cache_name_cb)(const char *name, void *arg);
 int cache_linked(struct cache_reader *r, const char *domain, enum cache_link how, const char *name,
 		 uint32_t id, cache_name_cb cb, void *arg);
+
+/* Whether domain holds a user whose uid or primary gid, or a group whose
+ * gid, lies in lo..hi: *any. A scan of the domain's entries (for checks
+ * made rarely: subordinate id ranges). 0 or a negative error. */
+int cache_ids_within(struct cache_reader *r, const char *domain, uint32_t lo, uint32_t hi,
+		     bool *any);
 
 /* ---- expiry ------------------------------------------------------------------------- */
 

@@ -1,6 +1,7 @@
 /* lookup: read transactions over the cache — users, groups, initgroups,
  * enumeration and counts. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -65,6 +66,28 @@ static bool is_extra(const struct store_entry *e)
 	return store_entry_attr(e, CACHE_ATTR_EXTRA, strlen(CACHE_ATTR_EXTRA)) != NULL;
 }
 
+/* A stored range ("START COUNT", cache.c); count 0 when absent or not
+ * two numbers that make a range. */
+static struct cache_subid_range subid_range(const struct store_entry *e, const char *attr)
+{
+	const struct store_attr *a = store_entry_attr(e, attr, strlen(attr));
+	struct cache_subid_range out = {0, 0};
+	char text[32];
+	unsigned long long start, count;
+	char tail;
+	if (!a || a->nvals == 0 || a->vals[0].len >= sizeof(text))
+		return out;
+	memcpy(text, a->vals[0].ptr, a->vals[0].len);
+	text[a->vals[0].len] = '\0';
+	if (text[0] < '0' || text[0] > '9' ||
+	    sscanf(text, "%llu %llu%c", &start, &count, &tail) != 2 || count == 0 ||
+	    start > UINT32_MAX || count > UINT32_MAX || start + count > UINT32_MAX)
+		return out;
+	out.start = (uint32_t)start;
+	out.count = (uint32_t)count;
+	return out;
+}
+
 static int to_user(struct cache_reader *r, const struct store_entry *e, struct cache_user *u)
 {
 	*u = (struct cache_user){0};
@@ -78,6 +101,8 @@ static int to_user(struct cache_reader *r, const struct store_entry *e, struct c
 	u->orig_dn = str(r, e, "originaldn");
 	u->passwd = str(r, e, "passwordfield");
 	u->extra = is_extra(e);
+	u->subuid = subid_range(e, CACHE_ATTR_SUBUID);
+	u->subgid = subid_range(e, CACHE_ATTR_SUBGID);
 	if (!u->name || !u->gecos || !u->dir || !u->shell)
 		return -ENOMEM; /* or an entry missing required attributes */
 	return 0;
@@ -732,4 +757,33 @@ int cache_domain_stats(struct cache_reader *r, const char *domain, struct cache_
 	free(u.v);
 	free(g.v);
 	return rc;
+}
+
+/* ---- ids in a range ---------------------------------------------------------------------- */
+
+static int found_cb(const struct store_entry *e, void *arg)
+{
+	(void)e;
+	*(bool *)arg = true;
+	return 1; /* one is enough */
+}
+
+int cache_ids_within(struct cache_reader *r, const char *domain, uint32_t lo, uint32_t hi,
+		     bool *any)
+{
+	char f[160];
+	*any = false;
+	for (int kind = 0; kind < 2 && !*any; kind++) {
+		int n = kind == 0 ? snprintf(f, sizeof(f),
+					     "(|(&(uidNumber>=%u)(uidNumber<=%u))"
+					     "(&(gidNumber>=%u)(gidNumber<=%u)))",
+					     (unsigned)lo, (unsigned)hi, (unsigned)lo, (unsigned)hi)
+				  : snprintf(f, sizeof(f), "(&(gidNumber>=%u)(gidNumber<=%u))",
+					     (unsigned)lo, (unsigned)hi);
+		int rc = cache_search_kind(r->st, &r->tmp, kind == 0 ? KIND_USER : KIND_GROUP,
+					   domain, f, (size_t)n, 0, found_cb, any);
+		if (rc < 0 && rc != -ENOENT)
+			return rc;
+	}
+	return 0;
 }

@@ -377,11 +377,57 @@ static void check_limits(struct parse *ps)
 		    l->root_reserved, l->max_connections);
 }
 
+/* ---- subordinate id allocation ------------------------------------------------------ */
+
+static const char *const subid_keys[] = {"subid_base", "subid_size", "subid_uid_min",
+					 "subid_uid_max"};
+
+static uint32_t *subid_slot(struct subid_alloc *a, int k)
+{
+	uint32_t *slots[] = {&a->base, &a->size, &a->uid_min, &a->uid_max};
+	return slots[k];
+}
+
+/* A key of subid_keys: whether it was one (handled, errors reported). */
+static bool subid_key(struct parse *ps, const char *key, const char *v)
+{
+	struct config_subid *s = &ps->cfg->subid;
+	int k = key_index(subid_keys, IDC_ARRAY_SIZE(subid_keys), key);
+	if (k < 0)
+		return false;
+	if (!first_time(ps, &s->seen, 1u << k, key))
+		return true;
+	s->line[k] = ps->line;
+	if (parse_uint(v, UINT32_MAX - 1, subid_slot(&s->alloc, k)) < 0)
+		perr(ps, "%s: '%s' is not a number from 0 to %u", key, v, UINT32_MAX - 1);
+	return true;
+}
+
+/* The allocation whole: subid_uid_max's default, then subid_alloc_check,
+ * reported at the last subid key given. */
+static void check_subid(struct parse *ps)
+{
+	struct config_subid *s = &ps->cfg->subid;
+	bool fits = true;
+	if (!(s->seen & (1u << 3)))
+		s->alloc.uid_max =
+		    subid_alloc_max_uid(s->alloc.base, s->alloc.size, s->alloc.uid_min, &fits);
+	unsigned line = 0;
+	for (size_t k = 0; k < IDC_ARRAY_SIZE(s->line); k++)
+		line = s->line[k] > line ? s->line[k] : line;
+	char why[200];
+	if (subid_alloc_check(&s->alloc, why, sizeof(why)) < 0 || !fits)
+		perr_at(ps, line, "%s",
+			fits ? why : "no subordinate id range fits above subid_base");
+}
+
 static void idcache_key(struct parse *ps, const char *key, const char *v)
 {
 	struct config *c = ps->cfg;
 	int k = key_index(idcache_keys, IDC_ARRAY_SIZE(idcache_keys), key);
 	if (k < 0 && limit_key(ps, key, v))
+		return;
+	if (k < 0 && subid_key(ps, key, v))
 		return;
 	if (k < 0) {
 		perr(ps, "unknown key '%s' in [idcache]", key);
@@ -421,11 +467,12 @@ static void idcache_key(struct parse *ps, const char *key, const char *v)
 
 static const char *const domain_keys[] = {
     "id_provider", "passwd_files", "group_files",   "entry_cache_timeout", "case_sensitive",
-    "debug_level", "filter_users", "filter_groups", "allow_local_overlap",
+    "debug_level", "filter_users", "filter_groups", "allow_local_overlap", "subid_allocate",
 };
 
 #define DOMAIN_KEY_CASE_SENSITIVE 4 /* index in domain_keys */
 #define DOMAIN_KEY_OVERLAP        8
+#define DOMAIN_KEY_SUBID          9
 
 static void set_provider(struct parse *ps, struct config_domain *d, const char *v)
 {
@@ -486,6 +533,10 @@ static const char *const ldap_keys[] = {
     "ldap_group_nesting_level",
     "ldap_max_searches",
     "ldap_max_memory",
+    "ldap_user_subuid_number",
+    "ldap_user_subuid_count",
+    "ldap_user_subgid_number",
+    "ldap_user_subgid_count",
 };
 
 #ifdef IDC_HAVE_LDAP
@@ -587,6 +638,10 @@ static void domain_key(struct parse *ps, const char *key, const char *v)
 	case 4:
 	case DOMAIN_KEY_OVERLAP:
 		if (parse_bool(v, k == 4 ? &d->case_sensitive : &d->allow_local_overlap) < 0)
+			perr(ps, "%s: '%s' is not true or false", key, v);
+		break;
+	case DOMAIN_KEY_SUBID:
+		if (parse_bool(v, &d->subid_allocate) < 0)
 			perr(ps, "%s: '%s' is not true or false", key, v);
 		break;
 	case 6:
@@ -782,6 +837,8 @@ static void check_domain(struct parse *ps, struct config_domain *d)
 			d->name);
 		return;
 	}
+	if (!(d->seen & (1u << DOMAIN_KEY_SUBID)))
+		d->subid_allocate = d->provider == CONFIG_PROVIDER_FILES;
 	if (d->provider != CONFIG_PROVIDER_LDAP && d->ldap_line) {
 		perr_at(ps, d->ldap_line, "[domain/%s]: ldap options need id_provider = ldap",
 			d->name);
@@ -907,6 +964,7 @@ static void finish(struct parse *ps)
 		check_domain(ps, &ps->all[i]);
 	pick_domains(ps);
 	check_limits(ps);
+	check_subid(ps);
 	if (ps->nall == 0)
 		perr_at(ps, 0, "no domain configured (add a [domain/NAME] section)");
 	if (set_defaults(ps->cfg) < 0 || (ps->cfg->domains && resolve_filters(ps->cfg) < 0))
@@ -941,6 +999,7 @@ int config_parse(const char *label, const char *text, size_t len, struct config 
 	ps.cfg->memcache_size_group = CONFIG_DEFAULT_MEMCACHE_MB;
 	ps.cfg->memcache_size_initgroups = CONFIG_DEFAULT_MEMCACHE_MB;
 	limits_default(&ps.cfg->limits);
+	subid_alloc_default(&ps.cfg->subid.alloc);
 	configure_inih();
 	int rc = ini_parse_stream(read_line, &ps, on_key, &ps);
 	if (rc > 0 && ps.nerr == 0)

@@ -422,3 +422,50 @@ int daemon_group_members_kept(struct daemon *dm, size_t i, struct cache_group *g
 	g->nmembers = n;
 	return 0;
 }
+
+/* ==== ids a range may not hold ==================================================== */
+
+/* Whether the sorted ids[0..n) hold one in lo..hi. */
+static bool sorted_within(const uint32_t *ids, size_t n, uint32_t lo, uint32_t hi)
+{
+	size_t a = 0, b = n; /* first index with ids[i] >= lo */
+	while (a < b) {
+		size_t m = a + (b - a) / 2;
+		if (ids[m] < lo)
+			a = m + 1;
+		else
+			b = m;
+	}
+	return a < n && ids[a] <= hi;
+}
+
+/* Domain i's ids against lo..hi: an ldap domain by the ids it may hold
+ * (min_id..max_id: the directory is not all cached), a files domain by
+ * those it holds. */
+static bool domain_ids_within(struct daemon *dm, size_t i, uint32_t lo, uint32_t hi)
+{
+	const struct config_domain *cfg = dm->domains[i]->cfg;
+	if (cfg->ldap) {
+		uint32_t max = cfg->ldap->max_id ? cfg->ldap->max_id : UINT32_MAX;
+		return cfg->ldap->min_id <= hi && lo <= max;
+	}
+	struct cache_reader *r = aside(dm);
+	bool any = true; /* unreadable: held, so nothing is served */
+	if (r && cache_ids_within(r, cfg->name, lo, hi, &any) < 0)
+		any = true;
+	return any;
+}
+
+const char *daemon_ids_held(struct daemon *dm, uint32_t lo, uint32_t hi)
+{
+	for (size_t i = 0; i < dm->ndomains; i++)
+		if (domain_ids_within(dm, i, lo, hi))
+			return dm->domains[i]->cfg->name;
+	struct host_files *h = reads_host(dm) ? host_files(dm) : NULL;
+	if (reads_host(dm) && !h)
+		return "the host's files (out of memory)";
+	if (h && (sorted_within(h->pw.ids, h->pw.n, lo, hi) ||
+		  sorted_within(h->gr.ids, h->gr.n, lo, hi)))
+		return "the host's files";
+	return NULL;
+}

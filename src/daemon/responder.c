@@ -94,6 +94,11 @@ static int finish(struct idc_buf *out, uint32_t cmd, size_t start, int rc)
 	return proto_reply_status(out, cmd, PROTO_ST_ERROR, "reply too large or out of memory");
 }
 
+int responder_finish(struct idc_buf *out, uint32_t cmd, size_t start, int rc)
+{
+	return finish(out, cmd, start, rc);
+}
+
 /* NOTFOUND for -ENOENT; anything else is a cache failure, logged here,
  * and UNAVAIL so glibc moves on to the next source. */
 static int reply_failure(struct idc_buf *out, uint32_t cmd, int rc)
@@ -157,6 +162,7 @@ static enum lprov_lookup_kind lookup_kind(uint32_t cmd)
 {
 	switch (cmd) {
 	case PROTO_CMD_GETPWNAM:
+	case PROTO_CMD_SUBIDS: /* the user, whose entry holds its ranges */
 		return LPROV_LOOKUP_PWNAM;
 	case PROTO_CMD_GETPWUID:
 		return LPROV_LOOKUP_PWUID;
@@ -172,7 +178,7 @@ static enum lprov_lookup_kind lookup_kind(uint32_t cmd)
 static bool by_name(uint32_t cmd)
 {
 	return cmd == PROTO_CMD_GETPWNAM || cmd == PROTO_CMD_GETGRNAM ||
-	       cmd == PROTO_CMD_INITGROUPS;
+	       cmd == PROTO_CMD_INITGROUPS || cmd == PROTO_CMD_SUBIDS;
 }
 
 static int handle_lookup(struct walk *w, struct idc_buf *out);
@@ -325,7 +331,8 @@ static int do_user(struct walk *w, struct idc_buf *out)
 	struct cache_reader *r = daemon_reader(dm);
 	struct cache_user u;
 	int rc = !r ? -EIO : -ENOENT, step = WALK_NEXT;
-	if (r && req->cmd == PROTO_CMD_GETPWNAM && !cache_name_valid(req->name.p, req->name.len))
+	size_t at = 0; /* the domain that answered */
+	if (r && by_name(req->cmd) && !cache_name_valid(req->name.p, req->name.len))
 		step = WALK_ANSWER;
 	for (size_t i = 0; r && step == WALK_NEXT && i < dm->ndomains; i++) {
 		struct cache_meta meta = {0};
@@ -337,11 +344,14 @@ static int do_user(struct walk *w, struct idc_buf *out)
 		int err = 0;
 		step = settle(w, i, rc, &meta, true, &err);
 		rc = err ? err : rc;
+		at = i;
 	}
 	if (step == WALK_DEFER)
 		return 0;
 	if (rc < 0)
 		return reply_failure(out, req->cmd, rc);
+	if (req->cmd == PROTO_CMD_SUBIDS)
+		return subid_reply_ranges(dm, at, &u, req, out);
 	struct proto_passwd pw = to_proto(&u);
 	daemon_mc_put_passwd(dm, &pw, answer_keys(req, u.name));
 	size_t start;
@@ -633,6 +643,7 @@ static int handle_lookup(struct walk *w, struct idc_buf *out)
 	switch (w->req->cmd) {
 	case PROTO_CMD_GETPWNAM:
 	case PROTO_CMD_GETPWUID:
+	case PROTO_CMD_SUBIDS:
 		return do_user(w, out);
 	case PROTO_CMD_GETGRNAM:
 	case PROTO_CMD_GETGRGID:
@@ -975,10 +986,13 @@ int responder_handle(struct conn *c, const struct proto_req *req, struct idc_buf
 	case PROTO_CMD_GETPWUID:
 	case PROTO_CMD_GETGRNAM:
 	case PROTO_CMD_GETGRGID:
-	case PROTO_CMD_INITGROUPS: {
+	case PROTO_CMD_INITGROUPS:
+	case PROTO_CMD_SUBIDS: {
 		struct walk w = {c->dm, c, req, NULL};
 		return handle_lookup(&w, out);
 	}
+	case PROTO_CMD_SUBID_OWNERS:
+		return subid_reply_owners(c->dm, req, out);
 	case PROTO_CMD_SETPWENT:
 	case PROTO_CMD_GETPWENT:
 	case PROTO_CMD_ENDPWENT:

@@ -79,6 +79,7 @@ void lp_hset_free(struct lp_hset *s);
 struct lp_user {
 	const char *dn, *ndn, *name, *gecos, *dir, *shell;
 	uint32_t uid, gid;
+	struct cache_subid_range subuid, subgid; /* count 0: none */
 };
 
 struct lp_group {
@@ -170,7 +171,7 @@ struct lprov_domain {
 	struct lprov_config cfg;
 	struct cache *cache;
 	const char *attr[LPROV_MAP_COUNT];
-	const char *attrs[16]; /* requested in every search */
+	const char *attrs[24]; /* requested in every search */
 	const char *ubase, *gbase;
 	char *password;
 	/* connection */

@@ -1,0 +1,189 @@
+/*
+ * subid: the SUBIDS and SUBID_OWNERS requests of nss.sock, which the
+ * libsubid plugin (src/subid) sends (docs/DESIGN.md "Subordinate ids").
+ *
+ * A user's range of a kind is the one its directory entry names (cached
+ * with the user), else, when its domain has subid_allocate, the
+ * allocation's (subid/subid.h) for its uid, else none. Which user a name
+ * is follows passwd's rule (§11): the responder's walk finds it
+ * (responder.c, do_user) and hands it here with its domain.
+ *
+ * A range is served only when no user or group id may lie in it
+ * (daemon_ids_held: the files domains' ids, every ldap domain's
+ * min_id..max_id, the host's files) and, for a directory's range, when it
+ * does not reach into the allocation's block while any domain allocates:
+ * otherwise its owner could map someone else's ids. A refused range is
+ * answered as none and logged once per user, kind and reason.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "daemon/daemon.h"
+#include "subid/subid.h"
+
+/* Remembered refusals, so each is logged once (until evicted). */
+#define SUBID_NOTED 256u
+static uint64_t noted[SUBID_NOTED];
+
+static void note_refused(const char *msg)
+{
+	uint64_t h = idc_hash64(msg, strlen(msg), 0x5ab1d) | 1u;
+	uint64_t *slot = &noted[h % SUBID_NOTED];
+	if (*slot == h)
+		return;
+	*slot = h;
+	idc_log(IDC_LOG_WARN, "%s", msg);
+}
+
+static bool any_allocates(const struct daemon *dm)
+{
+	for (size_t i = 0; i < dm->ndomains; i++)
+		if (dm->domains[i]->cfg->subid_allocate)
+			return true;
+	return false;
+}
+
+/* Whether user u's range start..+count (kind, from the directory or not)
+ * may be served; a refusal is logged. */
+static bool range_clear(struct daemon *dm, const struct cache_user *u, const char *kind,
+			uint32_t start, uint32_t count, bool from_dir)
+{
+	uint32_t last = start + count - 1, first_a, last_a;
+	const struct subid_alloc *a = &dm->cfg->subid.alloc;
+	const char *held = daemon_ids_held(dm, start, last);
+	char msg[400];
+	subid_alloc_block(a, &first_a, &last_a);
+	if (!held && from_dir && any_allocates(dm) && start <= last_a && first_a <= last)
+		held = "the subid allocation's block";
+	if (!held)
+		return true;
+	snprintf(msg, sizeof(msg),
+		 "subordinate %s range %u-%u of user %.64s%s%.200s not served: ids in it may "
+		 "belong to %s",
+		 kind, (unsigned)start, (unsigned)last, u->name, u->orig_dn ? " (" : "",
+		 u->orig_dn ? u->orig_dn : "", held);
+	if (u->orig_dn)
+		strncat(msg, ")", sizeof(msg) - strlen(msg) - 1);
+	note_refused(msg);
+	return false;
+}
+
+/* User u of domain i: its range of kind, true when it has one to serve. */
+static bool range_of(struct daemon *dm, size_t i, const struct cache_user *u, uint32_t kind,
+		     uint32_t *start, uint32_t *count)
+{
+	const struct cache_subid_range *dir = kind == PROTO_SUBID_UID ? &u->subuid : &u->subgid;
+	const char *what = kind == PROTO_SUBID_UID ? "uid" : "gid";
+	if (dir->count) {
+		*start = dir->start;
+		*count = dir->count;
+		return range_clear(dm, u, what, *start, *count, true);
+	}
+	if (!dm->domains[i]->cfg->subid_allocate ||
+	    !subid_alloc_range(&dm->cfg->subid.alloc, u->uid, start, count))
+		return false;
+	return range_clear(dm, u, what, *start, *count, false);
+}
+
+int subid_reply_ranges(struct daemon *dm, size_t i, const struct cache_user *u,
+		       const struct proto_req *req, struct idc_buf *out)
+{
+	uint32_t start, count;
+	bool have = range_of(dm, i, u, req->what, &start, &count);
+	size_t at;
+	int rc = proto_reply_begin(out, req->cmd, PROTO_ST_OK, &at);
+	rc = rc ? rc : proto_put_u32(out, u->uid);
+	rc = rc ? rc : proto_put_u32(out, have ? 1 : 0);
+	rc = rc || !have ? rc : proto_put_u32(out, start);
+	rc = rc || !have ? rc : proto_put_u32(out, count);
+	return responder_finish(out, req->cmd, at, rc);
+}
+
+/* ==== owners ==================================================================== */
+
+struct owners {
+	struct daemon *dm;
+	size_t domain;
+	uint32_t kind, id;
+	uint32_t uids[64]; /* a reply holds at most this many */
+	size_t n;
+};
+
+static void owners_add(struct owners *o, uint32_t uid)
+{
+	for (size_t k = 0; k < o->n; k++)
+		if (o->uids[k] == uid)
+			return;
+	if (o->n < IDC_ARRAY_SIZE(o->uids))
+		o->uids[o->n++] = uid;
+}
+
+/* A user whose served range of o->kind holds o->id owns it. */
+static int owner_cb(const struct cache_user *u, void *arg)
+{
+	struct owners *o = arg;
+	uint32_t start, count;
+	const struct cache_subid_range *dir = o->kind == PROTO_SUBID_UID ? &u->subuid : &u->subgid;
+	if (!dir->count || o->id < dir->start || o->id - dir->start >= dir->count)
+		return 0;
+	if (!daemon_user_withheld(o->dm, o->domain, u) &&
+	    range_of(o->dm, o->domain, u, o->kind, &start, &count))
+		owners_add(o, u->uid);
+	return 0;
+}
+
+/* The allocation's owner of o->id: the user holding the uid it maps to,
+ * by passwd's rule for ids (the first domain that holds it), if that
+ * domain allocates and the user has no range of its own. */
+static int alloc_owner(struct owners *o, struct cache_reader *r)
+{
+	uint32_t uid, start, count;
+	if (!subid_alloc_owner(&o->dm->cfg->subid.alloc, o->id, &uid))
+		return 0;
+	for (size_t i = 0; i < o->dm->ndomains; i++) {
+		const char *dn = o->dm->domains[i]->cfg->name;
+		struct cache_user u;
+		int rc = cache_user_by_uid(r, &dn, 1, uid, &u, NULL);
+		if (rc == -ENOENT || (rc == 0 && daemon_user_withheld(o->dm, i, &u)))
+			continue;
+		if (rc == 0 && range_of(o->dm, i, &u, o->kind, &start, &count) && o->id >= start &&
+		    o->id - start < count)
+			owners_add(o, u.uid);
+		return rc;
+	}
+	return 0;
+}
+
+/* Whether domain i's users may carry directory ranges of kind. */
+static bool reads_ranges(const struct domain *d, uint32_t kind)
+{
+	const struct lprov_config *l = d->cfg->ldap;
+	return l && l->map[kind == PROTO_SUBID_UID ? LPROV_MAP_USER_SUBUID_NUMBER
+						   : LPROV_MAP_USER_SUBGID_NUMBER];
+}
+
+/* The directory ranges are found among the cached users (a scan of the
+ * domains that read them): the owners of ranges the cache does not hold
+ * yet are not known. */
+int subid_reply_owners(struct daemon *dm, const struct proto_req *req, struct idc_buf *out)
+{
+	struct cache_reader *r = daemon_reader(dm);
+	struct owners o = {.dm = dm, .kind = req->what, .id = req->id};
+	int rc = r ? alloc_owner(&o, r) : -EIO;
+	for (size_t i = 0; rc == 0 && i < dm->ndomains; i++) {
+		o.domain = i;
+		if (reads_ranges(dm->domains[i], o.kind))
+			rc = cache_enum_users(r, dm->domains[i]->cfg->name, owner_cb, &o);
+	}
+	if (rc < 0) {
+		idc_log(IDC_LOG_WARN, "SUBID_OWNERS: cache lookup failed: %s", idc_strerror(rc));
+		return proto_reply_status(out, req->cmd, PROTO_ST_UNAVAIL, NULL);
+	}
+	size_t at;
+	rc = proto_reply_begin(out, req->cmd, PROTO_ST_OK, &at);
+	rc = rc ? rc : proto_put_u32(out, (uint32_t)o.n);
+	for (size_t k = 0; rc == 0 && k < o.n; k++)
+		rc = proto_put_u32(out, o.uids[k]);
+	return responder_finish(out, req->cmd, at, rc);
+}
