@@ -428,11 +428,12 @@ static const char *num(struct cache_txn *t, uint64_t v)
 	return s;
 }
 
-/* A subordinate id range as stored ("START COUNT"); NULL when none. */
+/* A subordinate id range as stored ("START COUNT", or "unusable"); NULL
+ * when none. */
 static const char *subid_text(struct cache_txn *t, const struct cache_subid_range *r)
 {
 	if (r->count == 0)
-		return NULL;
+		return r->start == CACHE_SUBID_UNUSABLE ? "unusable" : NULL;
 	char *s = idc_arena_alloc(&t->arena, 24);
 	if (s)
 		snprintf(s, 24, "%u %u", (unsigned)r->start, (unsigned)r->count);

@@ -66,8 +66,9 @@ static bool is_extra(const struct store_entry *e)
 	return store_entry_attr(e, CACHE_ATTR_EXTRA, strlen(CACHE_ATTR_EXTRA)) != NULL;
 }
 
-/* A stored range ("START COUNT", cache.c); count 0 when absent or not
- * two numbers that make a range. */
+/* A stored range ("START COUNT" or "unusable", cache.c); count 0 when
+ * absent, and start CACHE_SUBID_UNUSABLE too when not two numbers that
+ * make a range: what is there is never taken for nothing. */
 static struct cache_subid_range subid_range(const struct store_entry *e, const char *attr)
 {
 	const struct store_attr *a = store_entry_attr(e, attr, strlen(attr));
@@ -75,7 +76,10 @@ static struct cache_subid_range subid_range(const struct store_entry *e, const c
 	char text[32];
 	unsigned long long start, count;
 	char tail;
-	if (!a || a->nvals == 0 || a->vals[0].len >= sizeof(text))
+	if (!a || a->nvals == 0)
+		return out;
+	out.start = CACHE_SUBID_UNUSABLE;
+	if (a->vals[0].len >= sizeof(text))
 		return out;
 	memcpy(text, a->vals[0].ptr, a->vals[0].len);
 	text[a->vals[0].len] = '\0';

@@ -52,19 +52,18 @@ static bool range_clear(struct daemon *dm, const struct cache_user *u, const cha
 	uint32_t last = start + count - 1, first_a, last_a;
 	const struct subid_alloc *a = &dm->cfg->subid.alloc;
 	const char *held = daemon_ids_held(dm, start, last);
-	char msg[400];
+	char msg[400], dn[220] = "";
 	subid_alloc_block(a, &first_a, &last_a);
 	if (!held && from_dir && any_allocates(dm) && start <= last_a && first_a <= last)
 		held = "the subid allocation's block";
 	if (!held)
 		return true;
-	snprintf(msg, sizeof(msg),
-		 "subordinate %s range %u-%u of user %.64s%s%.200s not served: ids in it may "
-		 "belong to %s",
-		 kind, (unsigned)start, (unsigned)last, u->name, u->orig_dn ? " (" : "",
-		 u->orig_dn ? u->orig_dn : "", held);
 	if (u->orig_dn)
-		strncat(msg, ")", sizeof(msg) - strlen(msg) - 1);
+		snprintf(dn, sizeof(dn), " (%.200s)", u->orig_dn);
+	snprintf(
+	    msg, sizeof(msg),
+	    "subordinate %s range %u-%u of user %.64s%s not served: ids in it may belong to %s",
+	    kind, (unsigned)start, (unsigned)last, u->name, dn, held);
 	note_refused(msg);
 	return false;
 }
@@ -75,6 +74,8 @@ static bool range_of(struct daemon *dm, size_t i, const struct cache_user *u, ui
 {
 	const struct cache_subid_range *dir = kind == PROTO_SUBID_UID ? &u->subuid : &u->subgid;
 	const char *what = kind == PROTO_SUBID_UID ? "uid" : "gid";
+	if (dir->count == 0 && dir->start == CACHE_SUBID_UNUSABLE)
+		return false; /* the entry names one that is none: not the allocation's either */
 	if (dir->count) {
 		*start = dir->start;
 		*count = dir->count;

@@ -11,6 +11,7 @@
 #       "server") and, with LDAPS_PORT, ldaps:// too.
 #       With SLAPD_LOAD=slapadd in the environment, LDIF goes in with
 #       slapadd -q before slapd starts (large benchmark data).
+#       SLAPD_SCHEMAS: more schema files to include (absolute paths).
 #   slapd.sh stop DIR        stops it and waits until it is gone
 set -eu
 cmd=$1 D=$2
@@ -28,6 +29,7 @@ mkdir -p "$D/db"
 stop
 {
 	for s in core cosine nis inetorgperson; do echo "include /etc/ldap/schema/$s.schema"; done
+	for s in ${SLAPD_SCHEMAS:-}; do echo "include $s"; done
 	cat <<C
 modulepath /usr/lib/ldap
 moduleload back_mdb

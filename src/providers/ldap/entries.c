@@ -477,8 +477,10 @@ static bool get_id(struct ent *e, const char *attr, uint32_t *out)
 
 /* A subordinate id range from the attribute pair at[first], at[first + 1]
  * (none when not configured or both absent). A half, a value that is no
- * number or a range that passes 2^32 - 1 leaves the user without it,
- * logged once with the DN: the rest of the entry is sound. */
+ * number or a range that passes 2^32 - 1 is logged once with the DN and
+ * kept as unusable: the user gets no range of the kind (not the
+ * allocation's either: the directory meant one), the rest of the entry is
+ * sound. */
 static struct cache_subid_range get_range(struct ent *e, size_t first, const char *what)
 {
 	const char *const *at = e->ld->attr;
@@ -499,7 +501,7 @@ static struct cache_subid_range get_range(struct ent *e, size_t first, const cha
 			    e->ld->cfg.name, lp_server(e->ld), e->dn, at[first], at[first + 1],
 			    what);
 	if (!ok)
-		r = (struct cache_subid_range){0, 0};
+		r = (struct cache_subid_range){have_s || have_c ? CACHE_SUBID_UNUSABLE : 0, 0};
 	return r;
 }
 
