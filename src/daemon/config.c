@@ -416,9 +416,12 @@ static void check_subid(struct parse *ps)
 	for (size_t k = 0; k < IDC_ARRAY_SIZE(s->line); k++)
 		line = s->line[k] > line ? s->line[k] : line;
 	char why[200];
-	if (subid_alloc_check(&s->alloc, why, sizeof(why)) < 0 || !fits)
-		perr_at(ps, line, "%s",
-			fits ? why : "no subordinate id range fits above subid_base");
+	if (!fits && s->alloc.size)
+		perr_at(ps, line,
+			"no subordinate id range of subid_size %u fits above subid_base %u",
+			(unsigned)s->alloc.size, (unsigned)s->alloc.base);
+	else if (subid_alloc_check(&s->alloc, why, sizeof(why)) < 0)
+		perr_at(ps, line, "%s", why);
 }
 
 static void idcache_key(struct parse *ps, const char *key, const char *v)
