@@ -156,8 +156,16 @@ enum subid_status shadow_subid_find_subid_owners(unsigned long id, enum subid_ty
 	if (st == SUBID_STATUS_SUCCESS && g.count > 0 &&
 	    (*uids = malloc((size_t)g.count * sizeof(**uids))) == NULL)
 		st = SUBID_STATUS_ERROR;
-	for (uint32_t i = 0; st == SUBID_STATUS_SUCCESS && i < g.count; i++)
-		(*uids)[i] = (uid_t)proto_gids_get(&g, i);
+	for (uint32_t i = 0; st == SUBID_STATUS_SUCCESS && i < g.count; i++) {
+		uint32_t uid = proto_gids_get(&g, i);
+		(*uids)[i] = (uid_t)uid;
+		if (uid == UINT32_MAX) /* (uid_t)-1 is nobody's: the reply is wrong */
+			st = SUBID_STATUS_ERROR;
+	}
+	if (st != SUBID_STATUS_SUCCESS) {
+		free(*uids);
+		*uids = NULL;
+	}
 	if (st == SUBID_STATUS_SUCCESS)
 		*count = (int)g.count;
 	errno = saved;

@@ -303,3 +303,138 @@ def test_newuidmap_newgidmap(daemon, plugin_dir):
         r = got[name]
         assert r["rc"] != 0 and "not allowed" in r["err"], r
         assert r["map"].strip() == "", r
+
+
+# ==== owners (subid_get_uid_owners / _gid_owners), and a hostile daemon ==========
+
+_OWNERS = r'''
+import ctypes, json, sys
+lib = ctypes.CDLL("libsubid.so.4")
+libc = ctypes.CDLL("libc.so.6")
+out = {}
+for kind in ("uid", "gid"):
+    fn = getattr(lib, f"subid_get_{kind}_owners")
+    fn.argtypes = [ctypes.c_uint, ctypes.POINTER(ctypes.POINTER(ctypes.c_uint))]
+    for i in json.loads(sys.argv[1]):
+        p = ctypes.POINTER(ctypes.c_uint)()
+        n = fn(i, ctypes.byref(p))
+        out[f"{kind} {i}"] = sorted(p[k] for k in range(n)) if n >= 0 else n
+        libc.free(p)
+json.dump(out, sys.stdout)
+'''
+
+
+def in_subid_ns(d, plugin_dir, argv, env=None):
+    conf = nsswitch(d.ns.work)
+    full = ["unshare", "-m", "--propagation", "private", "--", "sh", "-c", nsenv._WRAPPER,
+            "nsenv", str(conf), "", "", ""] + [str(a) for a in argv]
+    e = d.ns.env({"LD_LIBRARY_PATH": f"{d.ns.module_dir}:{plugin_dir}", **(env or {})})
+    p = subprocess.run(full, capture_output=True, text=True, timeout=60, env=e)
+    assert p.returncode != nsenv.HARNESS_FAILED, p.stderr
+    return p
+
+
+def test_owners(daemon, plugin_dir):
+    """Who owns an id: the allocation inverted (the uid's user, when its
+    domain allocates and it has no range of its own), and the cached users
+    whose directory range holds it."""
+    for user in ("lsub", "lalloc"):  # cached, as a lookup leaves them
+        assert getsubids(daemon, plugin_dir, user).returncode == 0
+    want = {
+        DIR_START + 5: [USERS["lsub"]],
+        DIR_START + DIR_COUNT: [],
+        alloc_start(USERS["lalloc"]) + 7: [USERS["lalloc"]],
+        alloc_start(5000): [5000],
+        alloc_start(5000) + ALLOC_SIZE - 1: [5000],
+        alloc_start(USERS["lsub"]): [],     # its own range replaces the allocation's
+        alloc_start(40000): [],             # fhigh: above subid_uid_max, nobody's slot
+        90000: [],                          # lover's refused range
+        5000: [],
+    }
+    p = in_subid_ns(daemon, plugin_dir, [nsenv.sys_python(), "-c", _OWNERS,
+                                         json.dumps(list(want))])
+    assert p.returncode == 0, p
+    got = json.loads(p.stdout)
+    for kind in ("uid", "gid"):
+        for i, owners in want.items():
+            assert got[f"{kind} {i}"] == owners, (kind, i, got)
+
+
+def fake_daemon(path, reply):
+    """A server on path answering each connection's HELLO properly and its
+    next request with reply(cmd) (raw bytes), then closing. Returns the
+    thread's stop function."""
+    import socket
+    import struct
+    import threading
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(str(path))
+    os.chmod(path, 0o666)
+    srv.listen(16)
+    srv.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve():
+        while not stop.is_set():
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                continue
+            with c:
+                c.settimeout(5)
+                try:
+                    data = b""
+                    while len(data) < 20:
+                        data += c.recv(4096)
+                    c.sendall(struct.pack("<IIIII", 20, 1, 0, 0, 1))
+                    data = data[20:]
+                    while len(data) < 16:
+                        data += c.recv(4096)
+                    cmd = struct.unpack("<I", data[4:8])[0]
+                    c.sendall(reply(cmd))
+                except OSError:
+                    pass
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+
+    def close():
+        stop.set()
+        t.join(5)
+        srv.close()
+    return close
+
+
+def test_hostile_daemon(daemon, plugin_dir, tmp_path):
+    """Whatever a daemon answers, getsubids and the owners lookup end with
+    a status (no crash, no signal, nothing listed that was not a range)."""
+    import struct
+
+    def frame(cmd, status, payload):
+        return struct.pack("<IIII", 16 + len(payload), cmd, status, 0) + payload
+
+    replies = {
+        "garbage": lambda cmd: b"\xff" * 64,
+        "short": lambda cmd: frame(cmd, 0, b"")[:10],
+        "empty-ok": lambda cmd: frame(cmd, 0, b""),
+        "huge-count": lambda cmd: frame(cmd, 0, struct.pack("<II", 1, 0xffffffff)),
+        "wrapping-range": lambda cmd: frame(cmd, 0, struct.pack("<IIII", 1, 1, 0xfffffff0, 64)),
+        "zero-count": lambda cmd: frame(cmd, 0, struct.pack("<IIII", 1, 1, 5, 0)),
+        "wrong-command": lambda cmd: frame(cmd + 1, 0, struct.pack("<II", 1, 0)),
+        "too-big": lambda cmd: frame(cmd, 0, struct.pack("<II", 1, 600) + b"\x01" * 4800),
+        "error": lambda cmd: frame(cmd, 4, b""),
+        "bad-owners": lambda cmd: frame(cmd, 0, struct.pack("<III", 5, 1, 2)),
+    }
+    for name, reply in replies.items():
+        run = tmp_path / name
+        run.mkdir()
+        os.chmod(run, 0o755)
+        close = fake_daemon(run / "nss.sock", reply)
+        try:
+            env = {"IDCACHE_RUNDIR": str(run)}
+            p = in_subid_ns(daemon, plugin_dir, ["getsubids", "lsub"], env)
+            assert 0 < p.returncode < 128 and p.stdout == "", (name, p)
+            p = in_subid_ns(daemon, plugin_dir, [nsenv.sys_python(), "-c", _OWNERS, "[7]"], env)
+            assert p.returncode == 0, (name, p)
+            assert json.loads(p.stdout) == {"uid 7": -1, "gid 7": -1}, (name, p.stdout)
+        finally:
+            close()
