@@ -9,6 +9,7 @@ Directory (a slapd of the test's own, with tests/ldap/subid.schema):
   lover   uid 20003  a range reaching into the domain's own ids (min_id..max_id):
                      never served
   lhalf   uid 20004  a first id without a count: no range, logged with its DN
+  lmove   uid 20005  a range the test changes in the directory
 Files domain `local`:
   floc    uid 5000   the allocation's
   fhigh   uid 40000  above subid_uid_max: none
@@ -50,7 +51,8 @@ pytestmark = [
 
 ALLOC_BASE, ALLOC_SIZE, UID_MIN, UID_MAX = 2147483648, 65536, 1000, 29999
 DIR_START, DIR_COUNT = 4100000000, 65536
-USERS = {"lsub": 20001, "lalloc": 20002, "lover": 20003, "lhalf": 20004}
+USERS = {"lsub": 20001, "lalloc": 20002, "lover": 20003, "lhalf": 20004, "lmove": 20005}
+MOVE_BEFORE, MOVE_AFTER = (4110000000, 1000), (4120000000, 2000)
 FILES_PASSWD = ("floc:x:5000:5000:Files User:/home/floc:/bin/sh\n"
                 "fhigh:x:40000:40000:Files High:/home/fhigh:/bin/sh\n")
 FILES_GROUP = "floc:x:5000:\nfhigh:x:40000:\n"
@@ -78,6 +80,8 @@ def write_ldif(path):
     text += user_ldif("lover", USERS["lover"],
                       "testSubUidNumber: 90000\ntestSubUidCount: 65536\n")
     text += user_ldif("lhalf", USERS["lhalf"], "testSubUidNumber: 4200000000\n")
+    text += user_ldif("lmove", USERS["lmove"],
+                      f"testSubUidNumber: {MOVE_BEFORE[0]}\ntestSubUidCount: {MOVE_BEFORE[1]}\n")
     path.write_text(text)
 
 
@@ -179,6 +183,23 @@ def test_no_range_served(daemon, plugin_dir):
                      r"dc=example,dc=com\) not served: ids in it may belong to dir", log), log
     assert "uid=lhalf,ou=people,dc=example,dc=com" in log and \
         "testSubUidNumber/testSubUidCount is not a subordinate uid range" in log, log
+
+
+def test_directory_change_reaches_the_range(daemon, plugin_dir, slapd, idcache):
+    """A range changed in the directory is served once the cache has it
+    (here: the entry expired, so the next lookup refreshes it)."""
+    p = getsubids(daemon, plugin_dir, "lmove")
+    assert ranges_of(p) == [("lmove",) + MOVE_BEFORE], p
+    mod = (f"dn: uid=lmove,ou=people,{BASE}\nchangetype: modify\n"
+           f"replace: testSubUidNumber\ntestSubUidNumber: {MOVE_AFTER[0]}\n-\n"
+           f"replace: testSubUidCount\ntestSubUidCount: {MOVE_AFTER[1]}\n")
+    subprocess.run(["ldapmodify", "-x", "-H", slapd.uri, "-D", f"cn=admin,{BASE}", "-w", "secret"],
+                   input=mod, text=True, check=True, capture_output=True, timeout=30)
+    subprocess.run([str(idcache), "expire", "--run-dir", str(daemon.run_dir), "--user", "lmove"],
+                   check=True, capture_output=True, timeout=30)
+    got, _ = nsenv.wait_for(lambda: ranges_of(getsubids(daemon, plugin_dir, "lmove")) ==
+                            [("lmove",) + MOVE_AFTER], timeout=10, interval=0.2)
+    assert got, ranges_of(getsubids(daemon, plugin_dir, "lmove"))
 
 
 def test_daemon_down(daemon, plugin_dir, tmp_path):
