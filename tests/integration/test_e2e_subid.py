@@ -459,3 +459,46 @@ def test_hostile_daemon(daemon, plugin_dir, tmp_path):
             assert json.loads(p.stdout) == {"uid 7": -1, "gid 7": -1}, (name, p.stdout)
         finally:
             close()
+
+
+@pytest.mark.skipif(nsenv.VALGRIND is None, reason="valgrind not installed")
+def test_daemon_subids_under_valgrind(idcached_bin, nss_module_dir, as_root):
+    """The daemon's side under valgrind: ranges, owners, unknown users, a
+    kind that is none, a name that is none; no invalid access, no leak."""
+    import struct
+    import sys as _sys
+    _sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "load"))
+    import idcproto as P
+    base = nsenv.make_private_dir("idc-subid-vg-")
+    ns = nsenv.NsEnv(nss_module_dir, base / "run", base / "ns")
+    wrap, vglog = nsenv.valgrind_wrap(ns, base)
+    d = nsenv.Daemon(idcached_bin, base, FILES_PASSWD, FILES_GROUP, wrap=wrap)
+    ok = False
+    try:
+        d.start(timeout=120)
+        c = P.Client(d.run_dir / "nss.sock", timeout=60)
+        for kind in (1, 2):
+            _, st, p = c.call_raw(P.frame(20, struct.pack("=I", kind) + P.pstr("floc")))
+            assert st == P.OK and struct.unpack("=IIII", p) == \
+                (5000, 1, 2147483648 + 4000 * 65536, 65536), p
+            _, st, p = c.call_raw(P.frame(20, struct.pack("=I", kind) + P.pstr("fhigh")))
+            assert st == P.OK and struct.unpack("=II", p) == (40000, 0)
+            _, st, _ = c.call_raw(P.frame(20, struct.pack("=I", kind) + P.pstr("nosuch")))
+            assert st == P.NOTFOUND
+            _, st, p = c.call_raw(P.frame(21, struct.pack("=II", kind, 2147483648 + 4000 * 65536)))
+            assert st == P.OK and struct.unpack("=II", p) == (1, 5000)
+        _, st, _ = c.call_raw(P.frame(20, struct.pack("=I", 3) + P.pstr("floc")))
+        assert st == P.BADREQ
+        c.close()
+        c = P.Client(d.run_dir / "nss.sock", timeout=60)
+        _, st, _ = c.call_raw(P.frame(20, struct.pack("=I", 1) + P.pstr("bad:name")))
+        assert st == P.NOTFOUND
+        c.close()
+        nsenv.stop_checked_by_valgrind(d, vglog)
+        ok = True
+    finally:
+        if d.alive():
+            d.proc.kill()
+            d.proc.wait()
+        if ok:
+            nsenv.remove_tree(base)
