@@ -274,6 +274,9 @@ int responder_finish(struct idc_buf *out, uint32_t cmd, size_t start, int rc);
 int subid_reply_ranges(struct daemon *dm, size_t i, const struct cache_user *u,
 		       const struct proto_req *req, struct idc_buf *out);
 int subid_reply_owners(struct daemon *dm, const struct proto_req *req, struct idc_buf *out);
+/* USERINFO's lines for u of domain i: "subuid=START COUNT (SOURCE)", or
+ * "subuid=none" with why; subgid likewise. Nothing is logged. */
+void subid_user_info(struct daemon *dm, size_t i, const struct cache_user *u, struct idc_buf *b);
 
 /* The read transaction shared by the requests of one connection's batch,
  * begun on first use and ended by daemon_reader_end. NULL on failure. */

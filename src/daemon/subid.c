@@ -44,47 +44,89 @@ static bool any_allocates(const struct daemon *dm)
 	return false;
 }
 
-/* Whether user u's range start..+count (kind, from the directory or not)
- * may be served; a refusal is logged. */
-static bool range_clear(struct daemon *dm, const struct cache_user *u, const char *kind,
-			uint32_t start, uint32_t count, bool from_dir)
+/* What user u of domain i has of a kind: a range (count >= 1) and where
+ * it comes from, or none; refused names who may hold ids of the range
+ * that was found but is not served (NULL when served or none). */
+struct pick {
+	uint32_t start, count;
+	const char *source;  /* "directory", "allocation", NULL: none */
+	const char *refused; /* daemon_ids_held's holder, or the block */
+};
+
+/* Who may hold an id of start..+count, for a range from the directory or
+ * not; NULL: nobody, it may be served. */
+static const char *range_holder(struct daemon *dm, uint32_t start, uint32_t count, bool from_dir)
 {
 	uint32_t last = start + count - 1, first_a, last_a;
-	const struct subid_alloc *a = &dm->cfg->subid.alloc;
 	const char *held = daemon_ids_held(dm, start, last);
-	char msg[400], dn[220] = "";
-	subid_alloc_block(a, &first_a, &last_a);
+	subid_alloc_block(&dm->cfg->subid.alloc, &first_a, &last_a);
 	if (!held && from_dir && any_allocates(dm) && start <= last_a && first_a <= last)
 		held = "the subid allocation's block";
-	if (!held)
-		return true;
+	return held;
+}
+
+static void pick(struct daemon *dm, size_t i, const struct cache_user *u, uint32_t kind,
+		 struct pick *p)
+{
+	const struct cache_subid_range *dir = kind == PROTO_SUBID_UID ? &u->subuid : &u->subgid;
+	*p = (struct pick){0};
+	if (dir->count == 0 && dir->start == CACHE_SUBID_UNUSABLE)
+		return; /* the entry names one that is none: not the allocation's either */
+	if (dir->count) {
+		*p = (struct pick){dir->start, dir->count, "directory", NULL};
+	} else if (dm->domains[i]->cfg->subid_allocate &&
+		   subid_alloc_range(&dm->cfg->subid.alloc, u->uid, &p->start, &p->count)) {
+		p->source = "allocation";
+	} else {
+		return;
+	}
+	p->refused = range_holder(dm, p->start, p->count, dir->count != 0);
+}
+
+/* User u of domain i: its range of kind, true when it has one to serve;
+ * a refusal is logged (once). */
+static bool range_of(struct daemon *dm, size_t i, const struct cache_user *u, uint32_t kind,
+		     uint32_t *start, uint32_t *count)
+{
+	struct pick p;
+	char msg[400], dn[220] = "";
+	pick(dm, i, u, kind, &p);
+	*start = p.start;
+	*count = p.count;
+	if (!p.source || !p.refused)
+		return p.source != NULL;
 	if (u->orig_dn)
 		snprintf(dn, sizeof(dn), " (%.200s)", u->orig_dn);
 	snprintf(
 	    msg, sizeof(msg),
 	    "subordinate %s range %u-%u of user %.64s%s not served: ids in it may belong to %s",
-	    kind, (unsigned)start, (unsigned)last, u->name, dn, held);
+	    kind == PROTO_SUBID_UID ? "uid" : "gid", (unsigned)p.start,
+	    (unsigned)(p.start + p.count - 1), u->name, dn, p.refused);
 	note_refused(msg);
 	return false;
 }
 
-/* User u of domain i: its range of kind, true when it has one to serve. */
-static bool range_of(struct daemon *dm, size_t i, const struct cache_user *u, uint32_t kind,
-		     uint32_t *start, uint32_t *count)
+void subid_user_info(struct daemon *dm, size_t i, const struct cache_user *u, struct idc_buf *b)
 {
-	const struct cache_subid_range *dir = kind == PROTO_SUBID_UID ? &u->subuid : &u->subgid;
-	const char *what = kind == PROTO_SUBID_UID ? "uid" : "gid";
-	if (dir->count == 0 && dir->start == CACHE_SUBID_UNUSABLE)
-		return false; /* the entry names one that is none: not the allocation's either */
-	if (dir->count) {
-		*start = dir->start;
-		*count = dir->count;
-		return range_clear(dm, u, what, *start, *count, true);
+	for (uint32_t kind = PROTO_SUBID_UID; kind <= PROTO_SUBID_GID; kind++) {
+		const char *key = kind == PROTO_SUBID_UID ? "subuid" : "subgid";
+		const struct cache_subid_range *dir =
+		    kind == PROTO_SUBID_UID ? &u->subuid : &u->subgid;
+		struct pick p;
+		pick(dm, i, u, kind, &p);
+		if (p.source && !p.refused)
+			idc_buf_printf(b, "%s=%u %u (%s)\n", key, (unsigned)p.start,
+				       (unsigned)p.count, p.source);
+		else if (p.source)
+			idc_buf_printf(
+			    b, "%s=none (%s %u %u refused: ids in it may belong to %s)\n", key,
+			    p.source, (unsigned)p.start, (unsigned)p.count, p.refused);
+		else
+			idc_buf_printf(b, "%s=none%s\n", key,
+				       dir->start == CACHE_SUBID_UNUSABLE
+					   ? " (the directory's value is no range)"
+					   : "");
 	}
-	if (!dm->domains[i]->cfg->subid_allocate ||
-	    !subid_alloc_range(&dm->cfg->subid.alloc, u->uid, start, count))
-		return false;
-	return range_clear(dm, u, what, *start, *count, false);
 }
 
 int subid_reply_ranges(struct daemon *dm, size_t i, const struct cache_user *u,

@@ -185,6 +185,24 @@ def test_no_range_served(daemon, plugin_dir):
         "testSubUidNumber/testSubUidCount is not a subordinate uid range" in log, log
 
 
+def test_user_info(daemon, plugin_dir, idcache):
+    """`idcache user` says which range is served and why one is not."""
+    for user in USERS:
+        getsubids(daemon, plugin_dir, user)  # cached
+    def info(name):
+        p = subprocess.run([str(idcache), "user", "--run-dir", str(daemon.run_dir), name],
+                           capture_output=True, text=True, timeout=30, check=True)
+        return dict(x.split("=", 1) for x in p.stdout.splitlines() if "=" in x)
+    assert info("lsub")["subuid"] == f"{DIR_START} {DIR_COUNT} (directory)"
+    assert info("lalloc")["subgid"] == f"{alloc_start(USERS['lalloc'])} {ALLOC_SIZE} (allocation)"
+    assert info("floc")["subuid"] == f"{alloc_start(5000)} {ALLOC_SIZE} (allocation)"
+    assert info("fhigh")["subuid"] == "none"
+    assert info("lover")["subuid"] == \
+        "none (directory 90000 65536 refused: ids in it may belong to dir)"
+    assert info("lover")["subgid"].startswith(f"{alloc_start(USERS['lover'])} ")
+    assert info("lhalf")["subuid"] == "none (the directory's value is no range)"
+
+
 def test_directory_change_reaches_the_range(daemon, plugin_dir, slapd, idcache):
     """A range changed in the directory is served once the cache has it
     (here: the entry expired, so the next lookup refreshes it)."""
