@@ -322,12 +322,6 @@ typedef int (*cache_name_cb)(const char *name, void *arg);
 int cache_linked(struct cache_reader *r, const char *domain, enum cache_link how, const char *name,
 		 uint32_t id, cache_name_cb cb, void *arg);
 
-/* Whether domain holds a user whose uid or primary gid, or a group whose
- * gid, lies in lo..hi: *any. A scan of the domain's entries (for checks
- * made rarely: subordinate id ranges). 0 or a negative error. */
-int cache_ids_within(struct cache_reader *r, const char *domain, uint32_t lo, uint32_t hi,
-		     bool *any);
-
 /* ---- expiry ------------------------------------------------------------------------- */
 
 /* Mark entries expired (served until a provider refreshes them): one user,

@@ -762,32 +762,3 @@ int cache_domain_stats(struct cache_reader *r, const char *domain, struct cache_
 	free(g.v);
 	return rc;
 }
-
-/* ---- ids in a range ---------------------------------------------------------------------- */
-
-static int found_cb(const struct store_entry *e, void *arg)
-{
-	(void)e;
-	*(bool *)arg = true;
-	return 1; /* one is enough */
-}
-
-int cache_ids_within(struct cache_reader *r, const char *domain, uint32_t lo, uint32_t hi,
-		     bool *any)
-{
-	char f[160];
-	*any = false;
-	for (int kind = 0; kind < 2 && !*any; kind++) {
-		int n = kind == 0 ? snprintf(f, sizeof(f),
-					     "(|(&(uidNumber>=%u)(uidNumber<=%u))"
-					     "(&(gidNumber>=%u)(gidNumber<=%u)))",
-					     (unsigned)lo, (unsigned)hi, (unsigned)lo, (unsigned)hi)
-				  : snprintf(f, sizeof(f), "(&(gidNumber>=%u)(gidNumber<=%u))",
-					     (unsigned)lo, (unsigned)hi);
-		int rc = cache_search_kind(r->st, &r->tmp, kind == 0 ? KIND_USER : KIND_GROUP,
-					   domain, f, (size_t)n, 0, found_cb, any);
-		if (rc < 0 && rc != -ENOENT)
-			return rc;
-	}
-	return 0;
-}

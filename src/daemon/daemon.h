@@ -537,6 +537,7 @@ struct daemon {
 	struct cache_reader *aside; /* precedence.c's checks, ended with reader */
 	struct host_files *host;    /* /etc/passwd, /etc/group (precedence.c) */
 	struct gid_memo *gid_memo;  /* precedence.c */
+	struct held_ids *held_ids;  /* precedence.c: the files domains' ids, sorted */
 	const char **members;       /* precedence.c: member list scratch */
 	size_t members_cap;
 	struct budget_uid *budgets;   /* per peer uid (budget.c) */

@@ -65,6 +65,16 @@ struct gid_memo {
 	bool withheld;
 };
 
+/* Every uid and gid the files domains hold (users' uid and primary gid,
+ * groups' gid), sorted, for the data generation gen: a range check is
+ * a binary search, not a scan per request. */
+struct held_ids {
+	uint64_t gen; /* memo_gen() when built; 0: not built */
+	uint32_t *ids;
+	size_t n, cap;
+	bool failed; /* the last build could not read or keep everything */
+};
+
 /* ==== the host's files ============================================================ */
 
 static void host_file_clear(struct host_file *h)
@@ -201,6 +211,10 @@ void daemon_host_free(struct daemon *dm)
 {
 	free(dm->gid_memo);
 	dm->gid_memo = NULL;
+	if (dm->held_ids)
+		free(dm->held_ids->ids);
+	free(dm->held_ids);
+	dm->held_ids = NULL;
 	free(dm->members);
 	dm->members = NULL;
 	dm->members_cap = 0;
@@ -439,33 +453,84 @@ static bool sorted_within(const uint32_t *ids, size_t n, uint32_t lo, uint32_t h
 	return a < n && ids[a] <= hi;
 }
 
+static int held_push(struct held_ids *h, uint32_t id)
+{
+	if (h->n == h->cap) {
+		size_t cap = h->cap ? h->cap * 2 : 256;
+		uint32_t *grown = realloc(h->ids, cap * sizeof(*grown));
+		if (!grown)
+			return -ENOMEM;
+		h->ids = grown;
+		h->cap = cap;
+	}
+	h->ids[h->n++] = id;
+	return 0;
+}
+
+static int held_user(const struct cache_user *u, uint64_t key, void *arg)
+{
+	(void)key;
+	int rc = held_push(arg, u->uid);
+	return rc ? rc : held_push(arg, u->gid);
+}
+
+static int held_group(const struct cache_group *g, uint64_t key, void *arg)
+{
+	(void)key;
+	return held_push(arg, g->gid);
+}
+
+static struct held_ids *held_ids(struct daemon *dm)
+{
+	uint64_t gen = memo_gen(dm);
+	struct held_ids *h = dm->held_ids;
+	if (!h && !(h = dm->held_ids = calloc(1, sizeof(*h))))
+		return NULL;
+	if (h->gen == gen)
+		return h;
+	struct cache_reader *r = aside(dm);
+	int rc = r ? 0 : -EIO;
+	h->n = 0;
+	for (size_t i = 0; rc == 0 && i < dm->ndomains; i++) {
+		const char *name = dm->domains[i]->cfg->name;
+		if (dm->domains[i]->ldap)
+			continue;
+		rc = cache_enum_users_unsorted(r, name, held_user, h);
+		if (rc == 0)
+			rc = cache_enum_groups_unsorted(r, name, held_group, h);
+	}
+	qsort(h->ids, h->n, sizeof(*h->ids), cmp_u32);
+	h->failed = rc < 0;
+	h->gen = gen;
+	return h;
+}
+
 /* Domain i's ids against lo..hi: an ldap domain by the ids it may hold
  * (min_id..max_id: the directory is not all cached), a files domain by
- * those it holds. */
-static bool domain_ids_within(struct daemon *dm, size_t i, uint32_t lo, uint32_t hi)
+ * those it holds (h). */
+static bool domain_ids_within(struct daemon *dm, size_t i, const struct held_ids *h, uint32_t lo,
+			      uint32_t hi)
 {
 	const struct config_domain *cfg = dm->domains[i]->cfg;
 	if (cfg->ldap) {
 		uint32_t max = cfg->ldap->max_id ? cfg->ldap->max_id : UINT32_MAX;
 		return cfg->ldap->min_id <= hi && lo <= max;
 	}
-	struct cache_reader *r = aside(dm);
-	bool any = true; /* unreadable: held, so nothing is served */
-	if (r && cache_ids_within(r, cfg->name, lo, hi, &any) < 0)
-		any = true;
-	return any;
+	/* Unreadable: held, so nothing is served. */
+	return !h || h->failed || sorted_within(h->ids, h->n, lo, hi);
 }
 
 const char *daemon_ids_held(struct daemon *dm, uint32_t lo, uint32_t hi)
 {
+	struct held_ids *h = held_ids(dm);
 	for (size_t i = 0; i < dm->ndomains; i++)
-		if (domain_ids_within(dm, i, lo, hi))
+		if (domain_ids_within(dm, i, h, lo, hi))
 			return dm->domains[i]->cfg->name;
-	struct host_files *h = reads_host(dm) ? host_files(dm) : NULL;
-	if (reads_host(dm) && !h)
+	struct host_files *hf = reads_host(dm) ? host_files(dm) : NULL;
+	if (reads_host(dm) && !hf)
 		return "the host's files (out of memory)";
-	if (h && (sorted_within(h->pw.ids, h->pw.n, lo, hi) ||
-		  sorted_within(h->gr.ids, h->gr.n, lo, hi)))
+	if (hf && (sorted_within(hf->pw.ids, hf->pw.n, lo, hi) ||
+		   sorted_within(hf->gr.ids, hf->gr.n, lo, hi)))
 		return "the host's files";
 	return NULL;
 }

@@ -13,6 +13,8 @@ Directory (a slapd of the test's own, with tests/ldap/subid.schema):
 Files domain `local`:
   floc    uid 5000   the allocation's
   fhigh   uid 40000  above subid_uid_max: none
+  fvictim uid 6000   its allocated range holds fsquat's uid: not served until
+                     fsquat is gone
 
 The allocation: base 2147483648, size 65536, uids 1000..29999 (block
 2147483648..4048027647). So lalloc gets 2147483648 + 19002 * 65536 and
@@ -53,8 +55,11 @@ ALLOC_BASE, ALLOC_SIZE, UID_MIN, UID_MAX = 2147483648, 65536, 1000, 29999
 DIR_START, DIR_COUNT = 4100000000, 65536
 USERS = {"lsub": 20001, "lalloc": 20002, "lover": 20003, "lhalf": 20004, "lmove": 20005}
 MOVE_BEFORE, MOVE_AFTER = (4110000000, 1000), (4120000000, 2000)
+SQUAT = 2147483648 + (6000 - 1000) * 65536 + 100
 FILES_PASSWD = ("floc:x:5000:5000:Files User:/home/floc:/bin/sh\n"
-                "fhigh:x:40000:40000:Files High:/home/fhigh:/bin/sh\n")
+                "fhigh:x:40000:40000:Files High:/home/fhigh:/bin/sh\n"
+                "fvictim:x:6000:6000::/home/fvictim:/bin/sh\n")
+SQUAT_LINE = f"fsquat:x:{SQUAT}:100::/home/fsquat:/bin/sh\n"
 FILES_GROUP = "floc:x:5000:\nfhigh:x:40000:\n"
 
 
@@ -122,7 +127,7 @@ def daemon(module_daemons, slapd):
             "ldap_user_subgid_number = testSubGidNumber\n"
             "ldap_user_subgid_count = testSubGidCount\n")
     return module_daemons.start(
-        FILES_PASSWD, FILES_GROUP,
+        FILES_PASSWD + SQUAT_LINE, FILES_GROUP,
         idcache_conf=(f"domains = local, dir\nsubid_base = {ALLOC_BASE}\n"
                       f"subid_size = {ALLOC_SIZE}\nsubid_uid_min = {UID_MIN}\n"
                       f"subid_uid_max = {UID_MAX}\n"),
@@ -183,6 +188,19 @@ def test_no_range_served(daemon, plugin_dir):
                      r"dc=example,dc=com\) not served: ids in it may belong to dir", log), log
     assert "uid=lhalf,ou=people,dc=example,dc=com" in log and \
         "testSubUidNumber/testSubUidCount is not a subordinate uid range" in log, log
+
+
+def test_files_id_inside_a_range(daemon, plugin_dir):
+    """A files user's uid inside another's allocated range keeps that range
+    from being served, until the files no longer hold it."""
+    for flag in ([], ["-g"]):
+        assert ranges_of(getsubids(daemon, plugin_dir, *flag, "fvictim")) == []
+    assert "ids in it may belong to local" in daemon.log()
+    nsenv.write_atomic(daemon.passwd, FILES_PASSWD)
+    want = [("fvictim", alloc_start(6000), ALLOC_SIZE)]
+    got, _ = nsenv.wait_for(lambda: ranges_of(getsubids(daemon, plugin_dir, "fvictim")) == want,
+                            timeout=10, interval=0.2)
+    assert got, daemon.log()[-2000:]
 
 
 def test_user_info(daemon, plugin_dir, idcache):
