@@ -274,6 +274,8 @@ int responder_finish(struct idc_buf *out, uint32_t cmd, size_t start, int rc);
 int subid_reply_ranges(struct daemon *dm, size_t i, const struct cache_user *u,
 		       const struct proto_req *req, struct idc_buf *out);
 int subid_reply_owners(struct daemon *dm, const struct proto_req *req, struct idc_buf *out);
+/* Free what subid.c keeps (at shutdown). */
+void subid_free(struct daemon *dm);
 /* USERINFO's lines for u of domain i: "subuid=START COUNT (SOURCE)", or
  * "subuid=none" with why; subgid likewise. Nothing is logged. */
 void subid_user_info(struct daemon *dm, size_t i, const struct cache_user *u, struct idc_buf *b);
@@ -308,6 +310,10 @@ int daemon_group_members_kept(struct daemon *dm, size_t i, struct cache_group *g
  * (no files domain: /etc/passwd and /etc/group as read here), or NULL
  * when none may. A subordinate id range is served only when NULL. */
 const char *daemon_ids_held(struct daemon *dm, uint32_t lo, uint32_t hi);
+/* A number that changes whenever what these checks see may have (a
+ * commit, a reload, the host's files read again): what is derived from
+ * them may be kept while it stays. */
+uint64_t daemon_checks_gen(struct daemon *dm);
 /* End the checks' reader (with daemon_reader_end); free the host files
  * and what the checks remember. */
 void daemon_aside_end(struct daemon *dm);
@@ -538,6 +544,7 @@ struct daemon {
 	struct host_files *host;    /* /etc/passwd, /etc/group (precedence.c) */
 	struct gid_memo *gid_memo;  /* precedence.c */
 	struct held_ids *held_ids;  /* precedence.c: the files domains' ids, sorted */
+	struct subid_served *subid_served; /* subid.c: the directory ranges served */
 	const char **members;       /* precedence.c: member list scratch */
 	size_t members_cap;
 	struct budget_uid *budgets;   /* per peer uid (budget.c) */

@@ -393,6 +393,11 @@ static uint64_t memo_gen(struct daemon *dm)
 	return (daemon_data_gen(dm) ^ ((h ? h->reads : 0) << 48)) | 1u << 31;
 }
 
+uint64_t daemon_checks_gen(struct daemon *dm)
+{
+	return memo_gen(dm);
+}
+
 static bool gid_withheld_memo(struct daemon *dm, size_t i, uint32_t gid, uint64_t gen)
 {
 	if (!dm->gid_memo && !(dm->gid_memo = calloc(MEMO_SLOTS, sizeof(*dm->gid_memo))))

@@ -17,6 +17,7 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "daemon/daemon.h"
@@ -147,7 +148,6 @@ int subid_reply_ranges(struct daemon *dm, size_t i, const struct cache_user *u,
 
 struct owners {
 	struct daemon *dm;
-	size_t domain;
 	uint32_t kind, id;
 	uint32_t uids[64]; /* a reply holds at most this many */
 	size_t n;
@@ -160,20 +160,6 @@ static void owners_add(struct owners *o, uint32_t uid)
 			return;
 	if (o->n < IDC_ARRAY_SIZE(o->uids))
 		o->uids[o->n++] = uid;
-}
-
-/* A user whose served range of o->kind holds o->id owns it. */
-static int owner_cb(const struct cache_user *u, void *arg)
-{
-	struct owners *o = arg;
-	uint32_t start, count;
-	const struct cache_subid_range *dir = o->kind == PROTO_SUBID_UID ? &u->subuid : &u->subgid;
-	if (!dir->count || o->id < dir->start || o->id - dir->start >= dir->count)
-		return 0;
-	if (!daemon_user_withheld(o->dm, o->domain, u) &&
-	    range_of(o->dm, o->domain, u, o->kind, &start, &count))
-		owners_add(o, u->uid);
-	return 0;
 }
 
 /* The allocation's owner of o->id: the user holding the uid it maps to,
@@ -206,19 +192,102 @@ static bool reads_ranges(const struct domain *d, uint32_t kind)
 						   : LPROV_MAP_USER_SUBGID_NUMBER];
 }
 
-/* The directory ranges are found among the cached users (a scan of the
- * domains that read them): the owners of ranges the cache does not hold
- * yet are not known. */
+/* The directory ranges served, both kinds, found among the cached users
+ * once per state of what the checks see (daemon_checks_gen): an owners
+ * request scans this array, not the cache. */
+struct served_range {
+	uint32_t start, count, uid, kind;
+};
+
+struct subid_served {
+	uint64_t gen; /* 0: not built */
+	struct served_range *v;
+	size_t n, cap;
+	int err; /* of the last build: every request fails until the next */
+};
+
+struct served_build {
+	struct daemon *dm;
+	size_t domain;
+	struct subid_served *s;
+};
+
+static int served_push(struct subid_served *s, const struct served_range *r)
+{
+	if (s->n == s->cap) {
+		size_t cap = s->cap ? s->cap * 2 : 64;
+		struct served_range *grown = realloc(s->v, cap * sizeof(*grown));
+		if (!grown)
+			return -ENOMEM;
+		s->v = grown;
+		s->cap = cap;
+	}
+	s->v[s->n++] = *r;
+	return 0;
+}
+
+static int served_user(const struct cache_user *u, uint64_t key, void *arg)
+{
+	struct served_build *b = arg;
+	(void)key;
+	if ((!u->subuid.count && !u->subgid.count) || daemon_user_withheld(b->dm, b->domain, u))
+		return 0;
+	int rc = 0;
+	for (uint32_t kind = PROTO_SUBID_UID; kind <= PROTO_SUBID_GID && !rc; kind++) {
+		const struct cache_subid_range *dir =
+		    kind == PROTO_SUBID_UID ? &u->subuid : &u->subgid;
+		struct served_range r = {0, 0, u->uid, kind};
+		if (dir->count && reads_ranges(b->dm->domains[b->domain], kind) &&
+		    range_of(b->dm, b->domain, u, kind, &r.start, &r.count))
+			rc = served_push(b->s, &r);
+	}
+	return rc;
+}
+
+static struct subid_served *served(struct daemon *dm, struct cache_reader *r)
+{
+	uint64_t gen = daemon_checks_gen(dm);
+	struct subid_served *s = dm->subid_served;
+	if (!s && !(s = dm->subid_served = calloc(1, sizeof(*s))))
+		return NULL;
+	if (s->gen == gen)
+		return s;
+	struct served_build b = {dm, 0, s};
+	s->n = 0;
+	s->err = 0;
+	for (size_t i = 0; !s->err && i < dm->ndomains; i++) {
+		b.domain = i;
+		if (reads_ranges(dm->domains[i], PROTO_SUBID_UID) ||
+		    reads_ranges(dm->domains[i], PROTO_SUBID_GID))
+			s->err = cache_enum_users_unsorted(r, dm->domains[i]->cfg->name,
+							   served_user, &b);
+	}
+	s->gen = gen;
+	return s;
+}
+
+void subid_free(struct daemon *dm)
+{
+	if (dm->subid_served)
+		free(dm->subid_served->v);
+	free(dm->subid_served);
+	dm->subid_served = NULL;
+}
+
+/* The directory ranges are those of the cached users: the owners of ranges
+ * the cache does not hold yet are not known. */
 int subid_reply_owners(struct daemon *dm, const struct proto_req *req, struct idc_buf *out)
 {
 	struct cache_reader *r = daemon_reader(dm);
 	struct owners o = {.dm = dm, .kind = req->what, .id = req->id};
 	int rc = r ? alloc_owner(&o, r) : -EIO;
-	for (size_t i = 0; rc == 0 && i < dm->ndomains; i++) {
-		o.domain = i;
-		if (reads_ranges(dm->domains[i], o.kind))
-			rc = cache_enum_users(r, dm->domains[i]->cfg->name, owner_cb, &o);
-	}
+	struct subid_served *s = rc == 0 ? served(dm, r) : NULL;
+	if (rc == 0)
+		rc = !s ? -ENOMEM : s->err;
+	for (size_t k = 0; rc == 0 && k < s->n; k++)
+		if (s->v[k].kind == o.kind && o.id >= s->v[k].start &&
+		    o.id - s->v[k].start < s->v[k].count)
+			owners_add(&o, s->v[k].uid);
 	if (rc < 0) {
 		idc_log(IDC_LOG_WARN, "SUBID_OWNERS: cache lookup failed: %s", idc_strerror(rc));
 		return proto_reply_status(out, req->cmd, PROTO_ST_UNAVAIL, NULL);
