@@ -321,6 +321,24 @@ static int key_index(const char *const *keys, size_t n, const char *key)
 	return -1;
 }
 
+/* A key of a table of keys[0..n) given at most once each (seen: bit per
+ * key, lines[k]: where key k was given): its index when its value is to be
+ * parsed now, TABLE_KEY_NONE when it is none of them, TABLE_KEY_REPEATED
+ * when it was given before (reported). */
+#define TABLE_KEY_NONE     (-1)
+#define TABLE_KEY_REPEATED (-2)
+static int table_key(struct parse *ps, const char *const *keys, size_t n, const char *key,
+		     unsigned *seen, unsigned *lines)
+{
+	int k = key_index(keys, n, key);
+	if (k < 0)
+		return TABLE_KEY_NONE;
+	if (!first_time(ps, seen, 1u << k, key))
+		return TABLE_KEY_REPEATED;
+	lines[k] = ps->line;
+	return k;
+}
+
 /* ---- connection limits ------------------------------------------------------------ */
 
 static const char *const limit_keys[] = {
@@ -348,12 +366,9 @@ static uint32_t *limit_slot(struct config_limits *l, int k)
 static bool limit_key(struct parse *ps, const char *key, const char *v)
 {
 	struct config_limits *l = &ps->cfg->limits;
-	int k = key_index(limit_keys, IDC_ARRAY_SIZE(limit_keys), key);
+	int k = table_key(ps, limit_keys, IDC_ARRAY_SIZE(limit_keys), key, &l->seen, l->line);
 	if (k < 0)
-		return false;
-	if (!first_time(ps, &l->seen, 1u << k, key))
-		return true;
-	l->line[k] = ps->line;
+		return k == TABLE_KEY_REPEATED;
 	uint32_t min = k == 2 ? 0 : 1;
 	if (parse_uint(v, CONFIG_MAX_CONNS_LIMIT, limit_slot(l, k)) < 0 || *limit_slot(l, k) < min)
 		perr(ps, "%s: '%s' is not a number from %u to %u", key, v, (unsigned)min,
@@ -392,12 +407,9 @@ static uint32_t *subid_slot(struct subid_alloc *a, int k)
 static bool subid_key(struct parse *ps, const char *key, const char *v)
 {
 	struct config_subid *s = &ps->cfg->subid;
-	int k = key_index(subid_keys, IDC_ARRAY_SIZE(subid_keys), key);
+	int k = table_key(ps, subid_keys, IDC_ARRAY_SIZE(subid_keys), key, &s->seen, s->line);
 	if (k < 0)
-		return false;
-	if (!first_time(ps, &s->seen, 1u << k, key))
-		return true;
-	s->line[k] = ps->line;
+		return k == TABLE_KEY_REPEATED;
 	if (parse_uint(v, UINT32_MAX - 1, subid_slot(&s->alloc, k)) < 0)
 		perr(ps, "%s: '%s' is not a number from 0 to %u", key, v, UINT32_MAX - 1);
 	return true;
