@@ -436,6 +436,18 @@ static const char *num(struct cache_txn *t, uint64_t v)
 	return s;
 }
 
+/* A subordinate id range as stored ("START COUNT", or "unusable"); NULL
+ * when none. */
+static const char *subid_text(struct cache_txn *t, const struct cache_subid_range *r)
+{
+	if (r->count == 0)
+		return r->start == CACHE_SUBID_UNUSABLE ? "unusable" : NULL;
+	char *s = idc_arena_alloc(&t->arena, 24);
+	if (s)
+		snprintf(s, 24, "%u %u", (unsigned)r->start, (unsigned)r->count);
+	return s;
+}
+
 int cache_ensure_entry(struct cache_txn *t, const char *dn, const char *cn, struct idc_diag *d)
 {
 	struct store_pair p[] = {{{"objectClass", 11}, {"container", 9}},
@@ -556,6 +568,8 @@ int cache_put_user(struct cache_txn *t, const char *domain, const struct cache_u
 	    {"originalDN", u->orig_dn},
 	    {"passwordField", cache_passwd_public(u->passwd) ? u->passwd : NULL},
 	    {CACHE_ATTR_EXTRA, u->extra ? "TRUE" : NULL},
+	    {CACHE_ATTR_SUBUID, subid_text(t, &u->subuid)},
+	    {CACHE_ATTR_SUBGID, subid_text(t, &u->subgid)},
 	};
 	for (size_t i = 0; i < IDC_ARRAY_SIZE(kv) && !rc; i++)
 		if (kv[i][1])

@@ -83,7 +83,17 @@ struct cache_user {
 			     * allows it, else NULL (served as "x") */
 	bool extra;         /* a later record for a name an earlier record
 			     * of the domain holds (see "Extra records") */
+	/* LDAP: the subordinate uid and gid ranges the entry names (the
+	 * domain's ldap_user_subuid_* / ldap_user_subgid_* attributes);
+	 * count 0 when none. Checked by the provider (subid_range_ok); an
+	 * entry naming one that is no range has count 0 and start
+	 * CACHE_SUBID_UNUSABLE: it gets none, not even the allocation's. */
+	struct cache_subid_range {
+		uint32_t start, count;
+	} subuid, subgid;
 };
+
+#define CACHE_SUBID_UNUSABLE UINT32_MAX
 
 struct cache_group {
 	const char *name;

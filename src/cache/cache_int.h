@@ -92,6 +92,9 @@ int cache_dn_extra(struct idc_buf *out, int kind, const char *domain, uint64_t o
 #define CACHE_ATTR_KEYS_OF "sshKeysOf"
 /* Attribute marking an extra record (cache.h, "Extra records"). */
 #define CACHE_ATTR_EXTRA "extrarecord" /* canonical (lower case) */
+/* A user's subordinate id ranges, "START COUNT" (cache_user.subuid/subgid). */
+#define CACHE_ATTR_SUBUID "subuidrange"
+#define CACHE_ATTR_SUBGID "subgidrange"
 uint32_t cache_domain_ttl(const struct cache *c, const char *domain);
 /* Search one level below the domain's users or groups container with the
  * filter text (NULL: every entry), at most limit matches (0: all); base is

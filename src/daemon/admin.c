@@ -327,6 +327,7 @@ static int user_info(struct daemon *dm, struct cache_reader *r, const char *name
 	info_meta(b, &m);
 	info_withheld(dm, i, false, u.name, u.uid, b);
 	info_gids(dm, r, &m, u.name, b);
+	subid_user_info(dm, i, &u, b);
 	return 0;
 }
 

@@ -322,6 +322,24 @@ static int key_index(const char *const *keys, size_t n, const char *key)
 	return -1;
 }
 
+/* A key of a table of keys[0..n) given at most once each (seen: bit per
+ * key, lines[k]: where key k was given): its index when its value is to be
+ * parsed now, TABLE_KEY_NONE when it is none of them, TABLE_KEY_REPEATED
+ * when it was given before (reported). */
+#define TABLE_KEY_NONE     (-1)
+#define TABLE_KEY_REPEATED (-2)
+static int table_key(struct parse *ps, const char *const *keys, size_t n, const char *key,
+		     unsigned *seen, unsigned *lines)
+{
+	int k = key_index(keys, n, key);
+	if (k < 0)
+		return TABLE_KEY_NONE;
+	if (!first_time(ps, seen, 1u << k, key))
+		return TABLE_KEY_REPEATED;
+	lines[k] = ps->line;
+	return k;
+}
+
 /* ---- connection limits ------------------------------------------------------------ */
 
 static const char *const limit_keys[] = {
@@ -349,12 +367,9 @@ static uint32_t *limit_slot(struct config_limits *l, int k)
 static bool limit_key(struct parse *ps, const char *key, const char *v)
 {
 	struct config_limits *l = &ps->cfg->limits;
-	int k = key_index(limit_keys, IDC_ARRAY_SIZE(limit_keys), key);
+	int k = table_key(ps, limit_keys, IDC_ARRAY_SIZE(limit_keys), key, &l->seen, l->line);
 	if (k < 0)
-		return false;
-	if (!first_time(ps, &l->seen, 1u << k, key))
-		return true;
-	l->line[k] = ps->line;
+		return k == TABLE_KEY_REPEATED;
 	uint32_t min = k == 2 ? 0 : 1;
 	if (parse_uint(v, CONFIG_MAX_CONNS_LIMIT, limit_slot(l, k)) < 0 || *limit_slot(l, k) < min)
 		perr(ps, "%s: '%s' is not a number from %u to %u", key, v, (unsigned)min,
@@ -416,6 +431,50 @@ static bool userdb_key(struct parse *ps, const char *key, const char *v)
 	return true;
 }
 
+/* ---- subordinate id allocation ------------------------------------------------------ */
+
+static const char *const subid_keys[] = {"subid_base", "subid_size", "subid_uid_min",
+					 "subid_uid_max"};
+
+static uint32_t *subid_slot(struct subid_alloc *a, int k)
+{
+	uint32_t *slots[] = {&a->base, &a->size, &a->uid_min, &a->uid_max};
+	return slots[k];
+}
+
+/* A key of subid_keys: whether it was one (handled, errors reported). */
+static bool subid_key(struct parse *ps, const char *key, const char *v)
+{
+	struct config_subid *s = &ps->cfg->subid;
+	int k = table_key(ps, subid_keys, IDC_ARRAY_SIZE(subid_keys), key, &s->seen, s->line);
+	if (k < 0)
+		return k == TABLE_KEY_REPEATED;
+	if (parse_uint(v, UINT32_MAX - 1, subid_slot(&s->alloc, k)) < 0)
+		perr(ps, "%s: '%s' is not a number from 0 to %u", key, v, UINT32_MAX - 1);
+	return true;
+}
+
+/* The allocation whole: subid_uid_max's default, then subid_alloc_check,
+ * reported at the last subid key given. */
+static void check_subid(struct parse *ps)
+{
+	struct config_subid *s = &ps->cfg->subid;
+	bool fits = true;
+	if (!(s->seen & (1u << 3)))
+		s->alloc.uid_max =
+		    subid_alloc_max_uid(s->alloc.base, s->alloc.size, s->alloc.uid_min, &fits);
+	unsigned line = 0;
+	for (size_t k = 0; k < IDC_ARRAY_SIZE(s->line); k++)
+		line = s->line[k] > line ? s->line[k] : line;
+	char why[200];
+	if (!fits && s->alloc.size)
+		perr_at(ps, line,
+			"no subordinate id range of subid_size %u fits above subid_base %u",
+			(unsigned)s->alloc.size, (unsigned)s->alloc.base);
+	else if (subid_alloc_check(&s->alloc, why, sizeof(why)) < 0)
+		perr_at(ps, line, "%s", why);
+}
+
 static void idcache_key(struct parse *ps, const char *key, const char *v)
 {
 	struct config *c = ps->cfg;
@@ -423,6 +482,8 @@ static void idcache_key(struct parse *ps, const char *key, const char *v)
 	if (k < 0 && limit_key(ps, key, v))
 		return;
 	if (k < 0 && userdb_key(ps, key, v))
+		return;
+	if (k < 0 && subid_key(ps, key, v))
 		return;
 	if (k < 0) {
 		perr(ps, "unknown key '%s' in [idcache]", key);
@@ -462,11 +523,12 @@ static void idcache_key(struct parse *ps, const char *key, const char *v)
 
 static const char *const domain_keys[] = {
     "id_provider", "passwd_files", "group_files",   "entry_cache_timeout", "case_sensitive",
-    "debug_level", "filter_users", "filter_groups", "allow_local_overlap",
+    "debug_level", "filter_users", "filter_groups", "allow_local_overlap", "subid_allocate",
 };
 
 #define DOMAIN_KEY_CASE_SENSITIVE 4 /* index in domain_keys */
 #define DOMAIN_KEY_OVERLAP        8
+#define DOMAIN_KEY_SUBID          9
 
 static void set_provider(struct parse *ps, struct config_domain *d, const char *v)
 {
@@ -527,6 +589,10 @@ static const char *const ldap_keys[] = {
     "ldap_group_nesting_level",
     "ldap_max_searches",
     "ldap_max_memory",
+    "ldap_user_subuid_number",
+    "ldap_user_subuid_count",
+    "ldap_user_subgid_number",
+    "ldap_user_subgid_count",
 };
 
 #ifdef IDC_HAVE_LDAP
@@ -628,6 +694,10 @@ static void domain_key(struct parse *ps, const char *key, const char *v)
 	case 4:
 	case DOMAIN_KEY_OVERLAP:
 		if (parse_bool(v, k == 4 ? &d->case_sensitive : &d->allow_local_overlap) < 0)
+			perr(ps, "%s: '%s' is not true or false", key, v);
+		break;
+	case DOMAIN_KEY_SUBID:
+		if (parse_bool(v, &d->subid_allocate) < 0)
 			perr(ps, "%s: '%s' is not true or false", key, v);
 		break;
 	case 6:
@@ -823,6 +893,8 @@ static void check_domain(struct parse *ps, struct config_domain *d)
 			d->name);
 		return;
 	}
+	if (!(d->seen & (1u << DOMAIN_KEY_SUBID)))
+		d->subid_allocate = d->provider == CONFIG_PROVIDER_FILES;
 	if (d->provider != CONFIG_PROVIDER_LDAP && d->ldap_line) {
 		perr_at(ps, d->ldap_line, "[domain/%s]: ldap options need id_provider = ldap",
 			d->name);
@@ -948,6 +1020,7 @@ static void finish(struct parse *ps)
 		check_domain(ps, &ps->all[i]);
 	pick_domains(ps);
 	check_limits(ps);
+	check_subid(ps);
 	if (ps->nall == 0)
 		perr_at(ps, 0, "no domain configured (add a [domain/NAME] section)");
 	if (set_defaults(ps->cfg) < 0 || (ps->cfg->domains && resolve_filters(ps->cfg) < 0))
@@ -983,6 +1056,7 @@ int config_parse(const char *label, const char *text, size_t len, struct config 
 	ps.cfg->memcache_size_initgroups = CONFIG_DEFAULT_MEMCACHE_MB;
 	limits_default(&ps.cfg->limits);
 	ps.cfg->userdb.enumerate = true;
+	subid_alloc_default(&ps.cfg->subid.alloc);
 	configure_inih();
 	int rc = ini_parse_stream(read_line, &ps, on_key, &ps);
 	if (rc > 0 && ps.nerr == 0)

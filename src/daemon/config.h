@@ -19,6 +19,7 @@
 
 #include "proto/proto.h"
 #include "providers/ldap/lprov.h" /* struct lprov_config (no libldap needed) */
+#include "subid/subid.h"
 #include "util/util.h"
 
 #define CONFIG_DEFAULT_PATH        "/etc/idcache/idcache.conf"
@@ -92,6 +93,18 @@ struct config_domain {
 	struct lprov_config *ldap;
 	unsigned ldap_line; /* first provider-specific key, for errors */
 	uint64_t ldap_seen; /* provider keys given (bit per key) */
+	/* subid_allocate: users without ranges of their own get the
+	 * allocation's (config.subid). Default: files domains yes, ldap no. */
+	bool subid_allocate;
+};
+
+/* [idcache] subid_base, subid_size, subid_uid_min, subid_uid_max: the
+ * subordinate id allocation (subid/subid.h), checked whole; uid_max
+ * defaults to the most that fit. */
+struct config_subid {
+	struct subid_alloc alloc;
+	unsigned seen;    /* keys given (bit per key) */
+	unsigned line[4]; /* where each was given */
 };
 
 struct config {
@@ -111,6 +124,7 @@ struct config {
 	unsigned seen;
 	struct config_limits limits;
 	struct config_userdb userdb;
+	struct config_subid subid;
 };
 
 /* Parse text[0..len) (need not be NUL-terminated; may hold anything) named

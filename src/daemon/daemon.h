@@ -24,6 +24,7 @@
  *                host's files and earlier domains
  *   userdb.c     systemd's user database socket (Varlink, src/userdb):
  *                its calls answered through the responder
+ *   subid.c      subordinate id ranges (SUBIDS, SUBID_OWNERS)
  */
 #ifndef IDC_DAEMON_H
 #define IDC_DAEMON_H
@@ -277,6 +278,22 @@ void responder_held_timer(struct loop_timer *t);
 /* Drop the kept large group replies (`idcache expire`, shutdown). */
 void responder_forget_replies(struct daemon *dm);
 int admin_handle(struct conn *c, const struct proto_req *req, struct idc_buf *out);
+/* Close the reply frame begun at start with rc so far: 0 ends it; a
+ * failure replaces it with ERROR (logged). 0, or <0 out of memory. */
+int responder_finish(struct idc_buf *out, uint32_t cmd, size_t start, int rc);
+
+/* ---- subordinate ids (subid.c) ----------------------------------------------
+ * The replies to SUBIDS for user u of domain i, which the responder's walk
+ * found by passwd's rule, and to SUBID_OWNERS. Return as the handlers
+ * above. */
+int subid_reply_ranges(struct daemon *dm, size_t i, const struct cache_user *u,
+		       const struct proto_req *req, struct idc_buf *out);
+int subid_reply_owners(struct daemon *dm, const struct proto_req *req, struct idc_buf *out);
+/* Free what subid.c keeps (at shutdown). */
+void subid_free(struct daemon *dm);
+/* USERINFO's lines for u of domain i: "subuid=START COUNT (SOURCE)", or
+ * "subuid=none" with why; subgid likewise. Nothing is logged. */
+void subid_user_info(struct daemon *dm, size_t i, const struct cache_user *u, struct idc_buf *b);
 
 /* The read transaction shared by the requests of one connection's batch,
  * begun on first use and ended by daemon_reader_end. NULL on failure. */
@@ -302,6 +319,16 @@ void daemon_gids_withhold(struct daemon *dm, size_t i, uint32_t *gids, size_t *n
  * lists: g->members then points into dm's scratch, valid until the next
  * call. 0 or -ENOMEM. */
 int daemon_group_members_kept(struct daemon *dm, size_t i, struct cache_group *g);
+/* Which holder may have a user or group id in lo..hi: the name of the
+ * first domain that may (an ldap domain: its min_id..max_id, max_id 0
+ * being no bound; a files domain: an id it holds), "the host's files"
+ * (no files domain: /etc/passwd and /etc/group as read here), or NULL
+ * when none may. A subordinate id range is served only when NULL. */
+const char *daemon_ids_held(struct daemon *dm, uint32_t lo, uint32_t hi);
+/* A number that changes whenever what these checks see may have (a
+ * commit, a reload, the host's files read again): what is derived from
+ * them may be kept while it stays. */
+uint64_t daemon_checks_gen(struct daemon *dm);
 /* End the checks' reader (with daemon_reader_end); free the host files
  * and what the checks remember. */
 void daemon_aside_end(struct daemon *dm);
@@ -557,10 +584,12 @@ struct daemon {
 	size_t nadmin;
 	uint64_t refused_uid, refused_full, shed_idle;
 	uint64_t mcmap_refused, mcmap_failed;
-	struct cache_reader *aside; /* precedence.c's checks, ended with reader */
-	struct host_files *host;    /* /etc/passwd, /etc/group (precedence.c) */
-	struct gid_memo *gid_memo;  /* precedence.c */
-	const char **members;       /* precedence.c: member list scratch */
+	struct cache_reader *aside;        /* precedence.c's checks, ended with reader */
+	struct host_files *host;           /* /etc/passwd, /etc/group (precedence.c) */
+	struct gid_memo *gid_memo;         /* precedence.c */
+	struct held_ids *held_ids;         /* precedence.c: the files domains' ids, sorted */
+	struct subid_served *subid_served; /* subid.c: the directory ranges served */
+	const char **members;              /* precedence.c: member list scratch */
 	size_t members_cap;
 	struct budget_uid *budgets;   /* per peer uid (budget.c) */
 	size_t budget_total;          /* bytes charged to all uids */

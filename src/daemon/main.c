@@ -322,6 +322,7 @@ static void stop(struct daemon *dm)
 	responder_forget_replies(dm);
 	daemon_mc_close(dm);
 	daemon_host_free(dm);
+	subid_free(dm);
 	cache_close(dm->cache);
 	config_free(dm->cfg);
 	free(dm->gids);

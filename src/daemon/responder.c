@@ -95,6 +95,11 @@ static int finish(struct idc_buf *out, uint32_t cmd, size_t start, int rc)
 	return proto_reply_status(out, cmd, PROTO_ST_ERROR, "reply too large or out of memory");
 }
 
+int responder_finish(struct idc_buf *out, uint32_t cmd, size_t start, int rc)
+{
+	return finish(out, cmd, start, rc);
+}
+
 /* NOTFOUND for -ENOENT; anything else is a cache failure, logged here,
  * and UNAVAIL so glibc moves on to the next source. */
 static int reply_failure(struct idc_buf *out, uint32_t cmd, int rc)
@@ -158,6 +163,8 @@ static enum lprov_lookup_kind lookup_kind(uint32_t cmd)
 {
 	switch (cmd) {
 	case PROTO_CMD_GETPWNAM:
+	case PROTO_CMD_SUBIDS:  /* the user, whose entry holds its ranges */
+	case PROTO_CMD_SSHKEYS: /* the keys come with the user */
 		return LPROV_LOOKUP_PWNAM;
 	case PROTO_CMD_GETPWUID:
 		return LPROV_LOOKUP_PWUID;
@@ -165,8 +172,6 @@ static enum lprov_lookup_kind lookup_kind(uint32_t cmd)
 		return LPROV_LOOKUP_GRNAM;
 	case PROTO_CMD_GETGRGID:
 		return LPROV_LOOKUP_GRGID;
-	case PROTO_CMD_SSHKEYS: /* the keys come with the user */
-		return LPROV_LOOKUP_PWNAM;
 	default:
 		return LPROV_LOOKUP_INITGROUPS;
 	}
@@ -175,7 +180,7 @@ static enum lprov_lookup_kind lookup_kind(uint32_t cmd)
 static bool by_name(uint32_t cmd)
 {
 	return cmd == PROTO_CMD_GETPWNAM || cmd == PROTO_CMD_GETGRNAM ||
-	       cmd == PROTO_CMD_INITGROUPS || cmd == PROTO_CMD_SSHKEYS;
+	       cmd == PROTO_CMD_INITGROUPS || cmd == PROTO_CMD_SSHKEYS || cmd == PROTO_CMD_SUBIDS;
 }
 
 static int handle_lookup(struct walk *w, struct idc_buf *out);
@@ -362,6 +367,8 @@ static int do_user(struct walk *w, struct idc_buf *out)
 		return 0;
 	if (rc < 0)
 		return reply_failure(out, req->cmd, rc);
+	if (req->cmd == PROTO_CMD_SUBIDS)
+		return subid_reply_ranges(dm, at, &u, req, out);
 	struct proto_passwd pw = to_proto(&u);
 	daemon_mc_put_passwd(dm, &pw, answer_keys(req, u.name));
 	size_t start;
@@ -680,6 +687,7 @@ static int handle_lookup(struct walk *w, struct idc_buf *out)
 	switch (w->req->cmd) {
 	case PROTO_CMD_GETPWNAM:
 	case PROTO_CMD_GETPWUID:
+	case PROTO_CMD_SUBIDS:
 		return do_user(w, out);
 	case PROTO_CMD_GETGRNAM:
 	case PROTO_CMD_GETGRGID:
@@ -1025,10 +1033,13 @@ int responder_handle(struct conn *c, const struct proto_req *req, struct idc_buf
 	case PROTO_CMD_GETGRNAM:
 	case PROTO_CMD_GETGRGID:
 	case PROTO_CMD_INITGROUPS:
-	case PROTO_CMD_SSHKEYS: {
+	case PROTO_CMD_SSHKEYS:
+	case PROTO_CMD_SUBIDS: {
 		struct walk w = {c->dm, c, req, NULL};
 		return handle_lookup(&w, out);
 	}
+	case PROTO_CMD_SUBID_OWNERS:
+		return subid_reply_owners(c->dm, req, out);
 	case PROTO_CMD_SETPWENT:
 	case PROTO_CMD_GETPWENT:
 	case PROTO_CMD_ENDPWENT:

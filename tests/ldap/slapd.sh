@@ -12,6 +12,7 @@
 #       "server") and, with LDAPS_PORT, ldaps:// too.
 #       With SLAPD_LOAD=slapadd in the environment, LDIF goes in with
 #       slapadd -q before slapd starts (large benchmark data).
+#       SLAPD_SCHEMAS: more schema files to include (absolute paths).
 #   slapd.sh stop DIR        stops it and waits until it is gone
 set -eu
 cmd=$1 D=$2
@@ -30,6 +31,7 @@ stop
 {
 	for s in core cosine nis inetorgperson; do echo "include /etc/ldap/schema/$s.schema"; done
 	echo "include $(cd "$(dirname "$0")" && pwd)/openssh-lpk.schema"
+	for s in ${SLAPD_SCHEMAS:-}; do echo "include $s"; done
 	cat <<C
 modulepath /usr/lib/ldap
 moduleload back_mdb

@@ -486,6 +486,58 @@ static void test_filters_and_overlap(void **state)
 		     "t.conf:3: 'case_sensitive' has an empty value");
 }
 
+/* The subordinate id allocation: defaults, uid_max following the others,
+ * a block that cannot fit refused at the last subid key's line, bad values,
+ * subid_allocate's default per provider, the LDAP pairs whole. */
+static void test_subids(void **state)
+{
+	(void)state;
+	const char *dir = "id_provider = ldap\nldap_uri = ldap://a.example\n"
+			  "ldap_search_base = dc=example,dc=com\n";
+	char text[1024];
+	snprintf(text, sizeof(text), "[domain/dir]\n%s[domain/local]\nid_provider = files\n", dir);
+	struct config *c = parse_ok(text);
+	assert_int_equal(c->subid.alloc.base, 2147483648u);
+	assert_int_equal(c->subid.alloc.size, 65536u);
+	assert_int_equal(c->subid.alloc.uid_min, 1000u);
+	assert_int_equal(c->subid.alloc.uid_max, 33766u);
+	assert_false(config_domain(c, "dir")->subid_allocate);
+	assert_true(config_domain(c, "local")->subid_allocate);
+	config_free(c);
+
+	snprintf(text, sizeof(text),
+		 "[idcache]\nsubid_base = 100000\nsubid_size = 1000\nsubid_uid_min = 0\n"
+		 "[domain/dir]\n%ssubid_allocate = yes\nldap_user_subuid_number = a\n"
+		 "ldap_user_subuid_count = b\n[domain/local]\nid_provider = files\n"
+		 "subid_allocate = false\n",
+		 dir);
+	c = parse_ok(text);
+	assert_int_equal(c->subid.alloc.uid_max, (4294967295u - 100000u) / 1000u - 1);
+	assert_true(config_domain(c, "dir")->subid_allocate);
+	assert_false(config_domain(c, "local")->subid_allocate);
+	config_free(c);
+
+	expect_error("[idcache]\nsubid_base = 2147483648\nsubid_uid_max = 33767\n"
+		     "[domain/l]\nid_provider = files\n",
+		     "t.conf:3: subid_base 2147483648 + 32768 ranges of subid_size 65536 passes "
+		     "4294967295; subid_uid_max can be at most 33766");
+	expect_error("[idcache]\nsubid_size = 0\n[domain/l]\nid_provider = files\n",
+		     "t.conf:2: subid_size must be at least 1");
+	expect_error("[idcache]\nsubid_uid_min = 5000\nsubid_uid_max = 10\n"
+		     "[domain/l]\nid_provider = files\n",
+		     "t.conf:3: subid_uid_min 5000 is above subid_uid_max 10");
+	expect_error("[idcache]\nsubid_base = 4294967295\n[domain/l]\nid_provider = files\n",
+		     "t.conf:2: subid_base: '4294967295' is not a number");
+	expect_error("[idcache]\nsubid_base = 4294967294\nsubid_size = 2\n"
+		     "[domain/l]\nid_provider = files\n",
+		     "t.conf:3: no subordinate id range of subid_size 2 fits above subid_base "
+		     "4294967294");
+	expect_error("[domain/l]\nid_provider = files\nsubid_allocate = maybe\n",
+		     "t.conf:3: subid_allocate: 'maybe' is not true or false");
+	snprintf(text, sizeof(text), "[domain/dir]\n%sldap_user_subgid_count = c\n", dir);
+	expect_error(text, "ldap_user_subgid_number and ldap_user_subgid_count are given together");
+}
+
 static void test_hostile_lines(void **state)
 {
 	(void)state;
@@ -680,6 +732,7 @@ int main(void)
 	    cmocka_unit_test(test_ldap_domain),
 	    cmocka_unit_test(test_ldap_errors),
 	    cmocka_unit_test(test_filters_and_overlap),
+	    cmocka_unit_test(test_subids),
 	    cmocka_unit_test(test_hostile_lines),
 	    cmocka_unit_test(test_load),
 	};

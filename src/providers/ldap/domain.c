@@ -50,8 +50,8 @@ static void set_attrs(struct lprov_domain *ld)
 		ld->attr[i] = lp_attr(&ld->cfg, (enum lprov_attr)i);
 	for (size_t i = 0; i < LPROV_MAP_COUNT + IDC_ARRAY_SIZE(want); i++) {
 		const char *a = i < LPROV_MAP_COUNT ? ld->attr[i] : want[i - LPROV_MAP_COUNT];
-		if (i == LPROV_MAP_USER_OC || i == LPROV_MAP_GROUP_OC)
-			continue;
+		if (i == LPROV_MAP_USER_OC || i == LPROV_MAP_GROUP_OC || !a)
+			continue; /* objectClass is asked for once; NULL: not read */
 		bool dup = false;
 		for (size_t j = 0; j < n && !dup; j++)
 			dup = !strcasecmp(ld->attrs[j], a);

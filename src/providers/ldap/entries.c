@@ -14,6 +14,7 @@
 #include <strings.h>
 
 #include "providers/ldap/lprov_int.h"
+#include "subid/subid.h" /* subid_range_ok */
 
 /* ==== containers ============================================================ */
 
@@ -474,6 +475,36 @@ static bool get_id(struct ent *e, const char *attr, uint32_t *out)
 	return ok;
 }
 
+/* A subordinate id range from the attribute pair at[first], at[first + 1]
+ * (none when not configured or both absent). A half, a value that is no
+ * number or a range that passes 2^32 - 1 is logged once with the DN and
+ * kept as unusable: the user gets no range of the kind (not the
+ * allocation's either: the directory meant one), the rest of the entry is
+ * sound. */
+static struct cache_subid_range get_range(struct ent *e, size_t first, const char *what)
+{
+	const char *const *at = e->ld->attr;
+	struct cache_subid_range r = {0, 0};
+	if (!at[first] || !at[first + 1])
+		return r;
+	struct berval **sv = values(e, at[first]), **cv = values(e, at[first + 1]);
+	bool have_s = sv && sv[0], have_c = cv && cv[0];
+	bool ok = have_s && have_c && id_value(sv[0], &r.start) && id_value(cv[0], &r.count) &&
+		  subid_range_ok(r.start, r.count);
+	ldap_value_free_len(sv);
+	ldap_value_free_len(cv);
+	if (!ok && (have_s || have_c))
+		lp_log_once(e->ld, IDC_LOG_WARN,
+			    "ldap domain %s: %s: entry \"%.300s\": %s/%s is not a %s range "
+			    "(a first id and a count of at least 1, ending below 4294967295); "
+			    "none served",
+			    e->ld->cfg.name, lp_server(e->ld), e->dn, at[first], at[first + 1],
+			    what);
+	if (!ok)
+		r = (struct cache_subid_range){have_s || have_c ? CACHE_SUBID_UNUSABLE : 0, 0};
+	return r;
+}
+
 /* The name: a valid value; with several, the one the RDN holds (the
  * others are aliases), else the first valid one. */
 static const char *get_name(struct ent *e, const char *attr)
@@ -573,6 +604,8 @@ static void add_user(struct ent *e, struct lp_req *r)
 			 "%.40s is too long or holds a NUL, ':' or a control character", bad_attr);
 		return bad(e, why);
 	}
+	u->subuid = get_range(e, LPROV_MAP_USER_SUBUID_NUMBER, "subordinate uid");
+	u->subgid = get_range(e, LPROV_MAP_USER_SUBGID_NUMBER, "subordinate gid");
 	char folded[CACHE_NAME_MAX + 1]; /* two names the cache holds as one */
 	size_t fn = cache_name_fold(CACHE_NAMES_STORED, u->name, folded);
 	char *fold = ent_dup(e, folded, fn);

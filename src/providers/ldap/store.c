@@ -269,6 +269,8 @@ static int put_entries(struct cache_txn *t, struct lp_req *r, struct lp_track *t
 		const struct lp_user *u = r->users.v[i];
 		struct cache_user cu = {u->name, u->uid,   u->gid, u->gecos,
 					u->dir,  u->shell, 0,      u->dn};
+		cu.subuid = u->subuid;
+		cu.subgid = u->subgid;
 		bool changed = false;
 		int put = cache_put_user(t, ld->cfg.name, &cu, &changed, d);
 		rc = soft(ld, put, u->dn, d);
