@@ -514,20 +514,20 @@ def test_daemon_subids_under_valgrind(idcached_bin, nss_module_dir, as_root):
         d.start(timeout=120)
         c = P.Client(d.run_dir / "nss.sock", timeout=60)
         for kind in (1, 2):
-            _, st, p = c.call_raw(P.frame(20, struct.pack("=I", kind) + P.pstr("floc")))
+            _, st, p = c.call_raw(P.frame(P.SUBIDS, struct.pack("=I", kind) + P.pstr("floc")))
             assert st == P.OK and struct.unpack("=IIII", p) == \
                 (5000, 1, 2147483648 + 4000 * 65536, 65536), p
-            _, st, p = c.call_raw(P.frame(20, struct.pack("=I", kind) + P.pstr("fhigh")))
+            _, st, p = c.call_raw(P.frame(P.SUBIDS, struct.pack("=I", kind) + P.pstr("fhigh")))
             assert st == P.OK and struct.unpack("=II", p) == (40000, 0)
-            _, st, _ = c.call_raw(P.frame(20, struct.pack("=I", kind) + P.pstr("nosuch")))
+            _, st, _ = c.call_raw(P.frame(P.SUBIDS, struct.pack("=I", kind) + P.pstr("nosuch")))
             assert st == P.NOTFOUND
-            _, st, p = c.call_raw(P.frame(21, struct.pack("=II", kind, 2147483648 + 4000 * 65536)))
+            _, st, p = c.call_raw(P.frame(P.SUBID_OWNERS, struct.pack("=II", kind, 2147483648 + 4000 * 65536)))
             assert st == P.OK and struct.unpack("=II", p) == (1, 5000)
-        _, st, _ = c.call_raw(P.frame(20, struct.pack("=I", 3) + P.pstr("floc")))
+        _, st, _ = c.call_raw(P.frame(P.SUBIDS, struct.pack("=I", 3) + P.pstr("floc")))
         assert st == P.BADREQ
         c.close()
         c = P.Client(d.run_dir / "nss.sock", timeout=60)
-        _, st, _ = c.call_raw(P.frame(20, struct.pack("=I", 1) + P.pstr("bad:name")))
+        _, st, _ = c.call_raw(P.frame(P.SUBIDS, struct.pack("=I", 1) + P.pstr("bad:name")))
         assert st == P.NOTFOUND
         c.close()
         nsenv.stop_checked_by_valgrind(d, vglog)
