@@ -33,7 +33,7 @@ static void charge_out(struct conn *c)
 	c->out_charged = c->out.cap;
 }
 
-static void drop_tail(struct conn *c)
+void conn_drop_tail(struct conn *c)
 {
 	enum_snap_put(c->tail);
 	c->tail = NULL;
@@ -46,9 +46,10 @@ static void conn_free(void *p)
 	proto_reader_free(&c->rd);
 	idc_buf_free(&c->out);
 	charge_out(c);
-	drop_tail(c);
+	conn_drop_tail(c);
 	enum_cursor_free(c->dm, &c->pw);
 	enum_cursor_free(c->dm, &c->gr);
+	daemon_nscd_conn_free(c);
 	budget_put(c->dm, c->uid);
 	free(c);
 }
@@ -88,7 +89,16 @@ static void unset_peer(struct conn *c)
 
 int conn_new(struct daemon *dm, int fd, bool admin, const struct ucred *cred)
 {
+	return conn_new_kind(dm, fd, admin, false, cred);
+}
+
+int conn_new_kind(struct daemon *dm, int fd, bool admin, bool nscd, const struct ucred *cred)
+{
 	struct conn *c = calloc(1, sizeof(*c));
+	if (c && nscd && daemon_nscd_conn_init(c) < 0) {
+		free(c);
+		c = NULL;
+	}
 	if (!c) {
 		reaper_close_socket(dm, fd);
 		return -ENOMEM;
@@ -104,6 +114,7 @@ int conn_new(struct daemon *dm, int fd, bool admin, const struct ucred *cred)
 	}
 	if (rc < 0) {
 		reaper_close_socket(dm, fd);
+		daemon_nscd_conn_free(c);
 		free(c);
 		return rc;
 	}
@@ -120,8 +131,13 @@ void conn_close(struct conn *c, const char *why)
 {
 	if (c->io.fd < 0)
 		return;
-	idc_log(IDC_LOG_DEBUG, "closing %s connection: %s", c->admin ? "admin" : "nss", why);
+	idc_log(IDC_LOG_DEBUG, "closing %s connection: %s",
+		c->admin  ? "admin"
+		: c->nscd ? "nscd"
+			  : "nss",
+		why);
 	responder_detach(c);
+	daemon_nscd_detach(c);
 	if (c->mem_wait)
 		c->dm->budget_waiting--;
 	c->mem_wait = false;
@@ -187,11 +203,14 @@ static ssize_t send_part(struct conn *c, size_t end)
 	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
 	union {
 		struct cmsghdr align;
-		char buf[CMSG_SPACE(3 * sizeof(int))];
+		char buf[CMSG_SPACE(4 * sizeof(int))];
 	} ctl;
-	int fds[3];
+	int fds[4]; /* the three maps, or an nscd GETFD reply's */
 	int n =
 	    c->pass_maps && c->out_off == c->pass_at ? daemon_mc_fds(c->dm, c->pass_maps, fds) : 0;
+	int nscd_fd = daemon_nscd_fd_at(c, c->out_off); /* a GETFD reply's map */
+	if (nscd_fd >= 0)
+		fds[n++] = nscd_fd;
 	/* A map withdrawn since the reply was built leaves the list short:
 	 * the client sees the count differ from the reply and asks later. */
 	if (n > 0) {
@@ -208,7 +227,9 @@ static ssize_t send_part(struct conn *c, size_t end)
 	ssize_t sent = sendmsg(c->io.fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
 	if (sent > 0 && c->out_off == c->pass_at)
 		c->pass_maps = 0;
-	if (sent > 0 && n > 0)
+	if (sent > 0 && nscd_fd >= 0)
+		daemon_nscd_fd_sent(c);
+	if (sent > 0 && n > (nscd_fd >= 0))
 		peer_maps_sent(c);
 	if (sent < 0 && n > 0 && errno == ETOOMANYREFS)
 		peer_maps_failed(c);
@@ -246,7 +267,7 @@ static void sent(struct conn *c)
 		charge_out(c);
 	}
 	if (c->tail && c->tail_off == c->tail_end)
-		drop_tail(c);
+		conn_drop_tail(c);
 }
 
 /* Send what the socket takes. 0 (perhaps with output left) or -errno. */
@@ -334,7 +355,7 @@ static int dispatch(struct conn *c, const struct proto_frame *f)
  * must go first. */
 static bool busy(const struct conn *c)
 {
-	return c->wait || c->held;
+	return c->wait || c->held || daemon_nscd_busy(c);
 }
 
 /* Whether c's uid is over budget and c holds output of its own: a
@@ -366,6 +387,12 @@ static int process(struct conn *c)
 {
 	struct proto_frame f;
 	int rc = 0;
+	if (c->nscd) { /* one request, framed as nscd does (nscd.c) */
+		rc = c->closing ? 0 : daemon_nscd_process(c);
+		charge_out(c);
+		daemon_reader_end(c->dm);
+		return rc;
+	}
 	while (rc == 0 && !c->closing && !busy(c) && !c->pass_maps && !c->tail &&
 	       out_pending(c) < DAEMON_OUT_HIGH && proto_reader_buffered(&c->rd) > 0 &&
 	       !must_wait(c)) {
@@ -420,6 +447,8 @@ static int read_some(struct conn *c)
 	if (n == 0)
 		return 1;
 	c->last_active_ns = idc_now_ns();
+	if (c->nscd)
+		return daemon_nscd_feed(c, buf, (size_t)n);
 	return proto_reader_feed(&c->rd, buf, (size_t)n);
 }
 

@@ -22,6 +22,11 @@
  *   peers.c      per-uid accounts: connections, unread map descriptors
  *   precedence.c what a domain may not serve: filters, overlap with the
  *                host's files and earlier domains
+ *   nscd.c       the nscd protocol's socket: requests, answers via the
+ *                responder, GETFD replies
+ *   nscdhost.c   the host's other NSS sources for that socket, off the
+ *                loop; its negative answers
+ *   nscdmaps.c   glibc's persistent-database maps handed out by GETFD
  */
 #ifndef IDC_DAEMON_H
 #define IDC_DAEMON_H
@@ -36,6 +41,7 @@
 #include "daemon/config.h"
 #include "daemon/loop.h"
 #include "mc/mc.h"
+#include "nscd/nscd.h"
 #include "proto/proto.h"
 #include "providers/files/files.h"
 #include "util/util.h"
@@ -224,6 +230,10 @@ struct conn {
 	 * descriptors of its MCMAP reply went out and may still be unread. */
 	struct peer *peer;
 	bool maps_unread;
+
+	/* Came in on the nscd socket: its request and answer (nscd.c);
+	 * NULL on the other sockets. */
+	struct nscd_conn *nscd;
 };
 
 /* Queue the reply frame starting at out offset at to carry the
@@ -232,6 +242,10 @@ void conn_pass_maps(struct conn *c, uint32_t mask, size_t at);
 /* Take over an accepted socket whose peer is cred (SO_PEERCRED; uid -1
  * when unknown). 0 or -errno (fd closed). */
 int conn_new(struct daemon *dm, int fd, bool admin, const struct ucred *cred);
+/* The same; nscd: an nscd socket's connection (nscd.c frames it). */
+int conn_new_kind(struct daemon *dm, int fd, bool admin, bool nscd, const struct ucred *cred);
+/* Release the tail (its records are not to be sent). */
+void conn_drop_tail(struct conn *c);
 /* Nothing under way: no request waiting or buffered, no output. */
 bool conn_idle(const struct conn *c);
 /* Close and free (after the current batch). */
@@ -321,12 +335,16 @@ struct listener {
 	struct daemon *dm;
 	char path[108];
 	bool admin;
+	bool nscd;        /* the nscd socket (its connections count as nss.sock's) */
 	bool refuses_fds; /* SO_PASSRIGHTS is off */
 };
 
 /* Create, bind (mode), listen; refuses to replace a socket a live daemon
  * answers on. 0 or -errno, logged. */
 int listener_open(struct daemon *dm, struct listener *l, const char *path, mode_t mode, bool admin);
+/* The nscd socket (0666): refuses, naming nscd, to replace a socket that
+ * another process answers on. */
+int listener_open_nscd(struct daemon *dm, struct listener *l, const char *path);
 int listener_start(struct daemon *dm, struct listener *l);
 /* Raise the open-file limit (up to the hard one) to what cfg's connection
  * limits need: at start and at every configuration applied. */
@@ -465,6 +483,73 @@ void daemon_mc_expire(struct daemon *dm, uint32_t what, const char *name);
 void daemon_mc_reset(struct daemon *dm, int k);
 void daemon_mc_status(struct daemon *dm, struct idc_buf *b);
 
+/* ---- the nscd socket (nscd.c) -------------------------------------------------
+ * nscd_socket in idcache.conf: glibc's and musl's nscd clients. Opened
+ * with the other sockets, before root is dropped (its directory made
+ * 0755 and owned by the daemon's user, like run_dir); nothing when not
+ * configured. */
+struct nscd_conn;
+int daemon_nscd_open(struct daemon *dm, const struct privs *p);
+/* Start the host lookups and accept. 0 or -errno (logged). */
+int daemon_nscd_start(struct daemon *dm);
+/* Close and remove the socket; daemon_nscd_fini after the connections. */
+void daemon_nscd_stop(struct daemon *dm);
+void daemon_nscd_fini(struct daemon *dm);
+/* A connection's state: allocated (0 or -ENOMEM), freed. */
+int daemon_nscd_conn_init(struct conn *c);
+void daemon_nscd_conn_free(struct conn *c);
+/* Bytes read from the client (beyond one request they are dropped). */
+int daemon_nscd_feed(struct conn *c, const void *p, size_t n);
+/* Answer the request once complete, rewrite the responder's staged reply
+ * once it is, or ask the host's sources. <0 only when out of memory. */
+int daemon_nscd_process(struct conn *c);
+/* Waiting for the host's sources (no reply may go yet). */
+bool daemon_nscd_busy(const struct conn *c);
+/* The connection closes: its host lookup answers no one. */
+void daemon_nscd_detach(struct conn *c);
+/* The descriptor to send with out byte off (a GETFD reply), or -1; sent:
+ * closed (ours was a duplicate). */
+int daemon_nscd_fd_at(const struct conn *c, size_t off);
+void daemon_nscd_fd_sent(struct conn *c);
+
+/* ---- the host's sources for the nscd socket (nscdhost.c) ------------------------
+ * Threads of their own (see nscdhost.c); everything here is called on
+ * the loop thread. */
+struct nscd_job {
+	struct nscd_job *next;
+	struct conn *c; /* the client; NULL once it closed (loop thread only) */
+	int32_t type;   /* an nscd lookup */
+	char key[NSCD_KEY_MAX + 1];
+	uint32_t id;    /* by-id lookups: the key's value */
+	uint32_t *gids; /* INITGROUPS: the cache's groups, the host's added */
+	size_t ngids;
+	bool cache_found; /* INITGROUPS: the cache knows the user */
+	uint8_t *reply;   /* the worker's answer in nscd's layout; NULL: close */
+	size_t reply_len;
+	bool notfound; /* no source holds the key */
+};
+struct nscd_host;
+int nscd_host_start(struct daemon *dm);
+void nscd_host_stop(struct daemon *dm);
+/* Queue j (taken over on success); its answer comes to
+ * daemon_nscd_answered. -EAGAIN: the queue is full (j is the caller's). */
+int nscd_host_submit(struct daemon *dm, struct nscd_job *j);
+void daemon_nscd_answered(struct nscd_job *j);
+void nscd_job_free(struct nscd_job *j);
+/* Negative answers (nscd_negative_ttl seconds): whether key of type is
+ * one no source held lately; remember one; forget all (a reload). */
+bool nscd_neg_has(struct daemon *dm, int32_t type, const char *key);
+void nscd_neg_put(struct daemon *dm, int32_t type, const char *key);
+void nscd_neg_clear(struct daemon *dm);
+
+/* ---- glibc's persistent-database maps (nscdmaps.c) ---------------------------
+ * The read-only, sealed descriptor of database db's map in glibc's
+ * numbering (0 passwd, 1 group) and *size, the map's size as GETFD
+ * replies tell it; owned by nscdmaps.c, valid on the loop thread until it
+ * returns to the loop (the caller duplicates it to keep it). -ENOSYS or
+ * -errno when there is none: glibc then reads through the socket. */
+int nscdmaps_fd(struct daemon *dm, int db, uint64_t *size);
+
 /* ---- the daemon --------------------------------------------------------------- */
 struct daemon {
 	struct loop loop;
@@ -529,6 +614,13 @@ struct daemon {
 	struct big_reply big[DAEMON_BIG_KEEP];
 	size_t big_next;
 	uint64_t big_builds, big_build_ns, big_hits;
+
+	/* The nscd socket (nscd.c): its path, fixed at start (NULL: not
+	 * served), listener, host lookups, and requests by nscd type. */
+	char *nscd_path;
+	struct listener nscd;
+	struct nscd_host *nscd_host;
+	uint64_t nscd_requests[NSCD_TYPE_COUNT];
 };
 
 /* Changes whenever what an enumeration returns may have changed. */

@@ -125,6 +125,9 @@ static void warn_fixed(const struct daemon *dm, const struct config *cfg)
 		idc_log(IDC_LOG_WARN, "state_dir changed: takes effect after a restart");
 	if (strcmp(cfg->user, dm->user) != 0)
 		idc_log(IDC_LOG_WARN, "user changed: takes effect after a restart");
+	const char *nscd = cfg->nscd_socket ? cfg->nscd_socket : "";
+	if (strcmp(nscd, dm->nscd_path ? dm->nscd_path : "") != 0)
+		idc_log(IDC_LOG_WARN, "nscd_socket changed: takes effect after a restart");
 }
 
 static void log_errors(const struct idc_buf *errors)
