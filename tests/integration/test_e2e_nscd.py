@@ -1,0 +1,278 @@
+"""The nscd socket (nscd_socket): glibc's own nscd client and musl's
+resolve through idcached.
+
+Clients run with `passwd: files` / `group: files` in nsswitch.conf and
+without the test users in their /etc/passwd, and the daemon's socket
+directory bind-mounted on /run/nscd (where glibc's and musl's clients look:
+/var/run is /run) in their private namespace: an answer naming the cached
+user can only have come through the socket. The daemon runs in a namespace
+of its own whose /etc/passwd and /etc/group also hold entries no domain
+serves: those must resolve through the socket too (the daemon asks its
+host's sources), as nscd would.
+"""
+import os
+import shutil
+import socket
+import struct
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+import nsenv
+
+pytestmark = pytest.mark.usefixtures("as_root")
+
+DOMAIN_PASSWD = ("cacheonly:x:7000:7000:from idcache:/home/c:/bin/sh\n"
+                 "member:x:7001:7100:member:/home/m:/bin/sh\n")
+DOMAIN_GROUP = "cachegrp:x:7100:cacheonly,member\ncachegrp2:x:7101:cacheonly\n"
+# In the daemon's /etc/passwd and /etc/group only (no domain reads them).
+HOST_PASSWD = "filesonly:x:7200:7200:host files:/home/f:/bin/sh\n"
+HOST_GROUP = "filesgrp:x:7300:filesonly,cacheonly\n"
+
+NSCD_VERSION = 2
+GETPWBYNAME, GETPWBYUID, GETGRBYNAME, GETGRBYGID = 0, 1, 2, 3
+GETHOSTBYNAME, SHUTDOWN, GETSTAT, INVALIDATE, GETFDPW = 4, 8, 9, 10, 11
+GETAI, INITGROUPS, GETSERVBYNAME, GETNETGRENT, INNETGR = 14, 15, 16, 19, 20
+
+MUSL_CLIENT = Path(__file__).resolve().parent / "musl_nscd_client.c"
+
+
+class NscdDaemon:
+    """An idcached serving the nscd socket in base/nscd, and a runner of
+    clients that see that directory as /run/nscd."""
+
+    def __init__(self, pool, idcache_conf=""):
+        base = nsenv.make_private_dir("idc-nscd-")
+        self.sockdir = base / "nscd"
+        self.sock = self.sockdir / "socket"
+        ns = nsenv.NsEnv(pool.module_dir, base / "run", base / "ns")
+        self.sys_passwd, self.sys_group = nsenv.daemon_sys_files(base / "sys")
+        with open(self.sys_passwd, "a") as f:
+            f.write(HOST_PASSWD)
+        with open(self.sys_group, "a") as f:
+            f.write(HOST_GROUP)
+        wrap = ns.argv([], sources="files", passwd=self.sys_passwd, group=self.sys_group)
+        self.d = nsenv.Daemon(pool.binary, base, DOMAIN_PASSWD, DOMAIN_GROUP,
+                              f"nscd_socket = {self.sock}\n{idcache_conf}", wrap=wrap)
+        self.d.ns = ns
+        pool.daemons.append(self.d)
+        self.ns = ns
+
+    def start(self):
+        self.d.start()
+        return self
+
+    def client_argv(self, argv):
+        """argv in a namespace whose /run/nscd is the daemon's directory."""
+        return ["sh", "-c", f'mount --bind {self.sockdir} /run/nscd && exec "$@"', "nscd"] + \
+            [str(a) for a in argv]
+
+    def run(self, argv, **kw):
+        return self.ns.run(self.client_argv(argv), sources="files", **kw)
+
+    def run_many(self, argvs, **kw):
+        return self.ns.run_many([self.client_argv(a) for a in argvs], sources="files", **kw)
+
+
+@pytest.fixture
+def nscd(daemons):
+    return NscdDaemon(daemons).start()
+
+
+# ==== raw protocol ==================================================================
+
+def request(kind, key):
+    k = key.encode() + b"\0" if isinstance(key, str) else key
+    return struct.pack("=iii", NSCD_VERSION, kind, len(k)) + k
+
+
+def ask(path, data, timeout=2.0):
+    """Send data, read until the daemon closes (bounded); the bytes."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    s.connect(str(path))
+    s.sendall(data)
+    out = b""
+    while True:
+        b = s.recv(65536)
+        if not b:
+            break
+        out += b
+    s.close()
+    return out
+
+
+def pw_reply(b):
+    f = struct.unpack_from("=9i", b)
+    if f[1] != 1:
+        return f[1], None
+    strs, off = [], 36
+    for n in (f[2], f[3], f[6], f[7], f[8]):
+        strs.append(b[off:off + n - 1].decode())
+        off += n
+    assert off == len(b), b
+    return 1, (strs[0], strs[1], f[4], f[5], strs[2], strs[3], strs[4])
+
+
+# ==== glibc's client ==============================================================
+
+def test_glibc_resolves_cached_users_through_the_socket(nscd):
+    r = nscd.run_many([["getent", "passwd", "cacheonly"], ["getent", "passwd", "7000"],
+                       ["getent", "group", "cachegrp"], ["getent", "group", "7101"],
+                       ["id", "cacheonly"], ["getent", "initgroups", "member"]])
+    assert r[0].out == "cacheonly:x:7000:7000:from idcache:/home/c:/bin/sh\n", r[0]
+    assert r[1].out == r[0].out, r[1]
+    assert r[2].out == "cachegrp:x:7100:cacheonly,member\n", r[2]
+    assert r[3].out == "cachegrp2:x:7101:cacheonly\n", r[3]
+    # initgroups: the domain's groups and the daemon host's /etc/group's
+    assert r[4].rc == 0, r[4]
+    for g in ("7100(cachegrp)", "7101(cachegrp2)", "7300(filesgrp)"):
+        assert g in r[4].out, r[4]
+    assert r[5].out.split()[1:] == ["7100"], r[5]
+
+
+def test_daemon_down_falls_back_to_nss(nscd):
+    """Without the daemon glibc reads its own files: the cached user is
+    gone, root is still there."""
+    nscd.d.stop()
+    r = nscd.run_many([["getent", "passwd", "cacheonly"], ["getent", "passwd", "root"]])
+    assert r[0].rc == 2, r[0]
+    assert r[1].rc == 0 and r[1].out.startswith("root:"), r[1]
+
+
+def test_host_sources_answer_what_no_domain_holds(nscd):
+    """Authoritative: a user only the daemon host's files know is found,
+    not "not found" (glibc would not ask NSS after that)."""
+    r = nscd.run_many([["getent", "passwd", "filesonly"], ["getent", "passwd", "7200"],
+                       ["getent", "group", "filesgrp"], ["getent", "group", "7300"],
+                       ["id", "filesonly"], ["getent", "passwd", "nosuchuser"],
+                       ["getent", "group", "nosuchgroup"], ["getent", "passwd", "4000123"]])
+    assert r[0].out == "filesonly:x:7200:7200:host files:/home/f:/bin/sh\n", r[0]
+    assert r[1].out == r[0].out, r[1]
+    assert r[2].out == "filesgrp:x:7300:filesonly,cacheonly\n", r[2]
+    assert r[3].out == r[2].out, r[3]
+    assert r[4].rc == 0 and "7300(filesgrp)" in r[4].out, r[4]
+    assert [x.rc for x in r[5:]] == [2, 2, 2], r[5:]
+
+
+def test_negative_answers_expire(daemons):
+    """A name no source holds is "not found" for nscd_negative_ttl seconds
+    without asking again; then the host's new user is found."""
+    n = NscdDaemon(daemons, "nscd_negative_ttl = 2\n").start()
+    assert n.run(["getent", "passwd", "latecomer"]).rc == 2
+    with open(n.sys_passwd, "a") as f:  # in place: the daemon's bind mount sees it
+        f.write("latecomer:x:7400:7400::/:/bin/sh\n")
+    assert n.run(["getent", "passwd", "latecomer"]).rc == 2  # remembered
+    found, waited = nsenv.wait_for(
+        lambda: n.run(["getent", "passwd", "latecomer"]).rc == 0, timeout=8, interval=0.5)
+    assert found, "the negative answer never expired"
+    assert waited >= 1.0, waited
+
+
+def test_other_databases_are_left_to_nss(nscd):
+    """hosts, services, netgroups: "not served" headers (found -1), so the
+    client asks NSS at once; admin requests and GETFD without a map: a
+    close. Each within the timeout."""
+    for kind, size in ((GETHOSTBYNAME, 32), (GETAI, 24), (GETSERVBYNAME, 24),
+                       (GETNETGRENT, 16), (INNETGR, 12)):
+        b = ask(nscd.sock, request(kind, "localhost"))
+        assert len(b) == size, (kind, b)
+        assert struct.unpack_from("=ii", b) == (NSCD_VERSION, -1), (kind, b)
+    for kind in (SHUTDOWN, GETSTAT, INVALIDATE, GETFDPW):
+        assert ask(nscd.sock, request(kind, "passwd")) == b"", kind
+    r = nscd.run(["getent", "hosts", "localhost"])
+    assert r.rc == 0 and "127.0.0.1" in r.out, r
+    assert nscd.d.alive()
+
+
+def test_raw_answers(nscd):
+    got = pw_reply(ask(nscd.sock, request(GETPWBYNAME, "cacheonly")))
+    assert got == (1, ("cacheonly", "x", 7000, 7000, "from idcache", "/home/c", "/bin/sh"))
+    assert pw_reply(ask(nscd.sock, request(GETPWBYUID, "7200")))[1][0] == "filesonly"
+    assert pw_reply(ask(nscd.sock, request(GETPWBYNAME, "nosuch"))) == (0, None)
+    b = ask(nscd.sock, request(INITGROUPS, "cacheonly"))
+    ver, found, n = struct.unpack_from("=iii", b)
+    assert (ver, found) == (2, 1) and len(b) == 12 + 4 * n, b
+    assert sorted(struct.unpack_from(f"={n}i", b, 12)) == [7100, 7101, 7300]
+
+
+# ==== hostile clients =============================================================
+
+def test_hostile_clients_cannot_crash_or_freeze_it(nscd):
+    bad = [b"\x00" * 12, b"garbage" * 100, struct.pack("=iii", 2, 0, 0x7fffffff),
+           struct.pack("=iii", 2, 0, -5), struct.pack("=iii", 2, 999, 2) + b"a\0",
+           struct.pack("=iii", 3, 0, 2) + b"a\0", request(GETPWBYUID, "12x"),
+           request(GETPWBYNAME, b"ab\0cd\0"), request(GETPWBYNAME, b"noterm"),
+           struct.pack("=iii", 2, 0, 1024) + b"x" * 1024]
+    for data in bad:
+        assert ask(nscd.sock, data) == b"", data[:16]
+    # slowloris: many connections each holding half a request
+    held = []
+    for _ in range(50):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(str(nscd.sock))
+        s.send(struct.pack("=ii", 2, 0))
+        held.append(s)
+    t0 = time.monotonic()
+    got = pw_reply(ask(nscd.sock, request(GETPWBYNAME, "cacheonly"), timeout=1.0))
+    assert got[0] == 1 and time.monotonic() - t0 < 1.0
+    for s in held:
+        s.close()
+    r = nscd.run(["getent", "passwd", "cacheonly"])
+    assert r.rc == 0, r
+    assert nscd.d.alive()
+
+
+def test_refuses_a_socket_another_process_serves(daemons):
+    """nscd (or nsncd) serving the path: a clear error, not a takeover."""
+    n = NscdDaemon(daemons)
+    n.sockdir.mkdir(parents=True)
+    other = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    other.bind(str(n.sock))
+    other.listen(1)
+    try:
+        p = subprocess.run(n.d.wrap + [str(n.d.binary), "-c", str(n.d.conf), "-i"],
+                           capture_output=True, text=True, timeout=20)
+    finally:
+        other.close()
+    assert p.returncode == 1, p
+    assert f"nscd_socket: another process (nscd, nsncd, unscd?) serves {n.sock}" in p.stderr, p
+    assert n.sock.is_socket()  # left alone
+
+
+# ==== musl ========================================================================
+
+@pytest.fixture(scope="module")
+def musl_client(tmp_path_factory):
+    cc = shutil.which("musl-gcc")
+    if not cc:
+        pytest.skip("musl-gcc not installed (Debian: musl-tools)")
+    out = tmp_path_factory.mktemp("musl") / "musl_nscd_client"
+    subprocess.run([cc, "-static", "-O1", "-o", str(out), str(MUSL_CLIENT)], check=True,
+                   timeout=120)
+    os.chmod(out.parent, 0o755)
+    return out
+
+
+def test_musl_resolves_through_the_socket(nscd, musl_client):
+    r = nscd.run([musl_client, "cacheonly", "7000", "cachegrp", "7101", "filesonly"])
+    assert r.rc == 0, r
+    lines = r.out.splitlines()
+    assert lines[0] == "pwnam cacheonly 7000 7000 from idcache /home/c /bin/sh", r.out
+    assert lines[1] == "pwuid 7000 cacheonly", r.out
+    assert lines[2] == "grnam cachegrp 7100 cacheonly,member", r.out
+    assert lines[3] == "grgid 7101 cachegrp2 cacheonly", r.out
+    groups = set(lines[4].split()[2:])
+    assert lines[4].startswith("grouplist cacheonly") and \
+        {"7000", "7100", "7101", "7300"} <= groups, r.out
+    assert lines[5] == "pwnam filesonly 7200 7200 host files /home/f /bin/sh", r.out
+
+
+def test_musl_without_the_daemon_reads_its_files(nscd, musl_client):
+    nscd.d.stop()
+    r = nscd.run([musl_client, "root", "0", "root", "0", "root"])
+    assert r.rc == 0 and r.out.startswith("pwnam root 0 0"), r
+    r = nscd.run([musl_client, "cacheonly", "7000", "cachegrp", "7101", "x"])
+    assert r.rc == 1 and "pwnam cacheonly: not found" in r.out, r
