@@ -175,6 +175,7 @@ static int do_status(struct daemon *dm, const struct proto_req *req, struct idc_
 	status_requests(dm, &b);
 	status_budget(dm, &b);
 	daemon_mc_status(dm, &b);
+	daemon_nscd_status(dm, &b);
 	int rc = b.data ? reply_text(out, req->cmd, &b) : -ENOMEM;
 	idc_buf_free(&b);
 	return rc;

@@ -511,6 +511,8 @@ void daemon_nscd_detach(struct conn *c);
  * closed (ours was a duplicate). */
 int daemon_nscd_fd_at(const struct conn *c, size_t off);
 void daemon_nscd_fd_sent(struct conn *c);
+/* `idcache status`: the socket, its requests, the host lookups. */
+void daemon_nscd_status(struct daemon *dm, struct idc_buf *b);
 
 /* ---- the host's sources for the nscd socket (nscdhost.c) ------------------------
  * Threads of their own (see nscdhost.c); everything here is called on
@@ -621,6 +623,8 @@ struct daemon {
 	struct listener nscd;
 	struct nscd_host *nscd_host;
 	uint64_t nscd_requests[NSCD_TYPE_COUNT];
+	/* host lookups asked, refused (queue full), negative answers given */
+	uint64_t nscd_host_asked, nscd_host_full, nscd_negative_hits;
 };
 
 /* Changes whenever what an enumeration returns may have changed. */

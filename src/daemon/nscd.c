@@ -79,6 +79,34 @@ void daemon_nscd_fini(struct daemon *dm)
 	dm->nscd_path = NULL;
 }
 
+static const char *const type_names[] = {
+    [NSCD_GETPWBYNAME] = "getpwbyname", [NSCD_GETPWBYUID] = "getpwbyuid",
+    [NSCD_GETGRBYNAME] = "getgrbyname", [NSCD_GETGRBYGID] = "getgrbygid",
+    [NSCD_INITGROUPS] = "initgroups",   [NSCD_GETFDPW] = "getfdpw",
+    [NSCD_GETFDGR] = "getfdgr",
+};
+
+void daemon_nscd_status(struct daemon *dm, struct idc_buf *b)
+{
+	idc_buf_printf(b, "nscd_socket=%s\n", dm->nscd_path ? dm->nscd_path : "");
+	if (!dm->nscd_path)
+		return;
+	uint64_t other = 0;
+	for (size_t t = 0; t < NSCD_TYPE_COUNT; t++) {
+		if (t < IDC_ARRAY_SIZE(type_names) && type_names[t])
+			idc_buf_printf(b, "nscd.requests.%s=%llu\n", type_names[t],
+				       (unsigned long long)dm->nscd_requests[t]);
+		else
+			other += dm->nscd_requests[t];
+	}
+	idc_buf_printf(b, "nscd.requests.other=%llu\n", (unsigned long long)other);
+	idc_buf_printf(b, "nscd.host_lookups=%llu\nnscd.host_lookups_refused=%llu\n",
+		       (unsigned long long)dm->nscd_host_asked,
+		       (unsigned long long)dm->nscd_host_full);
+	idc_buf_printf(b, "nscd.negative_answers=%llu\n",
+		       (unsigned long long)dm->nscd_negative_hits);
+}
+
 /* ==== connection state =========================================================================
  */
 
@@ -320,7 +348,9 @@ static int ask_host(struct conn *c, struct nscd_job *j)
 	j->type = nc->type;
 	j->id = nc->id;
 	memcpy(j->key, nc->key, nc->key_len + 1u);
+	c->dm->nscd_host_asked++;
 	if (nscd_host_submit(c->dm, j) < 0) {
+		c->dm->nscd_host_full++;
 		nscd_job_free(j);
 		idc_log(IDC_LOG_DEBUG, "nscd: host lookups are full: closing a client");
 		done(c);
@@ -387,9 +417,10 @@ static int transcode(struct conn *c)
 			rc = initgroups_job(c, payload, plen);
 		else if (h.status == PROTO_ST_OK && (rc = put_found(c, payload, plen)) == 0)
 			done(c);
-		else if (rc != -ENOMEM && nscd_neg_has(c->dm, nc->type, nc->key))
+		else if (rc != -ENOMEM && nscd_neg_has(c->dm, nc->type, nc->key)) {
+			c->dm->nscd_negative_hits++;
 			rc = answer_status(c, 0);
-		else if (rc != -ENOMEM)
+		} else if (rc != -ENOMEM)
 			rc = ask_host(c, NULL);
 	}
 	idc_buf_free(&tmp);

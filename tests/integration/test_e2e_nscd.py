@@ -36,14 +36,16 @@ GETPWBYNAME, GETPWBYUID, GETGRBYNAME, GETGRBYGID = 0, 1, 2, 3
 GETHOSTBYNAME, SHUTDOWN, GETSTAT, INVALIDATE, GETFDPW = 4, 8, 9, 10, 11
 GETAI, INITGROUPS, GETSERVBYNAME, GETNETGRENT, INNETGR = 14, 15, 16, 19, 20
 
-MUSL_CLIENT = Path(__file__).resolve().parent / "musl_nscd_client.c"
+HERE = Path(__file__).resolve().parent
+MUSL_CLIENT = HERE / "musl_nscd_client.c"
+SLOW_MODULE = HERE / "nss_slow.c"
 
 
 class NscdDaemon:
     """An idcached serving the nscd socket in base/nscd, and a runner of
     clients that see that directory as /run/nscd."""
 
-    def __init__(self, pool, idcache_conf=""):
+    def __init__(self, pool, idcache_conf="", daemon_sources="files"):
         base = nsenv.make_private_dir("idc-nscd-")
         self.sockdir = base / "nscd"
         self.sock = self.sockdir / "socket"
@@ -53,7 +55,8 @@ class NscdDaemon:
             f.write(HOST_PASSWD)
         with open(self.sys_group, "a") as f:
             f.write(HOST_GROUP)
-        wrap = ns.argv([], sources="files", passwd=self.sys_passwd, group=self.sys_group)
+        wrap = ns.argv([], sources=daemon_sources, passwd=self.sys_passwd,
+                       group=self.sys_group)
         self.d = nsenv.Daemon(pool.binary, base, DOMAIN_PASSWD, DOMAIN_GROUP,
                               f"nscd_socket = {self.sock}\n{idcache_conf}", wrap=wrap)
         self.d.ns = ns
@@ -64,13 +67,16 @@ class NscdDaemon:
         self.d.start()
         return self
 
-    def client_argv(self, argv):
-        """argv in a namespace whose /run/nscd is the daemon's directory."""
+    def client_argv(self, argv, as_uid=None):
+        """argv in a namespace whose /run/nscd is the daemon's directory
+        (as uid as_uid, after the mount)."""
+        drop = [] if as_uid is None else ["setpriv", f"--reuid={as_uid}", f"--regid={as_uid}",
+                                          "--clear-groups", "--"]
         return ["sh", "-c", f'mount --bind {self.sockdir} /run/nscd && exec "$@"', "nscd"] + \
-            [str(a) for a in argv]
+            drop + [str(a) for a in argv]
 
-    def run(self, argv, **kw):
-        return self.ns.run(self.client_argv(argv), sources="files", **kw)
+    def run(self, argv, as_uid=None, **kw):
+        return self.ns.run(self.client_argv(argv, as_uid), sources="files", **kw)
 
     def run_many(self, argvs, **kw):
         return self.ns.run_many([self.client_argv(a) for a in argvs], sources="files", **kw)
@@ -223,6 +229,92 @@ def test_hostile_clients_cannot_crash_or_freeze_it(nscd):
     r = nscd.run(["getent", "passwd", "cacheonly"])
     assert r.rc == 0, r
     assert nscd.d.alive()
+
+
+def status(d):
+    """`idcache status` as a dict of its key=value lines."""
+    p = subprocess.run([str(Path(d.binary).parents[1] / "cli" / "idcache"), "status",
+                        "--run-dir", str(d.run_dir)], capture_output=True, text=True,
+                       timeout=30)
+    assert p.returncode == 0, p.stderr
+    return dict(x.strip().split("=", 1) for x in p.stdout.splitlines() if "=" in x)
+
+
+def test_unprivileged_flood_leaves_others_served(nscd):
+    """One uid holding half-sent requests on every connection it may have
+    (max_connections_per_uid): others' lookups are still answered at once."""
+    attack = (
+        "import socket, struct, sys, time\n"
+        "held = []\n"
+        "for i in range(400):\n"
+        "    try:\n"
+        "        s = socket.socket(socket.AF_UNIX); s.settimeout(1)\n"
+        f"        s.connect({str(nscd.sock)!r}); s.send(struct.pack('=ii', 2, 0))\n"
+        "        held.append(s)\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "print(len(held), flush=True)\n"
+        "time.sleep(30)\n")
+    p = subprocess.Popen(["setpriv", "--reuid=4242", "--regid=4242", "--clear-groups", "--",
+                          nsenv.sys_python(), "-c", attack], stdout=subprocess.PIPE, text=True)
+    try:
+        held = int(p.stdout.readline())
+        assert held >= 100, held
+        t0 = time.monotonic()
+        r = nscd.run(["getent", "passwd", "cacheonly"], as_uid=65534)
+        assert r.rc == 0, r
+        assert time.monotonic() - t0 < 5
+        st = status(nscd.d)
+        assert int(st["refused_connections_uid_limit"]) > 0, st
+    finally:
+        p.kill()
+        p.wait(timeout=10)
+    assert nscd.d.alive()
+
+
+def test_a_slow_source_does_not_freeze_the_loop(daemons, tmp_path):
+    """A host source that hangs holds a worker, never the loop: cached users
+    are answered meanwhile, and the slow lookup ends as NSS would end it."""
+    lib = tmp_path / "libnss_slow.so.2"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(lib), str(SLOW_MODULE)], check=True,
+                   timeout=60)
+    os.chmod(tmp_path, 0o755)
+    n = NscdDaemon(daemons, daemon_sources="files slow")
+    n.d.env["LD_LIBRARY_PATH"] = str(tmp_path)
+    n.start()
+    slow = [subprocess.Popen(n.ns.argv(n.client_argv(["getent", "passwd", f"slow{i}"]),
+                                       sources="files"),
+                             env=n.ns.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            for i in range(6)]
+    try:
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        r = n.run(["getent", "passwd", "cacheonly"])
+        assert r.rc == 0, r
+        assert time.monotonic() - t0 < 2.0, "a cached lookup waited for the slow source"
+    finally:
+        rcs = [p.wait(timeout=30) for p in slow]
+    assert rcs == [2] * 6, rcs
+    assert n.d.alive()
+
+
+def test_module_inside_the_daemon_does_not_ask_it(daemons):
+    """With `passwd: files idcache` on the daemon's host, the module loaded
+    into the daemon for its host lookups answers UNAVAIL at once: no
+    lookup reaches nss.sock, and a missing name is not found quickly."""
+    n = NscdDaemon(daemons, daemon_sources="files idcache")
+    n.d.env["LD_LIBRARY_PATH"] = str(n.ns.module_dir)
+    n.d.env["IDCACHE_RUNDIR"] = str(n.d.run_dir)
+    n.start()
+    t0 = time.monotonic()
+    r = n.run_many([["getent", "passwd", "nosuchuser"], ["getent", "group", "nosuchgroup"],
+                    ["getent", "passwd", "filesonly"], ["id", "cacheonly"]])
+    assert [x.rc for x in r] == [2, 2, 0, 0], r
+    assert time.monotonic() - t0 < 10
+    st = status(n.d)
+    assert int(st["nscd.host_lookups"]) >= 3, st
+    for k in ("requests.getpwnam", "requests.getgrnam", "requests.initgroups", "requests.mcmap"):
+        assert st[k] == "0", (k, st)
 
 
 def test_refuses_a_socket_another_process_serves(daemons):
