@@ -237,6 +237,7 @@ static int do_expire(struct daemon *dm, const struct proto_req *req, struct idc_
 	}
 	free(skip);
 	daemon_mc_expire(dm, req->what, name);
+	nscd_neg_clear(dm);           /* what the host's sources lacked is asked again */
 	responder_forget_replies(dm); /* kept replies were fresh */
 	idc_log(IDC_LOG_INFO, "expired %zu entries on request", total);
 	size_t start;

@@ -169,7 +169,7 @@ void conn_sweep(struct daemon *dm)
 bool conn_idle(const struct conn *c)
 {
 	return !c->wait && !c->pass_maps && c->out.len == c->out_off &&
-	       proto_reader_buffered(&c->rd) == 0;
+	       proto_reader_buffered(&c->rd) == 0 && !daemon_nscd_busy(c);
 }
 
 /* ==== output ====================================================================== */

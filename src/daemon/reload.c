@@ -199,6 +199,8 @@ int daemon_reload(struct daemon *dm, struct idc_buf *errors)
 	if (rc == 0) {
 		warn_fixed(dm, cfg);
 		rc = daemon_apply_config(dm, cfg);
+		if (rc == 0)
+			nscd_neg_clear(dm); /* the negative TTL, or the sources, may change */
 		if (rc < 0) {
 			idc_buf_printf(errors, "cannot apply the configuration: %s\n",
 				       idc_strerror(rc));

@@ -12,6 +12,7 @@ host's sources), as nscd would.
 """
 import os
 import shutil
+import signal
 import socket
 import struct
 import subprocess
@@ -175,6 +176,26 @@ def test_negative_answers_expire(daemons):
         lambda: n.run(["getent", "passwd", "latecomer"]).rc == 0, timeout=8, interval=0.5)
     assert found, "the negative answer never expired"
     assert waited >= 1.0, waited
+
+
+def test_expire_and_reload_forget_negative_answers(daemons):
+    n = NscdDaemon(daemons, "nscd_negative_ttl = 3600\n").start()
+    assert n.run(["getent", "passwd", "latecomer"]).rc == 2
+    with open(n.sys_passwd, "a") as f:
+        f.write("latecomer:x:7400:7400::/:/bin/sh\n")
+    assert n.run(["getent", "passwd", "latecomer"]).rc == 2
+    idcache = Path(n.d.binary).parents[1] / "cli" / "idcache"
+    subprocess.run([str(idcache), "expire", "--all", "--run-dir", str(n.d.run_dir)], check=True,
+                   timeout=30, capture_output=True)
+    assert n.run(["getent", "passwd", "latecomer"]).rc == 0
+    assert n.run(["getent", "group", "lategroup"]).rc == 2
+    with open(n.sys_group, "a") as f:
+        f.write("lategroup:x:7401:\n")
+    n.d.signal(signal.SIGHUP)
+    found, _ = nsenv.wait_for(lambda: n.run(["getent", "group", "lategroup"]).rc == 0,
+                              timeout=10, interval=0.3)
+    assert found, n.d.log()
+    assert int(status(n.d)["nscd.negative_answers"]) >= 1
 
 
 def test_other_databases_are_left_to_nss(nscd):
