@@ -295,11 +295,17 @@ int nscd_host_submit(struct daemon *dm, struct nscd_job *j)
 }
 
 /* glibc's private switch: NSS in this process never asks an nscd socket
- * (ours). Its callback is told of the files nscd would watch: not needed. */
+ * (ours). Its callback is handed each file nscd would watch, to keep: some
+ * are allocated for it (a module's init), some are glibc's own static
+ * ones. We watch nothing, but keep them as nscd does (never freed). */
+static void *volatile traced_files[32]; /* volatile: kept, though never read */
+
 static void traced_file_cb(size_t db, void *file)
 {
+	static size_t n;
 	(void)db;
-	(void)file;
+	if (n < IDC_ARRAY_SIZE(traced_files))
+		traced_files[n++] = file;
 }
 
 static void disable_glibc_nscd(void)
