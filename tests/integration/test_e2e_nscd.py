@@ -46,7 +46,8 @@ class NscdDaemon:
     """An idcached serving the nscd socket in base/nscd, and a runner of
     clients that see that directory as /run/nscd."""
 
-    def __init__(self, pool, idcache_conf="", daemon_sources="files", valgrind=False):
+    def __init__(self, pool, idcache_conf="", daemon_sources="files", valgrind=False,
+                 domain_conf=""):
         base = nsenv.make_private_dir("idc-nscd-")
         self.sockdir = base / "nscd"
         self.sock = self.sockdir / "socket"
@@ -61,7 +62,8 @@ class NscdDaemon:
         if valgrind:
             wrap, self.vglog = nsenv.valgrind_wrap(ns, base, (self.sys_passwd, self.sys_group))
         self.d = nsenv.Daemon(pool.binary, base, DOMAIN_PASSWD, DOMAIN_GROUP,
-                              f"nscd_socket = {self.sock}\n{idcache_conf}", wrap=wrap)
+                              f"nscd_socket = {self.sock}\n{idcache_conf}", domain_conf,
+                              wrap=wrap)
         self.d.ns = ns
         pool.daemons.append(self.d)
         self.ns = ns
@@ -228,6 +230,42 @@ def test_raw_answers(nscd):
     ver, found, n = struct.unpack_from("=iii", b)
     assert (ver, found) == (2, 1) and len(b) == 12 + 4 * n, b
     assert sorted(struct.unpack_from(f"={n}i", b, 12)) == [7100, 7101, 7300]
+
+
+# ==== a directory ==================================================================
+
+@pytest.fixture
+def slapd():
+    import test_e2e_ldap as L
+    if not (os.access(L.SLAPD, os.X_OK) and shutil.which("ldapadd")):
+        pytest.skip("needs Debian's slapd and ldap-utils")
+    yield from L.private_slapd("idc-nscd-ldap-", "s")
+
+
+def test_directory_users_same_through_socket_and_module(daemons, slapd):
+    """An LDAP domain's users and groups (nested, rfc2307bis), asked first
+    through the socket (the directory is asked while the client waits),
+    then through the module: the same answers."""
+    import test_e2e_ldap as L
+    n = NscdDaemon(daemons, "domains = local, dir\n", domain_conf=L.ldap_domain(slapd.uri))
+    n.start()
+    argvs = ([["getent", "passwd", u] for u in L.USERS] +
+             [["getent", "group", g] for g in L.GROUPS] +
+             [["id", u] for u in L.USERS] + [["getent", "passwd", "nosuchldapuser"]])
+    via_socket = n.run_many(argvs)
+    via_module = n.ns.run_many(argvs, sources="idcache")
+    assert via_socket[0].rc == 0 and via_socket[0].out.startswith("alice:"), via_socket[0]
+    for s_, m in zip(via_socket, via_module):
+        assert s_.rc == m.rc, (s_, m)
+        if "id" in s_.argv:  # the same ids and groups, perhaps in another order
+            head, _, groups = s_.out.partition(" groups=")
+            mhead, _, mgroups = m.out.partition(" groups=")
+            assert head == mhead and \
+                sorted(groups.strip().split(",")) == sorted(mgroups.strip().split(",")), \
+                (s_, m)
+        else:
+            assert s_.out == m.out, (s_, m)
+    assert via_socket[-1].rc == 2
 
 
 # ==== hostile clients =============================================================
