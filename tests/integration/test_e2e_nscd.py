@@ -47,7 +47,7 @@ class NscdDaemon:
     clients that see that directory as /run/nscd."""
 
     def __init__(self, pool, idcache_conf="", daemon_sources="files", valgrind=False,
-                 domain_conf=""):
+                 domain_conf="", passwd_text=DOMAIN_PASSWD, group_text=DOMAIN_GROUP):
         base = nsenv.make_private_dir("idc-nscd-")
         self.sockdir = base / "nscd"
         self.sock = self.sockdir / "socket"
@@ -61,7 +61,7 @@ class NscdDaemon:
                        group=self.sys_group)
         if valgrind:
             wrap, self.vglog = nsenv.valgrind_wrap(ns, base, (self.sys_passwd, self.sys_group))
-        self.d = nsenv.Daemon(pool.binary, base, DOMAIN_PASSWD, DOMAIN_GROUP,
+        self.d = nsenv.Daemon(pool.binary, base, passwd_text, group_text,
                               f"nscd_socket = {self.sock}\n{idcache_conf}", domain_conf,
                               wrap=wrap)
         self.d.ns = ns
@@ -230,6 +230,35 @@ def test_raw_answers(nscd):
     ver, found, n = struct.unpack_from("=iii", b)
     assert (ver, found) == (2, 1) and len(b) == 12 + 4 * n, b
     assert sorted(struct.unpack_from(f"={n}i", b, 12)) == [7100, 7101, 7300]
+
+
+def test_corpus_same_through_socket_and_module(daemons):
+    """The generated corpus with glibc's odd lines (repeated names, case,
+    UTF-8, uid 4294967294, a 7,000-member group line past 64 KiB, a user
+    in 200 groups): every user and group by name and id, and id, through
+    the socket and through the module, line for line."""
+    import gen_nss_data
+    data = gen_nss_data.generate(n_users=600, n_groups=250, parity=True)
+    n = NscdDaemon(daemons, passwd_text=data.passwd_text(), group_text=data.group_text())
+    n.start()
+    keys_pw, keys_gr = data.user_keys(), data.group_keys()
+    argvs = [["getent", "passwd"] + keys_pw[i:i + 300] for i in range(0, len(keys_pw), 300)]
+    argvs += [["getent", "group"] + keys_gr[i:i + 100] for i in range(0, len(keys_gr), 100)]
+    users = [u[0] for u in data.users[:40]] + [data.big_user]
+    argvs += [["id", u] for u in users] + [["getent", "group", data.huge_line_group]]
+    via_socket = n.run_many(argvs, timeout=600)
+    # the module as glibc would use it without the socket: idcache, then the
+    # files the daemon's host has (the socket asks those for what no domain holds)
+    via_module = n.ns.run_many(argvs, sources="idcache files", passwd=n.sys_passwd,
+                               group=n.sys_group, timeout=600)
+    assert len(via_socket[-1].out) > 65536, via_socket[-1]
+    for s_, m in zip(via_socket, via_module):
+        assert (s_.rc, s_.out) == (m.rc, m.out) or "id" in s_.argv, (s_.argv[:4], s_, m)
+        if "id" in s_.argv:
+            head, _, groups = s_.out.partition(" groups=")
+            mhead, _, mgroups = m.out.partition(" groups=")
+            assert head == mhead and \
+                sorted(groups.strip().split(",")) == sorted(mgroups.strip().split(",")), (s_, m)
 
 
 # ==== a directory ==================================================================
