@@ -431,6 +431,9 @@ int privs_prepare(const char *user, struct privs *p);
  * and files 0600, existing ones included, all chowned; otherwise 0755
  * (run_dir, whose nss.sock everyone must reach). */
 int privs_make_dir(const struct privs *p, const char *path, bool private_tree);
+/* mkdir -p (0755), owned by whoever creates it and never chowned: a
+ * directory others may use too (the nscd socket's, /var/run/nscd). */
+int privs_make_shared_dir(const char *path);
 /* user's uid and gid, as privs_prepare finds them: /etc/passwd, else NSS
  * (*in_files says which). 0, -ENOENT or -errno. */
 int privs_find_user(const char *user, uid_t *uid, gid_t *gid, bool *in_files);

@@ -53,7 +53,7 @@ int daemon_nscd_open(struct daemon *dm, const struct privs *p)
 		return 0;
 	char dir[sizeof(dm->nscd.path)];
 	snprintf(dir, sizeof(dir), "%s", dm->nscd_path);
-	int rc = privs_make_dir(p, dirname(dir), false);
+	int rc = privs_make_shared_dir(dirname(dir));
 	rc = rc ? rc : listener_open_nscd(dm, &dm->nscd, dm->nscd_path);
 	return rc ? rc : privs_chown_path(p, dm->nscd.path);
 }

@@ -149,11 +149,15 @@ def test_glibc_resolves_cached_users_through_the_socket(nscd):
 
 def test_daemon_down_falls_back_to_nss(nscd):
     """Without the daemon glibc reads its own files: the cached user is
-    gone, root is still there."""
+    gone, root is still there. The socket left in the root-owned directory
+    is replaced at the next start."""
     nscd.d.stop()
     r = nscd.run_many([["getent", "passwd", "cacheonly"], ["getent", "passwd", "root"]])
     assert r[0].rc == 2, r[0]
     assert r[1].rc == 0 and r[1].out.startswith("root:"), r[1]
+    assert os.stat(nscd.sockdir).st_uid == 0  # never chowned
+    nscd.d.start()
+    assert nscd.run(["getent", "passwd", "cacheonly"]).rc == 0
 
 
 def test_host_sources_answer_what_no_domain_holds(nscd):
