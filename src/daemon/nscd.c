@@ -225,6 +225,30 @@ static int answer_fd(struct conn *c)
 	return 0;
 }
 
+/* `nscd -i passwd`, which useradd and friends run after changing the
+ * files: from root, the remembered "not found" answers go (the files
+ * domains follow the files themselves) and 0 is the answer, as nscd's;
+ * anyone else's is ignored with a close, as nscd ignores it. */
+static int answer_invalidate(struct conn *c, const struct nscd_req *req)
+{
+	static const char *const dbs[] = {"passwd", "group", "hosts", "services", "netgroup"};
+	const char *db = nscd_key_name(req);
+	done(c);
+	if (c->peer_uid != 0 || !db)
+		return 0;
+	int32_t err = EINVAL;
+	for (size_t i = 0; i < IDC_ARRAY_SIZE(dbs); i++)
+		if (strcmp(db, dbs[i]) == 0)
+			err = 0;
+	if (err == 0 && (strcmp(db, "passwd") == 0 || strcmp(db, "group") == 0))
+		nscd_neg_clear(c->dm);
+	uint8_t *p = out_room(c, 4);
+	if (!p)
+		return -ENOMEM;
+	nscd_encode_invalidate(p, 4, err);
+	return 0;
+}
+
 static uint32_t proto_cmd(int32_t type)
 {
 	switch (type) {
@@ -284,6 +308,8 @@ static int dispatch(struct conn *c, const struct nscd_req *req)
 	}
 	if (req->type == NSCD_GETFDPW || req->type == NSCD_GETFDGR)
 		return answer_fd(c);
+	if (req->type == NSCD_INVALIDATE)
+		return answer_invalidate(c, req);
 	return answer_status(c, -1);
 }
 

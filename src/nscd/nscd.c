@@ -231,6 +231,14 @@ int nscd_encode_status(void *buf, size_t cap, int32_t type, int32_t found)
 	return (int)size;
 }
 
+int nscd_encode_invalidate(void *buf, size_t cap, int32_t err)
+{
+	if (cap < 4)
+		return -EMSGSIZE;
+	memcpy(buf, &err, 4);
+	return 4;
+}
+
 int nscd_encode_fd_reply(void *buf, size_t cap, const char *key, uint32_t key_len, uint64_t mapsize)
 {
 	size_t size = (size_t)key_len + sizeof(mapsize);

@@ -124,6 +124,8 @@ int nscd_encode_initgroups(void *buf, size_t cap, const uint32_t *gids, uint32_t
  * those are answered by closing. Bytes written, or -EMSGSIZE. */
 size_t nscd_status_size(int32_t type);
 int nscd_encode_status(void *buf, size_t cap, int32_t type, int32_t found);
+/* INVALIDATE's reply: an int32, 0 or an errno value (4 bytes). */
+int nscd_encode_invalidate(void *buf, size_t cap, int32_t err);
 /* The GETFD reply: key (key_len bytes, its NUL included, as received)
  * then mapsize. The descriptor goes with its first byte. */
 int nscd_encode_fd_reply(void *buf, size_t cap, const char *key, uint32_t key_len,

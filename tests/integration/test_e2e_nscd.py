@@ -209,6 +209,21 @@ def test_expire_and_reload_forget_negative_answers(daemons):
     assert int(status(n.d)["nscd.negative_answers"]) >= 1
 
 
+@pytest.mark.skipif(not os.access("/usr/sbin/nscd", os.X_OK), reason="nscd not installed")
+def test_nscd_invalidate_forgets_negative_answers(daemons):
+    """useradd runs `nscd -i passwd` after writing /etc/passwd: as root, the
+    remembered "not found" goes; from anyone else it is ignored."""
+    n = NscdDaemon(daemons, "nscd_negative_ttl = 3600\n").start()
+    assert n.run(["getent", "passwd", "newuser"]).rc == 2
+    with open(n.sys_passwd, "a") as f:
+        f.write("newuser:x:7500:7500::/:/bin/sh\n")
+    r = n.run(["/usr/sbin/nscd", "-i", "passwd"], as_uid=65534)
+    assert n.run(["getent", "passwd", "newuser"]).rc == 2, r  # not root: ignored
+    r = n.run(["/usr/sbin/nscd", "-i", "passwd"])
+    assert r.rc == 0, r
+    assert n.run(["getent", "passwd", "newuser"]).rc == 0
+
+
 def test_other_databases_are_left_to_nss(nscd):
     """hosts, services, netgroups: "not served" headers (found -1), so the
     client asks NSS at once; admin requests and GETFD without a map: a
@@ -218,8 +233,11 @@ def test_other_databases_are_left_to_nss(nscd):
         b = ask(nscd.sock, request(kind, "localhost"))
         assert len(b) == size, (kind, b)
         assert struct.unpack_from("=ii", b) == (NSCD_VERSION, -1), (kind, b)
-    for kind in (SHUTDOWN, GETSTAT, INVALIDATE, GETFDPW):
+    for kind in (SHUTDOWN, GETSTAT, GETFDPW):
         assert ask(nscd.sock, request(kind, "passwd")) == b"", kind
+    # INVALIDATE: from root (this test) answered as nscd does
+    assert ask(nscd.sock, request(INVALIDATE, "passwd")) == struct.pack("=i", 0)
+    assert ask(nscd.sock, request(INVALIDATE, "nosuchdb")) == struct.pack("=i", 22)
     r = nscd.run(["getent", "hosts", "localhost"])
     assert r.rc == 0 and "127.0.0.1" in r.out, r
     assert nscd.d.alive()

@@ -256,6 +256,9 @@ static void test_fd_reply(void **state)
 {
 	(void)state;
 	uint8_t buf[32];
+	assert_int_equal(nscd_encode_invalidate(buf, sizeof(buf), 22), 4);
+	assert_int_equal(field(buf, 0), 22);
+	assert_int_equal(nscd_encode_invalidate(buf, 3, 0), -EMSGSIZE);
 	int n = nscd_encode_fd_reply(buf, sizeof(buf), "passwd", 7, 123456789u);
 	assert_int_equal(n, 7 + 8);
 	assert_memory_equal(buf, "passwd", 7);
