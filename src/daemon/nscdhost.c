@@ -59,8 +59,7 @@ struct nscd_host {
 	struct nscd_job *todo, **todo_tail, *done;
 	size_t queued;
 	bool stop;
-	unsigned running; /* workers not yet returned */
-	struct loop_io ev;
+	struct loop_io ev; /* written by the workers under mu */
 	struct neg_slot *neg;
 	uint64_t seed;
 };
@@ -241,7 +240,6 @@ static void *worker(void *arg)
 			/* the counter is full: the loop has a wake-up pending anyway */
 		}
 	}
-	h->running--;
 	pthread_mutex_unlock(&h->mu);
 	return NULL;
 }
@@ -323,14 +321,12 @@ static int start_threads(struct nscd_host *h)
 {
 	pthread_attr_t attr;
 	pthread_attr_init(&attr);
-	pthread_attr_setstacksize(&attr, 256 * 1024);
+	pthread_attr_setstacksize(&attr, 1024 * 1024); /* NSS modules' needs are unknown */
 	int rc = 0;
 	for (size_t i = 0; rc == 0 && i < NSCD_HOST_THREADS; i++) {
 		rc = -pthread_create(&h->threads[i], &attr, worker, h);
-		if (rc == 0) {
+		if (rc == 0)
 			h->nthreads++;
-			h->running++;
-		}
 	}
 	pthread_attr_destroy(&attr);
 	return h->nthreads ? 0 : rc;
@@ -378,7 +374,9 @@ void nscd_host_stop(struct daemon *dm)
 	bool all = true;
 	for (size_t i = 0; i < h->nthreads; i++)
 		all &= pthread_timedjoin_np(h->threads[i], NULL, &until) == 0;
+	pthread_mutex_lock(&h->mu); /* a worker left behind may still write to it */
 	loop_io_close(&h->ev);
+	pthread_mutex_unlock(&h->mu);
 	dm->nscd_host = NULL;
 	if (!all)
 		return;

@@ -387,16 +387,19 @@ def test_unprivileged_flood_leaves_others_served(nscd):
     assert nscd.d.alive()
 
 
-def test_a_slow_source_does_not_freeze_the_loop(daemons, tmp_path):
+def test_a_slow_source_does_not_freeze_the_loop(daemons):
     """A host source that hangs holds a worker, never the loop: cached users
     are answered meanwhile, and the slow lookup ends as NSS would end it."""
-    lib = tmp_path / "libnss_slow.so.2"
-    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(lib), str(SLOW_MODULE)], check=True,
-                   timeout=60)
-    os.chmod(tmp_path, 0o755)
     n = NscdDaemon(daemons, daemon_sources="files slow")
-    n.d.env["LD_LIBRARY_PATH"] = str(tmp_path)
+    libdir = n.d.base / "lib"  # where the daemon's user can read it
+    libdir.mkdir(mode=0o755)
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(libdir / "libnss_slow.so.2"),
+                    str(SLOW_MODULE)], check=True, timeout=60)
+    n.d.env["LD_LIBRARY_PATH"] = str(libdir)
     n.start()
+    t0 = time.monotonic()
+    assert n.run(["getent", "passwd", "slowcheck"]).rc == 2
+    assert time.monotonic() - t0 >= 2.5, "the slow source was not asked"
     slow = [subprocess.Popen(n.ns.argv(n.client_argv(["getent", "passwd", f"slow{i}"]),
                                        sources="files"),
                              env=n.ns.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -410,7 +413,17 @@ def test_a_slow_source_does_not_freeze_the_loop(daemons, tmp_path):
     finally:
         rcs = [p.wait(timeout=30) for p in slow]
     assert rcs == [2] * 6, rcs
+    assert time.monotonic() - t0 >= 2.5  # (each one took the source's time)
     assert n.d.alive()
+    # stopped while a worker waits on the source: the stop does not wait for it
+    late = subprocess.Popen(n.ns.argv(n.client_argv(["getent", "passwd", "slowlate"]),
+                                      sources="files"), env=n.ns.env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    assert n.d.stop() == 0
+    assert time.monotonic() - t0 < 2.5
+    assert late.wait(timeout=30) == 2
 
 
 def test_module_inside_the_daemon_does_not_ask_it(daemons):
