@@ -400,6 +400,10 @@ def test_a_slow_source_does_not_freeze_the_loop(daemons):
     t0 = time.monotonic()
     assert n.run(["getent", "passwd", "slowcheck"]).rc == 2
     assert time.monotonic() - t0 >= 2.5, "the slow source was not asked"
+    # a user only that other source knows: found through the socket too
+    r = n.run_many([["getent", "passwd", "othersrc"], ["getent", "passwd", "7600"]])
+    want = "othersrc:x:7600:7600:other source:/home/o:/bin/sh\n"
+    assert r[0].out == want and r[1].out == want, r
     slow = [subprocess.Popen(n.ns.argv(n.client_argv(["getent", "passwd", f"slow{i}"]),
                                        sources="files"),
                              env=n.ns.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
