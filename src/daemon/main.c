@@ -264,7 +264,8 @@ static int open_cache(struct daemon *dm)
  * are closed by a thread of their own (reaper.c). */
 static int guard_passed_fds(struct daemon *dm)
 {
-	dm->kernel_refuses_fds = dm->nss.refuses_fds && dm->admin.refuses_fds;
+	dm->kernel_refuses_fds = dm->nss.refuses_fds && dm->admin.refuses_fds &&
+				 (!dm->nscd_path || dm->nscd.refuses_fds);
 	if (dm->kernel_refuses_fds)
 		return 0;
 	idc_log(IDC_LOG_INFO, "the kernel cannot refuse descriptors passed to our sockets "

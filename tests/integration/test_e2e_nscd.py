@@ -329,6 +329,22 @@ def test_hostile_clients_cannot_crash_or_freeze_it(nscd):
            struct.pack("=iii", 2, 0, 1024) + b"x" * 1024]
     for data in bad:
         assert ask(nscd.sock, data) == b"", data[:16]
+    # a descriptor passed with the request: refused by the kernel (6.16+)
+    # or the connection dropped unanswered
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(2)
+    s.connect(str(nscd.sock))
+    r, w = os.pipe()
+    try:
+        s.sendmsg([request(GETPWBYNAME, "cacheonly")],
+                  [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("=i", r))])
+        assert s.recv(4096) == b""
+    except PermissionError:
+        pass
+    finally:
+        s.close()
+        os.close(r)
+        os.close(w)
     # slowloris: many connections each holding half a request
     held = []
     for _ in range(50):
