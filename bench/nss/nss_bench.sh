@@ -3,6 +3,9 @@
 #   bench0          libnss_bench0.so.2, a do-nothing module: the dispatch floor
 #   idcache mc      libnss_idcache.so.2 answering from the shared-memory cache
 #   idcache socket  the same with IDCACHE_MEMCACHE=no: every lookup asks idcached
+#   idcache nscd socket  glibc's own nscd client asking idcached's nscd_socket
+#                   (`passwd: files` over empty files: every answer came from it;
+#                   while GETFD hands no map, every lookup is a socket round trip)
 #   files N         glibc's libnss_files over an N-line passwd (last user)
 #   nscd shared     Debian's nscd (`shared yes`) in front of libnss_files
 #   sssd mc         SSSD's memory cache (libnss_sss, a files domain)
@@ -200,6 +203,16 @@ if [ "${_NSS_BENCH_IN_NS:-}" = 1 ]; then
 			stop_pid sssd_pid
 		fi
 	}
+	# -- idcache's nscd socket: glibc's nscd client, files behind it empty ------
+	IDC_NSCD_LABEL="idcache nscd socket"
+	idc_nscd_row() {
+		mount --bind "$OUT/nscdsock" /run/nscd
+		mount --bind "$OUT/data/nsswitch.files" /etc/nsswitch.conf
+		mount --bind "$OUT/data/empty" /etc/passwd
+		mount --bind "$OUT/data/empty" /etc/group
+		measure "$IDC_NSCD_LABEL"
+		umount /etc/passwd /etc/group /etc/nsswitch.conf /run/nscd
+	}
 	sssd_row() {
 		[ -n "$sssd_pid" ] || return 0
 		mount --bind "$OUT/data/nsswitch.sss" /etc/nsswitch.conf
@@ -250,6 +263,7 @@ if [ "${_NSS_BENCH_IN_NS:-}" = 1 ]; then
 			row "files $n lines" files "passwd.$n" yes
 		done
 		nscd_row
+		idc_nscd_row
 		sssd_row
 	done
 	{
@@ -281,8 +295,8 @@ case "$(realpath -m "$OUT")/ $BUILD/" in
 	;;
 esac
 rm -rf "$OUT"
-mkdir -p "$OUT/data/emptydir" "$OUT/run" "$OUT/state"
-chmod 755 "$OUT" "$OUT/data" "$OUT/data/emptydir" "$OUT/run"
+mkdir -p "$OUT/data/emptydir" "$OUT/run" "$OUT/state" "$OUT/nscdsock"
+chmod 755 "$OUT" "$OUT/data" "$OUT/data/emptydir" "$OUT/run" "$OUT/nscdsock"
 umask 022
 
 # passwd.N: root, first, grpuser, ..., last at line N; group: grpuser in
@@ -315,6 +329,7 @@ cat >"$OUT/idcache.conf" <<CONF
 run_dir = $OUT/run
 state_dir = $OUT/state
 user = $(id -un)
+nscd_socket = $OUT/nscdsock/socket
 
 [domain/bench]
 id_provider = files
@@ -418,6 +433,8 @@ out.append(ratio_line("idcache socket / idcache mc", sock, mc, "(slower than mc)
 for r in order:
     if r.startswith("files"):
         out.append(ratio_line(f"{r} / idcache mc", rows[r], mc, "(slower than mc)"))
+out.append(ratio_line("idcache nscd socket / idcache mc", rows["idcache nscd socket"], mc,
+                      "(slower than mc)"))
 for r in order:
     if r.startswith(("nscd", "sssd")) and r not in state:
         out.append(ratio_line(f"{r} / idcache mc", rows[r], mc, "(the time of mc)"))
@@ -450,6 +467,8 @@ out.append("budgets (docs/DESIGN.md §9):")
 out.append(f"  mc getpwnam/getpwuid <= 1.5x floor: {b1:.2f}x / {b1u:.2f}x  {ok(max(b1, b1u) <= 1.5)}")
 out.append(f"  mc >= 10x faster than files at 530 lines (getpwnam): {b2:.1f}x  {ok(b2 >= 10)}")
 out.append(f"  mc initgroups, user in 200 groups <= 2 us: {b3:.3f} us  {ok(b3 <= 2)}")
+b4 = rows["idcache nscd socket"]["pwnam"]["us_median"] or float("nan")
+out.append(f"  nscd socket getpwnam (no map) <= 15 us: {b4:.3f} us  {ok(b4 <= 15)}")
 text = "\n".join(out) + "\n"
 print(text, end="")
 open(txt, "w").write(text)

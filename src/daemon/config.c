@@ -257,17 +257,23 @@ static void set_level(struct parse *ps, const char *key, const char *v, int *out
 		*out = (int)n;
 }
 
-static void set_dir(struct parse *ps, const char *key, const char *v, char **out)
+/* An absolute path of at most max bytes. */
+static void set_path(struct parse *ps, const char *key, const char *v, size_t max, char **out)
 {
-	/* the socket path run_dir/admin.sock must fit sockaddr_un */
-	size_t max = strcmp(key, "run_dir") == 0 ? sizeof(((struct sockaddr_un *)0)->sun_path) - 12
-						 : PATH_MAX - 64;
 	if (!path_ok(v, strlen(v)))
 		perr(ps, "%s: '%s' is not an absolute path", key, v);
 	else if (strlen(v) > max)
 		perr(ps, "%s: path longer than %zu bytes", key, max);
 	else
 		set_str(ps, out, v);
+}
+
+static void set_dir(struct parse *ps, const char *key, const char *v, char **out)
+{
+	/* the socket path run_dir/admin.sock must fit sockaddr_un */
+	size_t max = strcmp(key, "run_dir") == 0 ? sizeof(((struct sockaddr_un *)0)->sun_path) - 12
+						 : PATH_MAX - 64;
+	set_path(ps, key, v, max, out);
 }
 
 static void set_memcache(struct parse *ps, const char *key, const char *v, uint32_t *out)
@@ -312,6 +318,8 @@ static const char *const idcache_keys[] = {
     "memcache_size_initgroups",
     "filter_users",
     "filter_groups",
+    "nscd_socket",
+    "nscd_negative_ttl",
 };
 
 static int key_index(const char *const *keys, size_t n, const char *key)
@@ -512,6 +520,15 @@ static void idcache_key(struct parse *ps, const char *key, const char *v)
 	case 8:
 	case 9:
 		set_names(ps, key, v, k == 8 ? &c->filter_users : &c->filter_groups);
+		break;
+	case 10:
+		set_path(ps, key, v, sizeof(((struct sockaddr_un *)0)->sun_path) - 1,
+			 &c->nscd_socket);
+		break;
+	case 11:
+		if (parse_uint(v, CONFIG_NSCD_NEG_TTL_MAX, &c->nscd_negative_ttl) < 0)
+			perr(ps, "%s: '%s' is not a number of seconds from 0 to %u", key, v,
+			     CONFIG_NSCD_NEG_TTL_MAX);
 		break;
 	default:
 		set_memcache(ps, key, v,
@@ -1057,6 +1074,7 @@ int config_parse(const char *label, const char *text, size_t len, struct config 
 	limits_default(&ps.cfg->limits);
 	ps.cfg->userdb.enumerate = true;
 	subid_alloc_default(&ps.cfg->subid.alloc);
+	ps.cfg->nscd_negative_ttl = CONFIG_DEFAULT_NSCD_NEG_TTL;
 	configure_inih();
 	int rc = ini_parse_stream(read_line, &ps, on_key, &ps);
 	if (rc > 0 && ps.nerr == 0)
@@ -1215,6 +1233,7 @@ void config_free(struct config *c)
 	names_free(&c->filter_users);
 	names_free(&c->filter_groups);
 	free(c->run_dir);
+	free(c->nscd_socket);
 	free(c->state_dir);
 	free(c->user);
 	free(c->userdb.socket);

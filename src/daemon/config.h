@@ -40,6 +40,10 @@
 #define CONFIG_DEFAULT_UNREAD_MAPS   16u
 #define CONFIG_MAX_CONNS_LIMIT       65536u
 
+/* nscd_socket (idcache.conf(5), "NSCD SOCKET") */
+#define CONFIG_DEFAULT_NSCD_NEG_TTL 20u /* seconds, as nscd's passwd default */
+#define CONFIG_NSCD_NEG_TTL_MAX     3600u
+
 struct config_limits {
 	uint32_t max_connections;         /* nss.sock, everyone together */
 	uint32_t max_connections_per_uid; /* nss.sock, one uid other than root */
@@ -125,6 +129,11 @@ struct config {
 	struct config_limits limits;
 	struct config_userdb userdb;
 	struct config_subid subid;
+	/* The nscd protocol's socket (daemon/nscd.c); NULL: not served. */
+	char *nscd_socket;
+	/* How long a name or id no source holds is answered "not found"
+	 * through it without asking the host's sources again (seconds). */
+	uint32_t nscd_negative_ttl;
 };
 
 /* Parse text[0..len) (need not be NUL-terminated; may hold anything) named

@@ -37,7 +37,7 @@ static void charge_out(struct conn *c)
 	c->out_charged = c->out.cap;
 }
 
-static void drop_tail(struct conn *c)
+void conn_drop_tail(struct conn *c)
 {
 	enum_snap_put(c->tail);
 	c->tail = NULL;
@@ -51,9 +51,10 @@ static void conn_free(void *p)
 	userdb_conn_free(c);
 	idc_buf_free(&c->out);
 	charge_out(c);
-	drop_tail(c);
+	conn_drop_tail(c);
 	enum_cursor_free(c->dm, &c->pw);
 	enum_cursor_free(c->dm, &c->gr);
+	daemon_nscd_conn_free(c);
 	budget_put(c->dm, c->uid);
 	free(c);
 }
@@ -93,7 +94,17 @@ static void unset_peer(struct conn *c)
 
 struct conn *conn_create(struct daemon *dm, int fd, bool admin, const struct ucred *cred)
 {
+	return conn_new_kind(dm, fd, admin, false, cred);
+}
+
+struct conn *conn_new_kind(struct daemon *dm, int fd, bool admin, bool nscd,
+			   const struct ucred *cred)
+{
 	struct conn *c = calloc(1, sizeof(*c));
+	if (c && nscd && daemon_nscd_conn_init(c) < 0) {
+		free(c);
+		c = NULL;
+	}
 	if (!c) {
 		reaper_close_socket(dm, fd);
 		return NULL;
@@ -109,6 +120,7 @@ struct conn *conn_create(struct daemon *dm, int fd, bool admin, const struct ucr
 	}
 	if (rc < 0) {
 		reaper_close_socket(dm, fd);
+		daemon_nscd_conn_free(c);
 		free(c);
 		return NULL;
 	}
@@ -139,7 +151,7 @@ struct idc_buf *conn_reply_buf(struct conn *c)
 
 static const char *socket_name(const struct conn *c)
 {
-	return c->admin ? "admin" : c->udb ? "userdb" : "nss";
+	return c->admin ? "admin" : c->udb ? "userdb" : c->nscd ? "nscd" : "nss";
 }
 
 void conn_close(struct conn *c, const char *why)
@@ -148,6 +160,7 @@ void conn_close(struct conn *c, const char *why)
 		return;
 	idc_log(IDC_LOG_DEBUG, "closing %s connection: %s", socket_name(c), why);
 	responder_detach(c);
+	daemon_nscd_detach(c);
 	if (c->mem_wait)
 		c->dm->budget_waiting--;
 	c->mem_wait = false;
@@ -178,7 +191,8 @@ void conn_sweep(struct daemon *dm)
 
 bool conn_idle(const struct conn *c)
 {
-	return !c->wait && !c->pass_maps && c->out.len == c->out_off && buffered(c) == 0;
+	return !c->wait && !c->pass_maps && c->out.len == c->out_off && buffered(c) == 0 &&
+	       !daemon_nscd_busy(c);
 }
 
 /* ==== output ====================================================================== */
@@ -217,11 +231,14 @@ static ssize_t send_part(struct conn *c, size_t end)
 	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
 	union {
 		struct cmsghdr align;
-		char buf[CMSG_SPACE(3 * sizeof(int))];
+		char buf[CMSG_SPACE(4 * sizeof(int))];
 	} ctl;
-	int fds[3];
+	int fds[4]; /* the three maps, or an nscd GETFD reply's */
 	int n =
 	    c->pass_maps && c->out_off == c->pass_at ? daemon_mc_fds(c->dm, c->pass_maps, fds) : 0;
+	int nscd_fd = daemon_nscd_fd_at(c, c->out_off); /* a GETFD reply's map */
+	if (nscd_fd >= 0)
+		fds[n++] = nscd_fd;
 	/* A map withdrawn since the reply was built leaves the list short:
 	 * the client sees the count differ from the reply and asks later. */
 	if (n > 0) {
@@ -238,7 +255,9 @@ static ssize_t send_part(struct conn *c, size_t end)
 	ssize_t sent = sendmsg(c->io.fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
 	if (sent > 0 && c->out_off == c->pass_at)
 		c->pass_maps = 0;
-	if (sent > 0 && n > 0)
+	if (sent > 0 && nscd_fd >= 0)
+		daemon_nscd_fd_sent(c);
+	if (sent > 0 && n > (nscd_fd >= 0))
 		peer_maps_sent(c);
 	if (sent < 0 && n > 0 && errno == ETOOMANYREFS)
 		peer_maps_failed(c);
@@ -276,7 +295,7 @@ static void sent(struct conn *c)
 		charge_out(c);
 	}
 	if (c->tail && c->tail_off == c->tail_end)
-		drop_tail(c);
+		conn_drop_tail(c);
 }
 
 /* Send what the socket takes. 0 (perhaps with output left) or -errno. */
@@ -364,7 +383,7 @@ static int dispatch(struct conn *c, const struct proto_frame *f)
  * must go first. */
 static bool busy(const struct conn *c)
 {
-	return c->wait || c->held;
+	return c->wait || c->held || daemon_nscd_busy(c);
 }
 
 /* Whether a request c sent is still being answered: waiting (busy), or
@@ -410,8 +429,11 @@ static int process(struct conn *c)
 {
 	struct proto_frame f;
 	int rc = 0;
-	if (c->udb) {
-		rc = userdb_process(c);
+	if (c->udb || c->nscd) { /* framed by userdb.c / as nscd does (nscd.c) */
+		if (c->udb)
+			rc = userdb_process(c);
+		else
+			rc = c->closing ? 0 : daemon_nscd_process(c);
 		charge_out(c);
 		daemon_reader_end(c->dm);
 		return rc;
@@ -470,6 +492,8 @@ static int read_some(struct conn *c)
 	c->last_active_ns = idc_now_ns();
 	if (c->udb)
 		return userdb_feed(c, buf, (size_t)n);
+	if (c->nscd)
+		return daemon_nscd_feed(c, buf, (size_t)n);
 	return proto_reader_feed(&c->rd, buf, (size_t)n);
 }
 

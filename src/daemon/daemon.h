@@ -25,6 +25,11 @@
  *   userdb.c     systemd's user database socket (Varlink, src/userdb):
  *                its calls answered through the responder
  *   subid.c      subordinate id ranges (SUBIDS, SUBID_OWNERS)
+ *   nscd.c       the nscd protocol's socket: requests, answers via the
+ *                responder, GETFD replies
+ *   nscdhost.c   the host's other NSS sources for that socket, off the
+ *                loop; its negative answers
+ *   nscdmaps.c   glibc's persistent-database maps handed out by GETFD
  */
 #ifndef IDC_DAEMON_H
 #define IDC_DAEMON_H
@@ -39,6 +44,7 @@
 #include "daemon/config.h"
 #include "daemon/loop.h"
 #include "mc/mc.h"
+#include "nscd/nscd.h"
 #include "proto/proto.h"
 #include "providers/files/files.h"
 #include "util/util.h"
@@ -231,6 +237,9 @@ struct conn {
 	/* On the userdb socket: its Varlink state (userdb.c), which reads
 	 * instead of rd and takes the responder's replies; else NULL. */
 	struct udb_conn *udb;
+	/* Came in on the nscd socket: its request and answer (nscd.c);
+	 * NULL on the other sockets. */
+	struct nscd_conn *nscd;
 };
 
 /* Queue the reply frame starting at out offset at to carry the
@@ -248,6 +257,11 @@ bool conn_may_take(struct conn *c);
 /* Where the responder puts c's replies: c->out, or on the userdb socket
  * the buffer userdb.c reads them from. */
 struct idc_buf *conn_reply_buf(struct conn *c);
+/* conn_create; nscd: an nscd socket's connection (nscd.c frames it). */
+struct conn *conn_new_kind(struct daemon *dm, int fd, bool admin, bool nscd,
+			   const struct ucred *cred);
+/* Release the tail (its records are not to be sent). */
+void conn_drop_tail(struct conn *c);
 /* Nothing under way: no request waiting or buffered, no output. */
 bool conn_idle(const struct conn *c);
 /* Close and free (after the current batch). */
@@ -389,12 +403,16 @@ struct listener {
 	char path[108];
 	bool admin;
 	bool userdb;      /* the userdb socket: connections through userdb_conn_new */
+	bool nscd;        /* the nscd socket (its connections count as nss.sock's) */
 	bool refuses_fds; /* SO_PASSRIGHTS is off */
 };
 
 /* Create, bind (mode), listen; refuses to replace a socket a live daemon
  * answers on. 0 or -errno, logged. */
 int listener_open(struct daemon *dm, struct listener *l, const char *path, mode_t mode, bool admin);
+/* The nscd socket (0666): refuses, naming nscd, to replace a socket that
+ * another process answers on. */
+int listener_open_nscd(struct daemon *dm, struct listener *l, const char *path);
 int listener_start(struct daemon *dm, struct listener *l);
 /* Raise the open-file limit (up to the hard one) to what cfg's connection
  * limits need: at start and at every configuration applied. */
@@ -481,6 +499,9 @@ int privs_prepare(const char *user, struct privs *p);
  * and files 0600, existing ones included, all chowned; otherwise 0755
  * (run_dir, whose nss.sock everyone must reach). */
 int privs_make_dir(const struct privs *p, const char *path, bool private_tree);
+/* mkdir -p (0755), owned by whoever creates it and never chowned: a
+ * directory others may use too (the nscd socket's, /var/run/nscd). */
+int privs_make_shared_dir(const char *path);
 /* user's uid and gid, as privs_prepare finds them: /etc/passwd, else NSS
  * (*in_files says which). 0, -ENOENT or -errno. */
 int privs_find_user(const char *user, uid_t *uid, gid_t *gid, bool *in_files);
@@ -532,6 +553,75 @@ void daemon_mc_expire(struct daemon *dm, uint32_t what, const char *name);
 /* Drop every record of map k (0 passwd, 1 group, 2 initgroups). */
 void daemon_mc_reset(struct daemon *dm, int k);
 void daemon_mc_status(struct daemon *dm, struct idc_buf *b);
+
+/* ---- the nscd socket (nscd.c) -------------------------------------------------
+ * nscd_socket in idcache.conf: glibc's and musl's nscd clients. Opened
+ * with the other sockets, before root is dropped (its directory made
+ * 0755 and owned by the daemon's user, like run_dir); nothing when not
+ * configured. */
+struct nscd_conn;
+int daemon_nscd_open(struct daemon *dm, const struct privs *p);
+/* Start the host lookups and accept. 0 or -errno (logged). */
+int daemon_nscd_start(struct daemon *dm);
+/* Close and remove the socket; daemon_nscd_fini after the connections. */
+void daemon_nscd_stop(struct daemon *dm);
+void daemon_nscd_fini(struct daemon *dm);
+/* A connection's state: allocated (0 or -ENOMEM), freed. */
+int daemon_nscd_conn_init(struct conn *c);
+void daemon_nscd_conn_free(struct conn *c);
+/* Bytes read from the client (beyond one request they are dropped). */
+int daemon_nscd_feed(struct conn *c, const void *p, size_t n);
+/* Answer the request once complete, rewrite the responder's staged reply
+ * once it is, or ask the host's sources. <0 only when out of memory. */
+int daemon_nscd_process(struct conn *c);
+/* Waiting for the host's sources (no reply may go yet). */
+bool daemon_nscd_busy(const struct conn *c);
+/* The connection closes: its host lookup answers no one. */
+void daemon_nscd_detach(struct conn *c);
+/* The descriptor to send with out byte off (a GETFD reply), or -1; sent:
+ * closed (ours was a duplicate). */
+int daemon_nscd_fd_at(const struct conn *c, size_t off);
+void daemon_nscd_fd_sent(struct conn *c);
+/* `idcache status`: the socket, its requests, the host lookups. */
+void daemon_nscd_status(struct daemon *dm, struct idc_buf *b);
+
+/* ---- the host's sources for the nscd socket (nscdhost.c) ------------------------
+ * Threads of their own (see nscdhost.c); everything here is called on
+ * the loop thread. */
+struct nscd_job {
+	struct nscd_job *next;
+	struct conn *c; /* the client; NULL once it closed (loop thread only) */
+	int32_t type;   /* an nscd lookup */
+	char key[NSCD_KEY_MAX + 1];
+	uint32_t id;    /* by-id lookups: the key's value */
+	uint32_t *gids; /* INITGROUPS: the cache's groups, the host's added */
+	size_t ngids;
+	bool cache_found; /* INITGROUPS: the cache knows the user */
+	uint8_t *reply;   /* the worker's answer in nscd's layout; NULL: close */
+	size_t reply_len;
+	bool notfound; /* no source holds the key */
+};
+struct nscd_host;
+int nscd_host_start(struct daemon *dm);
+void nscd_host_stop(struct daemon *dm);
+/* Queue j (taken over on success); its answer comes to
+ * daemon_nscd_answered. -EAGAIN: the queue is full (j is the caller's). */
+int nscd_host_submit(struct daemon *dm, struct nscd_job *j);
+void daemon_nscd_answered(struct nscd_job *j);
+void nscd_job_free(struct nscd_job *j);
+/* Negative answers (nscd_negative_ttl seconds): whether key of type is
+ * one no source held lately; remember one; forget all (a reload). */
+bool nscd_neg_has(struct daemon *dm, int32_t type, const char *key);
+void nscd_neg_put(struct daemon *dm, int32_t type, const char *key);
+void nscd_neg_clear(struct daemon *dm);
+
+/* ---- glibc's persistent-database maps (nscdmaps.c) ---------------------------
+ * The read-only, sealed descriptor of database db's map in glibc's
+ * numbering (0 passwd, 1 group) and *size, the map's size as GETFD
+ * replies tell it; owned by nscdmaps.c, valid on the loop thread until it
+ * returns to the loop (the caller duplicates it to keep it). -ENOSYS or
+ * -errno when there is none: glibc then reads through the socket. */
+int nscdmaps_fd(struct daemon *dm, int db, uint64_t *size);
 
 /* ---- the daemon --------------------------------------------------------------- */
 struct daemon {
@@ -602,6 +692,15 @@ struct daemon {
 	struct big_reply big[DAEMON_BIG_KEEP];
 	size_t big_next;
 	uint64_t big_builds, big_build_ns, big_hits;
+
+	/* The nscd socket (nscd.c): its path, fixed at start (NULL: not
+	 * served), listener, host lookups, and requests by nscd type. */
+	char *nscd_path;
+	struct listener nscd;
+	struct nscd_host *nscd_host;
+	uint64_t nscd_requests[NSCD_TYPE_COUNT];
+	/* host lookups asked, refused (queue full), negative answers given */
+	uint64_t nscd_host_asked, nscd_host_full, nscd_negative_hits;
 };
 
 /* Changes whenever what an enumeration returns may have changed. */

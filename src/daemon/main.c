@@ -9,7 +9,8 @@
  *   3. create run_dir (0755) and state_dir (0700, its files 0600, existing
  *      ones made so), owned by that user, under umask 077;
  *   4. create nss.sock and admin.sock (owned by that user, so it can take
- *      admin requests of its own uid and remove the sockets at stop);
+ *      admin requests of its own uid and remove the sockets at stop), and
+ *      nscd_socket when configured;
  *   5. drop privileges (setgroups, setresgid, setresuid; failure fatal);
  *   6. open the cache as that user, so every file it creates is its own
  *      (cache.mdb is verified first, a damaged one moved aside: cache.h);
@@ -226,7 +227,7 @@ static int make_sockets(struct daemon *dm, const struct privs *p)
 		rc = privs_chown_path(p, dm->nss.path);
 	if (rc == 0)
 		rc = privs_chown_path(p, dm->admin.path);
-	return rc;
+	return rc ? rc : daemon_nscd_open(dm, p);
 }
 
 /* Everything that needs root, then the drop. */
@@ -266,7 +267,8 @@ static int open_cache(struct daemon *dm)
 static int guard_passed_fds(struct daemon *dm)
 {
 	dm->kernel_refuses_fds = dm->nss.refuses_fds && dm->admin.refuses_fds &&
-				 (dm->userdb.io.fd < 0 || dm->userdb.refuses_fds);
+				 (dm->userdb.io.fd < 0 || dm->userdb.refuses_fds) &&
+				 (!dm->nscd_path || dm->nscd.refuses_fds);
 	if (dm->kernel_refuses_fds)
 		return 0;
 	idc_log(IDC_LOG_INFO, "the kernel cannot refuse descriptors passed to our sockets "
@@ -294,6 +296,7 @@ static int start(struct daemon *dm, struct config *cfg)
 	rc = rc ? rc : listener_start(dm, &dm->nss);
 	rc = rc ? rc : listener_start(dm, &dm->admin);
 	rc = rc ? rc : userdb_start(dm);
+	rc = rc ? rc : daemon_nscd_start(dm);
 	rc = rc ? rc : daemon_apply_config(dm, cfg);
 	return rc;
 }
@@ -303,8 +306,10 @@ static void stop(struct daemon *dm)
 	listener_close(&dm->nss);
 	listener_close(&dm->admin);
 	userdb_close(dm);
+	daemon_nscd_stop(dm);
 	while (dm->conns)
 		conn_close(dm->conns, "stopping");
+	daemon_nscd_fini(dm);
 	for (size_t i = 0; i < dm->ndomains; i++)
 		domain_free(dm->domains[i]);
 	free(dm->domains);
@@ -344,7 +349,10 @@ static int run(const struct options *o, struct config *cfg)
 	dm.run_dir = strdup(cfg->run_dir);
 	dm.state_dir = strdup(cfg->state_dir);
 	dm.user = strdup(cfg->user);
-	int rc = dm.run_dir && dm.state_dir && dm.user ? start(&dm, cfg) : -ENOMEM;
+	dm.nscd.io.fd = -1;
+	dm.nscd_path = cfg->nscd_socket ? strdup(cfg->nscd_socket) : NULL;
+	bool fixed = dm.run_dir && dm.state_dir && dm.user && (dm.nscd_path || !cfg->nscd_socket);
+	int rc = fixed ? start(&dm, cfg) : -ENOMEM;
 	if (rc == 0)
 		rc = loop_run(&dm.loop);
 	else if (!dm.cfg)

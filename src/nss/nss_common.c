@@ -112,7 +112,8 @@ static void mc_setup(void)
 
 struct mc_reader *idc_nss_mc(uint32_t kind)
 {
-	if (kind < MC_PASSWD || kind > MC_INITGROUPS || pthread_once(&mc_once, mc_setup) != 0)
+	if (kind < MC_PASSWD || kind > MC_INITGROUPS || idc_nss_in_daemon() ||
+	    pthread_once(&mc_once, mc_setup) != 0)
 		return NULL;
 	return mc_enabled ? &mc_readers[kind - MC_PASSWD] : NULL;
 }
@@ -143,7 +144,7 @@ void idc_nss_close(struct proto_client *c)
 
 int idc_nss_connect(struct proto_client *c)
 {
-	if (idc_now_ns() < atomic_load(&quiet_until_ns)) {
+	if (idc_nss_in_daemon() || idc_now_ns() < atomic_load(&quiet_until_ns)) {
 		memset(c, 0, sizeof(*c));
 		c->fd = -1;
 		return -EAGAIN;

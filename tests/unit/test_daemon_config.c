@@ -53,6 +53,33 @@ static void expect_error(const char *text, const char *want)
 		fail_msg("expected '%s' in: %s", want, err);
 }
 
+/* ==== nscd_socket ================================================================== */
+
+static void test_nscd_socket(void **state)
+{
+	(void)state;
+	const char *dom = "[domain/d]\nid_provider = files\n";
+	char text[512];
+	struct config *c = parse_ok(dom);
+	assert_null(c->nscd_socket); /* off by default */
+	assert_int_equal(c->nscd_negative_ttl, 20);
+	config_free(c);
+	snprintf(text, sizeof(text),
+		 "[idcache]\nnscd_socket = /var/run/nscd/socket\nnscd_negative_ttl = 0\n%s", dom);
+	c = parse_ok(text);
+	assert_string_equal(c->nscd_socket, "/var/run/nscd/socket");
+	assert_int_equal(c->nscd_negative_ttl, 0);
+	config_free(c);
+	snprintf(text, sizeof(text), "[idcache]\nnscd_socket = run/socket\n%s", dom);
+	expect_error(text, "t.conf:2: nscd_socket: 'run/socket' is not an absolute path");
+	snprintf(text, sizeof(text), "[idcache]\nnscd_socket = /%0120d\n%s", 0, dom);
+	expect_error(text, "t.conf:2: nscd_socket: path longer than 107 bytes");
+	snprintf(text, sizeof(text), "[idcache]\nnscd_negative_ttl = 3601\n%s", dom);
+	expect_error(text, "t.conf:2: nscd_negative_ttl: '3601' is not a number of seconds");
+	snprintf(text, sizeof(text), "[idcache]\nnscd_socket = /a\nnscd_socket = /b\n%s", dom);
+	expect_error(text, "t.conf:3: 'nscd_socket' is given twice");
+}
+
 /* ==== good configs ================================================================= */
 
 static void test_minimal_defaults(void **state)
@@ -727,6 +754,7 @@ int main(void)
 	    cmocka_unit_test(test_file_order_and_bom),
 	    cmocka_unit_test(test_log_levels),
 	    cmocka_unit_test(test_errors),
+	    cmocka_unit_test(test_nscd_socket),
 	    cmocka_unit_test(test_connection_limits),
 	    cmocka_unit_test(test_userdb),
 	    cmocka_unit_test(test_ldap_domain),
