@@ -18,6 +18,7 @@
  *                status
  *   reload.c     re-reading the configuration (SIGHUP, RELOAD)
  *   memcache.c   the shared-memory cache maps (src/mc): writing, dropping
+ *   nscdmaps.c   glibc's nscd maps (src/nscddb), kept beside the mc maps
  *   reaper.c     closing client descriptors off the loop thread
  *   peers.c      per-uid accounts: connections, unread map descriptors
  *   precedence.c what a domain may not serve: filters, overlap with the
@@ -70,6 +71,7 @@
 
 /* ---- one served domain (domains.c) ------------------------------------------ */
 struct daemon;
+struct nscddb;
 
 struct domain {
 	struct daemon *dm;
@@ -465,6 +467,37 @@ void daemon_mc_expire(struct daemon *dm, uint32_t what, const char *name);
 void daemon_mc_reset(struct daemon *dm, int k);
 void daemon_mc_status(struct daemon *dm, struct idc_buf *b);
 
+/* ---- glibc's persistent-database maps (nscdmaps.c) ---------------------------
+ * The read-only, sealed descriptor of database db's map in glibc's
+ * numbering (0 passwd, 1 group) and *size, the map's size as GETFD
+ * replies tell it; owned by nscdmaps.c, valid on the loop thread until it
+ * returns to the loop (the caller duplicates it to keep it). -ENOSYS or
+ * -errno when there is none: glibc then reads through the socket.
+ * The first call for db creates its map. */
+int nscdmaps_fd(struct daemon *dm, int db, uint64_t *size);
+/* The rest follows the memory cache: memcache.c calls each beside its mc
+ * counterpart (k: the mc kind, 0 passwd, 1 group, 2 initgroups; keys:
+ * enum mc_key). Every one does nothing for a map not created. */
+bool nscdmaps_on(const struct daemon *dm);
+void nscdmaps_put_passwd(struct daemon *dm, const struct proto_passwd *pw, unsigned keys,
+			 int64_t expire);
+void nscdmaps_put_group(struct daemon *dm, const struct cache_group *g, unsigned keys,
+			int64_t expire);
+void nscdmaps_put_initgroups(struct daemon *dm, const char *user, const uint32_t *gids, size_t n,
+			     int64_t expire);
+/* The record answering name / id lookups of kind k, from all its keys. */
+void nscdmaps_drop_name(struct daemon *dm, int k, const char *name);
+void nscdmaps_drop_id(struct daemon *dm, int k, uint32_t id);
+/* The id of the record answering name lookups of kind k: 0 or -ENOENT. */
+int nscdmaps_id_of(struct daemon *dm, int k, const char *name, uint32_t *id);
+/* Every record of kind k. */
+void nscdmaps_reset(struct daemon *dm, int k);
+/* Timestamp renewed, expired records out (every MC_BEAT_MS). */
+void nscdmaps_beat(struct daemon *dm);
+/* Mark the maps so their clients ask again, and free them (stopping). */
+void nscdmaps_close(struct daemon *dm);
+void nscdmaps_status(const struct daemon *dm, struct idc_buf *b);
+
 /* ---- the daemon --------------------------------------------------------------- */
 struct daemon {
 	struct loop loop;
@@ -496,7 +529,8 @@ struct daemon {
 	uint64_t start_ns;
 	int64_t start_time;
 	uint64_t requests[DAEMON_CMD_MAX];
-	struct mc_writer *mc[3]; /* passwd, group, initgroups; NULL: disabled */
+	struct mc_writer *mc[3];     /* passwd, group, initgroups; NULL: disabled */
+	struct nscddb *nscd_maps[2]; /* glibc's passwd, group (nscdmaps.c); NULL: none yet */
 	bool mc_opened;
 	bool mc_nested_reset; /* daemon_mc_ldap_flush resets the initgroups map */
 	uint32_t *gids;       /* initgroups scratch */

@@ -401,6 +401,20 @@ int nscddb_drop_id(struct nscddb *m, int type, uint32_t id)
 	return drop_key(m, type, buf, n);
 }
 
+int nscddb_id_of(struct nscddb *m, int type, const char *name, uint32_t *id)
+{
+	if (m == NULL || (type != NSCDDB_GETPWBYNAME && type != NSCDDB_GETGRBYNAME) ||
+	    !db_has_type(m->db, type) || strlen(name) >= NSCDDB_KEY_MAX)
+		return -ENOENT;
+	_Atomic uint32_t *link = find_link(m, type, name, strlen(name) + 1);
+	struct nscddb_hashentry *he = link ? link_entry(m, link) : NULL;
+	struct rec_keys k;
+	if (he == NULL || !record_keys(m, he->packet, type, &k))
+		return -ENOENT;
+	*id = k.id;
+	return 0;
+}
+
 /* Unlink every entry for which drop() holds; the number unlinked. */
 static int sweep(struct nscddb *m,
 		 bool (*drop)(const struct nscddb *, const struct nscddb_hashentry *, const void *),

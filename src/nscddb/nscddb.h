@@ -217,6 +217,9 @@ int nscddb_put_initgroups(struct nscddb *m, const char *user, const uint32_t *gi
  * it answers. The number of records removed (0 or 1). */
 int nscddb_drop_name(struct nscddb *m, int type, const char *name);
 int nscddb_drop_id(struct nscddb *m, int type, uint32_t id);
+/* The id (uid, gid) of the record answering type's lookup for name: 0, or
+ * -ENOENT (none; an INITGROUPS record has no id). */
+int nscddb_id_of(struct nscddb *m, int type, const char *name, uint32_t *id);
 /* Remove every entry of type (-1: all). The number removed. */
 int nscddb_drop_type(struct nscddb *m, int type);
 
