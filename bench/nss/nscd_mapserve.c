@@ -14,8 +14,10 @@
  *   drop-group NAME   the group leaves the group map
  *   corrupt FIELD     version | header | module | datasize | stale: the
  *                     header field glibc checks before mapping, broken
+ *                     (stale: the beat stops too, as a writer killed)
  *   nonul NAME        the user's record loses the NUL after its name
  *   miss notfound     answer misses found = 0
+ *   pause             stop beating the maps (a writer killed)
  *   stats             "requests T=N ..." by request type
  * Single-threaded, poll loop; beats the maps every second. Not installed.
  */
@@ -39,6 +41,7 @@
 static struct nscddb *maps[2];
 static unsigned long requests[REQ_TYPES];
 static int miss_found = -1;
+static bool beating = true; /* off: as a writer killed (corrupt stale) */
 
 /* Split line at sep into at most max fields (in place); their number. */
 static size_t split(char *line, char sep, char **f, size_t max)
@@ -229,9 +232,10 @@ static bool corrupt(const char *what)
 			h->module = 0;
 		else if (strcmp(what, "datasize") == 0)
 			h->data_size = INT32_MAX;
-		else if (strcmp(what, "stale") == 0)
+		else if (strcmp(what, "stale") == 0) {
 			h->timestamp = 1;
-		else
+			beating = false;
+		} else
 			return false;
 	}
 	return true;
@@ -263,6 +267,8 @@ static void command(char *line)
 		ok = corrupt(v[1]);
 	else if (n == 2 && strcmp(v[0], "nonul") == 0)
 		ok = no_nul(v[1]);
+	else if (n == 1 && strcmp(v[0], "pause") == 0)
+		ok = !(beating = false);
 	else if (n == 2 && strcmp(v[0], "miss") == 0)
 		ok = strcmp(v[1], "notfound") == 0 && (miss_found = 0, true);
 	else if (n == 1 && strcmp(v[0], "stats") == 0) {
@@ -303,8 +309,8 @@ int main(int argc, char **argv)
 		struct pollfd p[2] = {{lfd, POLLIN, 0}, {0, POLLIN, 0}};
 		if (poll(p, 2, 1000) < 0 && errno != EINTR)
 			return 1;
-		nscddb_beat(maps[0], time(NULL));
-		nscddb_beat(maps[1], time(NULL));
+		for (int db = 0; db < 2 && beating; db++)
+			nscddb_beat(maps[db], time(NULL));
 		if (p[0].revents & POLLIN)
 			serve_one(lfd);
 		if (p[1].revents & (POLLIN | POLLHUP)) {
