@@ -68,11 +68,26 @@ static bool db_has_type(int db, int type)
 
 /* ==== building a map ============================================================== */
 
-/* Buckets for a data area: about one per 128 bytes, odd (the modulus is
- * glibc's; an odd one spreads sdbm's low bits). */
+static bool is_prime(uint32_t n)
+{
+	if (n < 2 || n % 2 == 0)
+		return n == 2;
+	for (uint32_t d = 3; d <= n / d; d += 2)
+		if (n % d == 0)
+			return false;
+	return true;
+}
+
+/* Buckets for a data area: about one per 128 bytes (a record and its two
+ * entries take 150 or more), a prime: glibc takes sdbm modulo it, and
+ * sdbm's values for names and ids that differ in a digit spread over a
+ * prime's residues evenly but not over 2^k + 1's. */
 static uint32_t module_for(uint32_t data_size)
 {
-	return (data_size / 128) | 1;
+	uint32_t n = data_size / 128;
+	while (!is_prime(n))
+		n--;
+	return n;
 }
 
 /* The timestamp glibc reads: NSCDDB_STALE_S short of its MAPPING_TIMEOUT. */
