@@ -6,7 +6,7 @@
  * Owns:      one map per database (passwd; group, which also holds the
  *            INITGROUPS records glibc looks up there): a sealed memfd, its
  *            writable mapping, the read-only descriptor handed out.
- * May call:  libc only.
+ * May call:  libc, and util for the sealed memfd (idc_memfd_sealed).
  * Conventions: 0 or -errno; a NULL map is a disabled one, and every writer
  *            function accepts it and does nothing. Only what NSS returns is
  *            stored (the caller passes "x" for a password it may not show).
