@@ -454,6 +454,10 @@ void daemon_mc_beat(struct daemon *dm);
 void daemon_mc_put_passwd(struct daemon *dm, const struct proto_passwd *pw, unsigned keys);
 void daemon_mc_put_group(struct daemon *dm, const struct cache_group *g, unsigned keys);
 void daemon_mc_put_initgroups(struct daemon *dm, const char *user, const uint32_t *gids, size_t n);
+/* The nscd socket's INITGROUPS answer (the host's groups merged), for
+ * glibc's nscd maps only: nss.sock's answer lacks the host's groups. */
+void daemon_mc_put_nscd_initgroups(struct daemon *dm, const char *user, const uint32_t *gids,
+				   size_t n);
 /* A provider's committed change (files_domain_set_hook,
  * lprov_domain_set_hook; arg: the daemon): drop exactly the records it
  * affects. ch NULL (an ldap commit whose changes are unknown): every map
@@ -483,6 +487,7 @@ void nscdmaps_put_passwd(struct daemon *dm, const struct proto_passwd *pw, unsig
 			 int64_t expire);
 void nscdmaps_put_group(struct daemon *dm, const struct cache_group *g, unsigned keys,
 			int64_t expire);
+/* (daemon_mc_put_nscd_initgroups: the nscd socket's answer) */
 void nscdmaps_put_initgroups(struct daemon *dm, const char *user, const uint32_t *gids, size_t n,
 			     int64_t expire);
 /* The record answering name / id lookups of kind k, from all its keys. */

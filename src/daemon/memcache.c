@@ -40,7 +40,12 @@
  *
  * glibc's nscd maps (nscdmaps.c) follow these maps call by call: every
  * record written, dropped or reset here is written, dropped or reset
- * there too, whether or not the mc map of its kind is enabled.
+ * there too, whether or not the mc map of its kind is enabled. The one
+ * exception is what a group list holds: the nscd socket answers a user's
+ * groups with the host's sources' added (nss.sock does not: glibc adds
+ * them from the next sources), so the nscd maps take theirs from that
+ * answer (daemon_mc_put_nscd_initgroups), under the same spelling rule,
+ * and drop them here with the others.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -206,18 +211,27 @@ static bool any_case_insensitive(const struct daemon *dm)
 	return false;
 }
 
-void daemon_mc_put_initgroups(struct daemon *dm, const char *user, const uint32_t *gids, size_t n)
+/* See the top of the file: only a spelling invalidation can find. */
+static bool initgroups_key_ok(const struct daemon *dm, const char *user)
 {
 	char folded[CACHE_NAME_MAX + 1];
-	if (dm->mc[2] == NULL && !nscdmaps_on(dm))
-		return;
-	/* See the top of the file: only a spelling invalidation can find. */
-	if (any_case_insensitive(dm) &&
-	    (cache_name_fold(CACHE_NAMES_CASE_IGNORE, user, folded) != strlen(user) ||
-	     strcmp(folded, user) != 0))
-		return;
-	note("a group list", mc_put_initgroups(dm->mc[2], user, strlen(user), gids, n, expiry()));
-	nscdmaps_put_initgroups(dm, user, gids, n, expiry());
+	return !any_case_insensitive(dm) ||
+	       (cache_name_fold(CACHE_NAMES_CASE_IGNORE, user, folded) == strlen(user) &&
+		strcmp(folded, user) == 0);
+}
+
+void daemon_mc_put_initgroups(struct daemon *dm, const char *user, const uint32_t *gids, size_t n)
+{
+	if (dm->mc[2] != NULL && initgroups_key_ok(dm, user))
+		note("a group list",
+		     mc_put_initgroups(dm->mc[2], user, strlen(user), gids, n, expiry()));
+}
+
+void daemon_mc_put_nscd_initgroups(struct daemon *dm, const char *user, const uint32_t *gids,
+				   size_t n)
+{
+	if (nscdmaps_on(dm) && initgroups_key_ok(dm, user))
+		nscdmaps_put_initgroups(dm, user, gids, n, expiry());
 }
 
 /* ==== invalidation ==============================================================

@@ -4,8 +4,9 @@
  *
  * What goes in: the records the daemon answers with, at the moment it
  * answers (memcache.c passes every record it writes to the mc maps here
- * too, with the same keys and expiry), so the maps hold exactly what the
- * socket said, after every rule of precedence.c. Loading whole domains
+ * too, with the same keys and expiry; a user's group list is the nscd
+ * socket's answer, the host's groups merged), so the maps hold exactly
+ * what the socket said, after every rule of precedence.c. Loading whole domains
  * instead would have to repeat those rules outside the answer path; a
  * record answered costs one socket round trip per key and map, and the
  * maps stay as small as what clients use.
