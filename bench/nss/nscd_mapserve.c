@@ -2,13 +2,14 @@
  * nscd_mapserve: a stand-in nscd socket for tests and benchmarks of the
  * maps src/nscddb writes, read by glibc's own nscd client.
  *
- *   nscd_mapserve SOCKET PASSWD GROUP
+ *   nscd_mapserve SOCKET PASSWD GROUP [STALE_S]
  *
  * Builds a passwd map and a group map (groups, and every user's group
  * list) from the two files, listens on SOCKET and answers GETFDPW and
  * GETFDGR with the map's descriptor as nscd does; every other request
  * gets a response header with found = -1 ("not served": glibc asks NSS)
- * or, after `miss notfound`, found = 0. Prints "ready" once listening.
+ * or, after `miss notfound`, found = 0. STALE_S: the maps' staleness bound
+ * (nscddb_set_stale). Prints "ready" once listening.
  * Commands on stdin, one per line, each answered with "ok" (or "error"):
  *   drop-user NAME    the user leaves the passwd map
  *   drop-group NAME   the group leaves the group map
@@ -285,8 +286,8 @@ static void command(char *line)
 
 int main(int argc, char **argv)
 {
-	if (argc != 4) {
-		fprintf(stderr, "usage: nscd_mapserve SOCKET PASSWD GROUP\n");
+	if (argc != 4 && argc != 5) {
+		fprintf(stderr, "usage: nscd_mapserve SOCKET PASSWD GROUP [STALE_S]\n");
 		return 2;
 	}
 	int64_t now = time(NULL);
@@ -297,6 +298,10 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	put_groups(groups, load_groups(argv[3], groups, MAX_FIELDS), now);
+	for (int db = 0; db < 2 && argc == 5; db++) {
+		nscddb_set_stale(maps[db], atoi(argv[4]));
+		nscddb_beat(maps[db], now);
+	}
 	int lfd = listen_on(argv[1]);
 	if (lfd < 0) {
 		perror("nscd_mapserve: listen");

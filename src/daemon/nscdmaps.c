@@ -54,6 +54,9 @@ int nscdmaps_fd(struct daemon *dm, int db, uint64_t *size)
 			return rc;
 		}
 	}
+	/* Fresh when handed out, even after a stalled loop: glibc refuses a
+	 * stale map, and a process refused one never asks again. */
+	nscddb_beat(dm->nscd_maps[db], time(NULL));
 	return nscddb_fd(dm->nscd_maps[db], size);
 }
 

@@ -48,6 +48,8 @@ struct nscddb {
 	uint32_t entries;    /* hash entries linked */
 	uint64_t swaps;
 	int64_t next_expiry; /* no record expires before (nscddb_beat) */
+	int stale_s;         /* NSCDDB_STALE_S, or nscddb_set_stale's */
+	bool changing;       /* gc_cycle odd: an operation unlinked */
 };
 
 uint32_t nscddb_hash(const void *key, size_t len)
@@ -90,10 +92,10 @@ static uint32_t module_for(uint32_t data_size)
 	return n;
 }
 
-/* The timestamp glibc reads: NSCDDB_STALE_S short of its MAPPING_TIMEOUT. */
-static uint64_t stamp(int64_t now)
+/* The timestamp glibc reads: stale_s short of its MAPPING_TIMEOUT. */
+static uint64_t stamp(int64_t now, int stale_s)
 {
-	return (uint64_t)(now - NSCDDB_MAPPING_TIMEOUT + NSCDDB_STALE_S);
+	return (uint64_t)(now - NSCDDB_MAPPING_TIMEOUT + stale_s);
 }
 
 static int map_create(int db, uint32_t data_size, uint8_t **base, int *ro, size_t *len)
@@ -109,7 +111,8 @@ static int map_create(int db, uint32_t data_size, uint8_t **base, int *ro, size_
 	h->header_size = NSCDDB_HEAD_SIZE;
 	h->module = (int32_t)module;
 	atomic_store_explicit(&h->data_size, (int32_t)data_size, memory_order_relaxed);
-	atomic_store_explicit(&h->timestamp, stamp(time(NULL)), memory_order_relaxed);
+	atomic_store_explicit(&h->timestamp, stamp(time(NULL), NSCDDB_STALE_S),
+			      memory_order_relaxed);
 	memset(*base + NSCDDB_HEAD_SIZE, 0xff, (size_t)module * 4); /* ENDREF */
 	*len = (size_t)size;
 	return 0;
@@ -160,6 +163,7 @@ int nscddb_open(int db, uint32_t data_size, struct nscddb **out)
 	}
 	m->db = db;
 	m->next_expiry = INT64_MAX;
+	m->stale_s = NSCDDB_STALE_S;
 	adopt(m, base, ro, len);
 	*out = m;
 	return 0;
@@ -179,6 +183,12 @@ int nscddb_fd(const struct nscddb *m, uint64_t *size)
 		return -ENODATA;
 	*size = m->len;
 	return m->ro;
+}
+
+void nscddb_set_stale(struct nscddb *m, int stale_s)
+{
+	if (m != NULL && stale_s >= 1 && stale_s <= NSCDDB_MAPPING_TIMEOUT)
+		m->stale_s = stale_s;
 }
 
 void *nscddb_base(const struct nscddb *m, size_t *len)
@@ -252,30 +262,39 @@ static struct nscddb_hashentry *link_entry(const struct nscddb *m, const _Atomic
 	return entry_at(m, atomic_load_explicit(link, memory_order_relaxed));
 }
 
-/* Unlink the entry link holds (the caller runs inside change_begin/end). */
-static void unlink_at(struct nscddb *m, _Atomic uint32_t *link)
-{
-	struct nscddb_hashentry *he = link_entry(m, link);
-	if (he == NULL)
-		return;
-	atomic_store_explicit(link, atomic_load_explicit(&he->next, memory_order_relaxed),
-			      memory_order_release);
-	m->entries--;
-	m->h->nentries = (int32_t)m->entries;
-}
-
-/* gc_cycle odd while entries are unlinked (glibc's protocol). */
+/* gc_cycle odd from an operation's first unlink to its end (glibc's
+ * protocol): a reader that saw it move looks again. */
 static void change_begin(struct nscddb *m)
 {
+	if (m->changing)
+		return;
+	m->changing = true;
 	int32_t c = atomic_load_explicit(&m->h->gc_cycle, memory_order_relaxed);
 	atomic_store_explicit(&m->h->gc_cycle, c + 1, memory_order_relaxed);
 	atomic_thread_fence(memory_order_seq_cst);
 }
 
+/* The operation is over (nothing to do if it unlinked nothing). */
 static void change_end(struct nscddb *m)
 {
+	if (!m->changing)
+		return;
+	m->changing = false;
 	int32_t c = atomic_load_explicit(&m->h->gc_cycle, memory_order_relaxed);
 	atomic_store_explicit(&m->h->gc_cycle, c + 1, memory_order_release);
+}
+
+/* Unlink the entry link holds; change_end when the operation is over. */
+static void unlink_at(struct nscddb *m, _Atomic uint32_t *link)
+{
+	struct nscddb_hashentry *he = link_entry(m, link);
+	if (he == NULL)
+		return;
+	change_begin(m);
+	atomic_store_explicit(link, atomic_load_explicit(&he->next, memory_order_relaxed),
+			      memory_order_release);
+	m->entries--;
+	m->h->nentries = (int32_t)m->entries;
 }
 
 /* ==== what a record answers ======================================================= */
@@ -392,7 +411,6 @@ static int drop_key(struct nscddb *m, int type, const char *key, size_t keylen)
 	if (he == NULL)
 		return 0;
 	uint32_t packet = he->packet;
-	change_begin(m);
 	unlink_at(m, link);
 	if (type != NSCDDB_INITGROUPS)
 		unlink_other(m, type, packet);
@@ -446,13 +464,11 @@ static int sweep(struct nscddb *m,
 				link = &he->next;
 				continue;
 			}
-			if (n++ == 0) /* gc_cycle moves only when something goes */
-				change_begin(m);
+			n++;
 			unlink_at(m, link);
 		}
 	}
-	if (n)
-		change_end(m);
+	change_end(m);
 	return n;
 }
 
@@ -484,7 +500,7 @@ int nscddb_beat(struct nscddb *m, int64_t now)
 {
 	if (m == NULL)
 		return 0;
-	atomic_store_explicit(&m->h->timestamp, stamp(now), memory_order_release);
+	atomic_store_explicit(&m->h->timestamp, stamp(now, m->stale_s), memory_order_release);
 	if (m->entries == 0 || now < m->next_expiry)
 		return 0;
 	int64_t t[2] = {now, INT64_MAX};
@@ -617,7 +633,10 @@ static int swap_map(struct nscddb *m, uint64_t need)
 		rc = -ENOSPC;
 		goto out;
 	}
-	struct nscddb next = {.db = m->db, .swaps = m->swaps + 1, .next_expiry = m->next_expiry};
+	struct nscddb next = {.db = m->db,
+			      .swaps = m->swaps + 1,
+			      .next_expiry = m->next_expiry,
+			      .stale_s = m->stale_s};
 	uint8_t *base;
 	int ro;
 	size_t len;
@@ -719,7 +738,6 @@ static void publish(struct nscddb *m, int ntype, uint32_t name_off, size_t name_
 	const char *name = (const char *)m->data + name_off;
 	const char *idk = (const char *)m->data + id_off;
 	int itype = id_type(ntype);
-	change_begin(m);
 	for (int i = 0; i < 2; i++) {
 		unsigned key = i == 0 ? NSCDDB_KEY_NAME : NSCDDB_KEY_ID;
 		uint32_t old;
@@ -838,7 +856,6 @@ int nscddb_put_initgroups(struct nscddb *m, const char *user, const uint32_t *gi
 		rec_put(&r, gids, n * 4);
 	r.dh->recsize = (int32_t)(sizeof(resp) + n * 4);
 	uint32_t key_off = rec_put(&r, user, ulen);
-	change_begin(m);
 	unlink_key(m, NSCDDB_INITGROUPS, user, ulen, NULL);
 	link_new(m, NSCDDB_INITGROUPS, key_off, ulen, r.off, true);
 	change_end(m);

@@ -55,7 +55,12 @@
  * Staleness: nscd_certainly_running stays 0 and nscddb_beat writes
  * timestamp NSCDDB_STALE_S short of glibc's MAPPING_TIMEOUT, so a map whose
  * writer stopped beating (a daemon killed) is dropped by its clients within
- * NSCDDB_STALE_S, not 300 s. A writer closing marks its map as a swap does.
+ * NSCDDB_STALE_S, not 300 s. Not less: a client that finds its map stale
+ * asks for a new one, and one refused (a writer stalled past the bound
+ * hands out a map that is stale too, or does not answer within glibc's
+ * 5 s) leaves that process without maps for good; a record of a killed
+ * daemon answered a minute longer is the smaller harm. A writer closing
+ * marks its map as a swap does.
  */
 #ifndef IDC_NSCDDB_H
 #define IDC_NSCDDB_H
@@ -72,7 +77,7 @@
 #define NSCDDB_MAPPING_TIMEOUT 300 /* glibc's MAPPING_TIMEOUT, seconds */
 #define NSCDDB_ALIGN           16  /* the table is padded to this */
 #define NSCDDB_ENDREF          UINT32_MAX
-#define NSCDDB_STALE_S         10   /* a map not beaten this long is dropped */
+#define NSCDDB_STALE_S         60   /* a map not beaten this long is dropped */
 #define NSCDDB_KEY_MAX         1024 /* glibc's MAXKEYLEN */
 
 /* Databases, numbered as glibc's nscd numbers them (pwddb, grpdb). */
@@ -226,6 +231,8 @@ int nscddb_drop_type(struct nscddb *m, int type);
 /* Every second or so: timestamp renewed, records whose expire is past
  * (expire <= now) removed. The number removed. */
 int nscddb_beat(struct nscddb *m, int64_t now);
+/* The staleness bound, 1..MAPPING_TIMEOUT seconds (tests: a short one). */
+void nscddb_set_stale(struct nscddb *m, int stale_s);
 
 struct nscddb_stats {
 	uint64_t size;      /* bytes of the map handed out */
