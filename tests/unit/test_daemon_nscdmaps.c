@@ -103,6 +103,14 @@ static void test_maps_follow(void **state)
 	nscdmaps_beat(&dm);
 	assert_null(lookup(pw, NSCDDB_GETPWBYNAME, "alice"));
 
+	/* a GETFD reply hands a fresh map even when the beat was late */
+	size_t len;
+	struct nscddb_head *wh = nscddb_base(dm.nscd_maps[0], &len);
+	wh->timestamp = 1;
+	struct client_map again = client_map(&dm, 0);
+	assert_true((int64_t)wh->timestamp + NSCDDB_MAPPING_TIMEOUT > time(NULL));
+	munmap((void *)(uintptr_t)again.base, again.len);
+
 	struct idc_buf b = IDC_BUF_INIT;
 	nscdmaps_status(&dm, &b);
 	assert_non_null(strstr(b.data, "nscdmap_passwd_size="));
