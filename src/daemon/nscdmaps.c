@@ -160,8 +160,9 @@ void nscdmaps_status(const struct daemon *dm, struct idc_buf *b)
 		nscddb_stats(dm->nscd_maps[db], &st);
 		idc_buf_printf(b,
 			       "nscdmap_%s_size=%" PRIu64 "\nnscdmap_%s_entries=%u\n"
-			       "nscdmap_%s_used=%u/%u\nnscdmap_%s_swaps=%" PRIu64 "\n",
+			       "nscdmap_%s_used=%u/%u\nnscdmap_%s_swaps=%" PRIu64
+			       "\nnscdmap_%s_resets=%" PRIu64 "\n",
 			       name, st.size, name, st.entries, name, st.used, st.data_size, name,
-			       st.swaps);
+			       st.swaps, name, st.resets);
 	}
 }

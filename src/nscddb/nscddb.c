@@ -49,6 +49,8 @@ struct nscddb {
 	uint64_t swaps;
 	int64_t next_expiry; /* no record expires before (nscddb_beat) */
 	int stale_s;         /* NSCDDB_STALE_S, or nscddb_set_stale's */
+	uint32_t max;        /* data area bound: NSCDDB_DATA_MAX or nscddb_set_max's */
+	uint64_t resets;     /* swaps that started over empty */
 	bool changing;       /* gc_cycle odd: an operation unlinked */
 };
 
@@ -165,6 +167,7 @@ int nscddb_open(int db, uint32_t data_size, struct nscddb **out)
 	m->db = db;
 	m->next_expiry = INT64_MAX;
 	m->stale_s = NSCDDB_STALE_S;
+	m->max = NSCDDB_DATA_MAX;
 	adopt(m, base, ro, len);
 	*out = m;
 	return 0;
@@ -192,6 +195,12 @@ void nscddb_set_stale(struct nscddb *m, int stale_s)
 		m->stale_s = stale_s;
 }
 
+void nscddb_set_max(struct nscddb *m, uint32_t max)
+{
+	if (m != NULL && max >= m->data_size && max <= NSCDDB_DATA_MAX)
+		m->max = max & ~7u;
+}
+
 void *nscddb_base(const struct nscddb *m, size_t *len)
 {
 	*len = m ? m->len : 0;
@@ -208,6 +217,7 @@ void nscddb_stats(const struct nscddb *m, struct nscddb_stats *st)
 	st->used = m->first_free;
 	st->entries = m->entries;
 	st->swaps = m->swaps;
+	st->resets = m->resets;
 }
 
 /* ==== the writer's view of its map ============================================== */
@@ -626,18 +636,20 @@ static int swap_map(struct nscddb *m, uint64_t need)
 		return rc;
 	uint64_t live = live_bytes(m, &seen) + need;
 	uint64_t size = m->data_size;
-	while (size < NSCDDB_DATA_MAX && live > size / 2)
+	while (size < m->max && live > size / 2)
 		size *= 2;
-	if (size > NSCDDB_DATA_MAX)
-		size = NSCDDB_DATA_MAX;
-	if (live > size) {
-		rc = -ENOSPC;
-		goto out;
-	}
+	if (size > m->max)
+		size = m->max;
+	/* At the bound and still mostly live: start over empty, keeping
+	 * nothing (a hit-rate loss the socket answers, never a wrong answer;
+	 * copying would leave room for few records before the next swap). */
+	bool keep = live <= size - size / 4;
 	struct nscddb next = {.db = m->db,
 			      .swaps = m->swaps + 1,
+			      .resets = m->resets + !keep,
 			      .next_expiry = m->next_expiry,
-			      .stale_s = m->stale_s};
+			      .stale_s = m->stale_s,
+			      .max = m->max};
 	uint8_t *base;
 	int ro;
 	size_t len;
@@ -646,8 +658,8 @@ static int swap_map(struct nscddb *m, uint64_t need)
 		goto out;
 	adopt(&next, base, ro, len);
 	memset(seen.from, 0xff, seen.cap * sizeof(uint32_t));
-	uint32_t budget = m->entries;
-	for (uint32_t b = 0; b < m->module; b++)
+	uint32_t budget = keep ? m->entries : 0;
+	for (uint32_t b = 0; b < m->module && budget > 0; b++)
 		for (const struct nscddb_hashentry *he = link_entry(m, &m->table[b]);
 		     he != NULL && budget > 0; he = link_entry(m, &he->next), budget--)
 			copy_entry(&next, m, he, &seen);
@@ -676,7 +688,7 @@ static int64_t alloc(struct nscddb *m, uint64_t n)
 /* Room for n more bytes, swapping in a bigger or compacted map if needed. */
 static int reserve(struct nscddb *m, uint64_t n)
 {
-	if (n > NSCDDB_DATA_MAX / 4)
+	if (n > m->max / 4)
 		return -E2BIG;
 	if ((uint64_t)m->first_free + n <= m->data_size)
 		return 0;

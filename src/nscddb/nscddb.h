@@ -194,7 +194,7 @@ enum nscddb_key { NSCDDB_KEY_NAME = 1u, NSCDDB_KEY_ID = 2u };
  * (at least NSCDDB_DATA_MIN; it grows by swaps up to NSCDDB_DATA_MAX).
  * 0, -EINVAL (db, size) or -errno of the memfd. */
 #define NSCDDB_DATA_MIN (64u * 1024u)
-#define NSCDDB_DATA_MAX (256u * 1024u * 1024u)
+#define NSCDDB_DATA_MAX (128u * 1024u * 1024u)
 int nscddb_open(int db, uint32_t data_size, struct nscddb **out);
 /* Mark the map so its clients leave it at their next lookup, unmap, free. */
 void nscddb_close(struct nscddb *m);
@@ -207,9 +207,11 @@ int nscddb_fd(const struct nscddb *m, uint64_t *size);
 /* Store a record answering the lookups in keys (enum nscddb_key; the
  * initgroups record answers its user name), valid until expire (unix
  * seconds): it takes each key over from the record answering it, whose
- * other key is left alone. now: the current time, for its ttl. 0,
- * -EINVAL (bad record or keys, a key longer than glibc sends), -ENOSPC
- * (the map is at NSCDDB_DATA_MAX), -ENOMEM, -errno of a swap. */
+ * other key is left alone. now: the current time, for its ttl. A full map
+ * is swapped for a bigger or compacted one, one full at its bound (mostly
+ * live) for an empty one. 0, -EINVAL (bad record or keys, a key longer
+ * than glibc sends), -E2BIG (over a quarter of the bound), -ENOMEM, -errno
+ * of a swap. */
 int nscddb_put_passwd(struct nscddb *m, const struct nscddb_passwd *pw, unsigned keys,
 		      int64_t expire, int64_t now);
 int nscddb_put_group(struct nscddb *m, const struct nscddb_group *gr, unsigned keys, int64_t expire,
@@ -233,6 +235,9 @@ int nscddb_drop_type(struct nscddb *m, int type);
 int nscddb_beat(struct nscddb *m, int64_t now);
 /* The staleness bound, 1..MAPPING_TIMEOUT seconds (tests: a short one). */
 void nscddb_set_stale(struct nscddb *m, int stale_s);
+/* The data area's bound, from its current size to NSCDDB_DATA_MAX bytes
+ * (tests: a small one). */
+void nscddb_set_max(struct nscddb *m, uint32_t max);
 
 struct nscddb_stats {
 	uint64_t size;      /* bytes of the map handed out */
@@ -240,6 +245,7 @@ struct nscddb_stats {
 	uint32_t used;      /* first_free */
 	uint32_t entries;   /* hash entries linked */
 	uint64_t swaps;     /* maps replaced by a bigger or compacted one */
+	uint64_t resets;    /* of which started over empty (full at the bound) */
 };
 void nscddb_stats(const struct nscddb *m, struct nscddb_stats *st);
 

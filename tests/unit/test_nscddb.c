@@ -294,13 +294,36 @@ static void test_swap_when_full(void **state)
 	nscddb_close(m);
 }
 
+/* Full at its bound with everything live: the map starts over empty and
+ * the record goes in (the socket answers the others again). */
+static void test_full_at_the_bound(void **state)
+{
+	(void)state;
+	struct nscddb *m;
+	assert_int_equal(nscddb_open(NSCDDB_PASSWD, NSCDDB_DATA_MIN, &m), 0);
+	nscddb_set_max(m, 2 * NSCDDB_DATA_MIN);
+	char name[32];
+	for (uint32_t i = 0; i < 3000; i++) {
+		snprintf(name, sizeof(name), "user%u", i);
+		struct nscddb_passwd u = {name, "x", "", "/home/u", "/bin/sh", 10000 + i, 100};
+		assert_int_equal(nscddb_put_passwd(m, &u, 3, EXPIRE, NOW), 0);
+		assert_non_null(find(m, NSCDDB_GETPWBYNAME, name));
+	}
+	struct nscddb_stats st;
+	nscddb_stats(m, &st);
+	assert_true(st.resets > 0);
+	assert_true(st.data_size <= 2 * NSCDDB_DATA_MIN);
+	assert_true(st.entries < 2 * 3000);
+	nscddb_close(m);
+}
+
 /* A record past a quarter of the biggest map is refused, not stored. */
 static void test_bounds(void **state)
 {
 	(void)state;
 	struct nscddb *m;
 	assert_int_equal(nscddb_open(NSCDDB_GROUP, NSCDDB_DATA_MIN, &m), 0);
-	size_t n = NSCDDB_DATA_MAX / 4 / 8 + 1;
+	size_t n = NSCDDB_DATA_MAX / 4 / 8 + 1; /* gids: n * 2 * 4 bytes */
 	uint32_t *gids = calloc(n, 4);
 	assert_non_null(gids);
 	assert_int_equal(nscddb_put_initgroups(m, "big", gids, n * 2, EXPIRE, NOW), -E2BIG);
@@ -382,6 +405,7 @@ int main(void)
 	    cmocka_unit_test(test_group_and_initgroups),
 	    cmocka_unit_test(test_expiry_and_timestamp),
 	    cmocka_unit_test(test_swap_when_full),
+	    cmocka_unit_test(test_full_at_the_bound),
 	    cmocka_unit_test(test_bounds),
 	    cmocka_unit_test(test_hostile_map),
 	};
