@@ -454,10 +454,14 @@ void daemon_mc_beat(struct daemon *dm);
 void daemon_mc_put_passwd(struct daemon *dm, const struct proto_passwd *pw, unsigned keys);
 void daemon_mc_put_group(struct daemon *dm, const struct cache_group *g, unsigned keys);
 void daemon_mc_put_initgroups(struct daemon *dm, const char *user, const uint32_t *gids, size_t n);
-/* The nscd socket's INITGROUPS answer (the host's groups merged), for
- * glibc's nscd maps only: nss.sock's answer lacks the host's groups. */
+/* The nscd socket's INITGROUPS answer for a user the cache holds (the
+ * host's groups merged), for glibc's nscd maps only: nss.sock's answer
+ * lacks the host's groups. epoch: daemon_mc_ig_epoch() when the cache's
+ * groups were read; the list is not kept if a group list was dropped
+ * since (it may be the old one). */
+uint64_t daemon_mc_ig_epoch(const struct daemon *dm);
 void daemon_mc_put_nscd_initgroups(struct daemon *dm, const char *user, const uint32_t *gids,
-				   size_t n);
+				   size_t n, uint64_t epoch);
 /* A provider's committed change (files_domain_set_hook,
  * lprov_domain_set_hook; arg: the daemon): drop exactly the records it
  * affects. ch NULL (an ldap commit whose changes are unknown): every map
@@ -538,6 +542,7 @@ struct daemon {
 	struct nscddb *nscd_maps[2]; /* glibc's passwd, group (nscdmaps.c); NULL: none yet */
 	bool mc_opened;
 	bool mc_nested_reset; /* daemon_mc_ldap_flush resets the initgroups map */
+	uint64_t mc_ig_epoch; /* bumped by every group list dropped (memcache.c) */
 	uint32_t *gids;       /* initgroups scratch */
 	size_t gids_cap;
 	bool ready;

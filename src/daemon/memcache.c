@@ -227,10 +227,17 @@ void daemon_mc_put_initgroups(struct daemon *dm, const char *user, const uint32_
 		     mc_put_initgroups(dm->mc[2], user, strlen(user), gids, n, expiry()));
 }
 
-void daemon_mc_put_nscd_initgroups(struct daemon *dm, const char *user, const uint32_t *gids,
-				   size_t n)
+uint64_t daemon_mc_ig_epoch(const struct daemon *dm)
 {
-	if (nscdmaps_on(dm) && initgroups_key_ok(dm, user))
+	return dm->mc_ig_epoch;
+}
+
+void daemon_mc_put_nscd_initgroups(struct daemon *dm, const char *user, const uint32_t *gids,
+				   size_t n, uint64_t epoch)
+{
+	/* A group list dropped since the cache's part was read: this one may
+	 * be the old one, so it is not kept (the socket answers again). */
+	if (nscdmaps_on(dm) && epoch == dm->mc_ig_epoch && initgroups_key_ok(dm, user))
 		nscdmaps_put_initgroups(dm, user, gids, n, expiry());
 }
 
@@ -251,6 +258,7 @@ static void inval_id(struct daemon *dm, int k, uint32_t id)
 
 static void drop_initgroups(struct daemon *dm, const char *user)
 {
+	dm->mc_ig_epoch++;
 	if (user == NULL || (dm->mc[2] == NULL && !nscdmaps_on(dm)))
 		return;
 	inval_name(dm, 2, user, strlen(user));
@@ -503,6 +511,8 @@ void daemon_mc_expire(struct daemon *dm, uint32_t what, const char *name)
 
 void daemon_mc_reset(struct daemon *dm, int k)
 {
+	if (k == 2)
+		dm->mc_ig_epoch++;
 	nscdmaps_reset(dm, k);
 	int rc = mc_writer_reset(dm->mc[k], 0);
 	if (rc < 0)
