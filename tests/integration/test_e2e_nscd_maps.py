@@ -5,7 +5,7 @@ answered a key once, resolves it in process; a change in the store, an
 
 Clients as in test_e2e_nscd.py: `passwd: files` / `group: files`, the test
 users in no file of theirs, the daemon's socket directory on /run/nscd. One
-long-lived client (CLIENT) runs lookups on request, so one process keeps
+long-lived client (nsenv.LOOKUP_CLIENT) runs lookups on request, so one process keeps
 one mapping throughout.
 """
 import json
@@ -24,30 +24,13 @@ NscdDaemon, status = _nscd.NscdDaemon, _nscd.status
 
 pytestmark = pytest.mark.usefixtures("as_root")
 
-# "OP ARG [N]" on stdin: the lookup N times, its last answer as JSON.
-CLIENT = r'''
-import grp, json, os, pwd, sys
-for line in sys.stdin:
-    op, arg, *n = line.split()
-    res = None
-    for _ in range(int(n[0]) if n else 1):
-        try:
-            if op == "pw": res = list(pwd.getpwnam(arg))
-            elif op == "pwuid": res = list(pwd.getpwuid(int(arg)))
-            elif op == "gr": g = grp.getgrnam(arg); res = [g[0], g[2], list(g[3])]
-            elif op == "gl": res = sorted(os.getgrouplist(arg, 7000))
-        except KeyError:
-            res = None
-    print(json.dumps(res), flush=True)
-'''
-
 
 class Client:
     """One process doing lookups through glibc's nscd client on request."""
 
     def __init__(self, n):
         path = n.d.base / "client.py"
-        nsenv.write_atomic(path, CLIENT)
+        nsenv.write_atomic(path, nsenv.LOOKUP_CLIENT)
         argv = n.ns.argv(n.client_argv([nsenv.sys_python(), path]), sources="files")
         self.p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
@@ -85,13 +68,13 @@ def test_hits_resolve_in_process(nscd):
     try:
         first = c.ask("pw cacheonly")
         assert first[:4] == ["cacheonly", "x", 7000, 7000]
-        assert c.ask("gr cachegrp") == ["cachegrp", 7100, ["cacheonly", "member"]]
-        gl = c.ask("gl cacheonly")
+        assert c.ask("gr cachegrp") == ["cachegrp", "x", 7100, ["cacheonly", "member"]]
+        gl = c.ask("gl cacheonly:7000")
         asked = [requests(nscd, k) for k in ("getpwbyname", "getgrbyname", "initgroups")]
         assert asked == [1, 1, 1]  # each asked the socket once, then went in the map
         assert c.ask("pw cacheonly 300") == first
         assert c.ask("gr cachegrp 300")[0] == "cachegrp"
-        assert c.ask("gl cacheonly 300") == gl
+        assert c.ask("gl cacheonly:7000 300") == gl
         assert [requests(nscd, k) for k in ("getpwbyname", "getgrbyname", "initgroups")] == asked
         assert requests(nscd, "getfdpw") == 1 and requests(nscd, "getfdgr") == 1
         st = status(nscd.d)
@@ -112,8 +95,8 @@ def test_a_change_in_the_store_reaches_a_process_holding_the_map(nscd):
         assert c.ask("pwuid 7000")[4] == "changed"
         # a group loses a member: the group and its users' lists follow
         nsenv.write_atomic(nscd.d.group, DOMAIN_GROUP.replace("cacheonly,member", "member"))
-        assert nsenv.wait_for(lambda: c.ask("gr cachegrp")[2] == ["member"], timeout=15)
-        assert 7100 not in c.ask("gl cacheonly")
+        assert nsenv.wait_for(lambda: c.ask("gr cachegrp")[3] == ["member"], timeout=15)
+        assert 7100 not in c.ask("gl cacheonly:7000")
         # the user goes
         nsenv.write_atomic(nscd.d.passwd, DOMAIN_PASSWD.split("\n", 1)[1])
         wait_refreshed(nscd, "cacheonly", lambda r: r.rc == 2)

@@ -75,25 +75,6 @@ srv.wait(timeout=10)
 json.dump(out, sys.stdout)
 '''
 
-# A client doing lookups through glibc on request: "OP ARG [N]" runs the
-# lookup N times (default 1) and prints its last answer as JSON.
-CLIENT = r'''
-import grp, json, os, pwd, sys
-for line in sys.stdin:
-    op, arg, *n = line.split()
-    res = None
-    for _ in range(int(n[0]) if n else 1):
-        try:
-            if op == "pw": res = list(pwd.getpwnam(arg))
-            elif op == "pwuid": res = list(pwd.getpwuid(int(arg)))
-            elif op == "gr": res = list(grp.getgrnam(arg))[:3] + [list(grp.getgrnam(arg)[3])]
-            elif op == "grgid": res = list(grp.getgrgid(int(arg)))[:3] + [list(grp.getgrgid(int(arg))[3])]
-            elif op == "gl": res = sorted(os.getgrouplist(arg, 5001))
-        except KeyError:
-            res = None
-    print(json.dumps(res), flush=True)
-'''
-
 
 @pytest.fixture(scope="module")
 def env(build_dir):
@@ -103,7 +84,7 @@ def env(build_dir):
     if not os.access(server, os.X_OK):
         pytest.fail(f"{server} is missing: build it first (ninja -C {build_dir})")
     d = nsenv.make_private_dir("idc-nscdmaps-")
-    files = {"passwd": PASSWD, "group": GROUP, "client.py": CLIENT, "driver.py": DRIVER,
+    files = {"passwd": PASSWD, "group": GROUP, "client.py": nsenv.LOOKUP_CLIENT, "driver.py": DRIVER,
              "host_passwd": "root:x:0:0:root:/root:/bin/bash\n", "host_group": "root:x:0:\n",
              "nsswitch.conf": "passwd: files\ngroup: files\nshadow: files\n"}
     for name, text in files.items():
@@ -170,7 +151,7 @@ def test_hits_need_no_round_trip(env):
         ["client", "pwuid 5002 500"],
         ["client", "gr staff 500"],
         ["client", "grgid 6001 500"],
-        ["client", "gl alice 500"],
+        ["client", "gl alice:5001 500"],
         ["srv", "stats"],
     ])
     assert r[0][0] == "alice" and r[0][2] == 5001
@@ -217,7 +198,7 @@ def test_a_broken_map_makes_glibc_fall_back(env, field):
         ["cmd", ["getent", "group", "staff"]],
         ["cmd", ["id", "alice"]],
         ["client", "pw alice 50"],
-        ["client", "gl alice 50"],
+        ["client", "gl alice:5001 50"],
         ["srv", "stats"],
     ])
     assert r[0] == ["ok"]
