@@ -1,5 +1,6 @@
 /*
- * Unit tests for src/daemon/nscdmaps.c: the maps exist from the first
+ * Unit tests for src/daemon/nscdmaps.c (and memcache.c's calls into it):
+ * the maps exist from the first
  * GETFD request, the descriptor is sealed and read-only, records come and
  * go as memcache.c passes them on, expired ones leave at the beat, and a
  * stopping daemon's maps tell their clients to ask again. The maps are
@@ -26,6 +27,25 @@ const char *daemon_passwd_field(const char *kept)
 {
 	(void)kept;
 	return "x";
+}
+
+/* responder.c's: no batch reader (the expire paths then drop by name). */
+struct cache_reader *daemon_reader(struct daemon *dm)
+{
+	(void)dm;
+	return NULL;
+}
+
+/* peers.c's and conn.c's, for MCMAP, which these tests do not ask. */
+bool peer_may_map(struct conn *c)
+{
+	(void)c;
+	return false;
+}
+
+void conn_pass_maps(struct conn *c, uint32_t mask, size_t at)
+{
+	(void)c, (void)mask, (void)at;
 }
 
 struct client_map {
@@ -128,10 +148,71 @@ static void test_maps_follow(void **state)
 	munmap((void *)(uintptr_t)gr.base, gr.len);
 }
 
+/* memcache.c's entry points carry every change to glibc's maps, with the
+ * mc maps disabled (NULL writers) as with them. */
+static void test_memcache_hooks(void **state)
+{
+	(void)state;
+	struct daemon dm = {0};
+	struct client_map pw = client_map(&dm, 0), gr = client_map(&dm, 1);
+	struct proto_passwd alice = {ps("alice"), ps("x"),       5001,         5001,
+				     ps("Alice"), ps("/home/a"), ps("/bin/sh")};
+	daemon_mc_put_passwd(&dm, &alice, MC_KEY_NAME | MC_KEY_ID);
+	assert_non_null(lookup(pw, NSCDDB_GETPWBYUID, "5001"));
+	/* a change of the user in the store: both keys go */
+	struct cache_change ch = {
+	    .old_name = "alice", .new_name = "alice", .old_id = 5001, .new_id = 5001};
+	daemon_mc_change(&ch, &dm);
+	assert_null(lookup(pw, NSCDDB_GETPWBYNAME, "alice"));
+	assert_null(lookup(pw, NSCDDB_GETPWBYUID, "5001"));
+
+	/* a group: its record, and the group lists of members that move */
+	const char *mem[] = {"alice", "bob"};
+	struct cache_group g = {.name = "staff", .gid = 6000, .members = mem, .nmembers = 2};
+	daemon_mc_put_group(&dm, &g, MC_KEY_NAME | MC_KEY_ID);
+	uint32_t gids[] = {6000, 100};
+	uint64_t epoch = daemon_mc_ig_epoch(&dm);
+	daemon_mc_put_nscd_initgroups(&dm, "alice", gids, 2, epoch);
+	daemon_mc_put_nscd_initgroups(&dm, "bob", gids, 2, epoch);
+	assert_non_null(lookup(gr, NSCDDB_INITGROUPS, "bob"));
+	const char *after[] = {"alice"};
+	struct cache_change gc = {.group = true,
+				  .old_name = "staff",
+				  .new_name = "staff",
+				  .old_id = 6000,
+				  .new_id = 6000,
+				  .old_mem = mem,
+				  .nold_mem = 2,
+				  .new_mem = after,
+				  .nnew_mem = 1};
+	daemon_mc_change(&gc, &dm);
+	assert_null(lookup(gr, NSCDDB_GETGRBYNAME, "staff"));
+	assert_null(lookup(gr, NSCDDB_INITGROUPS, "bob"));       /* left the group */
+	assert_non_null(lookup(gr, NSCDDB_INITGROUPS, "alice")); /* did not */
+
+	/* a list read before a drop is not kept */
+	daemon_mc_put_nscd_initgroups(&dm, "bob", gids, 2, epoch);
+	assert_null(lookup(gr, NSCDDB_INITGROUPS, "bob"));
+	/* expire --user, and everything */
+	daemon_mc_put_passwd(&dm, &alice, MC_KEY_NAME | MC_KEY_ID);
+	daemon_mc_expire(&dm, PROTO_EXPIRE_USER, "alice");
+	assert_null(lookup(pw, NSCDDB_GETPWBYUID, "5001"));
+	assert_null(lookup(gr, NSCDDB_INITGROUPS, "alice"));
+	daemon_mc_put_passwd(&dm, &alice, MC_KEY_NAME | MC_KEY_ID);
+	daemon_mc_change(NULL, &dm); /* an ldap commit not described */
+	assert_null(lookup(pw, NSCDDB_GETPWBYNAME, "alice"));
+
+	daemon_mc_close(&dm); /* stopping: clients told to ask again */
+	assert_int_equal(((const struct nscddb_head *)(const void *)gr.base)->data_size, INT32_MAX);
+	munmap((void *)(uintptr_t)pw.base, pw.len);
+	munmap((void *)(uintptr_t)gr.base, gr.len);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_maps_follow),
+	    cmocka_unit_test(test_memcache_hooks),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
