@@ -48,6 +48,8 @@
  * a new map, which becomes the one handed out (rebuild and swap), and the
  * old one is marked: gc_cycle left odd (readers inside it look again) and
  * data_size raised, so each client asks for the new map at its next lookup.
+ * The new map doubles while more than half is live, up to a bound; one
+ * full at the bound and mostly live starts over empty instead.
  * Compacting in place instead, as nscd does, would leave gc_cycle odd for
  * the whole copy, and every lookup of every client meanwhile would be a
  * socket round trip; a swap costs each client one.
@@ -55,17 +57,16 @@
  * Staleness: nscd_certainly_running stays 0 and nscddb_beat writes
  * timestamp NSCDDB_STALE_S short of glibc's MAPPING_TIMEOUT, so a map whose
  * writer stopped beating (a daemon killed) is dropped by its clients within
- * NSCDDB_STALE_S, not 300 s. Not less: a client that finds its map stale
- * asks for a new one, and one refused (a writer stalled past the bound
- * hands out a map that is stale too, or does not answer within glibc's
- * 5 s) leaves that process without maps for good; a record of a killed
- * daemon answered a minute longer is the smaller harm. A writer closing
- * marks its map as a swap does.
+ * NSCDDB_STALE_S, not 300 s. The bound is no shorter because a client that
+ * finds its map stale asks for a new one, and one refused (a writer
+ * stalled past the bound hands out a map that is stale too, or does not
+ * answer within glibc's 5 s) leaves that process without maps for good; a
+ * killed daemon's records answered a minute longer are the smaller harm. A
+ * writer closing marks its map as a swap does.
  */
 #ifndef IDC_NSCDDB_H
 #define IDC_NSCDDB_H
 
-#include <stdalign.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
