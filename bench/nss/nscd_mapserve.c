@@ -6,19 +6,27 @@
  *
  * Builds a passwd map and a group map (groups, and every user's group
  * list) from the two files, listens on SOCKET and answers GETFDPW and
- * GETFDGR with the map's descriptor as nscd does; every other request
- * gets a response header with found = -1 ("not served": glibc asks NSS)
- * or, after `miss notfound`, found = 0. STALE_S: the maps' staleness bound
+ * GETFDGR with the map's descriptor as nscd does, and lookups with the
+ * record its map holds (the response nscd would send: the record's data);
+ * a lookup the maps miss, and every other request, gets a response header
+ * with found = -1 ("not served": glibc asks NSS) or, after `miss
+ * notfound`, found = 0. STALE_S: the maps' staleness bound
  * (nscddb_set_stale). Prints "ready" once listening.
  * Commands on stdin, one per line, each answered with "ok" (or "error"):
  *   drop-user NAME    the user leaves the passwd map
  *   drop-group NAME   the group leaves the group map
  *   corrupt FIELD     version | header | module | datasize | stale: the
  *                     header field glibc checks before mapping, broken
- *                     (stale: the beat stops too, as a writer killed)
+ *                     (stale: then as after pause)
  *   nonul NAME        the user's record loses the NUL after its name
  *   miss notfound     answer misses found = 0
- *   pause             stop beating the maps (a writer killed)
+ *   lookups off       answer no lookup from the maps (every one a miss)
+ *   pause             stop beating the maps and answering lookups from
+ *                     them (a daemon killed)
+ *   churn N           store every user of PASSWD again, N times, one round
+ *                     between requests (the map fills and is swapped while
+ *                     clients read it)
+ *   swaps             "swaps N": passwd maps replaced so far
  *   stats             "requests T=N ..." by request type
  * Single-threaded, poll loop; beats the maps every second. Not installed.
  */
@@ -43,6 +51,9 @@ static struct nscddb *maps[2];
 static unsigned long requests[REQ_TYPES];
 static int miss_found = -1;
 static bool beating = true; /* off: as a writer killed (corrupt stale) */
+static const char *passwd_path;
+static unsigned long churn_left;
+static bool lookups = true; /* lookups answered from the maps */
 
 /* Split line at sep into at most max fields (in place); their number. */
 static size_t split(char *line, char sep, char **f, size_t max)
@@ -189,6 +200,16 @@ static void send_miss(int c, int32_t type)
 		perror("nscd_mapserve: send");
 }
 
+/* A lookup answered from the map, as nscd answers it from its cache. */
+static bool send_hit(int c, int32_t type, const char *key, size_t keylen)
+{
+	int db = type <= NSCDDB_GETPWBYUID ? 0 : 1;
+	size_t len;
+	const void *base = nscddb_base(maps[db], &len);
+	const struct nscddb_datahead *dh = nscddb_find(base, len, type, key, keylen);
+	return dh != NULL && send(c, dh + 1, (size_t)dh->recsize, MSG_NOSIGNAL) == dh->recsize;
+}
+
 static void serve_one(int lfd)
 {
 	int c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
@@ -207,7 +228,8 @@ static void serve_one(int lfd)
 			send_map(c, 0, key, (size_t)h[2]);
 		else if (h[1] == NSCDDB_GETFDGR && strcmp(key, "group") == 0)
 			send_map(c, 1, key, (size_t)h[2]);
-		else
+		else if (!(lookups && (h[1] <= NSCDDB_GETGRBYGID || h[1] == NSCDDB_INITGROUPS) &&
+			   send_hit(c, h[1], key, (size_t)h[2])))
 			send_miss(c, h[1]);
 	}
 	close(c);
@@ -235,7 +257,7 @@ static bool corrupt(const char *what)
 			h->data_size = INT32_MAX;
 		else if (strcmp(what, "stale") == 0) {
 			h->timestamp = 1;
-			beating = false;
+			beating = lookups = false;
 		} else
 			return false;
 	}
@@ -268,8 +290,17 @@ static void command(char *line)
 		ok = corrupt(v[1]);
 	else if (n == 2 && strcmp(v[0], "nonul") == 0)
 		ok = no_nul(v[1]);
-	else if (n == 1 && strcmp(v[0], "pause") == 0)
-		ok = !(beating = false);
+	else if (n == 2 && strcmp(v[0], "lookups") == 0)
+		ok = strcmp(v[1], "off") == 0 && !(lookups = false);
+	else if (n == 2 && strcmp(v[0], "churn") == 0)
+		ok = (churn_left = strtoul(v[1], NULL, 10)) > 0;
+	else if (n == 1 && strcmp(v[0], "swaps") == 0) {
+		struct nscddb_stats st;
+		nscddb_stats(maps[0], &st);
+		printf("swaps %llu\n", (unsigned long long)st.swaps);
+		ok = true;
+	} else if (n == 1 && strcmp(v[0], "pause") == 0)
+		ok = !(beating = lookups = false);
 	else if (n == 2 && strcmp(v[0], "miss") == 0)
 		ok = strcmp(v[1], "notfound") == 0 && (miss_found = 0, true);
 	else if (n == 1 && strcmp(v[0], "stats") == 0) {
@@ -292,6 +323,7 @@ int main(int argc, char **argv)
 	}
 	int64_t now = time(NULL);
 	static struct group_line groups[MAX_FIELDS];
+	passwd_path = argv[2];
 	if (nscddb_open(NSCDDB_PASSWD, 1u << 20, &maps[0]) < 0 ||
 	    nscddb_open(NSCDDB_GROUP, 1u << 20, &maps[1]) < 0 || load_passwd(argv[2], now) < 0) {
 		fprintf(stderr, "nscd_mapserve: cannot build the maps\n");
@@ -312,8 +344,10 @@ int main(int argc, char **argv)
 	char line[1024];
 	for (;;) {
 		struct pollfd p[2] = {{lfd, POLLIN, 0}, {0, POLLIN, 0}};
-		if (poll(p, 2, 1000) < 0 && errno != EINTR)
+		if (poll(p, 2, churn_left ? 0 : 1000) < 0 && errno != EINTR)
 			return 1;
+		if (churn_left && load_passwd(passwd_path, time(NULL)) == 0)
+			churn_left--;
 		for (int db = 0; db < 2 && beating; db++)
 			nscddb_beat(maps[db], time(NULL));
 		if (p[0].revents & POLLIN)

@@ -237,3 +237,25 @@ def test_a_map_no_one_beats_is_dropped_within_the_stale_bound(env):
     assert r[0][0] == "alice" and r[1] == ["ok"] and r[2][0] == "alice"
     assert r[4] is None  # the process holding the map let it go
     assert r[5][0] == 2  # and a new one refuses it
+
+
+def test_readers_see_whole_records_while_the_map_churns_and_swaps(env):
+    """The server stores the users again and again (gc_cycle moving, the
+    map filling and swapped for a compacted one) while a process looks one
+    up 20,000 times: every answer is the whole record."""
+    r = run_ns(env, [
+        ["srv", "miss notfound"],
+        ["client", "pw alice"],
+        ["srv", "churn 20000"],
+        ["client", "tally alice 20000"],
+        ["client", "tally alice 20000"],
+        ["srv", "swaps"],
+    ])
+    whole = json.dumps(r[1])
+    seen = {}
+    for t in (r[3], r[4]):
+        for k, v in t.items():
+            seen[k] = seen.get(k, 0) + v
+    assert set(seen) == {whole}, seen  # no torn record, no miss
+    assert int(r[5][0].split()[1]) >= 1, r[5]  # the map was swapped meanwhile
+    assert r[6] == ["client-exit", 0]
