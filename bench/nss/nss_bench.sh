@@ -8,6 +8,9 @@
 #                   while GETFD hands no map, every lookup is a socket round trip)
 #   files N         glibc's libnss_files over an N-line passwd (last user)
 #   nscd shared     Debian's nscd (`shared yes`) in front of libnss_files
+#   idcache nscd maps  glibc's nscd client on maps src/nscddb wrote, handed
+#                   out by bench/nss/nscd_mapserve (a stand-in nscd socket)
+#                   from the 100000-line passwd and the group file
 #   sssd mc         SSSD's memory cache (libnss_sss, a files domain)
 # for getpwnam_r, getpwuid_r, getgrnam_r and getgrouplist (a user in 200
 # groups), NPROCS processes at once, the median of REPS rounds. A round
@@ -146,6 +149,45 @@ if [ "${_NSS_BENCH_IN_NS:-}" = 1 ]; then
 		mount --bind "$OUT/data/emptydir" /run/nscd
 	}
 
+	# -- idcache's nscd maps: glibc's nscd client, maps written by src/nscddb --
+	# nscd_mapserve answers on a socket of its own directory, bound over
+	# /run/nscd only during the row; its stdin (commands) is a fifo we hold.
+	NSCDDB_LABEL="idcache nscd maps"
+	NSCDDB_SERVE=$BUILD/bench/nss/nscd_mapserve
+	nscddb_pid="" nscddb_state="" nscddb_fd=""
+	start_nscddb() {
+		mkdir -m 755 "$OUT/nscddb-run"
+		mkfifo "$OUT/nscddb.in"
+		exec {nscddb_fd}<>"$OUT/nscddb.in"
+		"$NSCDDB_SERVE" "$OUT/nscddb-run/socket" "$OUT/data/passwd.100000" "$OUT/data/group" \
+			<&"$nscddb_fd" >"$OUT/nscddb.log" 2>&1 &
+		nscddb_pid=$!
+		for _ in $(seq 1 600); do
+			grep -q ready "$OUT/nscddb.log" 2>/dev/null && return 0
+			kill -0 "$nscddb_pid" 2>/dev/null || break
+			sleep 0.05
+		done
+		nscddb_state="did not start (see $OUT/nscddb.log)"
+		stop_pid nscddb_pid
+	}
+	nscddb_requests() { # lookups it answered over the socket (not from a map)
+		echo stats >&"$nscddb_fd"
+		sleep 0.2
+		grep '^requests' "$OUT/nscddb.log" | tail -1 |
+			awk '{for (i = 2; i <= NF; i++) { split($i, kv, "="); if (kv[1] < 11 || kv[1] == 15) n += kv[2] }} END {print n + 0}'
+	}
+	nscddb_row() {
+		[ -n "$nscddb_pid" ] || return 0
+		mount --bind "$OUT/nscddb-run" /run/nscd
+		# Empty files behind it while measured: a lookup the maps do not
+		# answer finds nothing and fails the row.
+		mount --bind "$OUT/data/nsswitch.files" /etc/nsswitch.conf
+		mount --bind "$OUT/data/empty" /etc/passwd
+		mount --bind "$OUT/data/empty" /etc/group
+		measure "$NSCDDB_LABEL"
+		umount /etc/passwd /etc/group /etc/nsswitch.conf /run/nscd
+	}
+
 	# -- SSSD: a files domain, libnss_sss answering from its memory cache ------
 	SSSD_LABEL="sssd mc, 530 lines"
 	SSSD=/usr/sbin/sssd
@@ -235,6 +277,7 @@ if [ "${_NSS_BENCH_IN_NS:-}" = 1 ]; then
 	stop_daemons() {
 		stop_pid nscd_pid
 		stop_pid sssd_pid
+		stop_pid nscddb_pid
 		local k
 		for k in $sssd_kids; do # sssd_be, sssd_nss: normally gone with the monitor
 			if kill -0 "$k" 2>/dev/null; then
@@ -246,6 +289,7 @@ if [ "${_NSS_BENCH_IN_NS:-}" = 1 ]; then
 	trap stop_daemons EXIT
 	start_nscd
 	start_sssd
+	start_nscddb
 
 	mc_req=0
 	sock_req=0
@@ -264,6 +308,7 @@ if [ "${_NSS_BENCH_IN_NS:-}" = 1 ]; then
 		done
 		nscd_row
 		idc_nscd_row
+		nscddb_row
 		sssd_row
 	done
 	{
@@ -272,6 +317,8 @@ if [ "${_NSS_BENCH_IN_NS:-}" = 1 ]; then
 		[ -z "$sssd_state" ] || echo "row=\"$SSSD_LABEL\" state=\"$sssd_state\""
 		[ -n "$nscd_state" ] || echo "nscd_socket_requests_in_row=$nscd_req"
 		[ -n "$sssd_state" ] || echo "sssd_ready_s=$sssd_ready_s"
+		[ -z "$nscddb_state" ] || echo "row=\"$NSCDDB_LABEL\" state=\"$nscddb_state\""
+		[ -n "$nscddb_state" ] || echo "nscddb_socket_requests=$(nscddb_requests)"
 	} >>"$OUT/raw.txt"
 	stop_daemons
 	trap - EXIT
@@ -284,7 +331,7 @@ if [ "$(id -u)" != 0 ]; then
 	exit 0
 fi
 for f in "$HARNESS" "$BUILD/bench/nss/libnss_bench0.so.2" "$BUILD/src/nss/libnss_idcache.so.2" \
-	"$BUILD/src/daemon/idcached" "$BUILD/src/cli/idcache"; do
+	"$BUILD/src/daemon/idcached" "$BUILD/src/cli/idcache" "$BUILD/bench/nss/nscd_mapserve"; do
 	[ -e "$f" ] || { echo "nss_bench: $f is missing (ninja -C $BUILD)" >&2; exit 1; }
 done
 # The namespace puts a tmpfs over /run (see above): nothing of ours may live there.
@@ -438,6 +485,13 @@ out.append(ratio_line("idcache nscd socket / idcache mc", rows["idcache nscd soc
 for r in order:
     if r.startswith(("nscd", "sssd")) and r not in state:
         out.append(ratio_line(f"{r} / idcache mc", rows[r], mc, "(the time of mc)"))
+nscd_row = next((r for r in order if r.startswith("nscd shared") and r not in state), None)
+maps_row = "idcache nscd maps" if "idcache nscd maps" in rows and "idcache nscd maps" not in state else None
+if maps_row:
+    out.append(ratio_line("idcache nscd maps / floor", rows[maps_row], floor, "(the floor's time)"))
+if maps_row and nscd_row:
+    out.append(ratio_line(f"idcache nscd maps / {nscd_row}", rows[maps_row], rows[nscd_row],
+                          "(nscd's time)"))
 failed = sum(v["failed"] for r in rows.values() for v in r.values())
 out.append("")
 out.append(f"daemon requests during the mc row: {extra.get('daemon_requests_mc_row', '?')}; "
@@ -448,6 +502,10 @@ for r in order:
         out.append(f"{r}: /etc/passwd and /etc/group empty while measured; requests over nscd's "
                    f"socket during the row: {extra.get('nscd_socket_requests_in_row', '?')} "
                    "(the rest read its shared map)")
+    if r == "idcache nscd maps" and r not in state:
+        out.append(f"{r}: /etc/passwd and /etc/group empty while measured; lookups over its "
+                   f"socket in all rounds: {extra.get('nscddb_socket_requests', '?')} "
+                   "(one GETFD per process and map otherwise)")
     if r.startswith("sssd") and r not in state:
         out.append(f"{r}: sssd answered after {extra.get('sssd_ready_s', '?')} s; its responder "
                    "socket hidden while measured (every answer from the memory cache)")
@@ -469,6 +527,11 @@ out.append(f"  mc >= 10x faster than files at 530 lines (getpwnam): {b2:.1f}x  {
 out.append(f"  mc initgroups, user in 200 groups <= 2 us: {b3:.3f} us  {ok(b3 <= 2)}")
 b4 = rows["idcache nscd socket"]["pwnam"]["us_median"] or float("nan")
 out.append(f"  nscd socket getpwnam (no map) <= 15 us: {b4:.3f} us  {ok(b4 <= 15)}")
+if maps_row and nscd_row:
+    b4 = ratio(rows[maps_row], rows[nscd_row], "pwnam")
+    b5 = ratio(rows[maps_row], rows[nscd_row], "grouplist")
+    out.append(f"  nscd maps getpwnam/getgrouplist <= 2x nscd shared: {b4:.2f}x / {b5:.2f}x  "
+               f"{ok(max(b4, b5) <= 2)}")
 text = "\n".join(out) + "\n"
 print(text, end="")
 open(txt, "w").write(text)

@@ -18,6 +18,7 @@
  *                status
  *   reload.c     re-reading the configuration (SIGHUP, RELOAD)
  *   memcache.c   the shared-memory cache maps (src/mc): writing, dropping
+ *   nscdmaps.c   glibc's nscd maps (src/nscddb), kept beside the mc maps
  *   reaper.c     closing client descriptors off the loop thread
  *   peers.c      per-uid accounts: connections, unread map descriptors
  *   precedence.c what a domain may not serve: filters, overlap with the
@@ -79,6 +80,7 @@
 
 /* ---- one served domain (domains.c) ------------------------------------------ */
 struct daemon;
+struct nscddb;
 
 struct domain {
 	struct daemon *dm;
@@ -541,6 +543,14 @@ void daemon_mc_beat(struct daemon *dm);
 void daemon_mc_put_passwd(struct daemon *dm, const struct proto_passwd *pw, unsigned keys);
 void daemon_mc_put_group(struct daemon *dm, const struct cache_group *g, unsigned keys);
 void daemon_mc_put_initgroups(struct daemon *dm, const char *user, const uint32_t *gids, size_t n);
+/* The nscd socket's INITGROUPS answer for a user the cache holds (the
+ * host's groups merged), for glibc's nscd maps only: nss.sock's answer
+ * lacks the host's groups. epoch: daemon_mc_ig_epoch() when the cache's
+ * groups were read; the list is not kept if a group list was dropped
+ * since (it may be the old one). */
+uint64_t daemon_mc_ig_epoch(const struct daemon *dm);
+void daemon_mc_put_nscd_initgroups(struct daemon *dm, const char *user, const uint32_t *gids,
+				   size_t n, uint64_t epoch);
 /* A provider's committed change (files_domain_set_hook,
  * lprov_domain_set_hook; arg: the daemon): drop exactly the records it
  * affects. ch NULL (an ldap commit whose changes are unknown): every map
@@ -596,8 +606,9 @@ struct nscd_job {
 	uint32_t id;    /* by-id lookups: the key's value */
 	uint32_t *gids; /* INITGROUPS: the cache's groups, the host's added */
 	size_t ngids;
-	bool cache_found; /* INITGROUPS: the cache knows the user */
-	uint8_t *reply;   /* the worker's answer in nscd's layout; NULL: close */
+	bool cache_found;  /* INITGROUPS: the cache knows the user */
+	uint64_t ig_epoch; /* INITGROUPS: daemon_mc_ig_epoch() when the cache's were read */
+	uint8_t *reply;    /* the worker's answer in nscd's layout; NULL: close */
 	size_t reply_len;
 	bool notfound; /* no source holds the key */
 };
@@ -620,8 +631,32 @@ void nscd_neg_clear(struct daemon *dm);
  * numbering (0 passwd, 1 group) and *size, the map's size as GETFD
  * replies tell it; owned by nscdmaps.c, valid on the loop thread until it
  * returns to the loop (the caller duplicates it to keep it). -ENOSYS or
- * -errno when there is none: glibc then reads through the socket. */
+ * -errno when there is none: glibc then reads through the socket.
+ * The first call for db creates its map. */
 int nscdmaps_fd(struct daemon *dm, int db, uint64_t *size);
+/* The rest follows the memory cache: memcache.c calls each beside its mc
+ * counterpart (k: the mc kind, 0 passwd, 1 group, 2 initgroups; keys:
+ * enum mc_key). Every one does nothing for a map not created. */
+bool nscdmaps_on(const struct daemon *dm);
+void nscdmaps_put_passwd(struct daemon *dm, const struct proto_passwd *pw, unsigned keys,
+			 int64_t expire);
+void nscdmaps_put_group(struct daemon *dm, const struct cache_group *g, unsigned keys,
+			int64_t expire);
+/* (daemon_mc_put_nscd_initgroups: the nscd socket's answer) */
+void nscdmaps_put_initgroups(struct daemon *dm, const char *user, const uint32_t *gids, size_t n,
+			     int64_t expire);
+/* The record answering name / id lookups of kind k, from all its keys. */
+void nscdmaps_drop_name(struct daemon *dm, int k, const char *name);
+void nscdmaps_drop_id(struct daemon *dm, int k, uint32_t id);
+/* The id of the record answering name lookups of kind k: 0 or -ENOENT. */
+int nscdmaps_id_of(struct daemon *dm, int k, const char *name, uint32_t *id);
+/* Every record of kind k. */
+void nscdmaps_reset(struct daemon *dm, int k);
+/* Timestamp renewed, expired records out (every MC_BEAT_MS). */
+void nscdmaps_beat(struct daemon *dm);
+/* Mark the maps so their clients ask again, and free them (stopping). */
+void nscdmaps_close(struct daemon *dm);
+void nscdmaps_status(const struct daemon *dm, struct idc_buf *b);
 
 /* ---- the daemon --------------------------------------------------------------- */
 struct daemon {
@@ -657,9 +692,11 @@ struct daemon {
 	uint64_t start_ns;
 	int64_t start_time;
 	uint64_t requests[DAEMON_CMD_MAX];
-	struct mc_writer *mc[3]; /* passwd, group, initgroups; NULL: disabled */
+	struct mc_writer *mc[3];     /* passwd, group, initgroups; NULL: disabled */
+	struct nscddb *nscd_maps[2]; /* glibc's passwd, group (nscdmaps.c); NULL: none yet */
 	bool mc_opened;
 	bool mc_nested_reset; /* daemon_mc_ldap_flush resets the initgroups map */
+	uint64_t mc_ig_epoch; /* bumped by every group list dropped (memcache.c) */
 	uint32_t *gids;       /* initgroups scratch */
 	size_t gids_cap;
 	bool ready;

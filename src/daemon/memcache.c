@@ -37,6 +37,15 @@
  * case_sensitive = false answers several spellings, so there only the
  * folded spelling (cache_name_fold under caseIgnore) is stored, and
  * invalidation drops the given and the folded spelling.
+ *
+ * glibc's nscd maps (nscdmaps.c) follow these maps call by call: every
+ * record written, dropped or reset here is written, dropped or reset
+ * there too, whether or not the mc map of its kind is enabled. The one
+ * exception is what a group list holds: the nscd socket answers a user's
+ * groups with the host's sources' added (nss.sock does not: glibc adds
+ * them from the next sources), so the nscd maps take theirs from that
+ * answer (daemon_mc_put_nscd_initgroups), under the same spelling rule,
+ * and drop them here with the others.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -95,6 +104,7 @@ void daemon_mc_close(struct daemon *dm)
 		mc_writer_close(dm->mc[k]);
 		dm->mc[k] = NULL;
 	}
+	nscdmaps_close(dm);
 }
 
 int daemon_mc_fds(struct daemon *dm, uint32_t mask, int fds[3])
@@ -149,6 +159,7 @@ void daemon_mc_beat(struct daemon *dm)
 	uint32_t now = mc_clock_ms(NULL);
 	for (int k = 0; k < 3; k++)
 		mc_writer_beat(dm->mc[k], now);
+	nscdmaps_beat(dm);
 }
 
 static int64_t expiry(void)
@@ -167,10 +178,12 @@ void daemon_mc_put_passwd(struct daemon *dm, const struct proto_passwd *pw, unsi
 {
 	if (keys != 0)
 		note("a user", mc_put_passwd(dm->mc[0], pw, expiry(), keys));
+	nscdmaps_put_passwd(dm, pw, keys, expiry());
 }
 
 void daemon_mc_put_group(struct daemon *dm, const struct cache_group *g, unsigned keys)
 {
+	nscdmaps_put_group(dm, g, keys, expiry());
 	if (dm->mc[1] == NULL || keys == 0)
 		return;
 	struct idc_buf b = IDC_BUF_INIT;
@@ -198,43 +211,76 @@ static bool any_case_insensitive(const struct daemon *dm)
 	return false;
 }
 
-void daemon_mc_put_initgroups(struct daemon *dm, const char *user, const uint32_t *gids, size_t n)
+/* See the top of the file: only a spelling invalidation can find. */
+static bool initgroups_key_ok(const struct daemon *dm, const char *user)
 {
 	char folded[CACHE_NAME_MAX + 1];
-	if (dm->mc[2] == NULL)
-		return;
-	/* See the top of the file: only a spelling invalidation can find. */
-	if (any_case_insensitive(dm) &&
-	    (cache_name_fold(CACHE_NAMES_CASE_IGNORE, user, folded) != strlen(user) ||
-	     strcmp(folded, user) != 0))
-		return;
-	note("a group list", mc_put_initgroups(dm->mc[2], user, strlen(user), gids, n, expiry()));
+	return !any_case_insensitive(dm) ||
+	       (cache_name_fold(CACHE_NAMES_CASE_IGNORE, user, folded) == strlen(user) &&
+		strcmp(folded, user) == 0);
 }
 
-/* ==== invalidation ============================================================== */
+void daemon_mc_put_initgroups(struct daemon *dm, const char *user, const uint32_t *gids, size_t n)
+{
+	if (dm->mc[2] != NULL && initgroups_key_ok(dm, user))
+		note("a group list",
+		     mc_put_initgroups(dm->mc[2], user, strlen(user), gids, n, expiry()));
+}
+
+uint64_t daemon_mc_ig_epoch(const struct daemon *dm)
+{
+	return dm->mc_ig_epoch;
+}
+
+void daemon_mc_put_nscd_initgroups(struct daemon *dm, const char *user, const uint32_t *gids,
+				   size_t n, uint64_t epoch)
+{
+	/* A group list dropped since the cache's part was read: this one may
+	 * be the old one, so it is not kept (the socket answers again). */
+	if (nscdmaps_on(dm) && epoch == dm->mc_ig_epoch && initgroups_key_ok(dm, user))
+		nscdmaps_put_initgroups(dm, user, gids, n, expiry());
+}
+
+/* ==== invalidation ==============================================================
+ * Every drop goes through these two, which drop from both kinds of maps. */
+
+static void inval_name(struct daemon *dm, int k, const char *name, size_t len)
+{
+	mc_invalidate_name(dm->mc[k], name, len);
+	nscdmaps_drop_name(dm, k, name);
+}
+
+static void inval_id(struct daemon *dm, int k, uint32_t id)
+{
+	mc_invalidate_id(dm->mc[k], id);
+	nscdmaps_drop_id(dm, k, id);
+}
 
 static void drop_initgroups(struct daemon *dm, const char *user)
 {
-	if (user == NULL || dm->mc[2] == NULL)
+	dm->mc_ig_epoch++;
+	if (user == NULL || (dm->mc[2] == NULL && !nscdmaps_on(dm)))
 		return;
-	mc_invalidate_name(dm->mc[2], user, strlen(user));
+	inval_name(dm, 2, user, strlen(user));
 	char folded[CACHE_NAME_MAX + 1];
 	size_t n =
 	    any_case_insensitive(dm) ? cache_name_fold(CACHE_NAMES_CASE_IGNORE, user, folded) : 0;
 	if (n && strcmp(folded, user) != 0)
-		mc_invalidate_name(dm->mc[2], folded, n);
+		inval_name(dm, 2, folded, n);
 }
 
 /* The record named name in map k and every record answering for its id. */
 static void drop_named(struct daemon *dm, int k, const char *name)
 {
-	if (name == NULL || dm->mc[k] == NULL)
+	if (name == NULL || (dm->mc[k] == NULL && !nscdmaps_on(dm)))
 		return;
 	uint32_t id;
 	size_t len = strlen(name);
 	if (mc_lookup_id(dm->mc[k], name, len, &id) == 0)
-		mc_invalidate_id(dm->mc[k], id);
-	mc_invalidate_name(dm->mc[k], name, len);
+		inval_id(dm, k, id);
+	if (nscdmaps_id_of(dm, k, name, &id) == 0) /* the maps may differ */
+		inval_id(dm, k, id);
+	inval_name(dm, k, name, len);
 }
 
 static int cmp_str(const void *a, const void *b)
@@ -320,8 +366,8 @@ static void drop_change(struct daemon *dm, const struct cache_change *ch)
 	for (int i = 0; i < 2; i++) {
 		if (names[i] == NULL)
 			continue;
-		mc_invalidate_name(dm->mc[k], names[i], strlen(names[i]));
-		mc_invalidate_id(dm->mc[k], i == 0 ? ch->old_id : ch->new_id);
+		inval_name(dm, k, names[i], strlen(names[i]));
+		inval_id(dm, k, i == 0 ? ch->old_id : ch->new_id);
 	}
 	if (!ch->group) {
 		/* A user's group list depends on its name only. */
@@ -368,7 +414,7 @@ static void drop_shadowed_in(struct daemon *dm, struct cache_reader *r, const ch
 	if (!ch->group) {
 		if (cache_user_by_name(r, &dn, 1, ch->new_name, false, &u, NULL) == 0 &&
 		    u.uid != ch->new_id) {
-			mc_invalidate_id(dm->mc[0], u.uid);
+			inval_id(dm, 0, u.uid);
 			drop_initgroups(dm, u.name);
 		}
 		if (cache_user_by_uid(r, &dn, 1, ch->new_id, &u, NULL) == 0 &&
@@ -380,7 +426,7 @@ static void drop_shadowed_in(struct daemon *dm, struct cache_reader *r, const ch
 	}
 	if (cache_group_by_name(r, &dn, 1, ch->new_name, false, &g, NULL) == 0 &&
 	    g.gid != ch->new_id) {
-		mc_invalidate_id(dm->mc[1], g.gid);
+		inval_id(dm, 1, g.gid);
 		drop_members(dm, &g);
 	}
 	if (cache_group_by_gid(r, &dn, 1, ch->new_id, &g, NULL) == 0 &&
@@ -421,7 +467,7 @@ static void expire_user(struct daemon *dm, const char *name)
 		if (cache_user_by_name(r, &dn, 1, name, cfg->case_sensitive, &u, NULL) != 0)
 			continue;
 		drop_named(dm, 0, u.name);
-		mc_invalidate_id(dm->mc[0], u.uid);
+		inval_id(dm, 0, u.uid);
 		drop_initgroups(dm, u.name);
 	}
 }
@@ -438,7 +484,7 @@ static void expire_group(struct daemon *dm, const char *name)
 		if (cache_group_by_name(r, &dn, 1, name, cfg->case_sensitive, &g, NULL) != 0)
 			continue;
 		drop_named(dm, 1, g.name);
-		mc_invalidate_id(dm->mc[1], g.gid);
+		inval_id(dm, 1, g.gid);
 		for (size_t m = 0; m < g.nmembers; m++)
 			drop_initgroups(dm, g.members[m]);
 		/* Members of nested groups have it too, found only by a walk. */
@@ -465,6 +511,9 @@ void daemon_mc_expire(struct daemon *dm, uint32_t what, const char *name)
 
 void daemon_mc_reset(struct daemon *dm, int k)
 {
+	if (k == 2)
+		dm->mc_ig_epoch++;
+	nscdmaps_reset(dm, k);
 	int rc = mc_writer_reset(dm->mc[k], 0);
 	if (rc < 0)
 		idc_log(IDC_LOG_ERR, "memory cache %s: reset failed: %s",
@@ -484,4 +533,5 @@ void daemon_mc_status(struct daemon *dm, struct idc_buf *b)
 			       name, st.size, name, st.records, name, st.slots_used, st.slot_count,
 			       name, st.evictions, name, st.generation);
 	}
+	nscdmaps_status(dm, b);
 }

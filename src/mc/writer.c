@@ -90,27 +90,8 @@ static void header_init(struct mc_header *h, uint32_t kind, uint64_t size, uint6
 	h->slot_size = MC_SLOT_SIZE;
 }
 
-/* Seal bits glibc 2.36 may not name yet (Linux 5.1+). */
-#ifndef F_SEAL_FUTURE_WRITE
-#define F_SEAL_FUTURE_WRITE 0x0010
-#endif
-#define MAP_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL)
-
-/* A read-only descriptor of the memfd at fd, for clients: reopened through
- * /proc, so what we hand out cannot write even where the seals would not
- * stop it (a private writable mapping is harmless). */
-static int reopen_ro(int fd)
-{
-	char p[64];
-	snprintf(p, sizeof(p), "/proc/self/fd/%d", fd);
-	int ro = open(p, O_RDONLY | O_CLOEXEC);
-	return ro < 0 ? -errno : ro;
-}
-
-/* Build a map of size bytes: a memfd, fully allocated (a sparse map on a
- * full tmpfs would fault the daemon on its first write), mapped read-write
- * here, then sealed against shrinking, growing and any later writable
- * mapping or write(2), with an ALIVE header and empty tables. On success
+/* Build a map of size bytes (idc_memfd_sealed), with an ALIVE header and
+ * empty tables. On success
  * the mapping is in *base and the read-only descriptor in *ro. */
 static int map_build(const struct mc_writer *w, uint64_t size, uint8_t **base, int *ro)
 {
@@ -120,32 +101,13 @@ static int map_build(const struct mc_writer *w, uint64_t size, uint8_t **base, i
 		return rc;
 	char name[32];
 	snprintf(name, sizeof(name), "idcache-%s", mc_kind_name(w->kind));
-	int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	if (fd < 0)
-		return -errno;
-	/* 0444: a client reopening its descriptor through /proc gets no write
-	 * access either (root aside, whom the seals stop). */
-	rc = fchmod(fd, 0444) < 0 ? -errno : -posix_fallocate(fd, 0, (off_t)size);
-	void *p = MAP_FAILED;
-	if (rc == 0) {
-		p = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-		if (p == MAP_FAILED)
-			rc = -errno;
-	}
-	if (rc == 0 && fcntl(fd, F_ADD_SEALS, MAP_SEALS) < 0)
-		rc = -errno;
-	*ro = rc == 0 ? reopen_ro(fd) : -1;
-	if (rc == 0 && *ro < 0)
-		rc = *ro;
-	close(fd);
-	if (rc < 0) {
-		if (p != MAP_FAILED)
-			munmap(p, (size_t)size);
+	uint8_t *p;
+	rc = idc_memfd_sealed(name, size, &p, ro);
+	if (rc < 0)
 		return rc;
-	}
-	struct mc_header *h = p;
+	struct mc_header *h = (struct mc_header *)(void *)p;
 	header_init(h, w->kind, size, w->generation + 1, &g);
-	memset((uint8_t *)p + MC_HDR_SIZE, 0xff, (size_t)g.nbuckets * 8); /* MC_NONE */
+	memset(p + MC_HDR_SIZE, 0xff, (size_t)g.nbuckets * 8); /* MC_NONE */
 	atomic_store_explicit(&h->beat, mc_clock_ms(NULL), memory_order_relaxed);
 	atomic_store_explicit(&h->status, MC_ALIVE, memory_order_release);
 	*base = p;

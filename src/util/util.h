@@ -160,4 +160,13 @@ int idc_read_full(int fd, char *buf, size_t cap, size_t *got);
 /* Monotonic clock in nanoseconds. */
 uint64_t idc_now_ns(void);
 
+/* ---- shared maps -------------------------------------------------------------
+ * A memfd named name of size bytes for maps written by one process and read
+ * by others: mode 0444, fully allocated (a sparse map on a full tmpfs would
+ * fault its writer on a first write), mapped read-write into *base, then
+ * sealed against shrinking, growing and any later write access, and
+ * reopened read-only into *ro (what is handed out can never write, even
+ * where the seals would not stop it). 0 or -errno (nothing left open). */
+int idc_memfd_sealed(const char *name, uint64_t size, uint8_t **base, int *ro);
+
 #endif

@@ -57,6 +57,42 @@ json.dump(out, sys.stdout)
 '''
 
 
+# A process doing lookups through glibc on request, for tests that need one
+# process to keep what it mapped (glibc's nscd maps) across changes. Each
+# stdin line "OP ARG [N]" runs the lookup N times (default 1) and prints its
+# last answer as JSON (null: not found): pw NAME, pwuid UID, gr NAME, grgid
+# GID ([name, passwd, gid, members]), gl NAME:GID (getgrouplist, sorted);
+# tally NAME N: N getpwnam, the count of each distinct answer.
+LOOKUP_CLIENT = r'''
+import grp, json, os, pwd, sys
+def gr(g): return [g[0], g[1], g[2], list(g[3])]
+for line in sys.stdin:
+    op, arg, *n = line.split()
+    res = None
+    for _ in range(int(n[0]) if n else 1):
+        try:
+            if op == "pw": res = list(pwd.getpwnam(arg))
+            elif op == "pwuid": res = list(pwd.getpwuid(int(arg)))
+            elif op == "gr": res = gr(grp.getgrnam(arg))
+            elif op == "grgid": res = gr(grp.getgrgid(int(arg)))
+            elif op == "gl":
+                user, gid = arg.split(":")
+                res = sorted(os.getgrouplist(user, int(gid)))
+            elif op == "tally":
+                res = {}
+                for _ in range(int(n[0])):
+                    try:
+                        k = json.dumps(list(pwd.getpwnam(arg)))
+                    except KeyError:
+                        k = "null"
+                    res[k] = res.get(k, 0) + 1
+                break
+        except KeyError:
+            res = None
+    print(json.dumps(res), flush=True)
+'''
+
+
 class Result:
     """What one command did: exit status, stdout and stderr as text, and
     the wall-clock seconds it took (including namespace setup)."""

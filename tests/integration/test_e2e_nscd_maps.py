@@ -1,0 +1,134 @@
+"""glibc's nscd maps through idcached's nscd socket: a process's first
+lookup fetches the daemon's maps (GETFDPW, GETFDGR) and, after the socket
+answered a key once, resolves it in process; a change in the store, an
+`idcache expire` and a restart reach a process that holds the maps.
+
+Clients as in test_e2e_nscd.py: `passwd: files` / `group: files`, the test
+users in no file of theirs, the daemon's socket directory on /run/nscd. One
+long-lived client (nsenv.LOOKUP_CLIENT) runs lookups on request, so one process keeps
+one mapping throughout.
+"""
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import nsenv
+
+# The nscd socket's own tests bring the daemon fixture; without them (a tree
+# without the nscd socket) there is nothing to hand the maps out.
+_nscd = pytest.importorskip("test_e2e_nscd", reason="the nscd socket is not in this tree")
+DOMAIN_GROUP, DOMAIN_PASSWD = _nscd.DOMAIN_GROUP, _nscd.DOMAIN_PASSWD
+NscdDaemon, status = _nscd.NscdDaemon, _nscd.status
+
+pytestmark = pytest.mark.usefixtures("as_root")
+
+
+class Client:
+    """One process doing lookups through glibc's nscd client on request."""
+
+    def __init__(self, n):
+        path = n.d.base / "client.py"
+        nsenv.write_atomic(path, nsenv.LOOKUP_CLIENT)
+        argv = n.ns.argv(n.client_argv([nsenv.sys_python(), path]), sources="files")
+        self.p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def ask(self, line):
+        self.p.stdin.write(line + "\n")
+        self.p.stdin.flush()
+        out = self.p.stdout.readline()
+        assert out, "the client died"
+        return json.loads(out)
+
+    def close(self):
+        self.p.stdin.close()
+        assert self.p.wait(timeout=30) == 0
+
+
+def requests(n, kind):
+    return int(status(n.d)[f"nscd.requests.{kind}"])
+
+
+def wait_refreshed(n, name, pred):
+    """Until the daemon answers name (over nss.sock) as pred wants."""
+    def ok():
+        r = n.ns.run(["getent", "passwd", name])
+        return pred(r)
+    assert nsenv.wait_for(ok, timeout=15), f"the daemon did not pick up the change of {name}"
+
+
+@pytest.fixture
+def nscd(daemons):
+    return NscdDaemon(daemons).start()
+
+
+def test_hits_resolve_in_process(nscd):
+    c = Client(nscd)
+    try:
+        first = c.ask("pw cacheonly")
+        assert first[:4] == ["cacheonly", "x", 7000, 7000]
+        assert c.ask("gr cachegrp") == ["cachegrp", "x", 7100, ["cacheonly", "member"]]
+        gl = c.ask("gl cacheonly:7000")
+        asked = [requests(nscd, k) for k in ("getpwbyname", "getgrbyname", "initgroups")]
+        assert asked == [1, 1, 1]  # each asked the socket once, then went in the map
+        assert c.ask("pw cacheonly 300") == first
+        assert c.ask("gr cachegrp 300")[0] == "cachegrp"
+        assert c.ask("gl cacheonly:7000 300") == gl
+        assert [requests(nscd, k) for k in ("getpwbyname", "getgrbyname", "initgroups")] == asked
+        assert requests(nscd, "getfdpw") == 1 and requests(nscd, "getfdgr") == 1
+        st = status(nscd.d)
+        assert int(st["nscdmap_passwd_entries"]) >= 1
+        assert int(st["nscdmap_group_entries"]) >= 2
+    finally:
+        c.close()
+
+
+def test_a_change_in_the_store_reaches_a_process_holding_the_map(nscd):
+    c = Client(nscd)
+    try:
+        assert c.ask("pw cacheonly")[4] == "from idcache"
+        assert c.ask("pw cacheonly 10")[4] == "from idcache"  # from the map now
+        nsenv.write_atomic(nscd.d.passwd, DOMAIN_PASSWD.replace("from idcache", "changed"))
+        wait_refreshed(nscd, "cacheonly", lambda r: "changed" in r.out)
+        assert c.ask("pw cacheonly")[4] == "changed"
+        assert c.ask("pwuid 7000")[4] == "changed"
+        # a group loses a member: the group and its users' lists follow
+        nsenv.write_atomic(nscd.d.group, DOMAIN_GROUP.replace("cacheonly,member", "member"))
+        assert nsenv.wait_for(lambda: c.ask("gr cachegrp")[3] == ["member"], timeout=15)
+        assert 7100 not in c.ask("gl cacheonly:7000")
+        # the user goes
+        nsenv.write_atomic(nscd.d.passwd, DOMAIN_PASSWD.split("\n", 1)[1])
+        wait_refreshed(nscd, "cacheonly", lambda r: r.rc == 2)
+        assert c.ask("pw cacheonly") is None
+        assert c.ask("pwuid 7000") is None
+    finally:
+        c.close()
+
+
+def test_expire_drops_from_the_map(nscd):
+    c = Client(nscd)
+    try:
+        c.ask("pw cacheonly")
+        c.ask("pw cacheonly 10")
+        before = requests(nscd, "getpwbyname")
+        idcache = Path(nscd.d.binary).parents[1] / "cli" / "idcache"
+        subprocess.run([str(idcache), "expire", "--user", "cacheonly", "--run-dir",
+                        str(nscd.d.run_dir)], check=True, capture_output=True, timeout=30)
+        assert c.ask("pw cacheonly")[0] == "cacheonly"
+        assert requests(nscd, "getpwbyname") == before + 1  # asked again
+    finally:
+        c.close()
+
+
+def test_a_restart_hands_new_maps(nscd):
+    c = Client(nscd)
+    try:
+        assert c.ask("pw cacheonly 10")[4] == "from idcache"
+        nscd.d.stop()
+        nsenv.write_atomic(nscd.d.passwd, DOMAIN_PASSWD.replace("from idcache", "after restart"))
+        nscd.d.start()
+        assert c.ask("pw cacheonly")[4] == "after restart"
+        assert requests(nscd, "getfdpw") == 1  # the new daemon's map, fetched
+    finally:
+        c.close()
