@@ -536,17 +536,17 @@ int index_update(struct store_txn *t, uint64_t id, const struct store_entry *old
 	return 0;
 }
 
-int index_add(struct store_txn *t, uint64_t id)
+int index_add(struct store_txn *t, const struct add_prep *p, uint64_t id)
 {
 	const struct store *s = t->s;
 	int rc = 0;
-	for (size_t i = 0; i < t->nak && !rc; i++) {
-		const struct add_key *k = &t->ak[i];
+	for (size_t i = 0; i < p->nak && !rc; i++) {
+		const struct add_key *k = &p->ak[i];
 		rc = pair_put(t, s->idx[k->ix].dbi,
-			      (struct store_val){t->akeys.data + k->off, k->len}, id);
+			      (struct store_val){p->akeys.data + k->off, k->len}, id);
 	}
-	for (size_t i = 0; i < t->npres && !rc; i++) {
-		const struct store_index *ix = &s->idx[t->ak_pres[i]];
+	for (size_t i = 0; i < p->npres && !rc; i++) {
+		const struct store_index *ix = &s->idx[p->ak_pres[i]];
 		rc = pair_put(t, s->pres, (struct store_val){ix->name, ix->name_len}, id);
 	}
 	return rc;
