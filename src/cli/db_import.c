@@ -325,24 +325,14 @@ static void import_summary(const struct db_ctx *ctx, const struct import_job *jo
 		secs > 0 ? (double)job->records / secs : 0.0, what);
 }
 
-/* A whole-file import writes in place (STORE_WRITEMAP: docs/DESIGN.md §4
- * import) into a map sized for the file up front, so that a large file is
- * not imported twice over after the map fills. Stores take about three
- * times their LDIF; the map is address space, and the file stays sparse
- * beyond what is written. Batches and modify stay on the ordinary path. */
-#define IMPORT_MAP_PER_BYTE 4
-#define IMPORT_MAP_SLACK    ((size_t)64 << 20)
-#define IMPORT_MAP_MIN      ((size_t)1 << 30)
-
+/* A whole-file import writes the map in place (STORE_WRITEMAP) into a map
+ * sized for the file (docs/DESIGN.md §4.1); batches and modify stay on the
+ * ordinary path. */
 static int import_open(struct db_ctx *ctx, const struct import_job *job)
 {
 	if (job->batch || !(job->txn_flags & STORE_TXN_BULK))
 		return db_open(ctx, 0);
-	uint64_t want = job->src.size * IMPORT_MAP_PER_BYTE + IMPORT_MAP_SLACK;
-	size_t map = want < IMPORT_MAP_MIN ? IMPORT_MAP_MIN
-		     : want > SIZE_MAX / 2 ? SIZE_MAX / 2
-					   : (size_t)want;
-	return db_open_sized(ctx, STORE_WRITEMAP, map);
+	return db_open_sized(ctx, STORE_WRITEMAP, store_import_map_size(job->src.size));
 }
 
 static int run_import(struct db_ctx *ctx, int argc, char **argv, unsigned txn_flags)

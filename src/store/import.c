@@ -10,6 +10,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -19,6 +20,22 @@
 #define CHUNK_RECS  256 /* records per chunk: one lock round trip each */
 #define RING_CHUNKS 8   /* chunks in flight */
 #define MAX_WORKERS 16
+
+/* Stores take about three times their LDIF; the map is address space, and
+ * the data file stays sparse beyond what is written. */
+#define MAP_PER_LDIF_BYTE 4
+#define MAP_SLACK         ((uint64_t)64 << 20)
+#define MAP_MIN           ((uint64_t)1 << 30)
+
+size_t store_import_map_size(uint64_t ldif_bytes)
+{
+	uint64_t cap = SIZE_MAX / 2, want = MAP_MIN;
+	if (ldif_bytes < (cap - MAP_SLACK) / MAP_PER_LDIF_BYTE)
+		want = ldif_bytes * MAP_PER_LDIF_BYTE + MAP_SLACK;
+	else
+		want = cap;
+	return (size_t)(want < MAP_MIN ? MAP_MIN : want);
+}
 
 enum chunk_state { CH_FREE, CH_READ, CH_PREPPING, CH_READY };
 

@@ -502,6 +502,11 @@ struct ldif_import {
 };
 int ldif_import_fn(struct store_txn *t, void *arg, struct idc_diag *d);
 
+/* The map size to open a store with (and STORE_WRITEMAP) for importing
+ * ldif_bytes of LDIF in one transaction: about four times the LDIF, at
+ * least 1 GiB, so that the import does not fill the map and run again. */
+size_t store_import_map_size(uint64_t ldif_bytes);
+
 /* Append e as an LDIF record ("dn: ...\n" then "name: value\n" per value,
  * then a blank line) to out. Values that RFC 2849 says are not SAFE-STRINGs
  * (leading space, ':' or '<', trailing space, NUL, CR, LF, bytes >= 0x80)
