@@ -337,10 +337,22 @@ void store_add_prep_free(struct add_prep *p)
 	*p = (struct add_prep){.ndn = STORE_NDN_INIT};
 }
 
+/* t's add_prep, made on first use: read transactions never need one, and
+ * their begin (a calloc of the transaction) stays small. */
+static struct add_prep *txn_prep(struct store_txn *t)
+{
+	if (!t->ap && (t->ap = malloc(sizeof(*t->ap))) != NULL)
+		*t->ap = (struct add_prep){.ndn = STORE_NDN_INIT};
+	return t->ap;
+}
+
 int store_add(struct store_txn *t, const struct store_entry *e, uint64_t *idp, struct idc_diag *d)
 {
-	int rc = store_add_prepare(t->s, &t->ap, e, d);
-	return rc ? rc : store_add_prepared(t, &t->ap, e->dn, idp, d);
+	struct add_prep *p = txn_prep(t);
+	if (!p)
+		return -ENOMEM;
+	int rc = store_add_prepare(t->s, p, e, d);
+	return rc ? rc : store_add_prepared(t, p, e->dn, idp, d);
 }
 
 /* ---- modify ------------------------------------------------------------------------ */
@@ -553,7 +565,8 @@ static int load_private(struct store_txn *t, struct store_val dn, uint64_t *id,
 static int rewrite(struct store_txn *t, uint64_t id, const struct store_entry *old,
 		   const struct store_entry *new_e, bool *changed, struct idc_diag *d)
 {
-	int rc = check_entry(t->s, &t->ap, new_e, false, d);
+	struct add_prep *p = txn_prep(t);
+	int rc = p ? check_entry(t->s, p, new_e, false, d) : -ENOMEM;
 	struct store_val ndn = {t->ndn.text.data, t->ndn.text.len};
 	if (!rc)
 		rc = store_entry_encode(new_e, ndn, &t->enc);

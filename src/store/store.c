@@ -315,7 +315,9 @@ static void txn_free(struct store_txn *t)
 	idc_buf_free(&t->enc);
 	idc_buf_free(&t->copy);
 	idc_buf_free(&t->pkey);
-	store_add_prep_free(&t->ap);
+	if (t->ap)
+		store_add_prep_free(t->ap);
+	free(t->ap);
 	idc_arena_free(&t->arena);
 	index_bulk_free(t);
 	free(t);

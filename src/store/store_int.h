@@ -186,7 +186,7 @@ struct store_txn {
 	struct idc_arena arena; /* per-operation; reset at each op */
 	struct bulk_list *bulk; /* per dbi, while bulk_ok */
 	size_t nbulk;
-	struct add_prep ap;      /* store_add's, and the checks of store_replace */
+	struct add_prep *ap;     /* store_add's and store_replace's checks; NULL until used */
 	struct search_mem *smem; /* search.c: memory searches reuse; lent to one at a time */
 	struct idc_buf pkey;     /* store_add: dn2id key of the parent found last; a
 				  * delete here or a committed child clears it */
