@@ -266,7 +266,9 @@ void lprov_domain_process(struct lprov_domain *ld)
 	}
 	if (ld->hs)
 		lp_conn_handshake(ld, idc_now_ns());
-	if (ld->conn && !ld->hs && ld->searches)
+	/* more: lp_read stopped at a slice or a page yield, maybe after the
+	 * message that ended the last search; only lp_read clears it */
+	if (ld->conn && !ld->hs && (ld->searches || ld->more))
 		lp_read(ld);
 	uint64_t now = idc_now_ns();
 	lp_search_deadlines(ld, now);
