@@ -167,7 +167,8 @@ def per_host_hour(d, hosts):
     """A steady window's load per host per hour."""
     f = 3600.0 / d["secs"] / hosts
     return {"searches": d["searches"] * f, "entries": d["entries"] * f,
-            "bytes": d["bytes"] * f, "cpu_pct": 100.0 * d["cpu_s"] / d["secs"]}
+            "bytes": d["bytes"] * f, "cpu_s": d["cpu_s"] * f,
+            "cpu_pct": 100.0 * d["cpu_s"] / d["secs"]}
 
 
 def poll_bound(enum_s):
@@ -209,6 +210,9 @@ def summarize(res):
         if run.get("not_measured"):
             out.append(f"  not measured: {run['not_measured']}")
             continue
+        if run.get("failed"):
+            out.append(f"  FAILED: {run['failed'].splitlines()[0][:300]}")
+            continue
         c = run["cold"]
         out.append(f"  cold start, all {n} at once: every host serving everything after "
                    f"{fmt_s(c['ready_s'])} (slowest host); slapd peak CPU {c['peak_cpu_pct']:.0f}%, "
@@ -233,8 +237,11 @@ def summarize(res):
             if v is None:
                 continue
             if v.get("by_design"):
+                w = run.get("poll_waited", {}).get(k)
+                seen = (f"; waited out once: every host after {fmt_s(w['every_max'])}"
+                        + (f", TIMEOUTS {w['timeouts']}" if w["timeouts"] else "")) if w else ""
                 out.append(f"    {KIND_TITLE[k]:<20} by design: {fmt_s(v['every_p50'])} / "
-                           f"{fmt_s(v['every_p99'])} / <= {fmt_s(v['every_max'])}  (not waited out)")
+                           f"{fmt_s(v['every_p99'])} / <= {fmt_s(v['every_max'])}{seen}")
                 continue
             to = f"  TIMEOUTS {v['timeouts']}" if v["timeouts"] else ""
             out.append(f"    {KIND_TITLE[k]:<20} {fmt_s(v['every_p50'])} / {fmt_s(v['every_p99'])} / "
@@ -247,8 +254,43 @@ def summarize(res):
                        f"slapd sent {r['load']['searches']} searches, {fmt_n(r['load']['entries'])} "
                        f"entries, {fmt_n(r['load']['bytes'])}B = "
                        f"{100.0 * r['load']['bytes'] / cb:.2f}% of the cold start's bytes")
+    out += extrapolate(res)
     out += targets(res)
     return "\n".join(out) + "\n"
+
+
+FLEET, SERVERS = 10000, 2
+
+
+def extrapolate(res):
+    """On paper: FLEET hosts against SERVERS replicas sharing them evenly,
+    from each mode's largest measured N (load is per host: it scales)."""
+    out = ["", f"extrapolated to {FLEET:,} hosts on a replicated pair (each server takes half; "
+                "from the largest N measured per mode):"]
+    for mode in ("poll", "syncrepl"):
+        runs = [r for r in res["runs"] if r["mode"] == mode and "cold" in r]
+        if not runs:
+            out.append(f"  {mode}: not measured")
+            continue
+        r = max(runs, key=lambda x: x["hosts"])
+        n, half = r["hosts"], FLEET / SERVERS
+        ph = r.get("steady_by_design") or per_host_hour(r["steady"], n)
+        cold = r["cold"]["load"]
+        cpu_per_host_cold = cold["cpu_s"] / n
+        out.append(f"  {mode} (from N={n}): per server, steady: {ph['searches'] * half / 3600:.2f} "
+                   f"searches/s, {fmt_n(ph['entries'] * half / 3600)} entries/s, "
+                   f"{fmt_n(ph['bytes'] * half / 3600)}B/s, "
+                   f"{ph['cpu_s'] * half / 3600:.2f} cores of this machine's"
+                   + (f"; {half:,.0f} persistent searches open" if mode == "syncrepl" else ""))
+        out.append(f"    all {FLEET:,} starting at once: {fmt_n(cold['bytes'] / n * half)}B and "
+                   f"{cpu_per_host_cold * half:,.0f} CPU-seconds per server "
+                   f"({cpu_per_host_cold * half / 60:,.1f} min of one core)")
+        rs = r.get("restart")
+        if rs:
+            out.append(f"    all {FLEET:,} restarting on their state: "
+                       f"{fmt_n(rs['load']['bytes'] / n * half)}B and "
+                       f"{rs['load']['cpu_s'] / n * half:,.0f} CPU-seconds per server")
+    return out
 
 
 def targets(res):
@@ -298,7 +340,8 @@ def selftest(fixture):
     text = summarize(res)
     for want in ("== poll, N = 10 hosts ==", "by design", "== syncrepl, N = 10 hosts ==",
                  "500 ms / 750 ms / 750 ms", "TIMEOUTS 1", "not measured: no ldap_sync",
-                 "0.10% of the cold start's bytes", "N=10: p99 change -> visible"):
+                 "0.10% of the cold start's bytes", "N=10: p99 change -> visible",
+                 "extrapolated to 10,000 hosts", "5,000 persistent searches open"):
         assert want in text, f"{want!r} missing from:\n{text}"
     print(text, end="")
     print("fleet_bench selftest: ok")
@@ -613,6 +656,37 @@ def run_changes(slapd, probe, plan, timeout):
     return changes
 
 
+def plan_batch(groups, plan):
+    """One change of each kind that can be made together: the plan's first
+    add, delete and rename, and the removal of a member group60 had from
+    the start (not one the add puts in)."""
+    first = {}
+    for c in plan:
+        first.setdefault(c[0], c)
+    g = "group60"
+    u = min(groups[g])
+    ui = int(u[1:]) - 10000
+    rm = ("remove", f"dn: {group_dn(g)}\nchangetype: modify\ndelete: member\n"
+          f"member: {user_dn(ui)}\n-\ndelete: memberUid\nmemberUid: {u}\n", False,
+          f"member {g} {u}", f"notmember {g} {u}")
+    return [first["add"], rm, first["delete"], first["rename"]]
+
+
+def run_batch(slapd, probe, plan, timeout):
+    """Apply every change of plan at once, then wait for each to show on
+    every host (poll mode: until the next pass)."""
+    t0s = []
+    for kind, text, modrdn, before, after in plan:
+        pre = probe.ask(f"{before} 10")
+        if any(st != "ok" for st, _ in pre.values()):
+            raise RuntimeError(f"before {kind}: not every host shows '{before}': {pre}")
+    for kind, text, modrdn, before, after in plan:
+        t0s.append(time.monotonic())
+        slapd.modify(text, modrdn)
+    return [{"kind": kind, "t0": t0, "seen": probe.ask(f"{after} {timeout}")}
+            for (kind, _, _, _, after), t0 in zip(plan, t0s)]
+
+
 def wait_quiet(slapd, fleet, quiet_s=2.0, timeout=120):
     """Until slapd sent nothing for quiet_s and no host has a request in
     flight (a restart's or a pass's tail)."""
@@ -659,6 +733,7 @@ def run_one(args, mode, n, slapd, groups, has_sync):
     slapd.start()
     fleet = Fleet(args.build, args.out / "hosts", n, mode, slapd, has_sync)
     probe = None
+    deleted = 0
     timeout = 120 + n * 2
     try:
         run["cold"] = start_measured(slapd, fleet, USERS, GROUPS, timeout)
@@ -674,6 +749,16 @@ def run_one(args, mode, n, slapd, groups, has_sync):
         if mode == "poll":
             bound = poll_bound(run["cold"]["ready_s"])
             run["latency"] = {k: {**bound, "by_design": True} for k in KINDS}
+            if args.poll_wait:
+                deleted = 1
+                try:
+                    changes = run_batch(slapd, probe, plan_batch(groups, plan),
+                                        ENUM_PERIOD_S * 2)
+                    run["changes_raw"] = changes
+                    run["poll_waited"] = latency_summary(changes)
+                    log(f"{mode} N={n}: one change of each kind waited out")
+                except RuntimeError as e:
+                    log(f"{mode} N={n}: waiting changes out failed: {e}")
         else:
             changes = run_changes(slapd, probe, plan, 30)
             run["changes_raw"] = changes
@@ -682,7 +767,7 @@ def run_one(args, mode, n, slapd, groups, has_sync):
         probe.close()
         probe = None
         fleet.stop_all()
-        users_now = USERS - (args.changes if mode != "poll" else 0)
+        users_now = USERS - (args.changes if mode != "poll" else deleted)
         run["restart"] = start_measured(slapd, fleet, users_now, GROUPS, timeout)
         log(f"{mode} N={n}: restart {run['restart']['ready_s']:.1f} s")
     finally:
@@ -708,7 +793,7 @@ def steady(args, slapd, fleet, run):
         c = run["cold"]["load"]
         f = 3600.0 / ENUM_PERIOD_S / fleet.n
         run["steady_by_design"] = {"searches": c["searches"] * f, "entries": c["entries"] * f,
-                                   "bytes": c["bytes"] * f}
+                                   "bytes": c["bytes"] * f, "cpu_s": c["cpu_s"] * f}
     return d
 
 
@@ -750,7 +835,8 @@ def header(args):
             f"# {slapd_v[0].strip() if slapd_v else 'slapd ?'}; {USERS} users, {GROUPS} groups "
             f"(rfc2307bis), poll: enumerate=true, entry_cache_timeout={TTL_S}",
             f"# build {args.build}; hosts {args.hosts}; {args.changes} changes of each kind; "
-            f"steady window {args.steady} s"]
+            f"steady window {args.steady:.0f} s"
+            + ("; poll mode: one change of each kind waited out" if args.poll_wait else "")]
 
 
 def main():
@@ -763,6 +849,8 @@ def main():
     ap.add_argument("--changes", type=int, default=20)
     ap.add_argument("--steady", type=float, default=None)
     ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--poll-wait", action="store_true",
+                    help="poll mode: also wait one change of each kind out (up to a pass)")
     ap.add_argument("--selftest", type=Path)
     args = ap.parse_args()
     if args.selftest:
@@ -792,7 +880,12 @@ def main():
     t_all = time.monotonic()
     for n in [int(x) for x in args.hosts.split(",")]:
         for mode in args.modes.split(","):
-            res["runs"].append(run_one(args, mode, n, slapd, groups, sync))
+            try:
+                res["runs"].append(run_one(args, mode, n, slapd, groups, sync))
+            except (RuntimeError, subprocess.SubprocessError, OSError) as e:
+                log(f"{mode} N={n} failed: {e}")
+                res["runs"].append({"mode": mode, "hosts": n, "failed": str(e)[:2000]})
+            (args.out / "fleet_bench.json").write_text(json.dumps(res, indent=1))
     res["header"].append(f"# whole run {time.monotonic() - t_all:.0f} s")
     (args.out / "fleet_bench.json").write_text(json.dumps(res, indent=1))
     text = summarize(res)
