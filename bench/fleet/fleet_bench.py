@@ -55,6 +55,9 @@ ADMIN = f"cn=admin,{BASE}"
 USERS, GROUPS = 10000, 1000
 ENUM_PERIOD_S = 300  # the LDAP provider's enumeration refresh (poll mode)
 TTL_S = 300
+# The hosts run below slapd's priority: on a real fleet each host has its
+# own CPU, and here all of them share this machine's with the directory.
+NICE = 10
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -225,7 +228,9 @@ def summarize(res):
                    f"{fmt_s(c['ready_s'])} (slowest host); slapd peak CPU {c['peak_cpu_pct']:.0f}%, "
                    f"peak RSS {c['peak_rss_kib'] / 1024:.0f} MiB")
         out.append(f"    slapd sent: {c['load']['searches']} searches, {fmt_n(c['load']['entries'])} "
-                   f"entries, {fmt_n(c['load']['bytes'])}B ({fmt_n(c['load']['bytes'] / n)}B per host)")
+                   f"entries, {fmt_n(c['load']['bytes'])}B ({fmt_n(c['load']['bytes'] / n)}B per host) "
+                   f"in {c['load']['cpu_s']:.1f} CPU-s; the hosts used {c.get('hosts_cpu_s', 0):.0f} CPU-s"
+                   + (f"; {c['offline_hosts']} hosts went offline" if c.get("offline_hosts") else ""))
         s = run["steady"]
         ph = per_host_hour(s, n)
         out.append(f"  steady state ({s['secs']:.0f} s window, nothing changing), per host per hour: "
@@ -498,7 +503,10 @@ class Fleet:
         self.procs = [None] * n
         self.dirs = [self.root / f"h{i:03d}" for i in range(n)]
         domain = (f"id_provider = ldap\nldap_uri = {slapd.uri}\nldap_search_base = {BASE}\n"
-                  "ldap_schema = rfc2307bis\n")
+                  "ldap_schema = rfc2307bis\n"
+                  # N hosts share this machine's cores: a starved daemon must
+                  # not take its own late reading for a silent server
+                  "ldap_network_timeout = 30\nldap_search_timeout = 60\n")
         if mode == "poll":
             domain += f"enumerate = true\nentry_cache_timeout = {TTL_S}\n"
             if has_sync:
@@ -519,8 +527,25 @@ class Fleet:
             logf = open(d / "idcached.log", "ab")
             self.procs[i] = subprocess.Popen(
                 [str(self.build / "src/daemon/idcached"), "-c", str(d / "idcache.conf"), "-i"],
-                stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, cwd=d)
+                stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, cwd=d,
+                preexec_fn=lambda: os.nice(NICE))
             logf.close()
+
+    def cpu_s(self):
+        """CPU time the running hosts have used."""
+        total = 0.0
+        for p in self.procs:
+            try:
+                f = open(f"/proc/{p.pid}/stat").read().rsplit(")", 1)[1].split()
+                total += (int(f[11]) + int(f[12])) / CLK_TCK
+            except (AttributeError, OSError):
+                pass
+        return total
+
+    def went_offline(self):
+        """Hosts whose log says the domain went offline."""
+        return sum(1 for d in self.dirs
+                   if "offline" in (d / "idcached.log").read_text(errors="replace"))
 
     def stop_all(self):
         for p in self.procs:
@@ -729,7 +754,8 @@ def start_measured(slapd, fleet, users, groups, timeout):
     peak_cpu, peak_rss = sampler.finish()
     b = slapd.snapshot(a)
     return {"ready_s": ready, "peak_cpu_pct": peak_cpu, "peak_rss_kib": peak_rss,
-            "load": load_delta(a, b), "t_start": t0}
+            "load": load_delta(a, b), "t_start": t0, "hosts_cpu_s": fleet.cpu_s(),
+            "offline_hosts": fleet.went_offline()}
 
 
 def run_one(args, mode, n, slapd, groups, has_sync):
@@ -861,6 +887,9 @@ def main():
                     help="poll mode: also wait one change of each kind out (up to a pass)")
     ap.add_argument("--selftest", type=Path)
     args = ap.parse_args()
+    # Stopped by a signal: the finally clauses stop every host and slapd.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     if args.selftest:
         selftest(args.selftest)
         return 0
