@@ -111,8 +111,8 @@ def host_loaded(st, users, groups):
               and int(st.get("domain.dir.ldap_in_flight", 1)) == 0)
     except ValueError:
         return False
-    sync = st.get("domain.dir.sync")
-    return ok and (sync is None or sync.split()[0] == "live")
+    sync = st.get("domain.dir.sync")  # poll: no feed; else live, refreshing or down
+    return ok and (sync is None or sync.split()[0] in ("live", "poll"))
 
 
 def parse_probe(lines):
@@ -340,6 +340,8 @@ def selftest(fixture):
     assert host_loaded(status, 10000, 1000)
     assert not host_loaded(status, 9980, 1000)
     assert not host_loaded({**status, "domain.dir.sync": "refreshing"}, 10000, 1000)
+    assert host_loaded({**status, "domain.dir.sync": "live"}, 10000, 1000)
+    assert host_loaded({**status, "domain.dir.sync": "poll"}, 10000, 1000)
     assert parse_probe(["0 ok 5.5", "1 timeout 7.25", "done", "2 ok 1"]) == {
         0: ("ok", 5.5), 1: ("timeout", 7.25)}
     assert pct([3, 1, 2], 50) == 2 and pct(list(range(1, 101)), 99) == 99 and pct([], 50) is None
