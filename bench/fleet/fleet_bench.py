@@ -5,6 +5,7 @@ mode and syncrepl side by side.
     bench/fleet/fleet_bench.py [--build DIR] [--out DIR] [--quick]
                                [--hosts 10,100,300] [--modes poll,syncrepl]
                                [--changes 20] [--steady SECS]
+    bench/fleet/fleet_bench.py --report OUT/fleet_bench.json  (the table again)
     bench/fleet/fleet_bench.py --selftest FIXTURE_DIR   (the unit test)
 
 Needs root. One slapd on loopback (Debian's, back-mdb, the syncprov overlay
@@ -224,8 +225,8 @@ def summarize(res):
             out.append(f"  FAILED: {run['failed'].splitlines()[0][:300]}")
             continue
         c = run["cold"]
-        out.append(f"  cold start, all {n} at once: every host serving everything after "
-                   f"{fmt_s(c['ready_s'])} (slowest host); slapd peak CPU {c['peak_cpu_pct']:.0f}%, "
+        out.append(f"  cold start, all {n} at once: every host holding everything, nothing in flight, "
+                   f"after {fmt_s(c['ready_s'])} (slowest host); slapd peak CPU {c['peak_cpu_pct']:.0f}%, "
                    f"peak RSS {c['peak_rss_kib'] / 1024:.0f} MiB")
         out.append(f"    slapd sent: {c['load']['searches']} searches, {fmt_n(c['load']['entries'])} "
                    f"entries, {fmt_n(c['load']['bytes'])}B ({fmt_n(c['load']['bytes'] / n)}B per host) "
@@ -263,7 +264,8 @@ def summarize(res):
         r = run.get("restart")
         if r:
             cb = max(c["load"]["bytes"], 1)
-            out.append(f"  restart of all {n} on their state: serving after {fmt_s(r['ready_s'])}; "
+            out.append(f"  restart of all {n} on their state: every host loaded, nothing in flight, after "
+                       f"{fmt_s(r['ready_s'])}; "
                        f"slapd sent {r['load']['searches']} searches, {fmt_n(r['load']['entries'])} "
                        f"entries, {fmt_n(r['load']['bytes'])}B = "
                        f"{100.0 * r['load']['bytes'] / cb:.2f}% of the cold start's bytes")
@@ -888,12 +890,16 @@ def main():
     ap.add_argument("--poll-wait", action="store_true",
                     help="poll mode: also wait one change of each kind out (up to a pass)")
     ap.add_argument("--selftest", type=Path)
+    ap.add_argument("--report", type=Path, help="print the table of a fleet_bench.json again")
     args = ap.parse_args()
     # Stopped by a signal: the finally clauses stop every host and slapd.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     signal.signal(signal.SIGINT, signal.default_int_handler)
     if args.selftest:
         selftest(args.selftest)
+        return 0
+    if args.report:
+        print(summarize(json.loads(args.report.read_text())), end="")
         return 0
     if os.geteuid() != 0:
         log("needs root (mount namespaces); skipped")
