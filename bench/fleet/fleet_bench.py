@@ -186,7 +186,7 @@ def poll_bound(enum_s):
     plus one lookup, and never on a host that does not ask for it."""
     period = {"every_p50": ENUM_PERIOD_S * 0.50 + enum_s, "every_p99": ENUM_PERIOD_S * 0.99 + enum_s,
               "every_max": ENUM_PERIOD_S + enum_s}
-    ttl = {"every_p50": TTL_S * 0.50, "every_p99": TTL_S * 0.99, "every_max": TTL_S + 1.0,
+    ttl = {"every_p50": TTL_S * 0.50, "every_p99": TTL_S * 0.99, "every_max": float(TTL_S),
            "only_looked_up": True}
     return {"add": period, "remove": period, "delete": ttl, "rename": ttl}
 
@@ -253,7 +253,7 @@ def summarize(res):
                 w = run.get("poll_waited", {}).get(k)
                 seen = (f"; waited out once: every host after {fmt_s(w['every_max'])}"
                         + (f", TIMEOUTS {w['timeouts']}" if w["timeouts"] else "")) if w else ""
-                how = " (on a lookup)" if v.get("only_looked_up") else ""
+                how = " + one refresh (on a lookup)" if v.get("only_looked_up") else ""
                 out.append(f"    {KIND_TITLE[k]:<20} by design: {fmt_s(v['every_p50'])} / "
                            f"{fmt_s(v['every_p99'])} / <= {fmt_s(v['every_max'])}{how}{seen}")
                 continue
@@ -331,6 +331,65 @@ def targets(res):
     return out
 
 
+def markdown(res):
+    """The results as a Markdown table: one column per measured run."""
+    runs = sorted((r for r in res["runs"] if "cold" in r),
+                  key=lambda r: (r["mode"] != "poll", r["hosts"]))
+    cols = [f"{r['mode']} N={r['hosts']}" for r in runs]
+
+    def lat(r, k):
+        v = r["latency"].get(k)
+        if v is None:
+            return "-"
+        if v.get("by_design"):
+            w = r.get("poll_waited", {}).get(k)
+            how = " + a refresh, on a lookup" if v.get("only_looked_up") else ""
+            return (f"by design {fmt_s(v['every_p50'])} / {fmt_s(v['every_p99'])} / "
+                    f"≤ {fmt_s(v['every_max'])}{how}" + (f"; waited out: {fmt_s(w['every_max'])}"
+                                                          if w else ""))
+        to = f", {v['timeouts']} timeouts" if v["timeouts"] else ""
+        return f"{fmt_s(v['every_p50'])} / {fmt_s(v['every_p99'])} / {fmt_s(v['every_max'])}{to}"
+
+    def cold(r):
+        c, n = r["cold"], r["hosts"]
+        return (f"{c['load']['searches'] / n:.0f} searches, {fmt_n(c['load']['entries'] / n)} "
+                f"entries, {fmt_n(c['load']['bytes'] / n)}B")
+
+    def steady(r):
+        ph = per_host_hour(r["steady"], r["hosts"])
+        return f"{ph['searches']:.1f} searches, {fmt_n(ph['entries'])} entries, {fmt_n(ph['bytes'])}B"
+
+    def restart(r):
+        x = r.get("restart")
+        if not x:
+            return "-"
+        share = 100.0 * x["load"]["bytes"] / max(r["cold"]["load"]["bytes"], 1)
+        return (f"{x['load']['searches'] / r['hosts']:.0f} searches, "
+                f"{fmt_n(x['load']['bytes'] / r['hosts'])}B per host = {share:.2f}% of cold")
+
+    rows = [
+        ("cold start: every host holding everything", lambda r: fmt_s(r["cold"]["ready_s"])),
+        ("cold start: slapd sent per host", cold),
+        ("cold start: slapd CPU-s, peak CPU, peak RSS",
+         lambda r: f"{r['cold']['load']['cpu_s']:.1f} s, {r['cold']['peak_cpu_pct']:.0f}%, "
+                   f"{r['cold']['peak_rss_kib'] / 1024:.0f} MiB"),
+        ("steady, per host per hour", steady),
+        ("steady: slapd CPU (one core)",
+         lambda r: f"{per_host_hour(r['steady'], r['hosts'])['cpu_pct']:.2f}%"),
+    ] + [(f"{KIND_TITLE[k]} → visible on every host, p50 / p99 / max",
+          (lambda k: lambda r: lat(r, k))(k)) for k in KINDS] + [
+        ("restart of all on their state (cookies)", restart)]
+    out = ["| | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
+    for title, f in rows:
+        out.append(f"| {title} | " + " | ".join(f(r) for r in runs) + " |")
+    for r in res["runs"]:
+        if "cold" not in r:
+            why = r.get("not_measured") or "failed: " + r.get("failed", "?").splitlines()[0]
+            out.append(f"\n{r['mode']} N={r['hosts']}: not measured: {why}" if r.get("not_measured")
+                       else f"\n{r['mode']} N={r['hosts']}: {why}")
+    return "\n".join(out) + "\n"
+
+
 def selftest(fixture):
     """The parser and summary on fixture files: fixture/slapd.log (a stats
     log excerpt) and fixture/results.json (a results document)."""
@@ -354,6 +413,8 @@ def selftest(fixture):
     lat = res["runs"][1]["latency"]
     assert lat["add"]["every_p50"] == 0.5 and lat["add"]["every_max"] == 0.75, lat
     assert lat["delete"]["timeouts"] == 1 and lat["delete"]["n"] == 1, lat
+    md = markdown(res)
+    assert "| | poll N=10 | syncrepl N=10 |" in md and "syncrepl N=100: not measured" in md, md
     text = summarize(res)
     for want in ("== poll, N = 10 hosts ==", "by design", "== syncrepl, N = 10 hosts ==",
                  "500 ms / 750 ms / 750 ms", "TIMEOUTS 1", "not measured: no ldap_sync",
@@ -891,6 +952,7 @@ def main():
                     help="poll mode: also wait one change of each kind out (up to a pass)")
     ap.add_argument("--selftest", type=Path)
     ap.add_argument("--report", type=Path, help="print the table of a fleet_bench.json again")
+    ap.add_argument("--markdown", action="store_true", help="with --report: as Markdown")
     args = ap.parse_args()
     # Stopped by a signal: the finally clauses stop every host and slapd.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -899,7 +961,8 @@ def main():
         selftest(args.selftest)
         return 0
     if args.report:
-        print(summarize(json.loads(args.report.read_text())), end="")
+        res = json.loads(args.report.read_text())
+        print(markdown(res) if args.markdown else summarize(res), end="")
         return 0
     if os.geteuid() != 0:
         log("needs root (mount namespaces); skipped")
