@@ -428,7 +428,7 @@ static const char *num(struct cache_txn *t, uint64_t v)
 	return s;
 }
 
-static int ensure_entry(struct cache_txn *t, const char *dn, const char *cn, struct idc_diag *d)
+int cache_ensure_entry(struct cache_txn *t, const char *dn, const char *cn, struct idc_diag *d)
 {
 	struct store_pair p[] = {{{"objectClass", 11}, {"container", 9}},
 				 {{"cn", 2}, {cn, strlen(cn)}}};
@@ -460,15 +460,15 @@ int cache_domain_ensure(struct cache_txn *t, const char *domain, uint32_t ttl, s
 		c->nttl++;
 	}
 	c->ttl[i].ttl = ttl;
-	int rc = ensure_entry(t, "cn=idcache", "idcache", d);
+	int rc = cache_ensure_entry(t, "cn=idcache", "idcache", d);
 	if (!rc)
 		rc = cache_dn_domain(&t->dn, domain);
 	if (!rc)
-		rc = ensure_entry(t, t->dn.data, domain, d);
+		rc = cache_ensure_entry(t, t->dn.data, domain, d);
 	for (int k = 0; k < 2 && !rc; k++) {
 		rc = cache_dn_container(&t->dn, k ? KIND_GROUP : KIND_USER, domain);
 		if (!rc)
-			rc = ensure_entry(t, t->dn.data, k ? "groups" : "users", d);
+			rc = cache_ensure_entry(t, t->dn.data, k ? "groups" : "users", d);
 	}
 	return rc;
 }

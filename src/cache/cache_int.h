@@ -78,6 +78,8 @@ int cache_dn_domain(struct idc_buf *out, const char *domain);
 int cache_dn_container(struct idc_buf *out, int kind, const char *domain);
 int cache_dn_entry(struct idc_buf *out, int kind, const char *domain, const char *name);
 int cache_dn_extra(struct idc_buf *out, int kind, const char *domain, uint64_t order);
+/* A container entry dn (cn: cn) unless it exists. */
+int cache_ensure_entry(struct cache_txn *t, const char *dn, const char *cn, struct idc_diag *d);
 /* Attribute marking an extra record (cache.h, "Extra records"). */
 #define CACHE_ATTR_EXTRA "extrarecord" /* canonical (lower case) */
 uint32_t cache_domain_ttl(const struct cache *c, const char *domain);

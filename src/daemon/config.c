@@ -486,6 +486,9 @@ static const char *const ldap_keys[] = {
     "ldap_group_nesting_level",
     "ldap_max_searches",
     "ldap_max_memory",
+    "ldap_sync",
+    "ldap_sync_fallback_timeout",
+    "ldap_sync_keepalive",
 };
 
 #ifdef IDC_HAVE_LDAP

@@ -51,6 +51,12 @@
 
 enum lprov_schema { LPROV_RFC2307 = 0, LPROV_RFC2307BIS };
 
+/* ldap_sync: how the cache follows the directory. AUTO: content
+ * synchronization (RFC 4533) when the rootDSE lists its control, else
+ * POLL; SYNCREPL: content synchronization, and a server without it is
+ * polled (logged); POLL: lookups and their expiry only. */
+enum lprov_sync_mode { LPROV_SYNC_AUTO = 0, LPROV_SYNC_SYNCREPL, LPROV_SYNC_POLL };
+
 /* ldap_tls_reqcert values, as libldap's LDAP_OPT_X_TLS_* levels. */
 enum lprov_reqcert {
 	LPROV_REQCERT_NEVER = 0,
@@ -123,16 +129,23 @@ struct lprov_config {
 	bool member_names_from_rdn;
 	/* What one directory may make a request cost (a hostile or
 	 * impersonated server included): */
-	uint32_t max_reply_bytes; /* ldap_max_reply_size: one LDAP message, 64 MiB;
-				   * a larger one drops the connection */
-	uint32_t max_entries;     /* ldap_max_entries: entries one lookup,
-				   * enumeration or refresh takes, 100000 */
-	uint32_t nesting_level;   /* ldap_group_nesting_level: nested group
-				   * levels followed up and down, 32 */
-	uint32_t max_searches;    /* ldap_max_searches: searches one request
-				   * sends (pages not counted), 500 */
-	uint32_t max_memory;      /* ldap_max_memory: bytes the requests in
-				   * flight hold for what they read, 128 MiB */
+	uint32_t max_reply_bytes;  /* ldap_max_reply_size: one LDAP message, 64 MiB;
+				    * a larger one drops the connection */
+	uint32_t max_entries;      /* ldap_max_entries: entries one lookup,
+				    * enumeration or refresh takes, 100000 */
+	uint32_t nesting_level;    /* ldap_group_nesting_level: nested group
+				    * levels followed up and down, 32 */
+	uint32_t max_searches;     /* ldap_max_searches: searches one request
+				    * sends (pages not counted), 500 */
+	uint32_t max_memory;       /* ldap_max_memory: bytes the requests in
+				    * flight hold for what they read, 128 MiB */
+	enum lprov_sync_mode sync; /* ldap_sync: auto */
+	/* ldap_sync_fallback_timeout: how long the feed may be down before
+	 * lookups search and entries expire again as when polling, 300 s */
+	uint32_t sync_fallback_ms;
+	/* ldap_sync_keepalive: a quiet feed's connection is checked (an
+	 * extended operation, not a search) this often, 60 s; 0 never */
+	uint32_t sync_keepalive_ms;
 };
 
 /* Defaults for domain name. 0 or -ENOMEM. */
@@ -254,6 +267,14 @@ struct lprov_domain_status {
 	uint64_t negative_hits; /* answered NOTFOUND from the negative cache */
 	uint64_t commits;       /* cache transactions committed */
 	size_t in_flight;
+	/* content synchronization: "poll" (not used), "refreshing", "live"
+	 * or "down" */
+	const char *sync;
+	int64_t sync_cookie_time; /* unix seconds the cookie was stored; 0 none */
+	uint64_t sync_entries;    /* directory entries the feed holds */
+	uint64_t sync_changes;    /* entries added, changed or deleted by the feed */
+	uint64_t sync_refreshes;  /* refresh phases completed */
+	uint64_t sync_full;       /* of which full refreshes (no or a refused cookie) */
 };
 void lprov_domain_get_status(const struct lprov_domain *ld, struct lprov_domain_status *st);
 

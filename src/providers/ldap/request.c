@@ -95,6 +95,11 @@ static void req_free(struct lp_req *r)
 	free(r);
 }
 
+void lp_req_release(struct lp_req *r)
+{
+	req_free(r);
+}
+
 static void req_unlink(struct lprov_domain *ld, struct lp_req *r)
 {
 	for (struct lp_req **p = &ld->reqs; *p; p = &(*p)->next)
@@ -369,6 +374,9 @@ enum lprov_lookup_result lprov_domain_lookup(struct lprov_domain *ld, enum lprov
 	/* min_id/max_id: such an id is never stored; the directory is not asked. */
 	if ((kind == LPROV_LOOKUP_PWUID || kind == LPROV_LOOKUP_GRGID) &&
 	    !lp_id_in_range(&ld->cfg, id))
+		return LPROV_LOOKUP_NOTFOUND;
+	/* The feed keeps the cache what the directory holds: no search. */
+	if (lp_sync_live(ld))
 		return LPROV_LOOKUP_NOTFOUND;
 	if (kind != LPROV_LOOKUP_ENUMERATE && neg_hit(ld, key_hash(ld, kind, name, id))) {
 		ld->nneg++;

@@ -350,6 +350,10 @@ static void on_entry(struct lprov_domain *ld, struct lp_search *s, LDAPMessage *
 
 static void on_message(struct lprov_domain *ld, LDAPMessage *msg)
 {
+	if (lp_sync_owns(ld, ldap_msgid(msg))) {
+		lp_sync_message(ld, msg);
+		return;
+	}
 	struct lp_search *s = find(ld, ldap_msgid(msg));
 	if (!s)
 		return; /* a search already given up */
@@ -384,7 +388,7 @@ static void read_failed(struct lprov_domain *ld, int saved_errno)
 			 (unsigned)ld->cfg.max_reply_bytes);
 	else
 		snprintf(why, sizeof(why), "%s", ldap_err2string(err));
-	if (ld->searches || saved_errno == ERANGE)
+	if (ld->searches || lp_sync_active(ld) || saved_errno == ERANGE)
 		lp_conn_fail(ld, why);
 	else
 		lp_conn_close(ld);
