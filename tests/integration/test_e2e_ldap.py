@@ -1034,7 +1034,8 @@ VALGRIND = nsenv.VALGRIND
 @pytest.mark.skipif(VALGRIND is None, reason="valgrind not installed")
 def test_ldap_daemon_under_valgrind(env, idcached_bin, nss_module_dir, idcache):
     """Lookups, deferred replies, status and expire, a reload and a stop
-    while a lookup waits on a silent server: no invalid access, no leak."""
+    while a lookup waits on a silent server: no invalid access, no leak.
+    The silent domain polls, so it connects at its first lookup."""
     import signal
     base = nsenv.make_private_dir("idc-ldap-vg-")
     ns = nsenv.NsEnv(nss_module_dir, base / "run", base / "ns")
@@ -1043,8 +1044,8 @@ def test_ldap_daemon_under_valgrind(env, idcached_bin, nss_module_dir, idcache):
     b = env.servers["b"]
     d = nsenv.Daemon(idcached_bin, base, LOCAL_PASSWD, LOCAL_GROUP,
                      idcache_conf="domains = local, dir, silent\n",
-                     domain_conf=ldap_domain(b.uri) + ldap_domain(bh.uri).replace(
-                         "[domain/dir]", "[domain/silent]"),
+                     domain_conf=ldap_domain(b.uri) + ldap_domain(
+                         bh.uri, "ldap_sync = poll\n").replace("[domain/dir]", "[domain/silent]"),
                      wrap=wrap)
     ok = False
     try:

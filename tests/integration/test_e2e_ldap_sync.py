@@ -121,3 +121,152 @@ def test_changes_are_pushed_without_lookup_searches(sp, daemons, idcache):
     st = status(idcache, d)
     assert st["domain.dir.sync_full_refreshes"] == "1", st
     assert int(st["domain.dir.sync_changes"]) >= 4, st
+
+
+def gids(d, name):
+    r = d.ns.run(["id", "-Gn", name])  # rc 1: the primary group has no name
+    assert r.out, (r, d.log()[-1500:])
+    return set(r.out.split())
+
+
+def test_memberships_direct_nested_and_group_renames(sp, daemons, idcache):
+    """Membership changes, direct (memberUid, member DN) and nested, and a
+    group rename and delete, reach `id` and `getent group` with no search."""
+    d = start_daemon(daemons, sp.uri, SYNC)
+    wait_live(idcache, d)
+    assert {"dev", "all", "top"} <= gids(d, "alice")
+    assert {"all", "top"} <= gids(d, "carol") and "dev" not in gids(d, "carol")
+    n0 = searches(idcache, d)
+    g = f"ou=groups,{BASE}"
+    # member DN added: carol joins dev
+    ldapmodify(sp, f"dn: cn=dev,{g}\nchangetype: modify\nadd: member\n"
+                   f"member: uid=carol,ou=people,{BASE}\n\n")
+    visible(d, ["id", "-Gn", "carol"], lambda r: "dev" in r.out.split())
+    # memberUid added and removed
+    ldapmodify(sp, f"dn: cn=ops,{g}\nchangetype: modify\nadd: memberUid\nmemberUid: frank\n\n")
+    visible(d, ["id", "-Gn", "frank"], lambda r: "ops" in r.out.split())
+    ldapmodify(sp, f"dn: cn=ops,{g}\nchangetype: modify\ndelete: memberUid\nmemberUid: bob\n\n")
+    visible(d, ["id", "-Gn", "bob"], lambda r: r.out and "ops" not in r.out.split())
+    visible(d, ["getent", "group", "ops"], lambda r: r.out.strip().endswith(":alice,frank"))
+    # nesting removed: dev leaves all, so alice and bob leave all and top
+    ldapmodify(sp, f"dn: cn=all,{g}\nchangetype: modify\ndelete: member\n"
+                   f"member: cn=dev,{g}\n\n")
+    visible(d, ["id", "-Gn", "alice"],
+            lambda r: r.out and not {"all", "top"} & set(r.out.split()))
+    assert {"all", "top"} <= gids(d, "carol")  # still a direct member of all
+    # nesting added back through a new group
+    ldapmodify(sp, f"dn: cn=mid,{g}\nchangetype: add\nobjectClass: posixGroup\n"
+                   f"objectClass: extensibleObject\ncn: mid\ngidNumber: 20099\nmember: cn=dev,{g}\n\n"
+                   f"dn: cn=top,{g}\nchangetype: modify\nadd: member\nmember: cn=mid,{g}\n\n")
+    visible(d, ["id", "-Gn", "bob"], lambda r: {"mid", "top"} <= set(r.out.split()))
+    # a group renamed: the new name answers, the old one does not
+    ldapmodify(sp, f"dn: cn=mid,{g}\nchangetype: modrdn\nnewrdn: cn=middle\n"
+                   "deleteoldrdn: 1\n\n")
+    visible(d, ["getent", "group", "middle"], lambda r: r.out.startswith("middle:x:20099:"))
+    visible(d, ["getent", "group", "mid"], lambda r: r.rc == 2)
+    visible(d, ["getent", "group", "20099"], lambda r: r.out.startswith("middle:"))
+    visible(d, ["id", "-Gn", "alice"], lambda r: "middle" in r.out.split())
+    # a group deleted
+    ldapmodify(sp, f"dn: cn=c2,{g}\nchangetype: delete\n\n")
+    visible(d, ["getent", "group", "c2"], lambda r: r.rc == 2)
+    visible(d, ["getent", "group", "20013"], lambda r: r.rc == 2)
+    assert searches(idcache, d) == n0, "lookups searched while the feed was live"
+
+
+def feed_log(d):
+    """The "live" lines the daemon logged, as (kind, named, changed)."""
+    out = []
+    for line in d.log().splitlines():
+        if "sync feed of" in line and " live: " in line:
+            tail = line.split(" live: ")[1]
+            kind = tail.split(",")[0]
+            named = int(tail.split(", ")[1].split()[0])
+            changed = int(tail.split(", ")[2].split()[0])
+            out.append((kind, named, changed))
+    return out
+
+
+def test_restart_resumes_with_the_cookie(sp, daemons, idcache):
+    """A daemon restart sends the stored cookie and receives only what
+    changed meanwhile (an add and a delete), not the directory; a server
+    restart likewise."""
+    d = start_daemon(daemons, sp.uri, SYNC)
+    wait_live(idcache, d)
+    assert feed_log(d)[-1][0] == "full refresh"
+    full_named = feed_log(d)[-1][1]
+    assert d.ns.run(["id", "bob"]).rc == 0
+    d.stop()
+    print(subprocess.run([str(idcache), "db", "-d", str(d.state_dir / "cache.mdb"), "search",
+                          "-b", "cn=state,cn=dir,cn=idcache", "(stateKey=cookie*)"],
+                         capture_output=True, text=True).stdout)
+    ldapmodify(sp, user_ldif("late", 10060))
+    ldapmodify(sp, f"dn: uid=bob,ou=people,{BASE}\nchangetype: delete\n\n")
+    d.start()
+    wait_live(idcache, d)
+    kind, named, changed = feed_log(d)[-1]
+    assert kind == "resumed", feed_log(d)
+    assert named <= 2 < full_named, feed_log(d)  # the two changes, not every entry
+    st = status(idcache, d)
+    assert st["domain.dir.sync_full_refreshes"] == "0", st
+    assert int(st["domain.dir.sync_cookie_age"]) >= 0, st
+    visible(d, ["getent", "passwd", "late"], lambda r: r.rc == 0)
+    visible(d, ["getent", "passwd", "bob"], lambda r: r.rc == 2)
+    visible(d, ["getent", "passwd", "10002"], lambda r: r.rc == 2)
+    # the server restarts: the feed comes back by itself, resumed
+    sp.stop()
+    ok, _ = nsenv.wait_for(lambda: status(idcache, d)["domain.dir.sync"] != "live", timeout=WAIT)
+    assert ok
+    assert d.ns.run(["getent", "passwd", "alice"]).rc == 0  # served from the cache
+    sp.start()
+    wait_live(idcache, d, timeout=20)
+    ldapmodify(sp, user_ldif("after", 10061))
+    visible(d, ["getent", "passwd", "after"], lambda r: r.rc == 0)
+    assert status(idcache, d)["domain.dir.sync_full_refreshes"] == "0"
+    assert feed_log(d)[-1][0] == "resumed", feed_log(d)
+
+
+def test_network_cut_then_changes(sp, daemons, idcache):
+    """The server stops answering (SIGSTOP): the keepalive finds the feed
+    dead, the cache keeps answering; changes made as it comes back
+    (SIGCONT) arrive with the resumed feed."""
+    d = start_daemon(daemons, sp.uri, SYNC + "ldap_sync_keepalive = 1\n")
+    wait_live(idcache, d)
+    os.kill(sp.pid, signal.SIGSTOP)
+    try:
+        ok, _ = nsenv.wait_for(lambda: status(idcache, d)["domain.dir.sync"] == "down",
+                               timeout=WAIT, interval=0.1)
+        assert ok, (status(idcache, d), d.log()[-2000:])
+        r = d.ns.run(["id", "alice"], timeout=5)
+        assert r.rc == 0 and "20014(top)" in r.out, r
+    finally:
+        os.kill(sp.pid, signal.SIGCONT)
+    ldapmodify(sp, user_ldif("cutover", 10062))
+    ldapmodify(sp, f"dn: uid=carol,ou=people,{BASE}\nchangetype: delete\n\n")
+    wait_live(idcache, d, timeout=30)
+    visible(d, ["getent", "passwd", "cutover"], lambda r: r.rc == 0)
+    visible(d, ["getent", "passwd", "carol"], lambda r: r.rc == 2)
+    assert status(idcache, d)["domain.dir.sync_full_refreshes"] == "1"
+
+
+def test_server_without_syncprov_is_polled(daemons, idcache):
+    """auto against a server that does not list the control: polling, as
+    before (lookups search); syncrepl against it: refused, polled too."""
+    base = nsenv.make_private_dir("idc-nosync-")
+    s = Slapd(base, "plain")
+    s.start()
+    try:
+        for mode in ("auto", "syncrepl"):
+            d = start_daemon(daemons, s.uri, f"ldap_sync = {mode}\n")
+            r = d.ns.run(["getent", "passwd", "alice"])
+            assert r.rc == 0, r
+            ok, _ = nsenv.wait_for(lambda: status(idcache, d)["domain.dir.sync"] == "poll",
+                                   timeout=WAIT)
+            assert ok, (mode, status(idcache, d))
+            assert "polling instead" in d.log()
+            n0 = searches(idcache, d)
+            assert d.ns.run(["getent", "passwd", "bob"]).rc == 0
+            assert searches(idcache, d) > n0, "a poll-mode miss did not search"
+            d.stop()
+    finally:
+        s.stop()
+        nsenv.remove_tree(base)

@@ -828,10 +828,11 @@ static void on_intermediate(struct lp_sync_feed *f, LDAPMessage *msg)
 	struct lp_sync_msg m;
 	int rc = data ? lp_sync_parse_info(data->bv_val, data->bv_len, &m) : -EPROTO;
 	ldap_memfree(oid);
+	if (rc == 0)
+		set_next_cookie(f, &m); /* m points into data */
 	ber_bvfree(data);
 	if (rc)
 		return protocol_error(f, "a malformed Sync Info message");
-	set_next_cookie(f, &m);
 	if (m.kind == LP_SYNC_MSG_IDSET)
 		on_idset(f, &m);
 	if (m.kind == LP_SYNC_MSG_REFRESH_PRESENT && f->refreshing)
@@ -859,6 +860,10 @@ static void on_result(struct lp_sync_feed *f, LDAPMessage *msg)
 	struct lp_sync_msg m;
 	bool done_ok =
 	    c && lp_sync_parse_done(c->ldctl_value.bv_val, c->ldctl_value.bv_len, &m) == 0;
+	if (done_ok && err == LDAP_SUCCESS && f->refreshing) {
+		set_next_cookie(f, &m); /* m points into ctrls */
+		f->sweep |= !m.deletes;
+	}
 	char why[300];
 	snprintf(why, sizeof(why), "%s%s%.200s", ldap_err2string(err), text && *text ? ": " : "",
 		 text ? text : "");
@@ -878,13 +883,8 @@ static void on_result(struct lp_sync_feed *f, LDAPMessage *msg)
 	}
 	if (err == LDAP_UNAVAILABLE_CRITICAL_EXTENSION || err == LDAP_PROTOCOL_ERROR)
 		return give_up(sy, why);
-	if (err == LDAP_SUCCESS && f->refreshing) {
-		if (done_ok) {
-			set_next_cookie(f, &m);
-			f->sweep |= !m.deletes;
-		}
+	if (err == LDAP_SUCCESS && f->refreshing)
 		refresh_done(f);
-	}
 	feed_restart(f, err == LDAP_SUCCESS ? "the server ended the search" : why);
 }
 
