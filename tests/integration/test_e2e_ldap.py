@@ -61,8 +61,9 @@ def free_port():
 class Slapd:
     """One slapd.sh instance in base/name."""
 
-    def __init__(self, base, name, certs=None, cert="server", ldif=None):
+    def __init__(self, base, name, certs=None, cert="server", ldif=None, syncprov=False):
         self.dir = Path(base) / name
+        self.syncprov = syncprov  # content synchronization (the syncprov overlay)
         self.port = free_port()
         self.certs = certs
         self.cert = cert
@@ -78,7 +79,9 @@ class Slapd:
                 self.ldif or LDAP_DIR / "fixtures.ldif"]
         if self.certs:
             argv += [self.certs, "", self.cert]
-        environ = dict(os.environ, SLAPD_LOAD="slapadd") if self.ldif else None
+        environ = dict(os.environ, SLAPD_LOAD="slapadd") if self.ldif else dict(os.environ)
+        if self.syncprov:
+            environ["SLAPD_SYNCPROV"] = "1"
         p = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=120,
                            env=environ)
         if p.returncode != 0:
@@ -96,16 +99,17 @@ class Slapd:
         return log.count(" SRCH base=")
 
 
-def private_slapd(prefix, name, write_ldif=None):
+def private_slapd(prefix, name, write_ldif=None, syncprov=False):
     """A slapd of a test's own in a fresh private directory, for a fixture
     to `yield from`: the fixtures' entries, or what write_ldif(path) writes,
-    loaded with slapadd. Stopped and its directory removed afterwards."""
+    loaded with slapadd; with syncprov, offering content synchronization.
+    Stopped and its directory removed afterwards."""
     base = nsenv.make_private_dir(prefix)
     ldif = None
     if write_ldif is not None:
         ldif = base / "dir.ldif"
         write_ldif(ldif)
-    s = Slapd(base, name, ldif=ldif)
+    s = Slapd(base, name, ldif=ldif, syncprov=syncprov)
     try:
         s.start()
         yield s

@@ -12,8 +12,8 @@ import time
 import pytest
 
 import nsenv
-from test_e2e_ldap import (BASE, LDAP_DIR, SLAPD, Slapd, cli, free_port, start_daemon,
-                           status)
+from test_attack_ldap import fakes  # noqa: F401 (a fixture: tests/ldap/fakeldap.py)
+from test_e2e_ldap import BASE, SLAPD, Slapd, start_daemon, status
 
 pytestmark = [
     pytest.mark.usefixtures("as_root"),
@@ -22,29 +22,14 @@ pytestmark = [
 ]
 
 SYNC = "ldap_sync = syncrepl\nentry_cache_timeout = 1\n"
+AUTO = "entry_cache_timeout = 1\n"  # ldap_sync = auto, the default
 WAIT = 10  # seconds a change may take to show (loopback: milliseconds)
-
-
-class SyncSlapd(Slapd):
-    def start(self):
-        old = os.environ.get("SLAPD_SYNCPROV")
-        os.environ["SLAPD_SYNCPROV"] = "1"
-        try:
-            super().start()
-        finally:
-            if old is None:
-                del os.environ["SLAPD_SYNCPROV"]
-            else:
-                os.environ["SLAPD_SYNCPROV"] = old
-
-    def log_text(self):
-        return (self.dir / "slapd.log").read_text(errors="replace")
 
 
 @pytest.fixture
 def sp():
     base = nsenv.make_private_dir("idc-sync-")
-    s = SyncSlapd(base, "sp")
+    s = Slapd(base, "sp", syncprov=True)
     s.start()
     yield s
     if s.pid is not None:
@@ -89,7 +74,10 @@ def searches(idcache, d):
 
 
 def test_changes_are_pushed_without_lookup_searches(sp, daemons, idcache):
-    d = start_daemon(daemons, sp.uri, SYNC)
+    """ldap_sync = auto (the default) against syncprov: adds, modifies,
+    renames and deletes of users reach getent by uid and by name, and no
+    lookup sends a search (the daemon's counter and slapd's log agree)."""
+    d = start_daemon(daemons, sp.uri, AUTO)
     wait_live(idcache, d)
     n0, srch0 = searches(idcache, d), sp.srch_count()
     got = d.ns.run_many([["getent", "passwd", "alice"], ["id", "alice"], ["getent", "group",
@@ -270,3 +258,102 @@ def test_server_without_syncprov_is_polled(daemons, idcache):
     finally:
         s.stop()
         nsenv.remove_tree(base)
+
+
+# ==== a server that refuses the cookie, and hostile ones (tests/ldap/fakeldap.py) ====
+
+def test_refused_cookie_means_a_full_refresh_swapped_in(fakes, daemons, idcache):
+    """The server answers the stored cookie with e-syncRefreshRequired: the
+    daemon refreshes in full without the cookie, and what the new refresh
+    lacks (bob, and bob's membership of staff) is gone once it is swapped
+    in; until then the old content is served."""
+    f = fakes("sync")
+    d = start_daemon(daemons, f.uri, "ldap_sync = auto\n")
+    wait_live(idcache, d)
+    assert d.ns.run(["getent", "passwd", "bob"]).rc == 0
+    assert d.ns.run(["getent", "group", "staff"]).out.strip() == "staff:x:30000:alice,bob"
+    d.stop()
+    d.start()
+    wait_live(idcache, d)
+    assert "refused the sync cookie" in d.log()
+    visible(d, ["getent", "passwd", "bob"], lambda r: r.rc == 2)
+    visible(d, ["getent", "group", "staff"], lambda r: r.out.strip() == "staff:x:30000:alice")
+    st = status(idcache, d)
+    assert st["domain.dir.sync_full_refreshes"] == "1", st
+
+
+@pytest.mark.parametrize("how", [0, 1, 2])
+def test_malformed_sync_state_drops_the_connection(fakes, daemons, idcache, how):
+    """An entry whose Sync State control is malformed (a 15-byte UUID, a
+    length past the end, none at all): logged, the connection dropped,
+    nothing stored from it; the daemon keeps answering."""
+    f = fakes("syncbad", how)
+    d = start_daemon(daemons, f.uri, "ldap_sync = syncrepl\n")
+    ok, _ = nsenv.wait_for(lambda: "sync feed: an entry without a valid Sync State" in d.log(),
+                           timeout=WAIT)
+    assert ok, d.log()[-2000:]
+    assert d.ns.run(["getent", "passwd", "loc"]).rc == 0
+    assert status(idcache, d)["domain.dir.sync"] != "live"
+    assert "alice" not in d.ns.run(["getent", "passwd"]).out
+
+
+# ==== kill -9 ================================================================================
+
+def db_check(idcache, d):
+    r = subprocess.run([str(idcache), "db", "-d", str(d.state_dir / "cache.mdb"), "check"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+
+
+@pytest.fixture
+def big_sp():
+    from test_e2e_ldap import big_ldif
+    base = nsenv.make_private_dir("idc-sync-big-")
+    ldif = base / "big.ldif"
+    big_ldif(ldif, 20000, 500)
+    s = Slapd(base, "big", ldif=ldif, syncprov=True)
+    s.start()
+    yield s
+    s.stop()
+    nsenv.remove_tree(base)
+
+
+def count_users(d, prefix):
+    return sum(1 for u in d.ns.run(["getent", "passwd"]).out.splitlines()
+               if u.startswith(prefix))
+
+
+def test_kill9_during_refresh_and_persist(big_sp, daemons, idcache):
+    """kill -9 while the first refresh is read (nothing of it committed),
+    then while notices are applied: each time the store passes `idcache db
+    check` and the next start resumes — from nothing the first time (a
+    full refresh), with the cookie the second (only what changed)."""
+    s = big_sp
+    d = start_daemon(daemons, s.uri, SYNC)
+    ok, _ = nsenv.wait_for(lambda: status(idcache, d)["domain.dir.sync"] == "refreshing",
+                           timeout=WAIT, interval=0.005)
+    assert ok, status(idcache, d)
+    d.kill()
+    db_check(idcache, d)
+    d.start()
+    wait_live(idcache, d, timeout=60)
+    assert count_users(d, "e") == 20000
+    # notices: 300 users added by one client while the daemon dies
+    adds = "".join(user_ldif(f"n{i}", 400000 + i) for i in range(300))
+    p = subprocess.Popen(["ldapmodify", "-x", "-H", s.uri, "-D", f"cn=admin,{BASE}", "-w",
+                          "secret"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True)
+    p.stdin.write(adds)
+    p.stdin.close()
+    ok, _ = nsenv.wait_for(lambda: d.ns.run(["getent", "passwd", "n20"]).rc == 0,
+                           timeout=WAIT, interval=0.01)
+    assert ok
+    d.kill()
+    assert p.wait(timeout=60) == 0
+    db_check(idcache, d)
+    d.start()
+    wait_live(idcache, d, timeout=60)
+    visible(d, ["getent", "passwd", "n299"], lambda r: r.rc == 0)
+    assert count_users(d, "n") == 300
+    assert feed_log(d)[-1][0] == "resumed", feed_log(d)
+    assert feed_log(d)[-1][1] < 1000, feed_log(d)  # the adds it missed, not 20,000

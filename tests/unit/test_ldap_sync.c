@@ -17,7 +17,8 @@
 
 #include "providers/ldap/lprov_int.h"
 
-static const unsigned char uuid[LP_UUID_LEN] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+static const unsigned char uuid[LP_UUID_LEN] = {1, 2,  3,  4,  5,  6,  7,  8,
+						9, 10, 11, 12, 13, 14, 15, 16};
 static const char cookie[] = "rid=000,csn=20261202001549.902763Z#000000#000#000000";
 
 /* What ber_printf(fmt, ...) encodes, into out (malloc'd). */

@@ -1070,12 +1070,10 @@ void lp_sync_tick(struct lprov_domain *ld, uint64_t now)
 	track_down(sy, now);
 	if (!ld->online || ld->broken)
 		return; /* conn.c's probes bring the connection back */
-	if (!ld->conn) {
-		lp_conn_ensure(ld); /* connected() comes back here */
-		return;
-	}
-	if (ld->hs)
-		return;
+	if (!ld->conn && lp_conn_ensure(ld))
+		return; /* offline now: the probes bring the connection back */
+	if (!ld->conn || ld->hs)
+		return; /* the set-up goes on from the loop (lp_conn_handshake) */
 	if (sy->support == SY_UNKNOWN && !sy->rootdse_msgid)
 		rootdse_send(sy);
 	if (sy->support == SY_YES)
@@ -1099,6 +1097,8 @@ uint64_t lp_sync_next_ns(const struct lprov_domain *ld)
 	if (!ld->online)
 		return best; /* conn.c's probes come first */
 	if (!sy->loaded || (!ld->conn && !ld->broken))
+		return now;
+	if (sy->support == SY_UNKNOWN && !sy->rootdse_msgid && ld->conn && !ld->hs)
 		return now;
 	for (size_t i = 0; i < sy->nfeeds; i++) {
 		const struct lp_sync_feed *f = &sy->feed[i];
