@@ -13,7 +13,7 @@ import pytest
 
 import nsenv
 from test_attack_ldap import fakes  # noqa: F401 (a fixture: tests/ldap/fakeldap.py)
-from test_e2e_ldap import BASE, SLAPD, Slapd, start_daemon, status
+from test_e2e_ldap import BASE, SLAPD, Slapd, cache_holds, start_daemon, status
 
 pytestmark = [
     pytest.mark.usefixtures("as_root"),
@@ -236,6 +236,29 @@ def test_network_cut_then_changes(sp, daemons, idcache):
     assert status(idcache, d)["domain.dir.sync_full_refreshes"] == "1"
 
 
+def test_feed_down_too_long_falls_back_to_expiry(sp, daemons, idcache):
+    """Down longer than ldap_sync_fallback_timeout: every entry expires
+    (served still, refreshed by lookups as when polling); once the feed is
+    live again, entries it stores no longer expire."""
+    d = start_daemon(daemons, sp.uri, SYNC + "ldap_sync_keepalive = 0.5\n"
+                     "ldap_sync_fallback_timeout = 1\n")
+    wait_live(idcache, d)
+    assert cache_holds(idcache, d, "user", "alice")["expired"] == "no"
+    os.kill(sp.pid, signal.SIGSTOP)
+    try:
+        ok, _ = nsenv.wait_for(lambda: "lookups search again" in d.log(), timeout=WAIT)
+        assert ok, d.log()[-2000:]
+        assert cache_holds(idcache, d, "user", "alice")["expired"] == "yes"
+        assert d.ns.run(["getent", "passwd", "alice"], timeout=10).rc == 0
+    finally:
+        os.kill(sp.pid, signal.SIGCONT)
+    wait_live(idcache, d, timeout=30)
+    ldapmodify(sp, f"dn: uid=alice,ou=people,{BASE}\nchangetype: modify\nreplace: gecos\n"
+                   "gecos: Back Again\n\n")
+    visible(d, ["getent", "passwd", "alice"], lambda r: "Back Again" in r.out)
+    assert cache_holds(idcache, d, "user", "alice")["expired"] == "no"
+
+
 def test_server_without_syncprov_is_polled(daemons, idcache):
     """auto against a server that does not list the control: polling, as
     before (lookups search); syncrepl against it: refused, polled too."""
@@ -357,3 +380,53 @@ def test_kill9_during_refresh_and_persist(big_sp, daemons, idcache):
     assert count_users(d, "n") == 300
     assert feed_log(d)[-1][0] == "resumed", feed_log(d)
     assert feed_log(d)[-1][1] < 1000, feed_log(d)  # the adds it missed, not 20,000
+
+
+LATENCY = r'''
+import json, pwd, grp, subprocess, sys, time
+uri, n = sys.argv[1], int(sys.argv[2])
+base = "dc=example,dc=com"
+def modify(ldif):
+    subprocess.run(["ldapmodify", "-x", "-H", uri, "-D", "cn=admin," + base, "-w", "secret"],
+                   input=ldif, text=True, check=True, capture_output=True)
+def until(pred):
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 10:
+        if pred():
+            return time.monotonic() - t0
+        time.sleep(0.0005)
+    raise SystemExit("not visible within 10 s")
+def has_user(name):
+    try:
+        pwd.getpwnam(name)
+        return True
+    except KeyError:
+        return False
+out = {"add": [], "member": [], "delete": []}
+for i in range(n):
+    name = "lat%d" % i
+    modify("dn: uid=%s,ou=people,%s\nchangetype: add\nobjectClass: account\n"
+           "objectClass: posixAccount\nuid: %s\ncn: %s\nuidNumber: %d\ngidNumber: %d\n"
+           "homeDirectory: /h\n\n" % (name, base, name, name, 60000 + i, 60000 + i))
+    out["add"].append(until(lambda: has_user(name)))
+    modify("dn: cn=ops,ou=groups,%s\nchangetype: modify\nadd: memberUid\nmemberUid: %s\n\n"
+           % (base, name))
+    out["member"].append(until(lambda: name in grp.getgrnam("ops").gr_mem))
+    modify("dn: uid=%s,ou=people,%s\nchangetype: delete\n\n" % (name, base))
+    out["delete"].append(until(lambda: not has_user(name)))
+print(json.dumps(out))
+'''
+
+
+def test_change_to_visible_latency(sp, daemons, idcache):
+    """What one change takes from the server's answer to ldapmodify to a
+    new answer through NSS (pwd/grp in one process, polling every 0.5 ms):
+    printed, not asserted beyond the bounded wait (`pytest -s -k latency`)."""
+    d = start_daemon(daemons, sp.uri, SYNC)
+    wait_live(idcache, d)
+    got = d.ns.run_py(LATENCY, args=(sp.uri, "20"), timeout=300)
+    for kind, v in got.items():
+        v = sorted(v)
+        print(f"\nsync change -> visible through NSS, {kind}: n={len(v)} "
+              f"p50={v[len(v) // 2] * 1000:.1f} ms max={v[-1] * 1000:.1f} ms")
+    assert status(idcache, d)["domain.dir.sync"] == "live"
