@@ -489,6 +489,8 @@ static const char *const ldap_keys[] = {
     "ldap_sync",
     "ldap_sync_fallback_timeout",
     "ldap_sync_keepalive",
+    "ldap_poll_interval",
+    "ldap_poll_full_interval",
 };
 
 #ifdef IDC_HAVE_LDAP

@@ -59,6 +59,12 @@ static void set_attrs(struct lprov_domain *ld)
 			ld->attrs[n++] = a;
 	}
 	ld->attrs[n] = NULL;
+	for (size_t i = 0; i <= n; i++)
+		ld->poll_attrs[i] = ld->attrs[i];
+	ld->poll_attrs[n] = "modifyTimestamp";
+	ld->poll_attrs[n + 1] = "entryUSN";
+	ld->poll_attrs[n + 2] = "entryCSN";
+	ld->poll_attrs[n + 3] = NULL;
 }
 
 /* What the configuration leaves open on the wire, said once at start. */
@@ -193,6 +199,7 @@ int64_t lprov_domain_next_timeout(const struct lprov_domain *ld)
 		earliest(&best, ld->next_refresh_ns);
 	}
 	earliest(&best, lp_sync_next_ns(ld));
+	earliest(&best, lp_poll_next_ns(ld));
 	if (!best)
 		return -1;
 	uint64_t now = idc_now_ns();
@@ -203,7 +210,7 @@ static void maybe_enumerate(struct lprov_domain *ld, uint64_t now)
 {
 	if (!ld->next_enum_ns || now < ld->next_enum_ns || !ld->online || lp_sync_live(ld))
 		return;
-	ld->next_enum_ns = now + LP_ENUM_EVERY_MS * 1000000ull;
+	ld->next_enum_ns = now + lp_jitter_ms(ld, LP_ENUM_EVERY_MS) * 1000000ull;
 	if (lprov_domain_lookup(ld, LPROV_LOOKUP_ENUMERATE, NULL, 0, NULL, NULL) ==
 	    LPROV_LOOKUP_OFFLINE)
 		idc_log(IDC_LOG_DEBUG, "ldap domain %s: enumeration postponed (offline)",
@@ -217,7 +224,7 @@ static void maybe_refresh(struct lprov_domain *ld, uint64_t now)
 {
 	if (!ld->next_refresh_ns || now < ld->next_refresh_ns || !ld->online || lp_sync_live(ld))
 		return;
-	ld->next_refresh_ns = now + ld->cfg.refresh_expired_ms * 1000000ull;
+	ld->next_refresh_ns = now + lp_jitter_ms(ld, ld->cfg.refresh_expired_ms) * 1000000ull;
 	if (lp_req_find(ld, LP_REFRESH, NULL, 0))
 		return; /* the last one is still running */
 	if (lp_req_start(ld, LP_REFRESH, NULL, 0, NULL, NULL) == LPROV_LOOKUP_OFFLINE)
@@ -279,6 +286,7 @@ void lprov_domain_process(struct lprov_domain *ld)
 	lp_search_deadlines(ld, now);
 	lp_conn_timers(ld, now);
 	lp_sync_tick(ld, now);
+	lp_poll_tick(ld, now);
 	maybe_enumerate(ld, now);
 	maybe_refresh(ld, now);
 }

@@ -146,6 +146,12 @@ struct lprov_config {
 	/* ldap_sync_keepalive: a quiet feed's connection is checked (an
 	 * extended operation, not a search) this often, 60 s; 0 never */
 	uint32_t sync_keepalive_ms;
+	/* ldap_poll_interval: without a live feed, every user and group
+	 * changed since the last pass is fetched this often (jittered); 0
+	 * (default) never. ldap_poll_full_interval: every so often the pass
+	 * fetches everything and removes what the directory no longer has,
+	 * 3600 s; 0: only the first pass. */
+	uint32_t poll_ms, poll_full_ms;
 };
 
 /* Defaults for domain name. 0 or -ENOMEM. */

@@ -52,6 +52,18 @@
 /* Entries the content synchronization feed delivered: a refresh phase or
  * a batch of persist notices, stored like a refresh (sync.c). */
 #define LP_SYNC ((enum lprov_lookup_kind)101)
+/* The periodic pass of changed entries (ldap_poll_interval, poll.c);
+ * id 1 for a full pass. */
+#define LP_POLL ((enum lprov_lookup_kind)102)
+
+/* The newest change a poll pass saw: an entryUSN (389-ds), else an
+ * entryCSN (OpenLDAP: microseconds), else a modifyTimestamp (seconds);
+ * the last two order as text. kind 0: none. */
+struct lp_poll_mark {
+	char kind; /* 'u', 'c', 't' */
+	uint64_t usn;
+	char text[64];
+};
 
 /* ==== small containers ==================================================== */
 
@@ -169,6 +181,7 @@ struct lp_req {
 	size_t nentries, unstored, paged_bytes; /* paged_bytes: arena.total at the last commit */
 	uint32_t nsent, up, down;
 	bool cut;
+	struct lp_poll_mark mark; /* LP_POLL: the newest change of its answer */
 };
 
 /* ==== domain ============================================================== */
@@ -220,8 +233,12 @@ struct lprov_domain {
 	bool range_checked;    /* cached ids outside min_id..max_id dropped (once) */
 	size_t members_max;    /* member values kept per attribute (LP_MEMBERS_MAX) */
 	uint64_t hash_seed;
-	uint64_t rng;         /* lp_jitter_ms */
-	struct lp_sync *sync; /* content synchronization; NULL: ldap_sync = poll */
+	uint64_t rng;                  /* lp_jitter_ms */
+	struct lp_sync *sync;          /* content synchronization; NULL: ldap_sync = poll */
+	const char *poll_attrs[20];    /* attrs, and what a change is told by */
+	struct lp_poll_mark poll_mark; /* as committed */
+	bool poll_loaded;
+	uint64_t next_poll_ns, next_full_ns;
 	cache_change_fn hook; /* lprov_domain_set_hook */
 	void *hook_arg;
 	uint64_t nsearches, nlookups, njoined, nneg, ncommits;
@@ -324,6 +341,9 @@ int lp_wave_queue_groups(struct lp_req *r);
 
 /* refresh.c: entries asked for again by name */
 int lp_wave_refresh(struct lp_req *r);
+/* Every name the domain caches into r->ru and r->rg: what a complete
+ * full pass's answer (LP_POLL) is compared with, as a refresh's. */
+int lp_cached_names(struct lp_req *r);
 int lp_wave_verify(struct lp_req *r);
 
 /* store.c: the answer into the cache */
@@ -480,5 +500,22 @@ bool lp_sync_live(const struct lprov_domain *ld);
 int lp_sync_gone(struct lp_req *r, struct lp_gone_list *gl);
 int lp_sync_store_state(struct lp_req *r, struct cache_txn *t, struct idc_diag *d);
 void lp_sync_status(const struct lprov_domain *ld, struct lprov_domain_status *st);
+/* Whether the domain polls (no feed, a server without one, or the feed
+ * down past ldap_sync_fallback_timeout). */
+bool lp_sync_polls(const struct lprov_domain *ld);
+
+/* poll.c */
+bool lp_poll_due(const struct lprov_domain *ld);
+void lp_poll_tick(struct lprov_domain *ld, uint64_t now);
+uint64_t lp_poll_next_ns(const struct lprov_domain *ld);
+/* The users (groups true: the groups) of the pass, paged: changed since
+ * the mark, or all for a full pass. */
+int lp_wave_poll(struct lp_req *r, bool groups);
+/* An entry of the pass: its change moves r->mark. */
+void lp_poll_entry(struct lp_req *r, LDAPMessage *msg);
+/* The final store of a complete pass: the mark in its transaction, then,
+ * committed, in memory. */
+int lp_poll_store_state(struct lp_req *r, struct cache_txn *t, struct idc_diag *d);
+void lp_poll_committed(struct lp_req *r);
 
 #endif

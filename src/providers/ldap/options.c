@@ -77,6 +77,7 @@ int lprov_config_init(struct lprov_config *c, const char *name)
 	c->sync = LPROV_SYNC_AUTO;
 	c->sync_fallback_ms = 300000;
 	c->sync_keepalive_ms = 60000;
+	c->poll_full_ms = 3600000;
 	return 0;
 }
 
@@ -390,6 +391,10 @@ static int set_known(struct lprov_config *c, const char *k, const char *v)
 		return parse_secs_ms(v, &c->sync_fallback_ms);
 	if (!strcmp(k, "ldap_sync_keepalive"))
 		return parse_secs_ms(v, &c->sync_keepalive_ms);
+	if (!strcmp(k, "ldap_poll_interval"))
+		return parse_secs_ms(v, &c->poll_ms);
+	if (!strcmp(k, "ldap_poll_full_interval"))
+		return parse_secs_ms(v, &c->poll_full_ms);
 	return -ENOENT;
 }
 

@@ -131,7 +131,7 @@ static void req_complete(struct lp_req *r, enum lprov_lookup_result res)
 	struct lprov_domain *ld = r->ld;
 	req_unlink(ld, r);
 	req_forget_searches(ld, r);
-	if (r->kind != LPROV_LOOKUP_ENUMERATE && r->kind != LP_REFRESH) {
+	if (r->kind != LPROV_LOOKUP_ENUMERATE && r->kind != LP_REFRESH && r->kind != LP_POLL) {
 		uint64_t h = key_hash(ld, r->kind, r->name, r->id);
 		struct lp_neg *n = neg_slot(ld, h);
 		if (res == LPROV_LOOKUP_NOTFOUND)
@@ -185,7 +185,7 @@ static enum lprov_lookup_result answer(const struct lp_req *r)
 	}
 	if (r->kind == LPROV_LOOKUP_INITGROUPS)
 		found = r->target != NULL;
-	if (r->kind == LPROV_LOOKUP_ENUMERATE || r->kind == LP_REFRESH)
+	if (r->kind == LPROV_LOOKUP_ENUMERATE || r->kind == LP_REFRESH || r->kind == LP_POLL)
 		found = true;
 	return found ? LPROV_LOOKUP_FOUND : LPROV_LOOKUP_NOTFOUND;
 }
@@ -275,9 +275,19 @@ static void req_step(struct lp_req *r)
 		rc = lp_wave_refresh(r);
 		if (!rc && !r->pending)
 			return finish(r); /* nothing expired */
+	} else if (r->phase == 0 && r->kind == LP_POLL) {
+		/* then members like an enumeration; the cache is not verified
+		 * against a pass of changes */
+		r->phase = 1;
+		r->verified = true;
+		r->refresh_sent = (int64_t)time(NULL);
+		rc = lp_wave_poll(r, false);
 	} else if (r->phase == 0) {
 		r->phase = 1;
 		rc = r->kind == LPROV_LOOKUP_ENUMERATE ? lp_wave_enum(r, false) : lp_wave_find(r);
+	} else if (r->phase == 1 && r->kind == LP_POLL) {
+		r->phase = 2;
+		rc = lp_wave_poll(r, true);
 	} else if (r->phase == 1 && r->kind == LPROV_LOOKUP_ENUMERATE) {
 		r->phase = 2;
 		rc = lp_wave_enum(r, true);

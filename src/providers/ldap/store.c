@@ -312,8 +312,11 @@ int lp_store(struct lp_req *r, enum lprov_lookup_result res, bool page, struct i
 		ngroups += lp_group_due(r, r->groups.v[i], page);
 	struct lp_gone_list gl;
 	int rc = collect_gone(r, res, page, &gl);
-	bool enumerating = page || r->kind == LPROV_LOOKUP_ENUMERATE || r->kind == LP_REFRESH;
-	if (rc || (enumerating && r->users_stored == r->users.n && !ngroups && !gl.n)) {
+	bool enumerating = page || r->kind == LPROV_LOOKUP_ENUMERATE || r->kind == LP_REFRESH ||
+			   r->kind == LP_POLL;
+	/* a complete poll pass stores its mark even when nothing else changed */
+	bool mark = r->kind == LP_POLL && !page && !r->partial;
+	if (rc || (enumerating && r->users_stored == r->users.n && !ngroups && !gl.n && !mark)) {
 		free(gl.v);
 		return rc;
 	}
@@ -334,6 +337,8 @@ int lp_store(struct lp_req *r, enum lprov_lookup_result res, bool page, struct i
 		rc = 0;
 	if (!rc && r->kind == LP_SYNC)
 		rc = lp_sync_store_state(r, t, d);
+	if (!rc && mark)
+		rc = lp_poll_store_state(r, t, d);
 	if (rc == -ENOENT)
 		rc = 0;
 	if (rc) {
@@ -344,6 +349,8 @@ int lp_store(struct lp_req *r, enum lprov_lookup_result res, bool page, struct i
 	if (rc)
 		goto out;
 	ld->ncommits++;
+	if (mark)
+		lp_poll_committed(r);
 	lp_track_report(r, &tr, &gl);
 	log_gone(r, &gl);
 	r->users_stored = r->users.n;

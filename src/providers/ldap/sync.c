@@ -969,6 +969,11 @@ static bool wanted(const struct lp_sync *sy)
 	return sy && sy->support != SY_NO;
 }
 
+bool lp_sync_polls(const struct lprov_domain *ld)
+{
+	return !wanted(ld->sync) || ld->sync->fallen_back;
+}
+
 void lp_sync_lost(struct lprov_domain *ld)
 {
 	struct lp_sync *sy = ld->sync;
