@@ -521,7 +521,7 @@ void lp_go_offline(struct lprov_domain *ld, const char *why)
 		ld->since = (int64_t)time(NULL);
 		ld->backoff_ms = ld->cfg.offline_timeout_ms;
 		/* a sync feed comes back sooner: it is what keeps the cache true */
-		if (ld->sync && ld->backoff_ms > LP_SYNC_PROBE_MS)
+		if (lp_sync_wanted(ld) && ld->backoff_ms > LP_SYNC_PROBE_MS)
 			ld->backoff_ms = LP_SYNC_PROBE_MS;
 		idc_log(IDC_LOG_WARN, "ldap domain %s: offline, serving cached entries (%s)",
 			ld->cfg.name, why);
@@ -550,7 +550,7 @@ void lp_conn_fail(struct lprov_domain *ld, const char *why)
 static void probe(struct lprov_domain *ld, uint64_t now)
 {
 	uint64_t b = (uint64_t)ld->backoff_ms * 2;
-	uint64_t max = ld->sync ? LP_SYNC_PROBE_MAX_MS : LP_BACKOFF_MAX_MS;
+	uint64_t max = lp_sync_wanted(ld) ? LP_SYNC_PROBE_MAX_MS : LP_BACKOFF_MAX_MS;
 	ld->backoff_ms = b > max ? (uint32_t)max : (uint32_t)b;
 	ld->next_probe_ns = now + lp_jitter_ms(ld, ld->backoff_ms) * 1000000u;
 	lp_conn_close(ld);

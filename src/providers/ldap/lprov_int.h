@@ -500,6 +500,9 @@ bool lp_sync_live(const struct lprov_domain *ld);
 int lp_sync_gone(struct lp_req *r, struct lp_gone_list *gl);
 int lp_sync_store_state(struct lp_req *r, struct cache_txn *t, struct idc_diag *d);
 void lp_sync_status(const struct lprov_domain *ld, struct lprov_domain_status *st);
+/* Whether the domain has a feed or may have one (not: ldap_sync = poll, or
+ * a server without content synchronization). */
+bool lp_sync_wanted(const struct lprov_domain *ld);
 /* Whether the domain polls (no feed, a server without one, or the feed
  * down past ldap_sync_fallback_timeout). */
 bool lp_sync_polls(const struct lprov_domain *ld);

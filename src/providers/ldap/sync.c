@@ -634,6 +634,7 @@ static int feed_start(struct lp_sync_feed *f)
 	f->gen++;
 	f->nrefresh = 0;
 	f->started_ns = idc_now_ns();
+	f->sy->last_msg_ns = f->started_ns; /* quiet from now on, if at all */
 	idc_log(IDC_LOG_INFO, "ldap domain %s: %s: sync feed of %s: %s", dom(f), lp_server(ld),
 		f->base, f->full ? "full refresh" : "resuming with the stored cookie");
 	return 0;
@@ -969,6 +970,11 @@ static bool wanted(const struct lp_sync *sy)
 	return sy && sy->support != SY_NO;
 }
 
+bool lp_sync_wanted(const struct lprov_domain *ld)
+{
+	return wanted(ld->sync);
+}
+
 bool lp_sync_polls(const struct lprov_domain *ld)
 {
 	return !wanted(ld->sync) || ld->sync->fallen_back;
@@ -1031,6 +1037,17 @@ static void track_down(struct lp_sync *sy, uint64_t now)
 		fall_back(sy);
 }
 
+/* Whether a feed's search is out on a ready connection (a quiet refresh
+ * is checked as a quiet persist phase is). */
+static bool feeds_running(const struct lp_sync *sy)
+{
+	const struct lprov_domain *ld = sy->ld;
+	bool any = false;
+	for (size_t i = 0; i < sy->nfeeds; i++)
+		any |= sy->feed[i].msgid != 0;
+	return any && ld->conn && !ld->hs;
+}
+
 static void keepalive(struct lp_sync *sy, uint64_t now)
 {
 	struct lprov_domain *ld = sy->ld;
@@ -1041,7 +1058,7 @@ static void keepalive(struct lp_sync *sy, uint64_t now)
 				 "ldap_network_timeout");
 		return;
 	}
-	if (!every || sy->ka_msgid || !lp_sync_live(ld) || now - sy->last_msg_ns < every)
+	if (!every || sy->ka_msgid || !feeds_running(sy) || now - sy->last_msg_ns < every)
 		return;
 	if (ldap_extended_operation(ld->conn, LDAP_EXOP_WHO_AM_I, NULL, NULL, NULL,
 				    &sy->ka_msgid) != LDAP_SUCCESS) {
@@ -1113,7 +1130,7 @@ uint64_t lp_sync_next_ns(const struct lprov_domain *ld)
 			earliest(&best, f->retry_ns ? f->retry_ns : now);
 	}
 	earliest(&best, sy->ka_msgid ? sy->ka_deadline_ns : 0);
-	if (!sy->ka_msgid && ld->cfg.sync_keepalive_ms && lp_sync_live(ld))
+	if (!sy->ka_msgid && ld->cfg.sync_keepalive_ms && feeds_running(sy))
 		earliest(&best, sy->last_msg_ns + (uint64_t)ld->cfg.sync_keepalive_ms * 1000000u);
 	return best;
 }
