@@ -325,7 +325,7 @@ def test_warm_lookups_stay_local_and_expired_are_served(env, tls_daemon, idcache
     before = a.srch_count()
     r = d.ns.run_many([["id", "alice"]] * 5)
     assert all(x.rc == 0 for x in r)
-    assert a.srch_count() == before, ("warm lookups went to the directory", [l for l in (a.dir / "slapd.log").read_text().splitlines() if "SRCH" in l][-4:], d.log()[-1500:])
+    assert a.srch_count() == before, "warm lookups went to the directory"
     # expired: served at once from the cache, refreshed in the background
     cli(idcache, d, "expire", "--all")
     r = d.ns.run(["id", "alice"])
