@@ -80,6 +80,7 @@ def test_changes_are_pushed_without_lookup_searches(sp, daemons, idcache):
     d = start_daemon(daemons, sp.uri, AUTO)
     wait_live(idcache, d)
     n0, srch0 = searches(idcache, d), sp.srch_count()
+    s0 = status(idcache, d)
     got = d.ns.run_many([["getent", "passwd", "alice"], ["id", "alice"], ["getent", "group",
                                                                           "dev"],
                          ["getent", "passwd", "nosuchuser"], ["getent", "passwd", "99999"]])
@@ -109,12 +110,41 @@ def test_changes_are_pushed_without_lookup_searches(sp, daemons, idcache):
     st = status(idcache, d)
     assert st["domain.dir.sync_full_refreshes"] == "1", st
     assert int(st["domain.dir.sync_changes"]) >= 4, st
+    # told record by record: the maps were not reset
+    for m in ("passwd", "group"):
+        assert st[f"memcache_{m}_generation"] == s0[f"memcache_{m}_generation"], (m, s0, st)
 
 
 def gids(d, name):
     r = d.ns.run(["id", "-Gn", name])  # rc 1: the primary group has no name
     assert r.out, (r, d.log()[-1500:])
     return set(r.out.split())
+
+
+def test_two_bases_two_feeds(sp, daemons, idcache):
+    """Separate user and group bases: a feed each (users' first), member
+    DNs named from the users' records (ldap_member_names_from_rdn =
+    false), changes on both, and both resume after a restart."""
+    d = start_daemon(daemons, sp.uri, SYNC + f"ldap_user_search_base = ou=people,{BASE}\n"
+                     f"ldap_group_search_base = ou=groups,{BASE}\n"
+                     "ldap_member_names_from_rdn = false\n")
+    wait_live(idcache, d)
+    assert len(feed_log(d)) == 2, feed_log(d)
+    assert {"dev", "all", "top"} <= gids(d, "alice")
+    n0 = searches(idcache, d)
+    ldapmodify(sp, user_ldif("twofeed", 10070) +
+               f"dn: cn=dev,ou=groups,{BASE}\nchangetype: modify\nadd: member\n"
+               f"member: uid=twofeed,ou=people,{BASE}\n\n")
+    visible(d, ["id", "-Gn", "twofeed"], lambda r: {"dev", "all", "top"} <= set(r.out.split()))
+    assert searches(idcache, d) == n0
+    d.stop()
+    ldapmodify(sp, f"dn: uid=twofeed,ou=people,{BASE}\nchangetype: delete\n\n"
+                   f"dn: cn=c1,ou=groups,{BASE}\nchangetype: delete\n\n")
+    d.start()
+    wait_live(idcache, d)
+    assert [k for k, _, _ in feed_log(d)[-2:]] == ["resumed", "resumed"], feed_log(d)
+    visible(d, ["getent", "passwd", "twofeed"], lambda r: r.rc == 2)
+    visible(d, ["getent", "group", "c1"], lambda r: r.rc == 2)
 
 
 def test_memberships_direct_nested_and_group_renames(sp, daemons, idcache):

@@ -1069,12 +1069,16 @@ static void keepalive(struct lp_sync *sy, uint64_t now)
 	sy->ka_deadline_ns = now + (uint64_t)ld->cfg.network_timeout_ms * 1000000u;
 }
 
+/* The users' feed first: the groups' refresh then names its member DNs
+ * from the users' records (ldap_member_names_from_rdn = false). */
 static void start_feeds(struct lp_sync *sy, uint64_t now)
 {
 	for (size_t i = 0; i < sy->nfeeds && sy->ld->conn && !sy->ld->broken; i++) {
 		struct lp_sync_feed *f = &sy->feed[i];
 		if (!f->msgid && now >= f->retry_ns && feed_start(f) == -ENOMEM)
 			f->retry_ns = now + (uint64_t)backoff_next(sy) * 1000000u;
+		if (!f->msgid || f->refreshing)
+			return;
 	}
 }
 
@@ -1128,6 +1132,8 @@ uint64_t lp_sync_next_ns(const struct lprov_domain *ld)
 			return now;
 		if (!f->msgid && sy->support == SY_YES && ld->conn && !ld->hs)
 			earliest(&best, f->retry_ns ? f->retry_ns : now);
+		if (!f->msgid || f->refreshing)
+			break; /* the next feed waits for this one (start_feeds) */
 	}
 	earliest(&best, sy->ka_msgid ? sy->ka_deadline_ns : 0);
 	if (!sy->ka_msgid && ld->cfg.sync_keepalive_ms && feeds_running(sy))
