@@ -335,6 +335,26 @@ def test_refused_cookie_means_a_full_refresh_swapped_in(fakes, daemons, idcache)
     assert st["domain.dir.sync_full_refreshes"] == "1", st
 
 
+def test_sync_id_sets_delete_and_name_present(fakes, daemons, idcache):
+    """A resume answered with syncIdSet messages: refreshDeletes TRUE
+    deletes the UUIDs it lists (bob); FALSE names what is present, and
+    after the present phase what it left out is gone (carol)."""
+    f = fakes("syncids")
+    d = start_daemon(daemons, f.uri, "ldap_sync = syncrepl\n")
+    wait_live(idcache, d)
+    for name in ("alice", "bob", "carol"):
+        assert d.ns.run(["getent", "passwd", name]).rc == 0, name
+    for expect_gone in ("bob", "carol"):
+        d.stop()
+        d.start()
+        wait_live(idcache, d)
+        visible(d, ["getent", "passwd", expect_gone], lambda r: r.rc == 2)
+        assert d.ns.run(["getent", "passwd", "alice"]).rc == 0
+    assert d.ns.run(["getent", "group", "staff"]).rc == 0
+    st = status(idcache, d)
+    assert st["domain.dir.sync_full_refreshes"] == "0" and st["domain.dir.sync_entries"] == "2", st
+
+
 @pytest.mark.parametrize("how", [0, 1, 2])
 def test_malformed_sync_state_drops_the_connection(fakes, daemons, idcache, how):
     """An entry whose Sync State control is malformed (a 15-byte UUID, a

@@ -34,6 +34,12 @@ normally, and holds one honest user, `alice`. MODE says what else it does:
           of the refresh with cookie "c1", and stays open; a search with a
           cookie is answered e-syncRefreshRequired (4096); a later search
           without one gets alice and `staff` (alice alone): bob is gone
+  syncids content synchronization answering cookies with syncIdSet: with
+          no cookie, alice, bob, carol and `staff` (all three), refresh
+          done with cookie "c1"; with "c1", a syncIdSet deleting bob
+          (refreshDeletes TRUE), then refreshDelete done, "c2"; with "c2",
+          a syncIdSet naming alice and staff present (refreshDeletes
+          FALSE), then refreshPresent done, "c3": carol is gone
   syncbad the same rootDSE; a sync search gets entries whose Sync State
           control is malformed (COUNT selects how: 0 a 15-byte UUID, 1 a
           length past the end, 2 no control at all)
@@ -293,6 +299,8 @@ class Conn:
                    octets(b"\x30\x84\x7f\xff\xff\xff"))), 2: b""}[how]
             self.send(message(msgid, entry_op("alice", 10001), ctl))
             return
+        if self.mode == "syncids":
+            return self.search_syncids(msgid, cookie)
         if cookie is not None:
             self.send(result(msgid, 0x65, 4096))
             return
@@ -309,6 +317,29 @@ class Conn:
         self.send(message(msgid, seq(octets(gdn("staff")), seq(*parts), tag=0x64),
                           sync_state(1, b"\x99" * 16)))
         self.send(intermediate(msgid, tlv(0xA2, octets(f"c{gen}"))))
+
+    def search_syncids(self, msgid, cookie):
+        uuid = {n: bytes([i + 1]) * 16 for i, n in enumerate(["alice", "bob", "carol"])}
+        staff = b"\x99" * 16
+        if cookie is None:
+            names = ["alice", "bob", "carol"]
+            for i, name in enumerate(names):
+                self.send(message(msgid, entry_op(name, 10001 + i), sync_state(1, uuid[name])))
+            attrs = {"objectClass": ["posixGroup"], "cn": ["staff"], "gidNumber": [30000],
+                     "memberUid": names}
+            parts = [seq(octets(a), seq(*[octets(str(v)) for v in vals], tag=0x31))
+                     for a, vals in attrs.items()]
+            self.send(message(msgid, seq(octets(gdn("staff")), seq(*parts), tag=0x64),
+                              sync_state(1, staff)))
+            self.send(intermediate(msgid, tlv(0xA2, octets("c1"))))
+        elif cookie == "c1":
+            ids = seq(octets(uuid["bob"]), tag=0x31)
+            self.send(intermediate(msgid, tlv(0xA3, tlv(0x01, b"\xff") + ids)))
+            self.send(intermediate(msgid, tlv(0xA1, octets("c2"))))
+        else:
+            ids = seq(octets(uuid["alice"]), octets(staff), tag=0x31)
+            self.send(intermediate(msgid, tlv(0xA3, ids)))
+            self.send(intermediate(msgid, tlv(0xA2, octets("c3"))))
 
     def honest(self, msgid, f):
         """alice, for whoever asks for her."""
