@@ -4,7 +4,11 @@
  *
  * Owns: one libldap connection per domain (a URI list with failover), the
  * in-flight lookups (identical ones coalesced), an in-memory negative
- * cache, and the online/offline state.
+ * cache, the online/offline state, the content synchronization feed
+ * (RFC 4533, ldap_sync; docs/DESIGN.md §6.1) with its entryUUID records,
+ * and the periodic poll passes (ldap_poll_interval, §6.2). The feed's
+ * cookie and records and the poll's mark live in the cache's provider
+ * state (cache.h), written in the transactions they describe.
  * May call: cache, util, libldap/liblber, libc.
  *
  * Names: lprov_ / LPROV_ here, lp_ / LP_ inside (lprov_int.h); ldap_ and
@@ -17,6 +21,8 @@
  *     lprov_domain_next_timeout() when to call lprov_domain_process() even
  *     without an event (search deadlines, offline probes, failback);
  *   on EPOLLIN or the timeout: lprov_domain_process().
+ *   With a feed (ldap_sync = auto or syncrepl) the domain connects at its
+ *   first lprov_domain_process(), not at its first lookup.
  *   A cache miss or an expired entry: lprov_domain_lookup(); when it
  *   returns LPROV_LOOKUP_PENDING the callback runs later, from
  *   lprov_domain_process() (or lprov_domain_free(), with LPROV_LOOKUP_FAILED),
