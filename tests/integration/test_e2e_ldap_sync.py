@@ -6,7 +6,9 @@ the feed is live; the feed resumes with its cookie after a server or
 daemon restart; a server without syncprov is polled."""
 import os
 import signal
+import socket
 import subprocess
+import threading
 import time
 
 import pytest
@@ -264,6 +266,86 @@ def test_network_cut_then_changes(sp, daemons, idcache):
     visible(d, ["getent", "passwd", "cutover"], lambda r: r.rc == 0)
     visible(d, ["getent", "passwd", "carol"], lambda r: r.rc == 2)
     assert status(idcache, d)["domain.dir.sync_full_refreshes"] == "1"
+
+
+class Cut:
+    """A TCP relay to server on a port of its own; while cut, it relays
+    nothing in either direction and closes nothing (a network gone
+    silent), for new connections too."""
+
+    def __init__(self, server):
+        self.target = ("127.0.0.1", server.port)
+        self.lsock = socket.socket()
+        self.lsock.bind(("127.0.0.1", 0))
+        self.lsock.listen(16)
+        self.uri = f"ldap://127.0.0.1:{self.lsock.getsockname()[1]}"
+        self.open = threading.Event()
+        self.open.set()
+        self.done = False
+        self.socks = []
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self):
+        while not self.done:
+            try:
+                c, _ = self.lsock.accept()
+            except OSError:
+                return
+            u = socket.create_connection(self.target)
+            self.socks += [c, u]
+            for a, b in ((c, u), (u, c)):
+                threading.Thread(target=self.pump, args=(a, b), daemon=True).start()
+
+    def pump(self, a, b):
+        try:
+            while True:
+                data = a.recv(65536)
+                if not data:
+                    break
+                self.open.wait()
+                b.sendall(data)
+        except OSError:
+            pass
+        for x in (a, b):
+            try:
+                x.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self):
+        self.done = True
+        self.open.set()
+        self.lsock.close()
+        for x in self.socks:
+            x.close()
+
+
+def test_network_cut_with_changes_made_meanwhile(sp, daemons, idcache):
+    """The network between the daemon and a running server goes silent:
+    the keepalive finds the feed dead, the cache keeps answering, changes
+    are made at the server meanwhile; when the network is back the feed
+    resumes with its cookie and brings exactly those changes."""
+    cut = Cut(sp)
+    try:
+        d = start_daemon(daemons, cut.uri, SYNC + "ldap_sync_keepalive = 0.5\n")
+        wait_live(idcache, d)
+        cut.open.clear()
+        ok, _ = nsenv.wait_for(lambda: status(idcache, d)["domain.dir.sync"] == "down",
+                               timeout=WAIT, interval=0.1)
+        assert ok, (status(idcache, d), d.log()[-2000:])
+        ldapmodify(sp, user_ldif("meanwhile", 10063))
+        ldapmodify(sp, f"dn: uid=frank,ou=people,{BASE}\nchangetype: delete\n\n")
+        r = d.ns.run(["id", "alice"], timeout=5)
+        assert r.rc == 0 and "20014(top)" in r.out, r
+        assert d.ns.run(["getent", "passwd", "meanwhile"]).rc == 2  # not yet
+        cut.open.set()
+        wait_live(idcache, d, timeout=90)
+        visible(d, ["getent", "passwd", "meanwhile"], lambda r: r.rc == 0)
+        visible(d, ["getent", "passwd", "frank"], lambda r: r.rc == 2)
+        kind, named, _ = feed_log(d)[-1]
+        assert kind == "resumed" and named <= 2, feed_log(d)
+    finally:
+        cut.close()
 
 
 def test_feed_down_too_long_falls_back_to_expiry(sp, daemons, idcache):
