@@ -610,6 +610,11 @@ static const char *const ldap_keys[] = {
     "ldap_user_subuid_count",
     "ldap_user_subgid_number",
     "ldap_user_subgid_count",
+    "ldap_sync",
+    "ldap_sync_fallback_timeout",
+    "ldap_sync_keepalive",
+    "ldap_poll_interval",
+    "ldap_poll_full_interval",
 };
 
 #ifdef IDC_HAVE_LDAP
