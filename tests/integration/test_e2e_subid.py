@@ -342,8 +342,13 @@ def test_newuidmap_newgidmap(daemon, plugin_dir):
          "map": [0, lsub, 1, 1, DIR_START + DIR_COUNT - 1, 2]},
         {"name": "ldap-others", "tool": "newuidmap", "uid": lsub,
          "map": [0, lsub, 1, 1, fa, 10]},
+        # An LDAP user with the allocation's range (its domain allocates).
+        {"name": "ldap-alloc", "tool": "newuidmap", "uid": USERS["lalloc"],
+         "map": [0, USERS["lalloc"], 1, 1, alloc_start(USERS["lalloc"]), ALLOC_SIZE]},
         # A files user with the allocation's range.
         {"name": "files-uid", "tool": "newuidmap", "uid": floc,
+         "map": [0, floc, 1, 1, fa, ALLOC_SIZE]},
+        {"name": "files-gid", "tool": "newgidmap", "uid": floc,
          "map": [0, floc, 1, 1, fa, ALLOC_SIZE]},
         {"name": "files-past", "tool": "newuidmap", "uid": floc,
          "map": [0, floc, 1, 1, fa + 1, ALLOC_SIZE]},
@@ -353,9 +358,14 @@ def test_newuidmap_newgidmap(daemon, plugin_dir):
         r = got[name]
         assert r["rc"] == 0, r
         assert map_lines(r["map"]) == [(0, lsub, 1), (1, DIR_START, DIR_COUNT)], r
-    r = got["files-uid"]
+    for name in ("files-uid", "files-gid"):
+        r = got[name]
+        assert r["rc"] == 0, r
+        assert map_lines(r["map"]) == [(0, floc, 1), (1, fa, ALLOC_SIZE)], r
+    r = got["ldap-alloc"]
     assert r["rc"] == 0, r
-    assert map_lines(r["map"]) == [(0, floc, 1), (1, fa, ALLOC_SIZE)], r
+    assert map_lines(r["map"]) == [(0, USERS["lalloc"], 1),
+                                   (1, alloc_start(USERS["lalloc"]), ALLOC_SIZE)], r
     for name in ("ldap-below", "ldap-past", "ldap-others", "files-past"):
         r = got[name]
         assert r["rc"] != 0 and "not allowed" in r["err"], r
