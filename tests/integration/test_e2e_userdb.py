@@ -566,3 +566,66 @@ def test_streaming_clients_that_do_not_read_cost_others_nothing(daemons, idcache
         p.kill()
         p.wait(timeout=10)
     still_serves(d)
+
+
+# ==== SSH keys from the directory ==================================================
+
+from test_e2e_sshkeys import keys, server  # noqa: E402,F401  (their fixtures)
+
+
+def test_ssh_keys_equal_idcache_ssh_authorized_keys(server, keys, daemons, idcache):
+    """sshAuthorizedKeys and `userdbctl ssh-authorized-keys` give the keys
+    `idcache ssh-authorized-keys` gives sshd: alice one, bob one (his values
+    that are no keys skipped), carol none."""
+    d = start(daemons, passwd="loc:x:5000:5000:Local User:/home/loc:/bin/sh\n",
+              group="locg:x:5000:loc\n", extra="domains = local, dir\n",
+              domain_conf=ldap_domain(server.uri))
+    names = ["alice", "bob", "carol", "loc"]
+    res = in_ns(d, [udbctl("ssh-authorized-keys", u) for u in names]
+                + [udbctl("-j", "user", u) for u in names]
+                + [[str(idcache), "ssh-authorized-keys", "--run-dir", str(d.run_dir), u]
+                   for u in names])
+    n = len(names)
+    for i, u in enumerate(names):
+        (urc, uout, uerr), (jrc, jout, jerr), (irc, iout, ierr) = res[i], res[n + i], res[2 * n + i]
+        assert urc == 0 and jrc == 0 and irc == 0, (u, uerr, jerr, ierr)
+        assert uout == iout, u
+        rec = json.loads(jout)
+        assert rec.get("privileged", {}).get("sshAuthorizedKeys", []) == iout.splitlines(), u
+    assert res[0][1].strip() == keys.alice
+    assert res[1][1].strip() == keys.bob
+    assert res[2][1] == res[3][1] == ""
+
+
+def as_uid(uid, argv):
+    return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"] + argv
+
+
+def test_ssh_keys_only_to_root_and_the_user(server, keys, daemons):
+    """The keys are the record's privileged section: the API gives it to
+    root and to the user itself; anyone else gets the record without it,
+    marked incomplete."""
+    d = start(daemons, passwd="loc:x:5000:5000:Local User:/home/loc:/bin/sh\n",
+              group="locg:x:5000:loc\n", extra="domains = local, dir\n",
+              domain_conf=ldap_domain(server.uri))
+    res = in_ns(d, [as_uid(20001, udbctl("ssh-authorized-keys", "alice")),
+                    as_uid(20002, udbctl("ssh-authorized-keys", "alice")),
+                    as_uid(65534, udbctl("-j", "user", "alice"))])
+    assert res[0][:2] == (0, keys.alice + "\n")
+    assert res[1][1] == ""
+    assert "privileged" not in json.loads(res[2][1])
+    script = (
+        "import json, socket, sys\n"
+        "s = socket.socket(socket.AF_UNIX); s.settimeout(10); s.connect(sys.argv[1])\n"
+        "s.sendall(json.dumps({'method': 'io.systemd.UserDatabase.GetUserRecord',\n"
+        "    'parameters': {'userName': 'alice', 'service': sys.argv[2]}}).encode() + b'\\0')\n"
+        "buf = b''\n"
+        "while not buf.endswith(b'\\0'):\n"
+        "    buf += s.recv(65536)\n"
+        "print(buf[:-1].decode())\n")
+    p = subprocess.run(as_uid(65534, [nsenv.sys_python(), "-c", script, str(sock(d)), SERVICE]),
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    params = json.loads(p.stdout)["parameters"]
+    assert params["incomplete"] is True
+    assert "privileged" not in params["record"]
