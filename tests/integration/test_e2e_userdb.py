@@ -7,7 +7,8 @@ directory (bind-mounted), so idcached's socket is the only service there;
 userdbctl is told to use neither NSS, drop-ins nor the multiplexer. Its
 answers are compared with glibc's (getent through libnss_idcache.so.2 in
 the same namespace) for files users, several domains (the precedence rule)
-and LDAP users. Raw Varlink calls check the API's errors, and hostile
+and LDAP users, and with `idcache ssh-authorized-keys` for their SSH keys
+(given to root and the user only). Raw Varlink calls check the API's errors, and hostile
 clients (garbage, no NUL, a huge message, many connections) must leave
 the daemon serving.
 """
@@ -185,9 +186,8 @@ def test_unknown_names_are_errors(files_daemon):
 
 
 def test_ssh_authorized_keys_without_keys(files_daemon):
-    """Records carry no sshAuthorizedKeys yet: a known user has none (no
-    output, success, as sshd's AuthorizedKeysCommand expects), an unknown
-    one is an error."""
+    """A files user has no keys: no output and success, as sshd's
+    AuthorizedKeysCommand expects; an unknown user is an error."""
     res = in_ns(files_daemon, [udbctl("ssh-authorized-keys", "alice"),
                                udbctl("ssh-authorized-keys", "nosuch")])
     assert res[0][:2] == (0, "")
