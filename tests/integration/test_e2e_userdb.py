@@ -13,6 +13,7 @@ clients (garbage, no NUL, a huge message, many connections) must leave
 the daemon serving.
 """
 import json
+import signal
 import socket
 import subprocess
 import time
@@ -629,3 +630,21 @@ def test_ssh_keys_only_to_root_and_the_user(server, keys, daemons):
     params = json.loads(p.stdout)["parameters"]
     assert params["incomplete"] is True
     assert "privileged" not in params["record"]
+
+
+def test_reload_keeps_the_socket_and_applies_userdb_enumerate(daemons):
+    """A reload that moves userdb_socket warns and keeps serving where it
+    was; userdb_enumerate takes effect at once."""
+    d = start(daemons)
+    text = d.conf.read_text()
+    d.conf.write_text(text.replace(udb_conf(d.base), f"userdb_socket = {d.base}/elsewhere\n"
+                                   "userdb_enumerate = false\n"))
+    d.signal(signal.SIGHUP)
+    _, waited = nsenv.wait_for(lambda: "userdb_socket changed" in d.log())
+    assert "userdb_socket changed: takes effect after a restart" in d.log()
+    v = Varlink(sock(d))
+    r = v.call(UDB + "GetUserRecord", {"service": SERVICE}, more=True)
+    assert r[0]["error"] == UDB + "EnumerationNotSupported"
+    v.close()
+    assert not (d.base / "elsewhere").exists()
+    still_serves(d)
