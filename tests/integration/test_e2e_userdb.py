@@ -648,3 +648,30 @@ def test_reload_keeps_the_socket_and_applies_userdb_enumerate(daemons):
     v.close()
     assert not (d.base / "elsewhere").exists()
     still_serves(d)
+
+
+def test_connections_count_with_nss_sock(daemons, idcache):
+    """One uid's connections to both sockets share its
+    max_connections_per_uid: with its userdb connections at the limit (and
+    none idle long enough to make room), its next nss.sock connection is
+    refused."""
+    d = start(daemons, extra="max_connections_per_uid = 4\n")
+    script = (
+        "import socket, sys\n"
+        "held = []\n"
+        "for _ in range(4):\n"
+        "    s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); held.append(s)\n"
+        "n = socket.socket(socket.AF_UNIX); n.settimeout(3); n.connect(sys.argv[2])\n"
+        "try:\n"
+        "    print('refused' if n.recv(1) == b'' else 'served')\n"
+        "except socket.timeout:\n"
+        "    print('open')\n"
+        "except OSError:\n"
+        "    print('refused')\n")
+    p = subprocess.run(as_uid(65534, [nsenv.sys_python(), "-c", script, str(sock(d)),
+                                      str(d.run_dir / "nss.sock")]),
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "refused"
+    assert int(status(idcache, d)["refused_connections_uid_limit"]) >= 1
+    still_serves(d)
