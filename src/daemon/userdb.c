@@ -7,7 +7,7 @@
  * against its uid with nss.sock's, bounded input, back-pressure, idle
  * timeout. Only its framing differs: Varlink messages in, JSON replies
  * out. Each call is answered by asking the responder the NSS requests it
- * amounts to (getpwnam, initgroups, getgrgid, get*ent, ...) into a buffer
+ * amounts to (getpwnam, initgroups, getgrgid, sshkeys, get*ent) into a buffer
  * of the connection's own and turning each binary reply into JSON: one
  * walk over the domains, one precedence rule, and a directory's wait or a
  * held build parks the call like an NSS request — the loop never blocks.
@@ -15,13 +15,14 @@
  * A call is a small state machine (struct udb_conn): the request of the
  * current step is asked once; its reply, at once or after a wait, moves
  * the call on. Replies of a call that streams ("more") are written one
- * behind, so the last goes out without "continues".
+ * behind, so the last goes out without "continues". A user's SSH keys are
+ * its record's privileged section: only root and the user itself see
+ * them (the API's rule); others get the record marked incomplete.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "daemon/daemon.h"
 #include "userdb/userdb.h"
