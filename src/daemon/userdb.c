@@ -7,7 +7,7 @@
  * against its uid with nss.sock's, bounded input, back-pressure, idle
  * timeout. Only its framing differs: Varlink messages in, JSON replies
  * out. Each call is answered by asking the responder the NSS requests it
- * amounts to (getpwnam, initgroups, getgrgid, get*ent, ...) into a buffer
+ * amounts to (getpwnam, initgroups, getgrgid, sshkeys, get*ent) into a buffer
  * of the connection's own and turning each binary reply into JSON: one
  * walk over the domains, one precedence rule, and a directory's wait or a
  * held build parks the call like an NSS request — the loop never blocks.
@@ -15,13 +15,14 @@
  * A call is a small state machine (struct udb_conn): the request of the
  * current step is asked once; its reply, at once or after a wait, moves
  * the call on. Replies of a call that streams ("more") are written one
- * behind, so the last goes out without "continues".
+ * behind, so the last goes out without "continues". A user's SSH keys are
+ * its record's privileged section: only root and the user itself see
+ * them (the API's rule); others get the record marked incomplete.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "daemon/daemon.h"
 #include "userdb/userdb.h"
@@ -32,6 +33,7 @@ enum step {
 	ST_LOOKUP = 1, /* getpw* / getgr* for the record or the group asked */
 	ST_INITGROUPS, /* the user's groups (memberOf; memberships by user) */
 	ST_GROUP_OF,   /* getgrgid of gids[gi] */
+	ST_KEYS,       /* the user's SSH keys (sshAuthorizedKeys) */
 	ST_ENUM_SET,   /* set*ent */
 	ST_ENUM_GET,   /* get*ent until NOTFOUND */
 };
@@ -51,6 +53,7 @@ struct udb_conn {
 	uint32_t *gids;
 	size_t ngids, gi;
 	struct idc_buf names; /* memberOf: group names, NUL each */
+	struct idc_buf keys;  /* sshAuthorizedKeys: one line each, NUL each */
 	const char **ptrs;    /* string lists handed to src/userdb */
 	size_t ptrs_cap;
 };
@@ -140,6 +143,7 @@ static void call_reset(struct conn *c)
 	trim(&u->inner);
 	trim(&u->user);
 	trim(&u->names);
+	trim(&u->keys);
 	free(u->gids);
 	u->gids = NULL;
 	if (u->ptrs_cap * sizeof(*u->ptrs) > DAEMON_OUT_KEEP) {
@@ -161,6 +165,7 @@ void userdb_conn_free(struct conn *c)
 	idc_buf_free(&u->inner);
 	idc_buf_free(&u->user);
 	idc_buf_free(&u->names);
+	idc_buf_free(&u->keys);
 	free(u->ptrs);
 	free(u);
 	c->udb = NULL;
@@ -247,35 +252,48 @@ static int fail(struct conn *c, const char *name)
 	return rc;
 }
 
-/* ptrs[0..n) pointing at the n strings of list (NUL each). */
-static const char *const *string_ptrs(struct conn *c, const char *list, size_t len, size_t *n)
+/* Point ptrs[at..) at the strings of list (NUL each); *n: how many. */
+static int list_ptrs(struct udb_conn *u, const struct idc_buf *list, size_t at, size_t *n)
 {
-	struct udb_conn *u = c->udb;
 	*n = 0;
-	for (size_t off = 0; off < len; off += strlen(list + off) + 1) {
-		if (*n == u->ptrs_cap) {
+	for (size_t off = 0; off < list->len; off += strlen(list->data + off) + 1) {
+		if (at + *n == u->ptrs_cap) {
 			size_t cap = u->ptrs_cap ? u->ptrs_cap * 2 : 64;
 			const char **grown = realloc(u->ptrs, cap * sizeof(*grown));
 			if (!grown)
-				return NULL;
+				return -ENOMEM;
 			u->ptrs = grown;
 			u->ptrs_cap = cap;
 		}
-		u->ptrs[(*n)++] = list + off;
+		u->ptrs[at + (*n)++] = list->data + off;
 	}
-	return u->ptrs;
+	return 0;
 }
 
-static int emit_user(struct conn *c, const struct proto_passwd *pw, bool groups)
+/* Whether c may see the privileged section of uid's record: root, or
+ * the user itself (the API's rule), as the kernel saw the peer. */
+static bool sees_privileged(const struct conn *c, uint32_t uid)
+{
+	return c->peer_uid == 0 || c->peer_uid == (uid_t)uid;
+}
+
+/* A user record; full: with the groups and keys the call gathered (a
+ * lookup), else without (an enumeration). Keys the peer may not see are
+ * left out and the record marked incomplete. */
+static int emit_user(struct conn *c, const struct proto_passwd *pw, bool full)
 {
 	struct udb_conn *u = c->udb;
 	struct udb_user rec = {pw->name.p, pw->uid, pw->gid, pw->gecos.p, pw->dir.p, pw->shell.p};
 	rec.service = c->dm->udb_service;
-	if (groups) {
-		rec.member_of = string_ptrs(c, u->names.data, u->names.len, &rec.nmember_of);
-		if (!rec.member_of && u->names.len)
-			return -ENOMEM;
-	}
+	bool keys = full && u->keys.len > 0;
+	rec.incomplete = keys && !sees_privileged(c, pw->uid);
+	int rc = full ? list_ptrs(u, &u->names, 0, &rec.nmember_of) : 0;
+	if (rc == 0 && keys && !rec.incomplete)
+		rc = list_ptrs(u, &u->keys, rec.nmember_of, &rec.nkeys);
+	if (rc < 0)
+		return rc;
+	rec.member_of = rec.nmember_of ? u->ptrs : NULL;
+	rec.keys = rec.nkeys ? u->ptrs + rec.nmember_of : NULL;
 	struct udb_reply *r = NULL;
 	return emit_built(c, udb_reply_user(&rec, &r), &r);
 }
@@ -366,6 +384,8 @@ static int ask(struct conn *c)
 		return ask_req(c, PROTO_CMD_INITGROUPS, u->user.data, 0);
 	case ST_GROUP_OF:
 		return ask_req(c, PROTO_CMD_GETGRGID, NULL, u->gids[u->gi]);
+	case ST_KEYS:
+		return ask_req(c, PROTO_CMD_SSHKEYS, u->user.data, 0);
 	case ST_ENUM_SET:
 		return ask_req(c, users ? PROTO_CMD_SETPWENT : PROTO_CMD_SETGRENT, NULL, 0);
 	default:
@@ -462,14 +482,31 @@ static int on_initgroups(struct conn *c, const struct proto_hdr *h, const char *
 	return 0;
 }
 
-/* After the user's groups: the record, or the memberships. */
+/* After the user's groups: its keys next, or the memberships are done. */
 static int groups_done(struct conn *c)
 {
 	struct udb_conn *u = c->udb;
 	if (u->call.method == UDB_GET_MEMBERSHIPS)
 		return finish(c);
+	u->step = ST_KEYS;
+	return 0;
+}
+
+/* The user's keys (none when the provider keeps none or the lookup
+ * failed: the record goes without), then the record. */
+static int on_keys(struct conn *c, const struct proto_hdr *h, const char *payload, size_t n)
+{
+	struct udb_conn *u = c->udb;
+	struct proto_strlist keys = {0};
+	if (h->status == PROTO_ST_OK && proto_decode_sshkeys(payload, n, &keys) < 0)
+		return -EBADMSG;
+	size_t off = 0;
+	struct proto_str k;
+	int rc = 0;
+	while (rc == 0 && proto_strlist_next(&keys, &off, &k) == 1)
+		rc = idc_buf_append(&u->keys, k.p, k.len + 1);
 	struct proto_passwd pw = kept_user(u);
-	int rc = emit_user(c, &pw, true);
+	rc = rc ? rc : emit_user(c, &pw, true);
 	return rc ? rc : finish(c);
 }
 
@@ -536,6 +573,8 @@ static int take(struct conn *c)
 		return rc || u->ngids ? rc : groups_done(c);
 	case ST_GROUP_OF:
 		return on_group_of(c, &h, payload, n);
+	case ST_KEYS:
+		return on_keys(c, &h, payload, n);
 	case ST_ENUM_SET:
 		u->step = ST_ENUM_GET;
 		return ok ? 0 : fail(c, UDB_ERR_UNAVAIL);

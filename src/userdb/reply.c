@@ -90,6 +90,17 @@ const char *udb_disposition(uint32_t id)
 	return id < 1000 ? "system" : "regular";
 }
 
+/* The "privileged" section: the SSH keys, when there are any. */
+static int privileged_fields(json_object *rec, const struct udb_user *u)
+{
+	json_object *priv = json_object_new_object();
+	int rc = priv ? add_list(priv, "sshAuthorizedKeys", u->keys, u->nkeys) : -ENOMEM;
+	if (rc == 0 && json_object_object_length(priv) > 0)
+		return add_value(rec, "privileged", priv);
+	json_object_put(priv);
+	return rc;
+}
+
 static int user_fields(json_object *rec, const struct udb_user *u)
 {
 	int rc = add_text(rec, "userName", u->name);
@@ -99,7 +110,7 @@ static int user_fields(json_object *rec, const struct udb_user *u)
 	rc = rc ? rc : add_text(rec, "homeDirectory", u->dir);
 	rc = rc ? rc : add_text(rec, "shell", u->shell);
 	rc = rc ? rc : add_list(rec, "memberOf", u->member_of, u->nmember_of);
-	rc = rc ? rc : add_list(rec, "sshAuthorizedKeys", u->keys, u->nkeys);
+	rc = rc ? rc : privileged_fields(rec, u);
 	rc = rc ? rc : add_text(rec, "service", u->service);
 	return rc ? rc : add_text(rec, "disposition", udb_disposition(u->uid));
 }
@@ -131,12 +142,12 @@ void udb_reply_free(struct udb_reply *r)
 	free(r);
 }
 
-/* {"record": rec, "incomplete": false} into a new reply (rec taken). */
-static int record_reply(json_object *rec, struct udb_reply **out)
+/* {"record": rec, "incomplete": incomplete} into a new reply (rec taken). */
+static int record_reply(json_object *rec, bool incomplete, struct udb_reply **out)
 {
 	int rc = reply_new(out);
 	rc = rc ? (json_object_put(rec), rc) : add_value((*out)->params, "record", rec);
-	rc = rc ? rc : add_value((*out)->params, "incomplete", json_object_new_boolean(0));
+	rc = rc ? rc : add_value((*out)->params, "incomplete", json_object_new_boolean(incomplete));
 	if (rc < 0) {
 		udb_reply_free(*out);
 		*out = NULL;
@@ -155,7 +166,7 @@ int udb_reply_user(const struct udb_user *u, struct udb_reply **out)
 	*out = NULL;
 	json_object *rec = name_ok(u->name) ? json_object_new_object() : NULL;
 	int rc = !name_ok(u->name) ? -EILSEQ : rec ? user_fields(rec, u) : -ENOMEM;
-	return rc ? (json_object_put(rec), rc) : record_reply(rec, out);
+	return rc ? (json_object_put(rec), rc) : record_reply(rec, u->incomplete, out);
 }
 
 int udb_reply_group(const struct udb_group *g, struct udb_reply **out)
@@ -163,7 +174,7 @@ int udb_reply_group(const struct udb_group *g, struct udb_reply **out)
 	*out = NULL;
 	json_object *rec = name_ok(g->name) ? json_object_new_object() : NULL;
 	int rc = !name_ok(g->name) ? -EILSEQ : rec ? group_fields(rec, g) : -ENOMEM;
-	return rc ? (json_object_put(rec), rc) : record_reply(rec, out);
+	return rc ? (json_object_put(rec), rc) : record_reply(rec, false, out);
 }
 
 int udb_reply_membership(const char *user, const char *group, struct udb_reply **out)

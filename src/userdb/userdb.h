@@ -115,8 +115,11 @@ struct udb_user {
 	const char *gecos, *dir, *shell;
 	const char *const *member_of; /* supplementary groups' names */
 	size_t nmember_of;
-	const char *const *keys; /* sshAuthorizedKeys */
+	const char *const *keys; /* privileged.sshAuthorizedKeys */
 	size_t nkeys;
+	/* A privileged section was left out (the API: only the user itself
+	 * and privileged clients see it): the reply says "incomplete". */
+	bool incomplete;
 	const char *service; /* the service answering: clients refuse a record without */
 };
 
@@ -128,7 +131,9 @@ struct udb_group {
 	const char *service;
 };
 
-/* {"record": USER, "incomplete": false}. 0, -EILSEQ (name not UTF-8) or
+/* {"record": USER, "incomplete": u->incomplete}; the SSH keys go in the
+ * record's "privileged" section, as systemd's clients read them. 0,
+ * -EILSEQ (name not UTF-8) or
  * -ENOMEM. */
 int udb_reply_user(const struct udb_user *u, struct udb_reply **out);
 int udb_reply_group(const struct udb_group *g, struct udb_reply **out);

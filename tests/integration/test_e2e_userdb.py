@@ -7,11 +7,13 @@ directory (bind-mounted), so idcached's socket is the only service there;
 userdbctl is told to use neither NSS, drop-ins nor the multiplexer. Its
 answers are compared with glibc's (getent through libnss_idcache.so.2 in
 the same namespace) for files users, several domains (the precedence rule)
-and LDAP users. Raw Varlink calls check the API's errors, and hostile
+and LDAP users, and with `idcache ssh-authorized-keys` for their SSH keys
+(given to root and the user only). Raw Varlink calls check the API's errors, and hostile
 clients (garbage, no NUL, a huge message, many connections) must leave
 the daemon serving.
 """
 import json
+import signal
 import socket
 import subprocess
 import time
@@ -185,9 +187,8 @@ def test_unknown_names_are_errors(files_daemon):
 
 
 def test_ssh_authorized_keys_without_keys(files_daemon):
-    """Records carry no sshAuthorizedKeys yet: a known user has none (no
-    output, success, as sshd's AuthorizedKeysCommand expects), an unknown
-    one is an error."""
+    """A files user has no keys: no output and success, as sshd's
+    AuthorizedKeysCommand expects; an unknown user is an error."""
     res = in_ns(files_daemon, [udbctl("ssh-authorized-keys", "alice"),
                                udbctl("ssh-authorized-keys", "nosuch")])
     assert res[0][:2] == (0, "")
@@ -565,4 +566,112 @@ def test_streaming_clients_that_do_not_read_cost_others_nothing(daemons, idcache
     finally:
         p.kill()
         p.wait(timeout=10)
+    still_serves(d)
+
+
+# ==== SSH keys from the directory ==================================================
+
+from test_e2e_sshkeys import keys, server  # noqa: E402,F401  (their fixtures)
+
+
+def test_ssh_keys_equal_idcache_ssh_authorized_keys(server, keys, daemons, idcache):
+    """sshAuthorizedKeys and `userdbctl ssh-authorized-keys` give the keys
+    `idcache ssh-authorized-keys` gives sshd: alice one, bob one (his values
+    that are no keys skipped), carol none."""
+    d = start(daemons, passwd="loc:x:5000:5000:Local User:/home/loc:/bin/sh\n",
+              group="locg:x:5000:loc\n", extra="domains = local, dir\n",
+              domain_conf=ldap_domain(server.uri))
+    names = ["alice", "bob", "carol", "loc"]
+    res = in_ns(d, [udbctl("ssh-authorized-keys", u) for u in names]
+                + [udbctl("-j", "user", u) for u in names]
+                + [[str(idcache), "ssh-authorized-keys", "--run-dir", str(d.run_dir), u]
+                   for u in names])
+    n = len(names)
+    for i, u in enumerate(names):
+        (urc, uout, uerr), (jrc, jout, jerr), (irc, iout, ierr) = res[i], res[n + i], res[2 * n + i]
+        assert urc == 0 and jrc == 0 and irc == 0, (u, uerr, jerr, ierr)
+        assert uout == iout, u
+        rec = json.loads(jout)
+        assert rec.get("privileged", {}).get("sshAuthorizedKeys", []) == iout.splitlines(), u
+    assert res[0][1].strip() == keys.alice
+    assert res[1][1].strip() == keys.bob
+    assert res[2][1] == res[3][1] == ""
+
+
+def as_uid(uid, argv):
+    return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"] + argv
+
+
+def test_ssh_keys_only_to_root_and_the_user(server, keys, daemons):
+    """The keys are the record's privileged section: the API gives it to
+    root and to the user itself; anyone else gets the record without it,
+    marked incomplete."""
+    d = start(daemons, passwd="loc:x:5000:5000:Local User:/home/loc:/bin/sh\n",
+              group="locg:x:5000:loc\n", extra="domains = local, dir\n",
+              domain_conf=ldap_domain(server.uri))
+    res = in_ns(d, [as_uid(20001, udbctl("ssh-authorized-keys", "alice")),
+                    as_uid(20002, udbctl("ssh-authorized-keys", "alice")),
+                    as_uid(65534, udbctl("-j", "user", "alice"))])
+    assert res[0][:2] == (0, keys.alice + "\n")
+    assert res[1][1] == ""
+    assert "privileged" not in json.loads(res[2][1])
+    script = (
+        "import json, socket, sys\n"
+        "s = socket.socket(socket.AF_UNIX); s.settimeout(10); s.connect(sys.argv[1])\n"
+        "s.sendall(json.dumps({'method': 'io.systemd.UserDatabase.GetUserRecord',\n"
+        "    'parameters': {'userName': 'alice', 'service': sys.argv[2]}}).encode() + b'\\0')\n"
+        "buf = b''\n"
+        "while not buf.endswith(b'\\0'):\n"
+        "    buf += s.recv(65536)\n"
+        "print(buf[:-1].decode())\n")
+    p = subprocess.run(as_uid(65534, [nsenv.sys_python(), "-c", script, str(sock(d)), SERVICE]),
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    params = json.loads(p.stdout)["parameters"]
+    assert params["incomplete"] is True
+    assert "privileged" not in params["record"]
+
+
+def test_reload_keeps_the_socket_and_applies_userdb_enumerate(daemons):
+    """A reload that moves userdb_socket warns and keeps serving where it
+    was; userdb_enumerate takes effect at once."""
+    d = start(daemons)
+    text = d.conf.read_text()
+    d.conf.write_text(text.replace(udb_conf(d.base), f"userdb_socket = {d.base}/elsewhere\n"
+                                   "userdb_enumerate = false\n"))
+    d.signal(signal.SIGHUP)
+    _, waited = nsenv.wait_for(lambda: "userdb_socket changed" in d.log())
+    assert "userdb_socket changed: takes effect after a restart" in d.log()
+    v = Varlink(sock(d))
+    r = v.call(UDB + "GetUserRecord", {"service": SERVICE}, more=True)
+    assert r[0]["error"] == UDB + "EnumerationNotSupported"
+    v.close()
+    assert not (d.base / "elsewhere").exists()
+    still_serves(d)
+
+
+def test_connections_count_with_nss_sock(daemons, idcache):
+    """One uid's connections to both sockets share its
+    max_connections_per_uid: with its userdb connections at the limit (and
+    none idle long enough to make room), its next nss.sock connection is
+    refused."""
+    d = start(daemons, extra="max_connections_per_uid = 4\n")
+    script = (
+        "import socket, sys\n"
+        "held = []\n"
+        "for _ in range(4):\n"
+        "    s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); held.append(s)\n"
+        "n = socket.socket(socket.AF_UNIX); n.settimeout(3); n.connect(sys.argv[2])\n"
+        "try:\n"
+        "    print('refused' if n.recv(1) == b'' else 'served')\n"
+        "except socket.timeout:\n"
+        "    print('open')\n"
+        "except OSError:\n"
+        "    print('refused')\n")
+    p = subprocess.run(as_uid(65534, [nsenv.sys_python(), "-c", script, str(sock(d)),
+                                      str(d.run_dir / "nss.sock")]),
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "refused"
+    assert int(status(idcache, d)["refused_connections_uid_limit"]) >= 1
     still_serves(d)

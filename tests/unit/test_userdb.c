@@ -256,9 +256,9 @@ static void reply_user_record(void **state)
 	assert_string_equal(json_object_get_string(at(rec, "disposition")), "regular");
 	assert_string_equal(json_object_get_string(at(rec, "service")), "io.idcache");
 	assert_int_equal(json_object_array_length(at(rec, "memberOf")), 2);
-	assert_string_equal(
-	    json_object_get_string(json_object_array_get_idx(at(rec, "sshAuthorizedKeys"), 0)),
-	    keys[0]);
+	assert_string_equal(json_object_get_string(json_object_array_get_idx(
+				at(at(rec, "privileged"), "sshAuthorizedKeys"), 0)),
+			    keys[0]);
 	json_object_put(m);
 	udb_reply_free(r);
 	idc_buf_free(&b);
@@ -267,7 +267,8 @@ static void reply_user_record(void **state)
 static void reply_leaves_out_what_is_not_text(void **state)
 {
 	(void)state;
-	struct udb_user u = {.name = "root", .uid = 0, .gecos = "caf\xe9", .dir = ""};
+	struct udb_user u = {
+	    .name = "root", .uid = 0, .gecos = "caf\xe9", .dir = "", .incomplete = true};
 	struct udb_reply *r;
 	struct idc_buf b = IDC_BUF_INIT;
 	assert_int_equal(udb_reply_user(&u, &r), 0);
@@ -277,7 +278,9 @@ static void reply_leaves_out_what_is_not_text(void **state)
 	assert_false(json_object_object_get_ex(rec, "realName", &v));
 	assert_false(json_object_object_get_ex(rec, "homeDirectory", &v));
 	assert_false(json_object_object_get_ex(rec, "memberOf", &v));
+	assert_false(json_object_object_get_ex(rec, "privileged", &v));
 	assert_false(json_object_object_get_ex(m, "continues", &v));
+	assert_true(json_object_get_boolean(at(at(m, "parameters"), "incomplete")));
 	assert_string_equal(json_object_get_string(at(rec, "disposition")), "intrinsic");
 	json_object_put(m);
 	udb_reply_free(r);
