@@ -176,8 +176,9 @@ if [ "${_NSS_BENCH_IN_NS:-}" = 1 ]; then
 	nscddb_row() {
 		[ -n "$nscddb_pid" ] || return 0
 		mount --bind "$OUT/nscddb-run" /run/nscd
-		# Empty files behind it while measured: a lookup the maps do not
-		# answer finds nothing and fails the row.
+		# Empty files behind it while measured: only the maps, or its
+		# socket answering from them (counted: nscddb_socket_requests), can
+		# answer.
 		mount --bind "$OUT/data/nsswitch.files" /etc/nsswitch.conf
 		mount --bind "$OUT/data/empty" /etc/passwd
 		mount --bind "$OUT/data/empty" /etc/group
