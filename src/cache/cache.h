@@ -11,6 +11,8 @@
  * name=<name>,cn=users,cn=<domain>,cn=idcache and groups likewise. Group
  * members are user names (memberUid, which may name users the cache does
  * not hold: "ghosts") and DNs of member groups (member), which nest.
+ * A user's SSH public keys, when its provider has any, are a record of
+ * their own under cn=sshkeys beside cn=users (see "SSH public keys").
  *
  * Names are compared as the store's caseIgnore rule does for the DN, and
  * lookups in a case-sensitive domain then require the exact name. Two
@@ -81,7 +83,17 @@ struct cache_user {
 			     * allows it, else NULL (served as "x") */
 	bool extra;         /* a later record for a name an earlier record
 			     * of the domain holds (see "Extra records") */
+	/* LDAP: the subordinate uid and gid ranges the entry names (the
+	 * domain's ldap_user_subuid_* / ldap_user_subgid_* attributes);
+	 * count 0 when none. Checked by the provider (subid_range_ok); an
+	 * entry naming one that is no range has count 0 and start
+	 * CACHE_SUBID_UNUSABLE: it gets none, not even the allocation's. */
+	struct cache_subid_range {
+		uint32_t start, count;
+	} subuid, subgid;
 };
+
+#define CACHE_SUBID_UNUSABLE UINT32_MAX
 
 struct cache_group {
 	const char *name;
@@ -311,6 +323,34 @@ enum cache_link { CACHE_LINK_MEMBER, CACHE_LINK_NESTED, CACHE_LINK_GID, CACHE_LI
 typedef int (*cache_name_cb)(const char *name, void *arg);
 int cache_linked(struct cache_reader *r, const char *domain, enum cache_link how, const char *name,
 		 uint32_t id, cache_name_cb cb, void *arg);
+
+/* ---- SSH public keys ----------------------------------------------------------------
+ * A user's SSH public keys (authorized_keys lines, idc_ssh_key_check) are a
+ * record of their own beside the user, sshKeysOf=<name>,cn=sshkeys,
+ * cn=<domain>,cn=idcache, not attributes of the user entry: passwd lookups,
+ * the maps and enumeration never read or compare them, and an unchanged key
+ * set writes nothing durable. The record has no "name" (an indexed
+ * attribute every lookup by name searches). They carry no timestamps of their own: they are
+ * as fresh as their user, whose provider stores both in one transaction,
+ * and they go when the user is removed (cache_del_user, a narrowed id range,
+ * the domain's removal). */
+#define CACHE_SSH_KEYS_MAX 256u /* keys kept per user */
+
+/* Set the keys of user name in domain to keys[0..nkeys) (each a checked,
+ * trimmed line; one given twice is kept once; nkeys 0 removes them).
+ * *changed (may be NULL) says whether cache.mdb was written. -EINVAL with d
+ * naming the bad key. Callers store the user in the same transaction. */
+int cache_put_user_keys(struct cache_txn *t, const char *domain, const char *name,
+			const char *const *keys, size_t nkeys, bool *changed, struct idc_diag *d);
+
+/* The keys of user name (the name the user is stored under, as
+ * cache_user_by_name returns it) in domain, in the order they were stored:
+ * *keys[0..*nkeys), valid like every reader result (until the next call on
+ * r). No keys, or no such user: 0 with *nkeys 0. The caller decides which
+ * domain's user answers (the daemon: as for getpwnam, docs/DESIGN.md §11).
+ * 0 or a negative error. */
+int cache_user_keys(struct cache_reader *r, const char *domain, const char *name,
+		    const char *const **keys, size_t *nkeys);
 
 /* ---- expiry ------------------------------------------------------------------------- */
 

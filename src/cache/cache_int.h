@@ -50,7 +50,7 @@ struct ts_rec {
 };
 #define TS_EXPIRED 1u
 
-enum { KIND_USER = 'u', KIND_GROUP = 'g' };
+enum { KIND_USER = 'u', KIND_GROUP = 'g', KIND_KEYS = 'k' /* a user's SSH keys (sshkeys.c) */ };
 
 /* timestamps.c */
 int ts_open(struct cache *c, struct idc_diag *d);
@@ -73,13 +73,28 @@ int ts_put(struct cache_txn *t, const struct idc_buf *key, const struct ts_rec *
 int ts_get(MDB_txn *txn, MDB_dbi dbi, const struct idc_buf *key, struct ts_rec *r);
 int ts_del(MDB_txn *txn, MDB_dbi dbi, const struct idc_buf *key);
 
+/* sshkeys.c: remove the keys record of user name (none: 0, *changed
+ * false; changed may be NULL). */
+int cache_keys_drop(struct cache_txn *t, const char *domain, const char *name, bool *changed,
+		    struct idc_diag *d);
+/* cache.c: create the entry dn (objectClass container, cn) if missing. */
+int cache_ensure_entry(struct cache_txn *t, const char *dn, const char *cn, struct idc_diag *d);
+/* cache.c: add or replace e; only a real difference writes cache.mdb. */
+int cache_put_entry(struct cache_txn *t, const struct store_entry *e, bool *changed,
+		    struct idc_diag *d);
+
 /* cache.c: DN text of a domain container, or of a user/group entry. */
 int cache_dn_domain(struct idc_buf *out, const char *domain);
 int cache_dn_container(struct idc_buf *out, int kind, const char *domain);
 int cache_dn_entry(struct idc_buf *out, int kind, const char *domain, const char *name);
 int cache_dn_extra(struct idc_buf *out, int kind, const char *domain, uint64_t order);
+/* The attribute naming a keys record (sshkeys.c): the user's name. */
+#define CACHE_ATTR_KEYS_OF "sshKeysOf"
 /* Attribute marking an extra record (cache.h, "Extra records"). */
 #define CACHE_ATTR_EXTRA "extrarecord" /* canonical (lower case) */
+/* A user's subordinate id ranges, "START COUNT" (cache_user.subuid/subgid). */
+#define CACHE_ATTR_SUBUID "subuidrange"
+#define CACHE_ATTR_SUBGID "subgidrange"
 uint32_t cache_domain_ttl(const struct cache *c, const char *domain);
 /* Search one level below the domain's users or groups container with the
  * filter text (NULL: every entry), at most limit matches (0: all); base is

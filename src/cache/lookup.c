@@ -1,6 +1,7 @@
 /* lookup: read transactions over the cache — users, groups, initgroups,
  * enumeration and counts. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -65,6 +66,32 @@ static bool is_extra(const struct store_entry *e)
 	return store_entry_attr(e, CACHE_ATTR_EXTRA, strlen(CACHE_ATTR_EXTRA)) != NULL;
 }
 
+/* A stored range ("START COUNT" or "unusable", cache.c); count 0 when
+ * absent, and start CACHE_SUBID_UNUSABLE too when not two numbers that
+ * make a range: what is there is never taken for nothing. */
+static struct cache_subid_range subid_range(const struct store_entry *e, const char *attr)
+{
+	const struct store_attr *a = store_entry_attr(e, attr, strlen(attr));
+	struct cache_subid_range out = {0, 0};
+	char text[32];
+	unsigned long long start, count;
+	char tail;
+	if (!a || a->nvals == 0)
+		return out;
+	out.start = CACHE_SUBID_UNUSABLE;
+	if (a->vals[0].len >= sizeof(text))
+		return out;
+	memcpy(text, a->vals[0].ptr, a->vals[0].len);
+	text[a->vals[0].len] = '\0';
+	if (text[0] < '0' || text[0] > '9' ||
+	    sscanf(text, "%llu %llu%c", &start, &count, &tail) != 2 || count == 0 ||
+	    start > UINT32_MAX || count > UINT32_MAX || start + count > UINT32_MAX)
+		return out;
+	out.start = (uint32_t)start;
+	out.count = (uint32_t)count;
+	return out;
+}
+
 static int to_user(struct cache_reader *r, const struct store_entry *e, struct cache_user *u)
 {
 	*u = (struct cache_user){0};
@@ -78,6 +105,8 @@ static int to_user(struct cache_reader *r, const struct store_entry *e, struct c
 	u->orig_dn = str(r, e, "originaldn");
 	u->passwd = str(r, e, "passwordfield");
 	u->extra = is_extra(e);
+	u->subuid = subid_range(e, CACHE_ATTR_SUBUID);
+	u->subgid = subid_range(e, CACHE_ATTR_SUBGID);
 	if (!u->name || !u->gecos || !u->dir || !u->shell)
 		return -ENOMEM; /* or an entry missing required attributes */
 	return 0;

@@ -154,7 +154,7 @@ static bool name_arg_ok(const struct admin_cmd *cmd, const char *name)
 
 /* ==== talking to the daemon ========================================================= */
 
-static const char *run_dir(const char *opt)
+const char *cli_run_dir(const char *opt)
 {
 	const char *env = secure_getenv("IDCACHE_RUNDIR");
 	return opt ? opt : env && *env ? env : PROTO_DEFAULT_RUN_DIR;
@@ -311,7 +311,7 @@ static int admin_main(const char *name, uint32_t proto_cmd, int argc, char **arg
 	bool named = wants_name || (proto_cmd == PROTO_CMD_EXPIRE && req.what != PROTO_EXPIRE_ALL);
 	if (named && !name_arg_ok(cmd, req.name.p))
 		return usage(cmd);
-	const char *dir = run_dir(dir_opt);
+	const char *dir = cli_run_dir(dir_opt);
 	if (proto_cmd == PROTO_CMD_EXPIRE)
 		return expire(dir, &req);
 	char what[SHOWN_MAX + 60], esc[SHOWN_MAX];

@@ -27,6 +27,11 @@ int cli_expire_main(int argc, char **argv);
 int cli_reload_main(int argc, char **argv);
 int cli_user_main(int argc, char **argv);
 int cli_group_main(int argc, char **argv);
+/* The daemon's run directory: opt (--run-dir) when given, else
+ * $IDCACHE_RUNDIR (secure_getenv), else PROTO_DEFAULT_RUN_DIR (admin.c). */
+const char *cli_run_dir(const char *opt);
+/* sshkeys.c: idcache ssh-authorized-keys, for sshd's AuthorizedKeysCommand */
+int cli_ssh_keys_main(int argc, char **argv);
 /* perf.c: idcache perf, handed to the idcache-perf program */
 int cli_perf_main(int argc, char **argv);
 

@@ -27,6 +27,7 @@ static const struct cli_command commands[] = {
     {"reload", cli_reload_main, "make the daemon re-read its configuration"},
     {"user", cli_user_main, "show what the cache holds for a user"},
     {"group", cli_group_main, "show what the cache holds for a group"},
+    {"ssh-authorized-keys", cli_ssh_keys_main, "print a user's SSH keys for sshd"},
     {"perf", cli_perf_main, "measure the store beside Samba ldb and OpenLDAP (idcache-perf)"},
 };
 
@@ -42,7 +43,7 @@ static void main_help(FILE *out)
 	      "Commands:\n",
 	      out);
 	for (size_t i = 0; i < IDC_ARRAY_SIZE(commands); i++)
-		fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
+		fprintf(out, "  %-19s %s\n", commands[i].name, commands[i].summary);
 	fputs("\n"
 	      "Options:\n"
 	      "  -h, --help      show this help and exit\n"

@@ -174,7 +174,9 @@ static int do_status(struct daemon *dm, const struct proto_req *req, struct idc_
 		status_domain(dm, dm->domains[i], &b);
 	status_requests(dm, &b);
 	status_budget(dm, &b);
+	userdb_status(dm, &b);
 	daemon_mc_status(dm, &b);
+	daemon_nscd_status(dm, &b);
 	int rc = b.data ? reply_text(out, req->cmd, &b) : -ENOMEM;
 	idc_buf_free(&b);
 	return rc;
@@ -236,6 +238,7 @@ static int do_expire(struct daemon *dm, const struct proto_req *req, struct idc_
 	}
 	free(skip);
 	daemon_mc_expire(dm, req->what, name);
+	nscd_neg_clear(dm);           /* what the host's sources lacked is asked again */
 	responder_forget_replies(dm); /* kept replies were fresh */
 	idc_log(IDC_LOG_INFO, "expired %zu entries on request", total);
 	size_t start;
@@ -326,6 +329,7 @@ static int user_info(struct daemon *dm, struct cache_reader *r, const char *name
 	info_meta(b, &m);
 	info_withheld(dm, i, false, u.name, u.uid, b);
 	info_gids(dm, r, &m, u.name, b);
+	subid_user_info(dm, i, &u, b);
 	return 0;
 }
 

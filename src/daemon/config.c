@@ -257,17 +257,23 @@ static void set_level(struct parse *ps, const char *key, const char *v, int *out
 		*out = (int)n;
 }
 
-static void set_dir(struct parse *ps, const char *key, const char *v, char **out)
+/* An absolute path of at most max bytes. */
+static void set_path(struct parse *ps, const char *key, const char *v, size_t max, char **out)
 {
-	/* the socket path run_dir/admin.sock must fit sockaddr_un */
-	size_t max = strcmp(key, "run_dir") == 0 ? sizeof(((struct sockaddr_un *)0)->sun_path) - 12
-						 : PATH_MAX - 64;
 	if (!path_ok(v, strlen(v)))
 		perr(ps, "%s: '%s' is not an absolute path", key, v);
 	else if (strlen(v) > max)
 		perr(ps, "%s: path longer than %zu bytes", key, max);
 	else
 		set_str(ps, out, v);
+}
+
+static void set_dir(struct parse *ps, const char *key, const char *v, char **out)
+{
+	/* the socket path run_dir/admin.sock must fit sockaddr_un */
+	size_t max = strcmp(key, "run_dir") == 0 ? sizeof(((struct sockaddr_un *)0)->sun_path) - 12
+						 : PATH_MAX - 64;
+	set_path(ps, key, v, max, out);
 }
 
 static void set_memcache(struct parse *ps, const char *key, const char *v, uint32_t *out)
@@ -297,7 +303,8 @@ static void set_names(struct parse *ps, const char *key, const char *v, struct c
 /* Keys whose value may be empty: an empty list. */
 static bool empty_ok(const char *key)
 {
-	return strcmp(key, "filter_users") == 0 || strcmp(key, "filter_groups") == 0;
+	return strcmp(key, "filter_users") == 0 || strcmp(key, "filter_groups") == 0 ||
+	       strcmp(key, "userdb_socket") == 0;
 }
 
 static const char *const idcache_keys[] = {
@@ -311,6 +318,8 @@ static const char *const idcache_keys[] = {
     "memcache_size_initgroups",
     "filter_users",
     "filter_groups",
+    "nscd_socket",
+    "nscd_negative_ttl",
 };
 
 static int key_index(const char *const *keys, size_t n, const char *key)
@@ -319,6 +328,24 @@ static int key_index(const char *const *keys, size_t n, const char *key)
 		if (strcmp(keys[i], key) == 0)
 			return (int)i;
 	return -1;
+}
+
+/* A key of a table of keys[0..n) given at most once each (seen: bit per
+ * key, lines[k]: where key k was given): its index when its value is to be
+ * parsed now, TABLE_KEY_NONE when it is none of them, TABLE_KEY_REPEATED
+ * when it was given before (reported). */
+#define TABLE_KEY_NONE     (-1)
+#define TABLE_KEY_REPEATED (-2)
+static int table_key(struct parse *ps, const char *const *keys, size_t n, const char *key,
+		     unsigned *seen, unsigned *lines)
+{
+	int k = key_index(keys, n, key);
+	if (k < 0)
+		return TABLE_KEY_NONE;
+	if (!first_time(ps, seen, 1u << k, key))
+		return TABLE_KEY_REPEATED;
+	lines[k] = ps->line;
+	return k;
 }
 
 /* ---- connection limits ------------------------------------------------------------ */
@@ -348,12 +375,9 @@ static uint32_t *limit_slot(struct config_limits *l, int k)
 static bool limit_key(struct parse *ps, const char *key, const char *v)
 {
 	struct config_limits *l = &ps->cfg->limits;
-	int k = key_index(limit_keys, IDC_ARRAY_SIZE(limit_keys), key);
+	int k = table_key(ps, limit_keys, IDC_ARRAY_SIZE(limit_keys), key, &l->seen, l->line);
 	if (k < 0)
-		return false;
-	if (!first_time(ps, &l->seen, 1u << k, key))
-		return true;
-	l->line[k] = ps->line;
+		return k == TABLE_KEY_REPEATED;
 	uint32_t min = k == 2 ? 0 : 1;
 	if (parse_uint(v, CONFIG_MAX_CONNS_LIMIT, limit_slot(l, k)) < 0 || *limit_slot(l, k) < min)
 		perr(ps, "%s: '%s' is not a number from %u to %u", key, v, (unsigned)min,
@@ -377,11 +401,97 @@ static void check_limits(struct parse *ps)
 		    l->root_reserved, l->max_connections);
 }
 
+/* ---- systemd's user database ------------------------------------------------------ */
+
+static const char *const userdb_keys[] = {"userdb_socket", "userdb_enumerate"};
+
+/* The socket's path: absolute, fitting sun_path, its file name (the
+ * service name clients pass) printable. Empty: not served. */
+static void set_userdb_socket(struct parse *ps, const char *v)
+{
+	const char *base = strrchr(v, '/');
+	if (!*v)
+		return;
+	if (!path_ok(v, strlen(v)) || has_control(v))
+		perr(ps, "userdb_socket: '%s' is not an absolute path", v);
+	else if (strlen(v) >= sizeof(((struct sockaddr_un *)0)->sun_path))
+		perr(ps, "userdb_socket: path longer than %zu bytes",
+		     sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
+	else if (!base[1] || strcmp(base, "/.") == 0 || strcmp(base, "/..") == 0)
+		perr(ps, "userdb_socket: '%s' names no socket file (the service name)", v);
+	else
+		set_str(ps, &ps->cfg->userdb.socket, v);
+}
+
+/* A key of userdb_keys: true when it was one (handled, errors reported). */
+static bool userdb_key(struct parse *ps, const char *key, const char *v)
+{
+	struct config_userdb *u = &ps->cfg->userdb;
+	int k = key_index(userdb_keys, IDC_ARRAY_SIZE(userdb_keys), key);
+	if (k < 0)
+		return false;
+	if (!first_time(ps, &u->seen, 1u << k, key))
+		return true;
+	if (k == 0)
+		set_userdb_socket(ps, v);
+	else if (parse_bool(v, &u->enumerate) < 0)
+		perr(ps, "%s: '%s' is not true or false", key, v);
+	return true;
+}
+
+/* ---- subordinate id allocation ------------------------------------------------------ */
+
+static const char *const subid_keys[] = {"subid_base", "subid_size", "subid_uid_min",
+					 "subid_uid_max"};
+
+static uint32_t *subid_slot(struct subid_alloc *a, int k)
+{
+	uint32_t *slots[] = {&a->base, &a->size, &a->uid_min, &a->uid_max};
+	return slots[k];
+}
+
+/* A key of subid_keys: whether it was one (handled, errors reported). */
+static bool subid_key(struct parse *ps, const char *key, const char *v)
+{
+	struct config_subid *s = &ps->cfg->subid;
+	int k = table_key(ps, subid_keys, IDC_ARRAY_SIZE(subid_keys), key, &s->seen, s->line);
+	if (k < 0)
+		return k == TABLE_KEY_REPEATED;
+	if (parse_uint(v, UINT32_MAX - 1, subid_slot(&s->alloc, k)) < 0)
+		perr(ps, "%s: '%s' is not a number from 0 to %u", key, v, UINT32_MAX - 1);
+	return true;
+}
+
+/* The allocation whole: subid_uid_max's default, then subid_alloc_check,
+ * reported at the last subid key given. */
+static void check_subid(struct parse *ps)
+{
+	struct config_subid *s = &ps->cfg->subid;
+	bool fits = true;
+	if (!(s->seen & (1u << 3)))
+		s->alloc.uid_max =
+		    subid_alloc_max_uid(s->alloc.base, s->alloc.size, s->alloc.uid_min, &fits);
+	unsigned line = 0;
+	for (size_t k = 0; k < IDC_ARRAY_SIZE(s->line); k++)
+		line = s->line[k] > line ? s->line[k] : line;
+	char why[200];
+	if (!fits && s->alloc.size)
+		perr_at(ps, line,
+			"no subordinate id range of subid_size %u fits above subid_base %u",
+			(unsigned)s->alloc.size, (unsigned)s->alloc.base);
+	else if (subid_alloc_check(&s->alloc, why, sizeof(why)) < 0)
+		perr_at(ps, line, "%s", why);
+}
+
 static void idcache_key(struct parse *ps, const char *key, const char *v)
 {
 	struct config *c = ps->cfg;
 	int k = key_index(idcache_keys, IDC_ARRAY_SIZE(idcache_keys), key);
 	if (k < 0 && limit_key(ps, key, v))
+		return;
+	if (k < 0 && userdb_key(ps, key, v))
+		return;
+	if (k < 0 && subid_key(ps, key, v))
 		return;
 	if (k < 0) {
 		perr(ps, "unknown key '%s' in [idcache]", key);
@@ -411,6 +521,15 @@ static void idcache_key(struct parse *ps, const char *key, const char *v)
 	case 9:
 		set_names(ps, key, v, k == 8 ? &c->filter_users : &c->filter_groups);
 		break;
+	case 10:
+		set_path(ps, key, v, sizeof(((struct sockaddr_un *)0)->sun_path) - 1,
+			 &c->nscd_socket);
+		break;
+	case 11:
+		if (parse_uint(v, CONFIG_NSCD_NEG_TTL_MAX, &c->nscd_negative_ttl) < 0)
+			perr(ps, "%s: '%s' is not a number of seconds from 0 to %u", key, v,
+			     CONFIG_NSCD_NEG_TTL_MAX);
+		break;
 	default:
 		set_memcache(ps, key, v,
 			     k == 5   ? &c->memcache_size_passwd
@@ -421,11 +540,12 @@ static void idcache_key(struct parse *ps, const char *key, const char *v)
 
 static const char *const domain_keys[] = {
     "id_provider", "passwd_files", "group_files",   "entry_cache_timeout", "case_sensitive",
-    "debug_level", "filter_users", "filter_groups", "allow_local_overlap",
+    "debug_level", "filter_users", "filter_groups", "allow_local_overlap", "subid_allocate",
 };
 
 #define DOMAIN_KEY_CASE_SENSITIVE 4 /* index in domain_keys */
 #define DOMAIN_KEY_OVERLAP        8
+#define DOMAIN_KEY_SUBID          9
 
 static void set_provider(struct parse *ps, struct config_domain *d, const char *v)
 {
@@ -486,6 +606,10 @@ static const char *const ldap_keys[] = {
     "ldap_group_nesting_level",
     "ldap_max_searches",
     "ldap_max_memory",
+    "ldap_user_subuid_number",
+    "ldap_user_subuid_count",
+    "ldap_user_subgid_number",
+    "ldap_user_subgid_count",
 };
 
 #ifdef IDC_HAVE_LDAP
@@ -587,6 +711,10 @@ static void domain_key(struct parse *ps, const char *key, const char *v)
 	case 4:
 	case DOMAIN_KEY_OVERLAP:
 		if (parse_bool(v, k == 4 ? &d->case_sensitive : &d->allow_local_overlap) < 0)
+			perr(ps, "%s: '%s' is not true or false", key, v);
+		break;
+	case DOMAIN_KEY_SUBID:
+		if (parse_bool(v, &d->subid_allocate) < 0)
 			perr(ps, "%s: '%s' is not true or false", key, v);
 		break;
 	case 6:
@@ -782,6 +910,8 @@ static void check_domain(struct parse *ps, struct config_domain *d)
 			d->name);
 		return;
 	}
+	if (!(d->seen & (1u << DOMAIN_KEY_SUBID)))
+		d->subid_allocate = d->provider == CONFIG_PROVIDER_FILES;
 	if (d->provider != CONFIG_PROVIDER_LDAP && d->ldap_line) {
 		perr_at(ps, d->ldap_line, "[domain/%s]: ldap options need id_provider = ldap",
 			d->name);
@@ -907,6 +1037,7 @@ static void finish(struct parse *ps)
 		check_domain(ps, &ps->all[i]);
 	pick_domains(ps);
 	check_limits(ps);
+	check_subid(ps);
 	if (ps->nall == 0)
 		perr_at(ps, 0, "no domain configured (add a [domain/NAME] section)");
 	if (set_defaults(ps->cfg) < 0 || (ps->cfg->domains && resolve_filters(ps->cfg) < 0))
@@ -941,6 +1072,9 @@ int config_parse(const char *label, const char *text, size_t len, struct config 
 	ps.cfg->memcache_size_group = CONFIG_DEFAULT_MEMCACHE_MB;
 	ps.cfg->memcache_size_initgroups = CONFIG_DEFAULT_MEMCACHE_MB;
 	limits_default(&ps.cfg->limits);
+	ps.cfg->userdb.enumerate = true;
+	subid_alloc_default(&ps.cfg->subid.alloc);
+	ps.cfg->nscd_negative_ttl = CONFIG_DEFAULT_NSCD_NEG_TTL;
 	configure_inih();
 	int rc = ini_parse_stream(read_line, &ps, on_key, &ps);
 	if (rc > 0 && ps.nerr == 0)
@@ -1099,8 +1233,10 @@ void config_free(struct config *c)
 	names_free(&c->filter_users);
 	names_free(&c->filter_groups);
 	free(c->run_dir);
+	free(c->nscd_socket);
 	free(c->state_dir);
 	free(c->user);
+	free(c->userdb.socket);
 	free(c);
 }
 

@@ -19,6 +19,7 @@
 
 #include "proto/proto.h"
 #include "providers/ldap/lprov.h" /* struct lprov_config (no libldap needed) */
+#include "subid/subid.h"
 #include "util/util.h"
 
 #define CONFIG_DEFAULT_PATH        "/etc/idcache/idcache.conf"
@@ -39,6 +40,10 @@
 #define CONFIG_DEFAULT_UNREAD_MAPS   16u
 #define CONFIG_MAX_CONNS_LIMIT       65536u
 
+/* nscd_socket (idcache.conf(5), "NSCD SOCKET") */
+#define CONFIG_DEFAULT_NSCD_NEG_TTL 20u /* seconds, as nscd's passwd default */
+#define CONFIG_NSCD_NEG_TTL_MAX     3600u
+
 struct config_limits {
 	uint32_t max_connections;         /* nss.sock, everyone together */
 	uint32_t max_connections_per_uid; /* nss.sock, one uid other than root */
@@ -47,6 +52,15 @@ struct config_limits {
 	uint32_t max_unread_maps_per_uid; /* MCMAP replies with unread descriptors */
 	unsigned seen;                    /* keys given (bit per key) */
 	unsigned line[5];                 /* where each was given */
+};
+
+/* systemd's user database socket (idcache.conf(5), "SYSTEMD USER
+ * DATABASE"): off unless userdb_socket names one. */
+#define CONFIG_USERDB_DIR "/run/systemd/userdb"
+struct config_userdb {
+	char *socket;   /* absolute path; NULL: not served */
+	bool enumerate; /* enumeration answered (default), else EnumerationNotSupported */
+	unsigned seen;  /* keys given (bit per key) */
 };
 
 enum config_provider { CONFIG_PROVIDER_FILES = 1, CONFIG_PROVIDER_LDAP };
@@ -83,6 +97,18 @@ struct config_domain {
 	struct lprov_config *ldap;
 	unsigned ldap_line; /* first provider-specific key, for errors */
 	uint64_t ldap_seen; /* provider keys given (bit per key) */
+	/* subid_allocate: users without ranges of their own get the
+	 * allocation's (config.subid). Default: files domains yes, ldap no. */
+	bool subid_allocate;
+};
+
+/* [idcache] subid_base, subid_size, subid_uid_min, subid_uid_max: the
+ * subordinate id allocation (subid/subid.h), checked whole; uid_max
+ * defaults to the most that fit. */
+struct config_subid {
+	struct subid_alloc alloc;
+	unsigned seen;    /* keys given (bit per key) */
+	unsigned line[4]; /* where each was given */
 };
 
 struct config {
@@ -101,6 +127,13 @@ struct config {
 	size_t ndomains;
 	unsigned seen;
 	struct config_limits limits;
+	struct config_userdb userdb;
+	struct config_subid subid;
+	/* The nscd protocol's socket (daemon/nscd.c); NULL: not served. */
+	char *nscd_socket;
+	/* How long a name or id no source holds is answered "not found"
+	 * through it without asking the host's sources again (seconds). */
+	uint32_t nscd_negative_ttl;
 };
 
 /* Parse text[0..len) (need not be NUL-terminated; may hold anything) named

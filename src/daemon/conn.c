@@ -13,6 +13,10 @@
  * the queues drain. An enumeration reply's records go out straight from
  * the shared snapshot (conn_queue_tail): a client that never reads holds
  * a reference, not a copy.
+ *
+ * A connection of the userdb socket (c->udb) is the same connection with
+ * other framing: its bytes go to the Varlink reader and userdb.c takes its
+ * calls under the same conditions (conn_may_take).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -33,7 +37,7 @@ static void charge_out(struct conn *c)
 	c->out_charged = c->out.cap;
 }
 
-static void drop_tail(struct conn *c)
+void conn_drop_tail(struct conn *c)
 {
 	enum_snap_put(c->tail);
 	c->tail = NULL;
@@ -44,11 +48,13 @@ static void conn_free(void *p)
 {
 	struct conn *c = p;
 	proto_reader_free(&c->rd);
+	userdb_conn_free(c);
 	idc_buf_free(&c->out);
 	charge_out(c);
-	drop_tail(c);
+	conn_drop_tail(c);
 	enum_cursor_free(c->dm, &c->pw);
 	enum_cursor_free(c->dm, &c->gr);
+	daemon_nscd_conn_free(c);
 	budget_put(c->dm, c->uid);
 	free(c);
 }
@@ -86,12 +92,22 @@ static void unset_peer(struct conn *c)
 	c->peer = NULL;
 }
 
-int conn_new(struct daemon *dm, int fd, bool admin, const struct ucred *cred)
+struct conn *conn_create(struct daemon *dm, int fd, bool admin, const struct ucred *cred)
+{
+	return conn_new_kind(dm, fd, admin, false, cred);
+}
+
+struct conn *conn_new_kind(struct daemon *dm, int fd, bool admin, bool nscd,
+			   const struct ucred *cred)
 {
 	struct conn *c = calloc(1, sizeof(*c));
+	if (c && nscd && daemon_nscd_conn_init(c) < 0) {
+		free(c);
+		c = NULL;
+	}
 	if (!c) {
 		reaper_close_socket(dm, fd);
-		return -ENOMEM;
+		return NULL;
 	}
 	c->dm = dm;
 	c->admin = admin;
@@ -104,8 +120,9 @@ int conn_new(struct daemon *dm, int fd, bool admin, const struct ucred *cred)
 	}
 	if (rc < 0) {
 		reaper_close_socket(dm, fd);
+		daemon_nscd_conn_free(c);
 		free(c);
-		return rc;
+		return NULL;
 	}
 	c->uid = budget_get(dm, c->peer_uid);
 	c->next = dm->conns;
@@ -113,15 +130,37 @@ int conn_new(struct daemon *dm, int fd, bool admin, const struct ucred *cred)
 		dm->conns->prev = c;
 	dm->conns = c;
 	dm->nconns++;
-	return 0;
+	return c;
+}
+
+int conn_new(struct daemon *dm, int fd, bool admin, const struct ucred *cred)
+{
+	return conn_create(dm, fd, admin, cred) ? 0 : -ENOMEM;
+}
+
+/* Bytes received and not taken as requests yet. */
+static size_t buffered(const struct conn *c)
+{
+	return c->udb ? userdb_buffered(c) : proto_reader_buffered(&c->rd);
+}
+
+struct idc_buf *conn_reply_buf(struct conn *c)
+{
+	return c->udb ? userdb_reply_buf(c) : &c->out;
+}
+
+static const char *socket_name(const struct conn *c)
+{
+	return c->admin ? "admin" : c->udb ? "userdb" : c->nscd ? "nscd" : "nss";
 }
 
 void conn_close(struct conn *c, const char *why)
 {
 	if (c->io.fd < 0)
 		return;
-	idc_log(IDC_LOG_DEBUG, "closing %s connection: %s", c->admin ? "admin" : "nss", why);
+	idc_log(IDC_LOG_DEBUG, "closing %s connection: %s", socket_name(c), why);
 	responder_detach(c);
+	daemon_nscd_detach(c);
 	if (c->mem_wait)
 		c->dm->budget_waiting--;
 	c->mem_wait = false;
@@ -152,8 +191,8 @@ void conn_sweep(struct daemon *dm)
 
 bool conn_idle(const struct conn *c)
 {
-	return !c->wait && !c->pass_maps && c->out.len == c->out_off &&
-	       proto_reader_buffered(&c->rd) == 0;
+	return !c->wait && !c->pass_maps && c->out.len == c->out_off && buffered(c) == 0 &&
+	       !daemon_nscd_busy(c);
 }
 
 /* ==== output ====================================================================== */
@@ -166,6 +205,11 @@ static size_t out_pending(const struct conn *c)
 
 void conn_queue_tail(struct conn *c, struct enum_snap *s, size_t off, size_t end)
 {
+	if (c->udb) { /* read back by userdb.c at once: a copy of one batch */
+		if (idc_buf_append(userdb_reply_buf(c), s->recs.data + off, end - off) < 0)
+			c->closing = true;
+		return;
+	}
 	s->refs++;
 	c->tail = s;
 	c->tail_off = off;
@@ -187,11 +231,14 @@ static ssize_t send_part(struct conn *c, size_t end)
 	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
 	union {
 		struct cmsghdr align;
-		char buf[CMSG_SPACE(3 * sizeof(int))];
+		char buf[CMSG_SPACE(4 * sizeof(int))];
 	} ctl;
-	int fds[3];
+	int fds[4]; /* the three maps, or an nscd GETFD reply's */
 	int n =
 	    c->pass_maps && c->out_off == c->pass_at ? daemon_mc_fds(c->dm, c->pass_maps, fds) : 0;
+	int nscd_fd = daemon_nscd_fd_at(c, c->out_off); /* a GETFD reply's map */
+	if (nscd_fd >= 0)
+		fds[n++] = nscd_fd;
 	/* A map withdrawn since the reply was built leaves the list short:
 	 * the client sees the count differ from the reply and asks later. */
 	if (n > 0) {
@@ -208,7 +255,9 @@ static ssize_t send_part(struct conn *c, size_t end)
 	ssize_t sent = sendmsg(c->io.fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
 	if (sent > 0 && c->out_off == c->pass_at)
 		c->pass_maps = 0;
-	if (sent > 0 && n > 0)
+	if (sent > 0 && nscd_fd >= 0)
+		daemon_nscd_fd_sent(c);
+	if (sent > 0 && n > (nscd_fd >= 0))
 		peer_maps_sent(c);
 	if (sent < 0 && n > 0 && errno == ETOOMANYREFS)
 		peer_maps_failed(c);
@@ -246,7 +295,7 @@ static void sent(struct conn *c)
 		charge_out(c);
 	}
 	if (c->tail && c->tail_off == c->tail_end)
-		drop_tail(c);
+		conn_drop_tail(c);
 }
 
 /* Send what the socket takes. 0 (perhaps with output left) or -errno. */
@@ -334,7 +383,14 @@ static int dispatch(struct conn *c, const struct proto_frame *f)
  * must go first. */
 static bool busy(const struct conn *c)
 {
-	return c->wait || c->held;
+	return c->wait || c->held || daemon_nscd_busy(c);
+}
+
+/* Whether a request c sent is still being answered: waiting (busy), or
+ * a userdb call still streaming its replies. */
+static bool answering(const struct conn *c)
+{
+	return busy(c) || (c->udb && userdb_active(c));
 }
 
 /* Whether c's uid is over budget and c holds output of its own: a
@@ -360,15 +416,29 @@ static bool must_wait(struct conn *c)
 	return wait;
 }
 
+bool conn_may_take(struct conn *c)
+{
+	charge_out(c); /* what the last request queued counts before the budget is read */
+	return !c->closing && !busy(c) && !c->pass_maps && !c->tail &&
+	       out_pending(c) < DAEMON_OUT_HIGH && !must_wait(c);
+}
+
 /* Answer complete requests in order while the backlog and the uid's
  * budget allow and no request waits. */
 static int process(struct conn *c)
 {
 	struct proto_frame f;
 	int rc = 0;
-	while (rc == 0 && !c->closing && !busy(c) && !c->pass_maps && !c->tail &&
-	       out_pending(c) < DAEMON_OUT_HIGH && proto_reader_buffered(&c->rd) > 0 &&
-	       !must_wait(c)) {
+	if (c->udb || c->nscd) { /* framed by userdb.c / as nscd does (nscd.c) */
+		if (c->udb)
+			rc = userdb_process(c);
+		else
+			rc = c->closing ? 0 : daemon_nscd_process(c);
+		charge_out(c);
+		daemon_reader_end(c->dm);
+		return rc;
+	}
+	while (rc == 0 && proto_reader_buffered(&c->rd) > 0 && conn_may_take(c)) {
 		int got = proto_reader_next(&c->rd, &f);
 		if (got <= 0) {
 			rc = got;
@@ -420,6 +490,10 @@ static int read_some(struct conn *c)
 	if (n == 0)
 		return 1;
 	c->last_active_ns = idc_now_ns();
+	if (c->udb)
+		return userdb_feed(c, buf, (size_t)n);
+	if (c->nscd)
+		return daemon_nscd_feed(c, buf, (size_t)n);
 	return proto_reader_feed(&c->rd, buf, (size_t)n);
 }
 
@@ -437,7 +511,7 @@ static void update_interest(struct conn *c)
 		return;
 	}
 	if (!c->closing && !c->eof && !c->mem_wait && pending < DAEMON_OUT_HIGH &&
-	    proto_reader_buffered(&c->rd) < DAEMON_IN_MAX)
+	    buffered(c) < DAEMON_IN_MAX)
 		ev |= EPOLLIN;
 	if (pending)
 		ev |= EPOLLOUT;
@@ -470,7 +544,7 @@ static void on_event(struct loop_io *io, uint32_t events)
 		return;
 	}
 	c->eof |= eof;
-	if (c->eof && !busy(c)) /* answered all it sent */
+	if (c->eof && !answering(c)) /* answered all it sent */
 		c->closing = true;
 	update_interest(c);
 }
@@ -484,7 +558,7 @@ void conn_resume(struct conn *c, int rc)
 		conn_close(c, rc == -EBADMSG ? "protocol error" : idc_strerror(rc));
 		return;
 	}
-	if (c->eof && !busy(c))
+	if (c->eof && !answering(c))
 		c->closing = true;
 	update_interest(c);
 }

@@ -23,6 +23,14 @@
  *   peers.c      per-uid accounts: connections, unread map descriptors
  *   precedence.c what a domain may not serve: filters, overlap with the
  *                host's files and earlier domains
+ *   userdb.c     systemd's user database socket (Varlink, src/userdb):
+ *                its calls answered through the responder
+ *   subid.c      subordinate id ranges (SUBIDS, SUBID_OWNERS)
+ *   nscd.c       the nscd protocol's socket: requests, answers via the
+ *                responder, GETFD replies
+ *   nscdhost.c   the host's other NSS sources for that socket, off the
+ *                loop; its negative answers
+ *   nscdmaps.c   glibc's persistent-database maps handed out by GETFD
  */
 #ifndef IDC_DAEMON_H
 #define IDC_DAEMON_H
@@ -37,6 +45,7 @@
 #include "daemon/config.h"
 #include "daemon/loop.h"
 #include "mc/mc.h"
+#include "nscd/nscd.h"
 #include "proto/proto.h"
 #include "providers/files/files.h"
 #include "util/util.h"
@@ -226,6 +235,13 @@ struct conn {
 	 * descriptors of its MCMAP reply went out and may still be unread. */
 	struct peer *peer;
 	bool maps_unread;
+
+	/* On the userdb socket: its Varlink state (userdb.c), which reads
+	 * instead of rd and takes the responder's replies; else NULL. */
+	struct udb_conn *udb;
+	/* Came in on the nscd socket: its request and answer (nscd.c);
+	 * NULL on the other sockets. */
+	struct nscd_conn *nscd;
 };
 
 /* Queue the reply frame starting at out offset at to carry the
@@ -234,6 +250,20 @@ void conn_pass_maps(struct conn *c, uint32_t mask, size_t at);
 /* Take over an accepted socket whose peer is cred (SO_PEERCRED; uid -1
  * when unknown). 0 or -errno (fd closed). */
 int conn_new(struct daemon *dm, int fd, bool admin, const struct ucred *cred);
+/* conn_new, returning the connection; NULL (fd closed) on failure. */
+struct conn *conn_create(struct daemon *dm, int fd, bool admin, const struct ucred *cred);
+/* Whether c may take its next request now: not closing, nothing waiting
+ * for a directory, a build, descriptors or a tail, output under
+ * DAEMON_OUT_HIGH and its uid under budget (its output charged first). */
+bool conn_may_take(struct conn *c);
+/* Where the responder puts c's replies: c->out, or on the userdb socket
+ * the buffer userdb.c reads them from. */
+struct idc_buf *conn_reply_buf(struct conn *c);
+/* conn_create; nscd: an nscd socket's connection (nscd.c frames it). */
+struct conn *conn_new_kind(struct daemon *dm, int fd, bool admin, bool nscd,
+			   const struct ucred *cred);
+/* Release the tail (its records are not to be sent). */
+void conn_drop_tail(struct conn *c);
 /* Nothing under way: no request waiting or buffered, no output. */
 bool conn_idle(const struct conn *c);
 /* Close and free (after the current batch). */
@@ -264,6 +294,22 @@ void responder_held_timer(struct loop_timer *t);
 /* Drop the kept large group replies (`idcache expire`, shutdown). */
 void responder_forget_replies(struct daemon *dm);
 int admin_handle(struct conn *c, const struct proto_req *req, struct idc_buf *out);
+/* Close the reply frame begun at start with rc so far: 0 ends it; a
+ * failure replaces it with ERROR (logged). 0, or <0 out of memory. */
+int responder_finish(struct idc_buf *out, uint32_t cmd, size_t start, int rc);
+
+/* ---- subordinate ids (subid.c) ----------------------------------------------
+ * The replies to SUBIDS for user u of domain i, which the responder's walk
+ * found by passwd's rule, and to SUBID_OWNERS. Return as the handlers
+ * above. */
+int subid_reply_ranges(struct daemon *dm, size_t i, const struct cache_user *u,
+		       const struct proto_req *req, struct idc_buf *out);
+int subid_reply_owners(struct daemon *dm, const struct proto_req *req, struct idc_buf *out);
+/* Free what subid.c keeps (at shutdown). */
+void subid_free(struct daemon *dm);
+/* USERINFO's lines for u of domain i: "subuid=START COUNT (SOURCE)", or
+ * "subuid=none" with why; subgid likewise. Nothing is logged. */
+void subid_user_info(struct daemon *dm, size_t i, const struct cache_user *u, struct idc_buf *b);
 
 /* The read transaction shared by the requests of one connection's batch,
  * begun on first use and ended by daemon_reader_end. NULL on failure. */
@@ -289,6 +335,16 @@ void daemon_gids_withhold(struct daemon *dm, size_t i, uint32_t *gids, size_t *n
  * lists: g->members then points into dm's scratch, valid until the next
  * call. 0 or -ENOMEM. */
 int daemon_group_members_kept(struct daemon *dm, size_t i, struct cache_group *g);
+/* Which holder may have a user or group id in lo..hi: the name of the
+ * first domain that may (an ldap domain: its min_id..max_id, max_id 0
+ * being no bound; a files domain: an id it holds), "the host's files"
+ * (no files domain: /etc/passwd and /etc/group as read here), or NULL
+ * when none may. A subordinate id range is served only when NULL. */
+const char *daemon_ids_held(struct daemon *dm, uint32_t lo, uint32_t hi);
+/* A number that changes whenever what these checks see may have (a
+ * commit, a reload, the host's files read again): what is derived from
+ * them may be kept while it stays. */
+uint64_t daemon_checks_gen(struct daemon *dm);
 /* End the checks' reader (with daemon_reader_end); free the host files
  * and what the checks remember. */
 void daemon_aside_end(struct daemon *dm);
@@ -317,18 +373,48 @@ uint64_t budget_build_wait(const struct budget_uid *u, uint64_t now);
 /* u built a snapshot at now, which took took_ns. */
 void budget_built(struct budget_uid *u, uint64_t now, uint64_t took_ns);
 
+/* ---- systemd's user database (userdb.c) --------------------------------------
+ * A Varlink socket (io.systemd.UserDatabase) counted and limited as
+ * nss.sock is (its connections share each uid's account), whose calls are
+ * answered by the responder: the same domain walk, precedence, waits for
+ * directories and budgets. */
+struct udb_conn;
+/* Bind the socket cfg->userdb.socket names, if any (as root, before
+ * the drop; its directory created 0755 when missing). 0 or -errno, logged. */
+int userdb_open(struct daemon *dm, const struct config *cfg);
+int userdb_start(struct daemon *dm);
+void userdb_close(struct daemon *dm);
+/* An accepted connection of the socket (as conn_new). */
+int userdb_conn_new(struct daemon *dm, int fd, const struct ucred *cred);
+void userdb_conn_free(struct conn *c);
+/* Bytes received; what is buffered and not taken yet. */
+int userdb_feed(struct conn *c, const void *p, size_t n);
+size_t userdb_buffered(const struct conn *c);
+/* Whether a call of c is under way (its replies not all queued). */
+bool userdb_active(const struct conn *c);
+/* Take c's calls while conn_may_take allows. 0, or <0: close c. */
+int userdb_process(struct conn *c);
+struct idc_buf *userdb_reply_buf(struct conn *c);
+/* Its lines of `idcache status`. */
+void userdb_status(struct daemon *dm, struct idc_buf *b);
+
 /* ---- listeners (listen.c) --------------------------------------------------- */
 struct listener {
 	struct loop_io io;
 	struct daemon *dm;
 	char path[108];
 	bool admin;
+	bool userdb;      /* the userdb socket: connections through userdb_conn_new */
+	bool nscd;        /* the nscd socket (its connections count as nss.sock's) */
 	bool refuses_fds; /* SO_PASSRIGHTS is off */
 };
 
 /* Create, bind (mode), listen; refuses to replace a socket a live daemon
  * answers on. 0 or -errno, logged. */
 int listener_open(struct daemon *dm, struct listener *l, const char *path, mode_t mode, bool admin);
+/* The nscd socket (0666): refuses, naming nscd, to replace a socket that
+ * another process answers on. */
+int listener_open_nscd(struct daemon *dm, struct listener *l, const char *path);
 int listener_start(struct daemon *dm, struct listener *l);
 /* Raise the open-file limit (up to the hard one) to what cfg's connection
  * limits need: at start and at every configuration applied. */
@@ -415,6 +501,9 @@ int privs_prepare(const char *user, struct privs *p);
  * and files 0600, existing ones included, all chowned; otherwise 0755
  * (run_dir, whose nss.sock everyone must reach). */
 int privs_make_dir(const struct privs *p, const char *path, bool private_tree);
+/* mkdir -p (0755), owned by whoever creates it and never chowned: a
+ * directory others may use too (the nscd socket's, /var/run/nscd). */
+int privs_make_shared_dir(const char *path);
 /* user's uid and gid, as privs_prepare finds them: /etc/passwd, else NSS
  * (*in_files says which). 0, -ENOENT or -errno. */
 int privs_find_user(const char *user, uid_t *uid, gid_t *gid, bool *in_files);
@@ -475,6 +564,68 @@ void daemon_mc_expire(struct daemon *dm, uint32_t what, const char *name);
 void daemon_mc_reset(struct daemon *dm, int k);
 void daemon_mc_status(struct daemon *dm, struct idc_buf *b);
 
+/* ---- the nscd socket (nscd.c) -------------------------------------------------
+ * nscd_socket in idcache.conf: glibc's and musl's nscd clients. Opened
+ * with the other sockets, before root is dropped (its directory made
+ * 0755 and owned by the daemon's user, like run_dir); nothing when not
+ * configured. */
+struct nscd_conn;
+int daemon_nscd_open(struct daemon *dm, const struct privs *p);
+/* Start the host lookups and accept. 0 or -errno (logged). */
+int daemon_nscd_start(struct daemon *dm);
+/* Close and remove the socket; daemon_nscd_fini after the connections. */
+void daemon_nscd_stop(struct daemon *dm);
+void daemon_nscd_fini(struct daemon *dm);
+/* A connection's state: allocated (0 or -ENOMEM), freed. */
+int daemon_nscd_conn_init(struct conn *c);
+void daemon_nscd_conn_free(struct conn *c);
+/* Bytes read from the client (beyond one request they are dropped). */
+int daemon_nscd_feed(struct conn *c, const void *p, size_t n);
+/* Answer the request once complete, rewrite the responder's staged reply
+ * once it is, or ask the host's sources. <0 only when out of memory. */
+int daemon_nscd_process(struct conn *c);
+/* Waiting for the host's sources (no reply may go yet). */
+bool daemon_nscd_busy(const struct conn *c);
+/* The connection closes: its host lookup answers no one. */
+void daemon_nscd_detach(struct conn *c);
+/* The descriptor to send with out byte off (a GETFD reply), or -1; sent:
+ * closed (ours was a duplicate). */
+int daemon_nscd_fd_at(const struct conn *c, size_t off);
+void daemon_nscd_fd_sent(struct conn *c);
+/* `idcache status`: the socket, its requests, the host lookups. */
+void daemon_nscd_status(struct daemon *dm, struct idc_buf *b);
+
+/* ---- the host's sources for the nscd socket (nscdhost.c) ------------------------
+ * Threads of their own (see nscdhost.c); everything here is called on
+ * the loop thread. */
+struct nscd_job {
+	struct nscd_job *next;
+	struct conn *c; /* the client; NULL once it closed (loop thread only) */
+	int32_t type;   /* an nscd lookup */
+	char key[NSCD_KEY_MAX + 1];
+	uint32_t id;    /* by-id lookups: the key's value */
+	uint32_t *gids; /* INITGROUPS: the cache's groups, the host's added */
+	size_t ngids;
+	bool cache_found;  /* INITGROUPS: the cache knows the user */
+	uint64_t ig_epoch; /* INITGROUPS: daemon_mc_ig_epoch() when the cache was read */
+	uint8_t *reply;    /* the worker's answer in nscd's layout; NULL: close */
+	size_t reply_len;
+	bool notfound; /* no source holds the key */
+};
+struct nscd_host;
+int nscd_host_start(struct daemon *dm);
+void nscd_host_stop(struct daemon *dm);
+/* Queue j (taken over on success); its answer comes to
+ * daemon_nscd_answered. -EAGAIN: the queue is full (j is the caller's). */
+int nscd_host_submit(struct daemon *dm, struct nscd_job *j);
+void daemon_nscd_answered(struct nscd_job *j);
+void nscd_job_free(struct nscd_job *j);
+/* Negative answers (nscd_negative_ttl seconds): whether key of type is
+ * one no source held lately; remember one; forget all (a reload). */
+bool nscd_neg_has(struct daemon *dm, int32_t type, const char *key);
+void nscd_neg_put(struct daemon *dm, int32_t type, const char *key);
+void nscd_neg_clear(struct daemon *dm);
+
 /* ---- glibc's persistent-database maps (nscdmaps.c) ---------------------------
  * The read-only, sealed descriptor of database db's map in glibc's
  * numbering (0 passwd, 1 group) and *size, the map's size as GETFD
@@ -520,6 +671,9 @@ struct daemon {
 	size_t ndomains;
 	const char **names; /* domain names for multi-domain lookups */
 	struct listener nss, admin;
+	struct listener userdb;                        /* io.fd -1: not served (userdb.c) */
+	const char *udb_service;                       /* its file name, the service clients name */
+	uint64_t udb_calls, udb_errors, udb_malformed; /* `idcache status` */
 	struct conn *conns;
 	size_t nconns;
 	uint64_t refused, refused_logged_ns;
@@ -557,10 +711,12 @@ struct daemon {
 	size_t nadmin;
 	uint64_t refused_uid, refused_full, shed_idle;
 	uint64_t mcmap_refused, mcmap_failed;
-	struct cache_reader *aside; /* precedence.c's checks, ended with reader */
-	struct host_files *host;    /* /etc/passwd, /etc/group (precedence.c) */
-	struct gid_memo *gid_memo;  /* precedence.c */
-	const char **members;       /* precedence.c: member list scratch */
+	struct cache_reader *aside;        /* precedence.c's checks, ended with reader */
+	struct host_files *host;           /* /etc/passwd, /etc/group (precedence.c) */
+	struct gid_memo *gid_memo;         /* precedence.c */
+	struct held_ids *held_ids;         /* precedence.c: the files domains' ids, sorted */
+	struct subid_served *subid_served; /* subid.c: the directory ranges served */
+	const char **members;              /* precedence.c: member list scratch */
 	size_t members_cap;
 	struct budget_uid *budgets;   /* per peer uid (budget.c) */
 	size_t budget_total;          /* bytes charged to all uids */
@@ -573,6 +729,15 @@ struct daemon {
 	struct big_reply big[DAEMON_BIG_KEEP];
 	size_t big_next;
 	uint64_t big_builds, big_build_ns, big_hits;
+
+	/* The nscd socket (nscd.c): its path, fixed at start (NULL: not
+	 * served), listener, host lookups, and requests by nscd type. */
+	char *nscd_path;
+	struct listener nscd;
+	struct nscd_host *nscd_host;
+	uint64_t nscd_requests[NSCD_TYPE_COUNT];
+	/* host lookups asked, refused (queue full), negative answers given */
+	uint64_t nscd_host_asked, nscd_host_full, nscd_negative_hits;
 };
 
 /* Changes whenever what an enumeration returns may have changed. */

@@ -1,6 +1,9 @@
 /*
- * listen: the daemon's two Unix stream sockets (nss.sock 0666, admin.sock
- * 0600) and accepting connections on them, with the connection limit.
+ * listen: the daemon's Unix stream sockets (nss.sock 0666, admin.sock
+ * 0600, the userdb and nscd sockets 0666 when configured) and accepting
+ * connections on them, with the connection limits. The userdb and nscd
+ * sockets' connections count as nss.sock's: one budget per uid whichever
+ * it uses.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -33,7 +36,7 @@ static bool socket_alive(const struct sockaddr_un *sa)
 
 /* Remove a stale socket left by a daemon that died; refuse to remove
  * anything else, or a socket someone still listens on. */
-static int clear_path(const struct sockaddr_un *sa)
+static int clear_path(const struct sockaddr_un *sa, bool nscd)
 {
 	struct stat st;
 	if (lstat(sa->sun_path, &st) < 0)
@@ -42,6 +45,13 @@ static int clear_path(const struct sockaddr_un *sa)
 		idc_log(IDC_LOG_ERR, "%s exists and is not a socket; not replacing it",
 			sa->sun_path);
 		return -EEXIST;
+	}
+	if (socket_alive(sa) && nscd) {
+		idc_log(IDC_LOG_ERR,
+			"nscd_socket: another process (nscd, nsncd, unscd?) serves %s: stop it, "
+			"or remove nscd_socket from idcache.conf",
+			sa->sun_path);
+		return -EADDRINUSE;
 	}
 	if (socket_alive(sa)) {
 		idc_log(IDC_LOG_ERR, "another idcached is already serving %s", sa->sun_path);
@@ -82,18 +92,20 @@ static bool refuse_passed_fds(int fd)
 	return false;
 }
 
-int listener_open(struct daemon *dm, struct listener *l, const char *path, mode_t mode, bool admin)
+static int open_socket(struct daemon *dm, struct listener *l, const char *path, mode_t mode,
+		       bool admin, bool nscd)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	memset(l, 0, sizeof(*l));
 	l->io.fd = -1;
 	l->dm = dm;
 	l->admin = admin;
+	l->nscd = nscd;
 	if (strlen(path) >= sizeof(sa.sun_path))
 		return -ENAMETOOLONG;
 	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
 	snprintf(l->path, sizeof(l->path), "%s", path);
-	int rc = clear_path(&sa);
+	int rc = clear_path(&sa, nscd);
 	if (rc < 0)
 		return rc;
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -108,6 +120,16 @@ int listener_open(struct daemon *dm, struct listener *l, const char *path, mode_
 	}
 	l->io.fd = fd;
 	return 0;
+}
+
+int listener_open(struct daemon *dm, struct listener *l, const char *path, mode_t mode, bool admin)
+{
+	return open_socket(dm, l, path, mode, admin, false);
+}
+
+int listener_open_nscd(struct daemon *dm, struct listener *l, const char *path)
+{
+	return open_socket(dm, l, path, 0666, false, true);
 }
 
 /* Count a refused connection, logging at most every 10 s. */
@@ -241,8 +263,10 @@ static void on_accept(struct loop_io *io, uint32_t events)
 		enum verdict v = admit(dm, l->admin, cred.uid);
 		if (v != ADMIT)
 			refuse(dm, fd, v, &cred);
+		else if (l->userdb)
+			userdb_conn_new(dm, fd, &cred);
 		else
-			conn_new(dm, fd, l->admin, &cred);
+			conn_new_kind(dm, fd, l->admin, l->nscd, &cred);
 	}
 }
 

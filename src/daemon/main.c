@@ -9,7 +9,8 @@
  *   3. create run_dir (0755) and state_dir (0700, its files 0600, existing
  *      ones made so), owned by that user, under umask 077;
  *   4. create nss.sock and admin.sock (owned by that user, so it can take
- *      admin requests of its own uid and remove the sockets at stop);
+ *      admin requests of its own uid and remove the sockets at stop), and
+ *      nscd_socket when configured;
  *   5. drop privileges (setgroups, setresgid, setresuid; failure fatal);
  *   6. open the cache as that user, so every file it creates is its own
  *      (cache.mdb is verified first, a damaged one moved aside: cache.h);
@@ -226,11 +227,11 @@ static int make_sockets(struct daemon *dm, const struct privs *p)
 		rc = privs_chown_path(p, dm->nss.path);
 	if (rc == 0)
 		rc = privs_chown_path(p, dm->admin.path);
-	return rc;
+	return rc ? rc : daemon_nscd_open(dm, p);
 }
 
 /* Everything that needs root, then the drop. */
-static int setup_privileged(struct daemon *dm)
+static int setup_privileged(struct daemon *dm, const struct config *cfg)
 {
 	struct privs p;
 	int rc = privs_prepare(dm->user, &p);
@@ -240,6 +241,8 @@ static int setup_privileged(struct daemon *dm)
 		rc = privs_make_dir(&p, dm->state_dir, true);
 	if (rc == 0)
 		rc = make_sockets(dm, &p);
+	if (rc == 0)
+		rc = userdb_open(dm, cfg); /* in a directory of root's */
 	if (rc == 0)
 		rc = privs_drop(&p);
 	if (rc == 0 && p.drop)
@@ -263,7 +266,9 @@ static int open_cache(struct daemon *dm)
  * are closed by a thread of their own (reaper.c). */
 static int guard_passed_fds(struct daemon *dm)
 {
-	dm->kernel_refuses_fds = dm->nss.refuses_fds && dm->admin.refuses_fds;
+	dm->kernel_refuses_fds = dm->nss.refuses_fds && dm->admin.refuses_fds &&
+				 (dm->userdb.io.fd < 0 || dm->userdb.refuses_fds) &&
+				 (!dm->nscd_path || dm->nscd.refuses_fds);
 	if (dm->kernel_refuses_fds)
 		return 0;
 	idc_log(IDC_LOG_INFO, "the kernel cannot refuse descriptors passed to our sockets "
@@ -279,7 +284,7 @@ static int start(struct daemon *dm, struct config *cfg)
 	listener_fd_budget(cfg); /* before the reaper sizes its queue */
 	int rc = loop_init(&dm->loop);
 	rc = rc ? rc : block_signals(dm);
-	rc = rc ? rc : setup_privileged(dm);
+	rc = rc ? rc : setup_privileged(dm, cfg);
 	rc = rc ? rc : guard_passed_fds(dm);
 	rc = rc ? rc : open_cache(dm);
 	dm->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -290,6 +295,8 @@ static int start(struct daemon *dm, struct config *cfg)
 	rc = rc ? rc : loop_timer_arm(&dm->beat, MC_BEAT_MS, MC_BEAT_MS);
 	rc = rc ? rc : listener_start(dm, &dm->nss);
 	rc = rc ? rc : listener_start(dm, &dm->admin);
+	rc = rc ? rc : userdb_start(dm);
+	rc = rc ? rc : daemon_nscd_start(dm);
 	rc = rc ? rc : daemon_apply_config(dm, cfg);
 	return rc;
 }
@@ -298,8 +305,11 @@ static void stop(struct daemon *dm)
 {
 	listener_close(&dm->nss);
 	listener_close(&dm->admin);
+	userdb_close(dm);
+	daemon_nscd_stop(dm);
 	while (dm->conns)
 		conn_close(dm->conns, "stopping");
+	daemon_nscd_fini(dm);
 	for (size_t i = 0; i < dm->ndomains; i++)
 		domain_free(dm->domains[i]);
 	free(dm->domains);
@@ -317,6 +327,7 @@ static void stop(struct daemon *dm)
 	responder_forget_replies(dm);
 	daemon_mc_close(dm);
 	daemon_host_free(dm);
+	subid_free(dm);
 	cache_close(dm->cache);
 	config_free(dm->cfg);
 	free(dm->gids);
@@ -327,7 +338,8 @@ static void stop(struct daemon *dm)
 static int run(const struct options *o, struct config *cfg)
 {
 	struct daemon dm = {.config_path = o->config, .foreground = o->foreground};
-	dm.nss.io.fd = dm.admin.io.fd = dm.sig.fd = dm.sweep.io.fd = dm.beat.io.fd = -1;
+	dm.nss.io.fd = dm.admin.io.fd = dm.userdb.io.fd = dm.sig.fd = dm.sweep.io.fd =
+	    dm.beat.io.fd = -1;
 	dm.spare_fd = -1;
 	dm.held_timer.io.fd = -1;
 	dm.loop.epfd = -1;
@@ -337,7 +349,10 @@ static int run(const struct options *o, struct config *cfg)
 	dm.run_dir = strdup(cfg->run_dir);
 	dm.state_dir = strdup(cfg->state_dir);
 	dm.user = strdup(cfg->user);
-	int rc = dm.run_dir && dm.state_dir && dm.user ? start(&dm, cfg) : -ENOMEM;
+	dm.nscd.io.fd = -1;
+	dm.nscd_path = cfg->nscd_socket ? strdup(cfg->nscd_socket) : NULL;
+	bool fixed = dm.run_dir && dm.state_dir && dm.user && (dm.nscd_path || !cfg->nscd_socket);
+	int rc = fixed ? start(&dm, cfg) : -ENOMEM;
 	if (rc == 0)
 		rc = loop_run(&dm.loop);
 	else if (!dm.cfg)

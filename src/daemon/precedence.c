@@ -65,6 +65,16 @@ struct gid_memo {
 	bool withheld;
 };
 
+/* Every uid and gid the files domains hold (users' uid and primary gid,
+ * groups' gid), sorted, for the data generation gen: a range check is
+ * a binary search, not a scan per request. */
+struct held_ids {
+	uint64_t gen; /* memo_gen() when built; 0: not built */
+	uint32_t *ids;
+	size_t n, cap;
+	bool failed; /* the last build could not read or keep everything */
+};
+
 /* ==== the host's files ============================================================ */
 
 static void host_file_clear(struct host_file *h)
@@ -201,6 +211,10 @@ void daemon_host_free(struct daemon *dm)
 {
 	free(dm->gid_memo);
 	dm->gid_memo = NULL;
+	if (dm->held_ids)
+		free(dm->held_ids->ids);
+	free(dm->held_ids);
+	dm->held_ids = NULL;
 	free(dm->members);
 	dm->members = NULL;
 	dm->members_cap = 0;
@@ -379,6 +393,11 @@ static uint64_t memo_gen(struct daemon *dm)
 	return (daemon_data_gen(dm) ^ ((h ? h->reads : 0) << 48)) | 1u << 31;
 }
 
+uint64_t daemon_checks_gen(struct daemon *dm)
+{
+	return memo_gen(dm);
+}
+
 static bool gid_withheld_memo(struct daemon *dm, size_t i, uint32_t gid, uint64_t gen)
 {
 	if (!dm->gid_memo && !(dm->gid_memo = calloc(MEMO_SLOTS, sizeof(*dm->gid_memo))))
@@ -421,4 +440,102 @@ int daemon_group_members_kept(struct daemon *dm, size_t i, struct cache_group *g
 	g->members = dm->members;
 	g->nmembers = n;
 	return 0;
+}
+
+/* ==== ids a range may not hold ==================================================== */
+
+/* Whether the sorted ids[0..n) hold one in lo..hi. */
+static bool sorted_within(const uint32_t *ids, size_t n, uint32_t lo, uint32_t hi)
+{
+	size_t a = 0, b = n; /* first index with ids[i] >= lo */
+	while (a < b) {
+		size_t m = a + (b - a) / 2;
+		if (ids[m] < lo)
+			a = m + 1;
+		else
+			b = m;
+	}
+	return a < n && ids[a] <= hi;
+}
+
+static int held_push(struct held_ids *h, uint32_t id)
+{
+	if (h->n == h->cap) {
+		size_t cap = h->cap ? h->cap * 2 : 256;
+		uint32_t *grown = realloc(h->ids, cap * sizeof(*grown));
+		if (!grown)
+			return -ENOMEM;
+		h->ids = grown;
+		h->cap = cap;
+	}
+	h->ids[h->n++] = id;
+	return 0;
+}
+
+static int held_user(const struct cache_user *u, uint64_t key, void *arg)
+{
+	(void)key;
+	int rc = held_push(arg, u->uid);
+	return rc ? rc : held_push(arg, u->gid);
+}
+
+static int held_group(const struct cache_group *g, uint64_t key, void *arg)
+{
+	(void)key;
+	return held_push(arg, g->gid);
+}
+
+static struct held_ids *held_ids(struct daemon *dm)
+{
+	uint64_t gen = memo_gen(dm);
+	struct held_ids *h = dm->held_ids;
+	if (!h && !(h = dm->held_ids = calloc(1, sizeof(*h))))
+		return NULL;
+	if (h->gen == gen)
+		return h;
+	struct cache_reader *r = aside(dm);
+	int rc = r ? 0 : -EIO;
+	h->n = 0;
+	for (size_t i = 0; rc == 0 && i < dm->ndomains; i++) {
+		const char *name = dm->domains[i]->cfg->name;
+		if (dm->domains[i]->ldap)
+			continue;
+		rc = cache_enum_users_unsorted(r, name, held_user, h);
+		if (rc == 0)
+			rc = cache_enum_groups_unsorted(r, name, held_group, h);
+	}
+	qsort(h->ids, h->n, sizeof(*h->ids), cmp_u32);
+	h->failed = rc < 0;
+	h->gen = gen;
+	return h;
+}
+
+/* Domain i's ids against lo..hi: an ldap domain by the ids it may hold
+ * (min_id..max_id: the directory is not all cached), a files domain by
+ * those it holds (h). */
+static bool domain_ids_within(struct daemon *dm, size_t i, const struct held_ids *h, uint32_t lo,
+			      uint32_t hi)
+{
+	const struct config_domain *cfg = dm->domains[i]->cfg;
+	if (cfg->ldap) {
+		uint32_t max = cfg->ldap->max_id ? cfg->ldap->max_id : UINT32_MAX;
+		return cfg->ldap->min_id <= hi && lo <= max;
+	}
+	/* Unreadable: held, so nothing is served. */
+	return !h || h->failed || sorted_within(h->ids, h->n, lo, hi);
+}
+
+const char *daemon_ids_held(struct daemon *dm, uint32_t lo, uint32_t hi)
+{
+	struct held_ids *h = held_ids(dm);
+	for (size_t i = 0; i < dm->ndomains; i++)
+		if (domain_ids_within(dm, i, h, lo, hi))
+			return dm->domains[i]->cfg->name;
+	struct host_files *hf = reads_host(dm) ? host_files(dm) : NULL;
+	if (reads_host(dm) && !hf)
+		return "the host's files (out of memory)";
+	if (hf && (sorted_within(hf->pw.ids, hf->pw.n, lo, hi) ||
+		   sorted_within(hf->gr.ids, hf->gr.n, lo, hi)))
+		return "the host's files";
+	return NULL;
 }

@@ -242,6 +242,14 @@ static int secure_tree(const struct privs *p, const char *dir, int depth)
 	return rc;
 }
 
+int privs_make_shared_dir(const char *path)
+{
+	int rc = make_dirs(path, 0755);
+	if (rc < 0)
+		idc_log(IDC_LOG_ERR, "%s: %s", path, idc_strerror(rc));
+	return rc;
+}
+
 int privs_make_dir(const struct privs *p, const char *path, bool private_tree)
 {
 	int rc = make_dirs(path, private_tree ? 0700 : 0755);

@@ -125,6 +125,12 @@ static void warn_fixed(const struct daemon *dm, const struct config *cfg)
 		idc_log(IDC_LOG_WARN, "state_dir changed: takes effect after a restart");
 	if (strcmp(cfg->user, dm->user) != 0)
 		idc_log(IDC_LOG_WARN, "user changed: takes effect after a restart");
+	const char *udb = dm->userdb.io.fd >= 0 ? dm->userdb.path : "";
+	if (strcmp(cfg->userdb.socket ? cfg->userdb.socket : "", udb) != 0)
+		idc_log(IDC_LOG_WARN, "userdb_socket changed: takes effect after a restart");
+	const char *nscd = cfg->nscd_socket ? cfg->nscd_socket : "";
+	if (strcmp(nscd, dm->nscd_path ? dm->nscd_path : "") != 0)
+		idc_log(IDC_LOG_WARN, "nscd_socket changed: takes effect after a restart");
 }
 
 static void log_errors(const struct idc_buf *errors)
@@ -196,6 +202,8 @@ int daemon_reload(struct daemon *dm, struct idc_buf *errors)
 	if (rc == 0) {
 		warn_fixed(dm, cfg);
 		rc = daemon_apply_config(dm, cfg);
+		if (rc == 0)
+			nscd_neg_clear(dm); /* the negative TTL, or the sources, may change */
 		if (rc < 0) {
 			idc_buf_printf(errors, "cannot apply the configuration: %s\n",
 				       idc_strerror(rc));

@@ -19,6 +19,7 @@
  * between two batches is seen by the next one.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -94,6 +95,11 @@ static int finish(struct idc_buf *out, uint32_t cmd, size_t start, int rc)
 	return proto_reply_status(out, cmd, PROTO_ST_ERROR, "reply too large or out of memory");
 }
 
+int responder_finish(struct idc_buf *out, uint32_t cmd, size_t start, int rc)
+{
+	return finish(out, cmd, start, rc);
+}
+
 /* NOTFOUND for -ENOENT; anything else is a cache failure, logged here,
  * and UNAVAIL so glibc moves on to the next source. */
 static int reply_failure(struct idc_buf *out, uint32_t cmd, int rc)
@@ -157,6 +163,8 @@ static enum lprov_lookup_kind lookup_kind(uint32_t cmd)
 {
 	switch (cmd) {
 	case PROTO_CMD_GETPWNAM:
+	case PROTO_CMD_SUBIDS:  /* the user, whose entry holds its ranges */
+	case PROTO_CMD_SSHKEYS: /* the keys come with the user */
 		return LPROV_LOOKUP_PWNAM;
 	case PROTO_CMD_GETPWUID:
 		return LPROV_LOOKUP_PWUID;
@@ -172,7 +180,7 @@ static enum lprov_lookup_kind lookup_kind(uint32_t cmd)
 static bool by_name(uint32_t cmd)
 {
 	return cmd == PROTO_CMD_GETPWNAM || cmd == PROTO_CMD_GETGRNAM ||
-	       cmd == PROTO_CMD_INITGROUPS;
+	       cmd == PROTO_CMD_INITGROUPS || cmd == PROTO_CMD_SSHKEYS || cmd == PROTO_CMD_SUBIDS;
 }
 
 static int handle_lookup(struct walk *w, struct idc_buf *out);
@@ -190,7 +198,7 @@ static void resume(void *arg)
 		ldapdom_initgroups_note(p->asked, p->name);
 	c->wait = NULL;
 	struct walk w = {p->dm, c, &p->req, p};
-	int rc = handle_lookup(&w, &c->out);
+	int rc = handle_lookup(&w, conn_reply_buf(c));
 	daemon_reader_end(p->dm);
 	if (c->wait != p)
 		free(p);
@@ -318,35 +326,81 @@ static unsigned answer_keys(const struct proto_req *req, const char *name)
 	return n == req->name.len && memcmp(name, req->name.p, n) == 0 ? MC_KEY_NAME : 0;
 }
 
-static int do_user(struct walk *w, struct idc_buf *out)
+/* The user req names (by name or uid), from the first domain that holds it
+ * and may serve it (docs/DESIGN.md §11): 0 with *u and *at (the domain's
+ * index), -ENOENT, or an error; *step is WALK_DEFER when the reply waits
+ * for a directory. fresh: a directory's expired entry is asked for again
+ * and waited for, not served while a refresh runs behind (offline, the
+ * cache's entry answers). */
+static int walk_user(struct walk *w, bool fresh, struct cache_user *u, size_t *at, int *step)
 {
 	struct daemon *dm = w->dm;
 	const struct proto_req *req = w->req;
 	struct cache_reader *r = daemon_reader(dm);
-	struct cache_user u;
-	int rc = !r ? -EIO : -ENOENT, step = WALK_NEXT;
-	if (r && req->cmd == PROTO_CMD_GETPWNAM && !cache_name_valid(req->name.p, req->name.len))
-		step = WALK_ANSWER;
-	for (size_t i = 0; r && step == WALK_NEXT && i < dm->ndomains; i++) {
+	int rc = !r ? -EIO : -ENOENT;
+	*step = WALK_NEXT;
+	if (r && by_name(req->cmd) && !cache_name_valid(req->name.p, req->name.len))
+		*step = WALK_ANSWER;
+	for (size_t i = 0; r && *step == WALK_NEXT && i < dm->ndomains; i++) {
 		struct cache_meta meta = {0};
-		rc = user_in(r, dm->domains[i]->cfg, req, &u, &meta);
-		if (rc == 0 && daemon_user_withheld(dm, i, &u)) {
+		rc = user_in(r, dm->domains[i]->cfg, req, u, &meta);
+		if (rc == 0 && daemon_user_withheld(dm, i, u)) {
 			rc = -ENOENT; /* as if not held: the next domain may */
 			continue;
 		}
 		int err = 0;
-		step = settle(w, i, rc, &meta, true, &err);
+		*step = settle(w, i, rc, &meta, !(fresh && meta.expired), &err);
 		rc = err ? err : rc;
+		*at = i;
 	}
+	return rc;
+}
+
+static int do_user(struct walk *w, struct idc_buf *out)
+{
+	struct daemon *dm = w->dm;
+	const struct proto_req *req = w->req;
+	struct cache_user u;
+	size_t at = 0;
+	int step, rc = walk_user(w, false, &u, &at, &step);
 	if (step == WALK_DEFER)
 		return 0;
 	if (rc < 0)
 		return reply_failure(out, req->cmd, rc);
+	if (req->cmd == PROTO_CMD_SUBIDS)
+		return subid_reply_ranges(dm, at, &u, req, out);
 	struct proto_passwd pw = to_proto(&u);
 	daemon_mc_put_passwd(dm, &pw, answer_keys(req, u.name));
 	size_t start;
 	rc = proto_reply_begin(out, req->cmd, PROTO_ST_OK, &start);
 	return finish(out, req->cmd, start, rc ? rc : put_user(out, &u));
+}
+
+/* A user's SSH public keys, from the domain whose user getpwnam would
+ * answer with. The entry must be current: the answer decides a login. */
+static int do_sshkeys(struct walk *w, struct idc_buf *out)
+{
+	uint32_t cmd = w->req->cmd;
+	struct cache_user u;
+	size_t at = 0, n = 0;
+	int step, rc = walk_user(w, true, &u, &at, &step);
+	if (step == WALK_DEFER)
+		return 0;
+	char name[CACHE_NAME_MAX + 1];
+	const char *const *keys = NULL;
+	if (rc == 0) {
+		snprintf(name, sizeof(name), "%s", u.name); /* the next read reuses u's memory */
+		rc = cache_user_keys(daemon_reader(w->dm), w->dm->domains[at]->cfg->name, name,
+				     &keys, &n);
+	}
+	if (rc < 0)
+		return reply_failure(out, cmd, rc);
+	size_t start;
+	rc = proto_reply_begin(out, cmd, PROTO_ST_OK, &start);
+	rc = rc ? rc : proto_put_u32(out, (uint32_t)n);
+	for (size_t i = 0; rc == 0 && i < n; i++)
+		rc = proto_put_cstr(out, keys[i]);
+	return finish(out, cmd, start, rc);
 }
 
 /* ==== held requests ==========================================================================
@@ -402,7 +456,7 @@ void responder_held_timer(struct loop_timer *t)
 		}
 		c->held = false;
 		struct proto_req req = c->held_req;
-		int rc = responder_handle(c, &req, &c->out);
+		int rc = responder_handle(c, &req, conn_reply_buf(c));
 		daemon_reader_end(dm);
 		conn_resume(c, rc);
 	}
@@ -633,10 +687,13 @@ static int handle_lookup(struct walk *w, struct idc_buf *out)
 	switch (w->req->cmd) {
 	case PROTO_CMD_GETPWNAM:
 	case PROTO_CMD_GETPWUID:
+	case PROTO_CMD_SUBIDS:
 		return do_user(w, out);
 	case PROTO_CMD_GETGRNAM:
 	case PROTO_CMD_GETGRGID:
 		return do_group(w, out);
+	case PROTO_CMD_SSHKEYS:
+		return do_sshkeys(w, out);
 	default:
 		return do_initgroups(w, out);
 	}
@@ -975,10 +1032,14 @@ int responder_handle(struct conn *c, const struct proto_req *req, struct idc_buf
 	case PROTO_CMD_GETPWUID:
 	case PROTO_CMD_GETGRNAM:
 	case PROTO_CMD_GETGRGID:
-	case PROTO_CMD_INITGROUPS: {
+	case PROTO_CMD_INITGROUPS:
+	case PROTO_CMD_SSHKEYS:
+	case PROTO_CMD_SUBIDS: {
 		struct walk w = {c->dm, c, req, NULL};
 		return handle_lookup(&w, out);
 	}
+	case PROTO_CMD_SUBID_OWNERS:
+		return subid_reply_owners(c->dm, req, out);
 	case PROTO_CMD_SETPWENT:
 	case PROTO_CMD_GETPWENT:
 	case PROTO_CMD_ENDPWENT:

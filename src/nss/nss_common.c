@@ -12,8 +12,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define IDC_NSS_SOCKET "nss.sock"
-
 enum nss_status idc_nss_done(enum nss_status st, int err, int saved_errno, int *errnop)
 {
 	errno = saved_errno;
@@ -34,14 +32,6 @@ bool idc_nss_name_ok(const char *name, struct proto_str *out)
 	out->p = name;
 	out->len = (uint32_t)len;
 	return true;
-}
-
-/* secure_getenv: a setuid program must not be pointed at a socket or a
- * cache file of the caller's choosing. */
-static const char *run_dir(void)
-{
-	const char *dir = secure_getenv("IDCACHE_RUNDIR");
-	return dir == NULL || dir[0] == '\0' ? PROTO_DEFAULT_RUN_DIR : dir;
 }
 
 /* One reader per map for the whole process, set up once. A forked child
@@ -122,7 +112,8 @@ static void mc_setup(void)
 
 struct mc_reader *idc_nss_mc(uint32_t kind)
 {
-	if (kind < MC_PASSWD || kind > MC_INITGROUPS || pthread_once(&mc_once, mc_setup) != 0)
+	if (kind < MC_PASSWD || kind > MC_INITGROUPS || idc_nss_in_daemon() ||
+	    pthread_once(&mc_once, mc_setup) != 0)
 		return NULL;
 	return mc_enabled ? &mc_readers[kind - MC_PASSWD] : NULL;
 }
@@ -153,15 +144,13 @@ void idc_nss_close(struct proto_client *c)
 
 int idc_nss_connect(struct proto_client *c)
 {
-	if (idc_now_ns() < atomic_load(&quiet_until_ns)) {
+	if (idc_nss_in_daemon() || idc_now_ns() < atomic_load(&quiet_until_ns)) {
 		memset(c, 0, sizeof(*c));
 		c->fd = -1;
 		return -EAGAIN;
 	}
-	const char *dir = run_dir();
 	char path[128]; /* sun_path is 108: anything longer fails below anyway */
-	int n = snprintf(path, sizeof(path), "%s/%s", dir, IDC_NSS_SOCKET);
-	if (n < 0 || (size_t)n >= sizeof(path)) {
+	if (proto_nss_socket_path(path, sizeof(path)) < 0) {
 		c->fd = -1;
 		return -ENAMETOOLONG;
 	}

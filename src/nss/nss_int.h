@@ -22,6 +22,16 @@
 #include "mc/mc.h"
 #include "proto/proto.h"
 
+/* Defined (and exported) by idcached alone: loaded there, for the host
+ * lookups of its nscd socket, the module answers UNAVAIL at once instead
+ * of asking the daemon, which would be asking itself. A weak reference:
+ * NULL everywhere else, one load to test. */
+extern const int idc_nss_daemon_self __attribute__((weak));
+static inline bool idc_nss_in_daemon(void)
+{
+	return &idc_nss_daemon_self != NULL;
+}
+
 /* Receive area on the stack for replies that do not fit the caller's buffer:
  * enough for any ordinary record, so a short buffer gets an exact ERANGE. */
 #define IDC_NSS_STACK_REPLY 2048

@@ -8,6 +8,8 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -44,6 +46,15 @@ static int wait_fd(struct proto_client *c, short events)
 		if (n < 0 && errno != EINTR)
 			return -errno;
 	}
+}
+
+int proto_nss_socket_path(char *out, size_t cap)
+{
+	const char *dir = secure_getenv("IDCACHE_RUNDIR");
+	if (dir == NULL || dir[0] == '\0')
+		dir = PROTO_DEFAULT_RUN_DIR;
+	int n = snprintf(out, cap, "%s/%s", dir, PROTO_NSS_SOCKET);
+	return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
 }
 
 void proto_client_close(struct proto_client *c)

@@ -4,6 +4,7 @@
  * Every decoder checks a byte range before reading it.
  */
 #include "proto/proto.h"
+#include "subid/subid.h" /* subid_range_ok: header only */
 
 #include <errno.h>
 #include <stdalign.h>
@@ -85,6 +86,12 @@ const char *proto_cmd_name(uint32_t cmd)
 		return "ENDGRENT";
 	case PROTO_CMD_MCMAP:
 		return "MCMAP";
+	case PROTO_CMD_SSHKEYS:
+		return "SSHKEYS";
+	case PROTO_CMD_SUBIDS:
+		return "SUBIDS";
+	case PROTO_CMD_SUBID_OWNERS:
+		return "SUBID_OWNERS";
 	case PROTO_CMD_STATUS:
 		return "STATUS";
 	case PROTO_CMD_EXPIRE:
@@ -111,7 +118,17 @@ bool proto_cmd_is_admin(uint32_t cmd)
 }
 
 /* Payload shape of a request, by command. */
-enum shape { SH_EMPTY, SH_NAME, SH_ID, SH_VERSION, SH_GETENT, SH_EXPIRE, SH_BAD };
+enum shape {
+	SH_EMPTY,
+	SH_NAME,
+	SH_ID,
+	SH_VERSION,
+	SH_GETENT,
+	SH_EXPIRE,
+	SH_KIND_NAME, /* SUBIDS: u32 kind, str name */
+	SH_KIND_ID,   /* SUBID_OWNERS: u32 kind, u32 id */
+	SH_BAD
+};
 
 static enum shape req_shape(uint32_t cmd)
 {
@@ -121,6 +138,7 @@ static enum shape req_shape(uint32_t cmd)
 	case PROTO_CMD_GETPWNAM:
 	case PROTO_CMD_GETGRNAM:
 	case PROTO_CMD_INITGROUPS:
+	case PROTO_CMD_SSHKEYS:
 	case PROTO_CMD_USERINFO:
 	case PROTO_CMD_GROUPINFO:
 		return SH_NAME;
@@ -140,6 +158,10 @@ static enum shape req_shape(uint32_t cmd)
 		return SH_GETENT;
 	case PROTO_CMD_EXPIRE:
 		return SH_EXPIRE;
+	case PROTO_CMD_SUBIDS:
+		return SH_KIND_NAME;
+	case PROTO_CMD_SUBID_OWNERS:
+		return SH_KIND_ID;
 	default:
 		return SH_BAD;
 	}
@@ -162,23 +184,36 @@ static bool expire_what_ok(uint32_t what)
 	return what == PROTO_EXPIRE_USER || what == PROTO_EXPIRE_GROUP || what == PROTO_EXPIRE_ALL;
 }
 
+static bool subid_kind_ok(uint32_t kind)
+{
+	return kind == PROTO_SUBID_UID || kind == PROTO_SUBID_GID;
+}
+
+/* Whether req's leading u32 (what, or a subid kind) is valid for its shape. */
+static bool what_ok(enum shape sh, uint32_t what)
+{
+	if (sh == SH_EXPIRE)
+		return expire_what_ok(what);
+	if (sh == SH_KIND_NAME || sh == SH_KIND_ID)
+		return subid_kind_ok(what);
+	return true;
+}
+
 int proto_encode_request(void *buf, size_t cap, const struct proto_req *req)
 {
 	enum shape sh = req_shape(req->cmd);
-	bool has_name = sh == SH_NAME || sh == SH_EXPIRE;
-	if (sh == SH_BAD)
-		return -EINVAL;
-	if (sh == SH_EXPIRE && !expire_what_ok(req->what))
+	bool has_name = sh == SH_NAME || sh == SH_EXPIRE || sh == SH_KIND_NAME;
+	if (sh == SH_BAD || !what_ok(sh, req->what))
 		return -EINVAL;
 	if (has_name && !name_ok(&req->name, sh == SH_EXPIRE && req->what == PROTO_EXPIRE_ALL))
 		return -EINVAL;
 
 	size_t len = PROTO_HDR_SIZE;
-	if (sh == SH_NAME || sh == SH_EXPIRE)
+	if (has_name)
 		len += 4 + (size_t)req->name.len + 1;
-	if (sh == SH_ID || sh == SH_VERSION || sh == SH_EXPIRE)
+	if (sh == SH_ID || sh == SH_VERSION || sh == SH_EXPIRE || sh == SH_KIND_NAME)
 		len += 4;
-	if (sh == SH_GETENT)
+	if (sh == SH_GETENT || sh == SH_KIND_ID)
 		len += 8;
 	if (len > cap || len > PROTO_MAX_REQUEST)
 		return -EMSGSIZE;
@@ -200,7 +235,12 @@ int proto_encode_request(void *buf, size_t cap, const struct proto_req *req)
 		wr_u32(p, req->max_count);
 		wr_u32(p + 4, req->max_bytes);
 		break;
+	case SH_KIND_ID:
+		wr_u32(p, req->what);
+		wr_u32(p + 4, req->id);
+		break;
 	case SH_EXPIRE:
+	case SH_KIND_NAME:
 		wr_u32(p, req->what);
 		p += 4;
 		/* fall through */
@@ -251,8 +291,14 @@ int proto_decode_request(const struct proto_hdr *h, const void *payload, size_t 
 	case SH_GETENT:
 		rc = rd_u32(&r, &t.max_count) < 0 ? -EBADMSG : rd_u32(&r, &t.max_bytes);
 		break;
+	case SH_KIND_ID:
+		if (rd_u32(&r, &t.what) < 0 || !what_ok(sh, t.what))
+			return -EBADMSG;
+		rc = rd_u32(&r, &t.id);
+		break;
 	case SH_EXPIRE:
-		if (rd_u32(&r, &t.what) < 0 || !expire_what_ok(t.what))
+	case SH_KIND_NAME:
+		if (rd_u32(&r, &t.what) < 0 || !what_ok(sh, t.what))
 			return -EBADMSG;
 		/* fall through */
 	case SH_NAME:
@@ -443,6 +489,49 @@ int proto_batch_next_group(const struct proto_batch *b, size_t *off, struct prot
 		return 0;
 	*off = r.off;
 	return 1;
+}
+
+int proto_decode_sshkeys(const void *payload, size_t n, struct proto_strlist *keys)
+{
+	struct rd r = {payload, n, 0};
+	uint32_t count;
+	struct proto_strlist t;
+	if (rd_u32(&r, &count) < 0 || rd_strlist(&r, count, &t) < 0 || rd_end(&r) < 0)
+		return -EBADMSG;
+	size_t off = 0;
+	struct proto_str k;
+	while (proto_strlist_next(&t, &off, &k) == 1)
+		if (k.len == 0)
+			return -EBADMSG;
+	*keys = t;
+	return 0;
+}
+
+int proto_decode_subids(const void *payload, size_t n, struct proto_subids *s)
+{
+	struct rd r = {payload, n, 0};
+	uint32_t uid, count;
+	if (rd_u32(&r, &uid) < 0 || rd_u32(&r, &count) < 0 || (size_t)count != (n - 8) / 8 ||
+	    (n - 8) % 8 != 0)
+		return -EBADMSG;
+	for (uint32_t i = 0; i < count; i++) {
+		uint32_t start, len;
+		if (rd_u32(&r, &start) < 0 || rd_u32(&r, &len) < 0 || !subid_range_ok(start, len))
+			return -EBADMSG;
+	}
+	s->uid = uid;
+	s->p = (const uint8_t *)payload + 8;
+	s->count = count;
+	return 0;
+}
+
+void proto_subids_get(const struct proto_subids *s, uint32_t i, uint32_t *start, uint32_t *count)
+{
+	*start = *count = 0;
+	if (i >= s->count)
+		return;
+	memcpy(start, s->p + (size_t)i * 8, 4);
+	memcpy(count, s->p + (size_t)i * 8 + 4, 4);
 }
 
 int proto_decode_text(const void *payload, size_t n, struct proto_str *s)

@@ -79,6 +79,23 @@
  *      kind listed, in that order. UNAVAIL: no such map (disabled);
  *      BADREQ: not a map kind, or a second MCMAP on the connection.
  *      nss.sock only.
+ *  20  SSHKEYS      str user                     -> u32 n, n × str key
+ *      The SSH public keys of the user GETPWNAM would answer with (the
+ *      same domain, docs/DESIGN.md §11), one authorized_keys line each, in
+ *      the order the provider gave them; n may be 0 (a files user, or none
+ *      kept). An expired entry of a directory is asked for again before
+ *      the reply (the answer decides a login); offline, the cache answers.
+ *      NOTFOUND: no such user. nss.sock only, for any peer (sshd's
+ *      AuthorizedKeysCommandUser).
+ *  21  SUBIDS       u32 kind, str user           -> u32 uid, u32 n,
+ *                                                   n × (u32 start, u32 count)
+ *      The subordinate uid (kind PROTO_SUBID_UID) or gid (PROTO_SUBID_GID)
+ *      ranges of user, and the user's uid. n may be 0 (a user without
+ *      ranges). Every range has count >= 1 and start + count <= 2^32 - 1
+ *      (no range reaches (uid_t)-1). NOTFOUND: unknown user.
+ *  22  SUBID_OWNERS u32 kind, u32 id             -> u32 n, n × u32 uid
+ *      The uids of the users whose ranges of kind hold id (n may be 0).
+ *      Read with proto_decode_gids (the same shape).
  *  32  STATUS       (empty)                      -> str text
  *      text: "key=value\n" lines (e.g. "version=0.1.0\nusers=1234\n").
  *  33  EXPIRE       u32 what, str name           -> u32 count
@@ -128,6 +145,9 @@ enum proto_cmd {
 	PROTO_CMD_GETGRENT = 11,
 	PROTO_CMD_ENDGRENT = 12,
 	PROTO_CMD_MCMAP = 13,
+	PROTO_CMD_SSHKEYS = 20,
+	PROTO_CMD_SUBIDS = 21,
+	PROTO_CMD_SUBID_OWNERS = 22,
 	PROTO_CMD_STATUS = 32,
 	PROTO_CMD_EXPIRE = 33,
 	PROTO_CMD_RELOAD = 34,
@@ -143,6 +163,12 @@ enum proto_status {
 	PROTO_ST_ERROR = 4,
 	PROTO_ST_BADREQ = 5,
 	PROTO_ST_VERSION = 6,
+};
+
+/* SUBIDS / SUBID_OWNERS kind: libsubid's ID_TYPE_UID / ID_TYPE_GID. */
+enum proto_subid_kind {
+	PROTO_SUBID_UID = 1,
+	PROTO_SUBID_GID = 2,
 };
 
 enum proto_expire_what {
@@ -218,9 +244,9 @@ uint32_t proto_gids_get(const struct proto_gids *g, uint32_t i);
 /* ---- requests ---------------------------------------------------------------- */
 
 /* One request, decoded or to encode. Which fields are used depends on cmd:
- * name (GETPWNAM, GETGRNAM, INITGROUPS, EXPIRE, USERINFO, GROUPINFO), id (GETPWUID, GETGRGID,
- * MCMAP: the kind),
- * version (HELLO), max_count/max_bytes (GET*ENT), what (EXPIRE). */
+ * name (GETPWNAM, GETGRNAM, INITGROUPS, SSHKEYS, EXPIRE, USERINFO, GROUPINFO, SUBIDS), id
+ * (GETPWUID, GETGRGID, MCMAP: the kind, SUBID_OWNERS), version (HELLO), max_count/max_bytes
+ * (GET*ENT), what (EXPIRE; SUBIDS and SUBID_OWNERS: the proto_subid_kind). */
 struct proto_req {
 	uint32_t cmd;
 	struct proto_str name;
@@ -254,11 +280,24 @@ int proto_decode_u32(const void *payload, size_t n, uint32_t *v); /* HELLO, EXPI
 int proto_decode_passwd(const void *payload, size_t n, struct proto_passwd *pw);
 int proto_decode_group(const void *payload, size_t n, struct proto_group *gr);
 int proto_decode_gids(const void *payload, size_t n, struct proto_gids *g);
+/* A SUBIDS reply: the user's uid and count ranges (8 bytes each), read
+ * with proto_subids_get. Checks every range as the wire format says
+ * (subid_range_ok, subid/subid.h). */
+struct proto_subids {
+	uint32_t uid;
+	const uint8_t *p;
+	uint32_t count;
+};
+int proto_decode_subids(const void *payload, size_t n, struct proto_subids *s);
+/* Range i (< count): *start, *count. */
+void proto_subids_get(const struct proto_subids *s, uint32_t i, uint32_t *start, uint32_t *count);
 /* cmd is PROTO_CMD_GETPWENT or PROTO_CMD_GETGRENT; n >= 1 records. */
 int proto_decode_batch(uint32_t cmd, const void *payload, size_t n, struct proto_batch *b);
 /* Next record at *off (start with 0): 1 and *out set, 0 at the end. */
 int proto_batch_next_passwd(const struct proto_batch *b, size_t *off, struct proto_passwd *out);
 int proto_batch_next_group(const struct proto_batch *b, size_t *off, struct proto_group *out);
+/* An SSHKEYS reply: keys gets its n strings (each non-empty). */
+int proto_decode_sshkeys(const void *payload, size_t n, struct proto_strlist *keys);
 /* A STATUS text, or the optional message of a non-OK reply: empty payload
  * gives an empty string (p = ""). */
 int proto_decode_text(const void *payload, size_t n, struct proto_str *s);
@@ -294,6 +333,14 @@ struct proto_client {
 };
 
 #define PROTO_CLIENT_TIMEOUT_MS 5000
+#define PROTO_NSS_SOCKET        "nss.sock"
+
+/* The path of nss.sock for a client inside someone else's process (the
+ * NSS module, the subid plugin): in $IDCACHE_RUNDIR, read with
+ * secure_getenv — a setuid program is never pointed at a socket of its
+ * caller's choosing — else in PROTO_DEFAULT_RUN_DIR. 0, or -ENAMETOOLONG
+ * when it does not fit out[0..cap). */
+int proto_nss_socket_path(char *out, size_t cap);
 
 /* Connect to the Unix socket at path (CLOEXEC, non-blocking) within
  * timeout_ms, which also becomes the per-request timeout. Returns 0, or

@@ -268,21 +268,6 @@ static int collect_record(struct ldif_reader *r, struct idc_diag *d)
 
 /* ==== logical lines ========================================================== */
 
-static int b64_digit(unsigned char c)
-{
-	if (c >= 'A' && c <= 'Z')
-		return c - 'A';
-	if (c >= 'a' && c <= 'z')
-		return c - 'a' + 26;
-	if (c >= '0' && c <= '9')
-		return c - '0' + 52;
-	if (c == '+')
-		return 62;
-	if (c == '/')
-		return 63;
-	return -1;
-}
-
 /* Decode base64 s[0..n) over itself (the output is never longer than the
  * input read so far). Missing padding is tolerated, misplaced padding is not.
  * Returns NULL with *len the decoded length, or why it is not base64. */
@@ -300,7 +285,7 @@ static const char *b64_decode(char *s, size_t n, size_t *len, size_t *at)
 	uint32_t acc = 0;
 	unsigned have = 0;
 	for (size_t i = 0; i < m; i++) {
-		int v = b64_digit((unsigned char)s[i]);
+		int v = idc_b64_value((unsigned char)s[i]);
 		if (v < 0) {
 			*at = i;
 			return "invalid character";

@@ -74,6 +74,7 @@ static const struct schema_name rule_table[] = {
     RULE("displayname", CI),
     RULE("objectclass", CI),
     RULE("shadowexpire", INT),
+    RULE("sshpublickey", OCT),
     RULE("uniquemember", DN),
     RULE("userpassword", OCT),
     RULE("cacertificate", OCT),

@@ -127,11 +127,31 @@ static inline char idc_tolower(char c)
 /* ASCII case-insensitive equality of two byte strings. */
 bool idc_memcaseeq(const char *a, size_t alen, const char *b, size_t blen);
 
+/* The value of a base64 digit (RFC 4648, the standard alphabet), or -1
+ * for any other byte ('=' included). */
+int idc_b64_value(unsigned char c);
+
 /* The one rule for user and group names, applied by the NSS module, the
  * providers and the cache alike: 1..255 bytes, no '/', ':', ',', control
  * characters or DEL, not starting with '-', '+' or space, not "." or "..". */
 #define IDC_NAME_MAX 255
 bool idc_name_valid(const char *name, size_t len);
+
+/* ---- SSH public keys ---------------------------------------------------------
+ * The one check of an authorized_keys line (sshd(8), AUTHORIZED_KEYS FILE
+ * FORMAT) for every layer that stores or prints one: [options] keytype
+ * base64-blob [comment], where keytype is one OpenSSH knows (or its
+ * -cert-v01 form), the blob is padded base64 whose first field names that
+ * type, options are sshd's (quoted strings may hold blanks), and no byte
+ * is a control character but a tab. Blanks and line breaks around the line
+ * are not part of it: *out gives the line without them (start, len), or
+ * why it is no key (a static text, for the log). 0 or -EINVAL. */
+#define IDC_SSH_KEY_MAX 16384 /* longest line kept (an RSA 16384-bit key is ~2.8 KB) */
+struct idc_ssh_key {
+	size_t start, len;
+	const char *why;
+};
+int idc_ssh_key_check(const char *s, size_t n, struct idc_ssh_key *out);
 
 /* Read fd until cap bytes or the end, retrying on EINTR: *got bytes in
  * buf. 0 or -errno (what was read before the error is in buf). */

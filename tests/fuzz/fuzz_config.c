@@ -19,6 +19,10 @@ static void check(const struct config *c)
 {
 	if (!c->run_dir || c->run_dir[0] != '/' || !c->state_dir || !c->user || c->ndomains == 0)
 		__builtin_trap();
+	/* userdb_socket: an absolute path naming a file, fitting sun_path */
+	const char *u = c->userdb.socket;
+	if (u && (u[0] != '/' || strlen(u) > 107 || !strrchr(u, '/')[1]))
+		__builtin_trap();
 	for (size_t i = 0; i < c->ndomains; i++) {
 		const struct config_domain *d = &c->domains[i];
 		if (!d->name || !*d->name || strlen(d->name) > CONFIG_DOMAIN_MAX ||

@@ -4,8 +4,8 @@
  * through the reader in chunks and every frame it yields through the
  * request decoder (a decoded request must re-encode to the same bytes);
  * every frame is also tried as a reply of each kind, through the reply
- * decoders (MCMAP's kind list included) and, on success, the NSS packers with a buffer size taken
- * from the input. Nothing may crash, hang or read out of bounds.
+ * decoders (MCMAP's kind list and SSHKEYS' key list included) and, on success, the NSS packers with
+ * a buffer size taken from the input. Nothing may crash, hang or read out of bounds.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -96,6 +96,16 @@ static void try_replies(const uint8_t *p, size_t n, size_t buflen)
 	if (proto_decode_mcmap(p, n, kinds, PROTO_FDS_MAX, &nk) == 0 &&
 	    (nk == 0 || nk > PROTO_FDS_MAX || (size_t)n != 4 + 4 * nk))
 		__builtin_trap(); /* exactly the listed kinds, within the cap */
+	struct proto_strlist keys;
+	if (proto_decode_sshkeys(p, n, &keys) == 0) {
+		size_t off = 0;
+		uint32_t seen = 0;
+		struct proto_str k;
+		while (proto_strlist_next(&keys, &off, &k) == 1 && k.len > 0)
+			seen++;
+		if (seen != keys.count) /* every key listed, none empty */
+			__builtin_trap();
+	}
 	try_batch(PROTO_CMD_GETPWENT, p, n, buflen);
 	try_batch(PROTO_CMD_GETGRENT, p, n, buflen);
 }

@@ -242,11 +242,12 @@ DAEMON_UID = 64123
 VALGRIND = shutil.which("valgrind")
 
 
-def valgrind_wrap(ns, base):
+def valgrind_wrap(ns, base, sys_files=None):
     """The wrapper that runs a daemon under valgrind inside a namespace of
-    ns (system passwd/group from daemon_sys_files, under base/sys), its
-    report in base/valgrind.log. Returns (argv prefix, report path)."""
-    sys_passwd, sys_group = daemon_sys_files(Path(base) / "sys")
+    ns (system passwd/group from daemon_sys_files, under base/sys, unless
+    sys_files gives their paths), its report in base/valgrind.log. Returns
+    (argv prefix, report path)."""
+    sys_passwd, sys_group = sys_files or daemon_sys_files(Path(base) / "sys")
     vglog = Path(base) / "valgrind.log"
     return ns.argv([], sources="files", passwd=sys_passwd, group=sys_group) + [
         VALGRIND, "--vgdb=no", "--leak-check=full", "--errors-for-leak-kinds=definite",

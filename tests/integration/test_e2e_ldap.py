@@ -523,6 +523,33 @@ def test_enumerate_loads_the_directory(env, module_daemons, idcache):
     assert d.stop() == 0  # no enumeration of b behind later tests' search counts
 
 
+def cpu_seconds(pid):
+    """User plus system CPU time a process has used so far."""
+    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_idle_after_enumeration(env, module_daemons, idcache):
+    """Once the enumeration's last page is stored and nothing is in flight,
+    the daemon sleeps until its next timer: it does not spin on a zero
+    timeout (a page that yields the loop used to leave "messages waiting"
+    set with no search left to read them, and the timer fired at once
+    forever). A spinning daemon burns a whole core; an idle one next to
+    nothing, so 3 s of idling must cost well under 1 s of CPU."""
+    d = start_daemon(module_daemons, env.servers["b"].uri,
+                     "enumerate = true\nldap_page_size = 5\n")
+    done, _ = nsenv.wait_for(
+        lambda: (lambda st: int(st["domain.dir.groups"]) > 0
+                 and st["domain.dir.ldap_in_flight"] == "0")(status(idcache, d)), timeout=10)
+    assert done, d.log()[-2000:]
+    pid = int(status(idcache, d)["pid"])
+    c0 = cpu_seconds(pid)
+    time.sleep(3)
+    used = cpu_seconds(pid) - c0
+    assert used < 0.5, f"idcached used {used:.2f} s of CPU in 3 s idle"
+    assert d.stop() == 0
+
+
 def big_ldif(path, nusers, ngroups, members=10):
     """A directory of nusers users (e0..) and ngroups rfc2307bis groups
     (g0..) of `members` member DNs each."""

@@ -1,7 +1,8 @@
 #!/bin/bash
 # slapd.sh: a throw-away slapd (Debian's, back-mdb) on loopback for tests
 # and benchmarks. Suffix dc=example,dc=com, rootdn cn=admin,dc=example,dc=com
-# with password "secret"; everything lives in DIR.
+# with password "secret"; everything lives in DIR. Besides Debian's schemas it
+# loads openssh-lpk.schema (ldapPublicKey, sshPublicKey) from beside itself.
 #
 #   slapd.sh start DIR PORT [LDIF] [TLSDIR [LDAPS_PORT] [CERTNAME]]
 #       Writes DIR/slapd.conf, starts slapd logging stats (-d 256, to count
@@ -11,6 +12,7 @@
 #       "server") and, with LDAPS_PORT, ldaps:// too.
 #       With SLAPD_LOAD=slapadd in the environment, LDIF goes in with
 #       slapadd -q before slapd starts (large benchmark data).
+#       SLAPD_SCHEMAS: more schema files to include (absolute paths).
 #   slapd.sh stop DIR        stops it and waits until it is gone
 set -eu
 cmd=$1 D=$2
@@ -28,6 +30,8 @@ mkdir -p "$D/db"
 stop
 {
 	for s in core cosine nis inetorgperson; do echo "include /etc/ldap/schema/$s.schema"; done
+	echo "include $(cd "$(dirname "$0")" && pwd)/openssh-lpk.schema"
+	for s in ${SLAPD_SCHEMAS:-}; do echo "include $s"; done
 	cat <<C
 modulepath /usr/lib/ldap
 moduleload back_mdb

@@ -600,6 +600,101 @@ static void test_timestamps_kept_when_the_file_ends_early(void **state)
 	cache_reader_end(r);
 }
 
+/* ---- SSH keys ------------------------------------------------------------------------ */
+
+#define KEY_A "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAICStQcRIvPHZ+wS93xC07bs2rt8U4c+CoK7FmO0VgVue a"
+#define KEY_B "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAICStQcRIvPHZ+wS93xC07bs2rt8U4c+CoK7FmO0VgVue b"
+
+static int put_keys(struct fx *f, const char *name, const char *const *keys, size_t n, bool *ch)
+{
+	struct cache_txn *t;
+	assert_int_equal(cache_txn_begin(f->c, &t, NULL), 0);
+	struct idc_diag d = {{0}};
+	int rc = cache_put_user_keys(t, "local", name, keys, n, ch, &d);
+	assert_int_equal(rc ? (cache_txn_abort(t), 0) : cache_txn_commit(t, NULL), 0);
+	return rc;
+}
+
+/* The keys of name as one string, "|" between them. */
+static const char *keys_of(struct fx *f, const char *name, char *out, size_t cap)
+{
+	struct cache_reader *r;
+	assert_int_equal(cache_reader_begin(f->c, &r), 0);
+	const char *const *keys;
+	size_t n;
+	assert_int_equal(cache_user_keys(r, "local", name, &keys, &n), 0);
+	out[0] = '\0';
+	for (size_t i = 0; i < n; i++)
+		snprintf(out + strlen(out), cap - strlen(out), "%s%s", i ? "|" : "", keys[i]);
+	cache_reader_end(r);
+	return out;
+}
+
+static void test_ssh_keys(void **state)
+{
+	struct fx *f = *state;
+	char got[1024];
+	put_users(f, 0);
+	assert_string_equal(keys_of(f, "alice", got, sizeof(got)), "");
+	bool ch = false;
+	const char *two[] = {KEY_B, KEY_A, KEY_B}; /* given twice: kept once, in order */
+	assert_int_equal(put_keys(f, "alice", two, 3, &ch), 0);
+	assert_true(ch);
+	assert_string_equal(keys_of(f, "ALICE", got, sizeof(got)), KEY_B "|" KEY_A);
+	/* The same keys again write nothing durable. */
+	uint64_t commits = cache_durable_commits(f->c);
+	assert_int_equal(put_keys(f, "alice", two, 2, &ch), 0);
+	assert_false(ch);
+	assert_int_equal(cache_durable_commits(f->c), commits);
+	/* The user record does not carry them: passwd lookups are unchanged. */
+	struct cache_reader *r;
+	struct cache_user u;
+	assert_int_equal(cache_reader_begin(f->c, &r), 0);
+	assert_int_equal(cache_user_by_name(r, dom, 1, "alice", true, &u, NULL), 0);
+	assert_string_equal(u.shell, "/bin/sh");
+	cache_reader_end(r);
+	/* A key that is no authorized_keys line is refused, the old ones stay. */
+	const char *bad[] = {KEY_A, "ssh-ed25519 not!base64"};
+	assert_int_equal(put_keys(f, "alice", bad, 2, &ch), -EINVAL);
+	const char *padded[] = {" " KEY_A};
+	assert_int_equal(put_keys(f, "alice", padded, 1, &ch), -EINVAL);
+	assert_string_equal(keys_of(f, "alice", got, sizeof(got)), KEY_B "|" KEY_A);
+	/* None: removed. */
+	assert_int_equal(put_keys(f, "alice", NULL, 0, &ch), 0);
+	assert_true(ch);
+	assert_string_equal(keys_of(f, "alice", got, sizeof(got)), "");
+	assert_int_equal(put_keys(f, "alice", NULL, 0, &ch), 0);
+	assert_false(ch);
+}
+
+static void test_ssh_keys_go_with_user(void **state)
+{
+	struct fx *f = *state;
+	char got[1024];
+	put_users(f, 0);
+	const char *one[] = {KEY_A};
+	bool ch;
+	assert_int_equal(put_keys(f, "alice", one, 1, &ch), 0);
+	assert_int_equal(put_keys(f, "bob2", one, 1, &ch), 0);
+	struct cache_txn *t;
+	assert_int_equal(cache_txn_begin(f->c, &t, NULL), 0);
+	assert_int_equal(cache_del_user(t, "local", "alice", NULL), 0);
+	size_t nu, ng;
+	assert_int_equal(cache_drop_outside(t, "local", 1, 1000, &nu, &ng, NULL), 0);
+	assert_int_equal(nu, 2); /* Bob and bob2, uid 1001 */
+	assert_int_equal(cache_txn_commit(t, NULL), 0);
+	assert_string_equal(keys_of(f, "alice", got, sizeof(got)), "");
+	assert_string_equal(keys_of(f, "bob2", got, sizeof(got)), "");
+	/* A user stored again has none until its provider gives them. */
+	put_users(f, 0);
+	assert_string_equal(keys_of(f, "alice", got, sizeof(got)), "");
+	assert_int_equal(put_keys(f, "alice", one, 1, &ch), 0);
+	assert_int_equal(cache_txn_begin(f->c, &t, NULL), 0);
+	assert_int_equal(cache_domain_remove(t, "local", NULL), 0);
+	assert_int_equal(cache_txn_commit(t, NULL), 0);
+	assert_string_equal(keys_of(f, "alice", got, sizeof(got)), "");
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
@@ -616,6 +711,8 @@ int main(void)
 	    T(test_other_format_starts_over),
 	    cmocka_unit_test(test_name_fold),
 	    T(test_expire_other_spelling),
+	    T(test_ssh_keys),
+	    T(test_ssh_keys_go_with_user),
 	    cmocka_unit_test(test_map_full_grows),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

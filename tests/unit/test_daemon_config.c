@@ -53,6 +53,33 @@ static void expect_error(const char *text, const char *want)
 		fail_msg("expected '%s' in: %s", want, err);
 }
 
+/* ==== nscd_socket ================================================================== */
+
+static void test_nscd_socket(void **state)
+{
+	(void)state;
+	const char *dom = "[domain/d]\nid_provider = files\n";
+	char text[512];
+	struct config *c = parse_ok(dom);
+	assert_null(c->nscd_socket); /* off by default */
+	assert_int_equal(c->nscd_negative_ttl, 20);
+	config_free(c);
+	snprintf(text, sizeof(text),
+		 "[idcache]\nnscd_socket = /var/run/nscd/socket\nnscd_negative_ttl = 0\n%s", dom);
+	c = parse_ok(text);
+	assert_string_equal(c->nscd_socket, "/var/run/nscd/socket");
+	assert_int_equal(c->nscd_negative_ttl, 0);
+	config_free(c);
+	snprintf(text, sizeof(text), "[idcache]\nnscd_socket = run/socket\n%s", dom);
+	expect_error(text, "t.conf:2: nscd_socket: 'run/socket' is not an absolute path");
+	snprintf(text, sizeof(text), "[idcache]\nnscd_socket = /%0120d\n%s", 0, dom);
+	expect_error(text, "t.conf:2: nscd_socket: path longer than 107 bytes");
+	snprintf(text, sizeof(text), "[idcache]\nnscd_negative_ttl = 3601\n%s", dom);
+	expect_error(text, "t.conf:2: nscd_negative_ttl: '3601' is not a number of seconds");
+	snprintf(text, sizeof(text), "[idcache]\nnscd_socket = /a\nnscd_socket = /b\n%s", dom);
+	expect_error(text, "t.conf:3: 'nscd_socket' is given twice");
+}
+
 /* ==== good configs ================================================================= */
 
 static void test_minimal_defaults(void **state)
@@ -221,6 +248,36 @@ static void test_connection_limits(void **state)
 		     "t.conf:3: max_connections_per_uid (9) is more than max_connections (8)");
 	expect_error("[idcache]\nroot_reserved_connections = 1024\n" DOM,
 		     "t.conf:2: root_reserved_connections (1024) leaves no connection");
+}
+
+static void test_userdb(void **state)
+{
+	(void)state;
+	struct config *c = parse_ok(DOM);
+	assert_null(c->userdb.socket); /* off by default */
+	assert_true(c->userdb.enumerate);
+	config_free(c);
+	c = parse_ok("[idcache]\nuserdb_socket = /run/systemd/userdb/io.idcache\n"
+		     "userdb_enumerate = no\n" DOM);
+	assert_string_equal(c->userdb.socket, "/run/systemd/userdb/io.idcache");
+	assert_false(c->userdb.enumerate);
+	config_free(c);
+	c = parse_ok("[idcache]\nuserdb_socket =\n" DOM);
+	assert_null(c->userdb.socket);
+	config_free(c);
+	expect_error("[idcache]\nuserdb_socket = run/x\n" DOM,
+		     "t.conf:2: userdb_socket: 'run/x' is not an absolute path");
+	expect_error("[idcache]\nuserdb_socket = /run/systemd/userdb/\n" DOM,
+		     "t.conf:2: userdb_socket: '/run/systemd/userdb/' names no socket file");
+	expect_error(
+	    "[idcache]\nuserdb_socket = /run/a/"
+	    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+	    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n" DOM,
+	    "t.conf:2: userdb_socket: path longer than 107 bytes");
+	expect_error("[idcache]\nuserdb_enumerate = maybe\n" DOM,
+		     "t.conf:2: userdb_enumerate: 'maybe' is not true or false");
+	expect_error("[idcache]\nuserdb_socket = /a/b\nuserdb_socket = /a/c\n" DOM,
+		     "t.conf:3: 'userdb_socket' is given twice");
 }
 
 /* ==== ldap domains ====================================================================== */
@@ -456,6 +513,58 @@ static void test_filters_and_overlap(void **state)
 		     "t.conf:3: 'case_sensitive' has an empty value");
 }
 
+/* The subordinate id allocation: defaults, uid_max following the others,
+ * a block that cannot fit refused at the last subid key's line, bad values,
+ * subid_allocate's default per provider, the LDAP pairs whole. */
+static void test_subids(void **state)
+{
+	(void)state;
+	const char *dir = "id_provider = ldap\nldap_uri = ldap://a.example\n"
+			  "ldap_search_base = dc=example,dc=com\n";
+	char text[1024];
+	snprintf(text, sizeof(text), "[domain/dir]\n%s[domain/local]\nid_provider = files\n", dir);
+	struct config *c = parse_ok(text);
+	assert_int_equal(c->subid.alloc.base, 2147483648u);
+	assert_int_equal(c->subid.alloc.size, 65536u);
+	assert_int_equal(c->subid.alloc.uid_min, 1000u);
+	assert_int_equal(c->subid.alloc.uid_max, 33766u);
+	assert_false(config_domain(c, "dir")->subid_allocate);
+	assert_true(config_domain(c, "local")->subid_allocate);
+	config_free(c);
+
+	snprintf(text, sizeof(text),
+		 "[idcache]\nsubid_base = 100000\nsubid_size = 1000\nsubid_uid_min = 0\n"
+		 "[domain/dir]\n%ssubid_allocate = yes\nldap_user_subuid_number = a\n"
+		 "ldap_user_subuid_count = b\n[domain/local]\nid_provider = files\n"
+		 "subid_allocate = false\n",
+		 dir);
+	c = parse_ok(text);
+	assert_int_equal(c->subid.alloc.uid_max, (4294967295u - 100000u) / 1000u - 1);
+	assert_true(config_domain(c, "dir")->subid_allocate);
+	assert_false(config_domain(c, "local")->subid_allocate);
+	config_free(c);
+
+	expect_error("[idcache]\nsubid_base = 2147483648\nsubid_uid_max = 33767\n"
+		     "[domain/l]\nid_provider = files\n",
+		     "t.conf:3: subid_base 2147483648 + 32768 ranges of subid_size 65536 passes "
+		     "4294967295; subid_uid_max can be at most 33766");
+	expect_error("[idcache]\nsubid_size = 0\n[domain/l]\nid_provider = files\n",
+		     "t.conf:2: subid_size must be at least 1");
+	expect_error("[idcache]\nsubid_uid_min = 5000\nsubid_uid_max = 10\n"
+		     "[domain/l]\nid_provider = files\n",
+		     "t.conf:3: subid_uid_min 5000 is above subid_uid_max 10");
+	expect_error("[idcache]\nsubid_base = 4294967295\n[domain/l]\nid_provider = files\n",
+		     "t.conf:2: subid_base: '4294967295' is not a number");
+	expect_error("[idcache]\nsubid_base = 4294967294\nsubid_size = 2\n"
+		     "[domain/l]\nid_provider = files\n",
+		     "t.conf:3: no subordinate id range of subid_size 2 fits above subid_base "
+		     "4294967294");
+	expect_error("[domain/l]\nid_provider = files\nsubid_allocate = maybe\n",
+		     "t.conf:3: subid_allocate: 'maybe' is not true or false");
+	snprintf(text, sizeof(text), "[domain/dir]\n%sldap_user_subgid_count = c\n", dir);
+	expect_error(text, "ldap_user_subgid_number and ldap_user_subgid_count are given together");
+}
+
 static void test_hostile_lines(void **state)
 {
 	(void)state;
@@ -645,10 +754,13 @@ int main(void)
 	    cmocka_unit_test(test_file_order_and_bom),
 	    cmocka_unit_test(test_log_levels),
 	    cmocka_unit_test(test_errors),
+	    cmocka_unit_test(test_nscd_socket),
 	    cmocka_unit_test(test_connection_limits),
+	    cmocka_unit_test(test_userdb),
 	    cmocka_unit_test(test_ldap_domain),
 	    cmocka_unit_test(test_ldap_errors),
 	    cmocka_unit_test(test_filters_and_overlap),
+	    cmocka_unit_test(test_subids),
 	    cmocka_unit_test(test_hostile_lines),
 	    cmocka_unit_test(test_load),
 	};

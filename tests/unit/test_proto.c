@@ -48,6 +48,10 @@ static const struct proto_req sample_reqs[] = {
     {.cmd = PROTO_CMD_RELOAD},
     {.cmd = PROTO_CMD_USERINFO, .name = {"alice", 5}},
     {.cmd = PROTO_CMD_GROUPINFO, .name = {"wheel", 5}},
+    {.cmd = PROTO_CMD_SSHKEYS, .name = {"alice", 5}},
+    {.cmd = PROTO_CMD_SUBIDS, .what = PROTO_SUBID_UID, .name = {"alice", 5}},
+    {.cmd = PROTO_CMD_SUBIDS, .what = PROTO_SUBID_GID, .name = {"bob", 3}},
+    {.cmd = PROTO_CMD_SUBID_OWNERS, .what = PROTO_SUBID_GID, .id = 0xfffffffeu},
 };
 
 static int decode_frame(const uint8_t *buf, size_t n, struct proto_req *out)
@@ -165,6 +169,10 @@ static void test_request_bad_fields(void **state)
 	    {.cmd = PROTO_CMD_EXPIRE, .what = PROTO_EXPIRE_ALL, .name = {"x", 1}},
 	    {.cmd = PROTO_CMD_EXPIRE, .what = 9, .name = {"x", 1}},
 	    {.cmd = 77},
+	    {.cmd = PROTO_CMD_SUBIDS, .what = 0, .name = {"x", 1}},
+	    {.cmd = PROTO_CMD_SUBIDS, .what = 3, .name = {"x", 1}},
+	    {.cmd = PROTO_CMD_SUBIDS, .what = PROTO_SUBID_UID, .name = {"", 0}},
+	    {.cmd = PROTO_CMD_SUBID_OWNERS, .what = PROTO_EXPIRE_ALL, .id = 5},
 	};
 	for (size_t i = 0; i < IDC_ARRAY_SIZE(bad); i++)
 		assert_int_equal(proto_encode_request(buf, sizeof(buf), &bad[i]), -EINVAL);
@@ -200,6 +208,9 @@ static void test_header(void **state)
 	assert_true(proto_cmd_known(PROTO_CMD_MCMAP));
 	assert_false(proto_cmd_is_admin(PROTO_CMD_MCMAP));
 	assert_false(proto_cmd_known(14));
+	assert_true(proto_cmd_known(PROTO_CMD_SUBIDS));
+	assert_false(proto_cmd_is_admin(PROTO_CMD_SUBID_OWNERS));
+	assert_false(proto_cmd_known(PROTO_CMD_SUBID_OWNERS + 1));
 	assert_true(proto_cmd_is_admin(PROTO_CMD_EXPIRE));
 	assert_false(proto_cmd_is_admin(PROTO_CMD_GETPWNAM));
 	assert_string_equal(proto_cmd_name(PROTO_CMD_INITGROUPS), "INITGROUPS");
@@ -301,6 +312,64 @@ static int dec_pwbatch(const void *p, size_t n, void *out)
 static int dec_grbatch(const void *p, size_t n, void *out)
 {
 	return proto_decode_batch(PROTO_CMD_GETGRENT, p, n, out);
+}
+
+static int dec_sshkeys(const void *p, size_t n, void *out)
+{
+	return proto_decode_sshkeys(p, n, out);
+}
+
+/* An SSHKEYS reply with keys[0..n) as built by the daemon. */
+static const uint8_t *build_sshkeys(struct idc_buf *b, const char *const *keys, uint32_t n,
+				    size_t *len)
+{
+	size_t start;
+	idc_buf_reset(b);
+	assert_int_equal(proto_reply_begin(b, PROTO_CMD_SSHKEYS, PROTO_ST_OK, &start), 0);
+	assert_int_equal(proto_put_u32(b, n), 0);
+	for (uint32_t i = 0; i < n; i++)
+		assert_int_equal(proto_put_cstr(b, keys[i]), 0);
+	assert_int_equal(proto_reply_end(b, start), 0);
+	return payload_of(b, start, len);
+}
+
+static void test_reply_sshkeys(void **state)
+{
+	(void)state;
+	static const char *const keys[] = {"ssh-ed25519 AAAA a", "ssh-rsa BBBB b c"};
+	struct idc_buf b = IDC_BUF_INIT;
+	size_t n, off = 0;
+	const uint8_t *p = build_sshkeys(&b, keys, 2, &n);
+	struct proto_strlist l;
+	struct proto_str k;
+	assert_int_equal(proto_decode_sshkeys(p, n, &l), 0);
+	assert_int_equal(l.count, 2);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(proto_strlist_next(&l, &off, &k), 1);
+		assert_string_equal(k.p, keys[i]);
+	}
+	assert_int_equal(proto_strlist_next(&l, &off, &k), 0);
+	check_prefixes(p, n, dec_sshkeys, &l);
+	/* None is an answer (a user without keys)... */
+	p = build_sshkeys(&b, keys, 0, &n);
+	assert_int_equal(proto_decode_sshkeys(p, n, &l), 0);
+	assert_int_equal(l.count, 0);
+	/* ...an empty key is not, nor a count the bytes cannot hold. */
+	static const char *const empty[] = {"ssh-ed25519 AAAA", ""};
+	p = build_sshkeys(&b, empty, 2, &n);
+	assert_int_equal(proto_decode_sshkeys(p, n, &l), -EBADMSG);
+	p = build_sshkeys(&b, keys, 1, &n);
+	uint8_t *copy = malloc(n);
+	memcpy(copy, p, n);
+	uint32_t two = 2;
+	memcpy(copy, &two, 4);
+	assert_int_equal(proto_decode_sshkeys(copy, n, &l), -EBADMSG);
+	free(copy);
+	idc_buf_free(&b);
+	/* Anyone may ask: not an admin command. */
+	assert_true(proto_cmd_known(PROTO_CMD_SSHKEYS));
+	assert_false(proto_cmd_is_admin(PROTO_CMD_SSHKEYS));
+	assert_string_equal(proto_cmd_name(PROTO_CMD_SSHKEYS), "SSHKEYS");
 }
 
 static void test_reply_passwd(void **state)
@@ -405,6 +474,75 @@ static void test_reply_gids_text_u32(void **state)
 
 	/* A string with a NUL inside cannot be put on the wire. */
 	assert_int_equal(proto_put_str(&b, "a\0b", 3), -EINVAL);
+	idc_buf_free(&b);
+}
+
+static int dec_subids(const void *p, size_t n, void *out)
+{
+	return proto_decode_subids(p, n, out);
+}
+
+/* A SUBIDS reply of the given ranges (pairs) for uid. */
+static const uint8_t *subids_reply(struct idc_buf *b, uint32_t uid, const uint32_t *r, uint32_t n,
+				   size_t *len)
+{
+	size_t start;
+	idc_buf_reset(b);
+	assert_int_equal(proto_reply_begin(b, PROTO_CMD_SUBIDS, PROTO_ST_OK, &start), 0);
+	assert_int_equal(proto_put_u32(b, uid), 0);
+	assert_int_equal(proto_put_u32(b, n), 0);
+	for (uint32_t i = 0; i < 2 * n; i++)
+		assert_int_equal(proto_put_u32(b, r[i]), 0);
+	assert_int_equal(proto_reply_end(b, start), 0);
+	return payload_of(b, start, len);
+}
+
+/* SUBIDS: ranges round-trip; a range of count 0, one reaching 2^32 - 1
+ * or wrapping, a count that disagrees with the size, and every prefix are
+ * refused. */
+static void test_reply_subids(void **state)
+{
+	(void)state;
+	struct idc_buf b = IDC_BUF_INIT;
+	struct proto_subids s;
+	size_t n;
+	/* The last one ends at 2^32 - 2: the highest id a range may hold. */
+	const uint32_t good[] = {2147483648u, 65536, 100000, 1, 1, 0xfffffffeu};
+	const uint8_t *p = subids_reply(&b, 10001, good, 3, &n);
+	assert_int_equal(proto_decode_subids(p, n, &s), 0);
+	assert_int_equal(s.uid, 10001);
+	assert_int_equal(s.count, 3);
+	for (uint32_t i = 0; i < 3; i++) {
+		uint32_t start, count;
+		proto_subids_get(&s, i, &start, &count);
+		assert_int_equal(start, good[2 * i]);
+		assert_int_equal(count, good[2 * i + 1]);
+	}
+	uint32_t start = 1, count = 1;
+	proto_subids_get(&s, 3, &start, &count);
+	assert_int_equal(start, 0);
+	assert_int_equal(count, 0);
+	check_prefixes(p, n, dec_subids, &s);
+
+	p = subids_reply(&b, 7, good, 0, &n);
+	assert_int_equal(proto_decode_subids(p, n, &s), 0);
+	assert_int_equal(s.count, 0);
+
+	const uint32_t bad[][2] = {{5, 0}, {1, 0xffffffffu}, {0xfffffffeu, 2}, {2, 0xfffffffeu}};
+	for (size_t i = 0; i < IDC_ARRAY_SIZE(bad); i++) {
+		p = subids_reply(&b, 7, bad[i], 1, &n);
+		assert_int_equal(proto_decode_subids(p, n, &s), -EBADMSG);
+	}
+	/* The count says two, one is there; and one more byte than ranges. */
+	p = subids_reply(&b, 7, good, 1, &n);
+	uint8_t copy[64];
+	memcpy(copy, p, n);
+	uint32_t two = 2;
+	memcpy(copy + 4, &two, 4);
+	assert_int_equal(proto_decode_subids(copy, n, &s), -EBADMSG);
+	copy[n] = 0;
+	memcpy(copy + 4, "\1\0\0\0", 4);
+	assert_int_equal(proto_decode_subids(copy, n + 1, &s), -EBADMSG);
 	idc_buf_free(&b);
 }
 
@@ -900,6 +1038,7 @@ int main(void)
 	    cmocka_unit_test(test_reply_passwd),
 	    cmocka_unit_test(test_reply_group),
 	    cmocka_unit_test(test_reply_gids_text_u32),
+	    cmocka_unit_test(test_reply_subids),
 	    cmocka_unit_test(test_admin_info),
 	    cmocka_unit_test(test_reply_batches),
 	    cmocka_unit_test(test_reply_too_big),
@@ -911,6 +1050,7 @@ int main(void)
 	    cmocka_unit_test(test_client_drain),
 	    cmocka_unit_test(test_client_fd),
 	    cmocka_unit_test(test_client_connect_missing),
+	    cmocka_unit_test(test_reply_sshkeys),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

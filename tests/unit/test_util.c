@@ -1,9 +1,11 @@
-/* Unit tests of util: error text, diagnostics, buffers, arena, hashing. */
+/* Unit tests of util: error text, diagnostics, buffers, arena, hashing, SSH
+ * public key lines. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -101,12 +103,99 @@ static void test_hash_and_case(void **state)
 	assert_true(idc_now_ns() > 0);
 }
 
+/* ---- SSH public key lines ---------------------------------------------------- */
+
+#define ED25519 "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAICStQcRIvPHZ+wS93xC07bs2rt8U4c+CoK7FmO0VgVue"
+#define ECDSA                                                                                      \
+	"ecdsa-sha2-nistp256 "                                                                     \
+	"AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTYAAABBBIzobWjZnBQh2j+Tx69ZqJRdX3rzXQvtpkCI" \
+	"2x3jVvQ3JakQvL2lMWl0f/bifILxjlEpwC9WnhrQmYe0Zfelbzc="
+
+static const char *key_why(const char *line)
+{
+	struct idc_ssh_key k;
+	int rc = idc_ssh_key_check(line, strlen(line), &k);
+	assert_true((rc == 0) == (k.why == NULL));
+	return k.why;
+}
+
+static void test_ssh_key_valid(void **state)
+{
+	(void)state;
+	static const char *const good[] = {
+	    ED25519,
+	    ED25519 " alice@example.com",
+	    ED25519 " a comment\twith  blanks",
+	    ECDSA " ec key",
+	    "no-pty,from=\"10.0.0.0/8,192.168.1.1\" " ED25519,
+	    "command=\"echo \\\"hi there\\\"\",no-agent-forwarding " ED25519 " c",
+	};
+	for (size_t i = 0; i < IDC_ARRAY_SIZE(good); i++) {
+		struct idc_ssh_key k;
+		assert_int_equal(idc_ssh_key_check(good[i], strlen(good[i]), &k), 0);
+		assert_int_equal(k.start, 0);
+		assert_int_equal(k.len, strlen(good[i]));
+	}
+	/* Blanks and line breaks around the line are not part of it. */
+	const char *padded = " \t" ED25519 " c\r\n";
+	struct idc_ssh_key k;
+	assert_int_equal(idc_ssh_key_check(padded, strlen(padded), &k), 0);
+	assert_int_equal(k.start, 2);
+	assert_int_equal(k.len, strlen(ED25519 " c"));
+}
+
+static void test_ssh_key_invalid(void **state)
+{
+	(void)state;
+	static const char *const bad[][2] = {
+	    {"", "empty"},
+	    {" \n ", "empty"},
+	    {"ssh-ed25519", "no key data"},
+	    {"ssh-ed25519 ", "no key data"},
+	    {"AAAAC3NzaC1lZDI1NTE5AAAAICStQcRIvPHZ", "no known key type"},
+	    {"ssh-foo AAAAC3NzaC1lZDI1NTE5AAAAICStQcRIvPHZ", "no known key type"},
+	    {"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5!AAAICStQcRIvPHZ", "not base64"},
+	    {"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAICStQcRIvPHZ+", "not base64"}, /* length */
+	    {"ssh-ed25519 AAAA=AAA", "not base64"},
+	    /* base64 of an ECDSA key under the ed25519 type */
+	    {"ssh-ed25519 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTYAAABB", "not a key of"},
+	    {"ssh-ed25519 QUJD", "not a key of"}, /* decodes to 3 bytes */
+	    {ED25519 "\n" ED25519, "line break"},
+	    {ED25519 " a\x1b[2Jb", "control character"},
+	    {"from=\"10.0.0.1 " ED25519, "quotes are not closed"},
+	    {"no-pty ssh-foo AAAA", "no known key type"},
+	};
+	for (size_t i = 0; i < IDC_ARRAY_SIZE(bad); i++) {
+		const char *why = key_why(bad[i][0]);
+		assert_non_null(why);
+		if (!strstr(why, bad[i][1]))
+			fail_msg("'%s': '%s', want '%s'", bad[i][0], why, bad[i][1]);
+	}
+	char nul[] = ED25519 " x\0y";
+	struct idc_ssh_key k;
+	assert_int_equal(idc_ssh_key_check(nul, sizeof(nul) - 1, &k), -EINVAL);
+	assert_non_null(strstr(k.why, "NUL"));
+	/* Longer than IDC_SSH_KEY_MAX: refused without reading it as a key. */
+	size_t n = IDC_SSH_KEY_MAX + 2;
+	char *big = malloc(n + 1);
+	assert_non_null(big);
+	memset(big, 'A', n);
+	memcpy(big, "ssh-rsa ", 8);
+	big[n] = '\0';
+	assert_non_null(strstr(key_why(big), "longer than"));
+	free(big);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_strerror),      cmocka_unit_test(test_diag),
-	    cmocka_unit_test(test_buf),           cmocka_unit_test(test_arena),
+	    cmocka_unit_test(test_strerror),
+	    cmocka_unit_test(test_diag),
+	    cmocka_unit_test(test_buf),
+	    cmocka_unit_test(test_arena),
 	    cmocka_unit_test(test_hash_and_case),
+	    cmocka_unit_test(test_ssh_key_valid),
+	    cmocka_unit_test(test_ssh_key_invalid),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -50,8 +50,8 @@ static void set_attrs(struct lprov_domain *ld)
 		ld->attr[i] = lp_attr(&ld->cfg, (enum lprov_attr)i);
 	for (size_t i = 0; i < LPROV_MAP_COUNT + IDC_ARRAY_SIZE(want); i++) {
 		const char *a = i < LPROV_MAP_COUNT ? ld->attr[i] : want[i - LPROV_MAP_COUNT];
-		if (i == LPROV_MAP_USER_OC || i == LPROV_MAP_GROUP_OC)
-			continue;
+		if (i == LPROV_MAP_USER_OC || i == LPROV_MAP_GROUP_OC || !a)
+			continue; /* objectClass is asked for once; NULL: not read */
 		bool dup = false;
 		for (size_t j = 0; j < n && !dup; j++)
 			dup = !strcasecmp(ld->attrs[j], a);
@@ -266,7 +266,9 @@ void lprov_domain_process(struct lprov_domain *ld)
 	}
 	if (ld->hs)
 		lp_conn_handshake(ld, idc_now_ns());
-	if (ld->conn && !ld->hs && ld->searches)
+	/* more: lp_read stopped at a slice or a page yield, maybe after the
+	 * message that ended the last search; only lp_read clears it */
+	if (ld->conn && !ld->hs && (ld->searches || ld->more))
 		lp_read(ld);
 	uint64_t now = idc_now_ns();
 	lp_search_deadlines(ld, now);

@@ -14,6 +14,7 @@
 #include <strings.h>
 
 #include "providers/ldap/lprov_int.h"
+#include "subid/subid.h" /* subid_range_ok */
 
 /* ==== containers ============================================================ */
 
@@ -474,6 +475,36 @@ static bool get_id(struct ent *e, const char *attr, uint32_t *out)
 	return ok;
 }
 
+/* A subordinate id range from the attribute pair at[first], at[first + 1]
+ * (none when not configured or both absent). A half, a value that is no
+ * number or a range that passes 2^32 - 1 is logged once with the DN and
+ * kept as unusable: the user gets no range of the kind (not the
+ * allocation's either: the directory meant one), the rest of the entry is
+ * sound. */
+static struct cache_subid_range get_range(struct ent *e, size_t first, const char *what)
+{
+	const char *const *at = e->ld->attr;
+	struct cache_subid_range r = {0, 0};
+	if (!at[first] || !at[first + 1])
+		return r;
+	struct berval **sv = values(e, at[first]), **cv = values(e, at[first + 1]);
+	bool have_s = sv && sv[0], have_c = cv && cv[0];
+	bool ok = have_s && have_c && id_value(sv[0], &r.start) && id_value(cv[0], &r.count) &&
+		  subid_range_ok(r.start, r.count);
+	ldap_value_free_len(sv);
+	ldap_value_free_len(cv);
+	if (!ok && (have_s || have_c))
+		lp_log_once(e->ld, IDC_LOG_WARN,
+			    "ldap domain %s: %s: entry \"%.300s\": %s/%s is not a %s range "
+			    "(a first id and a count of at least 1, ending below 4294967295); "
+			    "none served",
+			    e->ld->cfg.name, lp_server(e->ld), e->dn, at[first], at[first + 1],
+			    what);
+	if (!ok)
+		r = (struct cache_subid_range){have_s || have_c ? CACHE_SUBID_UNUSABLE : 0, 0};
+	return r;
+}
+
 /* The name: a valid value; with several, the one the RDN holds (the
  * others are aliases), else the first valid one. */
 static const char *get_name(struct ent *e, const char *attr)
@@ -496,6 +527,38 @@ static const char *get_name(struct ent *e, const char *attr)
 }
 
 /* ==== users and groups ================================================================== */
+
+/* The user's SSH public keys: every value that is an authorized_keys line
+ * (idc_ssh_key_check), trimmed, at most CACHE_SSH_KEYS_MAX; a value that
+ * is not is logged once with the DN and left out, the others stay. */
+static void get_keys(struct ent *e, const char *attr, struct lp_user *u)
+{
+	struct berval **v = values(e, attr);
+	size_t n = 0;
+	while (v && v[n])
+		n++;
+	u->keys = n ? idc_arena_alloc(e->a, n * sizeof(*u->keys)) : NULL;
+	e->oom |= n && !u->keys;
+	for (size_t i = 0; u->keys && i < n; i++) {
+		struct idc_ssh_key k;
+		if (idc_ssh_key_check(v[i]->bv_val, v[i]->bv_len, &k) < 0) {
+			lp_log_once(
+			    e->ld, IDC_LOG_WARN,
+			    "ldap domain %s: %s: entry \"%.300s\": %s value %zu skipped: %s",
+			    e->ld->cfg.name, lp_server(e->ld), e->dn, attr, i + 1, k.why);
+		} else if (u->nkeys == CACHE_SSH_KEYS_MAX) {
+			lp_log_once(e->ld, IDC_LOG_WARN,
+				    "ldap domain %s: %s: entry \"%.300s\": more than %u %s values; "
+				    "the first %u kept",
+				    e->ld->cfg.name, lp_server(e->ld), e->dn, CACHE_SSH_KEYS_MAX,
+				    attr, CACHE_SSH_KEYS_MAX);
+			break;
+		} else if ((u->keys[u->nkeys] = ent_dup(e, v[i]->bv_val + k.start, k.len))) {
+			u->nkeys++;
+		}
+	}
+	ldap_value_free_len(v);
+}
 
 static void add_user(struct ent *e, struct lp_req *r)
 {
@@ -535,11 +598,14 @@ static void add_user(struct ent *e, struct lp_req *r)
 	u->gecos = get_str(e, at[LPROV_MAP_USER_GECOS], true, &ok, &bad_attr);
 	u->dir = get_str(e, at[LPROV_MAP_USER_HOME], true, &ok, &bad_attr);
 	u->shell = get_str(e, at[LPROV_MAP_USER_SHELL], true, &ok, &bad_attr);
+	get_keys(e, at[LPROV_MAP_USER_SSH_KEY], u);
 	if (!ok) {
 		snprintf(why, sizeof(why),
 			 "%.40s is too long or holds a NUL, ':' or a control character", bad_attr);
 		return bad(e, why);
 	}
+	u->subuid = get_range(e, LPROV_MAP_USER_SUBUID_NUMBER, "subordinate uid");
+	u->subgid = get_range(e, LPROV_MAP_USER_SUBGID_NUMBER, "subordinate gid");
 	char folded[CACHE_NAME_MAX + 1]; /* two names the cache holds as one */
 	size_t fn = cache_name_fold(CACHE_NAMES_STORED, u->name, folded);
 	char *fold = ent_dup(e, folded, fn);

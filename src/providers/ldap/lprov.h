@@ -72,6 +72,14 @@ enum lprov_attr {
 	LPROV_MAP_GROUP_GID,     /* ldap_group_gid_number: gidNumber */
 	LPROV_MAP_GROUP_MEMBER,  /* ldap_group_member: memberUid / member (2307bis) */
 	LPROV_MAP_GROUP_OC,      /* ldap_group_object_class: posixGroup */
+	LPROV_MAP_USER_SSH_KEY,  /* ldap_user_ssh_public_key: sshPublicKey (ldapPublicKey) */
+	/* Subordinate id ranges on the user's entry, a first id and a count
+	 * each: none read unless configured (no standard schema puts them on
+	 * the user). Both of a pair or neither (lprov_config_check). */
+	LPROV_MAP_USER_SUBUID_NUMBER, /* ldap_user_subuid_number: none */
+	LPROV_MAP_USER_SUBUID_COUNT,  /* ldap_user_subuid_count: none */
+	LPROV_MAP_USER_SUBGID_NUMBER, /* ldap_user_subgid_number: none */
+	LPROV_MAP_USER_SUBGID_COUNT,  /* ldap_user_subgid_count: none */
 	LPROV_MAP_COUNT
 };
 
@@ -85,7 +93,7 @@ struct lprov_config {
 	size_t nuris;
 	char *search_base, *user_base, *group_base; /* user/group default to search_base */
 	enum lprov_schema schema;
-	char *map[LPROV_MAP_COUNT]; /* NULL: the schema's default */
+	char *map[LPROV_MAP_COUNT]; /* NULL: the schema's default (subid ones: not read) */
 	char *bind_dn;              /* NULL: anonymous */
 	char *authtok_file;         /* password file for bind_dn (first line) */
 	char *authtok;              /* the password itself (set_authtok), read by the

@@ -22,11 +22,18 @@ static const char *const map_keys[LPROV_MAP_COUNT] = {
     [LPROV_MAP_GROUP_GID] = "ldap_group_gid_number",
     [LPROV_MAP_GROUP_MEMBER] = "ldap_group_member",
     [LPROV_MAP_GROUP_OC] = "ldap_group_object_class",
+    [LPROV_MAP_USER_SSH_KEY] = "ldap_user_ssh_public_key",
+    [LPROV_MAP_USER_SUBUID_NUMBER] = "ldap_user_subuid_number",
+    [LPROV_MAP_USER_SUBUID_COUNT] = "ldap_user_subuid_count",
+    [LPROV_MAP_USER_SUBGID_NUMBER] = "ldap_user_subgid_number",
+    [LPROV_MAP_USER_SUBGID_COUNT] = "ldap_user_subgid_count",
 };
 
+/* NULL: not read unless configured. */
 static const char *const map_defaults[LPROV_MAP_COUNT] = {
-    "uid",          "uidNumber", "gidNumber", "gecos",     "homeDirectory", "loginShell",
-    "posixAccount", "cn",        "gidNumber", "memberUid", "posixGroup",
+    "uid",           "uidNumber",  "gidNumber",    "gecos",
+    "homeDirectory", "loginShell", "posixAccount", "cn",
+    "gidNumber",     "memberUid",  "posixGroup",   [LPROV_MAP_USER_SSH_KEY] = "sshPublicKey",
 };
 
 const char *lp_attr(const struct lprov_config *c, enum lprov_attr a)
@@ -416,6 +423,11 @@ int lprov_config_check(const struct lprov_config *c, struct idc_diag *d)
 	if (c->max_id && c->min_id > c->max_id)
 		return idc_diag_set(d, -EINVAL, "min_id (%u) must not exceed max_id (%u)",
 				    (unsigned)c->min_id, (unsigned)c->max_id);
+	for (size_t i = LPROV_MAP_USER_SUBUID_NUMBER; i <= LPROV_MAP_USER_SUBGID_NUMBER; i += 2)
+		if (!c->map[i] != !c->map[i + 1])
+			return idc_diag_set(d, -EINVAL,
+					    "%s and %s are given together or not at all",
+					    map_keys[i], map_keys[i + 1]);
 	for (size_t i = 0; c->bind_dn && !c->start_tls && !c->insecure_bind && i < c->nuris; i++)
 		if (!strncasecmp(c->uris[i], "ldap://", 7))
 			return idc_diag_set(

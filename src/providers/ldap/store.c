@@ -250,6 +250,14 @@ static int del_gone(struct cache_txn *t, struct lprov_domain *ld, struct lp_gone
 	return 0;
 }
 
+/* The user's SSH keys, stored beside it (the maps do not hold them: no
+ * change to report). */
+static int put_keys(struct cache_txn *t, struct lprov_domain *ld, const struct lp_user *u,
+		    struct idc_diag *d)
+{
+	return cache_put_user_keys(t, ld->cfg.name, u->name, u->keys, u->nkeys, NULL, d);
+}
+
 /* The users and groups of r not committed yet, into t; tr (when on) learns
  * what was stored for each changed record. */
 static int put_entries(struct cache_txn *t, struct lp_req *r, struct lp_track *tr, bool page,
@@ -261,8 +269,13 @@ static int put_entries(struct cache_txn *t, struct lp_req *r, struct lp_track *t
 		const struct lp_user *u = r->users.v[i];
 		struct cache_user cu = {u->name, u->uid,   u->gid, u->gecos,
 					u->dir,  u->shell, 0,      u->dn};
+		cu.subuid = u->subuid;
+		cu.subgid = u->subgid;
 		bool changed = false;
-		rc = soft(ld, cache_put_user(t, ld->cfg.name, &cu, &changed, d), u->dn, d);
+		int put = cache_put_user(t, ld->cfg.name, &cu, &changed, d);
+		rc = soft(ld, put, u->dn, d);
+		if (!put)
+			rc = soft(ld, put_keys(t, ld, u, d), u->dn, d);
 		if (!rc && changed)
 			note_shared_id(ld, t, false, u->dn, u->name, u->uid);
 		if (!rc && changed && tr->on && !tr->unknown)
