@@ -3,7 +3,7 @@ BUILD ?= build
 MESON_OPTS ?=
 PYTHON := /usr/bin/python3
 
-.PHONY: all deps build-deps build check unit integration asan demo demo-store bench fuzz install clean format
+.PHONY: all deps build-deps build check unit integration asan demo demo-store bench bench-fleet fuzz install clean format
 
 all: build
 
@@ -43,6 +43,12 @@ demo-store: build
 
 bench: build
 	./scripts/bench $(BUILD)
+
+# N idcached against one slapd, poll mode and syncrepl side by side (root;
+# bench/fleet/fleet_bench.py, about 45 minutes). FLEET_OPTS=--quick: N = 10
+# in a few minutes. Never part of check.
+bench-fleet: build
+	$(PYTHON) bench/fleet/fleet_bench.py --build $(BUILD) $(FLEET_OPTS)
 
 fuzz: deps
 	[ -f build-fuzz/build.ninja ] || CC=clang meson setup build-fuzz -Dfuzz=true -Db_lundef=false

@@ -796,9 +796,17 @@ struct search_thread {
 	struct store_filter **filters; /* the same, parsed (preparsed mode) */
 	uint64_t ops, misses;
 	double secs;
+	double cpu; /* the thread's own CPU time over the same searches */
 	int rc;
 	struct idc_diag d;
 };
+
+static double thread_cpu_secs(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
 
 static int count_cb(const struct store_entry *e, void *arg)
 {
@@ -847,6 +855,7 @@ static int search_one(struct search_thread *st, struct store_txn *t, size_t i)
 static int search_loop(struct search_thread *st)
 {
 	uint64_t t0 = idc_now_ns(), end = t0 + (uint64_t)(opt.seconds * 1e9);
+	double c0 = thread_cpu_secs();
 	size_t slot = 0;
 	int rc = 0;
 	while (rc == 0 && idc_now_ns() < end) {
@@ -861,6 +870,7 @@ static int search_loop(struct search_thread *st)
 			store_txn_abort(t);
 	}
 	st->secs = secs_since(t0);
+	st->cpu = thread_cpu_secs() - c0;
 	return rc;
 }
 
@@ -881,8 +891,13 @@ static void *search_main(void *arg)
 }
 
 /* Run nthreads searchers together; total searches/s (sum of each rate). */
+/* *rate: searches/s of all threads together; *per_cpu: searches per second
+ * of CPU time the searching threads got. On a machine others load, a
+ * thread waits for a core and the first falls while the second does not;
+ * contention inside the process (a lock, a shared cache line, malloc)
+ * lowers both. */
 static int search_run(struct store *s, const struct gen *g, unsigned nthreads, bool preparsed,
-		      double *rate)
+		      double *rate, double *per_cpu)
 {
 	struct search_thread st[8];
 	pthread_barrier_t start;
@@ -898,6 +913,7 @@ static int search_run(struct store *s, const struct gen *g, unsigned nthreads, b
 		}
 	}
 	*rate = 0;
+	double ops = 0, cpu = 0;
 	for (unsigned i = 0; i < nthreads; i++) {
 		pthread_join(st[i].tid, NULL);
 		if (st[i].rc < 0 && rc == 0)
@@ -905,12 +921,15 @@ static int search_run(struct store *s, const struct gen *g, unsigned nthreads, b
 		if (st[i].misses && rc == 0)
 			rc = fail(-EIO, NULL, "search found not exactly one entry");
 		*rate += st[i].secs > 0 ? (double)st[i].ops / st[i].secs : 0;
+		ops += (double)st[i].ops;
+		cpu += st[i].cpu;
 	}
+	*per_cpu = cpu > 0 ? ops / cpu : 0;
 	pthread_barrier_destroy(&start);
 	return rc;
 }
 
-static void search_report(unsigned threads, bool preparsed, double rate, long ncpu)
+static void search_report(unsigned threads, bool preparsed, double rate, double per_cpu, long ncpu)
 {
 	char label[80];
 	double cores = threads < ncpu ? threads : (double)ncpu;
@@ -920,6 +939,9 @@ static void search_report(unsigned threads, bool preparsed, double rate, long nc
 	note("%.0f per core (%g core%s busy); budget >= 1,000,000/s per core: %s", rate / cores,
 	     cores, cores > 1 ? "s" : "",
 	     rate / cores >= BUDGET_SRCH ? "within budget" : "over budget");
+	note("%.0f per CPU-second the threads got (falling with more threads: contention "
+	     "inside the process; steady: the machine is short of cores)",
+	     per_cpu);
 }
 
 static int bench_d(void)
@@ -941,10 +963,10 @@ static int bench_d(void)
 	       (unsigned long long)users, PEOPLE, opt.seconds, RENEW_EVERY, ncpu);
 	for (int pre = 0; rc == 0 && pre < 2; pre++) {
 		for (size_t i = 0; rc == 0 && i < IDC_ARRAY_SIZE(threads); i++) {
-			double rate;
-			rc = search_run(s, g, threads[i], pre, &rate);
+			double rate, per_cpu;
+			rc = search_run(s, g, threads[i], pre, &rate, &per_cpu);
 			if (rc == 0)
-				search_report(threads[i], pre, rate, ncpu);
+				search_report(threads[i], pre, rate, per_cpu, ncpu);
 		}
 	}
 	if (g)

@@ -309,8 +309,8 @@ if [ "${_NSS_BENCH_IN_NS:-}" = 1 ]; then
 			row "files $n lines" files "passwd.$n" yes
 		done
 		nscd_row
-		nscddb_row
 		idc_nscd_row
+		nscddb_row
 		sssd_row
 	done
 	{

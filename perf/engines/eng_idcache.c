@@ -2,13 +2,15 @@
  * engines/idcache: the idcache store API in process (docs/DESIGN.md §4), durable
  * (fsync at every commit) or --nosync. Import and export use the store's
  * own LDIF reader and writer in one bulk transaction, as `idcache db
- * import/export` do; every search and modify is its own transaction, as a
- * daemon answering one request would run it.
+ * import/export` do (the import on a handle opened as that command opens
+ * it: STORE_WRITEMAP, the map sized for the file); every search and modify
+ * is its own transaction, as a daemon answering one request would run it.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "engine.h"
 #include "store/store.h"
@@ -18,6 +20,7 @@
 struct eng {
 	struct store *s;
 	char dir[4096];
+	unsigned flags; /* store_open_flags of the ordinary handle */
 };
 
 struct eng_worker {
@@ -38,6 +41,7 @@ static int create_common(const struct eng_cfg *cfg, unsigned flags, struct eng *
 	if (!e)
 		return -ENOMEM;
 	snprintf(e->dir, sizeof(e->dir), "%s", cfg->dir);
+	e->flags = flags;
 	struct store_options o = {.flags = STORE_CREATE | flags,
 				  .map_size = MAP_SIZE,
 				  .indexes = cfg->indexes,
@@ -63,16 +67,36 @@ static int idc_create_nosync(const struct eng_cfg *cfg, struct eng **out, struct
 
 /* ==== import and export ======================================================== */
 
+/* The store reopened with flags and a map of map bytes. */
+static int idc_reopen(struct eng *e, unsigned flags, size_t map, struct idc_diag *d)
+{
+	store_close(e->s);
+	e->s = NULL;
+	struct store_options o = {.flags = flags, .map_size = map};
+	return store_open(e->dir, &o, &e->s, d);
+}
+
+/* As `idcache db import` runs it: the handle reopened with STORE_WRITEMAP
+ * and the map store_import_map_size gives, the store's import step in one
+ * transaction, then the ordinary handle back for the other tests. */
 static int idc_import(struct eng *e, const char *ldif, uint64_t *count, struct idc_diag *d)
 {
 	struct ldif_import j = {.name = ldif};
 	j.f = fopen(ldif, "r");
 	if (!j.f)
 		return idc_diag_set(d, -errno, "%s: %s", ldif, strerror(errno));
-	int rc = store_write(e->s, STORE_TXN_BULK, ldif_import_fn, &j, d);
+	struct stat st;
+	uint64_t size = fstat(fileno(j.f), &st) == 0 ? (uint64_t)st.st_size : 0;
+	int rc = idc_reopen(e, e->flags | STORE_WRITEMAP, store_import_map_size(size), d);
+	if (rc == 0)
+		rc = store_write(e->s, STORE_TXN_BULK, ldif_import_fn, &j, d);
 	*count = j.records;
 	fclose(j.f);
-	return rc;
+	struct idc_diag d2 = {{0}};
+	int rc2 = idc_reopen(e, e->flags, MAP_SIZE, &d2);
+	if (rc2 && !rc)
+		*d = d2;
+	return rc ? rc : rc2;
 }
 
 struct export_job {

@@ -368,4 +368,25 @@ struct cache_domain_stats {
 };
 int cache_domain_stats(struct cache_reader *r, const char *domain, struct cache_domain_stats *out);
 
+/* ---- provider state ------------------------------------------------------------------
+ * Records a provider keeps beside a domain's entries, written in the
+ * caller's transaction so that they commit with the data they describe (an
+ * LDAP domain's sync cookie, and which directory entry each cached entry
+ * came from). Keys: 1..CACHE_STATE_KEY_MAX bytes of [a-z0-9._-]; values:
+ * NUL-terminated text up to CACHE_STATE_VALUE_MAX bytes. Removed with the
+ * domain (cache_domain_remove). */
+#define CACHE_STATE_KEY_MAX   64u
+#define CACHE_STATE_VALUE_MAX 65536u
+/* Add or replace; writes cache.mdb only when the value changed. */
+int cache_state_put(struct cache_txn *t, const char *domain, const char *key, const char *value,
+		    struct idc_diag *d);
+/* Remove one; -ENOENT when absent. */
+int cache_state_del(struct cache_txn *t, const char *domain, const char *key, struct idc_diag *d);
+/* The value of key: *out malloc'd (the caller frees); -ENOENT when absent. */
+int cache_state_get(struct cache_reader *r, const char *domain, const char *key, char **out);
+/* Every record of domain to cb, in no stated order (strings valid during
+ * the call; a non-zero return stops the walk and is returned). */
+typedef int (*cache_state_cb)(const char *key, const char *value, void *arg);
+int cache_state_enum(struct cache_reader *r, const char *domain, cache_state_cb cb, void *arg);
+
 #endif

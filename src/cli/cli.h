@@ -47,6 +47,9 @@ struct db_ctx {
 /* Open the store in ctx->dir (flags: STORE_RDONLY or 0). Returns CLI_OK,
  * CLI_USAGE without -d, or CLI_FAIL with a hint for the usual causes. */
 int db_open(struct db_ctx *ctx, unsigned flags);
+/* The same with a map of at least map_size bytes (0: the store's default)
+ * and any enum store_open_flags. */
+int db_open_sized(struct db_ctx *ctx, unsigned flags, size_t map_size);
 
 /* Options every db subcommand takes besides its own: -d DIR, -h/--help;
  * and getopt's '?' for an unknown one. Call from the default: branch of the

@@ -64,9 +64,14 @@ static int missing_dir(const struct db_ctx *ctx)
 
 int db_open(struct db_ctx *ctx, unsigned flags)
 {
+	return db_open_sized(ctx, flags, 0);
+}
+
+int db_open_sized(struct db_ctx *ctx, unsigned flags, size_t map_size)
+{
 	if (!ctx->dir)
 		return missing_dir(ctx);
-	struct store_options opt = {.flags = flags};
+	struct store_options opt = {.flags = flags, .map_size = map_size};
 	struct idc_diag d = {{0}};
 	int rc = store_open(ctx->dir, &opt, &ctx->store, &d);
 	if (rc == 0)

@@ -204,58 +204,6 @@ struct batch {
 	struct import_job *job;
 };
 
-static int copy_val(struct idc_arena *a, struct store_val *v)
-{
-	if (!v->ptr)
-		return 0;
-	char *p = idc_arena_alloc(a, v->len + 1);
-	if (!p)
-		return -ENOMEM;
-	memcpy(p, v->ptr, v->len);
-	p[v->len] = '\0';
-	v->ptr = p;
-	return 0;
-}
-
-static int copy_mod(struct idc_arena *a, struct store_mod *m)
-{
-	struct store_val *vals = NULL;
-	if (m->nvals && !(vals = idc_arena_alloc(a, m->nvals * sizeof(*vals))))
-		return -ENOMEM;
-	for (size_t i = 0; i < m->nvals; i++) {
-		vals[i] = m->vals[i];
-		if (copy_val(a, &vals[i]) != 0)
-			return -ENOMEM;
-	}
-	m->vals = vals;
-	return copy_val(a, &m->attr);
-}
-
-static int copy_record(struct idc_arena *a, struct ldif_record *r)
-{
-	struct store_pair *pairs = NULL;
-	struct store_mod *mods = NULL;
-	if (r->npairs && !(pairs = idc_arena_alloc(a, r->npairs * sizeof(*pairs))))
-		return -ENOMEM;
-	if (r->nmods && !(mods = idc_arena_alloc(a, r->nmods * sizeof(*mods))))
-		return -ENOMEM;
-	for (size_t i = 0; i < r->npairs; i++) {
-		pairs[i] = r->pairs[i];
-		if (copy_val(a, &pairs[i].name) || copy_val(a, &pairs[i].value))
-			return -ENOMEM;
-	}
-	for (size_t i = 0; i < r->nmods; i++) {
-		mods[i] = r->mods[i];
-		if (copy_mod(a, &mods[i]) != 0)
-			return -ENOMEM;
-	}
-	r->pairs = pairs;
-	r->mods = mods;
-	if (copy_val(a, &r->dn) || copy_val(a, &r->newrdn) || copy_val(a, &r->newsuperior))
-		return -ENOMEM;
-	return 0;
-}
-
 /* store_txn_fn: one batch. Re-runnable: the records are our own copies. */
 static int import_batch_fn(struct store_txn *t, void *arg, struct idc_diag *d)
 {
@@ -276,7 +224,7 @@ static int batch_fill(struct batch *b, struct ldif_reader *r, struct idc_diag *d
 	b->n = 0;
 	int rc = 0;
 	while (b->n < b->job->batch && (rc = ldif_next(r, &b->recs[b->n], d)) == 1) {
-		if (copy_record(&b->arena, &b->recs[b->n]) != 0)
+		if (ldif_record_copy(&b->arena, &b->recs[b->n]) != 0)
 			return idc_diag_set(d, -ENOMEM, "out of memory");
 		b->n++;
 		progress_tick(&b->job->prog, b->job->committed + b->n, ldif_offset(r));
@@ -377,6 +325,16 @@ static void import_summary(const struct db_ctx *ctx, const struct import_job *jo
 		secs > 0 ? (double)job->records / secs : 0.0, what);
 }
 
+/* A whole-file import writes the map in place (STORE_WRITEMAP) into a map
+ * sized for the file (docs/DESIGN.md §4.1); batches and modify stay on the
+ * ordinary path. */
+static int import_open(struct db_ctx *ctx, const struct import_job *job)
+{
+	if (job->batch || !(job->txn_flags & STORE_TXN_BULK))
+		return db_open(ctx, 0);
+	return db_open_sized(ctx, STORE_WRITEMAP, store_import_map_size(job->src.size));
+}
+
 static int run_import(struct db_ctx *ctx, int argc, char **argv, unsigned txn_flags)
 {
 	struct import_opts o = {0};
@@ -387,7 +345,7 @@ static int run_import(struct db_ctx *ctx, int argc, char **argv, unsigned txn_fl
 	int lrc = src_load(&job.src, o.path);
 	if (lrc != 0)
 		return cli_fail(lrc, NULL, "%s: cannot read %s", ctx->name, o.path);
-	if ((rc = db_open(ctx, 0)) != CLI_OK)
+	if ((rc = import_open(ctx, &job)) != CLI_OK)
 		goto out;
 	progress_init(&job.prog, o.quiet, job.src.size);
 	struct idc_diag d = {{0}};

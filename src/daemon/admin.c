@@ -56,6 +56,21 @@ static long rss_kib(void)
 	return n == 2 ? pages_rss * (sysconf(_SC_PAGESIZE) / 1024) : -1;
 }
 
+/* An ldap domain's content synchronization: its state, the stored
+ * cookie's age in seconds (-1: none), and its counters. */
+static void status_sync(const char *n, const struct lprov_domain_status *st, struct idc_buf *b)
+{
+	int64_t age = st->sync_cookie_time ? (int64_t)time(NULL) - st->sync_cookie_time : -1;
+	idc_buf_printf(
+	    b,
+	    "domain.%s.sync=%s\ndomain.%s.sync_cookie_age=%lld\n"
+	    "domain.%s.sync_entries=%llu\ndomain.%s.sync_changes=%llu\n"
+	    "domain.%s.sync_refreshes=%llu\ndomain.%s.sync_full_refreshes=%llu\n",
+	    n, st->sync ? st->sync : "poll", n, (long long)age, n,
+	    (unsigned long long)st->sync_entries, n, (unsigned long long)st->sync_changes, n,
+	    (unsigned long long)st->sync_refreshes, n, (unsigned long long)st->sync_full);
+}
+
 /* An ldap domain: connection state and the provider's counters. */
 static void status_ldap(struct domain *d, struct idc_buf *b)
 {
@@ -79,6 +94,7 @@ static void status_ldap(struct domain *d, struct idc_buf *b)
 		       (unsigned long long)st.joined, n, (unsigned long long)st.negative_hits, n,
 		       (unsigned long long)st.commits, n, st.in_flight, n,
 		       (unsigned long long)d->withheld);
+	status_sync(n, &st, b);
 }
 
 static void status_domain(struct daemon *dm, struct domain *d, struct idc_buf *b)

@@ -610,6 +610,11 @@ static const char *const ldap_keys[] = {
     "ldap_user_subuid_count",
     "ldap_user_subgid_number",
     "ldap_user_subgid_count",
+    "ldap_sync",
+    "ldap_sync_fallback_timeout",
+    "ldap_sync_keepalive",
+    "ldap_poll_interval",
+    "ldap_poll_full_interval",
 };
 
 #ifdef IDC_HAVE_LDAP
@@ -900,6 +905,13 @@ static void check_ldap_domain(struct parse *ps, struct config_domain *d)
 	d->ldap->entry_cache_timeout = d->entry_cache_timeout;
 	if (lprov_config_check(d->ldap, &diag) < 0)
 		perr_at(ps, d->line, "[domain/%s]: %s", d->name, diag.msg);
+	bool ranges = d->ldap->map[LPROV_MAP_USER_SUBUID_NUMBER] ||
+		      d->ldap->map[LPROV_MAP_USER_SUBGID_NUMBER];
+	if ((ranges || d->subid_allocate) && d->ldap->max_id == 0)
+		perr_at(ps, d->line,
+			"[domain/%s]: subordinate id ranges (%s) need max_id: without it any id "
+			"from min_id may be a user's, and no range is ever served",
+			d->name, ranges ? "ldap_user_subuid_*/subgid_*" : "subid_allocate");
 }
 #endif
 

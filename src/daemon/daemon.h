@@ -607,7 +607,7 @@ struct nscd_job {
 	uint32_t *gids; /* INITGROUPS: the cache's groups, the host's added */
 	size_t ngids;
 	bool cache_found;  /* INITGROUPS: the cache knows the user */
-	uint64_t ig_epoch; /* INITGROUPS: daemon_mc_ig_epoch() when the cache was read */
+	uint64_t ig_epoch; /* INITGROUPS: daemon_mc_ig_epoch() when the cache's were read */
 	uint8_t *reply;    /* the worker's answer in nscd's layout; NULL: close */
 	size_t reply_len;
 	bool notfound; /* no source holds the key */

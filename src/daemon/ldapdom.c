@@ -134,7 +134,8 @@ int ldapdom_new(struct domain *d)
 	lprov_domain_set_hook(l->ld, daemon_mc_change, d->dm);
 	/* Before any lookup is answered from the cache: the first run drops
 	 * what a narrowed min_id..max_id no longer allows; with enumerate =
-	 * true the first enumeration is due now too. */
+	 * true the first enumeration is due now too, and with a sync feed
+	 * (ldap_sync) the connection starts. */
 	process(l);
 	idc_log(IDC_LOG_INFO, "ldap domain %s: %zu server(s), first %s", d->cfg->name,
 		d->cfg->ldap->nuris, d->cfg->ldap->uris[0]);

@@ -485,12 +485,13 @@ int daemon_nscd_process(struct conn *c)
 void daemon_nscd_answered(struct nscd_job *j)
 {
 	struct conn *c = j->c;
-	/* glibc's map keeps what the socket answers for a user of the cache */
-	if (c && j->type == NSCD_INITGROUPS && j->cache_found && j->reply && !j->notfound)
-		daemon_mc_put_nscd_initgroups(c->dm, j->key, j->gids, j->ngids, j->ig_epoch);
 	if (c) {
 		c->nscd->job = NULL;
 		done(c);
+		/* glibc's maps keep the merged list; nss.sock's lacks the host's */
+		if (j->cache_found && j->reply && j->type == NSCD_INITGROUPS)
+			daemon_mc_put_nscd_initgroups(c->dm, j->key, j->gids, j->ngids,
+						      j->ig_epoch);
 		uint8_t *p = j->reply ? out_room(c, j->reply_len) : NULL;
 		if (p)
 			memcpy(p, j->reply, j->reply_len);

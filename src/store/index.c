@@ -312,6 +312,26 @@ static int put_ids(MDB_cursor *c, MDB_val *key, uint64_t *ids, size_t n)
 	return 0;
 }
 
+/* The ids[0..n) of a new key (n > 1, increasing, a repeat dropped) at the
+ * end of an index that was empty: MDB_MULTIPLE puts them in one call, where
+ * a put per id would search the tree for the key each time. */
+static int append_ids(MDB_cursor *c, MDB_val *key, uint64_t *ids, size_t n)
+{
+	size_t m = 0;
+	for (size_t i = 0; i < n; i++)
+		if (m == 0 || ids[i] != ids[m - 1])
+			ids[m++] = ids[i];
+	for (size_t done = 0; done < m;) {
+		MDB_val v[2] = {{sizeof(size_t), &ids[done]}, {m - done, NULL}};
+		int rc = mdb_cursor_put(c, key, v,
+					MDB_MULTIPLE | (done == 0 ? MDB_APPEND : MDB_APPENDDUP));
+		if (rc)
+			return rc;
+		done += v[1].mv_size;
+	}
+	return 0;
+}
+
 static int bulk_write(struct store_txn *t, struct bulk_list *b)
 {
 	uint32_t *order = malloc((b->ngroups ? b->ngroups : 1) * sizeof(*order));
@@ -323,8 +343,13 @@ static int bulk_write(struct store_txn *t, struct bulk_list *b)
 		const struct bulk_group *g = &b->groups[order[k]];
 		size_t end = g->count; /* bulk_sort left the end of its ids here */
 		MDB_val key = {g->len, b->keys.data + g->off};
-		if (!b->was_empty && end - pos > 1) {
-			rc = put_ids(c, &key, ids + pos, end - pos);
+		if (end - pos > 1) {
+			rc = b->was_empty ? append_ids(c, &key, ids + pos, end - pos)
+					  : put_ids(c, &key, ids + pos, end - pos);
+			if (rc == MDB_KEYEXIST) /* see below */
+				idc_log(IDC_LOG_ERR, "%s: index pairs out of order at flush",
+					t->s->dir);
+			rc = rc == MDB_KEYEXIST ? MDB_CORRUPTED : rc;
 			pos = end;
 			continue;
 		}
@@ -536,17 +561,17 @@ int index_update(struct store_txn *t, uint64_t id, const struct store_entry *old
 	return 0;
 }
 
-int index_add(struct store_txn *t, uint64_t id)
+int index_add(struct store_txn *t, const struct add_prep *p, uint64_t id)
 {
 	const struct store *s = t->s;
 	int rc = 0;
-	for (size_t i = 0; i < t->nak && !rc; i++) {
-		const struct add_key *k = &t->ak[i];
+	for (size_t i = 0; i < p->nak && !rc; i++) {
+		const struct add_key *k = &p->ak[i];
 		rc = pair_put(t, s->idx[k->ix].dbi,
-			      (struct store_val){t->akeys.data + k->off, k->len}, id);
+			      (struct store_val){p->akeys.data + k->off, k->len}, id);
 	}
-	for (size_t i = 0; i < t->npres && !rc; i++) {
-		const struct store_index *ix = &s->idx[t->ak_pres[i]];
+	for (size_t i = 0; i < p->npres && !rc; i++) {
+		const struct store_index *ix = &s->idx[p->ak_pres[i]];
 		rc = pair_put(t, s->pres, (struct store_val){ix->name, ix->name_len}, id);
 	}
 	return rc;

@@ -3,9 +3,10 @@
  * `idcache db import`, `idcache db modify`, idcache-perf and the store
  * benchmark all run, so a benchmark times the code an admin runs.
  */
+#include <errno.h>
 #include <string.h>
 
-#include "store.h"
+#include "store_int.h"
 
 void store_diag_about(struct idc_diag *d, int rc, const char *op, struct store_val dn)
 {
@@ -45,6 +46,12 @@ static int apply_change(struct store_txn *t, const struct ldif_record *rec,
 	return idc_diag_set(d, IDC_ESYNTAX, "unknown change type");
 }
 
+void ldif_diag_record(struct idc_diag *d, int rc, const struct ldif_record *rec, const char *name)
+{
+	store_diag_about(d, rc, change_name(rec->change), rec->dn);
+	idc_diag_prefix(d, "%s:%lu: ", name, rec->line);
+}
+
 int ldif_apply(struct store_txn *t, const struct ldif_record *rec, const char *name,
 	       struct idc_arena *scratch, struct idc_diag *d)
 {
@@ -53,10 +60,8 @@ int ldif_apply(struct store_txn *t, const struct ldif_record *rec, const char *n
 	struct idc_diag local = {{0}};
 	struct idc_diag *dd = d ? d : &local;
 	int rc = apply_change(t, rec, scratch, dd);
-	if (rc != 0) {
-		store_diag_about(dd, rc, change_name(rec->change), rec->dn);
-		idc_diag_prefix(dd, "%s:%lu: ", name, rec->line);
-	}
+	if (rc != 0)
+		ldif_diag_record(dd, rc, rec, name);
 	return rc;
 }
 
@@ -78,6 +83,60 @@ int ldif_apply_all(struct store_txn *t, struct ldif_reader *r, const char *name,
 	return rc;
 }
 
+/* ---- copies of records ---- */
+
+static int copy_val(struct idc_arena *a, struct store_val *v)
+{
+	if (!v->ptr)
+		return 0;
+	char *p = idc_arena_alloc(a, v->len + 1);
+	if (!p)
+		return -ENOMEM;
+	memcpy(p, v->ptr, v->len);
+	p[v->len] = '\0';
+	v->ptr = p;
+	return 0;
+}
+
+static int copy_mod(struct idc_arena *a, struct store_mod *m)
+{
+	struct store_val *vals = NULL;
+	if (m->nvals && !(vals = idc_arena_alloc(a, m->nvals * sizeof(*vals))))
+		return -ENOMEM;
+	for (size_t i = 0; i < m->nvals; i++) {
+		vals[i] = m->vals[i];
+		if (copy_val(a, &vals[i]) != 0)
+			return -ENOMEM;
+	}
+	m->vals = vals;
+	return copy_val(a, &m->attr);
+}
+
+int ldif_record_copy(struct idc_arena *a, struct ldif_record *r)
+{
+	struct store_pair *pairs = NULL;
+	struct store_mod *mods = NULL;
+	if (r->npairs && !(pairs = idc_arena_alloc(a, r->npairs * sizeof(*pairs))))
+		return -ENOMEM;
+	if (r->nmods && !(mods = idc_arena_alloc(a, r->nmods * sizeof(*mods))))
+		return -ENOMEM;
+	for (size_t i = 0; i < r->npairs; i++) {
+		pairs[i] = r->pairs[i];
+		if (copy_val(a, &pairs[i].name) || copy_val(a, &pairs[i].value))
+			return -ENOMEM;
+	}
+	for (size_t i = 0; i < r->nmods; i++) {
+		mods[i] = r->mods[i];
+		if (copy_mod(a, &mods[i]) != 0)
+			return -ENOMEM;
+	}
+	r->pairs = pairs;
+	r->mods = mods;
+	if (copy_val(a, &r->dn) || copy_val(a, &r->newrdn) || copy_val(a, &r->newsuperior))
+		return -ENOMEM;
+	return 0;
+}
+
 int ldif_import_fn(struct store_txn *t, void *arg, struct idc_diag *d)
 {
 	struct ldif_import *im = arg;
@@ -87,7 +146,7 @@ int ldif_import_fn(struct store_txn *t, void *arg, struct idc_diag *d)
 	int rc = ldif_open(im->f, im->name, &r);
 	if (rc != 0)
 		return idc_diag_set(d, rc, "%s: %s", im->name, idc_strerror(rc));
-	rc = ldif_apply_all(t, r, im->name, im->progress, &im->records, d);
+	rc = ldif_import_run(t, r, im, d);
 	ldif_close(r);
 	return rc;
 }

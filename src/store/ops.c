@@ -98,21 +98,21 @@ static bool has_dup_hash(uint64_t *h, size_t n)
 }
 
 /* Remember index key akeys[start..) of value for index ix (store_add). */
-static int keep_key(struct store_txn *t, size_t start, uint32_t ix)
+static int keep_key(struct add_prep *p, size_t start, uint32_t ix)
 {
 	bool skip;
-	int rc = index_key_inplace(&t->akeys, start, &skip);
+	int rc = index_key_inplace(&p->akeys, start, &skip);
 	if (rc || skip)
 		return rc;
-	if (t->nak == t->akcap) {
-		size_t cap = t->akcap ? t->akcap * 2 : 32;
-		struct add_key *k = realloc(t->ak, cap * sizeof(*k));
+	if (p->nak == p->akcap) {
+		size_t cap = p->akcap ? p->akcap * 2 : 32;
+		struct add_key *k = realloc(p->ak, cap * sizeof(*k));
 		if (!k)
 			return -ENOMEM;
-		t->ak = k;
-		t->akcap = cap;
+		p->ak = k;
+		p->akcap = cap;
 	}
-	t->ak[t->nak++] = (struct add_key){start, (uint32_t)(t->akeys.len - start), ix};
+	p->ak[p->nak++] = (struct add_key){start, (uint32_t)(p->akeys.len - start), ix};
 	return 0;
 }
 
@@ -120,34 +120,34 @@ static int keep_key(struct store_txn *t, size_t start, uint32_t ix)
  * (LDAP values are sets). Equal 64-bit hashes of normalized values count as
  * equal: a false alarm needs a collision inside one attribute. With keep
  * (store_add), the index keys of an indexed attribute are gathered in
- * t->ak from the same normalization. */
-static int check_attr(struct store_txn *t, const struct store_attr *a, bool keep,
-		      struct idc_diag *d)
+ * p->ak from the same normalization. */
+static int check_attr(const struct store *s, struct add_prep *p, const struct store_attr *a,
+		      bool keep, struct idc_diag *d)
 {
 	if (a->nvals == 0)
 		return idc_diag_set(d, IDC_ESYNTAX, "attribute %.*s has no values", SHOWN(a->name));
-	const struct store_index *ix = keep ? index_find(t->s, a->norm.ptr, a->norm.len) : NULL;
+	const struct store_index *ix = keep ? index_find(s, a->norm.ptr, a->norm.len) : NULL;
 	enum store_rule r = store_attr_rule(a->norm.ptr, a->norm.len);
 	/* Text and octet values always normalize, and one value cannot repeat:
 	 * nothing to check, and no index wants the normalized form. */
 	if (!ix && a->nvals == 1 && r != STORE_RULE_INTEGER && r != STORE_RULE_DN &&
 	    (a->vals[0].ptr || a->vals[0].len == 0))
 		return 0;
-	uint32_t ixn = ix ? (uint32_t)(ix - t->s->idx) : 0;
+	uint32_t ixn = ix ? (uint32_t)(ix - s->idx) : 0;
 	/* a valid entry names each attribute once, so at most nidx fit; the
 	 * bound only matters for an entry refused below as listing one twice */
-	if (ix && t->npres < STORE_MAX_INDEXES)
-		t->ak_pres[t->npres++] = ixn;
+	if (ix && p->npres < STORE_MAX_INDEXES)
+		p->ak_pres[p->npres++] = ixn;
 	uint64_t small[16], *h = a->nvals <= 16 ? small : malloc(a->nvals * sizeof(*h));
 	if (!h)
 		return -ENOMEM;
 	int rc = 0;
 	struct idc_diag vd; /* not "= {0}": clearing 512 bytes per value showed up */
 	for (size_t i = 0; i < a->nvals && !rc; i++) {
-		struct idc_buf *out = ix ? &t->akeys : &t->norm;
-		size_t start = ix ? t->akeys.len : 0;
+		struct idc_buf *out = ix ? &p->akeys : &p->norm;
+		size_t start = ix ? p->akeys.len : 0;
 		if (!ix)
-			idc_buf_reset(&t->norm);
+			idc_buf_reset(&p->norm);
 		vd.msg[0] = '\0';
 		rc = store_normalize(r, a->vals[i].ptr, a->vals[i].len, out, &vd);
 		if (rc)
@@ -156,7 +156,7 @@ static int check_attr(struct store_txn *t, const struct store_attr *a, bool keep
 		else
 			h[i] = idc_hash64(out->data + start, out->len - start, 0);
 		if (!rc && ix)
-			rc = keep_key(t, start, ixn);
+			rc = keep_key(p, start, ixn);
 	}
 	if (!rc && a->nvals > 1 && has_dup_hash(h, a->nvals))
 		rc = idc_diag_set(d, IDC_EVALEXISTS, "attribute %.*s: a value appears twice",
@@ -167,7 +167,6 @@ static int check_attr(struct store_txn *t, const struct store_attr *a, bool keep
 }
 
 struct naming_ctx {
-	struct store_txn *t;
 	const struct store_entry *e;
 	struct idc_buf *want, *have;
 	struct idc_diag *d;
@@ -205,25 +204,25 @@ static int naming_ava(struct store_val type, struct store_val value, size_t rdn,
 			    SHOWN(c->e->dn), SHOWN(type), SHOWN(value));
 }
 
-static int check_naming(struct store_txn *t, const struct store_entry *e, struct idc_diag *d)
+static int check_naming(struct add_prep *p, const struct store_entry *e, struct idc_diag *d)
 {
-	/* t->norm is free once check_attr is done */
-	struct naming_ctx c = {t, e, &t->key2, &t->norm, d};
+	/* p->norm is free once check_attr is done */
+	struct naming_ctx c = {e, &p->want, &p->norm, d};
 	int rc = store_dn_foreach_ava_parsed(e->dn.ptr, e->dn.len, naming_ava, &c, d);
 	return rc == 1 ? 0 : rc;
 }
 
 /* keep: gather the index keys for index_add (store_add). */
-static int check_entry(struct store_txn *t, const struct store_entry *e, bool keep,
-		       struct idc_diag *d)
+static int check_entry(const struct store *s, struct add_prep *p, const struct store_entry *e,
+		       bool keep, struct idc_diag *d)
 {
 	if (keep) {
-		idc_buf_reset(&t->akeys);
-		t->nak = 0;
-		t->npres = 0;
+		idc_buf_reset(&p->akeys);
+		p->nak = 0;
+		p->npres = 0;
 	}
 	for (size_t i = 0; i < e->nattrs; i++) {
-		int rc = check_attr(t, &e->attrs[i], keep, d);
+		int rc = check_attr(s, p, &e->attrs[i], keep, d);
 		if (rc)
 			return rc;
 		if (i > 0 && e->attrs[i].norm.len == e->attrs[i - 1].norm.len &&
@@ -232,7 +231,7 @@ static int check_entry(struct store_txn *t, const struct store_entry *e, bool ke
 			return idc_diag_set(d, -EINVAL, "attribute %.*s listed twice",
 					    SHOWN(e->attrs[i].name));
 	}
-	return check_naming(t, e, d);
+	return check_naming(p, e, d);
 }
 
 /* ---- add ------------------------------------------------------------------------------ */
@@ -245,10 +244,11 @@ static int flush_bulk(struct store_txn *t)
 /* The parent must exist, unless no ancestor does (a new naming context).
  * Adds come in runs under one parent: the last one found is not looked up
  * again. */
-static int check_parent(struct store_txn *t, struct store_val dn, struct idc_diag *d)
+static int check_parent(struct store_txn *t, const struct store_ndn *ndn, struct store_val dn,
+			struct idc_diag *d)
 {
-	for (size_t skip = 1; skip < t->ndn.nrdn; skip++) {
-		int rc = store_dn_key(t, &t->ndn, skip);
+	for (size_t skip = 1; skip < ndn->nrdn; skip++) {
+		int rc = store_dn_key(t, ndn, skip);
 		if (rc)
 			return rc;
 		if (skip == 1 && t->pkey.len == t->key.len && t->key.len &&
@@ -269,32 +269,39 @@ static int check_parent(struct store_txn *t, struct store_val dn, struct idc_dia
 	return 0;
 }
 
-/* Write the entry store_entry_encode left in t->enc. */
-static int put_entry(struct store_txn *t, uint64_t id, unsigned flags)
+static int put_entry(struct store_txn *t, uint64_t id, const struct idc_buf *enc, unsigned flags)
 {
 	size_t sid = id;
-	MDB_val k = {sizeof(sid), &sid}, v = {t->enc.len, t->enc.data};
+	MDB_val k = {sizeof(sid), &sid}, v = {enc->len, enc->data};
 	return store_mdb_err(mdb_put(t->txn, t->s->id2entry, &k, &v, flags));
 }
 
-int store_add(struct store_txn *t, const struct store_entry *e, uint64_t *idp, struct idc_diag *d)
+int store_add_prepare(const struct store *s, struct add_prep *p, const struct store_entry *e,
+		      struct idc_diag *d)
 {
-	int rc = normalize_dn(t, e->dn, d);
+	if (e->dn.len > STORE_DN_MAX)
+		return idc_diag_set(d, -E2BIG, "DN longer than %d bytes", STORE_DN_MAX);
+	int rc = store_dn_normalize(e->dn.ptr, e->dn.len, &p->ndn, d);
 	if (rc)
 		return rc;
-	if (t->ndn.nrdn == 0)
+	if (p->ndn.nrdn == 0)
 		return idc_diag_set(d, -EINVAL, "the empty DN cannot hold an entry");
-	rc = check_entry(t, e, true, d);
+	rc = check_entry(s, p, e, true, d);
 	if (!rc)
-		rc = check_parent(t, e->dn, d);
-	if (!rc)
-		rc = store_entry_encode(e, (struct store_val){t->ndn.text.data, t->ndn.text.len},
-					&t->enc);
+		rc = store_entry_encode(e, (struct store_val){p->ndn.text.data, p->ndn.text.len},
+					&p->enc);
 	if (rc == -E2BIG)
 		return idc_diag_set(d, rc, "entry %.*s is larger than %u bytes", SHOWN(e->dn),
 				    STORE_ENTRY_MAX);
+	return rc;
+}
+
+int store_add_prepared(struct store_txn *t, const struct add_prep *p, struct store_val dn,
+		       uint64_t *idp, struct idc_diag *d)
+{
+	int rc = check_parent(t, &p->ndn, dn, d);
 	if (!rc)
-		rc = store_dn_key(t, &t->ndn, 0);
+		rc = store_dn_key(t, &p->ndn, 0);
 	if (rc)
 		return rc;
 	/* Nothing is written before this put, which doubles as the check
@@ -305,18 +312,47 @@ int store_add(struct store_txn *t, const struct store_entry *e, uint64_t *idp, s
 	MDB_val v = {sizeof(sid), &sid};
 	rc = mdb_put(t->txn, t->s->dn2id, &k, &v, MDB_NOOVERWRITE);
 	if (rc == MDB_KEYEXIST)
-		return idc_diag_set(d, -EEXIST, "entry %.*s already exists", SHOWN(e->dn));
+		return idc_diag_set(d, -EEXIST, "entry %.*s already exists", SHOWN(dn));
 	rc = store_mdb_err(rc);
 	if (!rc)
-		rc = put_entry(t, id, MDB_APPEND);
+		rc = put_entry(t, id, &p->enc, MDB_APPEND);
 	if (!rc)
-		rc = index_add(t, id);
+		rc = index_add(t, p, id);
 	if (rc)
 		return rc;
 	t->next_id++;
 	if (idp)
 		*idp = id;
 	return 0;
+}
+
+void store_add_prep_free(struct add_prep *p)
+{
+	store_ndn_free(&p->ndn);
+	idc_buf_free(&p->enc);
+	idc_buf_free(&p->akeys);
+	idc_buf_free(&p->norm);
+	idc_buf_free(&p->want);
+	free(p->ak);
+	*p = (struct add_prep){.ndn = STORE_NDN_INIT};
+}
+
+/* t's add_prep, made on first use: read transactions never need one, and
+ * their begin (a calloc of the transaction) stays small. */
+static struct add_prep *txn_prep(struct store_txn *t)
+{
+	if (!t->ap && (t->ap = malloc(sizeof(*t->ap))) != NULL)
+		*t->ap = (struct add_prep){.ndn = STORE_NDN_INIT};
+	return t->ap;
+}
+
+int store_add(struct store_txn *t, const struct store_entry *e, uint64_t *idp, struct idc_diag *d)
+{
+	struct add_prep *p = txn_prep(t);
+	if (!p)
+		return -ENOMEM;
+	int rc = store_add_prepare(t->s, p, e, d);
+	return rc ? rc : store_add_prepared(t, p, e->dn, idp, d);
 }
 
 /* ---- modify ------------------------------------------------------------------------ */
@@ -529,7 +565,8 @@ static int load_private(struct store_txn *t, struct store_val dn, uint64_t *id,
 static int rewrite(struct store_txn *t, uint64_t id, const struct store_entry *old,
 		   const struct store_entry *new_e, bool *changed, struct idc_diag *d)
 {
-	int rc = check_entry(t, new_e, false, d);
+	struct add_prep *p = txn_prep(t);
+	int rc = p ? check_entry(t->s, p, new_e, false, d) : -ENOMEM;
 	struct store_val ndn = {t->ndn.text.data, t->ndn.text.len};
 	if (!rc)
 		rc = store_entry_encode(new_e, ndn, &t->enc);

@@ -144,6 +144,8 @@ static int store_env_create(struct store *s, const struct store_options *opt, st
 		flags |= MDB_RDONLY;
 	if (opt->flags & STORE_NOSYNC)
 		flags |= MDB_NOSYNC;
+	if ((opt->flags & STORE_WRITEMAP) && !(opt->flags & STORE_RDONLY))
+		flags |= MDB_WRITEMAP;
 	rc = mdb_env_open(s->env, s->dir, flags, store_file_mode(opt->flags));
 	if (rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH)
 		return idc_diag_set(d, IDC_ENOTSTORE, "%s: data.mdb is not an LMDB store", s->dir);
@@ -313,8 +315,9 @@ static void txn_free(struct store_txn *t)
 	idc_buf_free(&t->enc);
 	idc_buf_free(&t->copy);
 	idc_buf_free(&t->pkey);
-	idc_buf_free(&t->akeys);
-	free(t->ak);
+	if (t->ap)
+		store_add_prep_free(t->ap);
+	free(t->ap);
 	idc_arena_free(&t->arena);
 	index_bulk_free(t);
 	free(t);

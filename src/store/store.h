@@ -192,10 +192,15 @@ struct store;
 struct store_txn;
 
 enum store_open_flags {
-	STORE_RDONLY = 1 << 0,  /* open an existing store for reading only */
-	STORE_CREATE = 1 << 1,  /* create the store when the directory has none */
-	STORE_NOSYNC = 1 << 2,  /* no fsync at commit (disposable data, benchmarks) */
-	STORE_PRIVATE = 1 << 3, /* files it creates are 0600, not 0644 */
+	STORE_RDONLY = 1 << 0,   /* open an existing store for reading only */
+	STORE_CREATE = 1 << 1,   /* create the store when the directory has none */
+	STORE_NOSYNC = 1 << 2,   /* no fsync at commit (disposable data, benchmarks) */
+	STORE_PRIVATE = 1 << 3,  /* files it creates are 0600, not 0644 */
+	STORE_WRITEMAP = 1 << 4, /* write transactions write the map in place
+				  * (MDB_WRITEMAP): no copy of each dirty page
+				  * in memory and no write() of it at commit;
+				  * for one large transaction (import). The
+				  * data file grows to the map size (sparse) */
 };
 
 struct store_options {
@@ -450,6 +455,10 @@ void ldif_close(struct ldif_reader *r);
 
 /* ---- applying LDIF (ldif_apply.c) ---- */
 
+/* Make rec's strings and arrays copies in a (so rec outlives the reader's
+ * next call): 0 or -ENOMEM. */
+int ldif_record_copy(struct idc_arena *a, struct ldif_record *rec);
+
 /* Prefix d with what failed: "op 'dn': " before a message that does not
  * name dn, "op: " before one that does (op may be NULL: no op word); an
  * empty message first becomes idc_strerror(rc). */
@@ -477,15 +486,26 @@ int ldif_apply_all(struct store_txn *t, struct ldif_reader *r, const char *name,
 
 /* An LDIF stream to import in one transaction: for store_write with
  * ldif_import_fn, which rewinds f and applies every record (re-runnable:
- * store_write runs it again after growing a full map). f stays open.
+ * store_write runs it again after growing a full map) through the import
+ * pipeline: a reader thread, worker threads preparing adds, and the
+ * calling thread writing them in file order. Results and messages are
+ * those of ldif_apply_all on the same input. f stays open.
  * records: out, the records applied. */
 struct ldif_import {
 	FILE *f;
 	const char *name;                     /* in messages */
 	const struct ldif_progress *progress; /* may be NULL */
 	uint64_t records;
+	unsigned workers; /* threads preparing adds beside the reader and the
+			   * writer (docs/DESIGN.md §4 import); 0: one per
+			   * online CPU but one, at least one */
 };
 int ldif_import_fn(struct store_txn *t, void *arg, struct idc_diag *d);
+
+/* The map size to open a store with (and STORE_WRITEMAP) for importing
+ * ldif_bytes of LDIF in one transaction: about four times the LDIF, at
+ * least 1 GiB, so that the import does not fill the map and run again. */
+size_t store_import_map_size(uint64_t ldif_bytes);
 
 /* Append e as an LDIF record ("dn: ...\n" then "name: value\n" per value,
  * then a blank line) to out. Values that RFC 2849 says are not SAFE-STRINGs

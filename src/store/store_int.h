@@ -144,6 +144,33 @@ struct add_key {
 	uint32_t ix;
 };
 
+/* What an add works out from the entry alone, before it reads or writes
+ * the database: the normalized DN, the checked values' index keys and the
+ * encoded entry. store_add_prepare needs no transaction, so the import's
+ * worker threads run it side by side (import.c) while one writer applies
+ * the results in order; store_add runs both halves on t->ap. */
+struct add_prep {
+	struct store_ndn ndn;
+	struct idc_buf enc;   /* the id2entry record */
+	struct idc_buf akeys; /* index keys, back to back */
+	struct add_key *ak;
+	size_t nak, akcap;
+	uint32_t ak_pres[STORE_MAX_INDEXES]; /* idx[] of indexed attributes present */
+	size_t npres;
+	struct idc_buf norm, want; /* scratch of the checks */
+};
+
+/* The half of store_add that needs only s's index list (read, never
+ * changed while a write transaction is open): thread-safe on distinct p.
+ * Errors as store_add's that concern the entry itself. */
+int store_add_prepare(const struct store *s, struct add_prep *p, const struct store_entry *e,
+		      struct idc_diag *d);
+/* The other half: parent and DN checks and the puts, in t's order. dn is
+ * the entry's DN as given (for messages). */
+int store_add_prepared(struct store_txn *t, const struct add_prep *p, struct store_val dn,
+		       uint64_t *id, struct idc_diag *d);
+void store_add_prep_free(struct add_prep *p);
+
 struct store_txn {
 	struct store *s;
 	MDB_txn *txn;
@@ -159,11 +186,7 @@ struct store_txn {
 	struct idc_arena arena; /* per-operation; reset at each op */
 	struct bulk_list *bulk; /* per dbi, while bulk_ok */
 	size_t nbulk;
-	struct idc_buf akeys; /* store_add: index keys of the entry */
-	struct add_key *ak;
-	size_t nak, akcap;
-	uint32_t ak_pres[STORE_MAX_INDEXES]; /* store_add: idx[] of attributes present */
-	size_t npres;
+	struct add_prep *ap;     /* store_add's and store_replace's checks; NULL until used */
 	struct search_mem *smem; /* search.c: memory searches reuse; lent to one at a time */
 	struct idc_buf pkey;     /* store_add: dn2id key of the parent found last; a
 				  * delete here or a committed child clears it */
@@ -191,10 +214,10 @@ const struct store_index *index_find(const struct store *s, const char *norm, si
 /* Bring the indexes from old to new (either may be NULL) for entry id. */
 int index_update(struct store_txn *t, uint64_t id, const struct store_entry *old,
 		 const struct store_entry *new_e);
-/* Index pairs of a new entry from the keys store_add gathered (t->ak):
- * the same pairs as index_update(t, id, NULL, e) without normalizing
+/* Index pairs of a new entry from the keys store_add_prepare gathered in
+ * p: the same pairs as index_update(t, id, NULL, e) without normalizing
  * again. */
-int index_add(struct store_txn *t, uint64_t id);
+int index_add(struct store_txn *t, const struct add_prep *p, uint64_t id);
 /* Append the index key of a normalized value that store_normalize wrote
  * at out[start..): an empty value is removed (*skip), a long one becomes
  * prefix + hash in place. The rules of index_key, without a copy. */
@@ -212,5 +235,13 @@ int store_dn_key(struct store_txn *t, const struct store_ndn *n, size_t skip);
 int store_get_ndn(struct store_txn *t, const struct store_ndn *n, uint64_t *id);
 int store_read_entry(struct store_txn *t, uint64_t id, struct store_scratch *sc,
 		     struct store_entry *out, struct store_val *ndn);
+/* ldif_apply.c: d (holding what failed, or empty) becomes "name:line: op
+ * 'dn': why", the message of a record that failed with rc. */
+void ldif_diag_record(struct idc_diag *d, int rc, const struct ldif_record *rec, const char *name);
+/* import.c: every record r yields applied to t in order, the adds
+ * prepared on im->workers threads (im->records counts; progress ticks). */
+int ldif_import_run(struct store_txn *t, struct ldif_reader *r, struct ldif_import *im,
+		    struct idc_diag *d);
+
 /* search.c: release what searches kept in t (t->smem). */
 void store_search_mem_free(struct store_txn *t);

@@ -61,8 +61,9 @@ def free_port():
 class Slapd:
     """One slapd.sh instance in base/name."""
 
-    def __init__(self, base, name, certs=None, cert="server", ldif=None):
+    def __init__(self, base, name, certs=None, cert="server", ldif=None, syncprov=False):
         self.dir = Path(base) / name
+        self.syncprov = syncprov  # content synchronization (the syncprov overlay)
         self.port = free_port()
         self.certs = certs
         self.cert = cert
@@ -78,7 +79,9 @@ class Slapd:
                 self.ldif or LDAP_DIR / "fixtures.ldif"]
         if self.certs:
             argv += [self.certs, "", self.cert]
-        environ = dict(os.environ, SLAPD_LOAD="slapadd") if self.ldif else None
+        environ = dict(os.environ, SLAPD_LOAD="slapadd") if self.ldif else dict(os.environ)
+        if self.syncprov:
+            environ["SLAPD_SYNCPROV"] = "1"
         p = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=120,
                            env=environ)
         if p.returncode != 0:
@@ -96,16 +99,17 @@ class Slapd:
         return log.count(" SRCH base=")
 
 
-def private_slapd(prefix, name, write_ldif=None):
+def private_slapd(prefix, name, write_ldif=None, syncprov=False):
     """A slapd of a test's own in a fresh private directory, for a fixture
     to `yield from`: the fixtures' entries, or what write_ldif(path) writes,
-    loaded with slapadd. Stopped and its directory removed afterwards."""
+    loaded with slapadd; with syncprov, offering content synchronization.
+    Stopped and its directory removed afterwards."""
     base = nsenv.make_private_dir(prefix)
     ldif = None
     if write_ldif is not None:
         ldif = base / "dir.ldif"
         write_ldif(ldif)
-    s = Slapd(base, name, ldif=ldif)
+    s = Slapd(base, name, ldif=ldif, syncprov=syncprov)
     try:
         s.start()
         yield s
@@ -1061,7 +1065,8 @@ VALGRIND = nsenv.VALGRIND
 @pytest.mark.skipif(VALGRIND is None, reason="valgrind not installed")
 def test_ldap_daemon_under_valgrind(env, idcached_bin, nss_module_dir, idcache):
     """Lookups, deferred replies, status and expire, a reload and a stop
-    while a lookup waits on a silent server: no invalid access, no leak."""
+    while a lookup waits on a silent server: no invalid access, no leak.
+    The silent domain polls, so it connects at its first lookup."""
     import signal
     base = nsenv.make_private_dir("idc-ldap-vg-")
     ns = nsenv.NsEnv(nss_module_dir, base / "run", base / "ns")
@@ -1070,8 +1075,8 @@ def test_ldap_daemon_under_valgrind(env, idcached_bin, nss_module_dir, idcache):
     b = env.servers["b"]
     d = nsenv.Daemon(idcached_bin, base, LOCAL_PASSWD, LOCAL_GROUP,
                      idcache_conf="domains = local, dir, silent\n",
-                     domain_conf=ldap_domain(b.uri) + ldap_domain(bh.uri).replace(
-                         "[domain/dir]", "[domain/silent]"),
+                     domain_conf=ldap_domain(b.uri) + ldap_domain(
+                         bh.uri, "ldap_sync = poll\n").replace("[domain/dir]", "[domain/silent]"),
                      wrap=wrap)
     ok = False
     try:

@@ -7,7 +7,9 @@ a new process, so what it prints comes from the daemon or the memory cache
 as they are after the change, never from a client's own memory.
 
 The fixtures: alice is in ops (memberUid) and dev (member DN); dev is a
-member group of all, all of top.
+member group of all, all of top. The scenarios marked BOTH run twice: with
+lookups and expiry (poll), and with the daemon following the directory's
+content synchronization feed (syncrepl), where the change arrives pushed.
 """
 import subprocess
 import time
@@ -25,9 +27,27 @@ GROUPS = f"ou=groups,{BASE}"
 
 
 @pytest.fixture
-def server():
-    """The fixtures on a slapd of this test's own, which it changes."""
-    yield from private_slapd("idc-ldap-fresh-", "s")
+def server(request):
+    """The fixtures on a slapd of this test's own, which it changes; with
+    the parameter "syncrepl" (indirect), the server offers content
+    synchronization and the daemons follow it (start())."""
+    sync = getattr(request, "param", "poll") == "syncrepl"
+    yield from private_slapd("idc-ldap-fresh-", "s", syncprov=sync)
+
+
+BOTH = pytest.mark.parametrize("server", ["poll", "syncrepl"], indirect=True)
+
+
+def start(daemons, server, idcache, extra=""):
+    """A daemon on server; with syncprov it follows the feed (ldap_sync =
+    syncrepl), and is returned once the feed is live."""
+    if not server.syncprov:
+        return start_daemon(daemons, server.uri, extra)
+    d = start_daemon(daemons, server.uri, extra + "ldap_sync = syncrepl\n")
+    ok, _ = nsenv.wait_for(lambda: status(idcache, d).get("domain.dir.sync") == "live",
+                           timeout=10, interval=0.05)
+    assert ok, d.log()[-3000:]
+    return d
 
 
 def ldap_change(server, ldif):
@@ -59,12 +79,13 @@ def settles(pred, timeout=10):
     return ok
 
 
+@BOTH
 def test_removed_memberships_leave_getgrouplist(server, module_daemons, idcache):
     """alice leaves ops (memberUid) and dev leaves all (so alice is no longer
     in all nor, through it, in top). After `idcache expire --all`, her group
     list refreshes behind the first answer, and new processes no longer see
     ops, all and top, although none of those groups is looked up."""
-    d = start_daemon(module_daemons, server.uri)
+    d = start(module_daemons, server, idcache)
     assert gids(d, "alice") == [10001, 20001, 20010, 20011, 20014]
     ldap_change(server, f"dn: cn=ops,{GROUPS}\nchangetype: modify\ndelete: memberUid\n"
                         f"memberUid: alice\n\ndn: cn=all,{GROUPS}\nchangetype: modify\n"
@@ -77,11 +98,12 @@ def test_removed_memberships_leave_getgrouplist(server, module_daemons, idcache)
     assert cache_holds(idcache, d, "group", "all")["member_groups"] == ""
 
 
+@BOTH
 def test_removed_nesting_leaves_the_memory_cache(server, module_daemons, idcache):
     """dev leaves all while alice's group list is in the memory cache: once
     the background refresh stored all without dev (`idcache group all` shows
     its member groups), new processes no longer see all and top."""
-    d = start_daemon(module_daemons, server.uri, REFRESHING)
+    d = start(module_daemons, server, idcache, REFRESHING)
     for _ in range(2):  # the second answer comes from the memory cache
         assert gids(d, "alice") == [10001, 20001, 20010, 20011, 20014]
     assert d.ns.run_many([["getent", "group", "all"]])[0].rc == 0
@@ -92,12 +114,13 @@ def test_removed_nesting_leaves_the_memory_cache(server, module_daemons, idcache
     assert gids(d, "alice") == [10001, 20001, 20010], d.log()[-3000:]
 
 
+@BOTH
 def test_renamed_group_answers_by_gid_under_its_new_name(server, module_daemons, idcache):
     """ops and dev get new DNs (cn=opsnew, cn=devnew; the name attribute
     alone is in test_ldap_refresh): by gid, both answer under the new name
     once refreshed, and the old names are gone from the cache without being
     looked up."""
-    d = start_daemon(module_daemons, server.uri)
+    d = start(module_daemons, server, idcache)
     got = d.ns.run_many([["getent", "group", "20001"], ["getent", "group", "20010"]])
     assert got[0].out.startswith("ops:") and got[1].out.startswith("dev:"), got
     let_a_second_pass()
@@ -116,11 +139,12 @@ def test_renamed_group_answers_by_gid_under_its_new_name(server, module_daemons,
     assert gids(d, "alice") == [10001, 20001, 20010]
 
 
+@BOTH
 def test_renamed_user_answers_by_uid_under_its_new_name(server, module_daemons, idcache):
     """bob gets a new DN and name (uid=bobby): by uid he answers under the
     new name once refreshed, and the old name is gone from the cache
     without being looked up."""
-    d = start_daemon(module_daemons, server.uri)
+    d = start(module_daemons, server, idcache)
     assert d.ns.run_many([["getent", "passwd", "10002"]])[0].out.startswith("bob:")
     let_a_second_pass()
     ldap_change(server, f"dn: uid=bob,{PEOPLE}\nchangetype: modrdn\nnewrdn: uid=bobby\n"

@@ -283,7 +283,7 @@ for c in json.load(sys.stdin):
             pass
         time.sleep(0.01)
     p = subprocess.run(who + [c["tool"], str(child.pid)] + [str(a) for a in c["map"]],
-                       capture_output=True, text=True, timeout=60, env=env)
+                       capture_output=True, text=True, timeout=60, env={**env, **c.get("env", {})})
     f = "uid_map" if c["tool"] == "newuidmap" else "gid_map"
     with open(f"/proc/{child.pid}/{f}") as m:
         shown = m.read()
@@ -342,8 +342,13 @@ def test_newuidmap_newgidmap(daemon, plugin_dir):
          "map": [0, lsub, 1, 1, DIR_START + DIR_COUNT - 1, 2]},
         {"name": "ldap-others", "tool": "newuidmap", "uid": lsub,
          "map": [0, lsub, 1, 1, fa, 10]},
+        # An LDAP user with the allocation's range (its domain allocates).
+        {"name": "ldap-alloc", "tool": "newuidmap", "uid": USERS["lalloc"],
+         "map": [0, USERS["lalloc"], 1, 1, alloc_start(USERS["lalloc"]), ALLOC_SIZE]},
         # A files user with the allocation's range.
         {"name": "files-uid", "tool": "newuidmap", "uid": floc,
+         "map": [0, floc, 1, 1, fa, ALLOC_SIZE]},
+        {"name": "files-gid", "tool": "newgidmap", "uid": floc,
          "map": [0, floc, 1, 1, fa, ALLOC_SIZE]},
         {"name": "files-past", "tool": "newuidmap", "uid": floc,
          "map": [0, floc, 1, 1, fa + 1, ALLOC_SIZE]},
@@ -353,9 +358,14 @@ def test_newuidmap_newgidmap(daemon, plugin_dir):
         r = got[name]
         assert r["rc"] == 0, r
         assert map_lines(r["map"]) == [(0, lsub, 1), (1, DIR_START, DIR_COUNT)], r
-    r = got["files-uid"]
+    for name in ("files-uid", "files-gid"):
+        r = got[name]
+        assert r["rc"] == 0, r
+        assert map_lines(r["map"]) == [(0, floc, 1), (1, fa, ALLOC_SIZE)], r
+    r = got["ldap-alloc"]
     assert r["rc"] == 0, r
-    assert map_lines(r["map"]) == [(0, floc, 1), (1, fa, ALLOC_SIZE)], r
+    assert map_lines(r["map"]) == [(0, USERS["lalloc"], 1),
+                                   (1, alloc_start(USERS["lalloc"]), ALLOC_SIZE)], r
     for name in ("ldap-below", "ldap-past", "ldap-others", "files-past"):
         r = got[name]
         assert r["rc"] != 0 and "not allowed" in r["err"], r
@@ -538,3 +548,35 @@ def test_daemon_subids_under_valgrind(idcached_bin, nss_module_dir, as_root):
             d.proc.wait()
         if ok:
             nsenv.remove_tree(base)
+
+
+def test_setuid_tools_ignore_idcache_rundir(daemon, plugin_dir, tmp_path):
+    """A user cannot point setuid newuidmap at a daemon of their own: with
+    IDCACHE_RUNDIR naming one that grants every id to everyone (getsubids,
+    not setuid, shows it), newuidmap still asks /run/idcache and refuses
+    to map root."""
+    import struct
+
+    def grant_all(cmd):
+        body = struct.pack("<IIII", USERS["lsub"], 1, 0, 0xffffffff)
+        return struct.pack("<IIII", 16 + len(body), cmd, 0, 0) + body
+    run = tmp_path / "evil"
+    run.mkdir()
+    os.chmod(tmp_path, 0o755)
+    os.chmod(run, 0o755)
+    close = fake_daemon(run / "nss.sock", grant_all)
+    try:
+        p = in_subid_ns(daemon, plugin_dir, ["getsubids", "lsub"], {"IDCACHE_RUNDIR": str(run)})
+        assert ranges_of(p) == [("lsub", 0, 0xffffffff)], p
+        lsub = USERS["lsub"]
+        got = run_map_cases(daemon, plugin_dir, [
+            {"name": "root", "tool": "newuidmap", "uid": lsub, "map": [0, 0, 1],
+             "env": {"IDCACHE_RUNDIR": str(run)}},
+            {"name": "own", "tool": "newuidmap", "uid": lsub,
+             "map": [0, lsub, 1, 1, DIR_START, DIR_COUNT], "env": {"IDCACHE_RUNDIR": str(run)}},
+        ])
+    finally:
+        close()
+    assert got["root"]["rc"] != 0 and "not allowed" in got["root"]["err"], got["root"]
+    assert got["root"]["map"].strip() == "", got["root"]
+    assert got["own"]["rc"] == 0, got["own"]  # the real daemon answered

@@ -210,6 +210,52 @@ def test_kill9_during_ldif_import(idcache, gen_ldif, tmp_path):
           f"{window * 1000:.0f} ms window: {outcomes['none']} none, {outcomes['all']} all")
 
 
+def test_kill9_import_at_fixed_points_keeps_earlier_data(idcache, gen_ldif, tmp_path):
+    """The whole-file import writes the map in place (WRITEMAP): pages of
+    the open transaction reach the file before its commit. A kill at fixed
+    fractions of the import's time (reading and preparing, writing the
+    indexes, the closing sync) into a store already holding a data set
+    leaves that set alone or adds all of the file, and the store opens on
+    the ordinary path and passes its check."""
+    if gen_ldif is None:
+        pytest.skip("bench/idcache-gen-ldif not built")
+    n_users = 30_000
+    gen = [str(gen_ldif), "--users", str(n_users)]
+    first, second = tmp_path / "first.ldif", tmp_path / "second.ldif"
+    first.write_bytes(subprocess.run(gen, capture_output=True, check=True).stdout)
+    # more users beside them: an import into indexes that hold data
+    more = subprocess.run(gen + ["--uid-prefix", "v", "--groups", "0"], capture_output=True,
+                          check=True).stdout
+    second.write_bytes(more[more.index(b"dn: uid="):])
+    base = tmp_path / "base"
+    assert db(idcache, base, "init").rc == 0
+    assert db(idcache, base, "import", "-q", first).rc == 0
+    n_base = entries(idcache, base)
+    ref = tmp_path / "ref"
+    shutil.copytree(base, ref)
+    t0 = time.monotonic()
+    assert db(idcache, ref, "import", "-q", second).rc == 0
+    took = time.monotonic() - t0
+    n_all = entries(idcache, ref)
+    assert n_all == n_base + n_users
+    for frac in (0.05, 0.25, 0.45, 0.6, 0.75, 0.9):
+        st = tmp_path / "st"
+        shutil.copytree(base, st)
+        p = subprocess.Popen([str(idcache), "db", "-d", str(st), "import", "-q", str(second)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(took * frac)
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        r = db(idcache, st, "check")
+        assert r.rc == 0 and "consistent" in r.out, f"kill at {frac:.2f}: {r!r}"
+        n = entries(idcache, st)
+        assert n in (n_base, n_all), f"kill at {frac:.2f}: {n} entries, want {n_base} or {n_all}"
+        r = db(idcache, st, "search", "(uid=u*)", "1.1")
+        assert r.rc == 0 and r.out.count("dn: ") == n_users, f"kill at {frac:.2f}: {r!r}"
+        print(f"kill at {frac:.2f} of {took * 1000:.0f} ms: {'all' if n == n_all else 'none'}")
+        shutil.rmtree(st)
+
+
 # ==== the timestamps database ===================================================================
 
 SMALL = 2000

@@ -28,6 +28,21 @@ normally, and holds one honest user, `alice`. MODE says what else it does:
   endless an enumeration (objectClass filters only) gets entries without
           end, COUNT per page (default 1000), each page with a cookie that
           asks for the next one
+  sync    content synchronization (RFC 4533) that refuses cookies: the
+          rootDSE lists the Sync Request control; the first sync search
+          gets alice, bob and group `staff` (both members), then the end
+          of the refresh with cookie "c1", and stays open; a search with a
+          cookie is answered e-syncRefreshRequired (4096); a later search
+          without one gets alice and `staff` (alice alone): bob is gone
+  syncids content synchronization answering cookies with syncIdSet: with
+          no cookie, alice, bob, carol and `staff` (all three), refresh
+          done with cookie "c1"; with "c1", a syncIdSet deleting bob
+          (refreshDeletes TRUE), then refreshDelete done, "c2"; with "c2",
+          a syncIdSet naming alice and staff present (refreshDeletes
+          FALSE), then refreshPresent done, "c3": carol is gone
+  syncbad the same rootDSE; a sync search gets entries whose Sync State
+          control is malformed (COUNT selects how: 0 a 15-byte UUID, 1 a
+          length past the end, 2 no control at all)
 
 The base is dc=example,dc=com; users under ou=people, groups under
 ou=groups. The number of searches answered is appended, one line each, to
@@ -41,6 +56,9 @@ BASE = "dc=example,dc=com"
 PEOPLE = "ou=people," + BASE
 GROUPS = "ou=groups," + BASE
 PAGED_OID = b"1.2.840.113556.1.4.319"
+SYNC_OID = b"1.3.6.1.4.1.4203.1.9.1.1"
+SYNC_STATE_OID = b"1.3.6.1.4.1.4203.1.9.1.2"
+SYNC_INFO_OID = b"1.3.6.1.4.1.4203.1.9.1.4"
 
 
 # ==== BER ==========================================================================
@@ -144,6 +162,15 @@ def entry(msgid, dn, attrs):
     return message(msgid, seq(octets(dn), seq(*parts), tag=0x64))
 
 
+def entry_op(name, uid):
+    """A user's searchResultEntry protocol op (no message around it)."""
+    attrs = {"objectClass": ["posixAccount"], "uid": [name], "uidNumber": [uid],
+             "gidNumber": [uid], "homeDirectory": [f"/home/{name}"], "loginShell": ["/bin/sh"]}
+    parts = [seq(octets(a), seq(*[octets(str(v)) for v in vals], tag=0x31))
+             for a, vals in attrs.items()]
+    return seq(octets(f"uid={name},{PEOPLE}"), seq(*parts), tag=0x64)
+
+
 def user(msgid, name, uid):
     return entry(msgid, f"uid={name},{PEOPLE}",
                  {"objectClass": ["posixAccount"], "uid": [name], "uidNumber": [uid],
@@ -163,6 +190,33 @@ def group(msgid, name, gid, members=(), member_uids=()):
 def paged_control(cookie):
     value = seq(integer(0), octets(cookie))
     return tlv(0xA0, seq(octets(PAGED_OID), octets(value)))
+
+
+def sync_state(state, uuid, cookie=None):
+    value = seq(integer(state, 0x0A), octets(uuid), *([octets(cookie)] if cookie else []))
+    return tlv(0xA0, seq(octets(SYNC_STATE_OID), octets(value)))
+
+
+def intermediate(msgid, value):
+    return message(msgid, tlv(0x79, tlv(0x80, SYNC_INFO_OID) + tlv(0x81, value)))
+
+
+def sync_cookie(msg, ctrls):
+    """The cookie of the Sync Request control in ctrls (None: none)."""
+    _, s, e = ctrls
+    for _, cs, ce in children(msg, s, e):
+        parts = children(msg, cs, ce)
+        if msg[parts[0][1]:parts[0][2]] != SYNC_OID:
+            continue
+        _, vs, ve = parts[-1]
+        _, qs, qe = read_tlv(msg, vs)
+        inner = children(msg, qs, qe)
+        if len(inner) > 1 and inner[1][0] == 0x04:
+            return msg[inner[1][1]:inner[1][2]].decode()
+    return None
+
+
+SYNC_GEN = [0]
 
 
 def gdn(name):
@@ -227,10 +281,65 @@ class Conn:
         with open(self.log, "a") as out:
             out.write("search\n")
         if base == "":
-            self.send(entry(msgid, "", {"objectClass": ["top"]}))
+            attrs = {"objectClass": ["top"]}
+            if self.mode.startswith("sync"):
+                attrs["supportedControl"] = [SYNC_OID.decode()]
+            self.send(entry(msgid, "", attrs))
             self.send(result(msgid, 0x65))
             return
+        if self.mode.startswith("sync"):
+            return self.search_sync(msg, msgid, ctrls)
         getattr(self, "search_" + self.mode)(msgid, f, ctrls is not None)
+
+    def search_sync(self, msg, msgid, ctrls):
+        cookie = sync_cookie(msg, ctrls) if ctrls else None
+        if self.mode == "syncbad":
+            how = self.count % 3
+            ctl = {0: sync_state(1, b"u" * 15), 1: tlv(0xA0, seq(octets(SYNC_STATE_OID),
+                   octets(b"\x30\x84\x7f\xff\xff\xff"))), 2: b""}[how]
+            self.send(message(msgid, entry_op("alice", 10001), ctl))
+            return
+        if self.mode == "syncids":
+            return self.search_syncids(msgid, cookie)
+        if cookie is not None:
+            self.send(result(msgid, 0x65, 4096))
+            return
+        SYNC_GEN[0] += 1
+        gen = SYNC_GEN[0]
+        names = ["alice", "bob"] if gen == 1 else ["alice"]
+        for i, name in enumerate(names):
+            self.send(message(msgid, entry_op(name, 10001 + i),
+                              sync_state(1, bytes([i + 1]) * 16)))
+        attrs = {"objectClass": ["posixGroup"], "cn": ["staff"], "gidNumber": [30000],
+                 "memberUid": names}
+        parts = [seq(octets(a), seq(*[octets(str(v)) for v in vals], tag=0x31))
+                 for a, vals in attrs.items()]
+        self.send(message(msgid, seq(octets(gdn("staff")), seq(*parts), tag=0x64),
+                          sync_state(1, b"\x99" * 16)))
+        self.send(intermediate(msgid, tlv(0xA2, octets(f"c{gen}"))))
+
+    def search_syncids(self, msgid, cookie):
+        uuid = {n: bytes([i + 1]) * 16 for i, n in enumerate(["alice", "bob", "carol"])}
+        staff = b"\x99" * 16
+        if cookie is None:
+            names = ["alice", "bob", "carol"]
+            for i, name in enumerate(names):
+                self.send(message(msgid, entry_op(name, 10001 + i), sync_state(1, uuid[name])))
+            attrs = {"objectClass": ["posixGroup"], "cn": ["staff"], "gidNumber": [30000],
+                     "memberUid": names}
+            parts = [seq(octets(a), seq(*[octets(str(v)) for v in vals], tag=0x31))
+                     for a, vals in attrs.items()]
+            self.send(message(msgid, seq(octets(gdn("staff")), seq(*parts), tag=0x64),
+                              sync_state(1, staff)))
+            self.send(intermediate(msgid, tlv(0xA2, octets("c1"))))
+        elif cookie == "c1":
+            ids = seq(octets(uuid["bob"]), tag=0x31)
+            self.send(intermediate(msgid, tlv(0xA3, tlv(0x01, b"\xff") + ids)))
+            self.send(intermediate(msgid, tlv(0xA1, octets("c2"))))
+        else:
+            ids = seq(octets(uuid["alice"]), octets(staff), tag=0x31)
+            self.send(intermediate(msgid, tlv(0xA3, ids)))
+            self.send(intermediate(msgid, tlv(0xA2, octets("c3"))))
 
     def honest(self, msgid, f):
         """alice, for whoever asks for her."""

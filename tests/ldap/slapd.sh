@@ -13,6 +13,9 @@
 #       With SLAPD_LOAD=slapadd in the environment, LDIF goes in with
 #       slapadd -q before slapd starts (large benchmark data).
 #       SLAPD_SCHEMAS: more schema files to include (absolute paths).
+#       With SLAPD_SYNCPROV=1 the database offers content synchronization
+#       (RFC 4533: Debian's syncprov module, a session log of 100 changes,
+#       entryCSN and entryUUID indexed).
 #   slapd.sh stop DIR        stops it and waits until it is gone
 set -eu
 cmd=$1 D=$2
@@ -35,6 +38,9 @@ stop
 	cat <<C
 modulepath /usr/lib/ldap
 moduleload back_mdb
+C
+	[ "${SLAPD_SYNCPROV:-}" = 1 ] && echo "moduleload syncprov"
+	cat <<C
 sizelimit unlimited
 pidfile $D/slapd.pid
 argsfile $D/slapd.args
@@ -57,6 +63,14 @@ index objectClass eq
 index uid,cn eq
 index uidNumber,gidNumber,memberUid,member eq
 C
+	if [ "${SLAPD_SYNCPROV:-}" = 1 ]; then
+		cat <<C
+index entryCSN,entryUUID eq
+overlay syncprov
+syncprov-checkpoint 1 1
+syncprov-sessionlog 100
+C
+	fi
 } > "$D/slapd.conf"
 if [ -n "$L" ] && [ "${SLAPD_LOAD:-}" = slapadd ] && [ ! -s "$D/db/data.mdb" ]; then
 	/usr/sbin/slapadd -q -f "$D/slapd.conf" -l "$L" >"$D/slapadd.log" 2>&1

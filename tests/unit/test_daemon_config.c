@@ -535,7 +535,7 @@ static void test_subids(void **state)
 	snprintf(text, sizeof(text),
 		 "[idcache]\nsubid_base = 100000\nsubid_size = 1000\nsubid_uid_min = 0\n"
 		 "[domain/dir]\n%ssubid_allocate = yes\nldap_user_subuid_number = a\n"
-		 "ldap_user_subuid_count = b\n[domain/local]\nid_provider = files\n"
+		 "ldap_user_subuid_count = b\nmax_id = 99999\n[domain/local]\nid_provider = files\n"
 		 "subid_allocate = false\n",
 		 dir);
 	c = parse_ok(text);
@@ -563,6 +563,13 @@ static void test_subids(void **state)
 		     "t.conf:3: subid_allocate: 'maybe' is not true or false");
 	snprintf(text, sizeof(text), "[domain/dir]\n%sldap_user_subgid_count = c\n", dir);
 	expect_error(text, "ldap_user_subgid_number and ldap_user_subgid_count are given together");
+	/* Opting in on a domain whose ids are unbounded: nothing could be served. */
+	snprintf(text, sizeof(text), "[domain/dir]\n%ssubid_allocate = true\n", dir);
+	expect_error(text, "t.conf:1: [domain/dir]: subordinate id ranges (subid_allocate) need "
+			   "max_id");
+	snprintf(text, sizeof(text),
+		 "[domain/dir]\n%sldap_user_subgid_number = a\nldap_user_subgid_count = b\n", dir);
+	expect_error(text, "subordinate id ranges (ldap_user_subuid_*/subgid_*) need max_id");
 }
 
 static void test_hostile_lines(void **state)

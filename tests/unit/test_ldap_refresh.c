@@ -163,7 +163,9 @@ static void env_open(struct env *e, struct env *share, ...)
 			      "ldap_search_timeout",
 			      "2",
 			      "refresh_expired_interval",
-			      "3600"};
+			      "3600",
+			      "ldap_sync",
+			      "poll"};
 	for (size_t i = 0; i < IDC_ARRAY_SIZE(base); i += 2)
 		assert_int_equal(lprov_config_set(&e->cfg, base[i], base[i + 1], &d), 0);
 	va_list ap;

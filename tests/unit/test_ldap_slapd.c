@@ -117,6 +117,8 @@ static void env_open(struct env *e, const char *uri, ...)
 	assert_int_equal(lprov_config_set(&e->cfg, "ldap_search_base", "dc=example,dc=com", &d), 0);
 	assert_int_equal(lprov_config_set(&e->cfg, "ldap_network_timeout", "2", &d), 0);
 	assert_int_equal(lprov_config_set(&e->cfg, "ldap_search_timeout", "3", &d), 0);
+	/* the lookup path's searches, counted one by one (no rootDSE check) */
+	assert_int_equal(lprov_config_set(&e->cfg, "ldap_sync", "poll", &d), 0);
 	va_list ap;
 	va_start(ap, uri);
 	for (const char *kv = va_arg(ap, const char *); kv; kv = va_arg(ap, const char *)) {

@@ -27,7 +27,7 @@ struct fx {
 
 static void rm_store(const char *dir)
 {
-	char p[128];
+	char p[512];
 	const char *files[] = {"data.mdb", "lock.mdb", "write.lock"};
 	for (size_t i = 0; i < 3; i++) {
 		snprintf(p, sizeof(p), "%s/%s", dir, files[i]);

@@ -25,6 +25,18 @@ const char *lp_server(const struct lprov_domain *ld)
 	return ld->conn ? ld->cfg.uris[ld->server] : "(no server)";
 }
 
+uint64_t lp_jitter_ms(struct lprov_domain *ld, uint64_t ms)
+{
+	/* xorshift64*: spreading timers needs no stronger randomness */
+	uint64_t x = ld->rng ? ld->rng : (ld->hash_seed | 1);
+	x ^= x >> 12;
+	x ^= x << 25;
+	x ^= x >> 27;
+	ld->rng = x;
+	uint64_t r = (x * 0x2545F4914F6CDD1Dull) >> 54; /* 0..1023 */
+	return ms * (768 + r / 2) / 1024;
+}
+
 static void set_error(struct lprov_domain *ld, const char *uri, const char *what, int rc)
 {
 	snprintf(ld->last_error, sizeof(ld->last_error), "%s: %s: %s", uri, what,
@@ -478,6 +490,7 @@ static void unbind_quietly(LDAP *l)
 
 void lp_conn_close(struct lprov_domain *ld)
 {
+	lp_sync_lost(ld);
 	tls_stop(ld);
 	lp_search_drop_all(ld);
 	ld->hs = LP_HS_NONE;
@@ -507,10 +520,13 @@ void lp_go_offline(struct lprov_domain *ld, const char *why)
 		ld->online = false;
 		ld->since = (int64_t)time(NULL);
 		ld->backoff_ms = ld->cfg.offline_timeout_ms;
+		/* a sync feed comes back sooner: it is what keeps the cache true */
+		if (lp_sync_wanted(ld) && ld->backoff_ms > LP_SYNC_PROBE_MS)
+			ld->backoff_ms = LP_SYNC_PROBE_MS;
 		idc_log(IDC_LOG_WARN, "ldap domain %s: offline, serving cached entries (%s)",
 			ld->cfg.name, why);
 	}
-	ld->next_probe_ns = idc_now_ns() + (uint64_t)ld->backoff_ms * 1000000u;
+	ld->next_probe_ns = idc_now_ns() + lp_jitter_ms(ld, ld->backoff_ms) * 1000000u;
 	lp_req_finish_all(ld, LPROV_LOOKUP_OFFLINE);
 }
 
@@ -534,8 +550,9 @@ void lp_conn_fail(struct lprov_domain *ld, const char *why)
 static void probe(struct lprov_domain *ld, uint64_t now)
 {
 	uint64_t b = (uint64_t)ld->backoff_ms * 2;
-	ld->backoff_ms = b > LP_BACKOFF_MAX_MS ? LP_BACKOFF_MAX_MS : (uint32_t)b;
-	ld->next_probe_ns = now + (uint64_t)ld->backoff_ms * 1000000u;
+	uint64_t max = lp_sync_wanted(ld) ? LP_SYNC_PROBE_MAX_MS : LP_BACKOFF_MAX_MS;
+	ld->backoff_ms = b > max ? (uint32_t)max : (uint32_t)b;
+	ld->next_probe_ns = now + lp_jitter_ms(ld, ld->backoff_ms) * 1000000u;
 	lp_conn_close(ld);
 	open_from(ld, 0); /* connected() sends the rootDSE search */
 }
@@ -562,7 +579,7 @@ void lp_probe_answered(struct lprov_domain *ld)
  * epoll busy (libldap only notices when it reads for a request). */
 static void check_idle(struct lprov_domain *ld)
 {
-	if (!ld->conn || ld->hs || ld->searches || ld->fd < 0)
+	if (!ld->conn || ld->hs || ld->searches || ld->fd < 0 || lp_sync_active(ld))
 		return;
 	struct pollfd p = {.fd = ld->fd, .events = POLLIN};
 	if (poll(&p, 1, 0) > 0)

@@ -59,6 +59,12 @@ static void set_attrs(struct lprov_domain *ld)
 			ld->attrs[n++] = a;
 	}
 	ld->attrs[n] = NULL;
+	for (size_t i = 0; i <= n; i++)
+		ld->poll_attrs[i] = ld->attrs[i];
+	ld->poll_attrs[n] = "modifyTimestamp";
+	ld->poll_attrs[n + 1] = "entryUSN";
+	ld->poll_attrs[n + 2] = "entryCSN";
+	ld->poll_attrs[n + 3] = NULL;
 }
 
 /* What the configuration leaves open on the wire, said once at start. */
@@ -121,6 +127,11 @@ int lprov_domain_new(const struct lprov_config *cfg, struct cache *c, struct lpr
 		ld->gbase = ld->ubase; /* one base: member searches ask for both kinds */
 	set_attrs(ld);
 	warn_channel(&ld->cfg);
+	ld->sync = lp_sync_new(ld);
+	if (ld->cfg.sync != LPROV_SYNC_POLL && !ld->sync) {
+		lprov_domain_free(ld);
+		return -ENOMEM;
+	}
 	if (ld->cfg.enumerate)
 		ld->next_enum_ns = idc_now_ns();
 	if (ld->cfg.refresh_expired_ms)
@@ -140,6 +151,7 @@ void lprov_domain_free(struct lprov_domain *ld)
 	if (!ld)
 		return;
 	lp_req_finish_all(ld, LPROV_LOOKUP_FAILED);
+	lp_sync_free(ld); /* first: closing commits nothing then */
 	lp_conn_close(ld);
 	if (ld->password)
 		explicit_bzero(ld->password, strlen(ld->password));
@@ -182,10 +194,12 @@ int64_t lprov_domain_next_timeout(const struct lprov_domain *ld)
 		earliest(&best, ld->next_probe_ns);
 	if (ld->online && ld->conn && !ld->hs)
 		earliest(&best, ld->failback_ns);
-	if (ld->online) {
+	if (ld->online && !lp_sync_live(ld)) {
 		earliest(&best, ld->next_enum_ns);
 		earliest(&best, ld->next_refresh_ns);
 	}
+	earliest(&best, lp_sync_next_ns(ld));
+	earliest(&best, lp_poll_next_ns(ld));
 	if (!best)
 		return -1;
 	uint64_t now = idc_now_ns();
@@ -194,9 +208,9 @@ int64_t lprov_domain_next_timeout(const struct lprov_domain *ld)
 
 static void maybe_enumerate(struct lprov_domain *ld, uint64_t now)
 {
-	if (!ld->next_enum_ns || now < ld->next_enum_ns || !ld->online)
+	if (!ld->next_enum_ns || now < ld->next_enum_ns || !ld->online || lp_sync_live(ld))
 		return;
-	ld->next_enum_ns = now + LP_ENUM_EVERY_MS * 1000000ull;
+	ld->next_enum_ns = now + lp_jitter_ms(ld, LP_ENUM_EVERY_MS) * 1000000ull;
 	if (lprov_domain_lookup(ld, LPROV_LOOKUP_ENUMERATE, NULL, 0, NULL, NULL) ==
 	    LPROV_LOOKUP_OFFLINE)
 		idc_log(IDC_LOG_DEBUG, "ldap domain %s: enumeration postponed (offline)",
@@ -208,9 +222,9 @@ static void maybe_enumerate(struct lprov_domain *ld, uint64_t now)
  * timestamps. Offline: skipped until the next interval. */
 static void maybe_refresh(struct lprov_domain *ld, uint64_t now)
 {
-	if (!ld->next_refresh_ns || now < ld->next_refresh_ns || !ld->online)
+	if (!ld->next_refresh_ns || now < ld->next_refresh_ns || !ld->online || lp_sync_live(ld))
 		return;
-	ld->next_refresh_ns = now + ld->cfg.refresh_expired_ms * 1000000ull;
+	ld->next_refresh_ns = now + lp_jitter_ms(ld, ld->cfg.refresh_expired_ms) * 1000000ull;
 	if (lp_req_find(ld, LP_REFRESH, NULL, 0))
 		return; /* the last one is still running */
 	if (lp_req_start(ld, LP_REFRESH, NULL, 0, NULL, NULL) == LPROV_LOOKUP_OFFLINE)
@@ -268,11 +282,13 @@ void lprov_domain_process(struct lprov_domain *ld)
 		lp_conn_handshake(ld, idc_now_ns());
 	/* more: lp_read stopped at a slice or a page yield, maybe after the
 	 * message that ended the last search; only lp_read clears it */
-	if (ld->conn && !ld->hs && (ld->searches || ld->more))
+	if (ld->conn && !ld->hs && (ld->searches || ld->more || lp_sync_active(ld)))
 		lp_read(ld);
 	uint64_t now = idc_now_ns();
 	lp_search_deadlines(ld, now);
 	lp_conn_timers(ld, now);
+	lp_sync_tick(ld, now);
+	lp_poll_tick(ld, now);
 	maybe_enumerate(ld, now);
 	maybe_refresh(ld, now);
 }
@@ -294,4 +310,5 @@ void lprov_domain_get_status(const struct lprov_domain *ld, struct lprov_domain_
 	    .commits = ld->ncommits,
 	    .in_flight = n,
 	};
+	lp_sync_status(ld, st);
 }

@@ -4,7 +4,11 @@
  *
  * Owns: one libldap connection per domain (a URI list with failover), the
  * in-flight lookups (identical ones coalesced), an in-memory negative
- * cache, and the online/offline state.
+ * cache, the online/offline state, the content synchronization feed
+ * (RFC 4533, ldap_sync; docs/DESIGN.md §6.1) with its entryUUID records,
+ * and the periodic poll passes (ldap_poll_interval, §6.2). The feed's
+ * cookie and records and the poll's mark live in the cache's provider
+ * state (cache.h), written in the transactions they describe.
  * May call: cache, util, libldap/liblber, libc.
  *
  * Names: lprov_ / LPROV_ here, lp_ / LP_ inside (lprov_int.h); ldap_ and
@@ -17,6 +21,8 @@
  *     lprov_domain_next_timeout() when to call lprov_domain_process() even
  *     without an event (search deadlines, offline probes, failback);
  *   on EPOLLIN or the timeout: lprov_domain_process().
+ *   With a feed (ldap_sync = auto or syncrepl) the domain connects at its
+ *   first lprov_domain_process(), not at its first lookup.
  *   A cache miss or an expired entry: lprov_domain_lookup(); when it
  *   returns LPROV_LOOKUP_PENDING the callback runs later, from
  *   lprov_domain_process() (or lprov_domain_free(), with LPROV_LOOKUP_FAILED),
@@ -50,6 +56,12 @@
 /* ==== configuration ====================================================== */
 
 enum lprov_schema { LPROV_RFC2307 = 0, LPROV_RFC2307BIS };
+
+/* ldap_sync: how the cache follows the directory. AUTO: content
+ * synchronization (RFC 4533) when the rootDSE lists its control, else
+ * POLL; SYNCREPL: content synchronization, and a server without it is
+ * polled (logged); POLL: lookups and their expiry only. */
+enum lprov_sync_mode { LPROV_SYNC_AUTO = 0, LPROV_SYNC_SYNCREPL, LPROV_SYNC_POLL };
 
 /* ldap_tls_reqcert values, as libldap's LDAP_OPT_X_TLS_* levels. */
 enum lprov_reqcert {
@@ -131,16 +143,29 @@ struct lprov_config {
 	bool member_names_from_rdn;
 	/* What one directory may make a request cost (a hostile or
 	 * impersonated server included): */
-	uint32_t max_reply_bytes; /* ldap_max_reply_size: one LDAP message, 64 MiB;
-				   * a larger one drops the connection */
-	uint32_t max_entries;     /* ldap_max_entries: entries one lookup,
-				   * enumeration or refresh takes, 100000 */
-	uint32_t nesting_level;   /* ldap_group_nesting_level: nested group
-				   * levels followed up and down, 32 */
-	uint32_t max_searches;    /* ldap_max_searches: searches one request
-				   * sends (pages not counted), 500 */
-	uint32_t max_memory;      /* ldap_max_memory: bytes the requests in
-				   * flight hold for what they read, 128 MiB */
+	uint32_t max_reply_bytes;  /* ldap_max_reply_size: one LDAP message, 64 MiB;
+				    * a larger one drops the connection */
+	uint32_t max_entries;      /* ldap_max_entries: entries one lookup,
+				    * enumeration or refresh takes, 100000 */
+	uint32_t nesting_level;    /* ldap_group_nesting_level: nested group
+				    * levels followed up and down, 32 */
+	uint32_t max_searches;     /* ldap_max_searches: searches one request
+				    * sends (pages not counted), 500 */
+	uint32_t max_memory;       /* ldap_max_memory: bytes the requests in
+				    * flight hold for what they read, 128 MiB */
+	enum lprov_sync_mode sync; /* ldap_sync: auto */
+	/* ldap_sync_fallback_timeout: how long the feed may be down before
+	 * lookups search and entries expire again as when polling, 300 s */
+	uint32_t sync_fallback_ms;
+	/* ldap_sync_keepalive: a quiet feed's connection is checked (an
+	 * extended operation, not a search) this often, 60 s; 0 never */
+	uint32_t sync_keepalive_ms;
+	/* ldap_poll_interval: without a live feed, every user and group
+	 * changed since the last pass is fetched this often (jittered); 0
+	 * (default) never. ldap_poll_full_interval: every so often the pass
+	 * fetches everything and removes what the directory no longer has,
+	 * 3600 s; 0: only the first pass. */
+	uint32_t poll_ms, poll_full_ms;
 };
 
 /* Defaults for domain name. 0 or -ENOMEM. */
@@ -262,6 +287,14 @@ struct lprov_domain_status {
 	uint64_t negative_hits; /* answered NOTFOUND from the negative cache */
 	uint64_t commits;       /* cache transactions committed */
 	size_t in_flight;
+	/* content synchronization: "poll" (not used), "refreshing", "live"
+	 * or "down" */
+	const char *sync;
+	int64_t sync_cookie_time; /* unix seconds the cookie was stored; 0 none */
+	uint64_t sync_entries;    /* directory entries the feed holds */
+	uint64_t sync_changes;    /* entries added, changed or deleted by the feed */
+	uint64_t sync_refreshes;  /* refresh phases completed */
+	uint64_t sync_full;       /* of which full refreshes (no or a refused cookie) */
 };
 void lprov_domain_get_status(const struct lprov_domain *ld, struct lprov_domain_status *st);
 

@@ -11,6 +11,10 @@
  *   store.c    the answer into the cache, and what is gone from the directory
  *   changes.c  change reports to the domain's hook
  *   domain.c   the domain object: life cycle, timers, process, status
+ *   syncmsg.c  content synchronization (RFC 4533) messages as bytes
+ *   sync.c     content synchronization: the feed, its phases, batches
+ *   syncmap.c  which directory entry (entryUUID) each cached entry came
+ *              from, in memory and in the cache's provider state
  */
 #ifndef IDC_LPROV_INT_H
 #define IDC_LPROV_INT_H
@@ -29,20 +33,37 @@
 /* Work one process call does before it returns to the event loop (the
  * loop comes back at once when more is waiting): other clients are
  * answered between two slices of a large or hostile answer. */
-#define LP_TURN_MSGS      256        /* messages read */
-#define LP_TURN_MS        10         /* milliseconds spent reading them */
-#define LP_COMMIT_EVERY   1000       /* entries a request holds before it commits them */
-#define LP_COMMIT_BYTES   (1u << 20) /* ...or arena bytes it grew by since */
-#define LP_SHARED_ID_MAX  16         /* entries a lookup by uid or gid takes */
-#define LP_REPLY_MIN      16384      /* smallest ldap_max_reply_size */
-#define LP_NESTING_MAX    1000       /* largest ldap_group_nesting_level */
-#define LP_MEMORY_MIN     (1u << 20) /* smallest ldap_max_memory */
-#define LP_BACKOFF_MAX_MS 3600000    /* longest wait between offline probes */
-#define LP_ENUM_EVERY_MS  300000     /* enumeration refresh */
-#define LP_REFRESH_MAX    20000      /* names per kind one background refresh takes */
+#define LP_TURN_MSGS         256        /* messages read */
+#define LP_TURN_MS           10         /* milliseconds spent reading them */
+#define LP_COMMIT_EVERY      1000       /* entries a request holds before it commits them */
+#define LP_COMMIT_BYTES      (1u << 20) /* ...or arena bytes it grew by since */
+#define LP_SHARED_ID_MAX     16         /* entries a lookup by uid or gid takes */
+#define LP_REPLY_MIN         16384      /* smallest ldap_max_reply_size */
+#define LP_NESTING_MAX       1000       /* largest ldap_group_nesting_level */
+#define LP_MEMORY_MIN        (1u << 20) /* smallest ldap_max_memory */
+#define LP_BACKOFF_MAX_MS    3600000    /* longest wait between offline probes */
+#define LP_SYNC_PROBE_MS     1000       /* with a sync feed: first wait offline */
+#define LP_SYNC_PROBE_MAX_MS 60000      /* ...and longest */
+#define LP_ENUM_EVERY_MS     300000     /* enumeration refresh */
+#define LP_REFRESH_MAX       20000      /* names per kind one background refresh takes */
 /* The background refresh of expired entries (refresh_expired_interval):
  * a request kind of its own, never asked for by a caller. */
 #define LP_REFRESH ((enum lprov_lookup_kind)100)
+/* Entries the content synchronization feed delivered: a refresh phase or
+ * a batch of persist notices, stored like a refresh (sync.c). */
+#define LP_SYNC ((enum lprov_lookup_kind)101)
+/* The periodic pass of changed entries (ldap_poll_interval, poll.c);
+ * id 1 for a full pass. */
+#define LP_POLL ((enum lprov_lookup_kind)102)
+
+/* The newest change a poll pass saw: an entryUSN (389-ds), else an
+ * entryCSN (OpenLDAP: microseconds), else a modifyTimestamp (seconds);
+ * the last two order as text. kind 0: none. */
+struct lp_poll_mark {
+	char kind; /* 'u', 'c', 't' */
+	uint64_t usn;
+	char text[64];
+};
 
 /* ==== small containers ==================================================== */
 
@@ -125,8 +146,11 @@ struct lp_waiter {
 	void *arg;
 };
 
+struct lp_sync_feed;
+
 struct lp_req {
 	struct lp_req *next;
+	struct lp_sync_feed *feed; /* LP_SYNC: the feed it holds a batch of */
 	struct lprov_domain *ld;
 	enum lprov_lookup_kind kind;
 	char *name;
@@ -160,6 +184,7 @@ struct lp_req {
 	size_t nentries, unstored, paged_bytes; /* paged_bytes: arena.total at the last commit */
 	uint32_t nsent, up, down;
 	bool cut;
+	struct lp_poll_mark mark; /* LP_POLL: the newest change of its answer */
 };
 
 /* ==== domain ============================================================== */
@@ -211,6 +236,12 @@ struct lprov_domain {
 	bool range_checked;    /* cached ids outside min_id..max_id dropped (once) */
 	size_t members_max;    /* member values kept per attribute (LP_MEMBERS_MAX) */
 	uint64_t hash_seed;
+	uint64_t rng;                  /* lp_jitter_ms */
+	struct lp_sync *sync;          /* content synchronization; NULL: ldap_sync = poll */
+	const char *poll_attrs[20];    /* attrs, and what a change is told by */
+	struct lp_poll_mark poll_mark; /* as committed */
+	bool poll_loaded;
+	uint64_t next_poll_ns, next_full_ns;
 	cache_change_fn hook; /* lprov_domain_set_hook */
 	void *hook_arg;
 	uint64_t nsearches, nlookups, njoined, nneg, ncommits;
@@ -244,6 +275,9 @@ void lp_go_offline(struct lprov_domain *ld, const char *why);
 void lp_conn_timers(struct lprov_domain *ld, uint64_t now);
 void lp_probe_answered(struct lprov_domain *ld);
 const char *lp_server(const struct lprov_domain *ld);
+/* ms scaled by a random factor in [0.75, 1.25): timers a fleet shares
+ * (probes, the sync feed's restarts, poll passes) spread out. */
+uint64_t lp_jitter_ms(struct lprov_domain *ld, uint64_t ms);
 
 /* search.c */
 int lp_search_send(struct lprov_domain *ld, struct lp_req *req, enum lp_purpose purpose,
@@ -282,6 +316,8 @@ void lp_req_page(struct lp_req *r);
  * flight on a server that failed. */
 void lp_req_restart_all(struct lprov_domain *ld);
 void lp_req_finish_all(struct lprov_domain *ld, enum lprov_lookup_result res);
+/* Free a request no list holds (an LP_SYNC batch). */
+void lp_req_release(struct lp_req *r);
 /* The request in flight for (kind, name, id), or NULL. */
 struct lp_req *lp_req_find(struct lprov_domain *ld, enum lprov_lookup_kind kind, const char *name,
 			   uint32_t id);
@@ -290,6 +326,8 @@ struct lp_req *lp_req_find(struct lprov_domain *ld, enum lprov_lookup_kind kind,
 enum lprov_lookup_result lp_req_start(struct lprov_domain *ld, enum lprov_lookup_kind kind,
 				      const char *name, uint32_t id, lprov_lookup_cb cb, void *arg);
 
+/* "(objectClass=<user class>)", the group class, or both OR'ed. */
+int lp_oc_filter(struct idc_buf *b, const struct lprov_domain *ld, bool user, bool group);
 /* waves.c: the searches of one step; 0 or what lp_search_send returns
  * (-E2BIG once ldap_max_searches is spent) */
 int lp_wave_find(struct lp_req *r);
@@ -306,6 +344,9 @@ int lp_wave_queue_groups(struct lp_req *r);
 
 /* refresh.c: entries asked for again by name */
 int lp_wave_refresh(struct lp_req *r);
+/* Every name the domain caches into r->ru and r->rg: what a complete
+ * full pass's answer (LP_POLL) is compared with, as a refresh's. */
+int lp_cached_names(struct lp_req *r);
 int lp_wave_verify(struct lp_req *r);
 
 /* store.c: the answer into the cache */
@@ -365,5 +406,122 @@ void lp_track_begin(struct lp_req *r, struct lp_track *tr, bool page, struct lp_
 /* After the commit: tell the hook what changed. */
 void lp_track_report(struct lp_req *r, struct lp_track *tr, struct lp_gone_list *gl);
 void lp_track_free(struct lp_track *tr);
+
+/* ==== content synchronization (RFC 4533) ==================================== */
+
+/* syncmsg.c: the controls and messages as bytes (hostile input: every
+ * length checked, nothing read outside val[0..len)) */
+#define LP_UUID_LEN                 16
+#define LP_COOKIE_MAX               4096 /* longest cookie kept (OpenLDAP's are < 200 bytes) */
+#define LP_OID_SYNC_REQUEST         "1.3.6.1.4.1.4203.1.9.1.1"
+#define LP_OID_SYNC_STATE           "1.3.6.1.4.1.4203.1.9.1.2"
+#define LP_OID_SYNC_DONE            "1.3.6.1.4.1.4203.1.9.1.3"
+#define LP_OID_SYNC_INFO            "1.3.6.1.4.1.4203.1.9.1.4"
+#define LP_SYNC_REFRESH_ONLY        1 /* Sync Request modes */
+#define LP_SYNC_REFRESH_AND_PERSIST 3
+#define LP_E_SYNC_REFRESH_REQUIRED  4096 /* result code: start over without a cookie */
+enum { LP_SYNC_PRESENT = 0, LP_SYNC_ADD, LP_SYNC_MODIFY, LP_SYNC_DELETE }; /* Sync State */
+enum lp_sync_msg_kind {
+	LP_SYNC_MSG_STATE = 1,       /* Sync State control of an entry */
+	LP_SYNC_MSG_DONE,            /* Sync Done control of the search's result */
+	LP_SYNC_MSG_NEWCOOKIE,       /* Sync Info newcookie */
+	LP_SYNC_MSG_REFRESH_DELETE,  /* Sync Info refreshDelete */
+	LP_SYNC_MSG_REFRESH_PRESENT, /* Sync Info refreshPresent */
+	LP_SYNC_MSG_IDSET,           /* Sync Info syncIdSet */
+};
+struct lp_sync_msg {
+	enum lp_sync_msg_kind kind;
+	int state;                       /* STATE: LP_SYNC_PRESENT.. */
+	unsigned char uuid[LP_UUID_LEN]; /* STATE */
+	const unsigned char *cookie;     /* into the parsed value */
+	size_t cookie_len;
+	bool has_cookie;
+	bool done;            /* REFRESH_*: refreshDone (default TRUE) */
+	bool deletes;         /* DONE, IDSET: refreshDeletes (default FALSE) */
+	unsigned char *uuids; /* IDSET: nuuids * LP_UUID_LEN bytes (malloc) */
+	size_t nuuids;
+};
+/* 0, -EPROTO for anything but a well-formed value, -ENOMEM. A message
+ * parsed by lp_sync_parse_info is released with lp_sync_msg_free. */
+int lp_sync_parse_state(const void *val, size_t len, struct lp_sync_msg *m);
+int lp_sync_parse_done(const void *val, size_t len, struct lp_sync_msg *m);
+int lp_sync_parse_info(const void *val, size_t len, struct lp_sync_msg *m);
+void lp_sync_msg_free(struct lp_sync_msg *m);
+/* The Sync Request control's value (mode, the cookie when not NULL) into
+ * out. 0, -E2BIG for a cookie over LP_COOKIE_MAX, -ENOMEM. */
+int lp_sync_request(int mode, const void *cookie, size_t cookie_len, struct idc_buf *out);
+
+/* syncmap.c: directory entries the feed delivered, by entryUUID and by
+ * normalized DN: what a delete (a UUID alone), a rename (a new DN and
+ * name) and a member DN refer to. */
+struct lp_sent {
+	struct lp_sent *next_uuid, *next_ndn;
+	unsigned char uuid[LP_UUID_LEN];
+	char *uname, *gname; /* the user and the group the entry is (either NULL) */
+	char *ndn;
+	uint32_t seen; /* refresh generation it was last delivered or named in */
+};
+struct lp_smap {
+	struct lp_sent **by_uuid, **by_ndn;
+	size_t nb, n;
+	uint64_t seed; /* of the hashes: the server picks UUIDs and DNs */
+};
+struct lp_sent *lp_smap_uuid(const struct lp_smap *m, const unsigned char *uuid);
+struct lp_sent *lp_smap_ndn(const struct lp_smap *m, const char *ndn);
+/* Add or replace the entry of uuid (strings copied). 0 or -ENOMEM. */
+int lp_smap_set(struct lp_smap *m, const unsigned char *uuid, const char *uname, const char *gname,
+		const char *ndn, uint32_t seen);
+void lp_smap_del(struct lp_smap *m, const unsigned char *uuid);
+void lp_smap_free(struct lp_smap *m);
+/* The provider-state key of uuid ("e.<32 hex>") and the record's value
+ * ("<uname>\n<gname>\n<ndn>"), into out. */
+int lp_smap_key(const unsigned char *uuid, char out[40]);
+int lp_smap_value(const struct lp_sent *e, struct idc_buf *out);
+/* The record back (key and value from the cache); -EINVAL when it is not
+ * one (skipped). */
+int lp_smap_load(struct lp_smap *m, const char *key, const char *value);
+
+/* sync.c */
+struct lp_sync *lp_sync_new(struct lprov_domain *ld);
+void lp_sync_free(struct lprov_domain *ld);
+/* Whether msgid is the feed's (a sync search, its rootDSE check or its
+ * keepalive): then lp_sync_message takes msg. */
+bool lp_sync_owns(const struct lprov_domain *ld, int msgid);
+void lp_sync_message(struct lprov_domain *ld, LDAPMessage *msg);
+/* The loop's turn: start what is due, commit what a read slice brought. */
+void lp_sync_tick(struct lprov_domain *ld, uint64_t now);
+uint64_t lp_sync_next_ns(const struct lprov_domain *ld);
+/* The connection is gone: the feed is down (what it had not committed of
+ * a refresh is dropped; a persist batch is committed). */
+void lp_sync_lost(struct lprov_domain *ld);
+/* Whether something of the feed runs on the connection (it is not idle). */
+bool lp_sync_active(const struct lprov_domain *ld);
+/* Whether the cache follows the directory: lookups need no search. */
+bool lp_sync_live(const struct lprov_domain *ld);
+/* store.c for LP_SYNC: the names the batch removes, and the feed's state
+ * written in the batch's transaction */
+int lp_sync_gone(struct lp_req *r, struct lp_gone_list *gl);
+int lp_sync_store_state(struct lp_req *r, struct cache_txn *t, struct idc_diag *d);
+void lp_sync_status(const struct lprov_domain *ld, struct lprov_domain_status *st);
+/* Whether the domain has a feed or may have one (not: ldap_sync = poll, or
+ * a server without content synchronization). */
+bool lp_sync_wanted(const struct lprov_domain *ld);
+/* Whether the domain polls (no feed, a server without one, or the feed
+ * down past ldap_sync_fallback_timeout). */
+bool lp_sync_polls(const struct lprov_domain *ld);
+
+/* poll.c */
+bool lp_poll_due(const struct lprov_domain *ld);
+void lp_poll_tick(struct lprov_domain *ld, uint64_t now);
+uint64_t lp_poll_next_ns(const struct lprov_domain *ld);
+/* The users (groups true: the groups) of the pass, paged: changed since
+ * the mark, or all for a full pass. */
+int lp_wave_poll(struct lp_req *r, bool groups);
+/* An entry of the pass: its change moves r->mark. */
+void lp_poll_entry(struct lp_req *r, LDAPMessage *msg);
+/* The final store of a complete pass: the mark in its transaction, then,
+ * committed, in memory. */
+int lp_poll_store_state(struct lp_req *r, struct cache_txn *t, struct idc_diag *d);
+void lp_poll_committed(struct lp_req *r);
 
 #endif

@@ -81,6 +81,10 @@ int lprov_config_init(struct lprov_config *c, const char *name)
 	c->max_searches = 500;
 	c->max_memory = 128u << 20;
 	c->min_id = 1; /* sssd's default: no uid 0 or gid 0 from a directory */
+	c->sync = LPROV_SYNC_AUTO;
+	c->sync_fallback_ms = 300000;
+	c->sync_keepalive_ms = 60000;
+	c->poll_full_ms = 3600000;
 	return 0;
 }
 
@@ -299,6 +303,17 @@ static int parse_reqcert(const char *v, enum lprov_reqcert *out)
 	return -EINVAL;
 }
 
+static int parse_sync(const char *v, enum lprov_sync_mode *out)
+{
+	static const char *const names[] = {"auto", "syncrepl", "poll"};
+	for (size_t i = 0; i < IDC_ARRAY_SIZE(names); i++)
+		if (!strcasecmp(v, names[i])) {
+			*out = (enum lprov_sync_mode)i;
+			return 0;
+		}
+	return -EINVAL;
+}
+
 static int set_known(struct lprov_config *c, const char *k, const char *v)
 {
 	for (size_t i = 0; i < LPROV_MAP_COUNT; i++)
@@ -377,6 +392,16 @@ static int set_known(struct lprov_config *c, const char *k, const char *v)
 		return parse_u32(v, &c->max_searches);
 	if (!strcmp(k, "ldap_max_memory"))
 		return parse_size(v, &c->max_memory);
+	if (!strcmp(k, "ldap_sync"))
+		return parse_sync(v, &c->sync);
+	if (!strcmp(k, "ldap_sync_fallback_timeout"))
+		return parse_secs_ms(v, &c->sync_fallback_ms);
+	if (!strcmp(k, "ldap_sync_keepalive"))
+		return parse_secs_ms(v, &c->sync_keepalive_ms);
+	if (!strcmp(k, "ldap_poll_interval"))
+		return parse_secs_ms(v, &c->poll_ms);
+	if (!strcmp(k, "ldap_poll_full_interval"))
+		return parse_secs_ms(v, &c->poll_full_ms);
 	return -ENOENT;
 }
 

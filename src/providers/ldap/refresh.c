@@ -34,6 +34,21 @@ static int scan_group(const struct cache_group *g, void *arg)
 	return n ? lp_vec_push(x->all, n) : -ENOMEM;
 }
 
+int lp_cached_names(struct lp_req *r)
+{
+	struct lprov_domain *ld = r->ld;
+	struct cache_reader *rd;
+	struct expired_scan u = {r, &r->ru}, g = {r, &r->rg};
+	int rc = cache_reader_begin(ld->cache, &rd);
+	if (rc)
+		return rc;
+	rc = cache_enum_users(rd, ld->cfg.name, scan_user, &u);
+	if (rc == 0 || rc == -ENOENT)
+		rc = cache_enum_groups(rd, ld->cfg.name, scan_group, &g);
+	cache_reader_end(rd);
+	return rc == -ENOENT ? 0 : rc;
+}
+
 static int collect_expired(struct lp_req *r)
 {
 	struct lprov_domain *ld = r->ld;

@@ -95,6 +95,11 @@ static void req_free(struct lp_req *r)
 	free(r);
 }
 
+void lp_req_release(struct lp_req *r)
+{
+	req_free(r);
+}
+
 static void req_unlink(struct lprov_domain *ld, struct lp_req *r)
 {
 	for (struct lp_req **p = &ld->reqs; *p; p = &(*p)->next)
@@ -126,7 +131,7 @@ static void req_complete(struct lp_req *r, enum lprov_lookup_result res)
 	struct lprov_domain *ld = r->ld;
 	req_unlink(ld, r);
 	req_forget_searches(ld, r);
-	if (r->kind != LPROV_LOOKUP_ENUMERATE && r->kind != LP_REFRESH) {
+	if (r->kind != LPROV_LOOKUP_ENUMERATE && r->kind != LP_REFRESH && r->kind != LP_POLL) {
 		uint64_t h = key_hash(ld, r->kind, r->name, r->id);
 		struct lp_neg *n = neg_slot(ld, h);
 		if (res == LPROV_LOOKUP_NOTFOUND)
@@ -180,7 +185,7 @@ static enum lprov_lookup_result answer(const struct lp_req *r)
 	}
 	if (r->kind == LPROV_LOOKUP_INITGROUPS)
 		found = r->target != NULL;
-	if (r->kind == LPROV_LOOKUP_ENUMERATE || r->kind == LP_REFRESH)
+	if (r->kind == LPROV_LOOKUP_ENUMERATE || r->kind == LP_REFRESH || r->kind == LP_POLL)
 		found = true;
 	return found ? LPROV_LOOKUP_FOUND : LPROV_LOOKUP_NOTFOUND;
 }
@@ -270,9 +275,19 @@ static void req_step(struct lp_req *r)
 		rc = lp_wave_refresh(r);
 		if (!rc && !r->pending)
 			return finish(r); /* nothing expired */
+	} else if (r->phase == 0 && r->kind == LP_POLL) {
+		/* then members like an enumeration; the cache is not verified
+		 * against a pass of changes */
+		r->phase = 1;
+		r->verified = true;
+		r->refresh_sent = (int64_t)time(NULL);
+		rc = lp_wave_poll(r, false);
 	} else if (r->phase == 0) {
 		r->phase = 1;
 		rc = r->kind == LPROV_LOOKUP_ENUMERATE ? lp_wave_enum(r, false) : lp_wave_find(r);
+	} else if (r->phase == 1 && r->kind == LP_POLL) {
+		r->phase = 2;
+		rc = lp_wave_poll(r, true);
 	} else if (r->phase == 1 && r->kind == LPROV_LOOKUP_ENUMERATE) {
 		r->phase = 2;
 		rc = lp_wave_enum(r, true);
@@ -369,6 +384,9 @@ enum lprov_lookup_result lprov_domain_lookup(struct lprov_domain *ld, enum lprov
 	/* min_id/max_id: such an id is never stored; the directory is not asked. */
 	if ((kind == LPROV_LOOKUP_PWUID || kind == LPROV_LOOKUP_GRGID) &&
 	    !lp_id_in_range(&ld->cfg, id))
+		return LPROV_LOOKUP_NOTFOUND;
+	/* The feed keeps the cache what the directory holds: no search. */
+	if (lp_sync_live(ld))
 		return LPROV_LOOKUP_NOTFOUND;
 	if (kind != LPROV_LOOKUP_ENUMERATE && neg_hit(ld, key_hash(ld, kind, name, id))) {
 		ld->nneg++;

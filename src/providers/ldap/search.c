@@ -50,7 +50,8 @@ static int send_one(struct lprov_domain *ld, struct lp_search *s)
 	struct timeval tv = {(time_t)((ms + 999) / 1000), 0};
 	/* One more than expected, so an extra entry is seen and logged. */
 	int limit = s->expect ? (int)s->expect + 1 : LDAP_NO_LIMIT;
-	int rc = ldap_search_ext(ld->conn, s->base, s->scope, s->filter, (char **)ld->attrs, 0,
+	const char **attrs = s->req && s->req->kind == LP_POLL ? ld->poll_attrs : ld->attrs;
+	int rc = ldap_search_ext(ld->conn, s->base, s->scope, s->filter, (char **)attrs, 0,
 				 s->paged ? ctrls : NULL, NULL, &tv, limit, &s->msgid);
 	if (page)
 		ldap_control_free(page);
@@ -70,6 +71,8 @@ void lp_req_describe(const struct lp_req *r, char *buf, size_t n)
 	};
 	if (r->kind == LP_REFRESH)
 		snprintf(buf, n, "refresh of expired entries");
+	else if (r->kind == LP_POLL)
+		snprintf(buf, n, "%s", r->id ? "full poll" : "poll of changed entries");
 	else if (r->kind == LPROV_LOOKUP_ENUMERATE)
 		snprintf(buf, n, "%s", what[r->kind]);
 	else if (r->name)
@@ -257,7 +260,8 @@ static void on_result(struct lprov_domain *ld, struct lp_search *s, LDAPMessage 
 	ldap_controls_free(ctrls);
 	/* An enumeration commits page by page and lets the loop serve others
 	 * before the next page is read (never completes the request). */
-	if (benign(err) && s->req && s->req->kind == LPROV_LOOKUP_ENUMERATE)
+	if (benign(err) && s->req &&
+	    (s->req->kind == LPROV_LOOKUP_ENUMERATE || s->req->kind == LP_POLL))
 		lp_req_page(s->req);
 	if (again)
 		return;
@@ -337,6 +341,8 @@ static void on_entry(struct lprov_domain *ld, struct lp_search *s, LDAPMessage *
 		search_cut(ld, s);
 		return;
 	}
+	if (s->req && s->req->kind == LP_POLL)
+		lp_poll_entry(s->req, msg);
 	lp_entry(ld, s, msg);
 	/* A large answer is committed as it comes (as an enumeration's pages
 	 * are), so no transaction is large. */
@@ -350,6 +356,10 @@ static void on_entry(struct lprov_domain *ld, struct lp_search *s, LDAPMessage *
 
 static void on_message(struct lprov_domain *ld, LDAPMessage *msg)
 {
+	if (lp_sync_owns(ld, ldap_msgid(msg))) {
+		lp_sync_message(ld, msg);
+		return;
+	}
 	struct lp_search *s = find(ld, ldap_msgid(msg));
 	if (!s)
 		return; /* a search already given up */
@@ -384,7 +394,7 @@ static void read_failed(struct lprov_domain *ld, int saved_errno)
 			 (unsigned)ld->cfg.max_reply_bytes);
 	else
 		snprintf(why, sizeof(why), "%s", ldap_err2string(err));
-	if (ld->searches || saved_errno == ERANGE)
+	if (ld->searches || lp_sync_active(ld) || saved_errno == ERANGE)
 		lp_conn_fail(ld, why);
 	else
 		lp_conn_close(ld);

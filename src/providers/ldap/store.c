@@ -210,6 +210,8 @@ static int collect_gone(struct lp_req *r, enum lprov_lookup_result res, bool pag
 	memset(gl, 0, sizeof(*gl));
 	if (page)
 		return 0;
+	if (r->kind == LP_SYNC)
+		return lp_sync_gone(r, gl);
 	if (res == LPROV_LOOKUP_NOTFOUND &&
 	    (r->kind == LPROV_LOOKUP_PWNAM || r->kind == LPROV_LOOKUP_GRNAM))
 		return gone_push(gl, 1, r->name, r->kind == LPROV_LOOKUP_GRNAM);
@@ -323,8 +325,11 @@ int lp_store(struct lp_req *r, enum lprov_lookup_result res, bool page, struct i
 		ngroups += lp_group_due(r, r->groups.v[i], page);
 	struct lp_gone_list gl;
 	int rc = collect_gone(r, res, page, &gl);
-	bool enumerating = page || r->kind == LPROV_LOOKUP_ENUMERATE || r->kind == LP_REFRESH;
-	if (rc || (enumerating && r->users_stored == r->users.n && !ngroups && !gl.n)) {
+	bool enumerating = page || r->kind == LPROV_LOOKUP_ENUMERATE || r->kind == LP_REFRESH ||
+			   r->kind == LP_POLL;
+	/* a complete poll pass stores its mark even when nothing else changed */
+	bool mark = r->kind == LP_POLL && !page && !r->partial;
+	if (rc || (enumerating && r->users_stored == r->users.n && !ngroups && !gl.n && !mark)) {
 		free(gl.v);
 		return rc;
 	}
@@ -334,11 +339,19 @@ int lp_store(struct lp_req *r, enum lprov_lookup_result res, bool page, struct i
 	rc = cache_txn_begin(ld->cache, &t, d);
 	if (rc)
 		goto out;
-	rc = cache_domain_ensure(t, ld->cfg.name, ld->cfg.entry_cache_timeout, d);
+	/* what the sync feed stores stays true until it says otherwise */
+	rc = cache_domain_ensure(t, ld->cfg.name,
+				 r->kind == LP_SYNC ? 0 : ld->cfg.entry_cache_timeout, d);
 	if (!rc)
 		rc = put_entries(t, r, &tr, page, d);
 	if (!rc)
 		rc = del_gone(t, ld, &gl, d);
+	if (rc == -ENOENT)
+		rc = 0;
+	if (!rc && r->kind == LP_SYNC)
+		rc = lp_sync_store_state(r, t, d);
+	if (!rc && mark)
+		rc = lp_poll_store_state(r, t, d);
 	if (rc == -ENOENT)
 		rc = 0;
 	if (rc) {
@@ -349,6 +362,8 @@ int lp_store(struct lp_req *r, enum lprov_lookup_result res, bool page, struct i
 	if (rc)
 		goto out;
 	ld->ncommits++;
+	if (mark)
+		lp_poll_committed(r);
 	lp_track_report(r, &tr, &gl);
 	log_gone(r, &gl);
 	r->users_stored = r->users.n;

@@ -12,7 +12,7 @@
 
 /* ==== filters ==================================================================== */
 
-static int oc_filter(struct idc_buf *b, const struct lprov_domain *ld, bool user, bool group)
+int lp_oc_filter(struct idc_buf *b, const struct lprov_domain *ld, bool user, bool group)
 {
 	const char *u = ld->attr[LPROV_MAP_USER_OC], *g = ld->attr[LPROV_MAP_GROUP_OC];
 	if (user && group)
@@ -48,7 +48,7 @@ int lp_wave_find(struct lp_req *r)
 	snprintf(id, sizeof(id), "%u", (unsigned)r->id);
 	int rc = idc_buf_printf(&f, "(&");
 	if (!rc)
-		rc = oc_filter(&f, ld, user, !user);
+		rc = lp_oc_filter(&f, ld, user, !user);
 	if (!rc && r->kind == LPROV_LOOKUP_PWUID)
 		rc = eq_filter(&f, at[LPROV_MAP_USER_UID], id);
 	else if (!rc && r->kind == LPROV_LOOKUP_GRGID)
@@ -70,7 +70,7 @@ int lp_wave_enum(struct lp_req *r, bool groups)
 {
 	struct lprov_domain *ld = r->ld;
 	struct idc_buf f = IDC_BUF_INIT;
-	int rc = oc_filter(&f, ld, !groups, groups);
+	int rc = lp_oc_filter(&f, ld, !groups, groups);
 	if (!rc)
 		rc = send_search(r, LP_S_FIND, groups ? ld->gbase : ld->ubase, &f, true);
 	idc_buf_free(&f);
@@ -89,7 +89,7 @@ int lp_wave_by_names(struct lp_req *r, bool group, const struct lp_vec *v)
 		idc_buf_reset(&f);
 		rc = idc_buf_printf(&f, "(&");
 		if (!rc)
-			rc = oc_filter(&f, ld, !group, group);
+			rc = lp_oc_filter(&f, ld, !group, group);
 		if (!rc)
 			rc = idc_buf_printf(&f, "(|");
 		for (size_t j = i; j < v->n && j < i + LP_MEMBER_BATCH && !rc; j++)
@@ -110,7 +110,7 @@ int lp_wave_groups_of(struct lp_req *r)
 	bool bis = ld->cfg.schema == LPROV_RFC2307BIS;
 	int rc = idc_buf_printf(&f, "(&");
 	if (!rc)
-		rc = oc_filter(&f, ld, false, true);
+		rc = lp_oc_filter(&f, ld, false, true);
 	if (!rc && bis)
 		rc = idc_buf_printf(&f, "(|");
 	if (!rc)
@@ -136,7 +136,7 @@ int lp_wave_parents(struct lp_req *r)
 		idc_buf_reset(&f);
 		rc = idc_buf_printf(&f, "(&");
 		if (!rc)
-			rc = oc_filter(&f, ld, false, true);
+			rc = lp_oc_filter(&f, ld, false, true);
 		if (!rc)
 			rc = idc_buf_printf(&f, "(|");
 		for (size_t j = i; j < r->parentq.n && j < i + LP_PARENT_BATCH && !rc; j++)
@@ -178,7 +178,7 @@ static int bucket_add(struct lp_req *r, struct bucket *b, const char *value)
 	if (!b->count) {
 		rc = idc_buf_printf(&b->f, "(&");
 		if (!rc)
-			rc = oc_filter(&b->f, r->ld, b->user, b->group);
+			rc = lp_oc_filter(&b->f, r->ld, b->user, b->group);
 		if (!rc)
 			rc = idc_buf_printf(&b->f, "(|");
 	}
