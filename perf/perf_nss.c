@@ -292,7 +292,7 @@ int perf_nss_open(struct perf_nss *n, const char *work, uint64_t users, uint64_t
 		n->dir[0] = '\0';
 		return idc_diag_set(d, rc, "mkdtemp: %s", strerror(-rc));
 	}
-	char path[PATH_MAX + 32], text[4 * PATH_MAX + 512];
+	char path[PATH_MAX + 32], text[5 * PATH_MAX + 512];
 	static const char *const sub[] = {"run", "state"};
 	for (size_t i = 0; i < IDC_ARRAY_SIZE(sub); i++) {
 		snprintf(path, sizeof(path), "%s/%s", n->dir, sub[i]);
@@ -313,10 +313,10 @@ int perf_nss_open(struct perf_nss *n, const char *work, uint64_t users, uint64_t
 	snprintf(text, sizeof(text),
 		 "# idcache perf: idcached over the generated files\n[idcache]\n"
 		 "run_dir = %s/run\nstate_dir = %s/state\nuser = root\n"
-		 "memcache_size_passwd = %u\n\n"
+		 "memcache_size_passwd = %u\nnscd_socket = %s/nscd/socket\n\n"
 		 "[domain/perf]\nid_provider = files\npasswd_files = %s/passwd\n"
 		 "group_files = %s/group\n",
-		 n->dir, n->dir, passwd_map_mib(users), n->dir, n->dir);
+		 n->dir, n->dir, passwd_map_mib(users), n->dir, n->dir, n->dir);
 	rc = rc < 0 ? rc : write_text(path, text, d);
 	return rc < 0 ? rc : write_files(n, d);
 }
@@ -431,6 +431,9 @@ static const char *ns_enter(const struct perf_nss *n, const struct nss_eng_ops *
 		return snprintf(buf, cap, "mount --make-rprivate /: %s", strerror(errno)), buf;
 	snprintf(path, sizeof(path), "%s/nsswitch.%s", n->dir, e->source);
 	if (mount(path, "/etc/nsswitch.conf", NULL, MS_BIND, NULL) < 0)
+		return snprintf(buf, cap, "bind %.200s: %s", path, strerror(errno)), buf;
+	snprintf(path, sizeof(path), "%s/nscd", n->dir);
+	if (e->nscd && mount(path, "/run/nscd", NULL, MS_BIND, NULL) < 0)
 		return snprintf(buf, cap, "bind %.200s: %s", path, strerror(errno)), buf;
 	static const char *const files[] = {"passwd", "group"};
 	for (size_t i = 0; e->bind_files && i < IDC_ARRAY_SIZE(files); i++) {

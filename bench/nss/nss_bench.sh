@@ -5,7 +5,8 @@
 #   idcache socket  the same with IDCACHE_MEMCACHE=no: every lookup asks idcached
 #   idcache nscd socket  glibc's own nscd client asking idcached's nscd_socket
 #                   (`passwd: files` over empty files: every answer came from it;
-#                   while GETFD hands no map, every lookup is a socket round trip)
+#                   after its first GETFD a process reads idcached's nscd maps,
+#                   and a key the socket answered once costs no round trip)
 #   files N         glibc's libnss_files over an N-line passwd (last user)
 #   nscd shared     Debian's nscd (`shared yes`) in front of libnss_files
 #   idcache nscd maps  glibc's nscd client on maps src/nscddb wrote, handed
@@ -179,8 +180,9 @@ if [ "${_NSS_BENCH_IN_NS:-}" = 1 ]; then
 	nscddb_row() {
 		[ -n "$nscddb_pid" ] || return 0
 		mount --bind "$OUT/nscddb-run" /run/nscd
-		# Empty files behind it while measured: a lookup the maps do not
-		# answer finds nothing and fails the row.
+		# Empty files behind it while measured: only the maps, or its
+		# socket answering from them (counted: nscddb_socket_requests), can
+		# answer.
 		mount --bind "$OUT/data/nsswitch.files" /etc/nsswitch.conf
 		mount --bind "$OUT/data/empty" /etc/passwd
 		mount --bind "$OUT/data/empty" /etc/group
@@ -481,7 +483,7 @@ for r in order:
     if r.startswith("files"):
         out.append(ratio_line(f"{r} / idcache mc", rows[r], mc, "(slower than mc)"))
 out.append(ratio_line("idcache nscd socket / idcache mc", rows["idcache nscd socket"], mc,
-                      "(slower than mc)"))
+                      "(the time of mc)"))
 for r in order:
     if r.startswith(("nscd", "sssd")) and r not in state:
         out.append(ratio_line(f"{r} / idcache mc", rows[r], mc, "(the time of mc)"))
@@ -525,13 +527,17 @@ out.append("budgets (docs/DESIGN.md §9):")
 out.append(f"  mc getpwnam/getpwuid <= 1.5x floor: {b1:.2f}x / {b1u:.2f}x  {ok(max(b1, b1u) <= 1.5)}")
 out.append(f"  mc >= 10x faster than files at 530 lines (getpwnam): {b2:.1f}x  {ok(b2 >= 10)}")
 out.append(f"  mc initgroups, user in 200 groups <= 2 us: {b3:.3f} us  {ok(b3 <= 2)}")
-b4 = rows["idcache nscd socket"]["pwnam"]["us_median"] or float("nan")
-out.append(f"  nscd socket getpwnam (no map) <= 15 us: {b4:.3f} us  {ok(b4 <= 15)}")
 if maps_row and nscd_row:
     b4 = ratio(rows[maps_row], rows[nscd_row], "pwnam")
     b5 = ratio(rows[maps_row], rows[nscd_row], "grouplist")
-    out.append(f"  nscd maps getpwnam/getgrouplist <= 2x nscd shared: {b4:.2f}x / {b5:.2f}x  "
+    out.append(f"  stand-in nscd maps getpwnam/getgrouplist <= 2x nscd shared: {b4:.2f}x / {b5:.2f}x  "
                f"{ok(max(b4, b5) <= 2)}")
+if nscd_row and "idcache nscd socket" in rows:
+    b6 = ratio(rows["idcache nscd socket"], rows[nscd_row], "pwnam")
+    b7 = ratio(rows["idcache nscd socket"], rows[nscd_row], "grouplist")
+    out.append(f"  idcached's nscd maps getpwnam/getgrouplist <= 2x nscd shared: {b6:.2f}x / "
+               f"{b7:.2f}x  {ok(max(b6, b7) <= 2)}")
+out.append("  nscd socket alone (no map) <= 15 us: not measured here (glibc reads the maps)")
 text = "\n".join(out) + "\n"
 print(text, end="")
 open(txt, "w").write(text)

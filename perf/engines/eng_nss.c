@@ -4,12 +4,17 @@
  * is a description: the harness (src/cli/perf_nss.c) builds the
  * namespace, the nsswitch.conf and the daemon from it.
  *
+ * idcache-nscd is glibc's own nscd client on idcached's nscd_socket (the
+ * harness binds its directory over /run/nscd): after the first lookup of a
+ * key, glibc answers it from idcached's nscd maps, before NSS dispatch.
+ *
  * sssd and nscd are listed so that a reader sees them: they are measured
  * only when a private instance over the generated files can be run, which
  * this version does not set up; when not installed they say so.
  */
 #include <errno.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "engine.h"
@@ -87,6 +92,31 @@ const struct nss_eng_ops nss_eng_idcache_socket = {
     .available = always,
 };
 
+/* The namespace binds the daemon's socket directory over /run/nscd, which
+ * must exist (glibc's clients look at /var/run/nscd, /var/run being /run). */
+static int nscd_dir_available(char *why, size_t cap)
+{
+	struct stat st;
+	if (stat("/run/nscd", &st) < 0 || !S_ISDIR(st.st_mode)) {
+		snprintf(why, cap, "no /run/nscd directory to bind idcached's nscd socket over");
+		return -ENOENT;
+	}
+	return 0;
+}
+
+const struct nss_eng_ops nss_eng_idcache_nscd = {
+    .name = "idcache-nscd",
+    .access = "glibc's nscd client reading idcached's nscd maps (nscd_socket, `passwd: files`; a "
+	      "key the maps lack asks idcached's nscd socket)",
+    .source = "files",
+    .daemon = true,
+    .memcache = true,
+    .bind_files = false,
+    .prefill = true,
+    .nscd = true,
+    .available = nscd_dir_available,
+};
+
 const struct nss_eng_ops nss_eng_files = {
     .name = "files",
     .access = "glibc's own files source reading the generated passwd and group (bind-mounted "
@@ -122,6 +152,7 @@ const struct nss_eng_ops nss_eng_nscd = {
 };
 
 const struct nss_eng_ops *const nss_eng_all[] = {
-    &nss_eng_idcache_mc, &nss_eng_idcache_socket, &nss_eng_files, &nss_eng_sssd, &nss_eng_nscd,
+    &nss_eng_idcache_mc, &nss_eng_idcache_socket, &nss_eng_idcache_nscd,
+    &nss_eng_files,      &nss_eng_sssd,           &nss_eng_nscd,
 };
 const size_t nss_eng_count = IDC_ARRAY_SIZE(nss_eng_all);

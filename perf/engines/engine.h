@@ -98,6 +98,9 @@ struct nss_eng_ops {
 	/* Look up every key the test uses once before timing (fills the
 	 * daemon's shared-memory cache, which is filled by answers). */
 	bool prefill;
+	/* glibc's nscd client: idcached serves nscd_socket, whose directory is
+	 * bound over /run/nscd in the namespace (its GETFD maps answer) */
+	bool nscd;
 	/* 0 when this engine's own needs are met here, else -ENOENT or
 	 * -ENOTSUP with why. The harness checks idcached, the module and
 	 * the namespace itself. */
@@ -106,6 +109,7 @@ struct nss_eng_ops {
 
 extern const struct nss_eng_ops nss_eng_idcache_mc;
 extern const struct nss_eng_ops nss_eng_idcache_socket;
+extern const struct nss_eng_ops nss_eng_idcache_nscd;
 extern const struct nss_eng_ops nss_eng_files;
 extern const struct nss_eng_ops nss_eng_sssd;
 extern const struct nss_eng_ops nss_eng_nscd;

@@ -242,6 +242,10 @@ static int answer_invalidate(struct conn *c, const struct nscd_req *req)
 			err = 0;
 	if (err == 0 && (strcmp(db, "passwd") == 0 || strcmp(db, "group") == 0))
 		nscd_neg_clear(c->dm);
+	/* glibc's map holds group lists with the host's groups merged: the
+	 * host's group file changed (useradd runs nscd -i group) */
+	if (err == 0 && strcmp(db, "group") == 0)
+		daemon_mc_reset(c->dm, 2);
 	uint8_t *p = out_room(c, 4);
 	if (!p)
 		return -ENOMEM;

@@ -47,12 +47,15 @@ int nscdmaps_fd(struct daemon *dm, int db, uint64_t *size)
 	if (db != NSCDDB_PASSWD && db != NSCDDB_GROUP)
 		return -EINVAL;
 	if (dm->nscd_maps[db] == NULL) {
+		static bool logged[2]; /* once: every GETFD would log it again */
 		int rc = nscddb_open(db, NSCDMAPS_START_SIZE, &dm->nscd_maps[db]);
-		if (rc < 0) {
-			idc_log(IDC_LOG_ERR, "nscd %s map: %s", db ? "group" : "passwd",
-				idc_strerror(rc));
-			return rc;
+		if (rc < 0 && !logged[db]) {
+			logged[db] = true;
+			idc_log(IDC_LOG_ERR, "nscd %s map: %s (glibc's clients use the socket)",
+				db ? "group" : "passwd", idc_strerror(rc));
 		}
+		if (rc < 0)
+			return rc;
 	}
 	/* Fresh when handed out, even after a stalled loop: glibc refuses a
 	 * stale map, and a process refused one never asks again. */

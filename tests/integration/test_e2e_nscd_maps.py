@@ -132,3 +132,23 @@ def test_a_restart_hands_new_maps(nscd):
         assert requests(nscd, "getfdpw") == 1  # the new daemon's map, fetched
     finally:
         c.close()
+
+
+def test_invalidate_group_drops_the_host_groups_in_the_lists(nscd):
+    """A user's list in glibc's map holds the daemon host's groups too;
+    `nscd -i group` (root, after the host's /etc/group changed) drops it."""
+    c = Client(nscd)
+    try:
+        assert 7300 in c.ask("gl cacheonly:7000")
+        assert 7300 in c.ask("gl cacheonly:7000 10")  # from the map
+        text = open(nscd.sys_group).read()
+        assert "filesonly,cacheonly" in text
+        with open(nscd.sys_group, "w") as f:  # in place: it is bind-mounted
+            f.write(text.replace("filesonly,cacheonly", "filesonly"))
+        assert 7300 in c.ask("gl cacheonly:7000")  # the map does not know yet
+        reply = _nscd.ask(nscd.sock, _nscd.request(_nscd.INVALIDATE, "group"))
+        assert reply == b"\0\0\0\0"
+        got = c.ask("gl cacheonly:7000")
+        assert 7300 not in got and 7100 in got  # the host's list asked again
+    finally:
+        c.close()

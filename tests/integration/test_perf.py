@@ -18,7 +18,7 @@ ENGINES = {"idcache", "idcache-nosync", "ldb-tdb", "ldb-mdb", "openldap"}
 TESTS = {"import", "export", "search_uid", "search_uid_in_dn", "search_sub",
          "modify_sn", "add"}
 # glibc lookups; their engines are ways of answering them
-NSS_ENGINES = {"idcache-mc", "idcache-socket", "files", "sssd", "nscd"}
+NSS_ENGINES = {"idcache-mc", "idcache-socket", "idcache-nscd", "files", "sssd", "nscd"}
 NSS_TESTS = {"getpwnam", "getpwuid", "initgroups"}
 # measured whenever this machine allows a private mount namespace (root)
 NSS_ALWAYS = {"idcache-mc", "idcache-socket", "files"}
@@ -159,7 +159,7 @@ def test_nss_rows(result):
                 assert r["us_per_lookup"] > 0, r
                 expect = r["threads"] * 1e6 / r["median"]
                 assert abs(r["us_per_lookup"] - expect) < 1e-3 * expect, r
-    for eng in NSS_ENGINES - NSS_ALWAYS:  # sssd, nscd: measured or saying why
+    for eng in NSS_ENGINES - NSS_ALWAYS:  # idcache-nscd, sssd, nscd: measured or saying why
         for r in rows:
             if r["engine"] == eng and r["status"] != "ok":
                 assert r["status"] == "unavailable" and r["why"], r
