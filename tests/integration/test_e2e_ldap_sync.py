@@ -15,7 +15,8 @@ import pytest
 
 import nsenv
 from test_attack_ldap import fakes  # noqa: F401 (a fixture: tests/ldap/fakeldap.py)
-from test_e2e_ldap import BASE, SLAPD, Slapd, cache_holds, start_daemon, status
+from test_e2e_ldap import (BASE, LOCAL_GROUP, LOCAL_PASSWD, SLAPD, Slapd, cache_holds,
+                           ldap_domain, start_daemon, status)
 
 pytestmark = [
     pytest.mark.usefixtures("as_root"),
@@ -562,3 +563,43 @@ def test_change_to_visible_latency(sp, daemons, idcache):
         print(f"\nsync change -> visible through NSS, {kind}: n={len(v)} "
               f"p50={v[len(v) // 2] * 1000:.1f} ms max={v[-1] * 1000:.1f} ms")
     assert status(idcache, d)["domain.dir.sync"] == "live"
+
+
+@pytest.mark.skipif(not nsenv.VALGRIND, reason="needs valgrind")
+def test_sync_daemon_under_valgrind(sp, idcached_bin, nss_module_dir, idcache):
+    """The feed's paths under valgrind: a full refresh, notices (add,
+    modify, rename, delete, membership), the server restarting (the
+    connection lost, the feed resumed), a daemon restart resuming with the
+    cookie, and a stop: no invalid access, no leak."""
+    base = nsenv.make_private_dir("idc-sync-vg-")
+    ns = nsenv.NsEnv(nss_module_dir, base / "run", base / "ns")
+    wrap, vglog = nsenv.valgrind_wrap(ns, base)
+    d = nsenv.Daemon(idcached_bin, base, LOCAL_PASSWD, LOCAL_GROUP,
+                     idcache_conf="domains = local, dir\n",
+                     domain_conf=ldap_domain(sp.uri, SYNC), wrap=wrap)
+    d.ns = ns
+    ok = False
+    try:
+        for run in range(2):
+            d.start(timeout=120)
+            wait_live(idcache, d, timeout=120)
+            ldapmodify(sp, user_ldif(f"vg{run}", 10080 + run))
+            ldapmodify(sp, f"dn: cn=ops,ou=groups,{BASE}\nchangetype: modify\nadd: memberUid\n"
+                           f"memberUid: vg{run}\n\n"
+                           f"dn: uid=vg{run},ou=people,{BASE}\nchangetype: modrdn\n"
+                           f"newrdn: uid=vgr{run}\ndeleteoldrdn: 1\n\n")
+            visible(d, ["getent", "passwd", f"vgr{run}"], lambda r: r.rc == 0, timeout=60)
+            if run == 0:
+                sp.stop()
+                sp.start()
+                wait_live(idcache, d, timeout=120)
+                ldapmodify(sp, f"dn: uid=vgr0,ou=people,{BASE}\nchangetype: delete\n\n")
+                visible(d, ["getent", "passwd", "vgr0"], lambda r: r.rc == 2, timeout=60)
+            nsenv.stop_checked_by_valgrind(d, vglog)
+        ok = True
+    finally:
+        if d.alive():
+            d.proc.kill()
+            d.proc.wait()
+        if ok:
+            nsenv.remove_tree(base)
