@@ -372,6 +372,21 @@ def test_feed_down_too_long_falls_back_to_expiry(sp, daemons, idcache):
     assert cache_holds(idcache, d, "user", "alice")["expired"] == "no"
 
 
+def test_feed_larger_than_max_entries_is_given_up(sp, daemons, idcache):
+    """A directory with more entries than ldap_max_entries (here 10 of the
+    fixtures' 44, or a server adding without end) is not followed: the
+    feed is given up with a warning, lookups search as when polling."""
+    d = start_daemon(daemons, sp.uri, SYNC + "ldap_max_entries = 10\n")
+    ok, _ = nsenv.wait_for(lambda: "more entries than ldap_max_entries" in d.log(),
+                           timeout=WAIT)
+    assert ok, d.log()[-2000:]
+    ok, _ = nsenv.wait_for(lambda: status(idcache, d)["domain.dir.sync"] == "poll", timeout=WAIT)
+    assert ok, status(idcache, d)
+    n0 = searches(idcache, d)
+    assert d.ns.run(["getent", "passwd", "alice"]).rc == 0
+    assert searches(idcache, d) > n0
+
+
 def test_server_without_syncprov_is_polled(daemons, idcache):
     """auto against a server that does not list the control: polling, as
     before (lookups search); syncrepl against it: refused, polled too."""

@@ -123,9 +123,30 @@ void lp_sync_feed_restart(struct lp_sync_feed *f, const char *why)
 	f->retry_ns = idc_now_ns() + (uint64_t)backoff_next(f->sy) * 1000000u;
 }
 
+/* What the feed stored never expires: when it stops following the
+ * directory, every entry expires and the maps start over, so lookups
+ * search again. */
+static void expire_all(struct lp_sync *sy, const char *why)
+{
+	struct lprov_domain *ld = sy->ld;
+	struct idc_diag d = {{0}};
+	size_t n = 0;
+	sy->fallen_back = true;
+	int rc = cache_expire(ld->cache, ld->cfg.name, CACHE_ANY, NULL, &n, &d);
+	idc_log(IDC_LOG_WARN,
+		"ldap domain %s: %s: %zu cached entries expire and lookups search "
+		"again%s%s",
+		ld->cfg.name, why, n, rc ? ": " : "",
+		rc ? (d.msg[0] ? d.msg : idc_strerror(rc)) : "");
+	if (ld->hook)
+		ld->hook(NULL, ld->hook_arg); /* the maps' records never expire otherwise */
+}
+
 /* The content synchronization is not to be had from this server. */
 static void give_up(struct lp_sync *sy, const char *why)
 {
+	if (sy->support != LP_SY_NO && sy->was_live && !sy->fallen_back)
+		expire_all(sy, "the sync feed is given up");
 	if (sy->support != LP_SY_NO)
 		idc_log(IDC_LOG_WARN, "ldap domain %s: %s: %s; polling instead", sy->ld->cfg.name,
 			lp_server(sy->ld), why);
@@ -288,12 +309,21 @@ static void protocol_error(struct lp_sync_feed *f, const char *what)
 
 /* ldap_max_memory: a refresh phase larger than the domain may hold is
  * not to be had this way. */
-static bool over_memory(struct lp_sync_feed *f)
+/* ldap_max_memory, ldap_max_entries: a refresh phase larger than the
+ * domain may hold, or a directory with more entries than it may take, is
+ * not to be followed this way (a server sending adds without end included). */
+static bool over_limits(struct lp_sync_feed *f)
 {
-	if (f->batch->arena.total <= f->sy->ld->cfg.max_memory)
-		return false;
-	give_up(f->sy, "the refresh holds more than ldap_max_memory");
-	return true;
+	const struct lprov_config *c = &f->sy->ld->cfg;
+	if (f->refreshing && f->batch && f->batch->arena.total > c->max_memory) {
+		give_up(f->sy, "the refresh holds more than ldap_max_memory");
+		return true;
+	}
+	if (f->sy->map.n + f->ops.n > c->max_entries) {
+		give_up(f->sy, "the feed holds more entries than ldap_max_entries");
+		return true;
+	}
+	return false;
 }
 
 static void on_entry(struct lp_sync_feed *f, LDAPMessage *msg)
@@ -319,8 +349,7 @@ static void on_entry(struct lp_sync_feed *f, LDAPMessage *msg)
 	else
 		entry_changed(f, msg, m.uuid);
 	ldap_controls_free(ctrls);
-	if (f->refreshing)
-		over_memory(f);
+	over_limits(f);
 }
 
 static void refresh_done(struct lp_sync_feed *f)
@@ -539,18 +568,10 @@ void lp_sync_lost(struct lprov_domain *ld)
  * search, as when polling, until the feed is live again. */
 static void fall_back(struct lp_sync *sy)
 {
-	struct lprov_domain *ld = sy->ld;
-	struct idc_diag d = {{0}};
-	size_t n = 0;
-	sy->fallen_back = true;
-	int rc = cache_expire(ld->cache, ld->cfg.name, CACHE_ANY, NULL, &n, &d);
-	idc_log(IDC_LOG_WARN,
-		"ldap domain %s: the sync feed is down for %u s (ldap_sync_fallback_timeout): "
-		"%zu cached entries expire and lookups search again%s%s",
-		ld->cfg.name, (unsigned)(ld->cfg.sync_fallback_ms / 1000), n, rc ? ": " : "",
-		rc ? (d.msg[0] ? d.msg : idc_strerror(rc)) : "");
-	if (ld->hook)
-		ld->hook(NULL, ld->hook_arg); /* the maps' records never expire otherwise */
+	char why[96];
+	snprintf(why, sizeof(why), "the sync feed is down for %u s (ldap_sync_fallback_timeout)",
+		 (unsigned)(sy->ld->cfg.sync_fallback_ms / 1000));
+	expire_all(sy, why);
 }
 
 static void track_down(struct lp_sync *sy, uint64_t now)
