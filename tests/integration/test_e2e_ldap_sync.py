@@ -15,7 +15,7 @@ import pytest
 
 import nsenv
 from test_attack_ldap import fakes  # noqa: F401 (a fixture: tests/ldap/fakeldap.py)
-from test_e2e_ldap import (BASE, LOCAL_GROUP, LOCAL_PASSWD, SLAPD, Slapd, cache_holds,
+from test_e2e_ldap import (BASE, LOCAL_GROUP, LOCAL_PASSWD, SLAPD, Slapd, cache_holds, cli,
                            ldap_domain, start_daemon, status)
 
 pytestmark = [
@@ -370,6 +370,22 @@ def test_feed_down_too_long_falls_back_to_expiry(sp, daemons, idcache):
                    "gecos: Back Again\n\n")
     visible(d, ["getent", "passwd", "alice"], lambda r: "Back Again" in r.out)
     assert cache_holds(idcache, d, "user", "alice")["expired"] == "no"
+
+
+def test_expire_while_live_refreshes_in_full(sp, daemons, idcache):
+    """`idcache expire --all` on a live domain: the feed refreshes in full
+    (without its cookie), after which no entry is expired; still no search
+    for lookups."""
+    d = start_daemon(daemons, sp.uri, SYNC)
+    wait_live(idcache, d)
+    n0 = searches(idcache, d)
+    cli(idcache, d, "expire", "--all")
+    ok, _ = nsenv.wait_for(lambda: status(idcache, d)["domain.dir.sync_full_refreshes"] == "2"
+                           and status(idcache, d)["domain.dir.sync"] == "live", timeout=WAIT)
+    assert ok, (status(idcache, d), d.log()[-2000:])
+    assert cache_holds(idcache, d, "user", "alice")["expired"] == "no"
+    assert d.ns.run(["id", "alice"]).rc == 0
+    assert searches(idcache, d) == n0 + 1  # the feed's new search, no lookup's
 
 
 def test_feed_larger_than_max_entries_is_given_up(sp, daemons, idcache):

@@ -545,6 +545,25 @@ bool lp_sync_polls(const struct lprov_domain *ld)
 	return !wanted(ld->sync) || ld->sync->fallen_back;
 }
 
+void lprov_domain_expired(struct lprov_domain *ld)
+{
+	struct lp_sync *sy = ld->sync;
+	if (!lp_sync_live(ld))
+		return;
+	idc_log(IDC_LOG_INFO, "ldap domain %s: entries expired: the sync feed refreshes in full",
+		ld->cfg.name);
+	for (size_t i = 0; i < sy->nfeeds; i++) {
+		struct lp_sync_feed *f = &sy->feed[i];
+		/* what a batch held comes again with the full refresh (and no
+		 * store may run here: the caller may hold a read transaction) */
+		ldap_abandon_ext(ld->conn, f->msgid, NULL, NULL);
+		f->msgid = 0;
+		f->has_cookie = f->has_next = false;
+		lp_sync_batch_drop(f);
+		f->retry_ns = idc_now_ns();
+	}
+}
+
 void lp_sync_lost(struct lprov_domain *ld)
 {
 	struct lp_sync *sy = ld->sync;
