@@ -226,6 +226,8 @@ void ldapdom_expire(struct ldapdom *l)
 {
 	for (size_t i = 0; i < LDAPDOM_IG_SLOTS; i++)
 		l->ig[i].at = 0;
+	lprov_domain_expired(l->ld); /* a live feed refreshes in full */
+	sync_loop(l);
 }
 
 void ldapdom_status(const struct domain *d, struct lprov_domain_status *st)

@@ -15,7 +15,8 @@ import pytest
 
 import nsenv
 from test_attack_ldap import fakes  # noqa: F401 (a fixture: tests/ldap/fakeldap.py)
-from test_e2e_ldap import BASE, SLAPD, Slapd, cache_holds, start_daemon, status
+from test_e2e_ldap import (BASE, LOCAL_GROUP, LOCAL_PASSWD, SLAPD, Slapd, cache_holds, cli,
+                           ldap_domain, start_daemon, status)
 
 pytestmark = [
     pytest.mark.usefixtures("as_root"),
@@ -371,6 +372,37 @@ def test_feed_down_too_long_falls_back_to_expiry(sp, daemons, idcache):
     assert cache_holds(idcache, d, "user", "alice")["expired"] == "no"
 
 
+def test_expire_while_live_refreshes_in_full(sp, daemons, idcache):
+    """`idcache expire --all` on a live domain: the feed refreshes in full
+    (without its cookie), after which no entry is expired; still no search
+    for lookups."""
+    d = start_daemon(daemons, sp.uri, SYNC)
+    wait_live(idcache, d)
+    n0 = searches(idcache, d)
+    cli(idcache, d, "expire", "--all")
+    ok, _ = nsenv.wait_for(lambda: status(idcache, d)["domain.dir.sync_full_refreshes"] == "2"
+                           and status(idcache, d)["domain.dir.sync"] == "live", timeout=WAIT)
+    assert ok, (status(idcache, d), d.log()[-2000:])
+    assert cache_holds(idcache, d, "user", "alice")["expired"] == "no"
+    assert d.ns.run(["id", "alice"]).rc == 0
+    assert searches(idcache, d) == n0 + 1  # the feed's new search, no lookup's
+
+
+def test_feed_larger_than_max_entries_is_given_up(sp, daemons, idcache):
+    """A directory with more entries than ldap_max_entries (here 10 of the
+    fixtures' 44, or a server adding without end) is not followed: the
+    feed is given up with a warning, lookups search as when polling."""
+    d = start_daemon(daemons, sp.uri, SYNC + "ldap_max_entries = 10\n")
+    ok, _ = nsenv.wait_for(lambda: "more entries than ldap_max_entries" in d.log(),
+                           timeout=WAIT)
+    assert ok, d.log()[-2000:]
+    ok, _ = nsenv.wait_for(lambda: status(idcache, d)["domain.dir.sync"] == "poll", timeout=WAIT)
+    assert ok, status(idcache, d)
+    n0 = searches(idcache, d)
+    assert d.ns.run(["getent", "passwd", "alice"]).rc == 0
+    assert searches(idcache, d) > n0
+
+
 def test_server_without_syncprov_is_polled(daemons, idcache):
     """auto against a server that does not list the control: polling, as
     before (lookups search); syncrepl against it: refused, polled too."""
@@ -562,3 +594,43 @@ def test_change_to_visible_latency(sp, daemons, idcache):
         print(f"\nsync change -> visible through NSS, {kind}: n={len(v)} "
               f"p50={v[len(v) // 2] * 1000:.1f} ms max={v[-1] * 1000:.1f} ms")
     assert status(idcache, d)["domain.dir.sync"] == "live"
+
+
+@pytest.mark.skipif(not nsenv.VALGRIND, reason="needs valgrind")
+def test_sync_daemon_under_valgrind(sp, idcached_bin, nss_module_dir, idcache):
+    """The feed's paths under valgrind: a full refresh, notices (add,
+    modify, rename, delete, membership), the server restarting (the
+    connection lost, the feed resumed), a daemon restart resuming with the
+    cookie, and a stop: no invalid access, no leak."""
+    base = nsenv.make_private_dir("idc-sync-vg-")
+    ns = nsenv.NsEnv(nss_module_dir, base / "run", base / "ns")
+    wrap, vglog = nsenv.valgrind_wrap(ns, base)
+    d = nsenv.Daemon(idcached_bin, base, LOCAL_PASSWD, LOCAL_GROUP,
+                     idcache_conf="domains = local, dir\n",
+                     domain_conf=ldap_domain(sp.uri, SYNC), wrap=wrap)
+    d.ns = ns
+    ok = False
+    try:
+        for run in range(2):
+            d.start(timeout=120)
+            wait_live(idcache, d, timeout=120)
+            ldapmodify(sp, user_ldif(f"vg{run}", 10080 + run))
+            ldapmodify(sp, f"dn: cn=ops,ou=groups,{BASE}\nchangetype: modify\nadd: memberUid\n"
+                           f"memberUid: vg{run}\n\n"
+                           f"dn: uid=vg{run},ou=people,{BASE}\nchangetype: modrdn\n"
+                           f"newrdn: uid=vgr{run}\ndeleteoldrdn: 1\n\n")
+            visible(d, ["getent", "passwd", f"vgr{run}"], lambda r: r.rc == 0, timeout=60)
+            if run == 0:
+                sp.stop()
+                sp.start()
+                wait_live(idcache, d, timeout=120)
+                ldapmodify(sp, f"dn: uid=vgr0,ou=people,{BASE}\nchangetype: delete\n\n")
+                visible(d, ["getent", "passwd", "vgr0"], lambda r: r.rc == 2, timeout=60)
+            nsenv.stop_checked_by_valgrind(d, vglog)
+        ok = True
+    finally:
+        if d.alive():
+            d.proc.kill()
+            d.proc.wait()
+        if ok:
+            nsenv.remove_tree(base)

@@ -251,6 +251,12 @@ void lprov_domain_process(struct lprov_domain *ld);
  * waits offline_timeout again. Online: nothing. */
 void lprov_domain_retry_now(struct lprov_domain *ld);
 
+/* The domain's cached entries were marked expired (idcache expire, or an
+ * expired entry served). With a live sync feed the feed refreshes in full
+ * (without its cookie), which stores every entry fresh again; otherwise
+ * nothing: lookups refresh what they find expired. */
+void lprov_domain_expired(struct lprov_domain *ld);
+
 /* ==== change reports ========================================================= */
 
 /* After a transaction of the domain commits, the hook hears (struct

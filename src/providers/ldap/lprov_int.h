@@ -12,7 +12,11 @@
  *   changes.c  change reports to the domain's hook
  *   domain.c   the domain object: life cycle, timers, process, status
  *   syncmsg.c  content synchronization (RFC 4533) messages as bytes
- *   sync.c     content synchronization: the feed, its phases, batches
+ *   sync.c     content synchronization: the feeds, their searches and
+ *              messages, live/down, keepalive, fallback
+ *   syncstore.c what a feed stores: batches, the names they remove, the
+ *              cookie and records written with them
+ *   poll.c     the periodic passes of changed entries (no live feed)
  *   syncmap.c  which directory entry (entryUUID) each cached entry came
  *              from, in memory and in the cache's provider state
  */
@@ -481,6 +485,67 @@ int lp_smap_value(const struct lp_sent *e, struct idc_buf *out);
  * one (skipped). */
 int lp_smap_load(struct lp_smap *m, const char *key, const char *value);
 
+/* sync.c, syncstore.c: the feeds of a domain */
+enum lp_sync_support { LP_SY_UNKNOWN = 0, LP_SY_YES, LP_SY_NO };
+
+/* One change a batch makes to the entryUUID records. */
+struct lp_sop {
+	unsigned char uuid[LP_UUID_LEN];
+	const char *uname, *gname, *ndn; /* both names NULL: the entry is gone */
+};
+
+struct lp_sync_feed {
+	struct lp_sync *sy;
+	int idx;
+	const char *base;
+	char *filter;
+	bool users, groups; /* the kinds it delivers */
+	int msgid;          /* 0: not running */
+	bool refreshing;
+	bool full;  /* the refresh started without a cookie */
+	bool sweep; /* a present phase: what it did not name is gone */
+	uint32_t gen;
+	struct idc_buf cookie; /* as committed */
+	bool has_cookie;
+	struct idc_buf next; /* to commit with the next batch */
+	bool has_next;
+	struct lp_req *batch;
+	struct lp_search fs; /* what lp_entry reads: the batch */
+	struct lp_vec ops;   /* struct lp_sop * (batch arena) */
+	struct lp_map touched;
+	uint64_t retry_ns; /* not running: start again then */
+	uint64_t started_ns;
+	size_t nrefresh; /* entries of this refresh phase */
+};
+
+struct lp_sync {
+	struct lprov_domain *ld;
+	enum lp_sync_support support;
+	bool loaded; /* cookies and records read from the cache */
+	int rootdse_msgid;
+	bool rootdse_has;
+	int ka_msgid;
+	uint64_t ka_deadline_ns, last_msg_ns;
+	struct lp_sync_feed feed[2];
+	size_t nfeeds;
+	struct lp_smap map;
+	uint32_t backoff_ms;
+	uint64_t down_since_ns; /* 0: live (or never was) */
+	bool was_live, fallen_back;
+	int64_t cookie_time;
+	uint64_t nchanges, nrefreshes, nfull;
+};
+
+/* syncstore.c */
+void lp_sync_load_state(struct lp_sync *sy);
+/* Store f's batch and cookie in one transaction (nothing to store: 0);
+ * on failure the feed starts over from the stored cookie. */
+int lp_sync_commit(struct lp_sync_feed *f);
+int lp_sync_batch_new(struct lp_sync_feed *f);
+void lp_sync_batch_drop(struct lp_sync_feed *f);
+/* sync.c: stop f (its search abandoned, what it had not committed
+ * dropped); it starts again after the jittered backoff. */
+void lp_sync_feed_restart(struct lp_sync_feed *f, const char *why);
 /* sync.c */
 struct lp_sync *lp_sync_new(struct lprov_domain *ld);
 void lp_sync_free(struct lprov_domain *ld);
