@@ -263,7 +263,10 @@ static void test_import(struct cell *c, const struct perf_test *t)
 	struct idc_diag d = {{0}};
 	uint64_t count = 0;
 	int rc = 0;
-	if (over_budget(c->r, c->ops->name, t->name, c->users, c->why, sizeof(c->why))) {
+	if (c->ops->max_users && c->users > c->ops->max_users)
+		snprintf(c->why, sizeof(c->why), "%s", c->ops->max_users_why);
+	if ((c->ops->max_users && c->users > c->ops->max_users) ||
+	    over_budget(c->r, c->ops->name, t->name, c->users, c->why, sizeof(c->why))) {
 		row_status(row, PERF_SKIPPED, c->why);
 		return;
 	}

@@ -303,9 +303,18 @@ static void eldb_destroy(struct eng *e)
 	free(e);
 }
 
+/* ldb rewrites an index's whole list of entries on each add, so its import
+ * grows about quadratically: past this size a sample takes hours. */
+#define LDB_MAX_USERS 100000
+#define LDB_MAX_USERS_WHY                                                                          \
+	"capped at 100,000 users: ldb's import grows about quadratically (each add rewrites "      \
+	"the index lists), hours per sample beyond"
+
 const struct eng_ops eng_ldb_tdb = {
     .name = "ldb-tdb",
     .durability = "durable: ldb transactions sync at commit (no LDB_FLG_NOSYNC)",
+    .max_users = LDB_MAX_USERS,
+    .max_users_why = LDB_MAX_USERS_WHY,
     .access = "ldb C API in process (" LDB_VERSION "), tdb backend",
     .fork_workers = true,
     .available = ldb_available,
@@ -325,6 +334,8 @@ const struct eng_ops eng_ldb_tdb = {
 const struct eng_ops eng_ldb_mdb = {
     .name = "ldb-mdb",
     .durability = "durable: ldb transactions sync at commit (no LDB_FLG_NOSYNC)",
+    .max_users = LDB_MAX_USERS,
+    .max_users_why = LDB_MAX_USERS_WHY,
     .access = "ldb C API in process (" LDB_VERSION "), LMDB backend",
     .fork_workers = true,
     .available = ldb_available,

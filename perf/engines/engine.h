@@ -41,6 +41,11 @@ struct eng_ops {
 	const char *durability; /* what a commit guarantees, for the result file */
 	const char *access;     /* how it is reached: "in process", "LDAP over loopback" */
 	bool fork_workers;      /* workers are processes (handle not thread-safe) */
+	/* Directory sizes above max_users are not imported (0: no cap), with
+	 * max_users_why as the reason: for an engine whose import is known to
+	 * take hours there, when the run has no smaller size to predict from. */
+	uint64_t max_users;
+	const char *max_users_why;
 	/* 0 when usable here, else -ENOENT with why (e.g. "libldb-dev not installed") */
 	int (*available)(char *why, size_t cap);
 	int (*create)(const struct eng_cfg *cfg, struct eng **out, struct idc_diag *d);
