@@ -292,11 +292,13 @@ static uint64_t *bulk_sort(struct bulk_list *b, uint32_t *order)
 	return ids;
 }
 
-/* The ids[0..n) of one key (increasing, a repeat dropped) into a database
- * that already has data: one MDB_MULTIPLE put per run instead of a search
- * from the root per id. A pair already present (a modify re-adding what a
- * flush wrote) stops LMDB's run; it is skipped and the rest goes on. */
-static int put_ids(MDB_cursor *c, MDB_val *key, uint64_t *ids, size_t n)
+/* The ids[0..n) of one key (increasing, a repeat dropped), one
+ * MDB_MULTIPLE put per run instead of a search from the root per id.
+ * append: the key is new at the end of an index that was empty
+ * (MDB_APPEND, then MDB_APPENDDUP). Otherwise the database already has
+ * data: a pair already present (a modify re-adding what a flush wrote)
+ * stops LMDB's run; it is skipped and the rest goes on. */
+static int put_ids(MDB_cursor *c, MDB_val *key, uint64_t *ids, size_t n, bool append)
 {
 	size_t m = 0;
 	for (size_t i = 0; i < n; i++)
@@ -304,30 +306,11 @@ static int put_ids(MDB_cursor *c, MDB_val *key, uint64_t *ids, size_t n)
 			ids[m++] = ids[i];
 	for (size_t done = 0; done < m;) {
 		MDB_val v[2] = {{sizeof(size_t), &ids[done]}, {m - done, NULL}};
-		int rc = mdb_cursor_put(c, key, v, MDB_MULTIPLE);
-		if (rc && rc != MDB_KEYEXIST)
+		unsigned flags = !append ? 0 : done == 0 ? MDB_APPEND : MDB_APPENDDUP;
+		int rc = mdb_cursor_put(c, key, v, MDB_MULTIPLE | flags);
+		if (rc && (append || rc != MDB_KEYEXIST))
 			return rc;
 		done += v[1].mv_size + (rc == MDB_KEYEXIST);
-	}
-	return 0;
-}
-
-/* The ids[0..n) of a new key (n > 1, increasing, a repeat dropped) at the
- * end of an index that was empty: MDB_MULTIPLE puts them in one call, where
- * a put per id would search the tree for the key each time. */
-static int append_ids(MDB_cursor *c, MDB_val *key, uint64_t *ids, size_t n)
-{
-	size_t m = 0;
-	for (size_t i = 0; i < n; i++)
-		if (m == 0 || ids[i] != ids[m - 1])
-			ids[m++] = ids[i];
-	for (size_t done = 0; done < m;) {
-		MDB_val v[2] = {{sizeof(size_t), &ids[done]}, {m - done, NULL}};
-		int rc = mdb_cursor_put(c, key, v,
-					MDB_MULTIPLE | (done == 0 ? MDB_APPEND : MDB_APPENDDUP));
-		if (rc)
-			return rc;
-		done += v[1].mv_size;
 	}
 	return 0;
 }
@@ -344,8 +327,7 @@ static int bulk_write(struct store_txn *t, struct bulk_list *b)
 		size_t end = g->count; /* bulk_sort left the end of its ids here */
 		MDB_val key = {g->len, b->keys.data + g->off};
 		if (end - pos > 1) {
-			rc = b->was_empty ? append_ids(c, &key, ids + pos, end - pos)
-					  : put_ids(c, &key, ids + pos, end - pos);
+			rc = put_ids(c, &key, ids + pos, end - pos, b->was_empty);
 			if (rc == MDB_KEYEXIST) /* see below */
 				idc_log(IDC_LOG_ERR, "%s: index pairs out of order at flush",
 					t->s->dir);
