@@ -44,12 +44,12 @@ def keygen(path, comment):
     return Path(f"{path}.pub").read_text().strip()
 
 
-def user_ldif(name, uid, keys):
+def user_ldif(name, uid, keys, more=()):
     lines = [f"dn: uid={name},ou=people,{BASE}", "objectClass: account",
              "objectClass: posixAccount", "objectClass: ldapPublicKey", f"uid: {name}",
              f"cn: {name}", f"uidNumber: {uid}", f"gidNumber: {uid}", "homeDirectory: /tmp",
              "loginShell: /bin/sh"]
-    return "\n".join(lines + [f"sshPublicKey: {k}" for k in keys]) + "\n\n"
+    return "\n".join(lines + [f"sshPublicKey: {k}" for k in keys] + list(more)) + "\n\n"
 
 
 class Keys:
@@ -82,7 +82,7 @@ def server(keys):
             f"dn: ou=people,{BASE}\nobjectClass: organizationalUnit\nou: people\n\n"
             + user_ldif("alice", 20001, [keys.alice])
             + user_ldif("bob", 20002, BAD_VALUES + [keys.bob])
-            + user_ldif("carol", 20003, [])
+            + user_ldif("carol", 20003, [], [f"description: {keys.other}"])
             + user_ldif("loc", 20004, [keys.other])  # the host's files hold loc
             + user_ldif("root", 20005, [keys.other]))  # filter_users
     yield from private_slapd("idc-sshkeys-ldap-", "s", write)
@@ -225,6 +225,7 @@ def test_malformed_value_skipped_and_logged_good_key_works(idcache, daemons, ser
     assert logged_in(res, "bob"), (res, sshd.text()[-3000:])
     r = authorized_keys(idcache, d, "bob")
     assert (r.rc, r.out) == (0, keys.bob + "\n"), r
+    assert "ssh_keys=1\n" in cli(idcache, d, "user", "bob")
     log = d.log()
     dn = f'entry "uid=bob,ou=people,{BASE}"'
     for i, why in ((1, "no known key type"), (2, "the key data is not base64")):
@@ -269,3 +270,9 @@ def test_what_sshd_gets_besides_keys(idcache, daemons, server, keys, tmp_path):
     assert r.rc == 1 and r.out == "" and "idcached is not running" in r.err, r
     r = d.ns.run([idcache, "ssh-authorized-keys"], sources="files")
     assert r.rc == 2 and r.out == "", r
+
+
+def test_key_attribute_is_configurable(idcache, daemons, server, keys):
+    d = start_daemon(daemons, server.uri, "ldap_user_ssh_public_key = description\n")
+    assert authorized_keys(idcache, d, "carol").out == keys.other + "\n"
+    assert authorized_keys(idcache, d, "alice").out == ""
