@@ -1,7 +1,8 @@
 /*
  * util: the few helpers every idcache module shares — error codes and their
  * text, error detail for the caller that reports, logging, growable byte
- * buffers, a bump arena and hashing. Depends on libc (and xxhash, inlined)
+ * buffers, a bump arena, hashing, and the check of an SSH authorized_keys
+ * line. Depends on libc (and xxhash, inlined)
  * only, so the NSS module may link it.
  */
 #ifndef IDC_UTIL_H
