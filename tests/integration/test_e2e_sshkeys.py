@@ -17,7 +17,9 @@ import os
 import shutil
 import signal
 import socket
+import struct
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -276,3 +278,64 @@ def test_key_attribute_is_configurable(idcache, daemons, server, keys):
     d = start_daemon(daemons, server.uri, "ldap_user_ssh_public_key = description\n")
     assert authorized_keys(idcache, d, "carol").out == keys.other + "\n"
     assert authorized_keys(idcache, d, "alice").out == ""
+
+
+# ==== a daemon that answers badly ===========================================================
+
+def frame(cmd, status, payload=b""):
+    return struct.pack("=IIII", 16 + len(payload), cmd, status, 0) + payload
+
+
+def wire_str(s):
+    return struct.pack("=I", len(s)) + s + b"\0"
+
+
+def fake_daemon(run_dir, reply):
+    """One connection on run_dir/nss.sock: HELLO answered, then `reply`
+    (bytes) for the SSHKEYS request, or the connection closed when None."""
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(str(run_dir / "nss.sock"))
+    srv.listen(1)
+
+    def serve():
+        c, _ = srv.accept()
+        with c:
+            c.settimeout(10)
+            got = b""
+            while len(got) < 16 or len(got) < struct.unpack_from("=I", got)[0] + 16:
+                more = c.recv(4096)
+                if not more:
+                    return
+                got += more
+            c.sendall(frame(1, 0, struct.pack("=I", 1)))  # HELLO: version 1
+            if reply is not None:
+                c.sendall(reply)
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    return srv, t
+
+
+GOOD = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAICStQcRIvPHZ+wS93xC07bs2rt8U4c+CoK7FmO0VgVue a"
+
+
+@pytest.mark.parametrize("reply, why", [
+    (frame(20, 0, struct.pack("=I", 2) + wire_str(GOOD.encode())
+           + wire_str(GOOD.encode() + b"\nssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIA== x")),
+     "no authorized_keys line"),
+    (frame(20, 0, struct.pack("=I", 3) + wire_str(GOOD.encode())), "malformed reply"),
+    (frame(20, 0, struct.pack("=I", 1) + wire_str(b"")), "malformed reply"),
+    (frame(20, 4, wire_str(b"cache broken")), "cache broken"),
+    (frame(2, 0, b""), "cannot ask idcached"),  # a reply to another command
+    (None, "cannot ask idcached"),
+])
+def test_bad_answers_fail_closed(idcache, tmp_path, reply, why):
+    """Whatever the daemon's side of the socket says, a key is printed only
+    when every key of a well-formed answer is an authorized_keys line."""
+    srv, t = fake_daemon(tmp_path, reply)
+    try:
+        p = subprocess.run([str(idcache), "ssh-authorized-keys", "--run-dir", str(tmp_path),
+                            "alice"], capture_output=True, text=True, timeout=60)
+    finally:
+        t.join(timeout=10)
+        srv.close()
+    assert p.returncode == 1 and p.stdout == "" and why in p.stderr, p
