@@ -106,13 +106,14 @@ int cache_put_user_keys(struct cache_txn *t, const char *domain, const char *nam
 	if (nkeys == 0)
 		return cache_keys_drop(t, domain, name, changed, d);
 	idc_arena_reset(&t->arena);
-	int rc = cache_dn_container(&t->dn, KIND_KEYS, domain);
-	if (!rc)
+	bool have = false;
+	int rc = has_container(t, domain, &have);
+	if (!rc && !have)
+		rc = cache_dn_container(&t->dn, KIND_KEYS, domain);
+	if (!rc && !have)
 		rc = cache_ensure_entry(t, t->dn.data, "sshkeys", d);
-	if (!rc) {
-		snprintf(t->keys_domain, sizeof(t->keys_domain), "%s", domain);
-		t->keys_container = true;
-	}
+	if (!rc)
+		t->keys_container = true; /* has_container named the domain */
 	struct store_entry e;
 	if (!rc)
 		rc = keys_entry(t, domain, name, keys, nkeys, &e, d);
