@@ -910,6 +910,7 @@ int cache_domain_remove(struct cache_txn *t, const char *domain, struct idc_diag
 	int rc = cache_dn_domain(&t->dn, domain);
 	if (!rc)
 		rc = store_delete(t->st, (struct store_val){t->dn.data, t->dn.len}, true, d);
+	t->keys_domain[0] = '\0'; /* its keys container, if any, went too */
 	if (rc == -ENOENT)
 		return 0;
 	if (!rc)

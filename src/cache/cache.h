@@ -346,7 +346,8 @@ int cache_put_user_keys(struct cache_txn *t, const char *domain, const char *nam
 /* The keys of user name (the name the user is stored under, as
  * cache_user_by_name returns it) in domain, in the order they were stored:
  * *keys[0..*nkeys), valid like every reader result (until the next call on
- * r). No keys, or no such user: 0 with *nkeys 0. The caller decides which
+ * r); unlike other calls it leaves r's earlier results valid, so name may
+ * be a cache_user's. No keys, or no such user: 0 with *nkeys 0. The caller decides which
  * domain's user answers (the daemon: as for getpwnam, docs/DESIGN.md §11).
  * 0 or a negative error. */
 int cache_user_keys(struct cache_reader *r, const char *domain, const char *name,

@@ -29,6 +29,10 @@ struct cache_txn {
 	struct store_txn *st;
 	MDB_txn *ts;
 	bool dirty; /* cache.mdb was written */
+	/* Whether keys_domain has a cn=sshkeys container (sshkeys.c), learnt
+	 * once per transaction: without one no user of it has keys. */
+	char keys_domain[CACHE_DOMAIN_MAX + 1];
+	bool keys_container;
 	struct idc_arena arena;
 	struct idc_buf dn, tmp;
 };

@@ -1,16 +1,48 @@
 /* cache sshkeys: a user's SSH public keys, in a record of their own beside
  * the user (cache.h, "SSH public keys"). */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "cache_int.h"
 
 #define KEYS_ATTR "sshPublicKey"
 
+/* Whether domain has a keys container, asked of the store once per
+ * transaction (and told by cache_put_user_keys when it makes one). */
+static int has_container(struct cache_txn *t, const char *domain, bool *yes)
+{
+	if (strcmp(t->keys_domain, domain) == 0) {
+		*yes = t->keys_container;
+		return 0;
+	}
+	struct store_entry e;
+	int rc = cache_dn_container(&t->tmp, KIND_KEYS, domain);
+	if (!rc)
+		rc = store_get(t->st, (struct store_val){t->tmp.data, t->tmp.len}, &e, NULL);
+	if (rc && rc != -ENOENT)
+		return rc;
+	snprintf(t->keys_domain, sizeof(t->keys_domain), "%s", domain);
+	*yes = t->keys_container = rc == 0;
+	return 0;
+}
+
+/* A store_delete of an absent entry would still flush the transaction's
+ * pending index writes (one flush per user instead of one per
+ * transaction): look first, and not at all in a domain without keys. */
 int cache_keys_drop(struct cache_txn *t, const char *domain, const char *name, bool *changed,
 		    struct idc_diag *d)
 {
-	int rc = cache_dn_entry(&t->tmp, KIND_KEYS, domain, name);
+	bool any = false;
+	struct store_entry e;
+	if (changed)
+		*changed = false;
+	int rc = has_container(t, domain, &any);
+	if (rc || !any)
+		return rc;
+	rc = cache_dn_entry(&t->tmp, KIND_KEYS, domain, name);
+	if (!rc)
+		rc = store_get(t->st, (struct store_val){t->tmp.data, t->tmp.len}, &e, NULL);
 	if (!rc)
 		rc = store_delete(t->st, (struct store_val){t->tmp.data, t->tmp.len}, false, d);
 	if (changed)
@@ -74,9 +106,14 @@ int cache_put_user_keys(struct cache_txn *t, const char *domain, const char *nam
 	if (nkeys == 0)
 		return cache_keys_drop(t, domain, name, changed, d);
 	idc_arena_reset(&t->arena);
-	int rc = cache_dn_container(&t->dn, KIND_KEYS, domain);
-	if (!rc)
+	bool have = false;
+	int rc = has_container(t, domain, &have);
+	if (!rc && !have)
+		rc = cache_dn_container(&t->dn, KIND_KEYS, domain);
+	if (!rc && !have)
 		rc = cache_ensure_entry(t, t->dn.data, "sshkeys", d);
+	if (!rc)
+		t->keys_container = true; /* has_container named the domain */
 	struct store_entry e;
 	if (!rc)
 		rc = keys_entry(t, domain, name, keys, nkeys, &e, d);

@@ -46,10 +46,11 @@ static const struct admin_cmd admin_cmds[] = {
      "the configuration has errors they are printed (FILE:LINE: message) and the\n"
      "daemon keeps the configuration it has.\n"},
     {"user", "idcache user [--run-dir DIR] NAME",
-     "Show what the cache holds for the user NAME: its passwd fields, domain,\n"
-     "last update and expiry times, whether it is expired, and the ids of the\n"
-     "groups that list it, directly or through nested groups, in provider order\n"
-     "(what initgroups adds to the user's primary group). A withheld= line says\n"
+     "Show what the cache holds for the user NAME: its passwd fields, how many\n"
+     "SSH public keys (ssh_keys=), domain, last update and expiry times,\n"
+     "whether it is expired, and the ids of the groups that list it, directly\n"
+     "or through nested groups, in provider order (what initgroups adds to the\n"
+     "user's primary group). A withheld= line says\n"
      "why lookups pass the entry by (filter_users, local name, earlier domain\n"
      "id, ...; idcache.conf(5), LOCAL IDENTITIES).\n"},
     {"group", "idcache group [--run-dir DIR] NAME",

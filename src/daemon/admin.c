@@ -319,6 +319,17 @@ static void info_gids(struct daemon *dm, struct cache_reader *r, const struct ca
 	idc_buf_putc(b, '\n');
 }
 
+/* How many SSH public keys the user has (the keys themselves: idcache
+ * ssh-authorized-keys). */
+static void info_keys(struct cache_reader *r, const char *domain, const char *name,
+		      struct idc_buf *b)
+{
+	const char *const *keys;
+	size_t n = 0;
+	if (cache_user_keys(r, domain, name, &keys, &n) == 0)
+		idc_buf_printf(b, "ssh_keys=%zu\n", n);
+}
+
 static int user_info(struct daemon *dm, struct cache_reader *r, const char *name, struct idc_buf *b)
 {
 	struct cache_user u;
@@ -342,6 +353,7 @@ static int user_info(struct daemon *dm, struct cache_reader *r, const char *name
 	idc_buf_printf(b, "order=%llu\n", (unsigned long long)u.order);
 	if (u.orig_dn)
 		kv(b, "original_dn", u.orig_dn);
+	info_keys(r, dm->domains[i]->cfg->name, u.name, b);
 	info_meta(b, &m);
 	info_withheld(dm, i, false, u.name, u.uid, b);
 	info_gids(dm, r, &m, u.name, b);

@@ -583,6 +583,7 @@ static const char *const ldap_keys[] = {
     "ldap_group_gid_number",
     "ldap_group_member",
     "ldap_group_object_class",
+    "ldap_user_ssh_public_key",
     "ldap_default_bind_dn",
     "ldap_default_authtok_file",
     "ldap_id_use_start_tls",

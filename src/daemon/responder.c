@@ -19,7 +19,6 @@
  * between two batches is seen by the next one.
  */
 #include <errno.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -386,13 +385,10 @@ static int do_sshkeys(struct walk *w, struct idc_buf *out)
 	int step, rc = walk_user(w, true, &u, &at, &step);
 	if (step == WALK_DEFER)
 		return 0;
-	char name[CACHE_NAME_MAX + 1];
 	const char *const *keys = NULL;
-	if (rc == 0) {
-		snprintf(name, sizeof(name), "%s", u.name); /* the next read reuses u's memory */
-		rc = cache_user_keys(daemon_reader(w->dm), w->dm->domains[at]->cfg->name, name,
+	if (rc == 0)
+		rc = cache_user_keys(daemon_reader(w->dm), w->dm->domains[at]->cfg->name, u.name,
 				     &keys, &n);
-	}
 	if (rc < 0)
 		return reply_failure(out, cmd, rc);
 	size_t start;

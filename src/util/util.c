@@ -307,17 +307,6 @@ bool idc_memcaseeq(const char *a, size_t alen, const char *b, size_t blen)
 	return true;
 }
 
-int idc_b64_value(unsigned char c)
-{
-	if (c >= 'A' && c <= 'Z')
-		return c - 'A';
-	if (c >= 'a' && c <= 'z')
-		return c - 'a' + 26;
-	if (c >= '0' && c <= '9')
-		return c - '0' + 52;
-	return c == '+' ? 62 : c == '/' ? 63 : -1;
-}
-
 bool idc_name_valid(const char *name, size_t len)
 {
 	if (len == 0 || len > IDC_NAME_MAX)

@@ -1,7 +1,8 @@
 /*
  * util: the few helpers every idcache module shares — error codes and their
  * text, error detail for the caller that reports, logging, growable byte
- * buffers, a bump arena and hashing. Depends on libc (and xxhash, inlined)
+ * buffers, a bump arena, hashing, and the check of an SSH authorized_keys
+ * line. Depends on libc (and xxhash, inlined)
  * only, so the NSS module may link it.
  */
 #ifndef IDC_UTIL_H
@@ -128,8 +129,18 @@ static inline char idc_tolower(char c)
 bool idc_memcaseeq(const char *a, size_t alen, const char *b, size_t blen);
 
 /* The value of a base64 digit (RFC 4648, the standard alphabet), or -1
- * for any other byte ('=' included). */
-int idc_b64_value(unsigned char c);
+ * for any other byte ('=' included). Inline: key lines and LDIF values are
+ * read a byte at a time. */
+static inline int idc_b64_value(unsigned char c)
+{
+	if (c >= 'A' && c <= 'Z')
+		return c - 'A';
+	if (c >= 'a' && c <= 'z')
+		return c - 'a' + 26;
+	if (c >= '0' && c <= '9')
+		return c - '0' + 52;
+	return c == '+' ? 62 : c == '/' ? 63 : -1;
+}
 
 /* The one rule for user and group names, applied by the NSS module, the
  * providers and the cache alike: 1..255 bytes, no '/', ':', ',', control

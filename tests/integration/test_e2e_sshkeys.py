@@ -17,7 +17,9 @@ import os
 import shutil
 import signal
 import socket
+import struct
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -44,12 +46,12 @@ def keygen(path, comment):
     return Path(f"{path}.pub").read_text().strip()
 
 
-def user_ldif(name, uid, keys):
+def user_ldif(name, uid, keys, more=()):
     lines = [f"dn: uid={name},ou=people,{BASE}", "objectClass: account",
              "objectClass: posixAccount", "objectClass: ldapPublicKey", f"uid: {name}",
              f"cn: {name}", f"uidNumber: {uid}", f"gidNumber: {uid}", "homeDirectory: /tmp",
              "loginShell: /bin/sh"]
-    return "\n".join(lines + [f"sshPublicKey: {k}" for k in keys]) + "\n\n"
+    return "\n".join(lines + [f"sshPublicKey: {k}" for k in keys] + list(more)) + "\n\n"
 
 
 class Keys:
@@ -82,7 +84,7 @@ def server(keys):
             f"dn: ou=people,{BASE}\nobjectClass: organizationalUnit\nou: people\n\n"
             + user_ldif("alice", 20001, [keys.alice])
             + user_ldif("bob", 20002, BAD_VALUES + [keys.bob])
-            + user_ldif("carol", 20003, [])
+            + user_ldif("carol", 20003, [], [f"description: {keys.other}"])
             + user_ldif("loc", 20004, [keys.other])  # the host's files hold loc
             + user_ldif("root", 20005, [keys.other]))  # filter_users
     yield from private_slapd("idc-sshkeys-ldap-", "s", write)
@@ -225,6 +227,7 @@ def test_malformed_value_skipped_and_logged_good_key_works(idcache, daemons, ser
     assert logged_in(res, "bob"), (res, sshd.text()[-3000:])
     r = authorized_keys(idcache, d, "bob")
     assert (r.rc, r.out) == (0, keys.bob + "\n"), r
+    assert "ssh_keys=1\n" in cli(idcache, d, "user", "bob")
     log = d.log()
     dn = f'entry "uid=bob,ou=people,{BASE}"'
     for i, why in ((1, "no known key type"), (2, "the key data is not base64")):
@@ -269,3 +272,70 @@ def test_what_sshd_gets_besides_keys(idcache, daemons, server, keys, tmp_path):
     assert r.rc == 1 and r.out == "" and "idcached is not running" in r.err, r
     r = d.ns.run([idcache, "ssh-authorized-keys"], sources="files")
     assert r.rc == 2 and r.out == "", r
+
+
+def test_key_attribute_is_configurable(idcache, daemons, server, keys):
+    d = start_daemon(daemons, server.uri, "ldap_user_ssh_public_key = description\n")
+    assert authorized_keys(idcache, d, "carol").out == keys.other + "\n"
+    assert authorized_keys(idcache, d, "alice").out == ""
+
+
+# ==== a daemon that answers badly ===========================================================
+
+def frame(cmd, status, payload=b""):
+    return struct.pack("=IIII", 16 + len(payload), cmd, status, 0) + payload
+
+
+def wire_str(s):
+    return struct.pack("=I", len(s)) + s + b"\0"
+
+
+def fake_daemon(run_dir, reply):
+    """One connection on run_dir/nss.sock: HELLO answered, then `reply`
+    (bytes) for the SSHKEYS request, or the connection closed when None."""
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(str(run_dir / "nss.sock"))
+    srv.listen(1)
+
+    def serve():
+        c, _ = srv.accept()
+        with c:
+            c.settimeout(10)
+            got = b""
+            while len(got) < 16 or len(got) < struct.unpack_from("=I", got)[0] + 16:
+                more = c.recv(4096)
+                if not more:
+                    return
+                got += more
+            c.sendall(frame(1, 0, struct.pack("=I", 1)))  # HELLO: version 1
+            if reply is not None:
+                c.sendall(reply)
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    return srv, t
+
+
+GOOD = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAICStQcRIvPHZ+wS93xC07bs2rt8U4c+CoK7FmO0VgVue a"
+
+
+@pytest.mark.parametrize("reply, why", [
+    (frame(20, 0, struct.pack("=I", 2) + wire_str(GOOD.encode())
+           + wire_str(GOOD.encode() + b"\nssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIA== x")),
+     "no authorized_keys line"),
+    (frame(20, 0, struct.pack("=I", 3) + wire_str(GOOD.encode())), "malformed reply"),
+    (frame(20, 0, struct.pack("=I", 1) + wire_str(b"")), "malformed reply"),
+    (frame(20, 4, wire_str(b"cache broken")), "cache broken"),
+    (frame(2, 0, b""), "cannot ask idcached"),  # a reply to another command
+    (None, "cannot ask idcached"),
+])
+def test_bad_answers_fail_closed(idcache, tmp_path, reply, why):
+    """Whatever the daemon's side of the socket says, a key is printed only
+    when every key of a well-formed answer is an authorized_keys line."""
+    srv, t = fake_daemon(tmp_path, reply)
+    try:
+        p = subprocess.run([str(idcache), "ssh-authorized-keys", "--run-dir", str(tmp_path),
+                            "alice"], capture_output=True, text=True, timeout=60)
+    finally:
+        t.join(timeout=10)
+        srv.close()
+    assert p.returncode == 1 and p.stdout == "" and why in p.stderr, p

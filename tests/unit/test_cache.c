@@ -689,6 +689,16 @@ static void test_ssh_keys_go_with_user(void **state)
 	put_users(f, 0);
 	assert_string_equal(keys_of(f, "alice", got, sizeof(got)), "");
 	assert_int_equal(put_keys(f, "alice", one, 1, &ch), 0);
+	/* Removed and filled again in one transaction (a rebuild): the keys
+	 * container is made again. */
+	assert_int_equal(cache_txn_begin(f->c, &t, NULL), 0);
+	assert_int_equal(cache_put_user_keys(t, "local", "alice", one, 1, &ch, NULL), 0);
+	assert_int_equal(cache_domain_remove(t, "local", NULL), 0);
+	assert_int_equal(cache_domain_ensure(t, "local", 0, NULL), 0);
+	assert_int_equal(cache_put_user(t, "local", &alice, &ch, NULL), 0);
+	assert_int_equal(cache_put_user_keys(t, "local", "alice", one, 1, &ch, NULL), 0);
+	assert_int_equal(cache_txn_commit(t, NULL), 0);
+	assert_string_equal(keys_of(f, "alice", got, sizeof(got)), KEY_A);
 	assert_int_equal(cache_txn_begin(f->c, &t, NULL), 0);
 	assert_int_equal(cache_domain_remove(t, "local", NULL), 0);
 	assert_int_equal(cache_txn_commit(t, NULL), 0);

@@ -294,6 +294,7 @@ static void test_ldap_domain(void **state)
 				    "id_provider = ldap\n" /* after the ldap keys: order is free */
 				    "ldap_schema = rfc2307bis\n"
 				    "ldap_user_name = sAMAccountName\n"
+				    "ldap_user_ssh_public_key = altSecurityKey\n"
 				    "ldap_id_use_start_tls = true\n"
 				    "ldap_tls_cacert = /etc/ssl/ca.pem\n"
 				    "ldap_tls_reqcert = try\n"
@@ -320,6 +321,7 @@ static void test_ldap_domain(void **state)
 	assert_string_equal(d->ldap->group_base, "ou=groups,dc=example,dc=com");
 	assert_int_equal(d->ldap->schema, LPROV_RFC2307BIS);
 	assert_string_equal(d->ldap->map[LPROV_MAP_USER_NAME], "sAMAccountName");
+	assert_string_equal(d->ldap->map[LPROV_MAP_USER_SSH_KEY], "altSecurityKey");
 	assert_true(d->ldap->start_tls);
 	assert_int_equal(d->ldap->tls_reqcert, LPROV_REQCERT_TRY);
 	assert_int_equal(d->ldap->network_timeout_ms, 2500);

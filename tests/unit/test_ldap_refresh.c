@@ -688,6 +688,76 @@ static void test_only_modify_timestamp_changed(void **state)
 	env_close(&a, true);
 }
 
+/* ==== SSH keys ========================================================================== */
+
+#define KEY1 "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAICStQcRIvPHZ+wS93xC07bs2rt8U4c+CoK7FmO0VgVue one"
+#define KEY2 "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAICStQcRIvPHZ+wS93xC07bs2rt8U4c+CoK7FmO0VgVue two"
+
+/* The keys the cache holds for name, "|" between them. */
+static const char *keys_of(struct env *e, const char *name, char *out, size_t cap)
+{
+	struct cache_reader *r;
+	const char *const *keys;
+	size_t n;
+	assert_int_equal(cache_reader_begin(e->cache, &r), 0);
+	assert_int_equal(cache_user_keys(r, "dir", name, &keys, &n), 0);
+	out[0] = '\0';
+	for (size_t i = 0; i < n; i++)
+		snprintf(out + strlen(out), cap - strlen(out), "%s%s", i ? "|" : "", keys[i]);
+	cache_reader_end(r);
+	return out;
+}
+
+/* sshPublicKey values follow the directory through lookups and refreshes;
+ * a value that is no key is left out and logged once with the DN; a change
+ * of keys alone writes the keys, reports no change of the user (the maps
+ * do not hold keys) and an unchanged refresh writes nothing durable. */
+static void test_ssh_keys_follow_the_directory(void **state)
+{
+	(void)state;
+	char got[512];
+	ldap_add_back("dn: uid=sshu," PEOPLE
+		      "\\nobjectClass: account\\nobjectClass: posixAccount\\n"
+		      "objectClass: ldapPublicKey\\nuid: sshu\\ncn: sshu\\nuidNumber: 31900\\n"
+		      "gidNumber: 31900\\nhomeDirectory: /home/sshu\\nsshPublicKey: " KEY1 "\\n"
+		      "sshPublicKey: ssh-ed25519 AAAA!notbase64\\nsshPublicKey:  " KEY2 "  \\n");
+	struct env a;
+	env_open(&a, NULL, NULL);
+	struct captured c;
+	idc_log_init("test_ldap_refresh", true, IDC_LOG_WARN);
+	capture_begin(&c);
+	assert_int_equal(lookup(&a, LPROV_LOOKUP_PWNAM, "sshu"), LPROV_LOOKUP_FOUND);
+	refresh_now(&a);
+	char *log = capture_end(&c);
+	idc_log_init("test_ldap_refresh", true, IDC_LOG_ERR);
+	assert_string_equal(keys_of(&a, "sshu", got, sizeof(got)), KEY1 "|" KEY2);
+	const char *want = "entry \"uid=sshu," PEOPLE "\": sshPublicKey value 2 skipped: the key "
+			   "data is not base64";
+	if (occurrences(log, want) != 1)
+		fail_msg("\"%s\" logged %zu times in:\n%s", want, occurrences(log, want), log);
+	free(log);
+	uint64_t commits = cache_durable_commits(a.cache);
+	refresh_now(&a);
+	assert_int_equal(cache_durable_commits(a.cache), commits);
+	size_t nch = a.nch;
+	change_and_expire(&a, "dn: uid=sshu," PEOPLE "\\nchangetype: modify\\nreplace: "
+			      "sshPublicKey\\nsshPublicKey: " KEY2 "\\n");
+	assert_int_equal(lookup(&a, LPROV_LOOKUP_PWNAM, "sshu"), LPROV_LOOKUP_FOUND);
+	assert_string_equal(keys_of(&a, "sshu", got, sizeof(got)), KEY2);
+	assert_true(cache_durable_commits(a.cache) > commits);
+	assert_int_equal(a.nch, nch);
+	change_and_expire(&a,
+			  "dn: uid=sshu," PEOPLE "\\nchangetype: modify\\ndelete: sshPublicKey\\n");
+	refresh_now(&a);
+	assert_string_equal(keys_of(&a, "sshu", got, sizeof(got)), "");
+	let_a_second_pass();
+	ldap_delete("uid=sshu," PEOPLE);
+	refresh_now(&a);
+	assert_false(has_user(&a, "sshu"));
+	assert_string_equal(keys_of(&a, "sshu", got, sizeof(got)), "");
+	env_close(&a, true);
+}
+
 int main(void)
 {
 	idc_log_init("test_ldap_refresh", true, IDC_LOG_ERR);
@@ -699,6 +769,7 @@ int main(void)
 	    cmocka_unit_test(test_renamed_user_loses_the_old_name),
 	    cmocka_unit_test(test_member_dn_in_another_case),
 	    cmocka_unit_test(test_only_modify_timestamp_changed),
+	    cmocka_unit_test(test_ssh_keys_follow_the_directory),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
