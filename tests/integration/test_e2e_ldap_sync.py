@@ -118,6 +118,28 @@ def test_changes_are_pushed_without_lookup_searches(sp, daemons, idcache):
         assert st[f"memcache_{m}_generation"] == s0[f"memcache_{m}_generation"], (m, s0, st)
 
 
+def test_ssh_keys_follow_the_feed(sp, daemons, idcache, tmp_path):
+    """A key added to, replaced in and removed from a user's entry while the
+    feed is live reaches `idcache ssh-authorized-keys` (as sshd runs it),
+    with no search: keys are stored with the user by the same path."""
+    from test_e2e_sshkeys import authorized_keys, keygen
+    d = start_daemon(daemons, sp.uri, AUTO)
+    wait_live(idcache, d)
+    n0 = searches(idcache, d)
+    ka, kb = keygen(tmp_path / "ka", "ka"), keygen(tmp_path / "kb", "kb")
+    dn = f"dn: uid=alice,ou=people,{BASE}\nchangetype: modify\n"
+    ldapmodify(sp, dn + "add: objectClass\nobjectClass: ldapPublicKey\n-\n"
+                        f"add: sshPublicKey\nsshPublicKey: {ka}\n\n")
+    visible(d, ["true"], lambda r: authorized_keys(idcache, d, "alice").out.split("\n")[:1]
+            == [ka])
+    ldapmodify(sp, dn + f"replace: sshPublicKey\nsshPublicKey: {kb}\n\n")
+    visible(d, ["true"], lambda r: authorized_keys(idcache, d, "alice").out.strip() == kb)
+    ldapmodify(sp, dn + "delete: sshPublicKey\n\n")
+    visible(d, ["true"], lambda r: (lambda a: a.rc == 0 and a.out == "")(
+        authorized_keys(idcache, d, "alice")))
+    assert searches(idcache, d) == n0, "asking for keys searched while the feed was live"
+
+
 def gids(d, name):
     r = d.ns.run(["id", "-Gn", name])  # rc 1: the primary group has no name
     assert r.out, (r, d.log()[-1500:])
