@@ -729,9 +729,10 @@ static int rec_open(struct nscddb *m, struct rec_out *r, uint64_t resp_len, uint
 {
 	uint64_t size = NSCDDB_DH_SIZE + resp_len + keys_len;
 	int rc = reserve(m, round8(size) + (uint64_t)nentries * NSCDDB_HE_SIZE);
-	if (rc == 0)
-		rec_begin(m, r, (uint32_t)size, expire, now);
-	return rc;
+	if (rc < 0)
+		return rc;
+	rec_begin(m, r, (uint32_t)size, expire, now);
+	return 0;
 }
 
 static uint32_t rec_put(struct rec_out *r, const void *src, size_t n)
