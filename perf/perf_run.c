@@ -150,6 +150,11 @@ static void row_samples(struct perf_row *row, const double *v, unsigned n)
 	row->nsamples = n;
 	row->status = PERF_OK;
 	perf_stats_of(v, n, &row->st);
+	/* A rate of 0 is no figure: most samples' windows ended before one
+	 * operation did (a busy machine, or --seconds too short). */
+	if (!(row->st.median > 0))
+		row_status(row, PERF_FAILED,
+			   "no operation completed within most samples' windows (raise --seconds)");
 }
 
 /* A row for every thread count of test t, all with the same status. */
