@@ -9,6 +9,7 @@ long-lived client (nsenv.LOOKUP_CLIENT) runs lookups on request, so one process 
 one mapping throughout.
 """
 import json
+import signal
 import subprocess
 from pathlib import Path
 
@@ -55,7 +56,7 @@ def wait_refreshed(n, name, pred):
     def ok():
         r = n.ns.run(["getent", "passwd", name])
         return pred(r)
-    assert nsenv.wait_for(ok, timeout=15), f"the daemon did not pick up the change of {name}"
+    assert nsenv.wait_for(ok, timeout=15)[0], f"the daemon did not pick up the change of {name}"
 
 
 @pytest.fixture
@@ -95,7 +96,7 @@ def test_a_change_in_the_store_reaches_a_process_holding_the_map(nscd):
         assert c.ask("pwuid 7000")[4] == "changed"
         # a group loses a member: the group and its users' lists follow
         nsenv.write_atomic(nscd.d.group, DOMAIN_GROUP.replace("cacheonly,member", "member"))
-        assert nsenv.wait_for(lambda: c.ask("gr cachegrp")[3] == ["member"], timeout=15)
+        assert nsenv.wait_for(lambda: c.ask("gr cachegrp")[3] == ["member"], timeout=15)[0]
         assert 7100 not in c.ask("gl cacheonly:7000")
         # the user goes
         nsenv.write_atomic(nscd.d.passwd, DOMAIN_PASSWD.split("\n", 1)[1])
@@ -150,5 +151,46 @@ def test_invalidate_group_drops_the_host_groups_in_the_lists(nscd):
         assert reply == b"\0\0\0\0"
         got = c.ask("gl cacheonly:7000")
         assert 7300 not in got and 7100 in got  # the host's list asked again
+    finally:
+        c.close()
+
+
+def test_shared_off_sends_every_lookup_to_the_socket(daemons):
+    """nscd_shared = false, as nscd.conf's "shared no": GETFD is refused at
+    once, glibc never asks for a map again, and the daemon sees every lookup."""
+    n = NscdDaemon(daemons, "nscd_shared = false\n").start()
+    c = Client(n)
+    try:
+        first = c.ask("pw cacheonly")
+        assert first[:4] == ["cacheonly", "x", 7000, 7000]
+        assert c.ask("pw cacheonly 50") == first
+        assert c.ask("pwuid 7000 20") == first
+        assert c.ask("gr cachegrp 30")[0] == "cachegrp"
+        assert requests(n, "getpwbyname") == 51
+        assert requests(n, "getpwbyuid") == 20
+        assert requests(n, "getgrbyname") == 30
+        assert requests(n, "getfdpw") == 1 and requests(n, "getfdgr") == 1  # refused once
+        st = status(n.d)
+        assert st["nscdmap_passwd_size"] == "0" and st["nscdmap_group_size"] == "0"  # no maps
+    finally:
+        c.close()
+
+
+def test_reload_with_shared_off_retires_the_maps(nscd):
+    """A process holding the maps when nscd_shared goes false at a reload is
+    told to fetch them again, is refused, and asks the socket from then on."""
+    c = Client(nscd)
+    try:
+        first = c.ask("pw cacheonly 10")
+        assert requests(nscd, "getpwbyname") == 1
+        text = nscd.d.conf.read_text()
+        nscd.d.conf.write_text(text.replace("[idcache]\n", "[idcache]\nnscd_shared = false\n", 1))
+        nscd.d.signal(signal.SIGHUP)
+        gone = lambda: status(nscd.d)["nscdmap_passwd_size"] == "0"
+        assert nsenv.wait_for(gone, timeout=10)[0], nscd.d.log()
+        asked = requests(nscd, "getpwbyname")
+        assert c.ask("pw cacheonly 10") == first
+        assert requests(nscd, "getpwbyname") == asked + 10
+        assert requests(nscd, "getfdpw") == 2  # asked once more, refused
     finally:
         c.close()
