@@ -9,8 +9,12 @@ long-lived client (nsenv.LOOKUP_CLIENT) runs lookups on request, so one process 
 one mapping throughout.
 """
 import json
+import os
 import signal
+import socket
+import struct
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -193,4 +197,38 @@ def test_reload_with_shared_off_retires_the_maps(nscd):
         assert requests(nscd, "getpwbyname") == asked + 10
         assert requests(nscd, "getfdpw") == 2  # asked once more, refused
     finally:
+        c.close()
+
+
+def map_fd(sock, kind, db):
+    """GETFDPW/GETFDGR by hand: the map's descriptor."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(5)
+    s.connect(str(sock))
+    s.sendall(_nscd.request(kind, db))
+    _, anc, _, _ = s.recvmsg(64, socket.CMSG_SPACE(struct.calcsize("=i")))
+    s.close()
+    return struct.unpack_from("=i", anc[0][2])[0]
+
+
+def test_a_killed_daemons_maps_are_given_up_within_a_minute(nscd):
+    """nscd_certainly_running is never set (glibc would then check no
+    timestamp, and the kernel does not clear it for a daemon that dumps
+    core): a SIGKILLed daemon's maps are stale to glibc (timestamp + 300 s
+    past) at most NSCDDB_STALE_S = 60 s after its death."""
+    c = Client(nscd)
+    fds = {}
+    try:
+        assert c.ask("pw cacheonly 5")[0] == "cacheonly"
+        fds = {db: map_fd(nscd.sock, k, db) for k, db in ((11, "passwd"), (12, "group"))}
+        nscd.d.kill()
+        killed = time.time()
+        for db, fd in fds.items():
+            _, _, _, running, stamp = struct.unpack("=iiiiq", os.pread(fd, 24, 0))
+            assert running == 0, db
+            # glibc gives the map up once stamp + 300 < now
+            assert stamp + 300 - killed <= 60 + 1, (db, stamp, killed)
+    finally:
+        for fd in fds.values():
+            os.close(fd)
         c.close()
