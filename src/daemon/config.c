@@ -320,6 +320,7 @@ static const char *const idcache_keys[] = {
     "filter_groups",
     "nscd_socket",
     "nscd_negative_ttl",
+    "nscd_shared",
 };
 
 static int key_index(const char *const *keys, size_t n, const char *key)
@@ -529,6 +530,10 @@ static void idcache_key(struct parse *ps, const char *key, const char *v)
 		if (parse_uint(v, CONFIG_NSCD_NEG_TTL_MAX, &c->nscd_negative_ttl) < 0)
 			perr(ps, "%s: '%s' is not a number of seconds from 0 to %u", key, v,
 			     CONFIG_NSCD_NEG_TTL_MAX);
+		break;
+	case 12:
+		if (parse_bool(v, &c->nscd_shared) < 0)
+			perr(ps, "%s: '%s' is not true or false", key, v);
 		break;
 	default:
 		set_memcache(ps, key, v,
@@ -1088,6 +1093,7 @@ int config_parse(const char *label, const char *text, size_t len, struct config 
 	ps.cfg->userdb.enumerate = true;
 	subid_alloc_default(&ps.cfg->subid.alloc);
 	ps.cfg->nscd_negative_ttl = CONFIG_DEFAULT_NSCD_NEG_TTL;
+	ps.cfg->nscd_shared = true; /* as nscd.conf's "shared yes" */
 	configure_inih();
 	int rc = ini_parse_stream(read_line, &ps, on_key, &ps);
 	if (rc > 0 && ps.nerr == 0)

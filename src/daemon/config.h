@@ -134,6 +134,9 @@ struct config {
 	/* How long a name or id no source holds is answered "not found"
 	 * through it without asking the host's sources again (seconds). */
 	uint32_t nscd_negative_ttl;
+	/* GETFDPW/GETFDGR answered with glibc's maps (daemon/nscdmaps.c);
+	 * false: refused, so glibc asks the socket for every lookup. */
+	bool nscd_shared;
 };
 
 /* Parse text[0..len) (need not be NUL-terminated; may hold anything) named

@@ -12,8 +12,10 @@
  * maps stay as small as what clients use.
  *
  * A map exists from the first GETFD request for it (no nscd socket, no
- * maps and no cost). What a change in the store drops from the mc maps it
- * drops here, in the same call (memcache.c); records leave at their expiry
+ * maps and no cost); with nscd_shared = false none is made and GETFD is
+ * refused, as nscd refuses it for a database not "shared": glibc then
+ * asks the socket for every lookup of that process's life. What a change in the store drops from
+ * the mc maps it drops here, in the same call (memcache.c); records leave at their expiry
  * (nscdmaps_beat: glibc checks none); a stopping daemon marks its maps so
  * clients ask the next one for new maps, and a killed one's go stale
  * within NSCDDB_STALE_S (nscddb.h).
@@ -46,6 +48,8 @@ int nscdmaps_fd(struct daemon *dm, int db, uint64_t *size)
 	*size = 0;
 	if (db != NSCDDB_PASSWD && db != NSCDDB_GROUP)
 		return -EINVAL;
+	if (!dm->cfg->nscd_shared)
+		return -ENOTSUP;
 	if (dm->nscd_maps[db] == NULL) {
 		static bool logged[2]; /* once: every GETFD would log it again */
 		int rc = nscddb_open(db, NSCDMAPS_START_SIZE, &dm->nscd_maps[db]);

@@ -188,6 +188,8 @@ int daemon_apply_config(struct daemon *dm, struct config *cfg)
 	for (int k = 0; reload && k < 3; k++)
 		daemon_mc_reset(dm, k);
 	daemon_mc_configure(dm, cfg); /* failures are logged; lookups go to the socket */
+	if (!cfg->nscd_shared)
+		nscdmaps_close(dm); /* marked: clients ask again, are refused, use the socket */
 	listener_fd_budget(cfg);
 	dm->config_gen++; /* enumeration snapshots may list other domains now */
 	idc_log_init("idcached", dm->foreground, config_effective_log_level(cfg));

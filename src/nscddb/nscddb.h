@@ -63,6 +63,24 @@
  * answer within glibc's 5 s) leaves that process without maps for good; a
  * killed daemon's records answered a minute longer are the smaller harm. A
  * writer closing marks its map as a swap does.
+ *
+ * Why nscd_certainly_running is never set, though glibc then reads the
+ * clock at every lookup: with it set glibc checks no timestamp at all, so
+ * the flag must go to 0 whenever the writer dies. nscd points one thread's
+ * clear-child-tid address at it (set_tid_address) and lets the kernel
+ * write the 0 when that thread leaves the address space. The kernel
+ * writes it only while another thread still uses that address space and
+ * never when the process dumps core (SIGSEGV, SIGABRT, SIGBUS: kept for
+ * the debugger). So a daemon that crashes, or whose flagged thread is
+ * the last to leave at a SIGKILL, leaves every client holding its map
+ * trusting it, and every record in it, for that process's life: no bound
+ * at all, where the timestamp bounds a dead writer's records to
+ * NSCDDB_STALE_S. A watcher process clearing the flag at the writer's
+ * death is killed with it by a cgroup kill or an OOM kill of the unit. On
+ * top of that a thread holds one such address, so the two maps and each
+ * swap's new map would need threads that pthread can never join. The
+ * clock read is a vDSO call: a build that set the flag measured no
+ * difference beyond the noise (docs/DESIGN.md §7).
  */
 #ifndef IDC_NSCDDB_H
 #define IDC_NSCDDB_H

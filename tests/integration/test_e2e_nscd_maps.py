@@ -9,7 +9,12 @@ long-lived client (nsenv.LOOKUP_CLIENT) runs lookups on request, so one process 
 one mapping throughout.
 """
 import json
+import os
+import signal
+import socket
+import struct
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -55,7 +60,7 @@ def wait_refreshed(n, name, pred):
     def ok():
         r = n.ns.run(["getent", "passwd", name])
         return pred(r)
-    assert nsenv.wait_for(ok, timeout=15), f"the daemon did not pick up the change of {name}"
+    assert nsenv.wait_for(ok, timeout=15)[0], f"the daemon did not pick up the change of {name}"
 
 
 @pytest.fixture
@@ -95,7 +100,7 @@ def test_a_change_in_the_store_reaches_a_process_holding_the_map(nscd):
         assert c.ask("pwuid 7000")[4] == "changed"
         # a group loses a member: the group and its users' lists follow
         nsenv.write_atomic(nscd.d.group, DOMAIN_GROUP.replace("cacheonly,member", "member"))
-        assert nsenv.wait_for(lambda: c.ask("gr cachegrp")[3] == ["member"], timeout=15)
+        assert nsenv.wait_for(lambda: c.ask("gr cachegrp")[3] == ["member"], timeout=15)[0]
         assert 7100 not in c.ask("gl cacheonly:7000")
         # the user goes
         nsenv.write_atomic(nscd.d.passwd, DOMAIN_PASSWD.split("\n", 1)[1])
@@ -151,4 +156,79 @@ def test_invalidate_group_drops_the_host_groups_in_the_lists(nscd):
         got = c.ask("gl cacheonly:7000")
         assert 7300 not in got and 7100 in got  # the host's list asked again
     finally:
+        c.close()
+
+
+def test_shared_off_sends_every_lookup_to_the_socket(daemons):
+    """nscd_shared = false, as nscd.conf's "shared no": GETFD is refused at
+    once, glibc never asks for a map again, and the daemon sees every lookup."""
+    n = NscdDaemon(daemons, "nscd_shared = false\n").start()
+    c = Client(n)
+    try:
+        first = c.ask("pw cacheonly")
+        assert first[:4] == ["cacheonly", "x", 7000, 7000]
+        assert c.ask("pw cacheonly 50") == first
+        assert c.ask("pwuid 7000 20") == first
+        assert c.ask("gr cachegrp 30")[0] == "cachegrp"
+        assert requests(n, "getpwbyname") == 51
+        assert requests(n, "getpwbyuid") == 20
+        assert requests(n, "getgrbyname") == 30
+        assert requests(n, "getfdpw") == 1 and requests(n, "getfdgr") == 1  # refused once
+        st = status(n.d)
+        assert st["nscdmap_passwd_size"] == "0" and st["nscdmap_group_size"] == "0"  # no maps
+    finally:
+        c.close()
+
+
+def test_reload_with_shared_off_retires_the_maps(nscd):
+    """A process holding the maps when nscd_shared goes false at a reload is
+    told to fetch them again, is refused, and asks the socket from then on."""
+    c = Client(nscd)
+    try:
+        first = c.ask("pw cacheonly 10")
+        assert requests(nscd, "getpwbyname") == 1
+        text = nscd.d.conf.read_text()
+        nscd.d.conf.write_text(text.replace("[idcache]\n", "[idcache]\nnscd_shared = false\n", 1))
+        nscd.d.signal(signal.SIGHUP)
+        gone = lambda: status(nscd.d)["nscdmap_passwd_size"] == "0"
+        assert nsenv.wait_for(gone, timeout=10)[0], nscd.d.log()
+        asked = requests(nscd, "getpwbyname")
+        assert c.ask("pw cacheonly 10") == first
+        assert requests(nscd, "getpwbyname") == asked + 10
+        assert requests(nscd, "getfdpw") == 2  # asked once more, refused
+    finally:
+        c.close()
+
+
+def map_fd(sock, kind, db):
+    """GETFDPW/GETFDGR by hand: the map's descriptor."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(5)
+    s.connect(str(sock))
+    s.sendall(_nscd.request(kind, db))
+    _, anc, _, _ = s.recvmsg(64, socket.CMSG_SPACE(struct.calcsize("=i")))
+    s.close()
+    return struct.unpack_from("=i", anc[0][2])[0]
+
+
+def test_a_killed_daemons_maps_are_given_up_within_a_minute(nscd):
+    """nscd_certainly_running is never set (glibc would then check no
+    timestamp, and the kernel does not clear it for a daemon that dumps
+    core): a SIGKILLed daemon's maps are stale to glibc (timestamp + 300 s
+    past) at most NSCDDB_STALE_S = 60 s after its death."""
+    c = Client(nscd)
+    fds = {}
+    try:
+        assert c.ask("pw cacheonly 5")[0] == "cacheonly"
+        fds = {db: map_fd(nscd.sock, k, db) for k, db in ((11, "passwd"), (12, "group"))}
+        nscd.d.kill()
+        killed = time.time()
+        for db, fd in fds.items():
+            _, _, _, running, stamp = struct.unpack("=iiiiq", os.pread(fd, 24, 0))
+            assert running == 0, db
+            # glibc gives the map up once stamp + 300 < now
+            assert stamp + 300 - killed <= 60 + 1, (db, stamp, killed)
+    finally:
+        for fd in fds.values():
+            os.close(fd)
         c.close()

@@ -63,6 +63,7 @@ static void test_nscd_socket(void **state)
 	struct config *c = parse_ok(dom);
 	assert_null(c->nscd_socket); /* off by default */
 	assert_int_equal(c->nscd_negative_ttl, 20);
+	assert_true(c->nscd_shared); /* maps handed out, as nscd's "shared yes" */
 	config_free(c);
 	snprintf(text, sizeof(text),
 		 "[idcache]\nnscd_socket = /var/run/nscd/socket\nnscd_negative_ttl = 0\n%s", dom);
@@ -70,6 +71,12 @@ static void test_nscd_socket(void **state)
 	assert_string_equal(c->nscd_socket, "/var/run/nscd/socket");
 	assert_int_equal(c->nscd_negative_ttl, 0);
 	config_free(c);
+	snprintf(text, sizeof(text), "[idcache]\nnscd_shared = false\n%s", dom);
+	c = parse_ok(text);
+	assert_false(c->nscd_shared);
+	config_free(c);
+	snprintf(text, sizeof(text), "[idcache]\nnscd_shared = maybe\n%s", dom);
+	expect_error(text, "t.conf:2: nscd_shared: 'maybe' is not true or false");
 	snprintf(text, sizeof(text), "[idcache]\nnscd_socket = run/socket\n%s", dom);
 	expect_error(text, "t.conf:2: nscd_socket: 'run/socket' is not an absolute path");
 	snprintf(text, sizeof(text), "[idcache]\nnscd_socket = /%0120d\n%s", 0, dom);

@@ -76,6 +76,9 @@ static struct proto_str ps(const char *s)
 	return (struct proto_str){s, (uint32_t)strlen(s)};
 }
 
+/* The configuration a daemon with maps has (nscd_shared's default). */
+static struct config shared_cfg = {.nscd_shared = true};
+
 static void put_alice(struct daemon *dm, int64_t expire)
 {
 	struct proto_passwd pw = {ps("alice"), ps("x"),       5001,         5001,
@@ -86,7 +89,7 @@ static void put_alice(struct daemon *dm, int64_t expire)
 static void test_maps_follow(void **state)
 {
 	(void)state;
-	struct daemon dm = {0};
+	struct daemon dm = {.cfg = &shared_cfg};
 	assert_false(nscdmaps_on(&dm));
 	put_alice(&dm, time(NULL) + 300); /* no map yet: nothing kept */
 	uint64_t size;
@@ -148,12 +151,28 @@ static void test_maps_follow(void **state)
 	munmap((void *)(uintptr_t)gr.base, gr.len);
 }
 
+/* nscd_shared = false: no map is made, GETFD is refused, puts keep nothing. */
+static void test_shared_off(void **state)
+{
+	(void)state;
+	struct config cfg = {.nscd_shared = false};
+	struct daemon dm = {.cfg = &cfg};
+	uint64_t size = 1;
+	assert_int_equal(nscdmaps_fd(&dm, 0, &size), -ENOTSUP);
+	assert_int_equal(nscdmaps_fd(&dm, 1, &size), -ENOTSUP);
+	assert_int_equal(size, 0);
+	put_alice(&dm, time(NULL) + 300);
+	assert_false(nscdmaps_on(&dm));
+	nscdmaps_beat(&dm);
+	nscdmaps_close(&dm);
+}
+
 /* memcache.c's entry points carry every change to glibc's maps, with the
  * mc maps disabled (NULL writers) as with them. */
 static void test_memcache_hooks(void **state)
 {
 	(void)state;
-	struct daemon dm = {0};
+	struct daemon dm = {.cfg = &shared_cfg};
 	struct client_map pw = client_map(&dm, 0), gr = client_map(&dm, 1);
 	struct proto_passwd alice = {ps("alice"), ps("x"),       5001,         5001,
 				     ps("Alice"), ps("/home/a"), ps("/bin/sh")};
@@ -213,6 +232,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_maps_follow),
 	    cmocka_unit_test(test_memcache_hooks),
+	    cmocka_unit_test(test_shared_off),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
