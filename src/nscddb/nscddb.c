@@ -794,7 +794,7 @@ int nscddb_put_passwd(struct nscddb *m, const struct nscddb_passwd *pw, unsigned
 		total += len[i] = strlen(s[i]) + 1;
 	char idk[16];
 	size_t idlen = id_key(pw->uid, idk);
-	struct rec_out r = {0}; /* set by rec_open; gcc -O3 cannot tell */
+	struct rec_out r;
 	int rc = rec_open(m, &r, sizeof(struct nscddb_pw_resp) + total, idlen, 2, expire, now);
 	if (rc < 0)
 		return rc;
@@ -831,7 +831,7 @@ int nscddb_put_group(struct nscddb *m, const struct nscddb_group *gr, unsigned k
 		total += 4 + strlen(gr->members[i]) + 1;
 	char idk[16];
 	size_t idlen = id_key(gr->gid, idk);
-	struct rec_out r = {0}; /* set by rec_open; gcc -O3 cannot tell */
+	struct rec_out r;
 	int rc = rec_open(m, &r, sizeof(struct nscddb_gr_resp) + total, idlen, 2, expire, now);
 	if (rc < 0)
 		return rc;
@@ -860,7 +860,7 @@ int nscddb_put_initgroups(struct nscddb *m, const char *user, const uint32_t *gi
 	size_t ulen = strlen(user) + 1;
 	if (m->db != NSCDDB_GROUP || ulen < 2 || ulen > NSCDDB_KEY_MAX || n > INT32_MAX / 8)
 		return -EINVAL;
-	struct rec_out r = {0}; /* set by rec_open; gcc -O3 cannot tell */
+	struct rec_out r;
 	int rc = rec_open(m, &r, sizeof(struct nscddb_initgr_resp) + n * 4, ulen, 1, expire, now);
 	if (rc < 0)
 		return rc;
