@@ -52,6 +52,8 @@ static struct {
 	double seconds; /* per search measurement */
 	const char *json;
 	const char *tmp;
+	const char *store; /* section d: search this store of `users` users */
+	uint64_t users;    /* section d: users searched (0: 100,000, quick 10,000) */
 	uint64_t seed;
 } opt = {.runs = 5, .seconds = 1.0, .seed = 1};
 
@@ -791,6 +793,7 @@ struct search_thread {
 	const struct gen *g;
 	unsigned idx;
 	bool preparsed;
+	int per_txn; /* searches per read transaction */
 	pthread_barrier_t *start;
 	char (*text)[80];              /* SEARCH_POOL filter strings */
 	struct store_filter **filters; /* the same, parsed (preparsed mode) */
@@ -851,7 +854,7 @@ static int search_one(struct search_thread *st, struct store_txn *t, size_t i)
 	return rc;
 }
 
-/* Searches in read transactions of RENEW_EVERY searches until time is up. */
+/* Searches in read transactions of per_txn searches until time is up. */
 static int search_loop(struct search_thread *st)
 {
 	uint64_t t0 = idc_now_ns(), end = t0 + (uint64_t)(opt.seconds * 1e9);
@@ -861,7 +864,7 @@ static int search_loop(struct search_thread *st)
 	while (rc == 0 && idc_now_ns() < end) {
 		struct store_txn *t;
 		rc = store_txn_begin(st->s, NULL, STORE_TXN_RDONLY, &t, &st->d);
-		for (int k = 0; rc == 0 && k < RENEW_EVERY; k++) {
+		for (int k = 0; rc == 0 && k < st->per_txn; k++) {
 			rc = search_one(st, t, slot);
 			slot = (slot + 1) % SEARCH_POOL;
 			st->ops++;
@@ -897,15 +900,19 @@ static void *search_main(void *arg)
  * contention inside the process (a lock, a shared cache line, malloc)
  * lowers both. */
 static int search_run(struct store *s, const struct gen *g, unsigned nthreads, bool preparsed,
-		      double *rate, double *per_cpu)
+		      int per_txn, double *rate, double *per_cpu)
 {
 	struct search_thread st[8];
 	pthread_barrier_t start;
 	pthread_barrier_init(&start, NULL, nthreads);
 	int rc = 0;
 	for (unsigned i = 0; i < nthreads; i++) {
-		st[i] = (struct search_thread){
-		    .s = s, .g = g, .idx = i, .preparsed = preparsed, .start = &start};
+		st[i] = (struct search_thread){.s = s,
+					       .g = g,
+					       .idx = i,
+					       .preparsed = preparsed,
+					       .per_txn = per_txn,
+					       .start = &start};
 		if (pthread_create(&st[i].tid, NULL, search_main, &st[i]) != 0) {
 			/* the started ones wait at the barrier for ever: stop here */
 			fail(-EAGAIN, NULL, "pthread_create");
@@ -929,12 +936,14 @@ static int search_run(struct store *s, const struct gen *g, unsigned nthreads, b
 	return rc;
 }
 
-static void search_report(unsigned threads, bool preparsed, double rate, double per_cpu, long ncpu)
+static void search_report(unsigned threads, bool preparsed, int per_txn, double rate,
+			  double per_cpu, long ncpu)
 {
 	char label[80];
 	double cores = threads < ncpu ? threads : (double)ncpu;
-	snprintf(label, sizeof(label), "uid=<random>, %u thread%s, %s", threads,
-		 threads > 1 ? "s" : "", preparsed ? "pre-parsed" : "parse+search");
+	snprintf(label, sizeof(label), "uid=<random>, %u thread%s, %s%s", threads,
+		 threads > 1 ? "s" : "", preparsed ? "pre-parsed" : "parse+search",
+		 per_txn == 1 ? ", txn each" : "");
 	result(label, rate, rate, rate, 1, "searches/s");
 	note("%.0f per core (%g core%s busy); budget >= 1,000,000/s per core: %s", rate / cores,
 	     cores, cores > 1 ? "s" : "",
@@ -947,27 +956,34 @@ static void search_report(unsigned threads, bool preparsed, double rate, double 
 static int bench_d(void)
 {
 	static const unsigned threads[] = {1, 2, 4};
-	uint64_t users = opt.quick ? 10000 : 100000;
+	uint64_t users = opt.users ? opt.users : opt.quick ? 10000 : 100000;
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-	const char *dir;
+	const char *dir = opt.store;
 	struct store *s = NULL;
 	struct gen *g = NULL;
 	struct idc_diag d = {{0}};
-	int rc = fixture_get(users, &dir);
+	int rc = dir ? 0 : fixture_get(users, &dir);
 	rc = rc < 0 ? rc : open_store(dir, true, STORE_RDONLY, &s, &d);
 	if (rc < 0)
 		return fail(rc, &d, "search store");
 	rc = make_gen(users, &g);
 	printf("  (%llu users; base %s, subtree; %.1f s per row; read txn renewed every %d\n"
-	       "   searches; %ld CPUs online)\n",
+	       "   searches, or for each (\"txn each\"); %ld CPUs online)\n",
 	       (unsigned long long)users, PEOPLE, opt.seconds, RENEW_EVERY, ncpu);
 	for (int pre = 0; rc == 0 && pre < 2; pre++) {
 		for (size_t i = 0; rc == 0 && i < IDC_ARRAY_SIZE(threads); i++) {
 			double rate, per_cpu;
-			rc = search_run(s, g, threads[i], pre, &rate, &per_cpu);
+			rc = search_run(s, g, threads[i], pre, RENEW_EVERY, &rate, &per_cpu);
 			if (rc == 0)
-				search_report(threads[i], pre, rate, per_cpu, ncpu);
+				search_report(threads[i], pre, RENEW_EVERY, rate, per_cpu, ncpu);
 		}
+	}
+	/* The daemon's pattern: a read transaction per lookup (batch). */
+	for (unsigned n = 1; rc == 0 && n <= 2; n++) {
+		double rate, per_cpu;
+		rc = search_run(s, g, n, false, 1, &rate, &per_cpu);
+		if (rc == 0)
+			search_report(n, false, 1, rate, per_cpu, ncpu);
 	}
 	if (g)
 		gen_free(g);
@@ -1125,7 +1141,8 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: store_bench [--quick] [--only a,b,c,d,e] [--json FILE] [--runs N]\n"
-		"                   [--seconds S] [--nosync] [--seed S]\n"
+		"                   [--seconds S] [--nosync] [--seed S] [--keep]\n"
+		"                   [--users N] [--store DIR]\n"
 		"  --quick    small sizes (CI smoke, well under 20 s)\n"
 		"  --only     sections: a adds/raw LMDB, b per-add cost, c import,\n"
 		"             d search, e export\n"
@@ -1133,6 +1150,10 @@ static void usage(FILE *f)
 		"  --runs     runs per median (default 5, quick 3; max %d)\n"
 		"  --seconds  duration of each search row (default 1, quick 0.2)\n"
 		"  --nosync   no fsync at commit (STORE_NOSYNC / MDB_NOSYNC)\n"
+		"  --keep     leave the imported stores (their paths are printed)\n"
+		"  --users    users of the store section d searches (default 100,000)\n"
+		"  --store    section d searches this store (one --keep left, of --users\n"
+		"             users and the same --seed) instead of importing one\n"
 		"Temporary stores go under $TMPDIR (default /tmp).\n",
 		MAX_RUNS);
 }
@@ -1158,6 +1179,7 @@ static int parse_args(int argc, char **argv)
 	    {"json", required_argument, NULL, 'j'},    {"runs", required_argument, NULL, 'r'},
 	    {"seconds", required_argument, NULL, 's'}, {"nosync", no_argument, NULL, 'n'},
 	    {"seed", required_argument, NULL, 'S'},    {"keep", no_argument, NULL, 'k'},
+	    {"users", required_argument, NULL, 'u'},   {"store", required_argument, NULL, 'D'},
 	    {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
 	};
 	int c, runs = 0;
@@ -1179,6 +1201,10 @@ static int parse_args(int argc, char **argv)
 			opt.keep = true;
 		else if (c == 'S')
 			opt.seed = strtoull(optarg, NULL, 10);
+		else if (c == 'u' && (opt.users = strtoull(optarg, NULL, 10)) >= 100)
+			continue;
+		else if (c == 'D')
+			opt.store = optarg;
 		else
 			return c == 'h' ? 1 : -EINVAL;
 	}

@@ -81,6 +81,7 @@ int store_filter_eval(const struct store_filter *f, const struct store_entry *e,
 
 /* ==== store internals (store.c, index.c, ops.c, search.c, check.c) ========== */
 #include <lmdb.h>
+#include <stdatomic.h>
 
 #define STORE_FORMAT_VERSION 2 /* 2: text keys prepared by RFC 4518 */
 #define STORE_MAX_INDEXES    120
@@ -108,6 +109,9 @@ struct store {
 	unsigned flags; /* store_open_flags */
 	size_t map_size;
 	uint64_t commits;
+	/* The last read transaction ended, reset: the next read renews it
+	 * (store.c, spare_take). NULL when none. */
+	_Atomic(struct store_txn *) spare;
 };
 
 /* Decoded-entry scratch: arrays reused across decodes. */
@@ -245,3 +249,4 @@ int ldif_import_run(struct store_txn *t, struct ldif_reader *r, struct ldif_impo
 
 /* search.c: release what searches kept in t (t->smem). */
 void store_search_mem_free(struct store_txn *t);
+void store_search_mem_reset(struct store_txn *t);
