@@ -46,6 +46,7 @@ static const char *const bench_indexes[] = {"uid", "cn", "objectClass", "uidNumb
 static struct {
 	bool quick;
 	bool nosync;
+	bool writemap; /* sections a and b: stores opened STORE_WRITEMAP */
 	bool keep;     /* leave the imported stores for a look afterwards */
 	unsigned only; /* bit per section, 0: all */
 	unsigned runs;
@@ -247,7 +248,7 @@ static int open_store(const char *dir, bool indexed, unsigned flags, struct stor
 		      struct idc_diag *d)
 {
 	struct store_options o = {
-	    .flags = flags | (opt.nosync ? STORE_NOSYNC : 0),
+	    .flags = flags | (opt.nosync ? STORE_NOSYNC : 0) | (opt.writemap ? STORE_WRITEMAP : 0),
 	    .map_size = BIG_MAP,
 	    .indexes = indexed ? bench_indexes : NULL,
 	    .nindexes = indexed ? IDC_ARRAY_SIZE(bench_indexes) : 0,
@@ -439,7 +440,10 @@ static int raw_open(const char *dir, MDB_env **env, MDB_dbi dbi[RAW_NDB])
 	int rc = mdb_env_create(env);
 	rc = rc ? rc : mdb_env_set_maxdbs(*env, 16);
 	rc = rc ? rc : mdb_env_set_mapsize(*env, (size_t)1 << 30);
-	rc = rc ? rc : mdb_env_open(*env, dir, opt.nosync ? MDB_NOSYNC : 0, 0644);
+	rc = rc ? rc
+		: mdb_env_open(*env, dir,
+			       (opt.nosync ? MDB_NOSYNC : 0) | (opt.writemap ? MDB_WRITEMAP : 0),
+			       0644);
 	rc = rc ? rc : mdb_txn_begin(*env, NULL, 0, &txn);
 	for (unsigned i = 0; rc == 0 && i < RAW_NDB; i++) {
 		unsigned fl = MDB_CREATE | (i == RAW_ID2ENTRY ? MDB_INTEGERKEY : 0) |
@@ -1151,6 +1155,7 @@ static void usage(FILE *f)
 		"  --seconds  duration of each search row (default 1, quick 0.2)\n"
 		"  --nosync   no fsync at commit (STORE_NOSYNC / MDB_NOSYNC)\n"
 		"  --keep     leave the imported stores (their paths are printed)\n"
+		"  --writemap open the stores STORE_WRITEMAP (as `db import` does)\n"
 		"  --users    users of the store section d searches (default 100,000)\n"
 		"  --store    section d searches this store (one --keep left, of --users\n"
 		"             users and the same --seed) instead of importing one\n"
@@ -1175,12 +1180,19 @@ static unsigned parse_only(const char *s)
 static int parse_args(int argc, char **argv)
 {
 	static const struct option lo[] = {
-	    {"quick", no_argument, NULL, 'q'},         {"only", required_argument, NULL, 'o'},
-	    {"json", required_argument, NULL, 'j'},    {"runs", required_argument, NULL, 'r'},
-	    {"seconds", required_argument, NULL, 's'}, {"nosync", no_argument, NULL, 'n'},
-	    {"seed", required_argument, NULL, 'S'},    {"keep", no_argument, NULL, 'k'},
-	    {"users", required_argument, NULL, 'u'},   {"store", required_argument, NULL, 'D'},
-	    {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
+	    {"quick", no_argument, NULL, 'q'},
+	    {"only", required_argument, NULL, 'o'},
+	    {"json", required_argument, NULL, 'j'},
+	    {"runs", required_argument, NULL, 'r'},
+	    {"seconds", required_argument, NULL, 's'},
+	    {"nosync", no_argument, NULL, 'n'},
+	    {"seed", required_argument, NULL, 'S'},
+	    {"keep", no_argument, NULL, 'k'},
+	    {"writemap", no_argument, NULL, 'w'},
+	    {"users", required_argument, NULL, 'u'},
+	    {"store", required_argument, NULL, 'D'},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
 	};
 	int c, runs = 0;
 	double seconds = 0;
@@ -1199,6 +1211,8 @@ static int parse_args(int argc, char **argv)
 			opt.nosync = true;
 		else if (c == 'k')
 			opt.keep = true;
+		else if (c == 'w')
+			opt.writemap = true;
 		else if (c == 'S')
 			opt.seed = strtoull(optarg, NULL, 10);
 		else if (c == 'u' && (opt.users = strtoull(optarg, NULL, 10)) >= 100)
@@ -1215,6 +1229,9 @@ static int parse_args(int argc, char **argv)
 
 static const char *durability(void)
 {
+	if (opt.writemap)
+		return opt.nosync ? "no-sync, STORE_WRITEMAP (MDB_NOSYNC | MDB_WRITEMAP)"
+				  : "durable, STORE_WRITEMAP (msync at every commit)";
 	return opt.nosync ? "no-sync (STORE_NOSYNC / MDB_NOSYNC: no fsync at commit)"
 			  : "durable (fsync at every commit, store and raw LMDB alike)";
 }
