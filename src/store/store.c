@@ -339,8 +339,8 @@ static void txn_unlock(struct store_txn *t)
  * txn, LMDB's txn and the search memory every time: an ended read
  * transaction is reset (mdb_txn_reset: it holds no snapshot, so it keeps
  * no pages from reuse) and parked, and the next read renews it, seeing the
- * newest commit as a fresh begin does. One slot per store; MDB_NOTLS lets
- * any thread renew it. */
+ * newest commit as a fresh begin does. A few slots per store (threads
+ * reading at once each find one); MDB_NOTLS lets any thread renew one. */
 
 static void spare_free(struct store_txn *t)
 {
@@ -350,14 +350,18 @@ static void spare_free(struct store_txn *t)
 
 static struct store_txn *spare_take(struct store *s, unsigned flags)
 {
-	struct store_txn *t = atomic_exchange(&s->spare, NULL);
-	if (t && mdb_txn_renew(t->txn) != 0) {
-		spare_free(t);
-		t = NULL;
+	for (size_t i = 0; i < STORE_SPARE_TXNS; i++) {
+		if (!atomic_load_explicit(&s->spare[i], memory_order_relaxed))
+			continue;
+		struct store_txn *t = atomic_exchange(&s->spare[i], NULL);
+		if (t && mdb_txn_renew(t->txn) == 0) {
+			t->flags = flags;
+			return t;
+		}
+		if (t)
+			spare_free(t);
 	}
-	if (t)
-		t->flags = flags;
-	return t;
+	return NULL;
 }
 
 static void spare_put(struct store_txn *t)
@@ -365,16 +369,21 @@ static void spare_put(struct store_txn *t)
 	store_search_mem_reset(t);
 	idc_arena_reset(&t->arena);
 	mdb_txn_reset(t->txn);
-	struct store_txn *none = NULL;
-	if (!atomic_compare_exchange_strong(&t->s->spare, &none, t))
-		spare_free(t);
+	for (size_t i = 0; i < STORE_SPARE_TXNS; i++) {
+		struct store_txn *none = NULL;
+		if (atomic_compare_exchange_strong(&t->s->spare[i], &none, t))
+			return;
+	}
+	spare_free(t);
 }
 
 static void spare_drop(struct store *s)
 {
-	struct store_txn *t = atomic_exchange(&s->spare, NULL);
-	if (t)
-		spare_free(t);
+	for (size_t i = 0; i < STORE_SPARE_TXNS; i++) {
+		struct store_txn *t = atomic_exchange(&s->spare[i], NULL);
+		if (t)
+			spare_free(t);
+	}
 }
 
 int store_txn_begin(struct store *s, struct store_txn *parent, unsigned flags,

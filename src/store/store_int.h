@@ -85,6 +85,7 @@ int store_filter_eval(const struct store_filter *f, const struct store_entry *e,
 
 #define STORE_FORMAT_VERSION 2 /* 2: text keys prepared by RFC 4518 */
 #define STORE_MAX_INDEXES    120
+#define STORE_SPARE_TXNS     4 /* reset read txns kept for reuse */
 /* LMDB's largest key with default page size is 511; index keys at or past
  * this length become a prefix plus a 64-bit hash of the whole value, and
  * every candidate is re-checked against the filter anyway. */
@@ -109,9 +110,10 @@ struct store {
 	unsigned flags; /* store_open_flags */
 	size_t map_size;
 	uint64_t commits;
-	/* The last read transaction ended, reset: the next read renews it
-	 * (store.c, spare_take). NULL when none. */
-	_Atomic(struct store_txn *) spare;
+	/* Read transactions ended, reset, for the next reads to renew
+	 * (store.c, spare_take); a slot per thread that reads at once, up to
+	 * STORE_SPARE_TXNS. NULL when empty. */
+	_Atomic(struct store_txn *) spare[STORE_SPARE_TXNS];
 };
 
 /* Decoded-entry scratch: arrays reused across decodes. */
