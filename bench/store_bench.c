@@ -46,12 +46,15 @@ static const char *const bench_indexes[] = {"uid", "cn", "objectClass", "uidNumb
 static struct {
 	bool quick;
 	bool nosync;
+	bool writemap; /* sections a and b: stores opened STORE_WRITEMAP */
 	bool keep;     /* leave the imported stores for a look afterwards */
 	unsigned only; /* bit per section, 0: all */
 	unsigned runs;
 	double seconds; /* per search measurement */
 	const char *json;
 	const char *tmp;
+	const char *store; /* section d: search this store of `users` users */
+	uint64_t users;    /* section d: users searched (0: 100,000, quick 10,000) */
 	uint64_t seed;
 } opt = {.runs = 5, .seconds = 1.0, .seed = 1};
 
@@ -245,7 +248,7 @@ static int open_store(const char *dir, bool indexed, unsigned flags, struct stor
 		      struct idc_diag *d)
 {
 	struct store_options o = {
-	    .flags = flags | (opt.nosync ? STORE_NOSYNC : 0),
+	    .flags = flags | (opt.nosync ? STORE_NOSYNC : 0) | (opt.writemap ? STORE_WRITEMAP : 0),
 	    .map_size = BIG_MAP,
 	    .indexes = indexed ? bench_indexes : NULL,
 	    .nindexes = indexed ? IDC_ARRAY_SIZE(bench_indexes) : 0,
@@ -437,7 +440,10 @@ static int raw_open(const char *dir, MDB_env **env, MDB_dbi dbi[RAW_NDB])
 	int rc = mdb_env_create(env);
 	rc = rc ? rc : mdb_env_set_maxdbs(*env, 16);
 	rc = rc ? rc : mdb_env_set_mapsize(*env, (size_t)1 << 30);
-	rc = rc ? rc : mdb_env_open(*env, dir, opt.nosync ? MDB_NOSYNC : 0, 0644);
+	rc = rc ? rc
+		: mdb_env_open(*env, dir,
+			       (opt.nosync ? MDB_NOSYNC : 0) | (opt.writemap ? MDB_WRITEMAP : 0),
+			       0644);
 	rc = rc ? rc : mdb_txn_begin(*env, NULL, 0, &txn);
 	for (unsigned i = 0; rc == 0 && i < RAW_NDB; i++) {
 		unsigned fl = MDB_CREATE | (i == RAW_ID2ENTRY ? MDB_INTEGERKEY : 0) |
@@ -791,6 +797,7 @@ struct search_thread {
 	const struct gen *g;
 	unsigned idx;
 	bool preparsed;
+	int per_txn; /* searches per read transaction */
 	pthread_barrier_t *start;
 	char (*text)[80];              /* SEARCH_POOL filter strings */
 	struct store_filter **filters; /* the same, parsed (preparsed mode) */
@@ -851,7 +858,7 @@ static int search_one(struct search_thread *st, struct store_txn *t, size_t i)
 	return rc;
 }
 
-/* Searches in read transactions of RENEW_EVERY searches until time is up. */
+/* Searches in read transactions of per_txn searches until time is up. */
 static int search_loop(struct search_thread *st)
 {
 	uint64_t t0 = idc_now_ns(), end = t0 + (uint64_t)(opt.seconds * 1e9);
@@ -861,7 +868,7 @@ static int search_loop(struct search_thread *st)
 	while (rc == 0 && idc_now_ns() < end) {
 		struct store_txn *t;
 		rc = store_txn_begin(st->s, NULL, STORE_TXN_RDONLY, &t, &st->d);
-		for (int k = 0; rc == 0 && k < RENEW_EVERY; k++) {
+		for (int k = 0; rc == 0 && k < st->per_txn; k++) {
 			rc = search_one(st, t, slot);
 			slot = (slot + 1) % SEARCH_POOL;
 			st->ops++;
@@ -897,15 +904,19 @@ static void *search_main(void *arg)
  * contention inside the process (a lock, a shared cache line, malloc)
  * lowers both. */
 static int search_run(struct store *s, const struct gen *g, unsigned nthreads, bool preparsed,
-		      double *rate, double *per_cpu)
+		      int per_txn, double *rate, double *per_cpu)
 {
 	struct search_thread st[8];
 	pthread_barrier_t start;
 	pthread_barrier_init(&start, NULL, nthreads);
 	int rc = 0;
 	for (unsigned i = 0; i < nthreads; i++) {
-		st[i] = (struct search_thread){
-		    .s = s, .g = g, .idx = i, .preparsed = preparsed, .start = &start};
+		st[i] = (struct search_thread){.s = s,
+					       .g = g,
+					       .idx = i,
+					       .preparsed = preparsed,
+					       .per_txn = per_txn,
+					       .start = &start};
 		if (pthread_create(&st[i].tid, NULL, search_main, &st[i]) != 0) {
 			/* the started ones wait at the barrier for ever: stop here */
 			fail(-EAGAIN, NULL, "pthread_create");
@@ -929,12 +940,14 @@ static int search_run(struct store *s, const struct gen *g, unsigned nthreads, b
 	return rc;
 }
 
-static void search_report(unsigned threads, bool preparsed, double rate, double per_cpu, long ncpu)
+static void search_report(unsigned threads, bool preparsed, int per_txn, double rate,
+			  double per_cpu, long ncpu)
 {
 	char label[80];
 	double cores = threads < ncpu ? threads : (double)ncpu;
-	snprintf(label, sizeof(label), "uid=<random>, %u thread%s, %s", threads,
-		 threads > 1 ? "s" : "", preparsed ? "pre-parsed" : "parse+search");
+	snprintf(label, sizeof(label), "uid=<random>, %u thread%s, %s%s", threads,
+		 threads > 1 ? "s" : "", preparsed ? "pre-parsed" : "parse+search",
+		 per_txn == 1 ? ", txn each" : "");
 	result(label, rate, rate, rate, 1, "searches/s");
 	note("%.0f per core (%g core%s busy); budget >= 1,000,000/s per core: %s", rate / cores,
 	     cores, cores > 1 ? "s" : "",
@@ -947,27 +960,34 @@ static void search_report(unsigned threads, bool preparsed, double rate, double 
 static int bench_d(void)
 {
 	static const unsigned threads[] = {1, 2, 4};
-	uint64_t users = opt.quick ? 10000 : 100000;
+	uint64_t users = opt.users ? opt.users : opt.quick ? 10000 : 100000;
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-	const char *dir;
+	const char *dir = opt.store;
 	struct store *s = NULL;
 	struct gen *g = NULL;
 	struct idc_diag d = {{0}};
-	int rc = fixture_get(users, &dir);
+	int rc = dir ? 0 : fixture_get(users, &dir);
 	rc = rc < 0 ? rc : open_store(dir, true, STORE_RDONLY, &s, &d);
 	if (rc < 0)
 		return fail(rc, &d, "search store");
 	rc = make_gen(users, &g);
 	printf("  (%llu users; base %s, subtree; %.1f s per row; read txn renewed every %d\n"
-	       "   searches; %ld CPUs online)\n",
+	       "   searches, or for each (\"txn each\"); %ld CPUs online)\n",
 	       (unsigned long long)users, PEOPLE, opt.seconds, RENEW_EVERY, ncpu);
 	for (int pre = 0; rc == 0 && pre < 2; pre++) {
 		for (size_t i = 0; rc == 0 && i < IDC_ARRAY_SIZE(threads); i++) {
 			double rate, per_cpu;
-			rc = search_run(s, g, threads[i], pre, &rate, &per_cpu);
+			rc = search_run(s, g, threads[i], pre, RENEW_EVERY, &rate, &per_cpu);
 			if (rc == 0)
-				search_report(threads[i], pre, rate, per_cpu, ncpu);
+				search_report(threads[i], pre, RENEW_EVERY, rate, per_cpu, ncpu);
 		}
+	}
+	/* The daemon's pattern: a read transaction per lookup (batch). */
+	for (unsigned n = 1; rc == 0 && n <= 2; n++) {
+		double rate, per_cpu;
+		rc = search_run(s, g, n, false, 1, &rate, &per_cpu);
+		if (rc == 0)
+			search_report(n, false, 1, rate, per_cpu, ncpu);
 	}
 	if (g)
 		gen_free(g);
@@ -1125,7 +1145,8 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: store_bench [--quick] [--only a,b,c,d,e] [--json FILE] [--runs N]\n"
-		"                   [--seconds S] [--nosync] [--seed S]\n"
+		"                   [--seconds S] [--nosync] [--seed S] [--keep]\n"
+		"                   [--users N] [--store DIR]\n"
 		"  --quick    small sizes (CI smoke, well under 20 s)\n"
 		"  --only     sections: a adds/raw LMDB, b per-add cost, c import,\n"
 		"             d search, e export\n"
@@ -1133,6 +1154,11 @@ static void usage(FILE *f)
 		"  --runs     runs per median (default 5, quick 3; max %d)\n"
 		"  --seconds  duration of each search row (default 1, quick 0.2)\n"
 		"  --nosync   no fsync at commit (STORE_NOSYNC / MDB_NOSYNC)\n"
+		"  --keep     leave the imported stores (their paths are printed)\n"
+		"  --writemap open the stores STORE_WRITEMAP (as `db import` does)\n"
+		"  --users    users of the store section d searches (default 100,000)\n"
+		"  --store    section d searches this store (one --keep left, of --users\n"
+		"             users and the same --seed) instead of importing one\n"
 		"Temporary stores go under $TMPDIR (default /tmp).\n",
 		MAX_RUNS);
 }
@@ -1154,11 +1180,19 @@ static unsigned parse_only(const char *s)
 static int parse_args(int argc, char **argv)
 {
 	static const struct option lo[] = {
-	    {"quick", no_argument, NULL, 'q'},         {"only", required_argument, NULL, 'o'},
-	    {"json", required_argument, NULL, 'j'},    {"runs", required_argument, NULL, 'r'},
-	    {"seconds", required_argument, NULL, 's'}, {"nosync", no_argument, NULL, 'n'},
-	    {"seed", required_argument, NULL, 'S'},    {"keep", no_argument, NULL, 'k'},
-	    {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
+	    {"quick", no_argument, NULL, 'q'},
+	    {"only", required_argument, NULL, 'o'},
+	    {"json", required_argument, NULL, 'j'},
+	    {"runs", required_argument, NULL, 'r'},
+	    {"seconds", required_argument, NULL, 's'},
+	    {"nosync", no_argument, NULL, 'n'},
+	    {"seed", required_argument, NULL, 'S'},
+	    {"keep", no_argument, NULL, 'k'},
+	    {"writemap", no_argument, NULL, 'w'},
+	    {"users", required_argument, NULL, 'u'},
+	    {"store", required_argument, NULL, 'D'},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
 	};
 	int c, runs = 0;
 	double seconds = 0;
@@ -1177,8 +1211,14 @@ static int parse_args(int argc, char **argv)
 			opt.nosync = true;
 		else if (c == 'k')
 			opt.keep = true;
+		else if (c == 'w')
+			opt.writemap = true;
 		else if (c == 'S')
 			opt.seed = strtoull(optarg, NULL, 10);
+		else if (c == 'u' && (opt.users = strtoull(optarg, NULL, 10)) >= 100)
+			continue;
+		else if (c == 'D')
+			opt.store = optarg;
 		else
 			return c == 'h' ? 1 : -EINVAL;
 	}
@@ -1189,6 +1229,9 @@ static int parse_args(int argc, char **argv)
 
 static const char *durability(void)
 {
+	if (opt.writemap)
+		return opt.nosync ? "no-sync, STORE_WRITEMAP (MDB_NOSYNC | MDB_WRITEMAP)"
+				  : "durable, STORE_WRITEMAP (msync at every commit)";
 	return opt.nosync ? "no-sync (STORE_NOSYNC / MDB_NOSYNC: no fsync at commit)"
 			  : "durable (fsync at every commit, store and raw LMDB alike)";
 }

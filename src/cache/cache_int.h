@@ -3,6 +3,7 @@
 #define IDC_CACHE_INT_H
 
 #include <lmdb.h>
+#include <stdatomic.h>
 
 #include "cache.h"
 #include "store/store.h"
@@ -19,6 +20,9 @@ struct cache {
 	char *dir;
 	MDB_env *ts_env;
 	MDB_dbi ts_dbi;
+	/* The last reader's timestamps txn, reset; the next reader renews it
+	 * (lookup.c). Aborted before ts_env closes. NULL when none. */
+	_Atomic(MDB_txn *) ts_spare;
 	uint64_t ts_size; /* size of timestamps.mdb the writer last saw */
 	struct cache_domain_ttl ttl[CACHE_MAX_DOMAINS];
 	size_t nttl;
@@ -59,6 +63,8 @@ enum { KIND_USER = 'u', KIND_GROUP = 'g', KIND_KEYS = 'k' /* a user's SSH keys (
 /* timestamps.c */
 int ts_open(struct cache *c, struct idc_diag *d);
 void ts_close(struct cache *c);
+/* lookup.c: abort the spare read txn (before ts_env closes). */
+void ts_spare_drop(struct cache *c);
 /* Whether the open timestamps db is still whole: its meta pages sound, the
  * file no shorter than the writer last saw it (not truncated under us).
  * *size (may be NULL) gets its size; only the writer records it in

@@ -8,6 +8,33 @@
 
 #include "cache_int.h"
 
+/* A read txn on the timestamps db: the spare one renewed (the daemon
+ * begins a reader per batch of requests), else a new one. */
+static MDB_txn *ts_read_begin(struct cache *c)
+{
+	MDB_txn *t = atomic_exchange(&c->ts_spare, NULL);
+	if (t && mdb_txn_renew(t) == 0)
+		return t;
+	if (t)
+		mdb_txn_abort(t);
+	return mdb_txn_begin(c->ts_env, NULL, MDB_RDONLY, &t) == 0 ? t : NULL;
+}
+
+static void ts_read_end(struct cache *c, MDB_txn *t)
+{
+	mdb_txn_reset(t);
+	MDB_txn *none = NULL;
+	if (!atomic_compare_exchange_strong(&c->ts_spare, &none, t))
+		mdb_txn_abort(t);
+}
+
+void ts_spare_drop(struct cache *c)
+{
+	MDB_txn *t = atomic_exchange(&c->ts_spare, NULL);
+	if (t)
+		mdb_txn_abort(t);
+}
+
 int cache_reader_begin(struct cache *c, struct cache_reader **out)
 {
 	struct cache_reader *r = calloc(1, sizeof(*r));
@@ -19,8 +46,8 @@ int cache_reader_begin(struct cache *c, struct cache_reader **out)
 		free(r);
 		return rc;
 	}
-	if (!ts_healthy(c, NULL) || mdb_txn_begin(c->ts_env, NULL, MDB_RDONLY, &r->ts) != 0)
-		r->ts = NULL; /* timestamps are advisory: serve without them */
+	/* timestamps are advisory: without them (NULL) the reader serves */
+	r->ts = ts_healthy(c, NULL) ? ts_read_begin(c) : NULL;
 	*out = r;
 	return 0;
 }
@@ -31,7 +58,7 @@ void cache_reader_end(struct cache_reader *r)
 		return;
 	store_txn_abort(r->st);
 	if (r->ts)
-		mdb_txn_abort(r->ts);
+		ts_read_end(r->c, r->ts);
 	idc_arena_free(&r->arena);
 	idc_buf_free(&r->dn);
 	idc_buf_free(&r->tmp);

@@ -18,6 +18,7 @@ static void ts_paths(const struct cache *c, char path[4096], char lock[4200])
 
 static void ts_env_close(struct cache *c)
 {
+	ts_spare_drop(c);
 	if (c->ts_env)
 		mdb_env_close(c->ts_env);
 	c->ts_env = NULL;

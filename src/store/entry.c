@@ -272,15 +272,16 @@ static int scratch_reserve(struct store_scratch *sc, size_t nattrs, size_t nvals
 	return 0;
 }
 
-/* Names mostly differ in their first byte: settle that without memcmp.
- * Decoded names are never empty. */
+/* Names are short and mostly differ early: a byte loop beats a call to
+ * memcmp, which every decode otherwise makes for each name pair sharing
+ * a first byte. Decoded names are never empty. */
 static bool norm_less(struct store_val a, struct store_val b)
 {
-	if (a.ptr[0] != b.ptr[0])
-		return (unsigned char)a.ptr[0] < (unsigned char)b.ptr[0];
 	size_t n = a.len < b.len ? a.len : b.len;
-	int c = memcmp(a.ptr, b.ptr, n);
-	return c < 0 || (c == 0 && a.len < b.len);
+	for (size_t i = 0; i < n; i++)
+		if (a.ptr[i] != b.ptr[i])
+			return (unsigned char)a.ptr[i] < (unsigned char)b.ptr[i];
+	return a.len < b.len;
 }
 
 /* Values of one attribute: grows sc->vals (so earlier attrs are re-pointed
@@ -307,9 +308,9 @@ static int decode_attr(struct rd *r, struct store_scratch *sc, size_t *nv, struc
 	r->left -= (size_t)nl + ml;
 	if (*nv + cnt > sc->vcap && scratch_reserve(sc, 0, *nv + cnt))
 		return -ENOMEM;
-	a->vals = NULL;
 	a->nvals = cnt;
 	struct store_val *v = sc->vals + *nv;
+	a->vals = v;
 	for (uint32_t j = 0; j < cnt; j++) {
 		uint32_t vl;
 		if (!rd_u32(r, &vl) || !rd_bytes(r, vl, &v[j]))
@@ -340,6 +341,7 @@ int store_entry_decode(const void *p, size_t len, uint64_t id, struct store_scra
 		*ndn = nd;
 	if (na > sc->acap && scratch_reserve(sc, na, 0))
 		return -ENOMEM;
+	const struct store_val *vals = sc->vals;
 	size_t nv = 0;
 	for (uint32_t i = 0; i < na; i++) {
 		int rc = decode_attr(&r, sc, &nv, &sc->attrs[i]);
@@ -350,9 +352,9 @@ int store_entry_decode(const void *p, size_t len, uint64_t id, struct store_scra
 	}
 	if (r.left != 0)
 		return IDC_ECORRUPT;
-	/* sc->vals may have moved while growing: point attrs at it now. */
-	size_t off = 0;
-	for (uint32_t i = 0; i < na; i++) {
+	/* sc->vals moved while growing (rarely, once it fits the largest
+	 * entry seen): point the attrs decoded before at the new place. */
+	for (size_t i = 0, off = 0; sc->vals != vals && i < na; i++) {
 		sc->attrs[i].vals = &sc->vals[off];
 		off += sc->attrs[i].nvals;
 	}

@@ -136,6 +136,21 @@ static void mem_give(struct store_txn *t, struct search_mem *m)
 		mem_free(m);
 }
 
+/* Before the read transaction is reset for reuse: its cursors are closed
+ * (a later renewal might find an index dropped since) and the kept base
+ * forgotten (the next snapshot may not hold it); the buffers stay. */
+void store_search_mem_reset(struct store_txn *t)
+{
+	struct search_mem *m = t->smem;
+	if (!m)
+		return;
+	for (size_t i = 0; i < m->ncur; i++)
+		mdb_cursor_close(m->cur[i].c);
+	m->ncur = 0;
+	m->base_id = 0;
+	idc_buf_reset(&m->base_raw);
+}
+
 void store_search_mem_free(struct store_txn *t)
 {
 	if (t->smem)

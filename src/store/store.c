@@ -253,10 +253,13 @@ int store_open(const char *dir, const struct store_options *opt, struct store **
 	return 0;
 }
 
+static void spare_drop(struct store *s);
+
 void store_close(struct store *s)
 {
 	if (!s)
 		return;
+	spare_drop(s);
 	if (s->env)
 		mdb_env_close(s->env);
 	if (s->lockfd >= 0)
@@ -275,6 +278,7 @@ int store_grow(struct store *s)
 	if (s->map_size > SIZE_MAX / 2)
 		return -ENOMEM;
 	size_t size = s->map_size * 2;
+	spare_drop(s); /* nothing kept across the remap */
 	int rc = mdb_env_set_mapsize(s->env, size);
 	if (rc)
 		return store_mdb_err(rc);
@@ -329,6 +333,59 @@ static void txn_unlock(struct store_txn *t)
 		flock(t->s->lockfd, LOCK_UN);
 }
 
+/* ---- the spare read transaction ----------------------------------------------------
+ * A process doing one lookup per read transaction (the daemon answers each
+ * batch of requests in a fresh one) would otherwise allocate and free the
+ * txn, LMDB's txn and the search memory every time: an ended read
+ * transaction is reset (mdb_txn_reset: it holds no snapshot, so it keeps
+ * no pages from reuse) and parked, and the next read renews it, seeing the
+ * newest commit as a fresh begin does. A few slots per store (threads
+ * reading at once each find one); MDB_NOTLS lets any thread renew one. */
+
+static void spare_free(struct store_txn *t)
+{
+	mdb_txn_abort(t->txn);
+	txn_free(t);
+}
+
+static struct store_txn *spare_take(struct store *s, unsigned flags)
+{
+	for (size_t i = 0; i < STORE_SPARE_TXNS; i++) {
+		if (!atomic_load_explicit(&s->spare[i], memory_order_relaxed))
+			continue;
+		struct store_txn *t = atomic_exchange(&s->spare[i], NULL);
+		if (t && mdb_txn_renew(t->txn) == 0) {
+			t->flags = flags;
+			return t;
+		}
+		if (t)
+			spare_free(t);
+	}
+	return NULL;
+}
+
+static void spare_put(struct store_txn *t)
+{
+	store_search_mem_reset(t);
+	idc_arena_reset(&t->arena);
+	mdb_txn_reset(t->txn);
+	for (size_t i = 0; i < STORE_SPARE_TXNS; i++) {
+		struct store_txn *none = NULL;
+		if (atomic_compare_exchange_strong(&t->s->spare[i], &none, t))
+			return;
+	}
+	spare_free(t);
+}
+
+static void spare_drop(struct store *s)
+{
+	for (size_t i = 0; i < STORE_SPARE_TXNS; i++) {
+		struct store_txn *t = atomic_exchange(&s->spare[i], NULL);
+		if (t)
+			spare_free(t);
+	}
+}
+
 int store_txn_begin(struct store *s, struct store_txn *parent, unsigned flags,
 		    struct store_txn **out, struct idc_diag *d)
 {
@@ -337,6 +394,8 @@ int store_txn_begin(struct store *s, struct store_txn *parent, unsigned flags,
 		return idc_diag_set(d, -EROFS, "%s: store was opened read-only", s->dir);
 	if (parent && (rdonly || (parent->flags & STORE_TXN_RDONLY)))
 		return idc_diag_set(d, -EINVAL, "nested transactions must be write transactions");
+	if (rdonly && (*out = spare_take(s, flags)) != NULL)
+		return 0;
 	struct store_txn *t = calloc(1, sizeof(*t));
 	if (!t)
 		return -ENOMEM;
@@ -420,6 +479,10 @@ void store_txn_abort(struct store_txn *t)
 {
 	if (!t)
 		return;
+	if (t->flags & STORE_TXN_RDONLY) {
+		spare_put(t);
+		return;
+	}
 	mdb_txn_abort(t->txn);
 	txn_unlock(t);
 	txn_free(t);

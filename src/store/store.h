@@ -234,6 +234,9 @@ int store_txn_begin(struct store *s, struct store_txn *parent, unsigned flags,
 /* Commit; the txn is freed whatever the result. IDC_EMAPFULL: nothing was
  * written; call store_grow and run the whole transaction again. */
 int store_txn_commit(struct store_txn *t, struct idc_diag *d);
+/* An aborted read transaction is kept reset, up to STORE_SPARE_TXNS (4) per store, and renewed by
+ * the next read's begin (any thread): the same as a fresh one, without
+ * its allocations. */
 void store_txn_abort(struct store_txn *t);
 
 /* An LMDB return code as ours (MDB_MAP_FULL: IDC_EMAPFULL, MDB_CORRUPTED:

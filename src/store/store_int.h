@@ -81,9 +81,11 @@ int store_filter_eval(const struct store_filter *f, const struct store_entry *e,
 
 /* ==== store internals (store.c, index.c, ops.c, search.c, check.c) ========== */
 #include <lmdb.h>
+#include <stdatomic.h>
 
 #define STORE_FORMAT_VERSION 2 /* 2: text keys prepared by RFC 4518 */
 #define STORE_MAX_INDEXES    120
+#define STORE_SPARE_TXNS     4 /* reset read txns kept for reuse */
 /* LMDB's largest key with default page size is 511; index keys at or past
  * this length become a prefix plus a 64-bit hash of the whole value, and
  * every candidate is re-checked against the filter anyway. */
@@ -108,6 +110,10 @@ struct store {
 	unsigned flags; /* store_open_flags */
 	size_t map_size;
 	uint64_t commits;
+	/* Read transactions ended, reset, for the next reads to renew
+	 * (store.c, spare_take); a slot per thread that reads at once, up to
+	 * STORE_SPARE_TXNS. NULL when empty. */
+	_Atomic(struct store_txn *) spare[STORE_SPARE_TXNS];
 };
 
 /* Decoded-entry scratch: arrays reused across decodes. */
@@ -245,3 +251,4 @@ int ldif_import_run(struct store_txn *t, struct ldif_reader *r, struct ldif_impo
 
 /* search.c: release what searches kept in t (t->smem). */
 void store_search_mem_free(struct store_txn *t);
+void store_search_mem_reset(struct store_txn *t);

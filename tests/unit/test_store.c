@@ -458,6 +458,61 @@ static void test_search_reuse(void **state)
 	store_txn_abort(t);
 }
 
+static uint64_t first_id;
+
+static int id_cb(const struct store_entry *e, void *arg)
+{
+	(void)arg;
+	first_id = e->id;
+	return 0;
+}
+
+/* The id of the entry at dn in a new read transaction, 0 when none. */
+static uint64_t read_id(struct fx *f, const char *dn, struct store_txn **kept)
+{
+	struct store_txn *t;
+	assert_int_equal(store_txn_begin(f->s, NULL, STORE_TXN_RDONLY, &t, NULL), 0);
+	struct store_search q = {{dn, strlen(dn)}, STORE_SCOPE_BASE, NULL, 0};
+	first_id = 0;
+	int rc = store_search(t, &q, id_cb, NULL, NULL);
+	assert_true(rc == 0 || rc == -ENOENT);
+	*kept = t;
+	store_txn_abort(t);
+	return first_id;
+}
+
+/* An ended read transaction is renewed by the next: it must see what was
+ * committed since, and not the base its last search kept. */
+static void test_read_txn_renewed(void **state)
+{
+	struct fx *f = *state;
+	add_tree(f);
+	const char *eve = "uid=eve,ou=people,dc=example,dc=com";
+	struct store_txn *a, *b, *t;
+	uint64_t old = read_id(f, eve, &a);
+	assert_true(old != 0);
+	assert_int_equal(store_txn_begin(f->s, NULL, 0, &t, NULL), 0);
+	assert_int_equal(store_delete(t, (struct store_val){eve, strlen(eve)}, false, NULL), 0);
+	assert_int_equal(store_txn_commit(t, NULL), 0);
+	assert_int_equal(read_id(f, eve, &b), 0);
+	assert_int_equal(add(f, "uid=eve,ou=people,dc=example,dc=com\nobjectClass: person\n"
+				"uid: eve\ncn: Eve\nsn: Smith"),
+			 0);
+	uint64_t now = read_id(f, eve, &b);
+	assert_true(now != 0 && now != old);
+	assert_ptr_equal(a, b); /* the same transaction, renewed */
+	/* two readers at once: one renewed, one new; both end cleanly */
+	assert_int_equal(store_txn_begin(f->s, NULL, STORE_TXN_RDONLY, &a, NULL), 0);
+	assert_int_equal(store_txn_begin(f->s, NULL, STORE_TXN_RDONLY, &b, NULL), 0);
+	assert_true(a != b);
+	search_uid(a, "ou=people,dc=example,dc=com", "(uid=eve)", 0, 1);
+	search_uid(b, "ou=people,dc=example,dc=com", "(uid=bob)", 0, 1);
+	store_txn_abort(a);
+	store_txn_abort(b);
+	assert_int_equal(store_grow(f->s), 0); /* drops the spare */
+	assert_int_equal(count(f, "(uid=eve)"), 1);
+}
+
 static int add_in(struct fx *f, struct store_txn *t, const char *text)
 {
 	struct store_entry e = mk(f, text);
@@ -1345,6 +1400,7 @@ int main(void)
 	    cmocka_unit_test(test_lmdb_errors),
 	    cmocka_unit_test(test_bulk_flush_threads),
 	    cmocka_unit_test_setup_teardown(test_search_reuse, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_read_txn_renewed, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_add_parent_memo, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_bulk_runs_into_full_index, setup, teardown),
 	    T(test_reopen_keeps_data),
