@@ -16,8 +16,9 @@
 #     returns every user and `getent group | wc -l` every group (polled
 #     every POLL seconds, default 5: the figure is the end of the first
 #     complete poll). A full listing of a million users is itself a heavy
-#     client, so it runs only once the last user (group) of the LDIF is
-#     found by name, the directory's order being the LDIF's;
+#     client, so it runs only once `idcache status` shows no LDAP request
+#     in flight (the enumeration done; a miss of the probes below may
+#     hold it back by a lookup's time);
 #   - idcached's memory every second (VmRSS, VmHWM, RssAnon, RssFile and
 #     the resident part of the mapped cache.mdb from /proc/PID/smaps): the
 #     peak, and "steady" SETTLE seconds (default 20) after all is served;
@@ -156,22 +157,25 @@ PROBES=$!
 IDCACHE_MEMCACHE=no python3 "$HERE/ldap_scale_probe.py" "$W/probe-sock.txt" "$W/names" "$RATE" &
 PROBES="$PROBES $!"
 
-tu= tg= np=0 ng=0 LASTU=$(printf 'u%010d' $((10000 + NU - 1)))
+tu= tg= np=0 ng=0
 while :; do
 	[ "$(ms_since "$t0")" -gt $((TMO * 1000)) ] && { echo "# TIMEOUT after $TMO s: passwd=$np group=$ng"; break; }
 	kill -0 "$DPID" 2>/dev/null || { echo "# idcached DIED:"; tail -20 "$W/idcached.log"; break; }
-	if [ -z "$tu" ] && ! getent passwd "$LASTU" >/dev/null; then
-		echo "# $(ms_since "$t0") ms: $LASTU not found yet; $(tail -1 "$W/mem.txt" | awk '{printf "VmRSS %d MiB", $2 / 1024}')"
-	elif [ -z "$tu" ]; then
+	st=$("$IDCACHE" status --run-dir "$W/run" 2>/dev/null)
+	if ! echo "$st" | grep -qx 'domain.bench.ldap_in_flight=0' ||
+		echo "$st" | grep -qx 'domain.bench.ldap_searches=0'; then
+		echo "# $(ms_since "$t0") ms: enumeration in flight; $(tail -1 "$W/mem.txt" | awk '{printf "VmRSS %d MiB", $2 / 1024}')"
+		sleep "$POLL"
+		continue
+	fi
+	if [ -z "$tu" ]; then
 		a=$(ms_since "$t0")
 		np=$(timeout 300 getent passwd | wc -l)
 		b=$(ms_since "$t0")
 		echo "# poll ${a}-${b} ms: getent passwd -> $np lines; $(tail -1 "$W/mem.txt" | awk '{printf "VmRSS %d MiB", $2 / 1024}')"
 		[ "$np" -ge $((NU - XU)) ] && tu=$b
 	fi
-	if [ -z "$tg" ] && ! getent group "group$((NG - 1))" >/dev/null; then
-		echo "# $(ms_since "$t0") ms: group$((NG - 1)) not found yet"
-	elif [ -z "$tg" ]; then
+	if [ -z "$tg" ]; then
 		a=$(ms_since "$t0")
 		ng=$(timeout 300 getent group | wc -l)
 		b=$(ms_since "$t0")
@@ -180,10 +184,7 @@ while :; do
 	fi
 	[ -n "$tu" ] && [ -n "$tg" ] && break
 	# the daemon gave up on the rest (a limit): no use waiting
-	st=$("$IDCACHE" status --run-dir "$W/run" 2>/dev/null)
-	if echo "$st" | grep -qx 'domain.bench.ldap_in_flight=0' &&
-		! echo "$st" | grep -qx 'domain.bench.ldap_searches=0' &&
-		[ "$np" = "${np_last:-}" ] && [ "$ng" = "${ng_last:-}" ]; then
+	if [ "$np" = "${np_last:-}" ] && [ "$ng" = "${ng_last:-}" ]; then
 		echo "# no LDAP request in flight and no progress: stopped"
 		break
 	fi
