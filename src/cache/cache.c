@@ -579,6 +579,10 @@ int cache_put_user(struct cache_txn *t, const char *domain, const struct cache_u
 			      changed, d);
 }
 
+/* Members up to this index are checked for repeats by a scan as they are
+ * added; a group with more offered is checked whole by dedupe_big. */
+#define MEMBER_SCAN 64
+
 /* Member names once each, in order (memberUid values form a set). */
 static int add_members(struct cache_txn *t, struct pairs *ps, const struct cache_group *g)
 {
@@ -587,7 +591,7 @@ static int add_members(struct cache_txn *t, struct pairs *ps, const struct cache
 		const char *m = g->members[i];
 		bool dup = false;
 		/* Small groups: a scan; the hash check below covers big ones. */
-		for (size_t j = 0; j < i && !dup && i < 64; j++)
+		for (size_t j = 0; j < i && !dup && i < MEMBER_SCAN; j++)
 			dup = strcmp(g->members[j], m) == 0;
 		if (!dup && m[0])
 			rc = pairs_add(t, ps, "memberUid", m);
@@ -603,12 +607,15 @@ static int uniq_cmp(const void *a, const void *b)
 	return c ? c : (x->value.len > y->value.len) - (x->value.len < y->value.len);
 }
 
-/* Drop repeated memberUid values in big groups (sorted copy, then keep the
- * first occurrence in the original order). */
-static int dedupe_big(struct cache_txn *t, struct pairs *ps, size_t first)
+/* Drop repeated memberUid values in groups offered more than MEMBER_SCAN
+ * names (sorted copy, then keep the first occurrence in the original
+ * order). Decided on the names offered, not the values kept: those past
+ * the scan may repeat earlier ones even when fewer than MEMBER_SCAN are
+ * distinct. */
+static int dedupe_big(struct cache_txn *t, struct pairs *ps, size_t first, size_t offered)
 {
 	size_t n = ps->n - first;
-	if (n <= 64)
+	if (offered <= MEMBER_SCAN || n < 2)
 		return 0;
 	struct store_pair *arr = pairs_arr(ps) + first;
 	struct store_pair *s = malloc(n * sizeof(*s));
@@ -660,7 +667,7 @@ int cache_put_group(struct cache_txn *t, const char *domain, const struct cache_
 	if (!rc)
 		rc = add_members(t, &ps, g);
 	if (!rc)
-		rc = dedupe_big(t, &ps, first);
+		rc = dedupe_big(t, &ps, first, g->nmembers);
 	for (size_t i = 0; i < g->nmember_groups && !rc; i++) {
 		if (cache_dn_entry(&t->tmp, KIND_GROUP, domain, g->member_groups[i]))
 			return -ENOMEM;

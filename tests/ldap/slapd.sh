@@ -13,6 +13,7 @@
 #       With SLAPD_LOAD=slapadd in the environment, LDIF goes in with
 #       slapadd -q before slapd starts (large benchmark data).
 #       SLAPD_SCHEMAS: more schema files to include (absolute paths).
+#       SLAPD_MAXSIZE: back-mdb's maxsize in bytes (default 1 GiB).
 #       With SLAPD_SYNCPROV=1 the database offers content synchronization
 #       (RFC 4533: Debian's syncprov module, a session log of 100 changes,
 #       entryCSN and entryUUID indexed).
@@ -54,7 +55,7 @@ C
 	fi
 	cat <<C
 database mdb
-maxsize 1073741824
+maxsize ${SLAPD_MAXSIZE:-1073741824}
 suffix "dc=example,dc=com"
 rootdn "cn=admin,dc=example,dc=com"
 rootpw secret

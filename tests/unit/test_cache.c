@@ -705,6 +705,35 @@ static void test_ssh_keys_go_with_user(void **state)
 	assert_string_equal(keys_of(f, "alice", got, sizeof(got)), "");
 }
 
+/* A member listed twice past the first 64 names, in a group whose distinct
+ * members are fewer than 64 (an LDAP group naming each user by memberUid and
+ * by member DN): stored once, not refused as a repeated value. */
+static void test_repeats_past_the_scan(void **state)
+{
+	struct fx *f = *state;
+	enum { N = 40 };
+	char names[N][16];
+	const char *m[2 * N];
+	for (int i = 0; i < N; i++) {
+		snprintf(names[i], sizeof(names[i]), "user%d", i);
+		m[i] = m[N + i] = names[i];
+	}
+	struct cache_group g = {"both", 300, 1, m, 2 * N, NULL, 0, NULL};
+	struct cache_txn *t;
+	bool ch;
+	assert_int_equal(cache_txn_begin(f->c, &t, NULL), 0);
+	assert_int_equal(cache_domain_ensure(t, "local", 0, NULL), 0);
+	assert_int_equal(cache_put_group(t, "local", &g, &ch, NULL), 0);
+	assert_int_equal(cache_txn_commit(t, NULL), 0);
+	struct cache_reader *r;
+	assert_int_equal(cache_reader_begin(f->c, &r), 0);
+	struct cache_group out;
+	assert_int_equal(cache_group_by_name(r, dom, 1, "both", true, &out, NULL), 0);
+	assert_int_equal(out.nmembers, N);
+	assert_string_equal(out.members[N - 1], names[N - 1]);
+	cache_reader_end(r);
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
@@ -724,6 +753,7 @@ int main(void)
 	    T(test_ssh_keys),
 	    T(test_ssh_keys_go_with_user),
 	    cmocka_unit_test(test_map_full_grows),
+	    T(test_repeats_past_the_scan),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

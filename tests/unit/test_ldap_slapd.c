@@ -103,6 +103,9 @@ struct env {
 	int ep, cur;
 };
 
+/* cache.mdb's first map size for the next env_open (0: the default). */
+static size_t env_map_size;
+
 /* Fresh cache and domain; opts are "key=value" strings ending with NULL. */
 static void env_open(struct env *e, const char *uri, ...)
 {
@@ -110,7 +113,8 @@ static void env_open(struct env *e, const char *uri, ...)
 	struct idc_diag d = {{0}};
 	snprintf(e->dir, sizeof(e->dir), "%s/cache%d", tmp, seq++);
 	assert_int_equal(lh_sh("mkdir -p %s", e->dir), 0);
-	struct cache_options co = {.nosync = true};
+	struct cache_options co = {.nosync = true, .map_size = env_map_size};
+	env_map_size = 0;
 	assert_int_equal(cache_open(e->dir, &co, &e->cache, &d), 0);
 	lprov_config_init(&e->cfg, "dir");
 	assert_int_equal(lprov_config_set(&e->cfg, "ldap_uri", uri, &d), 0);
@@ -356,6 +360,25 @@ static void test_paging_enumerate(void **state)
 	uint64_t c0 = cache_durable_commits(e.cache);
 	assert_int_equal(look(&e, LPROV_LOOKUP_ENUMERATE, NULL, 0), LPROV_LOOKUP_FOUND);
 	assert_int_equal(cache_durable_commits(e.cache), c0);
+	env_close(&e);
+}
+
+/* An enumeration that fills cache.mdb's map grows it and stores all,
+ * rather than failing every page and the final transaction. */
+static void test_enumerate_grows_a_full_map(void **state)
+{
+	(void)state;
+	struct env e;
+	env_map_size = 64 << 10;
+	env_open(&e, uri(port_b, "ldap"), "ldap_schema=rfc2307bis", "enumerate=true", NULL);
+	assert_int_equal(look(&e, LPROV_LOOKUP_ENUMERATE, NULL, 0), LPROV_LOOKUP_FOUND);
+	size_t n = 0;
+	struct cache_reader *r;
+	assert_int_equal(cache_reader_begin(e.cache, &r), 0);
+	assert_int_equal(cache_enum_groups(r, "dir", count_group, &n), 0);
+	cache_reader_end(r);
+	assert_int_equal(n, 31);
+	assert_true(cached_user(&e, "carol", NULL));
 	env_close(&e);
 }
 
@@ -1070,6 +1093,7 @@ int main(void)
 	    cmocka_unit_test(test_rfc2307bis_nested_cycle),
 	    cmocka_unit_test(test_coalesce_negative_unchanged),
 	    cmocka_unit_test(test_paging_enumerate),
+	    cmocka_unit_test(test_enumerate_grows_a_full_map),
 	    cmocka_unit_test(test_refresh_expired),
 	    cmocka_unit_test(test_bad_entries),
 	    cmocka_unit_test(test_id_range_and_fields),

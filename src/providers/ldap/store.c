@@ -312,6 +312,37 @@ static void log_gone(const struct lp_req *r, const struct lp_gone_list *gl)
 			dom, nu, ng);
 }
 
+/* One attempt at lp_store's transaction: begin, write, commit or abort. */
+static int write_txn(struct lp_req *r, struct lp_track *tr, bool page, struct lp_gone_list *gl,
+		     bool mark, struct idc_diag *d)
+{
+	struct lprov_domain *ld = r->ld;
+	struct cache_txn *t;
+	int rc = cache_txn_begin(ld->cache, &t, d);
+	if (rc)
+		return rc;
+	/* what the sync feed stores stays true until it says otherwise */
+	rc = cache_domain_ensure(t, ld->cfg.name,
+				 r->kind == LP_SYNC ? 0 : ld->cfg.entry_cache_timeout, d);
+	if (!rc)
+		rc = put_entries(t, r, tr, page, d);
+	if (!rc)
+		rc = del_gone(t, ld, gl, d);
+	if (rc == -ENOENT)
+		rc = 0;
+	if (!rc && r->kind == LP_SYNC)
+		rc = lp_sync_store_state(r, t, d);
+	if (!rc && mark)
+		rc = lp_poll_store_state(r, t, d);
+	if (rc == -ENOENT)
+		rc = 0;
+	if (rc) {
+		cache_txn_abort(t);
+		return rc;
+	}
+	return cache_txn_commit(t, d);
+}
+
 /* What was found and not yet committed, in one transaction; what the
  * directory no longer has is removed (collect_gone). page: an
  * enumeration's intermediate commit (users so far, groups whose members
@@ -334,31 +365,15 @@ int lp_store(struct lp_req *r, enum lprov_lookup_result res, bool page, struct i
 		return rc;
 	}
 	struct lp_track tr;
-	lp_track_begin(r, &tr, page, &gl);
-	struct cache_txn *t;
-	rc = cache_txn_begin(ld->cache, &t, d);
-	if (rc)
-		goto out;
-	/* what the sync feed stores stays true until it says otherwise */
-	rc = cache_domain_ensure(t, ld->cfg.name,
-				 r->kind == LP_SYNC ? 0 : ld->cfg.entry_cache_timeout, d);
-	if (!rc)
-		rc = put_entries(t, r, &tr, page, d);
-	if (!rc)
-		rc = del_gone(t, ld, &gl, d);
-	if (rc == -ENOENT)
-		rc = 0;
-	if (!rc && r->kind == LP_SYNC)
-		rc = lp_sync_store_state(r, t, d);
-	if (!rc && mark)
-		rc = lp_poll_store_state(r, t, d);
-	if (rc == -ENOENT)
-		rc = 0;
-	if (rc) {
-		cache_txn_abort(t);
-		goto out;
+	/* A full map fails the whole transaction: grow it (the cache doubles
+	 * the map) and write everything again, as the files provider does. */
+	for (int tries = 0;; tries++) {
+		lp_track_begin(r, &tr, page, &gl);
+		rc = write_txn(r, &tr, page, &gl, mark, d);
+		if (rc != IDC_EMAPFULL || tries == 8 || cache_grow(ld->cache, d) != 0)
+			break;
+		lp_track_free(&tr);
 	}
-	rc = cache_txn_commit(t, d);
 	if (rc)
 		goto out;
 	ld->ncommits++;
