@@ -187,7 +187,8 @@ static void test_info(void **state)
 		assert_int_equal(lp_sync_parse_info(v, k, &m), -EPROTO);
 	free(v);
 	/* syncIdSet: a UUID of 17 bytes, and an empty set */
-	n = encode(&v, "t{[o]}", 0xa3, (const char *)uuid, (size_t)17);
+	static const unsigned char long_uuid[LP_UUID_LEN + 1] = {1};
+	n = encode(&v, "t{[o]}", 0xa3, (const char *)long_uuid, sizeof(long_uuid));
 	assert_int_equal(lp_sync_parse_info(v, n, &m), -EPROTO);
 	free(v);
 	n = encode(&v, "t{[]}", 0xa3);
