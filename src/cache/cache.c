@@ -500,6 +500,10 @@ int cache_put_entry(struct cache_txn *t, const struct store_entry *e, bool *chan
 	bool ch = false;
 	int rc = store_replace(t->st, e, &ch, d);
 	if (rc == -ENOENT) {
+		/* not stored yet: the replace's "no such entry" is no error, and
+		 * must not stand as the message of a failure of the add */
+		if (d)
+			d->msg[0] = '\0';
 		rc = store_add(t->st, e, NULL, d);
 		ch = rc == 0;
 	}

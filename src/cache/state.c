@@ -68,16 +68,7 @@ int cache_state_put(struct cache_txn *t, const char *domain, const char *key, co
 	if (!rc)
 		rc = store_entry_from_pairs(&t->arena, (struct store_val){t->dn.data, t->dn.len}, p,
 					    *value ? 3 : 2, &e, d);
-	bool ch = false;
-	if (!rc)
-		rc = store_replace(t->st, &e, &ch, d);
-	if (rc == -ENOENT) {
-		rc = store_add(t->st, &e, NULL, d);
-		ch = rc == 0;
-	}
-	if (!rc && ch)
-		t->dirty = true;
-	return rc;
+	return rc ? rc : cache_put_entry(t, &e, NULL, d);
 }
 
 int cache_state_del(struct cache_txn *t, const char *domain, const char *key, struct idc_diag *d)
