@@ -264,6 +264,17 @@ def stop_checked_by_valgrind(d, vglog, timeout=120):
     return report
 
 
+def end_checked_run(d, base, ok):
+    """The finally of a test that ran a daemon under valgrind in base: a
+    daemon still running is killed; base is kept for a look unless the
+    test passed (ok)."""
+    if d.alive():
+        d.proc.kill()
+        d.proc.wait()
+    if ok:
+        remove_tree(base)
+
+
 def daemon_sys_files(where):
     """Write where/passwd and where/group: the host's files plus the daemon's
     user and group. Returns their paths."""

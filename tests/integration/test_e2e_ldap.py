@@ -1105,11 +1105,7 @@ def test_ldap_daemon_under_valgrind(env, idcached_bin, nss_module_dir, idcache):
         ok = True
     finally:
         bh.close()
-        if d.alive():
-            d.proc.kill()
-            d.proc.wait()
-        if ok:
-            nsenv.remove_tree(base)
+        nsenv.end_checked_run(d, base, ok)
 
 
 # ==== hostile values a real slapd serves =====================================================

@@ -651,8 +651,4 @@ def test_sync_daemon_under_valgrind(sp, idcached_bin, nss_module_dir, idcache):
             nsenv.stop_checked_by_valgrind(d, vglog)
         ok = True
     finally:
-        if d.alive():
-            d.proc.kill()
-            d.proc.wait()
-        if ok:
-            nsenv.remove_tree(base)
+        nsenv.end_checked_run(d, base, ok)

@@ -246,8 +246,4 @@ def test_stalled_tls_under_valgrind(env, idcached_bin, nss_module_dir):  # noqa:
     finally:
         starttls.close()
         mute.close()
-        if d.alive():
-            d.proc.kill()
-            d.proc.wait()
-        if ok:
-            nsenv.remove_tree(base)
+        nsenv.end_checked_run(d, base, ok)

@@ -543,11 +543,7 @@ def test_daemon_subids_under_valgrind(idcached_bin, nss_module_dir, as_root):
         nsenv.stop_checked_by_valgrind(d, vglog)
         ok = True
     finally:
-        if d.alive():
-            d.proc.kill()
-            d.proc.wait()
-        if ok:
-            nsenv.remove_tree(base)
+        nsenv.end_checked_run(d, base, ok)
 
 
 def test_setuid_tools_ignore_idcache_rundir(daemon, plugin_dir, tmp_path):

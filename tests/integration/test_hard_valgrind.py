@@ -90,8 +90,4 @@ def test_daemon_under_valgrind(idcached_bin, nss_module_dir, idcache, as_root):
         assert "definitely lost" not in report or "definitely lost: 0 bytes" in report, report
         ok = True
     finally:
-        if d.alive():
-            d.proc.kill()
-            d.proc.wait()
-        if ok:
-            nsenv.remove_tree(base)
+        nsenv.end_checked_run(d, base, ok)
