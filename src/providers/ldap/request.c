@@ -187,6 +187,11 @@ static enum lprov_lookup_result answer(const struct lp_req *r)
 		found = r->target != NULL;
 	if (r->kind == LPROV_LOOKUP_ENUMERATE || r->kind == LP_REFRESH || r->kind == LP_POLL)
 		found = true;
+	/* An answer cut short (a limit, a lost entry, a search that did not
+	 * succeed) proves no absence: NOTFOUND would remove the cached entry
+	 * (collect_gone) and be negative-cached. */
+	if (!found && r->partial)
+		return LPROV_LOOKUP_FAILED;
 	return found ? LPROV_LOOKUP_FOUND : LPROV_LOOKUP_NOTFOUND;
 }
 
