@@ -180,7 +180,7 @@ int ts_fail(struct cache *c, int rc, const char *what, struct idc_diag *d)
 	if (err == IDC_EMAPFULL)
 		return idc_diag_set(d, err, "%s/timestamps.mdb: %s: map full at %zu MiB", c->dir,
 				    what, c->ts_map >> 20);
-	return idc_diag_set(d, err, "%s/timestamps.mdb: %s: %s", c->dir, what, mdb_strerror(rc));
+	return idc_diag_set(d, err, "%s/timestamps.mdb: %s: %s", c->dir, what, idc_strerror(err));
 }
 
 int ts_grow(struct cache *c, struct idc_diag *d)
