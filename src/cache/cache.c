@@ -325,6 +325,7 @@ int cache_txn_begin(struct cache *c, struct cache_txn **out, struct idc_diag *d)
 	if (!t)
 		return -ENOMEM;
 	t->c = c;
+	c->ts_full = false; /* says what filled during this transaction only */
 	int rc = store_txn_begin(c->st, NULL, 0, &t->st, d);
 	/* A timestamps db damaged while open is rebuilt here, where no
 	 * transaction of ours is on it (the daemon is one thread). */

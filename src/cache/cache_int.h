@@ -26,7 +26,8 @@ struct cache {
 	_Atomic(MDB_txn *) ts_spare;
 	uint64_t ts_size; /* size of timestamps.mdb the writer last saw */
 	size_t ts_map;    /* its map size (timestamps.c) */
-	bool ts_full;     /* its map filled up: the next cache_grow grows it */
+	bool ts_full;     /* its map filled in the current (or last) transaction:
+			   * the next cache_grow grows it, not cache.mdb's */
 	struct cache_domain_ttl ttl[CACHE_MAX_DOMAINS];
 	size_t nttl;
 };
