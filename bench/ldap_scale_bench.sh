@@ -9,7 +9,8 @@
 # idcached with one LDAP domain (rfc2307bis, `enumerate = true`,
 # `ldap_sync = poll` unless --sync says otherwise; with --sync syncrepl
 # slapd loads syncprov and the first refresh comes through the feed).
-# --set adds a line to the domain's section (a limit, say).
+# --set adds a line to the domain's section (a limit, say); IDC_GLOBAL in
+# the environment, lines to [idcache] (cache_map_size = 64, say).
 #
 # The clock starts when idcached is started with an empty cache. Measured:
 #   - when `getent passwd | wc -l` (nsswitch "passwd: idcache") first
@@ -110,6 +111,7 @@ cat >"$W/idcache.conf" <<C
 run_dir = $W/run
 state_dir = $W/state
 user = root
+${IDC_GLOBAL:-}
 
 [domain/bench]
 id_provider = ldap

@@ -276,8 +276,10 @@ int cache_open(const char *state_dir, const struct cache_options *o, struct cach
 		rc = cache_store_trust(state_dir, path, d);
 	if (!rc)
 		rc = open_store(path, &so, &c->st, d);
-	if (!rc)
+	if (!rc) {
+		c->ts_map = ts_map_size(store_map_size(c->st));
 		rc = ts_open(c, d);
+	}
 	if (rc) {
 		cache_close(c);
 		return rc;
@@ -323,6 +325,7 @@ int cache_txn_begin(struct cache *c, struct cache_txn **out, struct idc_diag *d)
 	if (!t)
 		return -ENOMEM;
 	t->c = c;
+	c->ts_full = false; /* says what filled during this transaction only */
 	int rc = store_txn_begin(c->st, NULL, 0, &t->st, d);
 	/* A timestamps db damaged while open is rebuilt here, where no
 	 * transaction of ours is on it (the daemon is one thread). */
@@ -346,6 +349,8 @@ int cache_txn_begin(struct cache *c, struct cache_txn **out, struct idc_diag *d)
 
 int cache_grow(struct cache *c, struct idc_diag *d)
 {
+	if (c->ts_full) /* the transaction failed on the timestamps db's map */
+		return ts_grow(c, d);
 	int rc = store_grow(c->st);
 	if (rc)
 		return idc_diag_set(d, rc, "%s/cache.mdb: cannot grow the map: %s", c->dir,
@@ -373,10 +378,17 @@ int cache_txn_commit(struct cache_txn *t, struct idc_diag *d)
 		store_txn_abort(t->st);
 	t->st = NULL;
 	int tsrc = rc == 0 ? mdb_txn_commit(t->ts) : 0;
-	if (tsrc)
-		idc_log(IDC_LOG_WARN, "%s/timestamps.mdb: commit failed (%s); they will be rebuilt",
-			t->c->dir, idc_strerror(ts_err(t->c, tsrc)));
-	else if (rc)
+	if (tsrc) {
+		/* cache.mdb holds the entries; without their timestamps they
+		 * count as expired (served, and refreshed). A full map is
+		 * grown for the next transaction (the failed commit ended
+		 * this one). */
+		struct idc_diag why = {{0}};
+		ts_fail(t->c, tsrc, "commit failed; its entries count as expired", &why);
+		idc_log(IDC_LOG_WARN, "%s", why.msg);
+		if (t->c->ts_full && ts_grow(t->c, &why))
+			idc_log(IDC_LOG_WARN, "%s", why.msg);
+	} else if (rc)
 		mdb_txn_abort(t->ts);
 	else
 		ts_note_size(t->c);
@@ -514,13 +526,14 @@ int cache_put_entry(struct cache_txn *t, const struct store_entry *e, bool *chan
 	return rc;
 }
 
-static int touch(struct cache_txn *t, int kind, const char *domain, const char *name)
+static int touch(struct cache_txn *t, int kind, const char *domain, const char *name,
+		 struct idc_diag *d)
 {
 	uint32_t ttl = cache_domain_ttl(t->c, domain);
 	int64_t now = (int64_t)time(NULL);
 	struct ts_rec r = {now, ttl ? now + ttl : 0, 0, 0};
 	int rc = ts_key(kind, domain, name, &t->tmp);
-	return rc ? rc : ts_put(t, &t->tmp, &r);
+	return rc ? rc : ts_put(t, &t->tmp, &r, d);
 }
 
 /* The entry for name built from ps, stored (if it differs) and its
@@ -539,7 +552,7 @@ static int put_named(struct cache_txn *t, int kind, const char *domain, const ch
 	if (!rc)
 		rc = cache_put_entry(t, &e, changed, d);
 	if (!rc)
-		rc = touch(t, kind, domain, name);
+		rc = touch(t, kind, domain, name, d);
 	return rc;
 }
 
@@ -758,8 +771,10 @@ static int del_entry(struct cache_txn *t, int kind, const char *domain, const ch
 		rc = store_delete(t->st, (struct store_val){t->dn.data, t->dn.len}, false, d);
 	if (!rc)
 		t->dirty = true;
-	if (!rc && ts_key(kind, domain, name, &t->tmp) == 0)
-		ts_del(t->ts, t->c->ts_dbi, &t->tmp);
+	if (!rc)
+		rc = ts_key(kind, domain, name, &t->tmp);
+	if (!rc)
+		rc = ts_del(t, &t->tmp, d);
 	if (!rc && kind == KIND_USER)
 		rc = cache_keys_drop(t, domain, name, NULL, d); /* keys go with their user */
 	return rc;
@@ -881,14 +896,14 @@ int cache_drop_outside(struct cache_txn *t, const char *domain, uint32_t min, ui
 	return rc ? rc : drop_outside(t, KIND_GROUP, domain, gattrs, 1, min, max, groups, d);
 }
 
-/* Timestamps whose key starts with prefix: delete (rec NULL) or mark
- * expired. */
-static int ts_walk(MDB_txn *txn, MDB_dbi dbi, const struct idc_buf *prefix, bool del,
-		   const char *only_name, size_t *count)
+/* Timestamps whose key starts with prefix: delete (del) or mark expired. */
+static int ts_walk(struct cache *cc, MDB_txn *txn, const struct idc_buf *prefix, bool del,
+		   const char *only_name, size_t *count, struct idc_diag *d)
 {
 	MDB_cursor *c;
-	if (mdb_cursor_open(txn, dbi, &c))
-		return -EIO;
+	int orc = mdb_cursor_open(txn, cc->ts_dbi, &c);
+	if (orc)
+		return ts_fail(cc, orc, "cannot walk the timestamps", d);
 	MDB_val k = {prefix->len, prefix->data}, v;
 	int rc = mdb_cursor_get(c, &k, &v, prefix->len ? MDB_SET_RANGE : MDB_FIRST);
 	for (; rc == 0; rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
@@ -911,7 +926,11 @@ static int ts_walk(MDB_txn *txn, MDB_dbi dbi, const struct idc_buf *prefix, bool
 			(*count)++;
 	}
 	mdb_cursor_close(c);
-	return rc == 0 || rc == MDB_NOTFOUND ? 0 : -EIO;
+	return rc == 0 || rc == MDB_NOTFOUND
+		   ? 0
+		   : ts_fail(cc, rc,
+			     del ? "cannot remove timestamps" : "cannot mark timestamps expired",
+			     d);
 }
 
 int cache_domain_remove(struct cache_txn *t, const char *domain, struct idc_diag *d)
@@ -928,22 +947,21 @@ int cache_domain_remove(struct cache_txn *t, const char *domain, struct idc_diag
 		t->dirty = true;
 	for (int k = 0; k < 2 && !rc; k++) {
 		ts_key(k ? KIND_GROUP : KIND_USER, domain, "", &t->tmp);
-		rc = ts_walk(t->ts, t->c->ts_dbi, &t->tmp, true, NULL, NULL);
+		rc = ts_walk(t->c, t->ts, &t->tmp, true, NULL, NULL, d);
 	}
 	return rc;
 }
 
-int cache_expire(struct cache *c, const char *domain, enum cache_kind kind, const char *name,
-		 size_t *count, struct idc_diag *d)
+/* One attempt at cache_expire: a transaction of its own on the
+ * timestamps db. */
+static int expire_once(struct cache *c, const char *domain, enum cache_kind kind, const char *name,
+		       size_t *count, struct idc_diag *d)
 {
 	MDB_txn *txn;
-	if (!ts_healthy(c, NULL)) /* rebuilt by the next write transaction */
-		return idc_diag_set(d, -EIO,
-				    "timestamps.mdb is damaged; it is rebuilt at the next refresh");
-	if (mdb_txn_begin(c->ts_env, NULL, 0, &txn))
-		return idc_diag_set(d, -EIO, "timestamps.mdb: cannot begin transaction");
+	int rc = mdb_txn_begin(c->ts_env, NULL, 0, &txn);
+	if (rc)
+		return ts_fail(c, rc, "cannot begin a transaction", d);
 	struct idc_buf key = IDC_BUF_INIT;
-	int rc = 0;
 	if (count)
 		*count = 0;
 	for (int k = 0; k < 2 && !rc; k++) {
@@ -956,15 +974,32 @@ int cache_expire(struct cache *c, const char *domain, enum cache_kind kind, cons
 		else
 			rc = idc_buf_printf(&key, "%c", kc);
 		if (!rc)
-			rc = ts_walk(txn, c->ts_dbi, &key, false, name, count);
+			rc = ts_walk(c, txn, &key, false, name, count, d);
 		idc_buf_reset(&key);
 	}
 	idc_buf_free(&key);
-	if (rc || mdb_txn_commit(txn)) {
-		if (rc)
-			mdb_txn_abort(txn);
-		return idc_diag_set(d, rc ? rc : -EIO, "timestamps.mdb: expire failed");
+	if (rc) {
+		mdb_txn_abort(txn);
+		return rc;
 	}
+	rc = mdb_txn_commit(txn);
+	if (rc)
+		return ts_fail(c, rc, "cannot commit", d);
 	ts_note_size(c);
 	return 0;
+}
+
+int cache_expire(struct cache *c, const char *domain, enum cache_kind kind, const char *name,
+		 size_t *count, struct idc_diag *d)
+{
+	if (!ts_healthy(c, NULL)) /* rebuilt by the next write transaction */
+		return idc_diag_set(d, -EIO,
+				    "timestamps.mdb is damaged; it is rebuilt at the next refresh");
+	/* Marking copies pages: a full map is grown and the walk run again. */
+	for (int tries = 0;; tries++) {
+		int rc = expire_once(c, domain, kind, name, count, d);
+		if (rc != IDC_EMAPFULL || !c->ts_full || tries == CACHE_MAX_GROWS ||
+		    ts_grow(c, d) != 0)
+			return rc;
+	}
 }

@@ -9,6 +9,7 @@
 #include "store/store.h"
 
 #define CACHE_MAX_DOMAINS 32
+#define CACHE_MAX_GROWS   8 /* doublings of a map one transaction may ask for */
 
 struct cache_domain_ttl {
 	char name[CACHE_DOMAIN_MAX + 1];
@@ -24,6 +25,9 @@ struct cache {
 	 * (lookup.c). Aborted before ts_env closes. NULL when none. */
 	_Atomic(MDB_txn *) ts_spare;
 	uint64_t ts_size; /* size of timestamps.mdb the writer last saw */
+	size_t ts_map;    /* its map size (timestamps.c) */
+	bool ts_full;     /* its map filled in the current (or last) transaction:
+			   * the next cache_grow grows it, not cache.mdb's */
 	struct cache_domain_ttl ttl[CACHE_MAX_DOMAINS];
 	size_t nttl;
 };
@@ -77,11 +81,21 @@ void ts_note_size(struct cache *c);
 int ts_rebuild(struct cache *c, const char *why, struct idc_diag *d);
 /* Key "<kind><domain>\0<folded name>" into out. */
 int ts_key(int kind, const char *domain, const char *name, struct idc_buf *out);
-/* An LMDB code of the timestamps db as ours (map full: -ENOSPC). */
-int ts_err(const struct cache *c, int mdb_rc);
-int ts_put(struct cache_txn *t, const struct idc_buf *key, const struct ts_rec *r);
+/* The timestamps db's first map for a cache.mdb map of cache_map bytes. */
+#define TS_MAP_MIN ((size_t)256 << 10)
+size_t ts_map_size(size_t cache_map);
+/* An LMDB code of the timestamps db as ours; a full map is IDC_EMAPFULL
+ * and marks c->ts_full (the next cache_grow doubles this map). */
+int ts_err(struct cache *c, int mdb_rc);
+/* ts_err, with what failed in d ("<dir>/timestamps.mdb: <what>: <why>"). */
+int ts_fail(struct cache *c, int mdb_rc, const char *what, struct idc_diag *d);
+/* Double the map, bounded by cache.mdb's (-ENOSPC past it); no
+ * transaction on it may be open. */
+int ts_grow(struct cache *c, struct idc_diag *d);
+int ts_put(struct cache_txn *t, const struct idc_buf *key, const struct ts_rec *r,
+	   struct idc_diag *d);
 int ts_get(MDB_txn *txn, MDB_dbi dbi, const struct idc_buf *key, struct ts_rec *r);
-int ts_del(MDB_txn *txn, MDB_dbi dbi, const struct idc_buf *key);
+int ts_del(struct cache_txn *t, const struct idc_buf *key, struct idc_diag *d);
 
 /* sshkeys.c: remove the keys record of user name (none: 0, *changed
  * false; changed may be NULL). */

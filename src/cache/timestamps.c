@@ -1,6 +1,11 @@
 /* timestamps: lastUpdate/expiry per entry in timestamps.mdb, opened
  * MDB_NOSYNC. Disposable by design: when it cannot be opened it is deleted
- * and created anew (entries then simply count as never refreshed). */
+ * and created anew (entries then simply count as never refreshed).
+ *
+ * Its map is sized from cache.mdb's (a quarter of it) and doubled when
+ * full, like cache.mdb's, up to the size of cache.mdb's map: every entry
+ * has one record of a few dozen bytes here against hundreds there, so a
+ * timestamps db larger than that is not holding timestamps. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -29,8 +34,11 @@ static int ts_try_open(struct cache *c, const char *path)
 	int rc = mdb_env_create(&c->ts_env);
 	if (rc)
 		return rc;
-	mdb_env_set_mapsize(c->ts_env, (size_t)256 << 20);
+	mdb_env_set_mapsize(c->ts_env, c->ts_map);
 	rc = mdb_env_open(c->ts_env, path, MDB_NOSUBDIR | MDB_NOSYNC | MDB_NOTLS, 0600);
+	MDB_envinfo info;
+	if (!rc && mdb_env_info(c->ts_env, &info) == 0)
+		c->ts_map = info.me_mapsize; /* the file's own, when larger */
 	MDB_txn *txn = NULL;
 	if (!rc)
 		rc = mdb_txn_begin(c->ts_env, NULL, 0, &txn);
@@ -150,17 +158,58 @@ int ts_key(int kind, const char *domain, const char *name, struct idc_buf *out)
 	return rc ? rc : idc_buf_append(out, folded, n);
 }
 
-/* An LMDB code of the timestamps db as ours. Its map is fixed, so a full
- * one is a full disk for it, never a reason to grow cache.mdb. */
-int ts_err(const struct cache *c, int rc)
+size_t ts_map_size(size_t cache_map)
 {
-	return rc == MDB_MAP_FULL ? -ENOSPC : store_lmdb_err(c->dir, rc);
+	size_t m = cache_map / 4;
+	return m < TS_MAP_MIN ? TS_MAP_MIN : m;
 }
 
-int ts_put(struct cache_txn *t, const struct idc_buf *key, const struct ts_rec *r)
+/* An LMDB code of the timestamps db as ours. A full map is IDC_EMAPFULL,
+ * as cache.mdb's is: the caller aborts, cache_grow doubles this map (it
+ * was the one marked full), and the transaction runs again. */
+int ts_err(struct cache *c, int rc)
+{
+	if (rc == MDB_MAP_FULL)
+		c->ts_full = true;
+	return store_lmdb_err(c->dir, rc);
+}
+
+int ts_fail(struct cache *c, int rc, const char *what, struct idc_diag *d)
+{
+	int err = ts_err(c, rc);
+	if (err == IDC_EMAPFULL)
+		return idc_diag_set(d, err, "%s/timestamps.mdb: %s: map full at %zu MiB", c->dir,
+				    what, c->ts_map >> 20);
+	return idc_diag_set(d, err, "%s/timestamps.mdb: %s: %s", c->dir, what, idc_strerror(err));
+}
+
+int ts_grow(struct cache *c, struct idc_diag *d)
+{
+	size_t limit = store_map_size(c->st), size = c->ts_map * 2;
+	if (limit < TS_MAP_MIN * 2)
+		limit = TS_MAP_MIN * 2;
+	if (c->ts_map > SIZE_MAX / 2 || size > limit)
+		return idc_diag_set(
+		    d, -ENOSPC,
+		    "%s/timestamps.mdb: map full at %zu MiB, as large as cache.mdb's "
+		    "map may allow",
+		    c->dir, c->ts_map >> 20);
+	ts_spare_drop(c); /* nothing kept across the remap */
+	int rc = mdb_env_set_mapsize(c->ts_env, size);
+	if (rc)
+		return ts_fail(c, rc, "cannot grow the map", d);
+	c->ts_map = size;
+	c->ts_full = false;
+	idc_log(IDC_LOG_INFO, "%s/timestamps.mdb: map full, grown to %zu MiB", c->dir, size >> 20);
+	return 0;
+}
+
+int ts_put(struct cache_txn *t, const struct idc_buf *key, const struct ts_rec *r,
+	   struct idc_diag *d)
 {
 	MDB_val k = {key->len, key->data}, v = {sizeof(*r), (void *)r};
-	return ts_err(t->c, mdb_put(t->ts, t->c->ts_dbi, &k, &v, 0));
+	int rc = mdb_put(t->ts, t->c->ts_dbi, &k, &v, 0);
+	return rc ? ts_fail(t->c, rc, "cannot store a timestamp", d) : 0;
 }
 
 int ts_get(MDB_txn *txn, MDB_dbi dbi, const struct idc_buf *key, struct ts_rec *r)
@@ -175,9 +224,11 @@ int ts_get(MDB_txn *txn, MDB_dbi dbi, const struct idc_buf *key, struct ts_rec *
 	return 0;
 }
 
-int ts_del(MDB_txn *txn, MDB_dbi dbi, const struct idc_buf *key)
+int ts_del(struct cache_txn *t, const struct idc_buf *key, struct idc_diag *d)
 {
 	MDB_val k = {key->len, key->data};
-	int rc = mdb_del(txn, dbi, &k, NULL);
-	return rc == 0 || rc == MDB_NOTFOUND ? 0 : -EIO;
+	int rc = mdb_del(t->ts, t->c->ts_dbi, &k, NULL);
+	/* a delete copies pages too: it may fill the map */
+	return rc == 0 || rc == MDB_NOTFOUND ? 0
+					     : ts_fail(t->c, rc, "cannot remove a timestamp", d);
 }

@@ -85,6 +85,12 @@ static void status_ldap(struct domain *d, struct idc_buf *b)
 	kv(b, key, st.server);
 	snprintf(key, sizeof(key), "domain.%s.last_error", n);
 	kv(b, key, st.last_error);
+	snprintf(key, sizeof(key), "domain.%s.store_error", n);
+	kv(b, key, st.store_error ? st.store_error : "");
+	snprintf(key, sizeof(key), "domain.%s.store_error_time", n);
+	kv_time(b, key, st.store_error_time);
+	idc_buf_printf(b, "domain.%s.store_failures=%llu\n", n,
+		       (unsigned long long)st.store_failures);
 	idc_buf_printf(b,
 		       "domain.%s.ldap_searches=%llu\ndomain.%s.ldap_lookups=%llu\n"
 		       "domain.%s.ldap_joined=%llu\ndomain.%s.ldap_negative_hits=%llu\n"

@@ -321,6 +321,7 @@ static const char *const idcache_keys[] = {
     "nscd_socket",
     "nscd_negative_ttl",
     "nscd_shared",
+    "cache_map_size",
 };
 
 static int key_index(const char *const *keys, size_t n, const char *key)
@@ -534,6 +535,12 @@ static void idcache_key(struct parse *ps, const char *key, const char *v)
 	case 12:
 		if (parse_bool(v, &c->nscd_shared) < 0)
 			perr(ps, "%s: '%s' is not true or false", key, v);
+		break;
+	case 13:
+		if (parse_uint(v, CONFIG_CACHE_MAP_MAX_MB, &c->cache_map_size) < 0 ||
+		    c->cache_map_size < 1)
+			perr(ps, "%s: '%s' is not a size in MiB from 1 to %u", key, v,
+			     CONFIG_CACHE_MAP_MAX_MB);
 		break;
 	default:
 		set_memcache(ps, key, v,
@@ -1089,6 +1096,7 @@ int config_parse(const char *label, const char *text, size_t len, struct config 
 	ps.cfg->memcache_size_passwd = CONFIG_DEFAULT_MEMCACHE_MB;
 	ps.cfg->memcache_size_group = CONFIG_DEFAULT_MEMCACHE_MB;
 	ps.cfg->memcache_size_initgroups = CONFIG_DEFAULT_MEMCACHE_MB;
+	ps.cfg->cache_map_size = CONFIG_DEFAULT_CACHE_MAP_MB;
 	limits_default(&ps.cfg->limits);
 	ps.cfg->userdb.enumerate = true;
 	subid_alloc_default(&ps.cfg->subid.alloc);

@@ -22,15 +22,17 @@
 #include "subid/subid.h"
 #include "util/util.h"
 
-#define CONFIG_DEFAULT_PATH        "/etc/idcache/idcache.conf"
-#define CONFIG_DEFAULT_RUN_DIR     PROTO_DEFAULT_RUN_DIR
-#define CONFIG_DEFAULT_STATE_DIR   "/var/lib/idcache"
-#define CONFIG_DEFAULT_USER        "idcache"
-#define CONFIG_DEFAULT_TTL         5400u
-#define CONFIG_DEFAULT_MEMCACHE_MB 8u               /* per map */
-#define CONFIG_DOMAIN_MAX          CACHE_DOMAIN_MAX /* longest domain name */
-#define CONFIG_FILE_MAX            (1024u * 1024u)  /* larger config files are refused */
-#define CONFIG_LINE_MAX            4096u            /* longer lines are errors */
+#define CONFIG_DEFAULT_PATH         "/etc/idcache/idcache.conf"
+#define CONFIG_DEFAULT_RUN_DIR      PROTO_DEFAULT_RUN_DIR
+#define CONFIG_DEFAULT_STATE_DIR    "/var/lib/idcache"
+#define CONFIG_DEFAULT_USER         "idcache"
+#define CONFIG_DEFAULT_TTL          5400u
+#define CONFIG_DEFAULT_MEMCACHE_MB  8u               /* per map */
+#define CONFIG_DEFAULT_CACHE_MAP_MB 1024u            /* cache.mdb's first map */
+#define CONFIG_CACHE_MAP_MAX_MB     (1024u * 1024u)  /* 1 TiB */
+#define CONFIG_DOMAIN_MAX           CACHE_DOMAIN_MAX /* longest domain name */
+#define CONFIG_FILE_MAX             (1024u * 1024u)  /* larger config files are refused */
+#define CONFIG_LINE_MAX             4096u            /* longer lines are errors */
 
 /* Connection limits (idcache.conf(5), "CONNECTION LIMITS") */
 #define CONFIG_DEFAULT_MAX_CONNS     1024u
@@ -137,6 +139,9 @@ struct config {
 	/* GETFDPW/GETFDGR answered with glibc's maps (daemon/nscdmaps.c);
 	 * false: refused, so glibc asks the socket for every lookup. */
 	bool nscd_shared;
+	/* MiB of cache.mdb's map when the daemon opens it (the file's size
+	 * when that is larger); a full map is doubled (docs/DESIGN.md §5). */
+	uint32_t cache_map_size;
 };
 
 /* Parse text[0..len) (need not be NUL-terminated; may hold anything) named

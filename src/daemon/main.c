@@ -252,10 +252,12 @@ static int setup_privileged(struct daemon *dm, const struct config *cfg)
 	return rc;
 }
 
-static int open_cache(struct daemon *dm)
+/* The map size is read at start only: a reload keeps the open cache. */
+static int open_cache(struct daemon *dm, const struct config *cfg)
 {
 	struct idc_diag d = {{0}};
-	int rc = cache_open(dm->state_dir, NULL, &dm->cache, &d);
+	struct cache_options o = {.map_size = (size_t)cfg->cache_map_size << 20};
+	int rc = cache_open(dm->state_dir, &o, &dm->cache, &d);
 	if (rc < 0)
 		idc_log(IDC_LOG_ERR, "cannot open the cache in %s: %s", dm->state_dir,
 			d.msg[0] ? d.msg : idc_strerror(rc));
@@ -286,7 +288,7 @@ static int start(struct daemon *dm, struct config *cfg)
 	rc = rc ? rc : block_signals(dm);
 	rc = rc ? rc : setup_privileged(dm, cfg);
 	rc = rc ? rc : guard_passed_fds(dm);
-	rc = rc ? rc : open_cache(dm);
+	rc = rc ? rc : open_cache(dm, cfg);
 	dm->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	rc = rc ? rc : loop_timer_init(&dm->loop, &dm->sweep, on_sweep, dm);
 	rc = rc ? rc : loop_timer_arm(&dm->sweep, DAEMON_SWEEP_MS, DAEMON_SWEEP_MS);

@@ -99,12 +99,21 @@ int responder_finish(struct idc_buf *out, uint32_t cmd, size_t start, int rc)
 	return finish(out, cmd, start, rc);
 }
 
-/* NOTFOUND for -ENOENT; anything else is a cache failure, logged here,
- * and UNAVAIL so glibc moves on to the next source. */
+/* A directory was asked and its lookup failed (its answer could not be
+ * stored, or was cut short), and no domain before it holds the key: the
+ * answer is unknown, never "not found" (the provider logged why). */
+#define WALK_EDIRECTORY (-EAGAIN)
+
+/* NOTFOUND for -ENOENT, TRYAGAIN for WALK_EDIRECTORY; anything else is a
+ * cache failure, logged here, and UNAVAIL so glibc moves on to the next
+ * source. */
 static int reply_failure(struct idc_buf *out, uint32_t cmd, int rc)
 {
 	if (rc == -ENOENT)
 		return proto_reply_status(out, cmd, PROTO_ST_NOTFOUND, NULL);
+	if (rc == WALK_EDIRECTORY)
+		return proto_reply_status(out, cmd, PROTO_ST_TRYAGAIN,
+					  "the directory's answer could not be taken; try again");
 	idc_log(IDC_LOG_WARN, "%s: cache lookup failed: %s", proto_cmd_name(cmd), idc_strerror(rc));
 	return proto_reply_status(out, cmd, PROTO_ST_UNAVAIL, NULL);
 }
@@ -147,6 +156,7 @@ struct pending {
 	size_t next;          /* first domain whose directory may still be asked */
 	struct domain *asked; /* the domain asked last (alive while its callback runs) */
 	enum lprov_lookup_result res;
+	size_t failed_at; /* 1 + index of the domain whose lookup failed; 0: none */
 };
 
 enum { WALK_NEXT = 0, WALK_ANSWER, WALK_DEFER };
@@ -210,8 +220,10 @@ static void on_looked(enum lprov_lookup_result res, void *arg)
 {
 	struct pending *p = arg;
 	p->res = res;
-	if (res == LPROV_LOOKUP_FAILED)
+	if (res == LPROV_LOOKUP_FAILED) {
 		p->asked = NULL; /* may be a domain being freed */
+		p->failed_at = p->next;
+	}
 	if (loop_defer(&p->dm->loop, resume, p) < 0 && p->c)
 		conn_close(p->c, "out of memory"); /* p is leaked: it may still be referenced */
 }
@@ -241,8 +253,9 @@ static struct pending *pending_new(struct walk *w)
 }
 
 /* Ask domain i's directory. WALK_DEFER when the reply must wait for it,
- * else WALK_NEXT (answered at once: not found, offline, failed). */
-static int ask(struct walk *w, size_t i, int *err)
+ * else WALK_NEXT (answered at once: not found, offline, failed; *failed
+ * says which). */
+static int ask(struct walk *w, size_t i, bool *failed, int *err)
 {
 	struct domain *d = w->dm->domains[i];
 	struct pending *p = w->p ? w->p : pending_new(w);
@@ -260,6 +273,7 @@ static int ask(struct walk *w, size_t i, int *err)
 		w->c->wait = p;
 		return WALK_DEFER;
 	}
+	*failed = res == LPROV_LOOKUP_FAILED;
 	if (!w->p)
 		free(p);
 	return WALK_NEXT;
@@ -287,10 +301,17 @@ static int settle(struct walk *w, size_t i, int rc, const struct cache_meta *met
 					by_name(w->req->cmd) ? w->req->name.p : NULL, w->req->id);
 		return WALK_ANSWER;
 	}
-	int step = may_ask ? ask(w, i, err) : WALK_NEXT;
+	bool failed = !may_ask && w->p && w->p->failed_at == i + 1;
+	int step = may_ask ? ask(w, i, &failed, err) : WALK_NEXT;
 	if (step == WALK_DEFER || *err)
 		return step == WALK_DEFER ? WALK_DEFER : WALK_ANSWER;
-	return rc == 0 ? WALK_ANSWER : WALK_NEXT; /* incomplete: the cache's best */
+	if (rc == 0)
+		return WALK_ANSWER; /* incomplete: the cache's best */
+	/* Nothing cached and the directory's answer was lost: a later
+	 * domain's entry of that name may not be the one to serve. */
+	if (failed)
+		*err = WALK_EDIRECTORY;
+	return failed ? WALK_ANSWER : WALK_NEXT;
 }
 
 static int user_in(struct cache_reader *r, const struct config_domain *cfg,

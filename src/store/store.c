@@ -17,6 +17,15 @@ _Static_assert(sizeof(size_t) == sizeof(uint64_t), "ids are stored as size_t int
 #define DEFAULT_MAP ((size_t)1 << 30)
 #define MAX_GROWS   16
 
+/* Whether the write transaction open in this thread (one writer per
+ * store, and LMDB keeps a write transaction to its thread) met a full
+ * map. LMDB answers every later call on a failed transaction with
+ * MDB_BAD_TXN; after a full map that must still say "full", so that the
+ * caller grows the map even when the call that met it first was one whose
+ * error its caller set aside (a search flushing pending index writes, asked
+ * only to log). Reset when a write transaction begins. */
+static _Thread_local bool txn_met_full;
+
 int store_mdb_err(int rc)
 {
 	switch (rc) {
@@ -24,15 +33,17 @@ int store_mdb_err(int rc)
 		return 0;
 	case MDB_MAP_FULL:
 	case MDB_TXN_FULL:
+		txn_met_full = true;
 		return IDC_EMAPFULL;
 	case MDB_NOTFOUND:
 		return -ENOENT;
 	case MDB_KEYEXIST:
 		return -EEXIST;
+	case MDB_BAD_TXN:
+		return txn_met_full ? IDC_EMAPFULL : IDC_ECORRUPT;
 	case MDB_CORRUPTED:
 	case MDB_PAGE_NOTFOUND:
 	case MDB_INVALID:
-	case MDB_BAD_TXN:
 		return IDC_ECORRUPT;
 	case MDB_VERSION_MISMATCH:
 		return IDC_EVERSION;
@@ -286,6 +297,11 @@ int store_grow(struct store *s)
 	return 0;
 }
 
+size_t store_map_size(const struct store *s)
+{
+	return s->map_size;
+}
+
 /* ---- transactions --------------------------------------------------------------- */
 
 static int store_lock_writer(struct store *s, struct idc_diag *d)
@@ -410,6 +426,8 @@ int store_txn_begin(struct store *s, struct store_txn *parent, unsigned flags,
 		free(t);
 		return rc;
 	}
+	if (!rdonly && !parent)
+		txn_met_full = false;
 	if (parent)
 		rc = index_bulk_flush(parent);
 	if (!rc)

@@ -247,6 +247,8 @@ int store_lmdb_err(const char *path, int mdb_rc);
 
 /* Double the map (no transaction of this process may be open). */
 int store_grow(struct store *s);
+/* The map's size in bytes now. */
+size_t store_map_size(const struct store *s);
 
 /* Run fn in a write transaction, committing when it returns 0 and aborting
  * otherwise; on IDC_EMAPFULL (from fn or commit) grow the map and run fn

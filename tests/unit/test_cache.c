@@ -561,6 +561,144 @@ static void test_map_full_grows(void **state)
 	assert_int_equal(system(cmd), 0);
 }
 
+/* Groups g<from>..g<from+n-1> of domain "big" (ttl 3600) of 30 members
+ * each in one transaction (users u<from>..u<from+n-1> too with users
+ * set), each followed by the search an LDAP store makes for another holder
+ * of its id, whose result is set aside as the provider's logging did: the
+ * transaction's first failure. *search_full counts the searches that met
+ * the full map first: they flush the pending index writes, and a group's
+ * 30 memberUid keys make that flush likely to be what fills the map. */
+static int put_page(struct cache *c, int from, int n, bool users, int *search_full)
+{
+	struct cache_txn *t;
+	int rc = cache_txn_begin(c, &t, NULL);
+	if (!rc)
+		rc = cache_domain_ensure(t, "big", 3600, NULL);
+	char mem[30][16], name[32], other[CACHE_NAME_MAX + 1];
+	const char *mp[30];
+	for (int i = from; i < from + n && !rc; i++) {
+		snprintf(name, sizeof(name), "%c%06d", users ? 'u' : 'g', i);
+		uint32_t id = (uint32_t)(10000 + i);
+		if (users) {
+			struct cache_user u = {name,      id,        100,        "",
+					       "/home/x", "/bin/sh", (uint64_t)i};
+			rc = cache_put_user(t, "big", &u, NULL, NULL);
+		} else {
+			for (int k = 0; k < 30; k++) {
+				snprintf(mem[k], sizeof(mem[k]), "u%06d", (i * 7 + k * 131) % 9973);
+				mp[k] = mem[k];
+			}
+			struct cache_group g = {name, id, (uint64_t)i, mp, 30};
+			rc = cache_put_group(t, "big", &g, NULL, NULL);
+		}
+		int taken = rc      ? 0
+			    : users ? cache_uid_taken(t, "big", id, name, other)
+				    : cache_gid_taken(t, "big", id, name, other);
+		if (taken == IDC_EMAPFULL)
+			(*search_full)++;
+	}
+	if (rc) {
+		cache_txn_abort(t);
+		return rc;
+	}
+	return cache_txn_commit(t, NULL);
+}
+
+/* Pages of 250 users or groups into a cache whose maps start at 1 MiB (cache.mdb)
+ * and 256 KiB (timestamps.mdb): every failure is a full map, which grows,
+ * and the page runs again. */
+static int put_pages(struct cache *c, int total, bool users, int *grows, int *search_full)
+{
+	int rc = 0;
+	for (int from = 0; from < total && !rc; from += 250) {
+		while ((rc = put_page(c, from, 250, users, search_full)) == IDC_EMAPFULL &&
+		       *grows < 64) {
+			assert_int_equal(cache_grow(c, NULL), 0);
+			(*grows)++;
+		}
+	}
+	return rc;
+}
+
+static off_t file_size(const char *dir, const char *name)
+{
+	char path[160];
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	FILE *fp = fopen(path, "r");
+	assert_non_null(fp);
+	assert_int_equal(fseeko(fp, 0, SEEK_END), 0);
+	off_t n = ftello(fp);
+	fclose(fp);
+	return n;
+}
+
+/* timestamps.mdb fills up long before cache.mdb when entries are small (a
+ * million users at a 256 MiB map did): its map grows too, so every entry
+ * keeps its timestamps, and marking them all expired (which copies every
+ * page) grows it again if it must. A map that did not grow failed the
+ * pages with -ENOSPC instead. */
+static void test_timestamps_map_grows(void **state)
+{
+	(void)state;
+	char dir[] = "/tmp/idc-cache-ts-XXXXXX";
+	assert_non_null(mkdtemp(dir));
+	struct cache_options o = {.nosync = true, .map_size = 1 << 20};
+	struct cache *c;
+	assert_int_equal(cache_open(dir, &o, &c, NULL), 0);
+	int grows = 0, search_full = 0;
+	assert_int_equal(put_pages(c, 8000, true, &grows, &search_full), 0);
+	/* the timestamps outgrew their first map: the path was taken */
+	assert_true(file_size(dir, "timestamps.mdb") > (off_t)256 << 10);
+	struct cache_reader *r;
+	assert_int_equal(cache_reader_begin(c, &r), 0);
+	const char *big[] = {"big"};
+	for (int i = 0; i < 8000; i += 97) {
+		char name[32];
+		snprintf(name, sizeof(name), "u%06d", i);
+		struct cache_user u;
+		struct cache_meta m;
+		assert_int_equal(cache_user_by_name(r, big, 1, name, true, &u, &m), 0);
+		assert_true(m.last_update > 0);
+		assert_false(m.expired);
+	}
+	cache_reader_end(r);
+	size_t n = 0;
+	assert_int_equal(cache_expire(c, "big", CACHE_ANY, NULL, &n, NULL), 0);
+	assert_int_equal(n, 8000);
+	cache_close(c);
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	assert_int_equal(system(cmd), 0);
+}
+
+/* A full map met first by a search inside a write transaction (it flushes
+ * the pending index writes) whose caller sets the error aside: LMDB fails
+ * every later call of the transaction, and those failures must still say
+ * "map full" so that the map grows. They said "store data is corrupted",
+ * and an LDAP enumeration stopped storing for good. */
+static void test_full_map_met_by_a_search(void **state)
+{
+	(void)state;
+	char dir[] = "/tmp/idc-cache-srch-XXXXXX";
+	assert_non_null(mkdtemp(dir));
+	struct cache_options o = {.nosync = true, .map_size = 1 << 20};
+	struct cache *c;
+	assert_int_equal(cache_open(dir, &o, &c, NULL), 0);
+	int grows = 0, search_full = 0;
+	assert_int_equal(put_pages(c, 6000, false, &grows, &search_full), 0);
+	assert_true(search_full > 0); /* the case was met */
+	struct cache_reader *r;
+	assert_int_equal(cache_reader_begin(c, &r), 0);
+	struct cache_domain_stats st;
+	assert_int_equal(cache_domain_stats(r, "big", &st), 0);
+	assert_int_equal(st.groups, 6000);
+	cache_reader_end(r);
+	cache_close(c);
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	assert_int_equal(system(cmd), 0);
+}
+
 /* Raise last_pg in both meta pages of the LMDB file at path by n: the file
  * then ends before its last page, as it does when the pages a transaction
  * allocated and freed again were never written. Sound: nothing refers to
@@ -753,6 +891,8 @@ int main(void)
 	    T(test_ssh_keys),
 	    T(test_ssh_keys_go_with_user),
 	    cmocka_unit_test(test_map_full_grows),
+	    cmocka_unit_test(test_timestamps_map_grows),
+	    cmocka_unit_test(test_full_map_met_by_a_search),
 	    T(test_repeats_past_the_scan),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -287,6 +287,11 @@ struct lprov_domain_status {
 	int64_t since;          /* unix seconds the state began */
 	const char *server;     /* URI in use, or NULL (valid until the next call) */
 	const char *last_error; /* last connection error, "" if none */
+	/* the last answer the cache could not store ("" if none), when
+	 * (unix seconds, 0 never), and how many could not be */
+	const char *store_error;
+	int64_t store_error_time;
+	uint64_t store_failures;
 	uint64_t searches;      /* searches sent */
 	uint64_t lookups;       /* lookups started (not joined, not answered at once) */
 	uint64_t joined;        /* lookups that joined one in flight */

@@ -232,6 +232,11 @@ struct lprov_domain {
 	struct idc_arena arena;   /* normalized bases */
 	const char *nubase, *ngbase;
 	char last_error[256];
+	/* The last answer the cache refused (store.c: logged once per reason),
+	 * when, and how many were. */
+	char store_error[400];
+	int64_t store_error_time;
+	uint64_t nstore_failures;
 	struct lp_search *searches; /* in flight, the probe included */
 	struct lp_req *reqs;        /* in flight */
 	struct lp_neg neg[LP_NEG_SLOTS];

@@ -187,6 +187,11 @@ static enum lprov_lookup_result answer(const struct lp_req *r)
 		found = r->target != NULL;
 	if (r->kind == LPROV_LOOKUP_ENUMERATE || r->kind == LP_REFRESH || r->kind == LP_POLL)
 		found = true;
+	/* An answer cut short (a limit, a lost entry, a search that did not
+	 * succeed) proves no absence: NOTFOUND would remove the cached entry
+	 * (collect_gone) and be negative-cached. */
+	if (!found && r->partial)
+		return LPROV_LOOKUP_FAILED;
 	return found ? LPROV_LOOKUP_FOUND : LPROV_LOOKUP_NOTFOUND;
 }
 
@@ -196,9 +201,8 @@ void lp_req_page(struct lp_req *r)
 	size_t nu = r->users.n - r->users_stored;
 	uint64_t t0 = idc_now_ns();
 	int rc = lp_store(r, LPROV_LOOKUP_FOUND, true, &d);
-	if (rc)
-		/* Left for the final transaction, which tries again. */
-		idc_log(IDC_LOG_WARN, "ldap domain %s: storing an enumeration page failed: %s",
+	if (rc) /* logged by lp_store; left for the final transaction, which tries again */
+		idc_log(IDC_LOG_DEBUG, "ldap domain %s: storing an enumeration page failed: %s",
 			r->ld->cfg.name, d.msg[0] ? d.msg : idc_strerror(rc));
 	else
 		idc_log(IDC_LOG_DEBUG,
@@ -216,11 +220,8 @@ static void finish(struct lp_req *r)
 	int rc = lp_store(r, res, false, &d);
 	idc_log(IDC_LOG_DEBUG, "ldap domain %s: %zu users, %zu groups stored in %.1f ms",
 		r->ld->cfg.name, r->users.n, r->groups.n, (double)(idc_now_ns() - t0) / 1e6);
-	if (rc) {
-		idc_log(IDC_LOG_ERR, "ldap domain %s: storing the answer failed: %s",
-			r->ld->cfg.name, d.msg[0] ? d.msg : idc_strerror(rc));
+	if (rc) /* logged by lp_store */
 		res = LPROV_LOOKUP_FAILED;
-	}
 	req_complete(r, res);
 }
 

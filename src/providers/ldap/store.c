@@ -3,8 +3,10 @@
  * enumeration page), with what the directory no longer has removed.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "providers/ldap/lprov_int.h"
 
@@ -13,9 +15,11 @@
 /* An id the directory gives two names (a uidNumber of two users, a
  * gidNumber of two groups) is kept for both, as glibc's files module
  * would, but is worth an administrator's look: logged once with the DN
- * being stored and the name already holding it. */
-static void note_shared_id(struct lprov_domain *ld, struct cache_txn *t, bool group, const char *dn,
-			   const char *name, uint32_t id)
+ * being stored and the name already holding it. The search's own error is
+ * the transaction's: it flushes the pending index writes, so a full map
+ * may show here first (and must grow it). */
+static int note_shared_id(struct lprov_domain *ld, struct cache_txn *t, bool group, const char *dn,
+			  const char *name, uint32_t id, struct idc_diag *d)
 {
 	char other[CACHE_NAME_MAX + 1];
 	int rc = group ? cache_gid_taken(t, ld->cfg.name, id, name, other)
@@ -26,6 +30,11 @@ static void note_shared_id(struct lprov_domain *ld, struct cache_txn *t, bool gr
 			    ld->cfg.name, lp_server(ld), dn,
 			    ld->attr[group ? LPROV_MAP_GROUP_GID : LPROV_MAP_USER_UID],
 			    (unsigned)id, other);
+	if (rc < 0)
+		return idc_diag_set(d, rc,
+				    "entry \"%.300s\": cannot look for another holder of %s %u: %s",
+				    dn, group ? "gid" : "uid", (unsigned)id, idc_strerror(rc));
+	return 0;
 }
 
 /* A member named by its DN's RDN (ldap_member_names_from_rdn): the RDN
@@ -84,7 +93,7 @@ static int put_group(struct cache_txn *t, struct lp_req *r, struct lp_group *g, 
 	if (!rc)
 		rc = cache_put_group(t, r->ld->cfg.name, &cg, &changed, d);
 	if (rc == 0 && changed)
-		note_shared_id(r->ld, t, true, g->dn, g->name, g->gid);
+		rc = note_shared_id(r->ld, t, true, g->dn, g->name, g->gid, d);
 	if (rc == 0 && changed && tr->on && !tr->unknown) {
 		/* The strings live in the request's arena; the arrays are copied. */
 		out->mem = idc_arena_alloc(&tr->a, (nn ? nn : 1) * sizeof(*out->mem));
@@ -279,7 +288,7 @@ static int put_entries(struct cache_txn *t, struct lp_req *r, struct lp_track *t
 		if (!put)
 			rc = soft(ld, put_keys(t, ld, u, d), u->dn, d);
 		if (!rc && changed)
-			note_shared_id(ld, t, false, u->dn, u->name, u->uid);
+			rc = note_shared_id(ld, t, false, u->dn, u->name, u->uid, d);
 		if (!rc && changed && tr->on && !tr->unknown)
 			tr->unew[i - r->users_stored] =
 			    (struct lp_rec){.present = true, .name = u->name, .id = u->uid};
@@ -343,6 +352,24 @@ static int write_txn(struct lp_req *r, struct lp_track *tr, bool page, struct lp
 	return cache_txn_commit(t, d);
 }
 
+/* lp_store could not write: the one place that says so. Logged once per
+ * reason (a full disk fails every page alike), kept for `idcache status`
+ * with the request it failed. */
+static void store_failed(struct lp_req *r, bool page, int rc, const struct idc_diag *d)
+{
+	struct lprov_domain *ld = r->ld;
+	const char *why = d->msg[0] ? d->msg : idc_strerror(rc);
+	char what[96];
+	lp_req_describe(r, what, sizeof(what));
+	snprintf(ld->store_error, sizeof(ld->store_error), "%s%s: %.256s", what,
+		 page ? " (a page)" : "", why);
+	ld->store_error_time = (int64_t)time(NULL);
+	ld->nstore_failures++;
+	lp_log_once(ld, IDC_LOG_ERR,
+		    "ldap domain %s: the cache refused what the directory sent: %s", ld->cfg.name,
+		    why);
+}
+
 /* What was found and not yet committed, in one transaction; what the
  * directory no longer has is removed (collect_gone). page: an
  * enumeration's intermediate commit (users so far, groups whose members
@@ -374,8 +401,10 @@ int lp_store(struct lp_req *r, enum lprov_lookup_result res, bool page, struct i
 			break;
 		lp_track_free(&tr);
 	}
-	if (rc)
+	if (rc) {
+		store_failed(r, page, rc, d);
 		goto out;
+	}
 	ld->ncommits++;
 	if (mark)
 		lp_poll_committed(r);
