@@ -247,6 +247,53 @@ def test_unreadable_file_keeps_daemon_running(daemons):
     assert ok, "recovery after the file became readable not seen within 5 s"
 
 
+def test_a_miss_is_not_authoritative_while_the_files_cannot_be_read(daemons):
+    """A files domain whose files could not be read since the start (or at
+    the last refresh) does not know that a name is absent: its miss must be
+    UNAVAIL, so NSS asks the next source even with [NOTFOUND=return] (the
+    setup the daemon's own log recommends), not NOTFOUND, which would hide
+    every local user, root included, while the daemon cannot read them."""
+    d = daemons.start(users_text(3), "g:x:100:\n", start=False)
+    os.chmod(d.passwd, 0o600)  # the daemon's user cannot read it
+    os.chmod(d.group, 0o600)
+    d.start()
+    host = d.base / "host.passwd"
+    host.write_text(users_text(3))
+    host.chmod(0o644)
+    hostg = d.base / "host.group"
+    hostg.write_text("g:x:100:\n")
+    hostg.chmod(0o644)
+    sources = "idcache [NOTFOUND=return] files"
+
+    def lookups():
+        return [(r.rc, r.out.strip()) for r in d.ns.run_many(
+            [["getent", "passwd", "user1"], ["getent", "passwd", "20001"],
+             ["getent", "group", "g"], ["id", "-G", "user1"]],
+            sources=sources, passwd=host, group=hostg)]
+
+    got = lookups()
+    assert got == [(0, users_text(1, 1).strip()), (0, users_text(1, 1).strip()),
+                   (0, "g:x:100:"), (0, "100")], (got, d.log()[-2000:])
+    # Readable: the domain answers, and its misses are authoritative again.
+    os.chmod(d.passwd, 0o644)
+    os.chmod(d.group, 0o644)
+    nsenv.write_atomic(d.passwd, users_text(2))
+    ok, _ = nsenv.wait_for(lambda: "loaded domain local" in d.log(), 5)
+    assert ok, d.log()[-2000:]
+    r = d.ns.run(["getent", "passwd", "user2"], sources=sources, passwd=host, group=hostg)
+    assert r.rc == 2, r
+    # A later refresh that fails: what it holds is still served, a miss
+    # goes to the next source again.
+    nsenv.write_atomic(d.passwd, users_text(4), mode=0o600)
+    ok, _ = nsenv.wait_for(lambda: d.log().count("refresh failed") >= 2, 5)
+    assert ok, d.log()[-2000:]
+    got = [(r.rc, r.out.strip()) for r in d.ns.run_many(
+        [["getent", "passwd", "user0"], ["getent", "passwd", "user2"]],
+        sources=sources, passwd=host, group=hostg)]
+    assert got == [(0, users_text(1).strip()), (0, users_text(1, 2).strip())], got
+    d.check_alive()
+
+
 def test_symlink_swapped_in(daemons):
     d = daemons.start(users_text(3), "g:x:100:\n")
     target = d.base / "passwd.real"
