@@ -4,6 +4,7 @@ content, missing and unreadable files, a symlink swapped in, a bad config."""
 import os
 import random
 import re
+import signal
 import socket
 import struct
 import subprocess
@@ -291,6 +292,37 @@ def test_a_miss_is_not_authoritative_while_the_files_cannot_be_read(daemons):
         [["getent", "passwd", "user0"], ["getent", "passwd", "user2"]],
         sources=sources, passwd=host, group=hostg)]
     assert got == [(0, users_text(1).strip()), (0, users_text(1, 2).strip())], got
+    d.check_alive()
+
+
+@pytest.mark.parametrize("which", ["passwd", "config"])
+def test_fifo_swapped_in_does_not_freeze_the_loop(daemons, which):
+    """A FIFO in place of a passwd file (or of the configuration, then
+    SIGHUP): opening one for reading blocks until a writer comes, which
+    would freeze the loop. It must be refused as not a regular file while
+    others are served, and the real file taken when it is back."""
+    d = daemons.start(users_text(3), "g:x:100:\n")
+    target = d.passwd if which == "passwd" else d.conf
+    keep = target.read_text()
+    fifo = d.base / ".fifo"
+    os.mkfifo(fifo, 0o644)
+    os.rename(fifo, target)
+    if which == "config":
+        d.signal(signal.SIGHUP)
+    time.sleep(1.0)
+    s = connect(d)
+    try:
+        s.sendall(HELLO + frame(2, pstr("user0")))  # GETPWNAM, answered at once
+        assert s.recv(4096), "no reply"
+    except socket.timeout:
+        pytest.fail(f"the daemon stopped answering with a FIFO as its {which}")
+    finally:
+        s.close()
+    assert str(target) in d.log(), d.log()[-2000:]
+    nsenv.write_atomic(target, keep if which == "config" else users_text(4))
+    if which == "passwd":
+        ok, _ = nsenv.wait_for(lambda: d.ns.run(["getent", "passwd", "user3"]).rc == 0, 5)
+        assert ok, d.log()[-2000:]
     d.check_alive()
 
 
