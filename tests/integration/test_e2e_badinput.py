@@ -364,7 +364,9 @@ def test_bad_config_is_refused_with_file_line(idcached_bin, tmp_path, extra, nee
                         f"[domain/local]\nid_provider = files\npasswd_files = /etc/passwd\n"
                         f"{extra}")
         lineno = len(conf.read_text().splitlines())
-        for argv in ([idcached_bin, "-c", conf, "-i"],
+        # without -i the daemon logs to syslog, which may not exist (a
+        # container): an error that stops the start goes to stderr too
+        for argv in ([idcached_bin, "-c", conf, "-i"], [idcached_bin, "-c", conf],
                      [idcached_bin, "--check-config", "-c", conf]):
             p = subprocess.run([str(a) for a in argv], capture_output=True, text=True,
                                timeout=10)
