@@ -136,12 +136,12 @@ int store_lmdb_lock_reserve(const char *lock, unsigned max_readers, mode_t mode)
 	if (fd < 0)
 		return errno == ENOSPC || errno == EDQUOT ? -errno : 0;
 	/* LMDB 0.9: a header of three 64-byte cache lines, then 64 bytes a
-	 * reader; more than it needs is fine (it takes the file's size). */
+	 * reader; more than it needs is fine (it takes the file's size). A
+	 * larger file keeps its size: readers take the lowest free slots. */
 	off_t want = ((off_t)max_readers * 64 + 256 + 4095) & ~(off_t)4095;
 	struct stat st;
 	int rc = 0;
-	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
-	    fallocate(fd, 0, 0, st.st_size > want ? st.st_size : want) < 0 &&
+	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && fallocate(fd, 0, 0, want) < 0 &&
 	    (errno == ENOSPC || errno == EDQUOT))
 		rc = -errno;
 	close(fd);
