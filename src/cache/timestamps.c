@@ -29,9 +29,12 @@ static void ts_env_close(struct cache *c)
 	c->ts_env = NULL;
 }
 
-static int ts_try_open(struct cache *c, const char *path)
+static int ts_try_open(struct cache *c, const char *path, const char *lock)
 {
-	int rc = mdb_env_create(&c->ts_env);
+	int rc = -store_lmdb_lock_reserve(lock, 126, 0600);
+	if (rc)
+		return rc;
+	rc = mdb_env_create(&c->ts_env);
 	if (rc)
 		return rc;
 	mdb_env_set_mapsize(c->ts_env, c->ts_map);
@@ -85,14 +88,14 @@ int ts_open(struct cache *c, struct idc_diag *d)
 		unlink(path);
 		unlink(lock);
 	}
-	int rc = ts_try_open(c, path);
+	int rc = ts_try_open(c, path, lock);
 	if (rc == 0)
 		return 0;
 	idc_log(IDC_LOG_WARN, "%s: %s; recreating it (timestamps are disposable)", path,
 		mdb_strerror(rc));
 	unlink(path);
 	unlink(lock);
-	rc = ts_try_open(c, path);
+	rc = ts_try_open(c, path, lock);
 	if (rc)
 		return idc_diag_set(d, store_lmdb_err(c->dir, rc), "%s: %s", path,
 				    mdb_strerror(rc));

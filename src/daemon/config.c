@@ -1204,7 +1204,9 @@ static int read_secret(const struct config *c, const struct config *prev, struct
 static int load(const char *path, const struct config *prev, struct config **out,
 		struct idc_buf *errors)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	/* O_NONBLOCK: a FIFO would block a reload, and the loop (check_file
+	 * refuses anything but a regular file). */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
 	if (fd < 0)
 		return load_fail(errors, -errno, path, NULL);
 	struct stat st;

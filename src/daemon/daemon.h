@@ -116,6 +116,10 @@ int domain_refresh(struct domain *d);
 /* Whether two configurations need no new provider state to switch. */
 bool domain_same_source(const struct config_domain *a, const struct config_domain *b);
 struct domain *daemon_domain(struct daemon *dm, const char *name);
+/* Whether the cache holds what d's source says: an ldap domain, or a files
+ * domain whose last refresh succeeded (and one did since start). A files
+ * domain that is not current cannot say a name is absent (responder.c). */
+bool domain_current(const struct domain *d);
 
 /* ---- ldap domains (ldapdom.c) ------------------------------------------------
  * The provider of an `id_provider = ldap` domain in the loop. Every call

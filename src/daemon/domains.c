@@ -74,6 +74,11 @@ int domain_refresh(struct domain *d)
 	return 0;
 }
 
+bool domain_current(const struct domain *d)
+{
+	return d->ldap || (d->loaded && !d->last_error[0]);
+}
+
 static void on_refresh_timer(struct loop_timer *t)
 {
 	struct domain *d = t->owner;

@@ -191,6 +191,7 @@ void daemon_check_ready(struct daemon *dm)
 		fprintf(stderr, "idcached: info: ready: serving %zu domains on %s\n", dm->ndomains,
 			dm->nss.path);
 	idc_log(IDC_LOG_INFO, "ready: serving %zu domains on %s", dm->ndomains, dm->nss.path);
+	idc_log_errors_to_stderr(false);
 }
 
 /* ==== start-up ============================================================================== */
@@ -379,6 +380,7 @@ int main(int argc, char **argv)
 	if (o.check)
 		return check_config(o.config);
 	idc_log_init("idcached", o.foreground, IDC_LOG_INFO);
+	idc_log_errors_to_stderr(!o.foreground); /* until ready */
 	struct config *cfg = NULL;
 	struct idc_buf errors = IDC_BUF_INIT;
 	if (config_load(o.config, &cfg, &errors) < 0) {

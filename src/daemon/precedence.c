@@ -167,13 +167,21 @@ static bool host_refresh(struct host_file *h, const char *path, bool group, uint
 	return true;
 }
 
-/* Whether the daemon reads the host's files itself: no files domain. */
+/* Whether the daemon reads the host's files itself: no files domain, or
+ * one that has not loaded since start (it could not read its files or
+ * store them): its cache may hold nothing, and a directory entry must not
+ * take a local name or id meanwhile. */
 static bool reads_host(const struct daemon *dm)
 {
-	for (size_t i = 0; i < dm->ndomains; i++)
-		if (!dm->domains[i]->ldap)
-			return false;
-	return true;
+	bool files = false;
+	for (size_t i = 0; i < dm->ndomains; i++) {
+		if (dm->domains[i]->ldap)
+			continue;
+		if (!dm->domains[i]->loaded)
+			return true;
+		files = true;
+	}
+	return !files;
 }
 
 static struct host_files *host_files(struct daemon *dm)

@@ -104,13 +104,16 @@ int responder_finish(struct idc_buf *out, uint32_t cmd, size_t start, int rc)
  * answer is unknown, never "not found" (the provider logged why). */
 #define WALK_EDIRECTORY (-EAGAIN)
 
-/* NOTFOUND for -ENOENT, TRYAGAIN for WALK_EDIRECTORY; anything else is a
- * cache failure, logged here, and UNAVAIL so glibc moves on to the next
- * source. */
-static int reply_failure(struct idc_buf *out, uint32_t cmd, int rc)
+/* NOTFOUND for -ENOENT, unless a domain that missed cannot know (unsure:
+ * a files domain whose files it could not read, domain_current): then
+ * UNAVAIL, so NSS asks the next source even after [NOTFOUND=return].
+ * TRYAGAIN for WALK_EDIRECTORY. Anything else is a cache failure, logged
+ * here, and UNAVAIL so glibc moves on to the next source. */
+static int reply_failure(struct idc_buf *out, uint32_t cmd, int rc, bool unsure)
 {
 	if (rc == -ENOENT)
-		return proto_reply_status(out, cmd, PROTO_ST_NOTFOUND, NULL);
+		return proto_reply_status(out, cmd, unsure ? PROTO_ST_UNAVAIL : PROTO_ST_NOTFOUND,
+					  NULL);
 	if (rc == WALK_EDIRECTORY)
 		return proto_reply_status(out, cmd, PROTO_ST_TRYAGAIN,
 					  "the directory's answer could not be taken; try again");
@@ -166,6 +169,7 @@ struct walk {
 	struct conn *c;
 	const struct proto_req *req;
 	struct pending *p; /* when resumed, else NULL until the walk defers */
+	bool unsure;       /* a domain that is not current missed (reply_failure) */
 };
 
 static enum lprov_lookup_kind lookup_kind(uint32_t cmd)
@@ -293,6 +297,8 @@ static int settle(struct walk *w, size_t i, int rc, const struct cache_meta *met
 	if (!d->ldap) {
 		if (rc == 0)
 			note_meta(w->dm, meta);
+		else if (!domain_current(d))
+			w->unsure = true;
 		return rc == 0 ? WALK_ANSWER : WALK_NEXT;
 	}
 	if (rc == 0 && complete) {
@@ -386,7 +392,7 @@ static int do_user(struct walk *w, struct idc_buf *out)
 	if (step == WALK_DEFER)
 		return 0;
 	if (rc < 0)
-		return reply_failure(out, req->cmd, rc);
+		return reply_failure(out, req->cmd, rc, w->unsure);
 	if (req->cmd == PROTO_CMD_SUBIDS)
 		return subid_reply_ranges(dm, at, &u, req, out);
 	struct proto_passwd pw = to_proto(&u);
@@ -411,7 +417,7 @@ static int do_sshkeys(struct walk *w, struct idc_buf *out)
 		rc = cache_user_keys(daemon_reader(w->dm), w->dm->domains[at]->cfg->name, u.name,
 				     &keys, &n);
 	if (rc < 0)
-		return reply_failure(out, cmd, rc);
+		return reply_failure(out, cmd, rc, w->unsure);
 	size_t start;
 	rc = proto_reply_begin(out, cmd, PROTO_ST_OK, &start);
 	rc = rc ? rc : proto_put_u32(out, (uint32_t)n);
@@ -628,7 +634,7 @@ static int do_group(struct walk *w, struct idc_buf *out)
 	if (rc == 0)
 		rc = daemon_group_members_kept(dm, at, &g);
 	if (rc < 0)
-		return reply_failure(out, req->cmd, rc);
+		return reply_failure(out, req->cmd, rc, w->unsure);
 	daemon_mc_put_group(dm, &g, answer_keys(req, g.name));
 	size_t start;
 	rc = proto_reply_begin(out, req->cmd, PROTO_ST_OK, &start);
@@ -688,7 +694,7 @@ static int do_initgroups(struct walk *w, struct idc_buf *out)
 	if (step == WALK_DEFER)
 		return 0;
 	if (rc < 0)
-		return reply_failure(out, req->cmd, rc);
+		return reply_failure(out, req->cmd, rc, w->unsure);
 	/* Keyed by the name asked: the cache found the user under it. */
 	daemon_mc_put_initgroups(dm, req->name.p, dm->gids, n);
 	size_t start;
@@ -1032,7 +1038,7 @@ static int enum_request(struct conn *c, const struct proto_req *req, struct idc_
 		return proto_reply_status(out, req->cmd, PROTO_ST_TRYAGAIN,
 					  "too many enumerations held open by this user");
 	if (rc < 0)
-		return reply_failure(out, req->cmd, rc == -ENOENT ? -EIO : rc);
+		return reply_failure(out, req->cmd, rc == -ENOENT ? -EIO : rc, false);
 	if (set)
 		return proto_reply_status(out, req->cmd, PROTO_ST_OK, NULL);
 	if (e->pos >= e->snap->n)

@@ -141,13 +141,32 @@ static mode_t store_file_mode(unsigned flags)
 	return (flags & STORE_PRIVATE) ? 0600 : 0644;
 }
 
+int store_lmdb_lock_reserve(const char *lock, unsigned max_readers, mode_t mode)
+{
+	int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, mode);
+	if (fd < 0)
+		return errno == ENOSPC || errno == EDQUOT ? -errno : 0;
+	/* LMDB 0.9: a header of three 64-byte cache lines, then 64 bytes a
+	 * reader; more than it needs is fine (it takes the file's size). A
+	 * larger file keeps its size: readers take the lowest free slots. */
+	off_t want = ((off_t)max_readers * 64 + 256 + 4095) & ~(off_t)4095;
+	struct stat st;
+	int rc = 0;
+	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && fallocate(fd, 0, 0, want) < 0 &&
+	    (errno == ENOSPC || errno == EDQUOT))
+		rc = -errno;
+	close(fd);
+	return rc;
+}
+
 static int store_env_create(struct store *s, const struct store_options *opt, struct idc_diag *d)
 {
 	int rc = mdb_env_create(&s->env);
 	if (rc)
 		return idc_diag_set(d, store_mdb_err(rc), "cannot create LMDB environment");
 	mdb_env_set_maxdbs(s->env, 4 + STORE_MAX_INDEXES);
-	mdb_env_set_maxreaders(s->env, opt->max_readers ? opt->max_readers : 126);
+	unsigned readers = opt->max_readers ? opt->max_readers : 126;
+	mdb_env_set_maxreaders(s->env, readers);
 	s->map_size = opt->map_size ? opt->map_size : DEFAULT_MAP;
 	mdb_env_set_mapsize(s->env, s->map_size);
 	unsigned flags = MDB_NOTLS | MDB_NORDAHEAD;
@@ -157,6 +176,11 @@ static int store_env_create(struct store *s, const struct store_options *opt, st
 		flags |= MDB_NOSYNC;
 	if ((opt->flags & STORE_WRITEMAP) && !(opt->flags & STORE_RDONLY))
 		flags |= MDB_WRITEMAP;
+	char lock[4200];
+	snprintf(lock, sizeof(lock), "%s/lock.mdb", s->dir);
+	rc = store_lmdb_lock_reserve(lock, readers, store_file_mode(opt->flags));
+	if (rc)
+		return idc_diag_set(d, rc, "%s: %s", lock, idc_strerror(rc));
 	rc = mdb_env_open(s->env, s->dir, flags, store_file_mode(opt->flags));
 	if (rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH)
 		return idc_diag_set(d, IDC_ENOTSTORE, "%s: data.mdb is not an LMDB store", s->dir);

@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #include "util/util.h"
 
@@ -244,6 +245,15 @@ void store_txn_abort(struct store_txn *t);
  * -ENOSPC when the filesystem holding path (may be NULL) has under 1 MiB
  * left. For code that drives LMDB itself (the timestamps db). */
 int store_lmdb_err(const char *path, int mdb_rc);
+
+/* LMDB sizes its lock file with ftruncate (a hole) and writes it through a
+ * shared map: on a full filesystem the first touch of a page without a
+ * block is SIGBUS, at open or later when a reader takes a slot on a page
+ * not touched before. Called before mdb_env_open: creates the lock file
+ * (mode) and reserves blocks for its whole reader table (max_readers
+ * slots), so a full disk is -ENOSPC (or -EDQUOT) instead. Anything else
+ * (a read-only filesystem, no fallocate) is left to LMDB: 0. */
+int store_lmdb_lock_reserve(const char *lock, unsigned max_readers, mode_t mode);
 
 /* Double the map (no transaction of this process may be open). */
 int store_grow(struct store *s);

@@ -104,6 +104,13 @@ int idc_log_level(void)
 	return log_max;
 }
 
+static bool log_errors_stderr;
+
+void idc_log_errors_to_stderr(bool on)
+{
+	log_errors_stderr = on;
+}
+
 /* Control characters become \xNN: a value from a file, a client or a
  * directory must not be able to forge log lines (a newline) or drive the
  * admin's terminal (an escape sequence). */
@@ -136,9 +143,9 @@ void idc_log(int level, const char *fmt, ...)
 	vsnprintf(line, sizeof(line), fmt, ap);
 	va_end(ap);
 	log_escape(line, safe, sizeof(safe));
-	if (log_stderr)
+	if (log_stderr || (log_errors_stderr && level == IDC_LOG_ERR))
 		fprintf(stderr, "%s: %s: %s\n", log_ident, name[level], safe);
-	else
+	if (!log_stderr)
 		syslog(prio[level], "%s", safe);
 }
 

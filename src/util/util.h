@@ -62,6 +62,9 @@ enum idc_log_level { IDC_LOG_ERR = 0, IDC_LOG_WARN, IDC_LOG_INFO, IDC_LOG_DEBUG 
  * level are dropped. Before any call: stderr, level INFO. */
 void idc_log_init(const char *ident, bool to_stderr, int level);
 int idc_log_level(void);
+/* While on, errors logged to syslog go to stderr too: a daemon not started
+ * yet, whose errors must reach whoever started it even with no syslog. */
+void idc_log_errors_to_stderr(bool on);
 void idc_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ---- growable buffer -------------------------------------------------------

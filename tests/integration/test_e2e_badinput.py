@@ -4,6 +4,7 @@ content, missing and unreadable files, a symlink swapped in, a bad config."""
 import os
 import random
 import re
+import signal
 import socket
 import struct
 import subprocess
@@ -247,6 +248,84 @@ def test_unreadable_file_keeps_daemon_running(daemons):
     assert ok, "recovery after the file became readable not seen within 5 s"
 
 
+def test_a_miss_is_not_authoritative_while_the_files_cannot_be_read(daemons):
+    """A files domain whose files could not be read since the start (or at
+    the last refresh) does not know that a name is absent: its miss must be
+    UNAVAIL, so NSS asks the next source even with [NOTFOUND=return] (the
+    setup the daemon's own log recommends), not NOTFOUND, which would hide
+    every local user, root included, while the daemon cannot read them."""
+    d = daemons.start(users_text(3), "g:x:100:\n", start=False)
+    os.chmod(d.passwd, 0o600)  # the daemon's user cannot read it
+    os.chmod(d.group, 0o600)
+    d.start()
+    host = d.base / "host.passwd"
+    host.write_text(users_text(3))
+    host.chmod(0o644)
+    hostg = d.base / "host.group"
+    hostg.write_text("g:x:100:\n")
+    hostg.chmod(0o644)
+    sources = "idcache [NOTFOUND=return] files"
+
+    def lookups():
+        return [(r.rc, r.out.strip()) for r in d.ns.run_many(
+            [["getent", "passwd", "user1"], ["getent", "passwd", "20001"],
+             ["getent", "group", "g"], ["id", "-G", "user1"]],
+            sources=sources, passwd=host, group=hostg)]
+
+    got = lookups()
+    assert got == [(0, users_text(1, 1).strip()), (0, users_text(1, 1).strip()),
+                   (0, "g:x:100:"), (0, "100")], (got, d.log()[-2000:])
+    # Readable: the domain answers, and its misses are authoritative again.
+    os.chmod(d.passwd, 0o644)
+    os.chmod(d.group, 0o644)
+    nsenv.write_atomic(d.passwd, users_text(2))
+    ok, _ = nsenv.wait_for(lambda: "loaded domain local" in d.log(), 5)
+    assert ok, d.log()[-2000:]
+    r = d.ns.run(["getent", "passwd", "user2"], sources=sources, passwd=host, group=hostg)
+    assert r.rc == 2, r
+    # A later refresh that fails: what it holds is still served, a miss
+    # goes to the next source again.
+    nsenv.write_atomic(d.passwd, users_text(4), mode=0o600)
+    ok, _ = nsenv.wait_for(lambda: d.log().count("refresh failed") >= 2, 5)
+    assert ok, d.log()[-2000:]
+    got = [(r.rc, r.out.strip()) for r in d.ns.run_many(
+        [["getent", "passwd", "user0"], ["getent", "passwd", "user2"]],
+        sources=sources, passwd=host, group=hostg)]
+    assert got == [(0, users_text(1).strip()), (0, users_text(1, 2).strip())], got
+    d.check_alive()
+
+
+@pytest.mark.parametrize("which", ["passwd", "config"])
+def test_fifo_swapped_in_does_not_freeze_the_loop(daemons, which):
+    """A FIFO in place of a passwd file (or of the configuration, then
+    SIGHUP): opening one for reading blocks until a writer comes, which
+    would freeze the loop. It must be refused as not a regular file while
+    others are served, and the real file taken when it is back."""
+    d = daemons.start(users_text(3), "g:x:100:\n")
+    target = d.passwd if which == "passwd" else d.conf
+    keep = target.read_text()
+    fifo = d.base / ".fifo"
+    os.mkfifo(fifo, 0o644)
+    os.rename(fifo, target)
+    if which == "config":
+        d.signal(signal.SIGHUP)
+    time.sleep(1.0)
+    s = connect(d)
+    try:
+        s.sendall(HELLO + frame(2, pstr("user0")))  # GETPWNAM, answered at once
+        assert s.recv(4096), "no reply"
+    except socket.timeout:
+        pytest.fail(f"the daemon stopped answering with a FIFO as its {which}")
+    finally:
+        s.close()
+    assert str(target) in d.log(), d.log()[-2000:]
+    nsenv.write_atomic(target, keep if which == "config" else users_text(4))
+    if which == "passwd":
+        ok, _ = nsenv.wait_for(lambda: d.ns.run(["getent", "passwd", "user3"]).rc == 0, 5)
+        assert ok, d.log()[-2000:]
+    d.check_alive()
+
+
 def test_symlink_swapped_in(daemons):
     d = daemons.start(users_text(3), "g:x:100:\n")
     target = d.base / "passwd.real"
@@ -285,7 +364,9 @@ def test_bad_config_is_refused_with_file_line(idcached_bin, tmp_path, extra, nee
                         f"[domain/local]\nid_provider = files\npasswd_files = /etc/passwd\n"
                         f"{extra}")
         lineno = len(conf.read_text().splitlines())
-        for argv in ([idcached_bin, "-c", conf, "-i"],
+        # without -i the daemon logs to syslog, which may not exist (a
+        # container): an error that stops the start goes to stderr too
+        for argv in ([idcached_bin, "-c", conf, "-i"], [idcached_bin, "-c", conf],
                      [idcached_bin, "--check-config", "-c", conf]):
             p = subprocess.run([str(a) for a in argv], capture_output=True, text=True,
                                timeout=10)

@@ -452,3 +452,42 @@ def test_local_group_withholds_what_the_maps_hold(idcache, daemons, directory):
     s1 = status(idcache, d)
     for m in ("passwd", "group", "initgroups"):
         assert s1[f"memcache_{m}_generation"] == s0[f"memcache_{m}_generation"], (m, s0, s1)
+
+
+def test_unreadable_files_domain_does_not_let_the_directory_shadow(daemons, directory):
+    """The files domain cannot read its files at start (so the cache holds
+    nothing of it): its misses are not authoritative (UNAVAIL: NSS asks the
+    next source), and the directory's entries are checked against the
+    host's /etc/passwd and /etc/group, as without a files domain, until the
+    domain has loaded: a directory user named like a local user, or
+    holding a local uid, is never served meanwhile."""
+    d = daemons.start(LOCAL_PASSWD, LOCAL_GROUP, start=False,
+                      idcache_conf="domains = local, dir\n",
+                      domain_conf=dir_domain(directory.uri))
+    os.chmod(d.passwd, 0o600)  # the daemon's user cannot read them
+    os.chmod(d.group, 0o600)
+    with open(d.base / "sys" / "passwd", "a") as f:  # the daemon's /etc/passwd
+        f.write("alice:x:1000:1000:Alice local:/home/alice:/bin/bash\n")
+    d.start()
+    host = d.base / "client.passwd"
+    host.write_text(LOCAL_PASSWD)
+    hostg = d.base / "client.group"
+    hostg.write_text(LOCAL_GROUP)
+    for p in (host, hostg):
+        p.chmod(0o644)
+    probes = [["getent", "passwd", "alice"], ["getent", "passwd", "1000"],
+              ["getent", "passwd", "mallory"], ["getent", "passwd", "ldapuser"]]
+    got = [(r.rc, r.out) for r in d.ns.run_many(
+        probes, sources="idcache [NOTFOUND=return] files", passwd=host, group=hostg)]
+    assert got[0] == (0, "alice:x:1000:1000:Alice local:/home/alice:/bin/bash\n"), got
+    assert got[1] == got[0], got
+    assert got[2][0] == 2, got
+    assert got[3][0] == 0 and got[3][1].startswith("ldapuser:x:10002:"), got
+    # Readable: the files domain's own data decides again.
+    for p in (d.passwd, d.group):
+        os.chmod(p, 0o644)
+    nsenv.write_atomic(d.passwd, LOCAL_PASSWD)
+    ok, _ = nsenv.wait_for(lambda: "loaded domain local" in d.log(), 5)
+    assert ok, d.log()[-2000:]
+    r = d.ns.run(["getent", "passwd", "alice"])
+    assert r.out.startswith("alice:x:1000:1000:Alice local:"), r

@@ -460,3 +460,54 @@ def test_disk_filling_during_a_commit_says_no_space(tmpfs_daemon, idcache):
     check_serving(d, "B", idcache)
     d.proc.send_signal(signal.SIGTERM)
     assert d.proc.wait(timeout=10) == 0
+
+
+FILL_THEN_EXEC = 'dd if=/dev/zero of="$0/filler" bs=64k 2>/dev/null; exec "$@"'
+
+
+@pytest.mark.parametrize("earlier_run", [False, True], ids=["fresh", "after-a-run"])
+def test_full_disk_at_start_is_refused_not_a_crash(idcached_bin, idcache, earlier_run):
+    """A state_dir already full when idcached starts. LMDB grows its lock
+    file with ftruncate (a hole) and writes it through a shared map: on a
+    full filesystem the first touch of a page that has no block is SIGBUS.
+    The daemon must instead reserve the lock file's blocks and, when it
+    cannot, stop with the file and the reason; after an earlier run the
+    files exist and it starts and serves them."""
+    base = nsenv.make_private_dir("idc-hard-")
+    sys_passwd, sys_group = nsenv.daemon_sys_files(base / "sys")
+    state = base / "state"
+    ns = ["unshare", "-m", "--propagation", "private", "--", "sh", "-c", TMPFS_WRAP, "tmpfs",
+          "24m", str(state), str(sys_passwd), str(sys_group)]
+    d = TmpfsDaemon(idcached_bin, base, small_passwd("A"), small_group(), wrap=ns)
+    try:
+        if earlier_run:  # the same tmpfs: fill it under the running daemon, then restart
+            d.wrap = ns + ["sh", "-c", 'exec "$@"', "run"]
+            d.start(timeout=60)
+            check_serving(d, "A", idcache)
+        d.wrap = ns + ["sh", "-c", FILL_THEN_EXEC, str(state)]
+        if earlier_run:  # keep the tmpfs (and what the first run left) for the second
+            keep = subprocess.Popen(["nsenter", "-t", str(d.proc.pid), "-m", "--", "sleep", "60"])
+            assert d.stop() == 0
+            d.wrap = ["nsenter", "-t", str(keep.pid), "-m", "--", "sh", "-c", FILL_THEN_EXEC,
+                      str(state)]
+        try:
+            d.start(timeout=60)
+            started = True
+        except nsenv.DaemonError:
+            started = False
+        rc = d.proc.poll() if not started else None
+        assert rc is None or rc > 0, f"idcached killed by signal {-rc}:\n{d.log()[-2000:]}"
+        if earlier_run:
+            assert started, d.log()[-2000:]
+            check_serving(d, "A", idcache)
+        elif not started:
+            last = d.log().strip().splitlines()[-2]
+            assert str(state) in last and "No space left on device" in last, d.log()[-2000:]
+    finally:
+        if d.alive():
+            d.proc.send_signal(signal.SIGTERM)
+            d.proc.wait(timeout=10)
+        if earlier_run:
+            keep.kill()
+            keep.wait()
+        nsenv.remove_tree(base)

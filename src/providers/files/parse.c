@@ -159,7 +159,9 @@ const char *files_next_member(char **cursor)
 
 int files_read(const char *path, char **data, size_t *len)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	/* O_NONBLOCK: opening a FIFO put in the file's place would otherwise
+	 * wait for a writer, and with it the daemon's loop; fstat refuses it. */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
 	if (fd < 0)
 		return -errno;
 	struct stat st;
