@@ -340,7 +340,10 @@ static int write_txn(struct lp_req *r, struct lp_track *tr, bool page, struct lp
 		cache_txn_abort(t);
 		return rc;
 	}
-	return cache_txn_commit(t, d);
+	r->written_ns = idc_now_ns();
+	rc = cache_txn_commit(t, d);
+	r->committed_ns = idc_now_ns();
+	return rc;
 }
 
 /* What was found and not yet committed, in one transaction; what the
