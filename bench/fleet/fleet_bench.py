@@ -23,8 +23,8 @@ memberUid). For each mode and each N, on a freshly loaded directory:
                full run's window is 300 s centred on that pass.
   changes      --changes of each kind (add a user to a group, remove it,
                delete a user, rename a group), one at a time: the time from
-               before ldapmodify until fleet_probe sees it through NSS on
-               each host. Poll mode is bounded by design instead of waited
+               handing the change to a bound ldapmodify until fleet_probe
+               sees it through NSS on each host (--trace: where it went). Poll mode is bounded by design instead of waited
                out (see poll_bound()).
   restart      all N stopped and started together on their state (the sync
                cookie with syncrepl): what slapd sent until every host was
@@ -536,6 +536,7 @@ class Slapd:
         self.d, self.port, self.ldif = Path(d), port, ldif
         self.uri = f"ldap://127.0.0.1:{port}"
         self.proc = None
+        self.mod = None  # the bound ldapmodify (modify)
         self.log = self.d / "slapd.log"
         self.monitor_cost = {"bytes": 0, "entries": 0}
 
@@ -578,6 +579,10 @@ class Slapd:
         self.monitor_cost = {k: b[k] - a[k] for k in ("bytes", "entries")}
 
     def stop(self):
+        if self.mod is not None:
+            self.mod.kill()
+            self.mod.wait()
+            self.mod = None
         if self.proc is not None:
             self.proc.terminate()
             try:
@@ -631,11 +636,33 @@ class Slapd:
         return snap
 
     def modify(self, ldif, modrdn=False):
-        """Apply one change as the rootdn; returns when slapd answered."""
-        cmd = ["ldapmodify", "-x", "-H", self.uri, "-D", ADMIN, "-w", "secret"]
+        """Apply one change as the rootdn; returns when slapd answered.
+        One ldapmodify stays bound and takes the changes on its stdin, so
+        that starting a client is not counted as the change's latency.
+        modrdn: ldif is "DN\nNEWRDN\n" (ldapmodrdn's input, the old RDN
+        deleted)."""
         if modrdn:
-            cmd = ["ldapmodrdn", "-x", "-H", self.uri, "-D", ADMIN, "-w", "secret", "-r"]
-        subprocess.run(cmd, input=ldif, text=True, check=True, capture_output=True)
+            dn, rdn = ldif.split("\n")[:2]
+            ldif = f"dn: {dn}\nchangetype: modrdn\nnewrdn: {rdn}\ndeleteoldrdn: 1\n"
+        if self.mod is None or self.mod.poll() is not None:
+            # line-buffered output: its blank line after each record
+            # comes when slapd answered
+            self.mod = subprocess.Popen(
+                ["stdbuf", "-oL", "ldapmodify", "-x", "-H", self.uri, "-D", ADMIN, "-w", "secret"],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.mod.stdin.write(ldif.rstrip("\n") + "\n\n")
+        self.mod.stdin.flush()
+        said = []
+        for line in self.mod.stdout:
+            if not line.strip():
+                return
+            said.append(line.strip())
+            if not line.startswith(("modifying ", "deleting ", "adding ", "replacing ")):
+                break
+        self.mod.kill()
+        self.mod.wait()
+        self.mod = None
+        raise RuntimeError(f"ldapmodify failed: {' / '.join(said)[:500]}")
 
 
 class Sampler(threading.Thread):
@@ -872,7 +899,8 @@ def plan_changes(groups, count):
 def run_changes(slapd, probe, plan, timeout):
     """Each change in turn: check the state before on every host, start
     every host looking for the state after, apply the change (t0 is taken
-    just before ldapmodify starts: its own time counts in the latency)."""
+    just before the change is written to the bound ldapmodify: slapd's
+    own time counts in the latency, starting a client does not)."""
     changes = []
     for kind, text, modrdn, before, after in plan:
         pre = probe.ask(f"{before} 10")
