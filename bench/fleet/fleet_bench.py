@@ -23,8 +23,8 @@ memberUid). For each mode and each N, on a freshly loaded directory:
                full run's window is 300 s centred on that pass.
   changes      --changes of each kind (add a user to a group, remove it,
                delete a user, rename a group), one at a time: the time from
-               before ldapmodify until fleet_probe sees it through NSS on
-               each host. Poll mode is bounded by design instead of waited
+               handing the change to a bound ldapmodify until fleet_probe
+               sees it through NSS on each host (--trace: where it went). Poll mode is bounded by design instead of waited
                out (see poll_bound()).
   restart      all N stopped and started together on their state (the sync
                cookie with syncrepl): what slapd sent until every host was
@@ -131,6 +131,56 @@ def parse_probe(lines):
     return out
 
 
+_TRACE = re.compile(r"sync: (\d+) changes stored: read at ([\d.]+), closed \+([\d.]+) ms, "
+                    r"written \+([\d.]+) ms, committed \+([\d.]+) ms, reported \+([\d.]+) ms")
+STAGES = ("notice", "closed", "written", "committed", "reported", "seen")
+STAGE_TITLE = {"notice": "change sent -> notice read by the host",
+               "closed": "notice read -> batch closed",
+               "written": "batch closed -> data written",
+               "committed": "data written -> txn committed",
+               "reported": "committed -> maps' records dropped",
+               "seen": "records dropped -> NSS answer changed"}
+
+
+def parse_trace(text):
+    """A host's trace lines (debug_level 6: lp_sync_commit) as a list of
+    (read, closed, written, committed, reported) in CLOCK_MONOTONIC
+    seconds, batches that stored a change only."""
+    out = []
+    for m in _TRACE.finditer(text):
+        if int(m.group(1)) == 0:
+            continue
+        t = float(m.group(2))
+        out.append((t,) + tuple(t + float(m.group(i)) / 1000 for i in range(3, 7)))
+    return out
+
+
+def trace_breakdown(changes, traces):
+    """changes: as run_changes returns them (in order); traces: per host
+    parse_trace's list. Per (change, host): the first batch read after
+    the change was sent and before the next was, split into STAGES;
+    returns {stage: [seconds...]} over every pair found."""
+    out = {k: [] for k in STAGES}
+    for i, c in enumerate(changes):
+        end = changes[i + 1]["t0"] if i + 1 < len(changes) else float("inf")
+        for h, (st, seen) in c["seen"].items():
+            if st != "ok" or h >= len(traces):
+                continue
+            b = next((b for b in traces[h] if c["t0"] <= b[0] < end), None)
+            if b is None or seen < b[4]:
+                continue
+            marks = (c["t0"],) + b + (seen,)
+            for k, a, z in zip(STAGES, marks, marks[1:]):
+                out[k].append(z - a)
+    return out
+
+
+def trace_summary(parts):
+    """trace_breakdown's lists as p50 / p99 / max per stage."""
+    return {k: {"n": len(v), "p50": pct(v, 50), "p99": pct(v, 99),
+                "max": max(v) if v else None} for k, v in parts.items()}
+
+
 def pct(values, p):
     """Nearest-rank percentile (p in 0..100) of values; None when empty."""
     v = sorted(values)
@@ -217,6 +267,13 @@ def fmt_s(v):
     return f"{v * 1000:.0f} ms" if v < 1 else f"{v:.1f} s"
 
 
+def fmt_fine(v):
+    """A stage of the trace: sub-millisecond figures kept."""
+    if v is None or v >= 0.1:
+        return fmt_s(v)
+    return f"{v * 1000:.2f} ms"
+
+
 def fmt_n(v):
     if v is None:
         return "-"
@@ -283,6 +340,17 @@ def summarize(res):
             out.append(f"    {KIND_TITLE[k]:<20} {fmt_s(v['every_p50'])} / {fmt_s(v['every_p99'])} / "
                        f"{fmt_s(v['every_max'])}   per host {fmt_s(v['each_p50'])} / "
                        f"{fmt_s(v['each_p99'])}   ({v['n']} changes){to}")
+        if "host_cpu_ms_per_change" in run:
+            out.append(f"  each host's CPU per change: {run['host_cpu_ms_per_change']:.2f} ms "
+                       "(schedstat over the changes, lookups included)")
+        tr = run.get("trace")
+        if tr:
+            out.append("  where the time went, per (change, host), p50 / p99 / max (sync trace):")
+            for k in STAGES:
+                v = tr.get(k)
+                if v and v["n"]:
+                    out.append(f"    {STAGE_TITLE[k]:<40} {fmt_fine(v['p50'])} / "
+                               f"{fmt_fine(v['p99'])} / {fmt_fine(v['max'])}   ({v['n']})")
         r = run.get("restart")
         if r:
             cb = max(c["load"]["bytes"], 1)
@@ -433,6 +501,13 @@ def selftest(fixture):
     assert parse_probe(["0 ok 5.5", "1 timeout 7.25", "done", "2 ok 1"]) == {
         0: ("ok", 5.5), 1: ("timeout", 7.25)}
     assert pct([3, 1, 2], 50) == 2 and pct(list(range(1, 101)), 99) == 99 and pct([], 50) is None
+    tr = parse_trace("x ldap domain dir: sync: 0 changes stored: read at 9.000000, closed +0.000 ms, "
+                     "written +1.000 ms, committed +2.000 ms, reported +3.000 ms\n"
+                     "x ldap domain dir: sync: 1 changes stored: read at 10.000000, closed +1.000 ms, "
+                     "written +2.000 ms, committed +6.000 ms, reported +7.000 ms\n")
+    assert len(tr) == 1 and tr[0][0] == 10.0 and abs(tr[0][3] - 10.006) < 1e-9, tr
+    parts = trace_breakdown([{"t0": 9.99, "seen": {0: ("ok", 10.017), 1: ("timeout", 40.0)}}], [tr, tr])
+    assert [round(parts[k][0] * 1000) for k in STAGES] == [10, 1, 1, 4, 1, 10], parts
     res = json.loads((fixture / "results.json").read_text())
     for run in res["runs"]:
         if "changes" in run:
@@ -461,6 +536,7 @@ class Slapd:
         self.d, self.port, self.ldif = Path(d), port, ldif
         self.uri = f"ldap://127.0.0.1:{port}"
         self.proc = None
+        self.mod = None  # the bound ldapmodify (modify)
         self.log = self.d / "slapd.log"
         self.monitor_cost = {"bytes": 0, "entries": 0}
 
@@ -503,6 +579,10 @@ class Slapd:
         self.monitor_cost = {k: b[k] - a[k] for k in ("bytes", "entries")}
 
     def stop(self):
+        if self.mod is not None:
+            self.mod.kill()
+            self.mod.wait()
+            self.mod = None
         if self.proc is not None:
             self.proc.terminate()
             try:
@@ -556,11 +636,33 @@ class Slapd:
         return snap
 
     def modify(self, ldif, modrdn=False):
-        """Apply one change as the rootdn; returns when slapd answered."""
-        cmd = ["ldapmodify", "-x", "-H", self.uri, "-D", ADMIN, "-w", "secret"]
+        """Apply one change as the rootdn; returns when slapd answered.
+        One ldapmodify stays bound and takes the changes on its stdin, so
+        that starting a client is not counted as the change's latency.
+        modrdn: ldif is "DN\nNEWRDN\n" (ldapmodrdn's input, the old RDN
+        deleted)."""
         if modrdn:
-            cmd = ["ldapmodrdn", "-x", "-H", self.uri, "-D", ADMIN, "-w", "secret", "-r"]
-        subprocess.run(cmd, input=ldif, text=True, check=True, capture_output=True)
+            dn, rdn = ldif.split("\n")[:2]
+            ldif = f"dn: {dn}\nchangetype: modrdn\nnewrdn: {rdn}\ndeleteoldrdn: 1\n"
+        if self.mod is None or self.mod.poll() is not None:
+            # line-buffered output: its blank line after each record
+            # comes when slapd answered
+            self.mod = subprocess.Popen(
+                ["stdbuf", "-oL", "ldapmodify", "-x", "-H", self.uri, "-D", ADMIN, "-w", "secret"],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.mod.stdin.write(ldif.rstrip("\n") + "\n\n")
+        self.mod.stdin.flush()
+        said = []
+        for line in self.mod.stdout:
+            if not line.strip():
+                return
+            said.append(line.strip())
+            if not line.startswith(("modifying ", "deleting ", "adding ", "replacing ")):
+                break
+        self.mod.kill()
+        self.mod.wait()
+        self.mod = None
+        raise RuntimeError(f"ldapmodify failed: {' / '.join(said)[:500]}")
 
 
 class Sampler(threading.Thread):
@@ -590,7 +692,7 @@ class Sampler(threading.Thread):
 class Fleet:
     """N idcached, each with its own configuration, run and state dir."""
 
-    def __init__(self, build, root, n, mode, slapd, has_sync):
+    def __init__(self, build, root, n, mode, slapd, has_sync, trace=False):
         self.build, self.root, self.n, self.mode = Path(build), Path(root), n, mode
         self.procs = [None] * n
         self.dirs = [self.root / f"h{i:03d}" for i in range(n)]
@@ -608,6 +710,8 @@ class Fleet:
                        f"ldap_poll_full_interval = {POLL_FULL_S}\nentry_cache_timeout = {TTL_S}\n")
         else:
             domain += "ldap_sync = syncrepl\n"
+        if trace:
+            domain += "debug_level = 6\n"  # the sync feed's trace lines
         shutil.rmtree(self.root, ignore_errors=True)
         for d in self.dirs:
             for sub in ("run", "state"):
@@ -625,6 +729,21 @@ class Fleet:
                 stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, cwd=d,
                 preexec_fn=lambda: os.nice(NICE))
             logf.close()
+
+    def run_ns(self):
+        """CPU time the running hosts have used, in ns (schedstat: exact,
+        where stat counts clock ticks)."""
+        total = 0
+        for p in self.procs:
+            try:
+                total += int(open(f"/proc/{p.pid}/schedstat").read().split()[0])
+            except (AttributeError, OSError, ValueError, IndexError):
+                pass
+        return total
+
+    def traces(self):
+        """Each host's trace lines (parse_trace)."""
+        return [parse_trace((d / "idcached.log").read_text(errors="replace")) for d in self.dirs]
 
     def cpu_s(self):
         """CPU time the running hosts have used."""
@@ -780,7 +899,8 @@ def plan_changes(groups, count):
 def run_changes(slapd, probe, plan, timeout):
     """Each change in turn: check the state before on every host, start
     every host looking for the state after, apply the change (t0 is taken
-    just before ldapmodify starts: its own time counts in the latency)."""
+    just before the change is written to the bound ldapmodify: slapd's
+    own time counts in the latency, starting a client does not)."""
     changes = []
     for kind, text, modrdn, before, after in plan:
         pre = probe.ask(f"{before} 10")
@@ -870,7 +990,7 @@ def run_one(args, mode, n, slapd, groups, has_sync):
                                "(syncrepl has not landed in this build)")
         return run
     slapd.start()
-    fleet = Fleet(args.build, args.out / "hosts", n, mode, slapd, has_sync)
+    fleet = Fleet(args.build, args.out / "hosts", n, mode, slapd, has_sync, args.trace)
     probe = None
     deleted = 0
     timeout = 120 + n * 2
@@ -900,9 +1020,13 @@ def run_one(args, mode, n, slapd, groups, has_sync):
                 except RuntimeError as e:
                     log(f"{mode} N={n}: waiting changes out failed: {e}")
         else:
+            ns0 = fleet.run_ns()
             changes = run_changes(slapd, probe, plan, 30)
+            run["host_cpu_ms_per_change"] = (fleet.run_ns() - ns0) / 1e6 / n / len(changes)
             run["changes_raw"] = changes
             run["latency"] = latency_summary(changes)
+            if args.trace:
+                run["trace"] = trace_summary(trace_breakdown(changes, fleet.traces()))
             log(f"{mode} N={n}: {len(changes)} changes measured")
         probe.close()
         probe = None
@@ -1001,6 +1125,9 @@ def main():
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--poll-wait", action="store_true",
                     help="poll mode: also wait one change of each kind out (up to a pass)")
+    ap.add_argument("--trace", action="store_true",
+                    help="syncrepl: hosts log each batch's times (debug_level 6); print where "
+                         "the time went between a change and its NSS answer")
     ap.add_argument("--selftest", type=Path)
     ap.add_argument("--report", type=Path, help="print the table of a fleet_bench.json again")
     ap.add_argument("--markdown", action="store_true", help="with --report: as Markdown")

@@ -321,12 +321,19 @@ uint64_t cache_durable_commits(const struct cache *c)
 
 int cache_txn_begin(struct cache *c, struct cache_txn **out, struct idc_diag *d)
 {
+	return cache_txn_begin_flags(c, 0, out, d);
+}
+
+int cache_txn_begin_flags(struct cache *c, unsigned flags, struct cache_txn **out,
+			  struct idc_diag *d)
+{
 	struct cache_txn *t = calloc(1, sizeof(*t));
 	if (!t)
 		return -ENOMEM;
 	t->c = c;
 	c->ts_full = false; /* says what filled during this transaction only */
-	int rc = store_txn_begin(c->st, NULL, 0, &t->st, d);
+	int rc = store_txn_begin(c->st, NULL, (flags & CACHE_TXN_RESENT) ? STORE_TXN_NOMETASYNC : 0,
+				 &t->st, d);
 	/* A timestamps db damaged while open is rebuilt here, where no
 	 * transaction of ours is on it (the daemon is one thread). */
 	bool healthy = !rc && ts_healthy(c, &c->ts_size);

@@ -201,6 +201,13 @@ bool cache_name_equal(enum cache_name_rule rule, const char *a, const char *b);
  * nothing durable; only its timestamps change (in the timestamps db, which
  * commits alongside). */
 int cache_txn_begin(struct cache *c, struct cache_txn **out, struct idc_diag *d);
+/* CACHE_TXN_RESENT: what the transaction stores its source sends again
+ * when an OS crash undid it (a sync feed's batch stored with its cookie,
+ * a poll pass with its mark): the commit flushes once, not twice
+ * (STORE_TXN_NOMETASYNC; the store stays sound, the commit may be lost). */
+enum cache_txn_flags { CACHE_TXN_RESENT = 1 << 0 };
+int cache_txn_begin_flags(struct cache *c, unsigned flags, struct cache_txn **out,
+			  struct idc_diag *d);
 /* After a transaction failed with IDC_EMAPFULL (and was aborted): double
  * the map of cache.mdb. No transaction of this process may be open. */
 int cache_grow(struct cache *c, struct idc_diag *d);

@@ -485,6 +485,22 @@ static int txn_finish_write(struct store_txn *t)
 	return rc;
 }
 
+/* mdb_txn_commit, with MDB_NOMETASYNC for this commit alone when the
+ * transaction asked for it (the flag is the environment's; the daemon's
+ * one writer sets and clears it around its own commit). */
+static int commit_mdb(struct store_txn *t)
+{
+	unsigned have = 0;
+	bool lazy = (t->flags & STORE_TXN_NOMETASYNC) && !t->parent &&
+		    mdb_env_get_flags(t->s->env, &have) == 0 &&
+		    !(have & (MDB_NOMETASYNC | MDB_NOSYNC)) &&
+		    mdb_env_set_flags(t->s->env, MDB_NOMETASYNC, 1) == 0;
+	int rc = mdb_txn_commit(t->txn);
+	if (lazy)
+		mdb_env_set_flags(t->s->env, MDB_NOMETASYNC, 0);
+	return rc;
+}
+
 int store_txn_commit(struct store_txn *t, struct idc_diag *d)
 {
 	struct store *s = t->s;
@@ -493,7 +509,7 @@ int store_txn_commit(struct store_txn *t, struct idc_diag *d)
 	if (rc) {
 		mdb_txn_abort(t->txn);
 	} else {
-		rc = store_lmdb_err(s->dir, mdb_txn_commit(t->txn));
+		rc = store_lmdb_err(s->dir, commit_mdb(t));
 		if (rc == 0 && t->parent) {
 			t->parent->next_id = t->next_id;
 			idc_buf_reset(&t->parent->pkey); /* the child may have deleted it */

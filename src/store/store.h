@@ -225,6 +225,11 @@ enum store_txn_flags {
 				  * every write txn already collects index keys
 				  * of adds and writes them sorted (docs/DESIGN.md §4
 				  * bulk path), flushing before any index read */
+	/* Commit with one flush instead of two (MDB_NOMETASYNC): the data
+	 * pages are flushed, the meta page only written, so an OS crash may
+	 * undo this transaction (never damage the store; LMDB keeps ACI).
+	 * For data its source sends again (docs/DESIGN.md §6.1). */
+	STORE_TXN_NOMETASYNC = 1 << 2,
 };
 
 /* Begin a transaction; parent (or NULL) makes it nested (write txns only).

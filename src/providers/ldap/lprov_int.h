@@ -189,6 +189,9 @@ struct lp_req {
 	uint32_t nsent, up, down;
 	bool cut;
 	struct lp_poll_mark mark; /* LP_POLL: the newest change of its answer */
+	/* LP_SYNC: idc_now_ns() when its data was written and when committed
+	 * (the sync feed's trace, lp_sync_commit) */
+	uint64_t written_ns, committed_ns;
 };
 
 /* ==== domain ============================================================== */
@@ -489,6 +492,10 @@ int lp_smap_value(const struct lp_sent *e, struct idc_buf *out);
 /* The record back (key and value from the cache); -EINVAL when it is not
  * one (skipped). */
 int lp_smap_load(struct lp_smap *m, const char *key, const char *value);
+/* Lower-case hex of p[0..n) appended to b; the value of one such digit
+ * (-1 for another character). */
+int lp_hex_append(struct idc_buf *b, const unsigned char *p, size_t n);
+int lp_hex_val(char c);
 
 /* sync.c, syncstore.c: the feeds of a domain */
 enum lp_sync_support { LP_SY_UNKNOWN = 0, LP_SY_YES, LP_SY_NO };
@@ -520,7 +527,8 @@ struct lp_sync_feed {
 	struct lp_map touched;
 	uint64_t retry_ns; /* not running: start again then */
 	uint64_t started_ns;
-	size_t nrefresh; /* entries of this refresh phase */
+	uint64_t first_ns; /* persist phase: the open batch's first notice read */
+	size_t nrefresh;   /* entries of this refresh phase */
 };
 
 struct lp_sync {

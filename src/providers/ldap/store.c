@@ -327,7 +327,10 @@ static int write_txn(struct lp_req *r, struct lp_track *tr, bool page, struct lp
 {
 	struct lprov_domain *ld = r->ld;
 	struct cache_txn *t;
-	int rc = cache_txn_begin(ld->cache, &t, d);
+	/* a feed's batch goes with its cookie, a poll pass's last page with
+	 * its mark: an OS crash that undoes one makes the server send it again */
+	bool resent = r->kind == LP_SYNC || r->kind == LP_POLL;
+	int rc = cache_txn_begin_flags(ld->cache, resent ? CACHE_TXN_RESENT : 0, &t, d);
 	if (rc)
 		return rc;
 	/* what the sync feed stores stays true until it says otherwise */
@@ -349,7 +352,10 @@ static int write_txn(struct lp_req *r, struct lp_track *tr, bool page, struct lp
 		cache_txn_abort(t);
 		return rc;
 	}
-	return cache_txn_commit(t, d);
+	r->written_ns = idc_now_ns();
+	rc = cache_txn_commit(t, d);
+	r->committed_ns = idc_now_ns();
+	return rc;
 }
 
 /* lp_store could not write: the one place that says so. Logged once per

@@ -493,6 +493,8 @@ void lp_sync_message(struct lprov_domain *ld, LDAPMessage *msg)
 			continue;
 		if (lp_sync_batch_new(f))
 			return lp_sync_feed_restart(f, idc_strerror(-ENOMEM));
+		if (!f->refreshing && !f->first_ns)
+			f->first_ns = sy->last_msg_ns; /* the trace's start (lp_sync_commit) */
 		switch (ldap_msgtype(msg)) {
 		case LDAP_RES_SEARCH_ENTRY:
 			return on_entry(f, msg);

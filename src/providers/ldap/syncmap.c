@@ -172,7 +172,17 @@ int lp_smap_value(const struct lp_sent *e, struct idc_buf *out)
 			      e->ndn);
 }
 
-static int unhex(char c)
+int lp_hex_append(struct idc_buf *b, const unsigned char *p, size_t n)
+{
+	int rc = idc_buf_reserve(b, 2 * n);
+	for (size_t i = 0; !rc && i < n; i++) {
+		char two[2] = {hexd[p[i] >> 4], hexd[p[i] & 15]};
+		rc = idc_buf_append(b, two, 2);
+	}
+	return rc;
+}
+
+int lp_hex_val(char c)
 {
 	return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
 }
@@ -201,7 +211,7 @@ int lp_smap_load(struct lp_smap *m, const char *key, const char *value)
 	if (strlen(key) != 2 + 2 * LP_UUID_LEN || strncmp(key, "e.", 2))
 		return -EINVAL;
 	for (size_t i = 0; i < LP_UUID_LEN; i++) {
-		int hi = unhex(key[2 + 2 * i]), lo = unhex(key[3 + 2 * i]);
+		int hi = lp_hex_val(key[2 + 2 * i]), lo = lp_hex_val(key[3 + 2 * i]);
 		if (hi < 0 || lo < 0)
 			return -EINVAL;
 		uuid[i] = (unsigned char)(hi << 4 | lo);

@@ -31,11 +31,6 @@ static uint64_t fingerprint(const struct lp_sync_feed *f)
 	return h;
 }
 
-static int hexval(char c)
-{
-	return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
-
 /* "cookie.N" = "<fingerprint, 16 hex> <unix seconds stored> <cookie in hex>" */
 static void load_cookie(struct lp_sync_feed *f, const char *v)
 {
@@ -56,7 +51,7 @@ static void load_cookie(struct lp_sync_feed *f, const char *v)
 	idc_buf_reset(&f->cookie);
 	f->sy->cookie_time = at > f->sy->cookie_time ? at : f->sy->cookie_time;
 	for (i++; i < n; i += 2) {
-		int hi = hexval(v[i]), lo = hexval(v[i + 1]);
+		int hi = lp_hex_val(v[i]), lo = lp_hex_val(v[i + 1]);
 		if (hi < 0 || lo < 0 || idc_buf_putc(&f->cookie, (char)(hi << 4 | lo)))
 			return;
 	}
@@ -101,8 +96,8 @@ static int put_cookie(struct lp_sync_feed *f, struct cache_txn *t, struct idc_di
 	snprintf(key, sizeof(key), "cookie.%d", f->idx);
 	int rc = idc_buf_printf(&v, "%016llx %lld ", (unsigned long long)fingerprint(f),
 				(long long)time(NULL));
-	for (size_t i = 0; !rc && i < f->next.len; i++)
-		rc = idc_buf_printf(&v, "%02x", (unsigned char)f->next.data[i]);
+	if (!rc)
+		rc = lp_hex_append(&v, (const unsigned char *)f->next.data, f->next.len);
 	if (!rc)
 		rc = cache_state_put(t, f->sy->ld->cfg.name, key, v.data, d);
 	idc_buf_free(&v);
@@ -115,15 +110,23 @@ static bool covers(const struct lp_sync_feed *f, const struct lp_sent *e)
 	return (!e->uname || f->users) && (!e->gname || f->groups);
 }
 
+/* Whether the batch ends a present phase, whose sweep removes what the
+ * phase did not name: only then is every record walked (a notice of the
+ * persist phase touches its own records only). */
+static bool sweeping(const struct lp_sync_feed *f)
+{
+	return f->sweep && !f->refreshing;
+}
+
 /* A record the sweep of a present phase removes: of f's kinds, neither
  * named in the phase nor changed by the batch. */
-static bool swept(const struct lp_sync_feed *f, const struct lp_sent *e, struct lp_req *r)
+static bool swept(const struct lp_sync_feed *f, const struct lp_sent *e)
 {
+	if (!sweeping(f) || !covers(f, e) || e->seen == f->gen)
+		return false;
 	char key[40];
 	lp_smap_key(e->uuid, key);
-	(void)r;
-	return f->sweep && !f->refreshing && covers(f, e) && e->seen != f->gen &&
-	       !lp_map_get(&f->touched, key);
+	return !lp_map_get(&f->touched, key);
 }
 
 int lp_sync_store_state(struct lp_req *r, struct cache_txn *t, struct idc_diag *d)
@@ -148,9 +151,9 @@ int lp_sync_store_state(struct lp_req *r, struct cache_txn *t, struct idc_diag *
 		if (!rc)
 			rc = cache_state_put(t, name, key, v.data, d);
 	}
-	for (size_t b = 0; b < sy->map.nb && !rc; b++)
+	for (size_t b = 0; sweeping(f) && b < sy->map.nb && !rc; b++)
 		for (struct lp_sent *e = sy->map.by_uuid[b]; e && !rc; e = e->next_uuid)
-			if (swept(f, e, r)) {
+			if (swept(f, e)) {
 				lp_smap_key(e->uuid, key);
 				rc = cache_state_del(t, name, key, d);
 				rc = rc == -ENOENT ? 0 : rc;
@@ -251,8 +254,10 @@ static int keep_build(struct lp_req *r, struct keep *k)
 	for (size_t b = 0; b < f->sy->map.nb && !rc; b++)
 		for (struct lp_sent *e = f->sy->map.by_uuid[b]; e && !rc; e = e->next_uuid) {
 			char key[40];
+			if (e->seen != f->gen)
+				continue;
 			lp_smap_key(e->uuid, key);
-			if (e->seen != f->gen || lp_map_get(&f->touched, key))
+			if (lp_map_get(&f->touched, key))
 				continue;
 			rc = keep_name(r, &k->users, e->uname);
 			if (!rc)
@@ -309,7 +314,7 @@ int lp_sync_gone(struct lp_req *r, struct lp_gone_list *gl)
 	size_t cap = 0;
 	memset(gl, 0, sizeof(*gl));
 	int rc = gone_renamed(r, gl, &cap);
-	if (!rc && r->feed->sweep && !r->feed->refreshing)
+	if (!rc && sweeping(r->feed))
 		rc = gone_swept(r, gl, &cap);
 	if (!rc)
 		rc = unkeep_stored(r, gl);
@@ -357,10 +362,10 @@ static int apply_ops(struct lp_sync_feed *f)
 {
 	struct lp_sync *sy = f->sy;
 	int rc = 0;
-	for (size_t b = 0; b < sy->map.nb; b++)
+	for (size_t b = 0; sweeping(f) && b < sy->map.nb; b++)
 		for (struct lp_sent *e = sy->map.by_uuid[b], *next; e; e = next) {
 			next = e->next_uuid;
-			if (swept(f, e, f->batch))
+			if (swept(f, e))
 				lp_smap_del(&sy->map, e->uuid);
 		}
 	for (size_t i = 0; i < f->ops.n && !rc; i++) {
@@ -371,6 +376,23 @@ static int apply_ops(struct lp_sync_feed *f)
 			rc = lp_smap_set(&sy->map, op->uuid, op->uname, op->gname, op->ndn, f->gen);
 	}
 	return rc;
+}
+
+/* Where a batch's time went, for the fleet benchmark's breakdown: when
+ * its first notice was read (CLOCK_MONOTONIC seconds), then milliseconds
+ * after that until it was closed, its data written, the transaction
+ * committed and the change reported to the maps. */
+static void trace(const struct lp_sync_feed *f, const struct lp_req *r, uint64_t closed)
+{
+	if (idc_log_level() < IDC_LOG_DEBUG)
+		return;
+	uint64_t first = f->first_ns ? f->first_ns : closed, now = idc_now_ns();
+	idc_log(IDC_LOG_DEBUG,
+		"ldap domain %s: sync: %zu changes stored: read at %.6f, closed +%.3f ms, "
+		"written +%.3f ms, committed +%.3f ms, reported +%.3f ms",
+		dom(f), f->ops.n, (double)first / 1e9, (double)(closed - first) / 1e6,
+		(double)(r->written_ns - first) / 1e6, (double)(r->committed_ns - first) / 1e6,
+		(double)(now - first) / 1e6);
 }
 
 /* Store the batch (and the cookie) in one transaction. */
@@ -392,8 +414,7 @@ int lp_sync_commit(struct lp_sync_feed *f)
 		lp_sync_feed_restart(f, "a store failed");
 		return rc;
 	}
-	idc_log(IDC_LOG_DEBUG, "ldap domain %s: sync: %zu changes stored in %.1f ms", dom(f),
-		f->ops.n, (double)(idc_now_ns() - t0) / 1e6);
+	trace(f, r, t0);
 	if (f->has_next) {
 		idc_buf_reset(&f->cookie);
 		rc = idc_buf_append(&f->cookie, f->next.data, f->next.len);
@@ -428,4 +449,5 @@ void lp_sync_batch_drop(struct lp_sync_feed *f)
 	f->batch = NULL;
 	lp_vec_free(&f->ops);
 	lp_map_free(&f->touched);
+	f->first_ns = 0;
 }
