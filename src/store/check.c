@@ -50,18 +50,6 @@ static bool dn2id_has(struct checker *c, size_t skip, uint64_t *id)
 	return true;
 }
 
-static bool pair_exists(struct store_txn *t, MDB_dbi dbi, struct store_val key, uint64_t id)
-{
-	size_t sid = id;
-	MDB_val k = {key.len, (void *)key.ptr}, v = {sizeof(sid), &sid};
-	MDB_cursor *cur;
-	if (mdb_cursor_open(t->txn, dbi, &cur))
-		return false;
-	bool ok = mdb_cursor_get(cur, &k, &v, MDB_GET_BOTH) == 0;
-	mdb_cursor_close(cur);
-	return ok;
-}
-
 static void check_entry_indexes(struct checker *c, const struct store_entry *e)
 {
 	struct store *s = c->t->s;
@@ -70,7 +58,8 @@ static void check_entry_indexes(struct checker *c, const struct store_entry *e)
 		const struct store_attr *a = store_entry_attr(e, ix->name, ix->name_len);
 		if (!a)
 			continue;
-		if (!pair_exists(c->t, s->pres, (struct store_val){ix->name, ix->name_len}, e->id))
+		if (!index_pair_has(c->t->txn, s->pres, (struct store_val){ix->name, ix->name_len},
+				    e->id))
 			fault(c, "entry %llu (%.*s): %s missing from the presence index",
 			      (unsigned long long)e->id, DNF(e), ix->name);
 		for (size_t j = 0; j < a->nvals; j++) {
@@ -84,8 +73,8 @@ static void check_entry_indexes(struct checker *c, const struct store_entry *e)
 			}
 			index_key((struct store_val){c->norm.data, c->norm.len}, &c->key, &skip);
 			if (!skip &&
-			    !pair_exists(c->t, ix->dbi, (struct store_val){c->key.data, c->key.len},
-					 e->id))
+			    !index_pair_has(c->t->txn, ix->dbi,
+					    (struct store_val){c->key.data, c->key.len}, e->id))
 				fault(c, "entry %llu (%.*s): %s value %zu missing from eq.%s",
 				      (unsigned long long)e->id, DNF(e), ix->name, j, ix->name);
 		}
@@ -196,28 +185,38 @@ static bool entry_has_key(struct checker *c, const struct store_index *ix, MDB_v
 static void index_record(struct checker *c, MDB_val k, MDB_val v, const void *arg)
 {
 	const struct store_index *ix = arg;
-	uint64_t id;
-	memcpy(&id, v.mv_data, sizeof(id));
-	if (!entry_has_key(c, ix, k, id))
-		fault(c, "eq.%s: key '%.*s' points at entry %llu which lacks that value", ix->name,
-		      (int)(k.mv_size > 100 ? 100 : k.mv_size), (char *)k.mv_data,
-		      (unsigned long long)id);
+	uint64_t ids[INDEX_BLOCK_IDS];
+	size_t n = index_block_decode(v, ids);
+	if (n == 0)
+		fault(c, "eq.%s: key '%.*s' holds a malformed id block", ix->name,
+		      (int)(k.mv_size > 100 ? 100 : k.mv_size), (char *)k.mv_data);
+	for (size_t i = 0; i < n; i++)
+		if (!entry_has_key(c, ix, k, ids[i]))
+			fault(c, "eq.%s: key '%.*s' points at entry %llu which lacks that value",
+			      ix->name, (int)(k.mv_size > 100 ? 100 : k.mv_size), (char *)k.mv_data,
+			      (unsigned long long)ids[i]);
 }
 
 static void pres_record(struct checker *c, MDB_val k, MDB_val v, const void *arg)
 {
 	(void)arg;
 	struct store_txn *t = c->t;
-	uint64_t id;
+	uint64_t ids[INDEX_BLOCK_IDS];
+	size_t n = index_block_decode(v, ids);
 	struct store_entry e;
-	memcpy(&id, v.mv_data, sizeof(id));
-	if (!index_find(t->s, k.mv_data, k.mv_size))
+	if (!index_find(t->s, k.mv_data, k.mv_size)) {
 		fault(c, "pres: %.*s is not an indexed attribute", (int)k.mv_size,
 		      (char *)k.mv_data);
-	else if (store_read_entry(t, id, &t->sc2, &e, NULL) != 0 ||
-		 !store_entry_attr(&e, k.mv_data, k.mv_size))
-		fault(c, "pres: %.*s points at entry %llu which lacks it", (int)k.mv_size,
-		      (char *)k.mv_data, (unsigned long long)id);
+		return;
+	}
+	if (n == 0)
+		fault(c, "pres: %.*s holds a malformed id block", (int)k.mv_size,
+		      (char *)k.mv_data);
+	for (size_t i = 0; i < n; i++)
+		if (store_read_entry(t, ids[i], &t->sc2, &e, NULL) != 0 ||
+		    !store_entry_attr(&e, k.mv_data, k.mv_size))
+			fault(c, "pres: %.*s points at entry %llu which lacks it", (int)k.mv_size,
+			      (char *)k.mv_data, (unsigned long long)ids[i]);
 }
 
 static void check_meta(struct checker *c)

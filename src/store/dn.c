@@ -484,25 +484,97 @@ static int norm_rdn(struct dn_parser *p, struct idc_buf *out, char *sep)
 
 /* ==== DN normalization ============================================================ */
 
+/* The DNs of an import, and the member values of its groups, mostly share
+ * their parent (",ou=people,dc=example,dc=com"). Per thread, the last two
+ * tails (the text after a DN's first RDN) that normalized are kept with
+ * their result, so such a DN costs its first RDN and a compare. A tail's
+ * normal form depends on its bytes alone, so what is appended is what
+ * parsing it would append; a tail that fails to parse is never kept. */
+#define TAIL_RAW_MAX  256
+#define TAIL_NORM_MAX 512
+#define TAIL_RDNS     16
+
+struct dn_tail {
+	size_t raw_len, norm_len;
+	size_t nrdn;               /* 0: empty slot */
+	size_t off[TAIL_RDNS + 1]; /* RDN starts in norm, then norm_len */
+	char raw[TAIL_RAW_MAX];
+	char norm[TAIL_NORM_MAX];
+};
+
+static _Thread_local struct dn_tail dn_tails[2];
+static _Thread_local unsigned dn_tail_victim; /* the slot to replace next */
+
+/* Append the kept result for the tail p is at, with its RDN offsets in
+ * off[*rdn..] (relative to base) and *rdn counted on: 1 when done, 0 when
+ * no slot holds this tail, or -ENOMEM. */
+static int tail_use(const struct dn_parser *p, struct idc_buf *out, size_t base, size_t *off,
+		    size_t *rdn)
+{
+	size_t n = p->len - p->pos;
+	for (unsigned i = 0; i < 2; i++) {
+		const struct dn_tail *t = &dn_tails[i];
+		if (!t->nrdn || t->raw_len != n || memcmp(t->raw, p->dn + p->pos, n) != 0 ||
+		    *rdn + t->nrdn > STORE_DN_MAX_RDNS)
+			continue;
+		size_t at = out->len;
+		if (idc_buf_append(out, t->norm, t->norm_len))
+			return -ENOMEM;
+		for (size_t k = 0; k < t->nrdn; k++)
+			off[*rdn + k] = at - base + t->off[k];
+		*rdn += t->nrdn;
+		dn_tail_victim = i ^ 1;
+		return 1;
+	}
+	return 0;
+}
+
+/* Keep raw (a tail that normalized to norm, its nrdn RDNs starting at
+ * off[0..nrdn) relative to norm) when it fits a slot. */
+static void tail_keep(const char *raw, size_t raw_len, const char *norm, size_t norm_len,
+		      const size_t *off, size_t nrdn)
+{
+	if (raw_len > TAIL_RAW_MAX || norm_len > TAIL_NORM_MAX || nrdn == 0 || nrdn > TAIL_RDNS)
+		return;
+	struct dn_tail *t = &dn_tails[dn_tail_victim];
+	dn_tail_victim ^= 1;
+	t->raw_len = raw_len;
+	t->norm_len = norm_len;
+	t->nrdn = nrdn;
+	memcpy(t->raw, raw, raw_len);
+	memcpy(t->norm, norm, norm_len);
+	memcpy(t->off, off, nrdn * sizeof(*off));
+	t->off[nrdn] = norm_len;
+}
+
 /* Normalize dn, appending to out; off (may be NULL) gets each RDN's start
  * relative to where out ended. On error out keeps its old content. */
 static int norm_dn(const char *dn, size_t len, struct idc_buf *out, size_t *off, size_t *nrdn,
 		   struct idc_diag *d)
 {
 	char scratch[STORE_DN_MAX];
+	size_t lo[STORE_DN_MAX_RDNS + 1]; /* RDN starts, relative to base */
 	struct dn_parser p;
-	size_t base = out->len, rdn = 0;
+	size_t base = out->len, rdn = 0, tail_at = 0, tail_pos = 0;
 	int rc = dn_start(&p, dn, len, scratch, d);
 	if (rc == 0)
 		rc = idc_buf_reserve(out, len);
 	char sep = p.pos < p.len ? ',' : 0;
 	while (rc == 0 && sep) {
+		if (rdn == 1 && tail_pos == 0) { /* the first RDN done: a known tail? */
+			rc = tail_use(&p, out, base, lo, &rdn);
+			if (rc) {
+				rc = rc < 0 ? rc : 0;
+				break;
+			}
+			tail_at = out->len;
+			tail_pos = p.pos;
+		}
 		if (rdn == STORE_DN_MAX_RDNS) {
 			rc = dn_too_many(&p, "RDNs");
 			break;
 		}
-		if (off)
-			off[rdn] = out->len - base;
+		lo[rdn] = out->len - base;
 		rc = norm_rdn(&p, out, &sep);
 		rdn++;
 		if (rc == 0 && sep)
@@ -518,8 +590,16 @@ static int norm_dn(const char *dn, size_t len, struct idc_buf *out, size_t *off,
 			out->data[base] = '\0';
 		return rc;
 	}
+	lo[rdn] = out->len - base;
+	if (tail_pos) {
+		size_t rel[TAIL_RDNS];
+		for (size_t k = 1; k < rdn && k <= TAIL_RDNS; k++)
+			rel[k - 1] = lo[k] - (tail_at - base);
+		tail_keep(dn + tail_pos, len - tail_pos, out->data + tail_at, out->len - tail_at,
+			  rel, rdn - 1);
+	}
 	if (off)
-		off[rdn] = out->len - base;
+		memcpy(off, lo, (rdn + 1) * sizeof(*off));
 	*nrdn = rdn;
 	return 0;
 }

@@ -10,28 +10,37 @@
 struct pair_ref {
 	const char *norm;
 	size_t norm_len;
-	size_t idx; /* position in the input: keeps values in their given order */
+	uint64_t pfx; /* the first 8 bytes of norm, big-endian, zero-padded */
+	size_t idx;   /* position in the input: keeps values in their given order */
 };
+
+/* Names mostly differ in their first 8 bytes: one integer compare settles
+ * them, where the sort of every entry's pairs otherwise called memcmp a
+ * few dozen times. */
+static uint64_t name_prefix(const char *p, size_t n)
+{
+	unsigned char b[8] = {0};
+	memcpy(b, p, n < 8 ? n : 8);
+	uint64_t x = 0;
+	for (int i = 0; i < 8; i++)
+		x = x << 8 | b[i];
+	return x;
+}
 
 static int pair_ref_cmp(const void *a, const void *b)
 {
 	const struct pair_ref *x = a, *y = b;
-	/* Repeated names share one copy (pair_refs), and other names mostly
-	 * differ in their first byte: both settle without calling memcmp,
-	 * which the sort of every entry's pairs otherwise calls dozens of
-	 * times. Names are never empty. */
-	if (x->norm != y->norm) {
-		if (x->norm[0] != y->norm[0])
-			return (unsigned char)x->norm[0] < (unsigned char)y->norm[0] ? -1 : 1;
+	if (x->pfx != y->pfx)
+		return x->pfx < y->pfx ? -1 : 1;
+	/* Repeated names share one copy (pair_refs). Names are never empty. */
+	if (x->norm != y->norm && (x->norm_len > 8 || y->norm_len > 8)) {
 		size_t n = x->norm_len < y->norm_len ? x->norm_len : y->norm_len;
-		int c = memcmp(x->norm, y->norm, n);
+		int c = n > 8 ? memcmp(x->norm + 8, y->norm + 8, n - 8) : 0;
 		if (c)
 			return c;
-		if (x->norm_len != y->norm_len)
-			return x->norm_len < y->norm_len ? -1 : 1;
-	} else if (x->norm_len != y->norm_len) {
-		return x->norm_len < y->norm_len ? -1 : 1;
 	}
+	if (x->norm_len != y->norm_len)
+		return x->norm_len < y->norm_len ? -1 : 1;
 	return x->idx < y->idx ? -1 : (x->idx > y->idx);
 }
 
@@ -45,7 +54,8 @@ static int pair_refs(struct idc_arena *a, const struct store_pair *pairs, size_t
 		const struct store_val *nm = &pairs[i].name;
 		if (i > 0 && nm->len == pairs[i - 1].name.len &&
 		    memcmp(nm->ptr, pairs[i - 1].name.ptr, nm->len) == 0) {
-			refs[i] = (struct pair_ref){refs[i - 1].norm, refs[i - 1].norm_len, i};
+			refs[i] = refs[i - 1];
+			refs[i].idx = i;
 			continue;
 		}
 		size_t len = store_attr_canon(nm->ptr, nm->len, canon);
@@ -55,7 +65,7 @@ static int pair_refs(struct idc_arena *a, const struct store_pair *pairs, size_t
 		char *p = idc_arena_strndup(a, canon, len);
 		if (!p)
 			return -ENOMEM;
-		refs[i] = (struct pair_ref){p, len, i};
+		refs[i] = (struct pair_ref){p, len, name_prefix(p, len), i};
 	}
 	return 0;
 }

@@ -226,10 +226,14 @@ static int writer_run(struct pipeline *p, struct store_txn *t, struct ldif_impor
 
 /* ---- the pipeline ------------------------------------------------------------------ */
 
+/* One preparing thread per CPU: preparing an add costs about twice what
+ * the writer spends on it (id blocks made the writer's share small), so
+ * the preparing threads, not the writer, are what more cores speed up;
+ * the reader and the writer take their turns on the same cores. */
 static unsigned workers_wanted(unsigned asked)
 {
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	unsigned n = asked ? asked : cpus > 2 ? (unsigned)cpus - 1 : 1;
+	unsigned n = asked ? asked : cpus > 0 ? (unsigned)cpus : 1;
 	return n > MAX_WORKERS ? MAX_WORKERS : n;
 }
 

@@ -1,5 +1,6 @@
 /* index: equality and presence index keys, their maintenance on every
  * write, the sorted bulk path, and adding or dropping an index. */
+#include <endian.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,7 +63,7 @@ int index_load(struct store *s, MDB_txn *txn)
 		ix->rule = store_attr_rule(ix->name, n);
 		char dbname[STORE_ATTR_MAX + 4];
 		snprintf(dbname, sizeof(dbname), "eq.%s", ix->name);
-		unsigned flags = MDB_DUPSORT | MDB_DUPFIXED | MDB_INTEGERDUP;
+		unsigned flags = INDEX_DB_FLAGS;
 		if (!(s->flags & STORE_RDONLY))
 			flags |= MDB_CREATE;
 		rc = mdb_dbi_open(txn, dbname, flags, &ix->dbi);
@@ -292,27 +293,222 @@ static uint64_t *bulk_sort(struct bulk_list *b, uint32_t *order)
 	return ids;
 }
 
-/* The ids[0..n) of one key (increasing, a repeat dropped), one
- * MDB_MULTIPLE put per run instead of a search from the root per id.
- * append: the key is new at the end of an index that was empty
- * (MDB_APPEND, then MDB_APPENDDUP). Otherwise the database already has
- * data: a pair already present (a modify re-adding what a flush wrote)
- * stops LMDB's run; it is skipped and the rest goes on. */
-static int put_ids(MDB_cursor *c, MDB_val *key, uint64_t *ids, size_t n, bool append)
+/* ---- id blocks ---------------------------------------------------------------------
+ * The value of an index key is a set of sorted dups, each a block of 1 to
+ * INDEX_BLOCK_IDS ids stored big-endian in increasing order; blocks do
+ * not overlap, so LMDB's memcmp order of dups is the order of their first
+ * ids (docs/DESIGN.md §4). One put carries a block, not an id. */
+
+static void block_encode(const uint64_t *ids, size_t n, uint64_t *be)
+{
+	for (size_t i = 0; i < n; i++)
+		be[i] = htobe64(ids[i]);
+}
+
+size_t index_block_decode(MDB_val v, uint64_t *ids)
+{
+	size_t n = v.mv_size / sizeof(uint64_t);
+	if (v.mv_size % sizeof(uint64_t) || n == 0 || n > INDEX_BLOCK_IDS)
+		return 0;
+	const unsigned char *p = v.mv_data;
+	for (size_t i = 0; i < n; i++) {
+		uint64_t x;
+		memcpy(&x, p + i * sizeof(x), sizeof(x));
+		ids[i] = be64toh(x);
+		if (i > 0 && ids[i] <= ids[i - 1])
+			return 0;
+	}
+	return n;
+}
+
+size_t index_count_estimate(MDB_cursor *c, MDB_val v)
+{
+	size_t n = 0;
+	if (mdb_cursor_count(c, &n) != 0)
+		return SIZE_MAX;
+	return n == 1 ? v.mv_size / sizeof(uint64_t) : n * INDEX_BLOCK_IDS;
+}
+
+/* Put ids[0..n) (increasing, unique) as full blocks under key: flags for
+ * the first put, then next for the rest. */
+static int put_blocks(MDB_cursor *c, MDB_val *key, const uint64_t *ids, size_t n, unsigned first,
+		      unsigned next)
+{
+	uint64_t be[INDEX_BLOCK_IDS];
+	for (size_t done = 0; done < n;) {
+		size_t k = n - done < INDEX_BLOCK_IDS ? n - done : INDEX_BLOCK_IDS;
+		block_encode(ids + done, k, be);
+		MDB_val v = {k * sizeof(uint64_t), be};
+		int rc = mdb_cursor_put(c, key, &v, done == 0 ? first : next);
+		if (rc)
+			return rc;
+		done += k;
+	}
+	return 0;
+}
+
+/* Position c on the block of key where id belongs (holding it, or the
+ * last whose first id is below it, or the first block); copy it to ids.
+ * *n = 0: the key is absent. Returns 0, or an LMDB code (MDB_CORRUPTED for
+ * a block that does not decode). */
+static int block_find(MDB_cursor *c, MDB_val *key, uint64_t id, uint64_t *ids, size_t *n)
+{
+	uint64_t be = htobe64(id);
+	MDB_val k = *key, v = {sizeof(be), &be};
+	*n = 0;
+	int rc = mdb_cursor_get(c, &k, &v, MDB_GET_BOTH_RANGE);
+	if (rc == 0) {
+		uint64_t first;
+		memcpy(&first, v.mv_data, sizeof(first));
+		if (be64toh(first) != id) {
+			MDB_val pk, pv;
+			rc = mdb_cursor_get(c, &pk, &pv, MDB_PREV_DUP);
+			if (rc == 0)
+				v = pv;
+			else if (rc == MDB_NOTFOUND) { /* id precedes every block */
+				k = *key;
+				v = (MDB_val){sizeof(be), &be};
+				rc = mdb_cursor_get(c, &k, &v, MDB_GET_BOTH_RANGE);
+			}
+		}
+	} else if (rc == MDB_NOTFOUND) {
+		k = *key;
+		rc = mdb_cursor_get(c, &k, &v, MDB_SET);
+		if (rc == 0)
+			rc = mdb_cursor_get(c, &k, &v, MDB_LAST_DUP);
+		if (rc == MDB_NOTFOUND)
+			return 0;
+	}
+	if (rc)
+		return rc;
+	*n = index_block_decode(v, ids);
+	return *n ? 0 : MDB_CORRUPTED;
+}
+
+/* Replace the block under c (ids[0..n) now) by ids split in halves when
+ * they do not fit one: n may be INDEX_BLOCK_IDS + 1. */
+static int block_rewrite(MDB_cursor *c, MDB_val *key, const uint64_t *ids, size_t n)
+{
+	int rc = mdb_cursor_del(c, 0);
+	if (rc || n == 0)
+		return rc;
+	size_t half = n > INDEX_BLOCK_IDS ? n / 2 : n;
+	rc = put_blocks(c, key, ids, half, 0, 0);
+	return rc || half == n ? rc : put_blocks(c, key, ids + half, n - half, 0, 0);
+}
+
+static size_t id_pos(const uint64_t *ids, size_t n, uint64_t id)
+{
+	size_t lo = 0, hi = n;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (ids[mid] < id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* One (key, id) pair in; present already is fine. */
+static int block_insert(MDB_cursor *c, MDB_val *key, uint64_t id)
+{
+	uint64_t ids[INDEX_BLOCK_IDS + 1];
+	size_t n;
+	int rc = block_find(c, key, id, ids, &n);
+	if (rc || n == 0)
+		return rc ? rc : put_blocks(c, key, &id, 1, 0, 0);
+	size_t i = id_pos(ids, n, id);
+	if (i < n && ids[i] == id)
+		return 0;
+	if (i == n && n == INDEX_BLOCK_IDS) /* past a full block: a block of its own */
+		return put_blocks(c, key, &id, 1, 0, 0);
+	memmove(ids + i + 1, ids + i, (n - i) * sizeof(*ids));
+	ids[i] = id;
+	return block_rewrite(c, key, ids, n + 1);
+}
+
+/* One (key, id) pair out; absent is fine. */
+static int block_remove(MDB_cursor *c, MDB_val *key, uint64_t id)
+{
+	uint64_t ids[INDEX_BLOCK_IDS + 1];
+	size_t n;
+	int rc = block_find(c, key, id, ids, &n);
+	if (rc || n == 0)
+		return rc;
+	size_t i = id_pos(ids, n, id);
+	if (i == n || ids[i] != id)
+		return 0;
+	memmove(ids + i, ids + i + 1, (n - i - 1) * sizeof(*ids));
+	return block_rewrite(c, key, ids, n - 1);
+}
+
+bool index_pair_has(MDB_txn *txn, MDB_dbi dbi, struct store_val key, uint64_t id)
+{
+	MDB_cursor *c;
+	if (mdb_cursor_open(txn, dbi, &c))
+		return false;
+	uint64_t ids[INDEX_BLOCK_IDS + 1];
+	size_t n;
+	MDB_val k = {key.len, (void *)key.ptr};
+	bool has = block_find(c, &k, id, ids, &n) == 0 && n > 0;
+	size_t i = has ? id_pos(ids, n, id) : 0;
+	mdb_cursor_close(c);
+	return has && i < n && ids[i] == id;
+}
+
+/* The last block of the key under c into ids (*n of them). */
+static int last_block(MDB_cursor *c, uint64_t *ids, size_t *n)
+{
+	MDB_val k, v;
+	int rc = mdb_cursor_get(c, &k, &v, MDB_LAST_DUP);
+	if (!rc && (*n = index_block_decode(v, ids)) == 0)
+		rc = MDB_CORRUPTED;
+	return rc;
+}
+
+/* The ids[0..n) of one key (increasing, unique) into a database that had
+ * data: a new key takes full blocks; ids past the key's last block fill
+ * it and then take new blocks; any others (a modify re-adding a value of
+ * an older entry) go in one by one. */
+static int key_merge(MDB_cursor *c, MDB_val *key, const uint64_t *ids, size_t n)
+{
+	MDB_val k = *key, v;
+	int rc = mdb_cursor_get(c, &k, &v, MDB_SET);
+	if (rc == MDB_NOTFOUND)
+		return put_blocks(c, key, ids, n, 0, 0);
+	uint64_t last[INDEX_BLOCK_IDS + 1];
+	size_t nl = 0, i = 0;
+	if (!rc)
+		rc = last_block(c, last, &nl);
+	for (; !rc && i < n && ids[i] <= last[nl - 1]; i++)
+		rc = block_insert(c, key, ids[i]);
+	if (!rc && i > 0 && i < n) { /* an insert may have split the last block */
+		k = *key;
+		rc = mdb_cursor_get(c, &k, &v, MDB_SET);
+		if (!rc)
+			rc = last_block(c, last, &nl);
+	}
+	if (rc || i == n)
+		return rc;
+	size_t room = INDEX_BLOCK_IDS - nl;
+	if (room > n - i)
+		room = n - i;
+	if (room) {
+		memcpy(last + nl, ids + i, room * sizeof(*ids));
+		rc = block_rewrite(c, key, last, nl + room);
+		i += room;
+	}
+	return rc ? rc : put_blocks(c, key, ids + i, n - i, 0, 0);
+}
+
+static size_t ids_unique(uint64_t *ids, size_t n)
 {
 	size_t m = 0;
 	for (size_t i = 0; i < n; i++)
 		if (m == 0 || ids[i] != ids[m - 1])
 			ids[m++] = ids[i];
-	for (size_t done = 0; done < m;) {
-		MDB_val v[2] = {{sizeof(size_t), &ids[done]}, {m - done, NULL}};
-		unsigned flags = !append ? 0 : done == 0 ? MDB_APPEND : MDB_APPENDDUP;
-		int rc = mdb_cursor_put(c, key, v, MDB_MULTIPLE | flags);
-		if (rc && (append || rc != MDB_KEYEXIST))
-			return rc;
-		done += v[1].mv_size + (rc == MDB_KEYEXIST);
-	}
-	return 0;
+	return m;
 }
 
 static int bulk_write(struct store_txn *t, struct bulk_list *b)
@@ -326,28 +522,15 @@ static int bulk_write(struct store_txn *t, struct bulk_list *b)
 		const struct bulk_group *g = &b->groups[order[k]];
 		size_t end = g->count; /* bulk_sort left the end of its ids here */
 		MDB_val key = {g->len, b->keys.data + g->off};
-		if (end - pos > 1) {
-			rc = put_ids(c, &key, ids + pos, end - pos, b->was_empty);
-			if (rc == MDB_KEYEXIST) /* see below */
-				idc_log(IDC_LOG_ERR, "%s: index pairs out of order at flush",
-					t->s->dir);
-			rc = rc == MDB_KEYEXIST ? MDB_CORRUPTED : rc;
-			pos = end;
-			continue;
-		}
-		for (size_t i = pos; i < end && !rc; i++) {
-			if (i > pos && ids[i] == ids[i - 1])
-				continue; /* the same value twice in one entry */
-			MDB_val v = {sizeof(size_t), &ids[i]};
-			unsigned flags = !b->was_empty ? 0 : i == pos ? MDB_APPEND : MDB_APPENDDUP;
-			rc = mdb_cursor_put(c, &key, &v, flags);
-			/* present already: fine for a plain put; under an append it
-			 * means the pairs were not in order, and pairs would be lost */
-			if (rc == MDB_KEYEXIST && flags)
-				idc_log(IDC_LOG_ERR, "%s: index pairs out of order at flush",
-					t->s->dir);
-			if (rc == MDB_KEYEXIST)
-				rc = flags ? MDB_CORRUPTED : 0;
+		size_t n = ids_unique(ids + pos, end - pos); /* a value twice in one entry */
+		if (b->was_empty)
+			rc = put_blocks(c, &key, ids + pos, n, MDB_APPEND, MDB_APPENDDUP);
+		else
+			rc = key_merge(c, &key, ids + pos, n);
+		/* under an append, present already means the pairs were not in order */
+		if (rc == MDB_KEYEXIST) {
+			idc_log(IDC_LOG_ERR, "%s: index pairs out of order at flush", t->s->dir);
+			rc = MDB_CORRUPTED;
 		}
 		pos = end;
 	}
@@ -382,22 +565,30 @@ void index_bulk_free(struct store_txn *t)
 
 /* ---- maintenance ------------------------------------------------------------------- */
 
+/* One pair through a cursor of its own (op: block_insert or block_remove). */
+static int pair_apply(struct store_txn *t, MDB_dbi dbi, struct store_val key, uint64_t id,
+		      int (*op)(MDB_cursor *, MDB_val *, uint64_t))
+{
+	MDB_cursor *c;
+	int rc = mdb_cursor_open(t->txn, dbi, &c);
+	if (rc)
+		return store_mdb_err(rc);
+	MDB_val k = {key.len, (void *)key.ptr};
+	rc = op(c, &k, id);
+	mdb_cursor_close(c);
+	return store_mdb_err(rc);
+}
+
 static int pair_put(struct store_txn *t, MDB_dbi dbi, struct store_val key, uint64_t id)
 {
 	if (t->bulk_ok)
 		return bulk_add(t, dbi, key, id);
-	size_t sid = id;
-	MDB_val k = {key.len, (void *)key.ptr}, v = {sizeof(sid), &sid};
-	int rc = mdb_put(t->txn, dbi, &k, &v, MDB_NODUPDATA);
-	return rc == MDB_KEYEXIST ? 0 : store_mdb_err(rc);
+	return pair_apply(t, dbi, key, id, block_insert);
 }
 
 static int pair_del(struct store_txn *t, MDB_dbi dbi, struct store_val key, uint64_t id)
 {
-	size_t sid = id;
-	MDB_val k = {key.len, (void *)key.ptr}, v = {sizeof(sid), &sid};
-	int rc = mdb_del(t->txn, dbi, &k, &v);
-	return rc == MDB_NOTFOUND ? 0 : store_mdb_err(rc);
+	return pair_apply(t, dbi, key, id, block_remove);
 }
 
 /* All keys of attribute a under index ix, as (offset, len) into keys,
@@ -603,9 +794,8 @@ int store_index_add(struct store_txn *t, const char *attr, struct idc_diag *d)
 	snprintf(dbname, sizeof(dbname), "eq.%s", ix.name);
 	int rc = index_bulk_flush(t);
 	if (!rc)
-		rc = store_mdb_err(mdb_dbi_open(
-		    t->txn, dbname, MDB_CREATE | MDB_DUPSORT | MDB_DUPFIXED | MDB_INTEGERDUP,
-		    &ix.dbi));
+		rc = store_mdb_err(
+		    mdb_dbi_open(t->txn, dbname, MDB_CREATE | INDEX_DB_FLAGS, &ix.dbi));
 	/* A left-over database from an aborted attempt must start empty. */
 	if (!rc)
 		rc = store_mdb_err(mdb_drop(t->txn, ix.dbi, 0));

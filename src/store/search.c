@@ -190,21 +190,20 @@ static void cursor_give(struct search_mem *m, MDB_cursor *c)
 
 /* ---- reading indexes ---------------------------------------------------------------- */
 
-/* Append every id under the cursor's current key (dups in pages). v must
- * hold the data of the get that positioned the cursor: for a key with a
- * single id LMDB's MDB_GET_MULTIPLE succeeds without touching it. */
+/* Append every id under the cursor's current key, whose first block v
+ * holds (blocks of ids, index.c). */
 static int fetch_dups(MDB_cursor *c, MDB_val v, struct idl *out)
 {
 	MDB_val k;
-	int rc = mdb_cursor_get(c, &k, &v, MDB_GET_MULTIPLE);
-	while (rc == 0) {
-		size_t n = v.mv_size / sizeof(uint64_t);
-		if ((rc = idl_reserve(out, n)) != 0)
+	int rc = 0;
+	do {
+		if ((rc = idl_reserve(out, INDEX_BLOCK_IDS)) != 0)
 			return rc;
-		memcpy(out->ids + out->n, v.mv_data, n * sizeof(uint64_t));
+		size_t n = index_block_decode(v, out->ids + out->n);
+		if (n == 0)
+			return IDC_ECORRUPT;
 		out->n += n;
-		rc = mdb_cursor_get(c, &k, &v, MDB_NEXT_MULTIPLE);
-	}
+	} while ((rc = mdb_cursor_get(c, &k, &v, MDB_NEXT_DUP)) == 0);
 	return rc == MDB_NOTFOUND ? 0 : store_mdb_err(rc);
 }
 
@@ -231,7 +230,7 @@ static size_t count_key(struct store_txn *t, struct search_mem *m, MDB_dbi dbi,
 	MDB_val k = {key.len, (void *)key.ptr}, v;
 	size_t n = 0;
 	if (mdb_cursor_get(c, &k, &v, MDB_SET) == 0)
-		mdb_cursor_count(c, &n);
+		n = index_count_estimate(c, v);
 	cursor_give(m, c);
 	return n;
 }

@@ -122,15 +122,22 @@ static int store_init_meta(struct store *s, MDB_txn *txn, const struct store_opt
 static int store_open_dbs(struct store *s, MDB_txn *txn, bool create)
 {
 	unsigned c = create ? MDB_CREATE : 0;
-	unsigned dup = MDB_DUPSORT | MDB_DUPFIXED | MDB_INTEGERDUP;
 	int rc = mdb_dbi_open(txn, "id2entry", c | MDB_INTEGERKEY, &s->id2entry);
 	if (!rc)
 		rc = mdb_dbi_open(txn, "dn2id", c, &s->dn2id);
 	if (!rc)
-		rc = mdb_dbi_open(txn, "pres", c | dup, &s->pres);
-	if (!rc)
 		rc = mdb_dbi_open(txn, "meta", c, &s->meta);
 	return rc == MDB_NOTFOUND ? IDC_ENOTSTORE : store_mdb_err(rc);
+}
+
+/* The index databases, once the format is known to be this build's (an
+ * older store's were made with other flags). */
+static int store_open_indexes(struct store *s, MDB_txn *txn, bool create)
+{
+	int rc = mdb_dbi_open(txn, "pres", (create ? MDB_CREATE : 0) | INDEX_DB_FLAGS, &s->pres);
+	if (rc)
+		return rc == MDB_NOTFOUND ? IDC_ECORRUPT : store_mdb_err(rc);
+	return index_load(s, txn);
 }
 
 /* ---- open / close ---------------------------------------------------------------- */
@@ -211,10 +218,12 @@ static int store_load(struct store *s, const struct store_options *opt, bool fre
 	if (rc == -ENOENT)
 		rc = IDC_ENOTSTORE;
 	if (!rc && fmt != STORE_FORMAT_VERSION)
-		rc = idc_diag_set(d, IDC_EVERSION, "%s: store format %llu, this build reads %d",
+		rc = idc_diag_set(d, IDC_EVERSION,
+				  "%s: store format %llu, this build reads %d (export it with the "
+				  "idcache that wrote it, then init a new store and import)",
 				  s->dir, (unsigned long long)fmt, STORE_FORMAT_VERSION);
 	if (!rc)
-		rc = index_load(s, txn);
+		rc = store_open_indexes(s, txn, fresh && !rdonly);
 	if (rc) {
 		mdb_txn_abort(txn);
 		if (rc == IDC_ENOTSTORE)

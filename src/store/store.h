@@ -517,8 +517,8 @@ struct ldif_import {
 	const struct ldif_progress *progress; /* may be NULL */
 	uint64_t records;
 	unsigned workers; /* threads preparing adds beside the reader and the
-			   * writer (docs/DESIGN.md §4 import); 0: one per
-			   * online CPU but one, at least one */
+			   * writer (docs/DESIGN.md §4.1); 0: one per online
+			   * CPU */
 };
 int ldif_import_fn(struct store_txn *t, void *arg, struct idc_diag *d);
 

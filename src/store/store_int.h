@@ -83,7 +83,8 @@ int store_filter_eval(const struct store_filter *f, const struct store_entry *e,
 #include <lmdb.h>
 #include <stdatomic.h>
 
-#define STORE_FORMAT_VERSION 2 /* 2: text keys prepared by RFC 4518 */
+/* 2: text keys prepared by RFC 4518; 3: index values in id blocks */
+#define STORE_FORMAT_VERSION 3
 #define STORE_MAX_INDEXES    120
 #define STORE_SPARE_TXNS     4 /* reset read txns kept for reuse */
 /* LMDB's largest key with default page size is 511; index keys at or past
@@ -213,6 +214,20 @@ int store_entry_decode(const void *p, size_t len, uint64_t id, struct store_scra
 void store_scratch_free(struct store_scratch *sc);
 
 /* index.c */
+/* eq.<attr> and pres: key -> dups that are blocks of 1 to INDEX_BLOCK_IDS
+ * ids, big-endian, increasing, not overlapping (so LMDB's order of the
+ * dups is their first ids'; 63 ids keep a block within LMDB's 511-byte
+ * limit on dups). */
+#define INDEX_BLOCK_IDS 63
+#define INDEX_DB_FLAGS  MDB_DUPSORT
+/* The ids of block v (untrusted) into ids[INDEX_BLOCK_IDS]: their count,
+ * or 0 when v is not a block. */
+size_t index_block_decode(MDB_val v, uint64_t *ids);
+/* Ids under the key c stands on, whose first block is v: exact for one
+ * block, else an upper bound. SIZE_MAX when LMDB fails. */
+size_t index_count_estimate(MDB_cursor *c, MDB_val v);
+/* Does the index hold (key, id)? */
+bool index_pair_has(MDB_txn *txn, MDB_dbi dbi, struct store_val key, uint64_t id);
 /* Index key for normalized value n: NULL result (*skip) for an empty value,
  * n itself when short, prefix + hash when long. Key bytes go to out. */
 int index_key(struct store_val n, struct idc_buf *out, bool *skip);

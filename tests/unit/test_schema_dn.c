@@ -4,6 +4,7 @@
  * AVA walk, errors and limits).
  */
 #include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "store/store.h"
+#include "store/store_int.h"
 
 #define S(lit) lit, sizeof(lit) - 1
 
@@ -840,6 +841,90 @@ static void test_dn_fixed_point(void **state)
 	}
 }
 
+/* ---- the kept tails (dn.c): a DN whose tail was seen normalizes exactly
+ * as in a thread that never saw it ---------------------------------------------------- */
+
+static const char *const tail_dns[] = {
+    "uid=a,ou=people,dc=example,dc=com",
+    "uid=b,ou=people,dc=example,dc=com",
+    "UID=c, OU=People, DC=Example, DC=Com",
+    "uid=d, OU=People, DC=Example, DC=Com",
+    "cn=g+gidNumber=7,ou=groups,dc=example,dc=com",
+    "uid=e,ou=people,dc=example,dc=com",
+    "cn=h,ou=groups,dc=example,dc=com",
+    "uid=f,ou=people,dc=example,dc=com",
+    "uid=\\ x\\2c,cn=a\\,b+sn=Z,dc=example",
+    "uid=y,cn=a\\,b+sn=Z,dc=example",
+    "uid=y,cn=a\\,b+sn=Z,dc=example ",
+    "uid=z,cn=A\\,B+SN=z,dc=example",
+    "uid=bad,ou=people,dc=example,dc=com,",
+    "uid=g,ou=people,dc=example,dc=com",
+    "uid=bad,=x,dc=example",
+    "uid=h,=x,dc=example",
+    "dc=com",
+    "uid=i,dc=com",
+    "uid=j,ou=people,dc=example,dc=com",
+};
+
+struct tail_ref {
+	const char *dn;
+	int rc;
+	struct store_ndn n;
+	char app[512]; /* store_dn_normalize_append after "x" */
+};
+
+static void tail_norm(struct tail_ref *r)
+{
+	r->n = (struct store_ndn)STORE_NDN_INIT;
+	r->rc = store_dn_normalize(r->dn, strlen(r->dn), &r->n, NULL);
+	struct idc_buf b = IDC_BUF_INIT;
+	assert_int_equal(idc_buf_append(&b, "x", 1), 0);
+	int rc = store_dn_normalize_append(r->dn, strlen(r->dn), &b, NULL);
+	assert_int_equal(rc, r->rc);
+	snprintf(r->app, sizeof(r->app), "%s", b.data);
+	idc_buf_free(&b);
+}
+
+static void *tail_thread(void *arg)
+{
+	tail_norm(arg); /* a fresh thread: nothing kept */
+	return NULL;
+}
+
+static void test_dn_tails(void **state)
+{
+	(void)state;
+	size_t n = sizeof(tail_dns) / sizeof(tail_dns[0]);
+	struct tail_ref *ref = calloc(n, sizeof(*ref)), *got = calloc(n, sizeof(*got));
+	for (size_t i = 0; i < n; i++) {
+		ref[i].dn = got[i].dn = tail_dns[i];
+		pthread_t th;
+		assert_int_equal(pthread_create(&th, NULL, tail_thread, &ref[i]), 0);
+		assert_int_equal(pthread_join(th, NULL), 0);
+	}
+	for (int round = 0; round < 2; round++) {
+		for (size_t i = 0; i < n; i++) {
+			tail_norm(&got[i]);
+			assert_int_equal(got[i].rc, ref[i].rc);
+			assert_string_equal(got[i].app, ref[i].app);
+			assert_int_equal(got[i].n.nrdn, ref[i].n.nrdn);
+			assert_int_equal(got[i].n.text.len, ref[i].n.text.len);
+			if (ref[i].n.text.len)
+				assert_memory_equal(got[i].n.text.data, ref[i].n.text.data,
+						    ref[i].n.text.len);
+			assert_memory_equal(got[i].n.off, ref[i].n.off,
+					    (ref[i].n.nrdn + 1) * sizeof(size_t));
+			store_ndn_free(&got[i].n);
+		}
+	}
+	for (size_t i = 0; i < n; i++)
+		store_ndn_free(&ref[i].n);
+	assert_int_equal(ref[12].rc, IDC_ESYNTAX); /* the failing tails stayed failing */
+	assert_int_equal(ref[15].rc, IDC_ESYNTAX);
+	free(ref);
+	free(got);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -853,7 +938,7 @@ int main(void)
 	    cmocka_unit_test(test_dn_values_by_rule), cmocka_unit_test(test_dn_errors),
 	    cmocka_unit_test(test_dn_limits),         cmocka_unit_test(test_dn_rkey),
 	    cmocka_unit_test(test_dn_reuse),          cmocka_unit_test(test_foreach_ava),
-	    cmocka_unit_test(test_dn_fixed_point),
+	    cmocka_unit_test(test_dn_fixed_point),    cmocka_unit_test(test_dn_tails),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

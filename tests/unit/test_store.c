@@ -210,6 +210,51 @@ static void test_open_errors(void **state)
 	rm_store(dir2);
 }
 
+/* A store of format 2 (ids one per dup, MDB_DUPFIXED | MDB_INTEGERDUP)
+ * written with LMDB directly: refused with a message that says what to do,
+ * read-only or not, and left as it was. */
+static void test_old_format_refused(void **state)
+{
+	(void)state;
+	char dir[] = "/tmp/idc-old-XXXXXX";
+	assert_non_null(mkdtemp(dir));
+	MDB_env *env;
+	MDB_txn *txn;
+	MDB_dbi meta, pres, eq, dbi;
+	assert_int_equal(mdb_env_create(&env), 0);
+	assert_int_equal(mdb_env_set_maxdbs(env, 8), 0);
+	assert_int_equal(mdb_env_open(env, dir, 0, 0600), 0);
+	assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
+	unsigned old = MDB_CREATE | MDB_DUPSORT | MDB_DUPFIXED | MDB_INTEGERDUP;
+	assert_int_equal(mdb_dbi_open(txn, "id2entry", MDB_CREATE | MDB_INTEGERKEY, &dbi), 0);
+	assert_int_equal(mdb_dbi_open(txn, "dn2id", MDB_CREATE, &dbi), 0);
+	assert_int_equal(mdb_dbi_open(txn, "meta", MDB_CREATE, &meta), 0);
+	assert_int_equal(mdb_dbi_open(txn, "pres", old, &pres), 0);
+	assert_int_equal(mdb_dbi_open(txn, "eq.uid", old, &eq), 0);
+	uint64_t fmt = 2, next = 2;
+	size_t id = 1;
+	MDB_val k = {6, "format"}, v = {sizeof(fmt), &fmt};
+	assert_int_equal(mdb_put(txn, meta, &k, &v, 0), 0);
+	k = (MDB_val){7, "next_id"}, v = (MDB_val){sizeof(next), &next};
+	assert_int_equal(mdb_put(txn, meta, &k, &v, 0), 0);
+	k = (MDB_val){7, "indexes"}, v = (MDB_val){3, "uid"};
+	assert_int_equal(mdb_put(txn, meta, &k, &v, 0), 0);
+	k = (MDB_val){5, "alice"}, v = (MDB_val){sizeof(id), &id};
+	assert_int_equal(mdb_put(txn, eq, &k, &v, 0), 0);
+	assert_int_equal(mdb_txn_commit(txn), 0);
+	mdb_env_close(env);
+	struct store *s;
+	struct idc_diag d = {""};
+	struct store_options rw = {0}, ro = {STORE_RDONLY};
+	assert_int_equal(store_open(dir, &rw, &s, &d), IDC_EVERSION);
+	assert_non_null(strstr(d.msg, "store format 2"));
+	assert_non_null(strstr(d.msg, "export"));
+	d.msg[0] = '\0';
+	assert_int_equal(store_open(dir, &ro, &s, &d), IDC_EVERSION);
+	assert_non_null(strstr(d.msg, "store format 2"));
+	rm_store(dir);
+}
+
 static void test_reopen_keeps_data(void **state)
 {
 	struct fx *f = *state;
@@ -983,6 +1028,126 @@ static void test_bulk_and_growth(void **state)
 	store_txn_abort(t);
 }
 
+/* ---- id blocks (index.c): appends, merges, splits, removals ---------------------------- */
+
+#define BLK_USERS 700 /* past ten blocks of 63 under one key */
+#define BLK_GIDS  3
+
+struct blk_model {
+	int gid[BLK_USERS * 2]; /* -1: no such entry */
+	size_t n;               /* entries added so far */
+	uint32_t seed;
+};
+
+static uint32_t blk_rand(struct blk_model *m)
+{
+	m->seed = m->seed * 1103515245u + 12345u;
+	return m->seed >> 8;
+}
+
+static int blk_add(struct fx *f, struct store_txn *t, size_t i, int gid, struct idc_diag *d)
+{
+	char buf[256];
+	snprintf(buf, sizeof(buf),
+		 "uid=b%04zu,ou=people,dc=example,dc=com\nobjectClass: person\nuid: b%04zu\n"
+		 "cn: b %zu\nsn: b\ngidNumber: %d",
+		 i, i, i, gid);
+	struct store_entry e = mk(f, buf);
+	return store_add(t, &e, NULL, d);
+}
+
+static void blk_expect(struct fx *f, const struct blk_model *m)
+{
+	size_t per[BLK_GIDS] = {0}, alive = 0;
+	for (size_t i = 0; i < m->n; i++)
+		if (m->gid[i] >= 0) {
+			per[m->gid[i]]++;
+			alive++;
+		}
+	for (int g = 0; g < BLK_GIDS; g++) {
+		char flt[32];
+		snprintf(flt, sizeof(flt), "(gidNumber=%d)", g);
+		assert_int_equal(count(f, flt), per[g]);
+	}
+	assert_int_equal(count(f, "(&(objectClass=person)(sn=b))"), alive);
+	assert_int_equal(count(f, "(&(gidNumber=*)(sn=b))"), alive);
+	struct store_txn *t;
+	assert_int_equal(store_txn_begin(f->s, NULL, STORE_TXN_RDONLY, &t, NULL), 0);
+	assert_int_equal(store_check(t, NULL, NULL), 0);
+	store_txn_abort(t);
+}
+
+/* One transaction of adds (new ids past every block), gidNumber moves of
+ * random older entries (inserts into the middle of full blocks: splits)
+ * and deletes (removals, blocks emptied). */
+static void blk_round(struct fx *f, struct blk_model *m, size_t adds, size_t moves, size_t dels)
+{
+	struct store_txn *t;
+	struct idc_diag d = {""};
+	assert_int_equal(store_txn_begin(f->s, NULL, 0, &t, &d), 0);
+	idc_arena_reset(&f->arena);
+	for (size_t k = 0; k < adds; k++, m->n++) {
+		m->gid[m->n] = (int)(blk_rand(m) % BLK_GIDS);
+		assert_int_equal(blk_add(f, t, m->n, m->gid[m->n], &d), 0);
+	}
+	for (size_t k = 0; k < moves + dels; k++) {
+		size_t i = blk_rand(m) % m->n;
+		if (m->gid[i] < 0)
+			continue;
+		char dn[64], gid[8];
+		snprintf(dn, sizeof(dn), "uid=b%04zu,ou=people,dc=example,dc=com", i);
+		struct store_val dnv = {dn, strlen(dn)};
+		if (k >= moves) {
+			assert_int_equal(store_delete(t, dnv, false, &d), 0);
+			m->gid[i] = -1;
+			continue;
+		}
+		m->gid[i] = (m->gid[i] + 1) % BLK_GIDS;
+		snprintf(gid, sizeof(gid), "%d", m->gid[i]);
+		struct store_val v[] = {{gid, strlen(gid)}};
+		struct store_mod mod[] = {{STORE_MOD_REPLACE, V("gidNumber"), v, 1}};
+		assert_int_equal(store_modify(t, dnv, mod, 1, NULL, &d), 0);
+	}
+	assert_int_equal(store_txn_commit(t, &d), 0);
+	blk_expect(f, m);
+}
+
+static void test_index_blocks(void **state)
+{
+	struct fx *f = *state;
+	add_tree(f);
+	struct blk_model *m = calloc(1, sizeof(*m));
+	m->seed = 17;
+	blk_round(f, m, BLK_USERS, 0, 0); /* empty indexes: appended blocks */
+	blk_round(f, m, 100, 0, 0);       /* the last blocks filled, then new ones */
+	blk_round(f, m, 0, 300, 0);       /* inserts in the middle, splits */
+	blk_round(f, m, 50, 200, 150);    /* all of it at once */
+	blk_round(f, m, 0, 0, BLK_USERS); /* most entries gone, blocks emptied */
+	blk_round(f, m, BLK_USERS / 2, 100, 10);
+	/* a key holding many blocks keeps each within INDEX_BLOCK_IDS ids */
+	struct store_txn *t;
+	assert_int_equal(store_txn_begin(f->s, NULL, STORE_TXN_RDONLY, &t, NULL), 0);
+	MDB_cursor *c;
+	assert_int_equal(mdb_cursor_open(t->txn, f->s->pres, &c), 0);
+	MDB_val k = {9, "gidnumber"}, v;
+	size_t blocks = 0, ids = 0;
+	uint64_t buf[INDEX_BLOCK_IDS], last = 0;
+	for (int rc = mdb_cursor_get(c, &k, &v, MDB_SET); rc == 0;
+	     rc = mdb_cursor_get(c, &k, &v, MDB_NEXT_DUP)) {
+		size_t n = index_block_decode(v, buf);
+		assert_true(n > 0);
+		assert_true(buf[0] > last);
+		last = buf[n - 1];
+		blocks++;
+		ids += n;
+	}
+	mdb_cursor_close(c);
+	store_txn_abort(t);
+	assert_true(blocks > 5);
+	assert_true(ids > blocks);
+	free(m);
+}
+
 static void test_long_values(void **state)
 {
 	struct fx *f = *state;
@@ -1419,6 +1584,7 @@ int main(void)
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_open_errors),
+	    cmocka_unit_test(test_old_format_refused),
 	    T(test_meta_pages),
 	    T(test_meta_file_check),
 	    T(test_verify_survives_damage),
@@ -1447,6 +1613,7 @@ int main(void)
 	    T(test_index_add_remove),
 	    T(test_check_finds_faults),
 	    T(test_bulk_and_growth),
+	    T(test_index_blocks),
 	    T(test_long_values),
 	    T(test_bulk_key_order),
 	    T(test_add_checks_and_keys),
