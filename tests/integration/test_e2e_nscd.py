@@ -77,7 +77,12 @@ class NscdDaemon:
         (as uid as_uid, after the mount)."""
         drop = [] if as_uid is None else ["setpriv", f"--reuid={as_uid}", f"--regid={as_uid}",
                                           "--clear-groups", "--"]
-        return ["sh", "-c", f'mount --bind {self.sockdir} /run/nscd && exec "$@"', "nscd"] + \
+        # A host without nscd has no /run/nscd to mount on: a private
+        # tmpfs on /run gives the namespace one (nothing else there is used).
+        mnt = ("{ [ -d /run/nscd ] || { mount -t tmpfs -o mode=755 idc_nscd_run /run"
+               " && mkdir /run/nscd; }; } && "
+               f"mount --bind {self.sockdir} /run/nscd")
+        return ["sh", "-c", mnt + ' && exec "$@"', "nscd"] + \
             drop + [str(a) for a in argv]
 
     def run(self, argv, as_uid=None, **kw):
