@@ -55,8 +55,10 @@ static struct {
 	const char *tmp;
 	const char *store; /* section d: search this store of `users` users */
 	uint64_t users;    /* section d: users searched (0: 100,000, quick 10,000) */
+	unsigned threads;  /* section d: only the rows of this many threads (0: all) */
+	const char *rows;  /* section d: kinds of rows, "pPt" (see usage) */
 	uint64_t seed;
-} opt = {.runs = 5, .seconds = 1.0, .seed = 1};
+} opt = {.runs = 5, .seconds = 1.0, .seed = 1, .rows = "pPt"};
 
 /* ==== results ===================================================================
  * Every number is printed as a table row when measured and kept for --json. */
@@ -841,8 +843,12 @@ static int search_pool(struct search_thread *st)
 	return 0;
 }
 
-/* One search of pool slot i: parse (unless preparsed), search, free. */
-static int search_one(struct search_thread *st, struct store_txn *t, size_t i)
+/* One search of pool slot i: parse (unless preparsed), search, free. Not
+ * inlined: `valgrind --tool=callgrind --toggle-collect=search_one` counts
+ * the instructions of a search, and --toggle-collect=search_txn those of
+ * a search with its read transaction around it (the "txn each" rows). */
+__attribute__((noinline)) static int search_one(struct search_thread *st, struct store_txn *t,
+						size_t i)
 {
 	struct store_filter *f = st->preparsed ? st->filters[i] : NULL;
 	struct store_search q = {{PEOPLE, strlen(PEOPLE)}, STORE_SCOPE_SUB, NULL, 0};
@@ -858,6 +864,21 @@ static int search_one(struct search_thread *st, struct store_txn *t, size_t i)
 	return rc;
 }
 
+/* One read transaction of st->per_txn searches from pool slot *slot on. */
+__attribute__((noinline)) static int search_txn(struct search_thread *st, size_t *slot)
+{
+	struct store_txn *t = NULL;
+	int rc = store_txn_begin(st->s, NULL, STORE_TXN_RDONLY, &t, &st->d);
+	for (int k = 0; rc == 0 && k < st->per_txn; k++) {
+		rc = search_one(st, t, *slot);
+		*slot = (*slot + 1) % SEARCH_POOL;
+		st->ops++;
+	}
+	if (t)
+		store_txn_abort(t);
+	return rc;
+}
+
 /* Searches in read transactions of per_txn searches until time is up. */
 static int search_loop(struct search_thread *st)
 {
@@ -865,17 +886,8 @@ static int search_loop(struct search_thread *st)
 	double c0 = thread_cpu_secs();
 	size_t slot = 0;
 	int rc = 0;
-	while (rc == 0 && idc_now_ns() < end) {
-		struct store_txn *t;
-		rc = store_txn_begin(st->s, NULL, STORE_TXN_RDONLY, &t, &st->d);
-		for (int k = 0; rc == 0 && k < st->per_txn; k++) {
-			rc = search_one(st, t, slot);
-			slot = (slot + 1) % SEARCH_POOL;
-			st->ops++;
-		}
-		if (t)
-			store_txn_abort(t);
-	}
+	while (rc == 0 && idc_now_ns() < end)
+		rc = search_txn(st, &slot);
 	st->secs = secs_since(t0);
 	st->cpu = thread_cpu_secs() - c0;
 	return rc;
@@ -977,6 +989,9 @@ static int bench_d(void)
 	for (int pre = 0; rc == 0 && pre < 2; pre++) {
 		for (size_t i = 0; rc == 0 && i < IDC_ARRAY_SIZE(threads); i++) {
 			double rate, per_cpu;
+			if ((opt.threads && threads[i] != opt.threads) ||
+			    !strchr(opt.rows, pre ? 'P' : 'p'))
+				continue;
 			rc = search_run(s, g, threads[i], pre, RENEW_EVERY, &rate, &per_cpu);
 			if (rc == 0)
 				search_report(threads[i], pre, RENEW_EVERY, rate, per_cpu, ncpu);
@@ -985,6 +1000,8 @@ static int bench_d(void)
 	/* The daemon's pattern: a read transaction per lookup (batch). */
 	for (unsigned n = 1; rc == 0 && n <= 2; n++) {
 		double rate, per_cpu;
+		if ((opt.threads && n != opt.threads) || !strchr(opt.rows, 't'))
+			continue;
 		rc = search_run(s, g, n, false, 1, &rate, &per_cpu);
 		if (rc == 0)
 			search_report(n, false, 1, rate, per_cpu, ncpu);
@@ -1146,7 +1163,7 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: store_bench [--quick] [--only a,b,c,d,e] [--json FILE] [--runs N]\n"
 		"                   [--seconds S] [--nosync] [--seed S] [--keep]\n"
-		"                   [--users N] [--store DIR]\n"
+		"                   [--users N] [--store DIR] [--threads N] [--rows pPt]\n"
 		"  --quick    small sizes (CI smoke, well under 20 s)\n"
 		"  --only     sections: a adds/raw LMDB, b per-add cost, c import,\n"
 		"             d search, e export\n"
@@ -1159,6 +1176,11 @@ static void usage(FILE *f)
 		"  --users    users of the store section d searches (default 100,000)\n"
 		"  --store    section d searches this store (one --keep left, of --users\n"
 		"             users and the same --seed) instead of importing one\n"
+		"  --threads  section d: only the rows of N threads (1, 2 or 4); two\n"
+		"             processes of --threads 1 side by side against one of\n"
+		"             --threads 2 tell contention in the process from a busy machine\n"
+		"  --rows     section d: p parse+search, P pre-parsed, t a read txn per\n"
+		"             search (default all; one kind per run for callgrind)\n"
 		"Temporary stores go under $TMPDIR (default /tmp).\n",
 		MAX_RUNS);
 }
@@ -1191,6 +1213,8 @@ static int parse_args(int argc, char **argv)
 	    {"writemap", no_argument, NULL, 'w'},
 	    {"users", required_argument, NULL, 'u'},
 	    {"store", required_argument, NULL, 'D'},
+	    {"threads", required_argument, NULL, 'T'},
+	    {"rows", required_argument, NULL, 'R'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -1219,6 +1243,11 @@ static int parse_args(int argc, char **argv)
 			continue;
 		else if (c == 'D')
 			opt.store = optarg;
+		else if (c == 'R' && optarg[0] && strspn(optarg, "pPt") == strlen(optarg))
+			opt.rows = optarg;
+		else if (c == 'T' && (opt.threads = (unsigned)atoi(optarg)) >= 1 &&
+			 opt.threads <= 4)
+			continue;
 		else
 			return c == 'h' ? 1 : -EINVAL;
 	}
