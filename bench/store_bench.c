@@ -55,8 +55,10 @@ static struct {
 	const char *tmp;
 	const char *store; /* section d: search this store of `users` users */
 	uint64_t users;    /* section d: users searched (0: 100,000, quick 10,000) */
+	unsigned threads;  /* section d: only the rows of this many threads (0: all) */
+	const char *rows;  /* section d: kinds of rows, "pPt" (see usage) */
 	uint64_t seed;
-} opt = {.runs = 5, .seconds = 1.0, .seed = 1};
+} opt = {.runs = 5, .seconds = 1.0, .seed = 1, .rows = "pPt"};
 
 /* ==== results ===================================================================
  * Every number is printed as a table row when measured and kept for --json. */
@@ -574,35 +576,82 @@ static int bench_a(void)
 /* ==== b: cost per add against store size ============================================= */
 
 /* Add users 0..n-1 in batches of BATCH per txn; µs per add, clock running
- * only inside the transactions (batches are built with it stopped). */
-static int per_add(const struct gen *g, uint64_t n, double *us)
+ * only inside the transactions (batches are built with it stopped), and
+ * the CPU µs (user + system) of the same adds: on a machine others load,
+ * waiting for a core inflates the first and not the second. */
+static int per_add(const struct gen *g, uint64_t n, double *us, double *cpu_us)
 {
 	char dir[PATH_MAX] = "";
 	struct store *s = NULL;
 	struct idc_diag d = {{0}};
 	struct batch b = {0};
-	double total = 0;
+	double total = 0, cpu = 0;
 	int rc = fresh_store(g, true, dir, sizeof(dir), &s, &d);
 	for (uint64_t first = 0; rc == 0 && first < n; first += BATCH) {
 		uint64_t m = n - first < BATCH ? n - first : BATCH;
 		rc = batch_fill(&b, g, 3 + first, m, &d);
+		double c0 = cpu_secs();
 		uint64_t t0 = idc_now_ns();
 		rc = rc < 0 ? rc : add_batch(s, 0, &b, &d);
 		total += secs_since(t0);
+		cpu += cpu_secs() - c0;
 	}
 	batch_free(&b);
 	if (s)
 		store_close(s);
-	scratch_rm_tree(dir);
+	if (opt.keep && dir[0])
+		printf("  kept store of %llu users grown by adds: %s\n", (unsigned long long)n,
+		       dir);
+	else
+		scratch_rm_tree(dir);
 	*us = total * 1e6 / (double)n;
+	*cpu_us = cpu * 1e6 / (double)n;
 	return rc < 0 ? fail(rc, &d, "per-add run") : 0;
+}
+
+/* With --store: BATCH users more added to that store of --users users,
+ * in one transaction: the cost of an add at that size rather than the
+ * mean over the store's growth. Not inlined: callgrind's
+ * --toggle-collect=add_more counts the instructions of the adds. */
+__attribute__((noinline)) static int add_more(struct store *s, struct batch *b, struct idc_diag *d)
+{
+	return add_batch(s, 0, b, d);
+}
+
+static int bench_b_more(void)
+{
+	struct gen *g;
+	struct store *s = NULL;
+	struct batch b = {0};
+	struct idc_diag d = {{0}};
+	char label[80];
+	if (make_gen(opt.users + BATCH, &g) < 0)
+		return -EINVAL;
+	int rc = batch_fill(&b, g, 3 + opt.users, BATCH, &d);
+	rc = rc < 0 ? rc : open_store(opt.store, true, 0, &s, &d);
+	uint64_t t0 = idc_now_ns();
+	rc = rc < 0 ? rc : add_more(s, &b, &d);
+	double secs = secs_since(t0);
+	if (s)
+		store_close(s);
+	batch_free(&b);
+	gen_free(g);
+	if (rc < 0)
+		return fail(rc, &d, "adds to --store");
+	snprintf(label, sizeof(label), "us per add, %d users added to %llu", BATCH,
+		 (unsigned long long)opt.users);
+	result(label, secs * 1e6 / BATCH, 0, 0, 1, "us");
+	note("one transaction, commit included; the store in %s now holds them", opt.store);
+	return 0;
 }
 
 static int bench_b(void)
 {
+	if (opt.store)
+		return bench_b_more();
 	static const uint64_t sizes[] = {1000, 10000, 100000, 1000000};
 	size_t nsizes = opt.quick ? 2 : IDC_ARRAY_SIZE(sizes);
-	double us[IDC_ARRAY_SIZE(sizes)], v[MAX_RUNS];
+	double us[IDC_ARRAY_SIZE(sizes)], cpu[IDC_ARRAY_SIZE(sizes)], v[MAX_RUNS], c[MAX_RUNS];
 	struct gen *g;
 	char label[80];
 	if (make_gen(sizes[nsizes - 1], &g) < 0)
@@ -614,25 +663,30 @@ static int bench_b(void)
 	for (size_t i = 0; rc == 0 && i < nsizes; i++) {
 		unsigned runs = sizes[i] <= 10000 ? opt.runs : 1;
 		for (unsigned r = 0; rc == 0 && r < runs; r++)
-			rc = per_add(g, sizes[i], &v[r]);
+			rc = per_add(g, sizes[i], &v[r], &c[r]);
 		if (rc < 0)
 			break;
-		struct spread sp = spread_of(v, runs);
+		struct spread sp = spread_of(v, runs), cp = spread_of(c, runs);
 		us[i] = sp.med;
+		cpu[i] = cp.med;
 		snprintf(label, sizeof(label), "us per add, %llu entries",
 			 (unsigned long long)sizes[i]);
 		result(label, sp.med, sp.min, sp.max, runs, "us");
+		note("CPU %.2f us per add (median; min %.2f, max %.2f)", cp.med, cp.min, cp.max);
 	}
 	gen_free(g);
 	if (rc < 0)
 		return rc;
-	double lo = us[0], hi = us[0];
+	double lo = us[0], hi = us[0], clo = cpu[0], chi = cpu[0];
 	for (size_t i = 1; i < nsizes; i++) {
 		lo = us[i] < lo ? us[i] : lo;
 		hi = us[i] > hi ? us[i] : hi;
+		clo = cpu[i] < clo ? cpu[i] : clo;
+		chi = cpu[i] > chi ? cpu[i] : chi;
 	}
 	result("flatness: largest / smallest us per add", hi / lo, hi / lo, hi / lo, 1, "x");
 	note("goal (docs/DESIGN.md §9): flat from 10^3 to 10^6 entries; 1.0x is perfectly flat");
+	result("flatness of the CPU us per add", chi / clo, chi / clo, chi / clo, 1, "x");
 	return 0;
 }
 
@@ -841,8 +895,12 @@ static int search_pool(struct search_thread *st)
 	return 0;
 }
 
-/* One search of pool slot i: parse (unless preparsed), search, free. */
-static int search_one(struct search_thread *st, struct store_txn *t, size_t i)
+/* One search of pool slot i: parse (unless preparsed), search, free. Not
+ * inlined: `valgrind --tool=callgrind --toggle-collect=search_one` counts
+ * the instructions of a search, and --toggle-collect=search_txn those of
+ * a search with its read transaction around it (the "txn each" rows). */
+__attribute__((noinline)) static int search_one(struct search_thread *st, struct store_txn *t,
+						size_t i)
 {
 	struct store_filter *f = st->preparsed ? st->filters[i] : NULL;
 	struct store_search q = {{PEOPLE, strlen(PEOPLE)}, STORE_SCOPE_SUB, NULL, 0};
@@ -858,6 +916,21 @@ static int search_one(struct search_thread *st, struct store_txn *t, size_t i)
 	return rc;
 }
 
+/* One read transaction of st->per_txn searches from pool slot *slot on. */
+__attribute__((noinline)) static int search_txn(struct search_thread *st, size_t *slot)
+{
+	struct store_txn *t = NULL;
+	int rc = store_txn_begin(st->s, NULL, STORE_TXN_RDONLY, &t, &st->d);
+	for (int k = 0; rc == 0 && k < st->per_txn; k++) {
+		rc = search_one(st, t, *slot);
+		*slot = (*slot + 1) % SEARCH_POOL;
+		st->ops++;
+	}
+	if (t)
+		store_txn_abort(t);
+	return rc;
+}
+
 /* Searches in read transactions of per_txn searches until time is up. */
 static int search_loop(struct search_thread *st)
 {
@@ -865,17 +938,8 @@ static int search_loop(struct search_thread *st)
 	double c0 = thread_cpu_secs();
 	size_t slot = 0;
 	int rc = 0;
-	while (rc == 0 && idc_now_ns() < end) {
-		struct store_txn *t;
-		rc = store_txn_begin(st->s, NULL, STORE_TXN_RDONLY, &t, &st->d);
-		for (int k = 0; rc == 0 && k < st->per_txn; k++) {
-			rc = search_one(st, t, slot);
-			slot = (slot + 1) % SEARCH_POOL;
-			st->ops++;
-		}
-		if (t)
-			store_txn_abort(t);
-	}
+	while (rc == 0 && idc_now_ns() < end)
+		rc = search_txn(st, &slot);
 	st->secs = secs_since(t0);
 	st->cpu = thread_cpu_secs() - c0;
 	return rc;
@@ -977,6 +1041,9 @@ static int bench_d(void)
 	for (int pre = 0; rc == 0 && pre < 2; pre++) {
 		for (size_t i = 0; rc == 0 && i < IDC_ARRAY_SIZE(threads); i++) {
 			double rate, per_cpu;
+			if ((opt.threads && threads[i] != opt.threads) ||
+			    !strchr(opt.rows, pre ? 'P' : 'p'))
+				continue;
 			rc = search_run(s, g, threads[i], pre, RENEW_EVERY, &rate, &per_cpu);
 			if (rc == 0)
 				search_report(threads[i], pre, RENEW_EVERY, rate, per_cpu, ncpu);
@@ -985,6 +1052,8 @@ static int bench_d(void)
 	/* The daemon's pattern: a read transaction per lookup (batch). */
 	for (unsigned n = 1; rc == 0 && n <= 2; n++) {
 		double rate, per_cpu;
+		if ((opt.threads && n != opt.threads) || !strchr(opt.rows, 't'))
+			continue;
 		rc = search_run(s, g, n, false, 1, &rate, &per_cpu);
 		if (rc == 0)
 			search_report(n, false, 1, rate, per_cpu, ncpu);
@@ -1146,7 +1215,7 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: store_bench [--quick] [--only a,b,c,d,e] [--json FILE] [--runs N]\n"
 		"                   [--seconds S] [--nosync] [--seed S] [--keep]\n"
-		"                   [--users N] [--store DIR]\n"
+		"                   [--users N] [--store DIR] [--threads N] [--rows pPt]\n"
 		"  --quick    small sizes (CI smoke, well under 20 s)\n"
 		"  --only     sections: a adds/raw LMDB, b per-add cost, c import,\n"
 		"             d search, e export\n"
@@ -1154,11 +1223,18 @@ static void usage(FILE *f)
 		"  --runs     runs per median (default 5, quick 3; max %d)\n"
 		"  --seconds  duration of each search row (default 1, quick 0.2)\n"
 		"  --nosync   no fsync at commit (STORE_NOSYNC / MDB_NOSYNC)\n"
-		"  --keep     leave the imported stores (their paths are printed)\n"
+		"  --keep     leave the imported stores, and section b's (their paths are\n"
+		"             printed)\n"
 		"  --writemap open the stores STORE_WRITEMAP (as `db import` does)\n"
 		"  --users    users of the store section d searches (default 100,000)\n"
 		"  --store    section d searches this store (one --keep left, of --users\n"
-		"             users and the same --seed) instead of importing one\n"
+		"             users and the same --seed) instead of importing one;\n"
+		"             section b adds 10,000 more users to it (it is written)\n"
+		"  --threads  section d: only the rows of N threads (1, 2 or 4); two\n"
+		"             processes of --threads 1 side by side against one of\n"
+		"             --threads 2 tell contention in the process from a busy machine\n"
+		"  --rows     section d: p parse+search, P pre-parsed, t a read txn per\n"
+		"             search (default all; one kind per run for callgrind)\n"
 		"Temporary stores go under $TMPDIR (default /tmp).\n",
 		MAX_RUNS);
 }
@@ -1191,6 +1267,8 @@ static int parse_args(int argc, char **argv)
 	    {"writemap", no_argument, NULL, 'w'},
 	    {"users", required_argument, NULL, 'u'},
 	    {"store", required_argument, NULL, 'D'},
+	    {"threads", required_argument, NULL, 'T'},
+	    {"rows", required_argument, NULL, 'R'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -1219,6 +1297,11 @@ static int parse_args(int argc, char **argv)
 			continue;
 		else if (c == 'D')
 			opt.store = optarg;
+		else if (c == 'R' && optarg[0] && strspn(optarg, "pPt") == strlen(optarg))
+			opt.rows = optarg;
+		else if (c == 'T' && (opt.threads = (unsigned)atoi(optarg)) >= 1 &&
+			 opt.threads <= 4)
+			continue;
 		else
 			return c == 'h' ? 1 : -EINVAL;
 	}

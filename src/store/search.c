@@ -86,22 +86,29 @@ static void idl_free(struct idl *l)
  * One search per transaction at a time borrows t->smem (a search started
  * from another's callback gets a fresh one), so a loop of searches in one
  * transaction allocates nothing after the first. In a read transaction the
- * snapshot cannot change, so it also keeps cursors and the last base. */
+ * snapshot cannot change, so it also keeps cursors, renewed when the
+ * transaction is (LMDB dbi handles of the store are never closed: a
+ * removed index is emptied, not deleted). The last base is kept
+ * normalized (a pure function of its text), and in a read transaction its
+ * id with the snapshot it was found in: a read transaction renewed on the
+ * same snapshot (nothing committed since) finds it there. */
 #define KEPT_CURSORS 8
 
 struct kept_cursor {
 	MDB_dbi dbi;
 	MDB_cursor *c;
 	bool busy;
+	bool stale; /* its transaction was reset since: renew before use */
 };
 
 struct search_mem {
 	struct store_scratch sc;           /* the decoded candidate */
 	struct idc_buf scratch, key, norm; /* filter evaluation, index keys */
 	struct idl ids;                    /* candidates */
-	struct idc_buf base_raw;           /* base as given ... */
+	struct idc_buf base_raw;           /* base as given (empty: none kept) ... */
 	struct store_ndn base;             /* ... normalized */
-	uint64_t base_id;                  /* its id; 0: nothing kept */
+	uint64_t base_id;                  /* its id; 0: not known */
+	size_t base_snap;                  /* mdb_txn_id of the read txn that found base_id */
 	struct kept_cursor cur[KEPT_CURSORS];
 	size_t ncur;
 };
@@ -136,19 +143,14 @@ static void mem_give(struct store_txn *t, struct search_mem *m)
 		mem_free(m);
 }
 
-/* Before the read transaction is reset for reuse: its cursors are closed
- * (a later renewal might find an index dropped since) and the kept base
- * forgotten (the next snapshot may not hold it); the buffers stay. */
+/* Before the read transaction is reset for reuse: its cursors wait to be
+ * renewed by the next use; the buffers and the base stay (resolve_base
+ * trusts its id only on the same snapshot). */
 void store_search_mem_reset(struct store_txn *t)
 {
 	struct search_mem *m = t->smem;
-	if (!m)
-		return;
-	for (size_t i = 0; i < m->ncur; i++)
-		mdb_cursor_close(m->cur[i].c);
-	m->ncur = 0;
-	m->base_id = 0;
-	idc_buf_reset(&m->base_raw);
+	for (size_t i = 0; m && i < m->ncur; i++)
+		m->cur[i].stale = true;
 }
 
 void store_search_mem_free(struct store_txn *t)
@@ -163,17 +165,24 @@ static int cursor_take(struct store_txn *t, struct search_mem *m, MDB_dbi dbi, M
 {
 	bool keep = m && (t->flags & STORE_TXN_RDONLY);
 	for (size_t i = 0; keep && i < m->ncur; i++) {
-		if (m->cur[i].dbi == dbi && !m->cur[i].busy) {
-			m->cur[i].busy = true;
-			*c = m->cur[i].c;
-			return 0;
+		struct kept_cursor *k = &m->cur[i];
+		if (k->dbi != dbi || k->busy)
+			continue;
+		if (k->stale && mdb_cursor_renew(t->txn, k->c) != 0) {
+			mdb_cursor_close(k->c); /* not expected: open a new one below */
+			*k = m->cur[--m->ncur];
+			break;
 		}
+		k->stale = false;
+		k->busy = true;
+		*c = k->c;
+		return 0;
 	}
 	int rc = mdb_cursor_open(t->txn, dbi, c);
 	if (rc)
 		return store_mdb_err(rc);
 	if (keep && m->ncur < KEPT_CURSORS)
-		m->cur[m->ncur++] = (struct kept_cursor){dbi, *c, true};
+		m->cur[m->ncur++] = (struct kept_cursor){dbi, *c, true, false};
 	return 0;
 }
 
@@ -665,14 +674,14 @@ static int scan_subtree(struct run *r, uint64_t base_id)
 	return rc;
 }
 
-/* The base of the last search of a read transaction is kept: a caller
- * searching one container over and over normalizes and looks it up once. */
-static bool base_kept(const struct run *r)
+/* The base of the last search is kept: a caller searching one container
+ * over and over normalizes it once, and looks it up once per snapshot
+ * (a daemon answering each lookup in a read transaction of its own renews
+ * the same snapshot until something is written). */
+static bool base_normalized(const struct run *r)
 {
-	const struct search_mem *m = r->m;
-	return (r->t->flags & STORE_TXN_RDONLY) && m->base_id != 0 &&
-	       m->base_raw.len == r->q->base.len &&
-	       memcmp(m->base_raw.data, r->q->base.ptr, r->q->base.len) == 0;
+	const struct idc_buf *b = &r->m->base_raw;
+	return b->len == r->q->base.len && memcmp(b->data, r->q->base.ptr, b->len) == 0;
 }
 
 static int resolve_base(struct run *r, uint64_t *base_id, struct idc_diag *d)
@@ -682,22 +691,31 @@ static int resolve_base(struct run *r, uint64_t *base_id, struct idc_diag *d)
 	*base_id = 0;
 	if (r->q->base.len == 0)
 		return 0;
-	if (!base_kept(r)) {
+	if (!base_normalized(r)) {
 		m->base_id = 0;
 		idc_buf_reset(&m->base_raw);
 		int rc = store_dn_normalize(r->q->base.ptr, r->q->base.len, &m->base, d);
 		if (!rc)
-			rc = store_get_ndn(t, &m->base, &m->base_id);
+			rc = idc_buf_append(&m->base_raw, r->q->base.ptr, r->q->base.len);
+		if (rc) {
+			idc_buf_reset(&m->base_raw);
+			return rc;
+		}
+	}
+	/* a write transaction changes under its own searches: look up each time */
+	size_t snap = (t->flags & STORE_TXN_RDONLY) ? mdb_txn_id(t->txn) : 0;
+	if (m->base_id == 0 || snap == 0 || m->base_snap != snap) {
+		m->base_id = 0;
+		int rc = store_get_ndn(t, &m->base, &m->base_id);
 		if (rc == -ENOENT)
 			return idc_diag_set(d, rc, "search base %.*s does not exist",
 					    (int)(r->q->base.len > 200 ? 200 : r->q->base.len),
 					    r->q->base.ptr);
-		if (!rc)
-			rc = idc_buf_append(&m->base_raw, r->q->base.ptr, r->q->base.len);
 		if (rc) {
 			m->base_id = 0;
 			return rc;
 		}
+		m->base_snap = snap;
 	}
 	*base_id = m->base_id;
 	r->base = (struct store_val){m->base.text.data, m->base.text.len};

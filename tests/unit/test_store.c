@@ -559,6 +559,52 @@ static void test_read_txn_renewed(void **state)
 	assert_int_equal(count(f, "(uid=eve)"), 1);
 }
 
+/* The base a search kept outlives its read transaction: renewed on the same
+ * snapshot the next finds it without looking; after a commit it looks
+ * again, and a reader still on the old snapshot keeps seeing the old tree. */
+static void test_search_base_kept(void **state)
+{
+	struct fx *f = *state;
+	add_tree(f);
+	const char *people = "ou=people,dc=example,dc=com";
+	struct store_val dn = {"uid=eve,ou=people,dc=example,dc=com", 35};
+	struct store_txn *r, *old, *w;
+	for (int i = 0; i < 3; i++) { /* renewed, nothing written since */
+		assert_int_equal(store_txn_begin(f->s, NULL, STORE_TXN_RDONLY, &r, NULL), 0);
+		search_uid(r, people, "(uid=eve)", 0, 1);
+		search_uid(r, dn.ptr, "(uid=eve)", 0, 1);
+		store_txn_abort(r);
+	}
+	/* a write that deletes the base and is aborted changes nothing */
+	assert_int_equal(store_txn_begin(f->s, NULL, 0, &w, NULL), 0);
+	assert_int_equal(store_delete(w, dn, false, NULL), 0);
+	store_txn_abort(w);
+	assert_int_equal(store_txn_begin(f->s, NULL, STORE_TXN_RDONLY, &r, NULL), 0);
+	search_uid(r, dn.ptr, "(uid=eve)", 0, 1);
+	store_txn_abort(r);
+	/* committed: the renewed reader looks again; one still open does not see it */
+	assert_int_equal(store_txn_begin(f->s, NULL, STORE_TXN_RDONLY, &old, NULL), 0);
+	search_uid(old, dn.ptr, "(uid=eve)", 0, 1);
+	assert_int_equal(store_txn_begin(f->s, NULL, 0, &w, NULL), 0);
+	assert_int_equal(store_delete(w, dn, false, NULL), 0);
+	assert_int_equal(store_txn_commit(w, NULL), 0);
+	search_uid(old, dn.ptr, "(uid=eve)", 0, 1);
+	store_txn_abort(old);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(store_txn_begin(f->s, NULL, STORE_TXN_RDONLY, &r, NULL), 0);
+		search_uid(r, dn.ptr, "(uid=eve)", -ENOENT, 0);
+		search_uid(r, people, "(uid=eve)", 0, 0);
+		store_txn_abort(r);
+	}
+	/* added again under a new id: found again, by the new id */
+	assert_int_equal(add(f, "uid=eve,ou=people,dc=example,dc=com\nobjectClass: person\n"
+				"uid: eve\ncn: Eve\nsn: Smith"),
+			 0);
+	assert_int_equal(store_txn_begin(f->s, NULL, STORE_TXN_RDONLY, &r, NULL), 0);
+	search_uid(r, dn.ptr, "(uid=eve)", 0, 1);
+	store_txn_abort(r);
+}
+
 static int add_in(struct fx *f, struct store_txn *t, const char *text)
 {
 	struct store_entry e = mk(f, text);
@@ -1594,6 +1640,7 @@ int main(void)
 	    cmocka_unit_test(test_bulk_flush_threads),
 	    cmocka_unit_test_setup_teardown(test_search_reuse, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_read_txn_renewed, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_search_base_kept, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_add_parent_memo, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_bulk_runs_into_full_index, setup, teardown),
 	    T(test_reopen_keeps_data),
