@@ -148,7 +148,7 @@ sample_mem() {
 t0=$(now_ns)
 "$IDCACHED" -c "$W/idcache.conf" -i >"$W/idcached.log" 2>&1 &
 DPID=$!
-for _ in $(seq 600); do grep -q ready "$W/idcached.log" && break; sleep 0.05; done
+for _ in $(seq 2400); do grep -q ready "$W/idcached.log" && break; sleep 0.05; done
 grep -q ready "$W/idcached.log" || { echo "idcached did not start:" >&2; cat "$W/idcached.log" >&2; exit 1; }
 echo "# idcached pid $DPID ready after $(ms_since "$t0") ms"
 sample_mem "$t0" "$DPID" >"$W/mem.txt" &
@@ -227,6 +227,7 @@ printf '%-56s %s\n' \
 	"getpwnam via socket, first lookup of a name, load" "$(pct "$W/probe-sock.txt" "$busy && \$3 == 1")" \
 	"getpwnam via NSS, first lookup of a name, load" "$(pct "$W/probe-mc.txt" "$busy && \$3 == 1")" \
 	"lookups not found (mc / socket)" "$(awk '$4 == 0' "$W/probe-mc.txt" | wc -l) / $(awk '$4 == 0' "$W/probe-sock.txt" | wc -l)" \
+	"  of which: why (mc / socket)" "$(awk '$4 == 0 {n[$5]++} END {for (k in n) printf "%s %d ", k, n[k]}' "$W/probe-mc.txt")/ $(awk '$4 == 0 {n[$5]++} END {for (k in n) printf "%s %d ", k, n[k]}' "$W/probe-sock.txt")" \
 	"load average at the end" "$(cut -d' ' -f1-3 /proc/loadavg)"
 grep -E 'WARN|ERR|ldap_max' "$W/idcached.log" | head -5
 umount /etc/nsswitch.conf

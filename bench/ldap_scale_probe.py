@@ -3,12 +3,15 @@
 # it loads a large directory. Until SIGTERM, about RATE times a second it
 # calls getpwnam (glibc, so whatever nsswitch.conf says: idcache) on a name
 # drawn at random from NAMES_FILE (one a line) and appends one line per call
-# to OUT: "t_ms latency_us first found", t_ms since the probe started,
+# to OUT: "t_ms latency_us first found why", t_ms since the probe started,
 # first 1 when this name was not asked before (a cache miss the daemon may
-# have to send to the directory), found 1 when the user was returned.
+# have to send to the directory), found 1 when the user was returned, why
+# "-" then, else "notfound" (getpwnam_r returned 0 and no entry) or the
+# errno it returned (EAGAIN: the module said TRYAGAIN; a timeout or an
+# unreachable daemon is UNAVAIL, which glibc may report as either).
 # IDCACHE_MEMCACHE=no in the environment makes every call ask the daemon's
 # socket (the shared-memory cache skipped): the daemon loop's latency.
-import os, pwd, random, signal, sys, time
+import ctypes, errno, os, random, signal, sys, time
 
 out, names_file, rate = sys.argv[1], sys.argv[2], float(sys.argv[3])
 names = [l.strip() for l in open(names_file) if l.strip()]
@@ -22,6 +25,24 @@ def on_term(*_):
 
 
 signal.signal(signal.SIGTERM, on_term)
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+class Passwd(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("passwd", ctypes.c_char_p), ("uid", ctypes.c_uint),
+                ("gid", ctypes.c_uint), ("gecos", ctypes.c_char_p), ("dir", ctypes.c_char_p),
+                ("shell", ctypes.c_char_p)]
+
+
+def getpwnam(name):
+    """'-' when found, else why not (see the head of this file)."""
+    ent, buf, res = Passwd(), ctypes.create_string_buffer(16384), ctypes.POINTER(Passwd)()
+    rc = libc.getpwnam_r(name.encode(), ctypes.byref(ent), buf, 16384, ctypes.byref(res))
+    if rc == 0:
+        return "-" if res else "notfound"
+    return errno.errorcode.get(rc, str(rc))
+
+
 asked = set()
 t0 = time.monotonic_ns()
 period = 1.0 / rate
@@ -31,13 +52,9 @@ with open(out, "w", buffering=1) as f:
         first = 0 if name in asked else 1
         asked.add(name)
         a = time.monotonic_ns()
-        try:
-            pwd.getpwnam(name)
-            found = 1
-        except KeyError:
-            found = 0
+        why = getpwnam(name)
         b = time.monotonic_ns()
-        f.write(f"{(a - t0) // 1000000} {(b - a) // 1000} {first} {found}\n")
+        f.write(f"{(a - t0) // 1000000} {(b - a) // 1000} {first} {int(why == '-')} {why}\n")
         left = period - (b - a) / 1e9
         if left > 0:
             time.sleep(left)
