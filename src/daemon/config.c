@@ -380,24 +380,29 @@ static bool limit_key(struct parse *ps, const char *key, const char *v)
 	int k = table_key(ps, limit_keys, IDC_ARRAY_SIZE(limit_keys), key, &l->seen, l->line);
 	if (k < 0)
 		return k == TABLE_KEY_REPEATED;
-	uint32_t min = k == 2 ? 0 : 1;
-	if (parse_uint(v, CONFIG_MAX_CONNS_LIMIT, limit_slot(l, k)) < 0 || *limit_slot(l, k) < min)
+	uint32_t min = k == 2 ? 0 : 1, n = 0;
+	/* a refused value keeps the default: checked against the others, it
+	 * would be reported again as theirs */
+	if (parse_uint(v, CONFIG_MAX_CONNS_LIMIT, &n) < 0 || n < min)
 		perr(ps, "%s: '%s' is not a number from %u to %u", key, v, (unsigned)min,
 		     CONFIG_MAX_CONNS_LIMIT);
+	else
+		*limit_slot(l, k) = n;
 	return true;
 }
 
-/* The limits against each other, at the line of the key that breaks it. */
+/* The limits against each other, at the line of the key that breaks it
+ * (of the other one when that one was left at its default). */
 static void check_limits(struct parse *ps)
 {
 	const struct config_limits *l = &ps->cfg->limits;
 	if (l->max_connections_per_uid > l->max_connections)
-		perr_at(ps, l->line[1],
+		perr_at(ps, l->line[1] ? l->line[1] : l->line[0],
 			"max_connections_per_uid (%u) is more than max_connections (%u)",
 			l->max_connections_per_uid, l->max_connections);
 	if (l->root_reserved >= l->max_connections)
 		perr_at(
-		    ps, l->line[2],
+		    ps, l->line[2] ? l->line[2] : l->line[0],
 		    "root_reserved_connections (%u) leaves no connection of max_connections (%u) "
 		    "for other users",
 		    l->root_reserved, l->max_connections);

@@ -112,8 +112,9 @@ int responder_finish(struct idc_buf *out, uint32_t cmd, size_t start, int rc)
 static int reply_failure(struct idc_buf *out, uint32_t cmd, int rc, bool unsure)
 {
 	if (rc == -ENOENT)
-		return proto_reply_status(out, cmd, unsure ? PROTO_ST_UNAVAIL : PROTO_ST_NOTFOUND,
-					  NULL);
+		return unsure ? proto_reply_status(out, cmd, PROTO_ST_UNAVAIL,
+						   "a files domain could not read its files")
+			      : proto_reply_status(out, cmd, PROTO_ST_NOTFOUND, NULL);
 	if (rc == WALK_EDIRECTORY)
 		return proto_reply_status(out, cmd, PROTO_ST_TRYAGAIN,
 					  "the directory's answer could not be taken; try again");

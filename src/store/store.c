@@ -152,15 +152,16 @@ int store_lmdb_lock_reserve(const char *lock, unsigned max_readers, mode_t mode)
 {
 	int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, mode);
 	if (fd < 0)
-		return errno == ENOSPC || errno == EDQUOT ? -errno : 0;
+		return errno == ENOSPC || errno == EDQUOT || errno == EISDIR ? -errno : 0;
 	/* LMDB 0.9: a header of three 64-byte cache lines, then 64 bytes a
 	 * reader; more than it needs is fine (it takes the file's size). A
 	 * larger file keeps its size: readers take the lowest free slots. */
 	off_t want = ((off_t)max_readers * 64 + 256 + 4095) & ~(off_t)4095;
 	struct stat st;
 	int rc = 0;
-	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && fallocate(fd, 0, 0, want) < 0 &&
-	    (errno == ENOSPC || errno == EDQUOT))
+	if (fstat(fd, &st) == 0 && !S_ISREG(st.st_mode))
+		rc = -EINVAL; /* a FIFO or a device: LMDB cannot use it either */
+	else if (fallocate(fd, 0, 0, want) < 0 && (errno == ENOSPC || errno == EDQUOT))
 		rc = -errno;
 	close(fd);
 	return rc;
@@ -187,7 +188,8 @@ static int store_env_create(struct store *s, const struct store_options *opt, st
 	snprintf(lock, sizeof(lock), "%s/lock.mdb", s->dir);
 	rc = store_lmdb_lock_reserve(lock, readers, store_file_mode(opt->flags));
 	if (rc)
-		return idc_diag_set(d, rc, "%s: %s", lock, idc_strerror(rc));
+		return idc_diag_set(d, rc, "%s: %s", lock,
+				    rc == -EINVAL ? "not a regular file" : idc_strerror(rc));
 	rc = mdb_env_open(s->env, s->dir, flags, store_file_mode(opt->flags));
 	if (rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH)
 		return idc_diag_set(d, IDC_ENOTSTORE, "%s: data.mdb is not an LMDB store", s->dir);

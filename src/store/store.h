@@ -256,8 +256,9 @@ int store_lmdb_err(const char *path, int mdb_rc);
  * block is SIGBUS, at open or later when a reader takes a slot on a page
  * not touched before. Called before mdb_env_open: creates the lock file
  * (mode) and reserves blocks for its whole reader table (max_readers
- * slots), so a full disk is -ENOSPC (or -EDQUOT) instead. Anything else
- * (a read-only filesystem, no fallocate) is left to LMDB: 0. */
+ * slots), so a full disk is -ENOSPC (or -EDQUOT) instead; a lock file
+ * that is a directory is -EISDIR, another kind of file -EINVAL. Anything
+ * else (a read-only filesystem, no fallocate) is left to LMDB: 0. */
 int store_lmdb_lock_reserve(const char *lock, unsigned max_readers, mode_t mode);
 
 /* Double the map (no transaction of this process may be open). */

@@ -355,15 +355,20 @@ def test_duplicate_ids_and_odd_lines_do_not_crash(daemons):
 @pytest.mark.parametrize("extra,needle", [
     ("no_such_key = 1\n", "no_such_key"),
     ("entry_cache_timeout = soon\n", "entry_cache_timeout"),
+    # against a default: the line of the key that was given
+    ("[idcache]\nmax_connections = 16\n", "max_connections_per_uid (128)"),
+    # a refused value is not checked against the others as well
+    ("[idcache]\nmax_connections = 0\n", "'0' is not a number"),
 ])
 def test_bad_config_is_refused_with_file_line(idcached_bin, tmp_path, extra, needle):
     conf = tmp_path / "bad.conf"
     run = nsenv.make_private_dir()
     try:
-        conf.write_text(f"[idcache]\nrun_dir = {run}/run\nstate_dir = {run}/state\n"
+        top = extra.removeprefix("[idcache]\n") if extra.startswith("[idcache]\n") else ""
+        conf.write_text(f"[idcache]\nrun_dir = {run}/run\nstate_dir = {run}/state\n{top}"
                         f"[domain/local]\nid_provider = files\npasswd_files = /etc/passwd\n"
-                        f"{extra}")
-        lineno = len(conf.read_text().splitlines())
+                        f"{'' if top else extra}")
+        lineno = 4 if top else len(conf.read_text().splitlines())
         # without -i the daemon logs to syslog, which may not exist (a
         # container): an error that stops the start goes to stderr too
         for argv in ([idcached_bin, "-c", conf, "-i"], [idcached_bin, "-c", conf],
@@ -372,5 +377,7 @@ def test_bad_config_is_refused_with_file_line(idcached_bin, tmp_path, extra, nee
                                timeout=10)
             assert p.returncode != 0, p
             assert f"{conf}:{lineno}" in p.stderr and needle in p.stderr, p.stderr
+            assert all(f"{conf}:{lineno}:" in ln for ln in p.stderr.splitlines()
+                       if "error" in ln or argv[1] == "--check-config"), p.stderr
     finally:
         nsenv.remove_tree(run)

@@ -439,7 +439,15 @@ static void test_ldap_errors(void **state)
 	expect_error(LDAP_DOM "ldap_search_base = dc=x\nmax_id = 100\nmin_id = 500\n",
 		     "t.conf:6: min_id = 500: min_id must not exceed max_id");
 	expect_error(LDAP_DOM "ldap_search_base = dc=x\nmin_id = 500\nmax_id = 100\n",
-		     "t.conf:6: max_id = 100: min_id must not exceed max_id");
+		     "t.conf:6: max_id = 100: min_id must not exceed max_id (min_id 500, max_id "
+		     "100)");
+	/* a base that is no DN: every search would fail at run time */
+	expect_error(LDAP_DOM "ldap_search_base = example.com\n",
+		     "t.conf:4: ldap_search_base: bad value 'example.com'");
+	expect_error(LDAP_DOM "ldap_search_base = dc=x\nldap_user_search_base = ou=a,,dc=x\n",
+		     "t.conf:5: ldap_user_search_base: bad value");
+	expect_error(LDAP_DOM "ldap_search_base = dc=x\nldap_default_bind_dn = cn\n",
+		     "t.conf:5: ldap_default_bind_dn: bad value");
 	expect_error(LDAP_DOM "ldap_search_base = dc=x\nmin_id = 5\nmin_id = 6\n",
 		     "t.conf:6: 'min_id' is given twice");
 	expect_error(DOM "min_id = 1000\n", "t.conf:3: [domain/d]: ldap options need "

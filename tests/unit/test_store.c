@@ -1612,6 +1612,15 @@ static void test_lock_reserve(void **state)
 	assert_true(st.st_size >= 8192);
 	assert_true((off_t)st.st_blocks * 512 >= st.st_size);
 	unlink(sparse);
+	/* not a file LMDB could use: said here, where the name is known */
+	snprintf(sparse, sizeof(sparse), "%s/dir-lock", f->dir);
+	assert_int_equal(mkdir(sparse, 0700), 0);
+	assert_int_equal(store_lmdb_lock_reserve(sparse, 126, 0600), -EISDIR);
+	rmdir(sparse);
+	snprintf(sparse, sizeof(sparse), "%s/fifo-lock", f->dir);
+	assert_int_equal(mkfifo(sparse, 0600), 0);
+	assert_int_equal(store_lmdb_lock_reserve(sparse, 126, 0600), -EINVAL);
+	unlink(sparse);
 	/* nowhere to create it: left to LMDB, which reports it */
 	assert_int_equal(store_lmdb_lock_reserve("/nonexistent/lock.mdb", 126, 0600), 0);
 }

@@ -179,6 +179,17 @@ static int set_str(char **slot, const char *v)
 	return 0;
 }
 
+/* A DN (search bases, the bind DN): one that does not parse would fail
+ * every search at run time, so it is refused here, at its line. */
+static int set_dn(char **slot, const char *v)
+{
+	LDAPDN dn = NULL;
+	if (*v && ldap_str2dn(v, &dn, LDAP_DN_FORMAT_LDAPV3) != LDAP_SUCCESS)
+		return -EINVAL;
+	ldap_dnfree(dn);
+	return set_str(slot, v);
+}
+
 static int parse_bool(const char *v, bool *out)
 {
 	if (!strcasecmp(v, "true") || !strcasecmp(v, "yes") || !strcmp(v, "1"))
@@ -322,11 +333,11 @@ static int set_known(struct lprov_config *c, const char *k, const char *v)
 	if (!strcmp(k, "ldap_uri"))
 		return parse_uris(c, v);
 	if (!strcmp(k, "ldap_search_base"))
-		return set_str(&c->search_base, v);
+		return set_dn(&c->search_base, v);
 	if (!strcmp(k, "ldap_user_search_base"))
-		return set_str(&c->user_base, v);
+		return set_dn(&c->user_base, v);
 	if (!strcmp(k, "ldap_group_search_base"))
-		return set_str(&c->group_base, v);
+		return set_dn(&c->group_base, v);
 	if (!strcmp(k, "ldap_schema")) {
 		if (!strcasecmp(v, "rfc2307"))
 			c->schema = LPROV_RFC2307;
@@ -337,7 +348,7 @@ static int set_known(struct lprov_config *c, const char *k, const char *v)
 		return 0;
 	}
 	if (!strcmp(k, "ldap_default_bind_dn"))
-		return set_str(&c->bind_dn, v);
+		return set_dn(&c->bind_dn, v);
 	if (!strcmp(k, "ldap_default_authtok_file"))
 		return set_str(&c->authtok_file, v);
 	if (!strcmp(k, "ldap_id_use_start_tls"))
@@ -412,11 +423,15 @@ int lprov_config_set(struct lprov_config *c, const char *key, const char *value,
 		return idc_diag_set(d, rc, "%s: bad value '%.200s'", key, value);
 	if (rc == -ENOENT)
 		return idc_diag_set(d, rc, "%s: not an ldap provider option", key);
-	if (rc == -ERANGE)
+	if (rc == -ERANGE) { /* the two bounds as this line would make them */
+		char lo[16], hi[16];
+		bool min = key[1] == 'i';
+		snprintf(lo, sizeof(lo), "%u", (unsigned)c->min_id);
+		snprintf(hi, sizeof(hi), "%u", (unsigned)c->max_id);
 		return idc_diag_set(
-		    d, -EINVAL,
-		    "%s = %.200s: min_id must not exceed max_id (so far min_id %u, max_id %u)", key,
-		    value, (unsigned)c->min_id, (unsigned)c->max_id);
+		    d, -EINVAL, "%s = %.200s: min_id must not exceed max_id (min_id %s, max_id %s)",
+		    key, value, min ? value : lo, min ? hi : value);
+	}
 	return rc;
 }
 
