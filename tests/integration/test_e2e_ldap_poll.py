@@ -72,3 +72,16 @@ def test_incremental_passes_and_a_full_one_for_deletions(server, daemons, idcach
     ok, _ = nsenv.wait_for(lambda: len(passes(server)) > before, timeout=10, interval=0.1)
     assert ok
     assert ">=" in passes(server)[before][0], passes(server)[before:]
+
+
+def test_first_pass_without_a_mark_fills_the_cache_at_once(server, daemons, idcache):
+    """An empty cache (no stored mark) is filled by a full pass at start,
+    not at the first jittered interval (here 300 s, past the bounded
+    wait): the users are in the cache without a lookup asking for them."""
+    d = start_daemon(daemons, server.uri, "ldap_sync = poll\nentry_cache_timeout = 3600\n"
+                     "ldap_poll_interval = 300\n")
+    ok, _ = nsenv.wait_for(lambda: cache_holds(idcache, d, "user", "bob") is not None,
+                           timeout=30, interval=0.2)
+    assert ok, (passes(server), d.log()[-2000:])
+    full = [n for f, n in passes(server) if ">=" not in f]
+    assert full and full[0] >= 4, passes(server)

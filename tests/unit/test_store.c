@@ -947,6 +947,44 @@ static void test_txn_abort_and_nested(void **state)
 	store_txn_abort(reader);
 }
 
+/* STORE_TXN_NOMETASYNC on a store that flushes (the fixture's does not):
+ * the commit is made and read back after a reopen, and the transactions
+ * after it (plain, and one with a nested child) commit as before, so the
+ * environment's flag was put back. */
+static void test_txn_nometasync(void **state)
+{
+	struct fx *f = *state;
+	store_close(f->s);
+	rm_store(f->dir);
+	assert_non_null(mkdtemp(strcpy(f->dir, "/tmp/idc-store-XXXXXX")));
+	struct store_options o = {STORE_CREATE, 0, default_indexes, IDC_ARRAY_SIZE(default_indexes),
+				  0};
+	assert_int_equal(store_open(f->dir, &o, &f->s, NULL), 0);
+	add_tree(f);
+	struct store_txn *t, *child;
+	const char *names[] = {"m1", "m2", "m3"};
+	for (size_t i = 0; i < 3; i++) {
+		unsigned flags = i == 1 ? 0 : STORE_TXN_NOMETASYNC;
+		assert_int_equal(store_txn_begin(f->s, NULL, flags, &t, NULL), 0);
+		char text[96];
+		snprintf(text, sizeof(text), "uid=%s,ou=people,dc=example,dc=com\nuid: %s",
+			 names[i], names[i]);
+		struct store_entry e = mk(f, text);
+		if (i == 2) { /* the flag is the outer transaction's */
+			assert_int_equal(
+			    store_txn_begin(f->s, t, STORE_TXN_NOMETASYNC, &child, NULL), 0);
+			assert_int_equal(store_add(child, &e, NULL, NULL), 0);
+			assert_int_equal(store_txn_commit(child, NULL), 0);
+		} else {
+			assert_int_equal(store_add(t, &e, NULL, NULL), 0);
+		}
+		assert_int_equal(store_txn_commit(t, NULL), 0);
+	}
+	store_close(f->s);
+	assert_int_equal(store_open(f->dir, &o, &f->s, NULL), 0);
+	assert_int_equal(count(f, "(|(uid=m1)(uid=m2)(uid=m3))"), 3);
+}
+
 static void test_second_writer(void **state)
 {
 	struct fx *f = *state;
@@ -1653,6 +1691,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_add_parent_memo, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_bulk_runs_into_full_index, setup, teardown),
 	    T(test_reopen_keeps_data),
+	    T(test_txn_nometasync),
 	    T(test_add_errors),
 	    T(test_add_too_big),
 	    T(test_get),

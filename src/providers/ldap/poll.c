@@ -203,8 +203,14 @@ void lp_poll_tick(struct lprov_domain *ld, uint64_t now)
 		load_mark(ld);
 	if (!ld->next_full_ns && ld->cfg.poll_full_ms) /* a restart goes on incrementally */
 		ld->next_full_ns = now + lp_jitter_ms(ld, ld->cfg.poll_full_ms) * 1000000u;
-	if (!ld->next_poll_ns) /* the first pass comes within one interval */
-		ld->next_poll_ns = now + lp_jitter_ms(ld, ld->cfg.poll_ms / 2) * 1000000u;
+	/* Without a mark the cache holds nothing of the directory's yet: the
+	 * first (full) pass starts at once, as a feed's first refresh does.
+	 * With one, the first pass comes within an interval, jittered, so
+	 * that a fleet restarted together does not come back together. */
+	if (!ld->next_poll_ns)
+		ld->next_poll_ns = mark_set(&ld->poll_mark)
+				       ? now + lp_jitter_ms(ld, ld->cfg.poll_ms / 2) * 1000000u
+				       : now;
 	if (now < ld->next_poll_ns)
 		return;
 	ld->next_poll_ns = now + lp_jitter_ms(ld, ld->cfg.poll_ms) * 1000000u;
