@@ -8,8 +8,10 @@
 # equality. Each IDCACHE (default: this build's) is timed in turn, so an
 # older build can run beside a newer one. Per round: seconds, entries/s,
 # peak anonymous and file-backed resident memory of the import (KiB,
-# sampled every 20 ms; the store's map pages are file-backed); at the end
-# medians with min-max and each import's ratio to slapadd's in its round.
+# sampled every 20 ms; the store's map pages are file-backed), CPU seconds
+# (user + system, all threads) of each import; at the end medians with
+# min-max and each import's ratio to slapadd's in its round, in time and in
+# CPU (the latter moves less with the machine's load).
 # State in $IMPORT_BENCH_DIR (default /tmp/idc-import-bench).
 set -eu
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -61,24 +63,31 @@ peak_rss() {
 }
 now() { date +%s.%N; }
 since() { echo "$(now) - $1" | bc; }
+# CPU seconds of the children this shell waited for, from `times` output in $1
+cpu_of() { awk 'NR == 2 { s = 0; for (i = 1; i <= 2; i++) { split($i, t, "m"); sub("s", "", t[2]); s += t[1] * 60 + t[2] } print s }' "$1"; }
 
 echo "# $E entries, $(stat -c %s "$L") bytes of LDIF; $(nproc) CPUs; load $(cut -d' ' -f1-3 /proc/loadavg)"
 R=$W/results
 : > "$R"
 for r in $(seq "$ROUNDS"); do
 	rm -rf "$W/slapd-db"; mkdir -p "$W/slapd-db"; sync
-	t0=$(now); /usr/sbin/slapadd -q -f "$W/slapd.conf" -l "$L"; sa=$(since "$t0")
+	times > "$W/times"; c0=$(cpu_of "$W/times")
+	# sampled like the imports, so both carry the sampler's CPU
+	t0=$(now); ms=$(peak_rss /usr/sbin/slapadd -q -f "$W/slapd.conf" -l "$L"); sa=$(since "$t0")
+	times > "$W/times"; c1=$(cpu_of "$W/times")
 	t0=$(now); /usr/sbin/slapcat -f "$W/slapd.conf" -l "$W/out.ldif"; sc=$(since "$t0")
-	echo "slapadd $r $sa $sc 0 0" >> "$R"
+	echo "slapadd $r $sa $sc $ms $(echo "$c1 - $c0" | bc)" >> "$R"
 	for i in "${!BINS[@]}"; do
 		b=${BINS[$i]}; S=$W/store
 		rm -rf "$S"; "$b" db -d "$S" init -i objectClass,uid,cn,uidNumber,gidNumber > /dev/null
 		sync
+		times > "$W/times"; c0=$(cpu_of "$W/times")
 		t0=$(now); m=$(peak_rss "$b" db -d "$S" import -q "$L"); im=$(since "$t0")
+		times > "$W/times"; c1=$(cpu_of "$W/times")
 		t0=$(now); "$b" db -d "$S" export "$W/out.ldif"; ex=$(since "$t0")
-		echo "idcache$i $r $im $ex $m" >> "$R"
+		echo "idcache$i $r $im $ex $m $(echo "$c1 - $c0" | bc)" >> "$R"
 	done
-	grep " $r " "$R" | awk -v E="$E" '{printf "round %s %-9s import %7.2f s %9.0f/s  export %6.2f s %9.0f/s  rss anon %s file %s KiB\n", $2, $1, $3, E/$3, $4, E/$4, $5, $6}'
+	grep " $r " "$R" | awk -v E="$E" '{printf "round %s %-9s import %7.2f s %9.0f/s cpu %6.2f s  export %6.2f s %9.0f/s  rss anon %s file %s KiB\n", $2, $1, $3, E/$3, $7, $4, E/$4, $5, $6}'
 done
 rm -f "$W/out.ldif"
 echo "# medians (min-max) over $ROUNDS rounds; ratio: slapadd's time / the import's, per round"
@@ -91,12 +100,15 @@ def show(v, f=",.0f"):
 names = sorted({r[0] for r in rows}, key=lambda n: (n != "slapadd", n))
 sa = {r[1]: float(r[2]) for r in rows if r[0] == "slapadd"}
 sc = {r[1]: float(r[3]) for r in rows if r[0] == "slapadd"}
+scpu = {r[1]: float(r[6]) for r in rows if r[0] == "slapadd"}
 for n in names:
     rs = [r for r in rows if r[0] == n]
-    line = f"{n:9} import {show([E / float(r[2]) for r in rs])}/s  export {show([E / float(r[3]) for r in rs])}/s"
+    line = f"{n:9} import {show([E / float(r[2]) for r in rs])}/s  cpu {show([float(r[6]) for r in rs], '.2f')} s" \
+           f"  export {show([E / float(r[3]) for r in rs])}/s"
     if n != "slapadd":
         line += f"  ×slapadd {show([sa[r[1]] / float(r[2]) for r in rs], '.2f')}" \
-                f"  ×slapcat {show([sc[r[1]] / float(r[3]) for r in rs], '.2f')}"
+                f"  ×slapcat {show([sc[r[1]] / float(r[3]) for r in rs], '.2f')}" \
+                f"  cpu ×slapadd {show([scpu[r[1]] / float(r[6]) for r in rs], '.2f')}"
         line += f"  peak anon {max(int(r[4]) for r in rs) // 1024} MiB"
     print(line)
 P

@@ -165,9 +165,15 @@ static void import_tick(void *arg, uint64_t records, uint64_t offset)
 	progress_tick(&job->prog, records, offset);
 }
 
+static void import_note(void *arg, const char *what)
+{
+	struct import_job *job = arg;
+	progress_note(&job->prog, what);
+}
+
 /* The whole input in one transaction: the store's own import step, which
- * store_write may run again (it rewinds the stream), then a progress note
- * while the commit writes the indexes. */
+ * store_write may run again (it rewinds the stream) and which notes when it
+ * writes the indexes, then a note while the commit syncs. */
 struct import_all {
 	struct import_job *job;
 	struct ldif_import im;
@@ -179,13 +185,13 @@ static int import_all_fn(struct store_txn *t, void *arg, struct idc_diag *d)
 	int rc = ldif_import_fn(t, &a->im, d);
 	a->job->records = a->im.records;
 	if (rc == 0)
-		progress_note(&a->job->prog, "writing indexes");
+		progress_note(&a->job->prog, "syncing");
 	return rc;
 }
 
 static int import_all(struct store *s, struct import_job *job, struct idc_diag *d)
 {
-	struct ldif_progress p = {import_tick, job};
+	struct ldif_progress p = {import_tick, job, import_note};
 	struct import_all a = {job, {src_open(&job->src), job->src.name, &p, 0}};
 	if (!a.im.f)
 		return idc_diag_set(d, -errno, "%s: %s", job->src.name, strerror(errno));

@@ -83,57 +83,74 @@ int ldif_apply_all(struct store_txn *t, struct ldif_reader *r, const char *name,
 	return rc;
 }
 
-/* ---- copies of records ---- */
+/* ---- copies of records ----
+ * Every string of a record goes into one block of the arena, each with
+ * its NUL: one allocation per record instead of two per line (an import's
+ * reader copies every record). */
 
-static int copy_val(struct idc_arena *a, struct store_val *v)
+static size_t val_bytes(const struct store_val *v)
 {
-	if (!v->ptr)
-		return 0;
-	char *p = idc_arena_alloc(a, v->len + 1);
-	if (!p)
-		return -ENOMEM;
-	memcpy(p, v->ptr, v->len);
-	p[v->len] = '\0';
-	v->ptr = p;
-	return 0;
+	return v->ptr ? v->len + 1 : 0;
 }
 
-static int copy_mod(struct idc_arena *a, struct store_mod *m)
+static size_t record_bytes(const struct ldif_record *r)
 {
-	struct store_val *vals = NULL;
-	if (m->nvals && !(vals = idc_arena_alloc(a, m->nvals * sizeof(*vals))))
-		return -ENOMEM;
-	for (size_t i = 0; i < m->nvals; i++) {
-		vals[i] = m->vals[i];
-		if (copy_val(a, &vals[i]) != 0)
-			return -ENOMEM;
+	size_t n = val_bytes(&r->dn) + val_bytes(&r->newrdn) + val_bytes(&r->newsuperior);
+	for (size_t i = 0; i < r->npairs; i++)
+		n += val_bytes(&r->pairs[i].name) + val_bytes(&r->pairs[i].value);
+	for (size_t i = 0; i < r->nmods; i++) {
+		n += val_bytes(&r->mods[i].attr);
+		for (size_t k = 0; k < r->mods[i].nvals; k++)
+			n += val_bytes(&r->mods[i].vals[k]);
 	}
-	m->vals = vals;
-	return copy_val(a, &m->attr);
+	return n;
+}
+
+/* v's bytes and a NUL at *at, which moves past them; v points there. */
+static void copy_val(char **at, struct store_val *v)
+{
+	if (!v->ptr)
+		return;
+	memcpy(*at, v->ptr, v->len);
+	(*at)[v->len] = '\0';
+	v->ptr = *at;
+	*at += v->len + 1;
 }
 
 int ldif_record_copy(struct idc_arena *a, struct ldif_record *r)
 {
+	size_t nvals = 0, bytes = record_bytes(r);
+	for (size_t i = 0; i < r->nmods; i++)
+		nvals += r->mods[i].nvals;
 	struct store_pair *pairs = NULL;
 	struct store_mod *mods = NULL;
-	if (r->npairs && !(pairs = idc_arena_alloc(a, r->npairs * sizeof(*pairs))))
-		return -ENOMEM;
-	if (r->nmods && !(mods = idc_arena_alloc(a, r->nmods * sizeof(*mods))))
+	struct store_val *vals = NULL;
+	char *at = NULL;
+	if ((r->npairs && !(pairs = idc_arena_alloc(a, r->npairs * sizeof(*pairs)))) ||
+	    (r->nmods && !(mods = idc_arena_alloc(a, r->nmods * sizeof(*mods)))) ||
+	    (nvals && !(vals = idc_arena_alloc(a, nvals * sizeof(*vals)))) ||
+	    (bytes && !(at = idc_arena_alloc(a, bytes))))
 		return -ENOMEM;
 	for (size_t i = 0; i < r->npairs; i++) {
 		pairs[i] = r->pairs[i];
-		if (copy_val(a, &pairs[i].name) || copy_val(a, &pairs[i].value))
-			return -ENOMEM;
+		copy_val(&at, &pairs[i].name);
+		copy_val(&at, &pairs[i].value);
 	}
 	for (size_t i = 0; i < r->nmods; i++) {
 		mods[i] = r->mods[i];
-		if (copy_mod(a, &mods[i]) != 0)
-			return -ENOMEM;
+		copy_val(&at, &mods[i].attr);
+		if (mods[i].nvals)
+			memcpy(vals, mods[i].vals, mods[i].nvals * sizeof(*vals));
+		mods[i].vals = mods[i].nvals ? vals : NULL;
+		for (size_t k = 0; k < mods[i].nvals; k++)
+			copy_val(&at, &vals[k]);
+		vals += mods[i].nvals;
 	}
 	r->pairs = pairs;
 	r->mods = mods;
-	if (copy_val(a, &r->dn) || copy_val(a, &r->newrdn) || copy_val(a, &r->newsuperior))
-		return -ENOMEM;
+	copy_val(&at, &r->dn);
+	copy_val(&at, &r->newrdn);
+	copy_val(&at, &r->newsuperior);
 	return 0;
 }
 

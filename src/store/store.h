@@ -497,6 +497,7 @@ int ldif_apply(struct store_txn *t, const struct ldif_record *rec, const char *n
 struct ldif_progress {
 	void (*tick)(void *arg, uint64_t records, uint64_t offset);
 	void *arg;
+	void (*note)(void *arg, const char *what); /* a phase begins; may be NULL */
 };
 
 /* Apply every record r yields, in order, in t: the import loop of `idcache

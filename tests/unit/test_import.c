@@ -200,6 +200,50 @@ static void test_reader_error_late(void **state)
 	compare(2600, BAD_SYNTAX, IDC_ESYNTAX, "in.ldif:");
 }
 
+/* The progress callbacks: a tick per record applied, in order, and one
+ * note when the indexes are written. */
+struct prog_count {
+	uint64_t ticks, last, notes;
+	bool ordered;
+};
+
+static void prog_tick(void *arg, uint64_t records, uint64_t offset)
+{
+	struct prog_count *c = arg;
+	(void)offset;
+	c->ordered &= records == c->last + 1;
+	c->last = records;
+	c->ticks++;
+}
+
+static void prog_note(void *arg, const char *what)
+{
+	struct prog_count *c = arg;
+	assert_string_equal(what, "writing indexes");
+	c->notes++;
+}
+
+static void test_progress(void **state)
+{
+	(void)state;
+	size_t len;
+	char *text = gen_ldif(0, BAD_NONE, &len);
+	struct st x;
+	st_open(&x);
+	FILE *f = fmemopen(text, len, "r");
+	assert_non_null(f);
+	struct prog_count c = {.ordered = true};
+	struct ldif_progress p = {prog_tick, &c, prog_note};
+	struct ldif_import im = {f, "in.ldif", &p, 0, 2};
+	assert_int_equal(store_write(x.s, STORE_TXN_BULK, ldif_import_fn, &im, NULL), 0);
+	assert_true(c.ordered);
+	assert_int_equal(c.ticks, im.records);
+	assert_int_equal(c.notes, 1);
+	fclose(f);
+	st_close(&x);
+	free(text);
+}
+
 static void test_empty_input(void **state)
 {
 	(void)state;
@@ -216,7 +260,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_same_store),     cmocka_unit_test(test_bad_value_late),
 	    cmocka_unit_test(test_duplicate_late), cmocka_unit_test(test_reader_error_late),
-	    cmocka_unit_test(test_empty_input),
+	    cmocka_unit_test(test_empty_input),    cmocka_unit_test(test_progress),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
