@@ -265,6 +265,7 @@ int cache_open(const char *state_dir, const struct cache_options *o, struct cach
 		free(c);
 		return -ENOMEM;
 	}
+	pthread_mutex_init(&c->write_mu, NULL);
 	char path[4096];
 	snprintf(path, sizeof(path), "%s/cache.mdb", state_dir);
 	int rc = 0;
@@ -306,6 +307,7 @@ void cache_close(struct cache *c)
 		store_close(c->st);
 		cache_mark_clean(c);
 	}
+	pthread_mutex_destroy(&c->write_mu);
 	free(c->dir);
 	free(c);
 }
@@ -323,6 +325,7 @@ int cache_txn_begin(struct cache *c, struct cache_txn **out, struct idc_diag *d)
 	if (!t)
 		return -ENOMEM;
 	t->c = c;
+	pthread_mutex_lock(&c->write_mu); /* released by txn_free */
 	int rc = store_txn_begin(c->st, NULL, 0, &t->st, d);
 	/* A timestamps db damaged while open is rebuilt here, where no
 	 * transaction of ours is on it (the daemon is one thread). */
@@ -346,7 +349,9 @@ int cache_txn_begin(struct cache *c, struct cache_txn **out, struct idc_diag *d)
 
 int cache_grow(struct cache *c, struct idc_diag *d)
 {
+	pthread_mutex_lock(&c->write_mu);
 	int rc = store_grow(c->st);
+	pthread_mutex_unlock(&c->write_mu);
 	if (rc)
 		return idc_diag_set(d, rc, "%s/cache.mdb: cannot grow the map: %s", c->dir,
 				    idc_strerror(rc));
@@ -356,6 +361,7 @@ int cache_grow(struct cache *c, struct idc_diag *d)
 
 static void txn_free(struct cache_txn *t)
 {
+	pthread_mutex_unlock(&t->c->write_mu);
 	idc_arena_free(&t->arena);
 	idc_buf_free(&t->dn);
 	idc_buf_free(&t->tmp);

@@ -3,6 +3,7 @@
 #define IDC_CACHE_INT_H
 
 #include <lmdb.h>
+#include <pthread.h>
 #include <stdatomic.h>
 
 #include "cache.h"
@@ -24,6 +25,11 @@ struct cache {
 	 * (lookup.c). Aborted before ts_env closes. NULL when none. */
 	_Atomic(MDB_txn *) ts_spare;
 	uint64_t ts_size; /* size of timestamps.mdb the writer last saw */
+	/* Held from cache_txn_begin to its commit or abort, and by
+	 * cache_grow: a writer on another thread (the LDAP provider's
+	 * committer) never has a transaction open while the map is remapped,
+	 * and a grow waits for that writer's transaction to end. */
+	pthread_mutex_t write_mu;
 	struct cache_domain_ttl ttl[CACHE_MAX_DOMAINS];
 	size_t nttl;
 };

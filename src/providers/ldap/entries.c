@@ -162,19 +162,23 @@ static bool log_once_v(struct lprov_domain *ld, int level, bool remember, const 
 	uint64_t h = idc_hash64(msg, strlen(msg), ld->hash_seed);
 	/* 0 marks a free slot (not `| 1`: every start bucket would be odd) */
 	h = h ? h : 1;
+	pthread_mutex_lock(&ld->log_mu); /* the committer's thread logs too */
 	int rc = lp_hset_add(&ld->logged, h, LP_LOGGED_MAX);
+	bool said_full = ld->logged_full;
+	if (rc < 0)
+		ld->logged_full = true;
+	size_t used = ld->logged.used;
+	pthread_mutex_unlock(&ld->log_mu);
 	if (rc == 1)
 		return false;
 	if (rc < 0) {
 		/* Remembering no more: logging new messages anyway could repeat
 		 * each of them without bound, so they are dropped instead. */
-		if (!ld->logged_full)
+		if (!said_full)
 			idc_log(IDC_LOG_WARN,
 				"ldap domain %s: %zu distinct warnings logged%s; further distinct "
 				"warnings suppressed",
-				ld->cfg.name, ld->logged.used,
-				rc == -ENOMEM ? " (out of memory)" : "");
-		ld->logged_full = true;
+				ld->cfg.name, used, rc == -ENOMEM ? " (out of memory)" : "");
 		return false;
 	}
 	idc_log(level, "%s", msg);

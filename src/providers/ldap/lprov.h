@@ -38,7 +38,9 @@
  * ldap_network_timeout as its deadline.
  *
  * Bounded work: one lprov_domain_process() reads a slice of messages
- * (LP_TURN_MSGS or LP_TURN_MS) and commits a large answer as it comes;
+ * (LP_TURN_MSGS or LP_TURN_MS) and commits a large answer as it comes,
+ * the transaction on the domain's committer thread (lprov_domain_fds is
+ * then its eventfd);
  * what one server can make a request cost is capped (ldap_max_reply_size
  * per message, ldap_max_entries, ldap_max_searches,
  * ldap_group_nesting_level, ldap_max_memory: see lprov_config).

@@ -9,6 +9,7 @@
  *   waves.c    the searches of one step
  *   refresh.c  entries asked for again by name: refresh and verify
  *   store.c    the answer into the cache, and what is gone from the directory
+ *   commit.c   background requests' stores on a worker thread
  *   changes.c  change reports to the domain's hook
  *   domain.c   the domain object: life cycle, timers, process, status
  *   syncmsg.c  content synchronization (RFC 4533) messages as bytes
@@ -24,6 +25,7 @@
 #define IDC_LPROV_INT_H
 
 #include <ldap.h> /* OpenLDAP */
+#include <pthread.h>
 
 #include "providers/ldap/lprov.h"
 
@@ -37,8 +39,10 @@
 /* Work one process call does before it returns to the event loop (the
  * loop comes back at once when more is waiting): other clients are
  * answered between two slices of a large or hostile answer. */
-#define LP_TURN_MSGS         256        /* messages read */
-#define LP_TURN_MS           10         /* milliseconds spent reading them */
+#define LP_TURN_MSGS 256 /* messages read */
+#define LP_TURN_MS   2   /* milliseconds spent reading them */
+/* ...with a sync feed running, whose batches end with the slice (sync.c) */
+#define LP_TURN_SYNC_MS      10
 #define LP_COMMIT_EVERY      1000       /* entries a request holds before it commits them */
 #define LP_COMMIT_BYTES      (1u << 20) /* ...or arena bytes it grew by since */
 #define LP_SHARED_ID_MAX     16         /* entries a lookup by uid or gid takes */
@@ -189,6 +193,10 @@ struct lp_req {
 	uint32_t nsent, up, down;
 	bool cut;
 	struct lp_poll_mark mark; /* LP_POLL: the newest change of its answer */
+	/* background kinds (lp_commit_background): a page commit waits for
+	 * the committer; the final store too (finish_res its result) */
+	bool store_due, finish_due;
+	enum lprov_lookup_result finish_res;
 };
 
 /* ==== domain ============================================================== */
@@ -235,10 +243,12 @@ struct lprov_domain {
 	struct lp_search *searches; /* in flight, the probe included */
 	struct lp_req *reqs;        /* in flight */
 	struct lp_neg neg[LP_NEG_SLOTS];
-	struct lp_hset logged; /* lp_log_once */
-	bool logged_full;      /* LP_LOGGED_MAX reached: said so once */
-	bool range_checked;    /* cached ids outside min_id..max_id dropped (once) */
-	size_t members_max;    /* member values kept per attribute (LP_MEMBERS_MAX) */
+	struct lp_commit *commit; /* NULL until the first background store */
+	pthread_mutex_t log_mu;   /* logged, logged_full: the committer logs too */
+	struct lp_hset logged;    /* lp_log_once */
+	bool logged_full;         /* LP_LOGGED_MAX reached: said so once */
+	bool range_checked;       /* cached ids outside min_id..max_id dropped (once) */
+	size_t members_max;       /* member values kept per attribute (LP_MEMBERS_MAX) */
 	uint64_t hash_seed;
 	uint64_t rng;                  /* lp_jitter_ms */
 	struct lp_sync *sync;          /* content synchronization; NULL: ldap_sync = poll */
@@ -289,6 +299,8 @@ int lp_search_send(struct lprov_domain *ld, struct lp_req *req, enum lp_purpose 
 void lp_search_free(struct lp_search *s);
 void lp_read(struct lprov_domain *ld);
 void lp_search_deadlines(struct lprov_domain *ld, uint64_t now);
+/* The domain was frozen for ns (commit.c): its searches' deadlines move. */
+void lp_search_postpone(struct lprov_domain *ld, uint64_t ns);
 /* Unlink and free every search (the connection is gone). */
 void lp_search_drop_all(struct lprov_domain *ld);
 /* "getpwnam NAME", "enumeration"...: r in log messages, into buf. */
@@ -314,8 +326,13 @@ void lp_log_once(struct lprov_domain *ld, int level, const char *fmt, ...)
 
 /* request.c: the request state machine */
 void lp_req_searched(struct lp_req *r); /* a search of r finished */
-/* A page of an enumeration arrived: commit what it completed. */
+/* A page of an enumeration arrived: commit what it completed (a
+ * background request's store waits for lp_commit_kick). */
 void lp_req_page(struct lp_req *r);
+/* A store of r is over (page: an intermediate one): logged; the final one
+ * completes r with res (LPROV_LOOKUP_FAILED when rc says it failed). */
+void lp_req_stored(struct lp_req *r, bool page, enum lprov_lookup_result res, int rc,
+		   const struct idc_diag *d, size_t nu, uint64_t t0);
 /* The connection is ready: send what waited for it, restart what was in
  * flight on a server that failed. */
 void lp_req_restart_all(struct lprov_domain *ld);
@@ -410,6 +427,54 @@ void lp_track_begin(struct lp_req *r, struct lp_track *tr, bool page, struct lp_
 /* After the commit: tell the hook what changed. */
 void lp_track_report(struct lp_req *r, struct lp_track *tr, struct lp_gone_list *gl);
 void lp_track_free(struct lp_track *tr);
+
+/* One lp_store() in steps, so that its transaction can run on the
+ * committer's thread (commit.c) while the loop serves others:
+ * lp_store_init, lp_store_run (any thread; nothing else touches the
+ * request meanwhile: its domain is frozen), again after the loop grew a
+ * full map, then lp_store_done on the loop's thread (the hook told, the
+ * entries marked stored). */
+#define LP_GROW_TRIES 8 /* map doublings one store may ask for */
+struct lp_store_job {
+	struct lp_req *r;
+	enum lprov_lookup_result res;
+	bool page, mark;
+	bool wrote; /* the last run committed */
+	int rc;     /* of the last run */
+	int tries;  /* runs that found the map full */
+	struct lp_track tr;
+	struct lp_gone_list gl;
+	struct idc_diag d;
+};
+void lp_store_init(struct lp_store_job *j, struct lp_req *r, enum lprov_lookup_result res,
+		   bool page);
+void lp_store_run(struct lp_store_job *j);
+/* j's rc, after telling the hook what the commit changed. */
+int lp_store_done(struct lp_store_job *j);
+
+/* commit.c: the stores of background requests (enumeration, poll pass,
+ * refresh of expired entries) on one worker thread per domain, so that
+ * the loop answers other clients while a page is written and synced.
+ * While a store is there the domain is frozen: lprov_domain_process only
+ * waits for it (the loop watches the committer's eventfd instead of the
+ * connection), so the worker is the only thread touching the request. */
+struct lp_commit;
+/* Whether r's stores go to the committer (else lp_store on the loop). */
+bool lp_commit_background(const struct lp_req *r);
+/* A store of r is waiting to be handed over (r->store_due, r->finish_due). */
+bool lp_commit_due(const struct lprov_domain *ld);
+/* Hand the first request with a store due to the committer. 0 when none
+ * was due or one went; -errno when the thread could not start (the store
+ * then ran here, on the loop). */
+int lp_commit_kick(struct lprov_domain *ld);
+bool lp_commit_busy(const struct lprov_domain *ld);
+/* When the committer is done: its store finished here (the hook, the
+ * request continued or completed). Whether the domain is free again. */
+bool lp_commit_reap(struct lprov_domain *ld);
+/* Block until the committer is idle and reap (domain free). */
+void lp_commit_drain(struct lprov_domain *ld);
+int lp_commit_fd(const struct lprov_domain *ld);
+void lp_commit_free(struct lprov_domain *ld);
 
 /* ==== content synchronization (RFC 4533) ==================================== */
 

@@ -85,6 +85,7 @@ static void req_clear(struct lp_req *r)
 	r->nentries = r->unstored = r->paged_bytes = 0;
 	r->nsent = r->up = r->down = 0;
 	r->cut = false;
+	r->store_due = r->finish_due = false;
 }
 
 static void req_free(struct lp_req *r)
@@ -190,38 +191,60 @@ static enum lprov_lookup_result answer(const struct lp_req *r)
 	return found ? LPROV_LOOKUP_FOUND : LPROV_LOOKUP_NOTFOUND;
 }
 
-void lp_req_page(struct lp_req *r)
+/* A page's store (page) or the final one is over: logged; the final one
+ * completes r. nu: the users it held; t0: when it began. */
+void lp_req_stored(struct lp_req *r, bool page, enum lprov_lookup_result res, int rc,
+		   const struct idc_diag *d, size_t nu, uint64_t t0)
+{
+	const char *dom = r->ld->cfg.name;
+	double ms = (double)(idc_now_ns() - t0) / 1e6;
+	if (page && rc)
+		/* Left for the final transaction, which tries again. */
+		idc_log(IDC_LOG_WARN, "ldap domain %s: storing an enumeration page failed: %s", dom,
+			d->msg[0] ? d->msg : idc_strerror(rc));
+	else if (page)
+		idc_log(IDC_LOG_DEBUG,
+			"ldap domain %s: enumeration page: %zu users stored in %.1f ms", dom, nu,
+			ms);
+	if (page)
+		return;
+	idc_log(IDC_LOG_DEBUG, "ldap domain %s: %zu users, %zu groups stored in %.1f ms", dom,
+		r->users.n, r->groups.n, ms);
+	if (rc) {
+		idc_log(IDC_LOG_ERR, "ldap domain %s: storing the answer failed: %s", dom,
+			d->msg[0] ? d->msg : idc_strerror(rc));
+		res = LPROV_LOOKUP_FAILED;
+	}
+	req_complete(r, res);
+}
+
+/* Store r here, on the loop's thread, and go on. */
+static void store_now(struct lp_req *r, bool page, enum lprov_lookup_result res)
 {
 	struct idc_diag d = {{0}};
 	size_t nu = r->users.n - r->users_stored;
 	uint64_t t0 = idc_now_ns();
-	int rc = lp_store(r, LPROV_LOOKUP_FOUND, true, &d);
-	if (rc)
-		/* Left for the final transaction, which tries again. */
-		idc_log(IDC_LOG_WARN, "ldap domain %s: storing an enumeration page failed: %s",
-			r->ld->cfg.name, d.msg[0] ? d.msg : idc_strerror(rc));
-	else
-		idc_log(IDC_LOG_DEBUG,
-			"ldap domain %s: enumeration page: %zu users stored in %.1f ms",
-			r->ld->cfg.name, nu, (double)(idc_now_ns() - t0) / 1e6);
+	int rc = lp_store(r, res, page, &d);
+	lp_req_stored(r, page, res, rc, &d, nu, t0);
+}
+
+void lp_req_page(struct lp_req *r)
+{
 	r->unstored = 0;
 	r->ld->yield = true;
+	if (lp_commit_background(r))
+		r->store_due = true; /* lp_commit_kick hands it over */
+	else
+		store_now(r, true, LPROV_LOOKUP_FOUND);
 }
 
 static void finish(struct lp_req *r)
 {
-	struct idc_diag d = {{0}};
 	enum lprov_lookup_result res = answer(r);
-	uint64_t t0 = idc_now_ns();
-	int rc = lp_store(r, res, false, &d);
-	idc_log(IDC_LOG_DEBUG, "ldap domain %s: %zu users, %zu groups stored in %.1f ms",
-		r->ld->cfg.name, r->users.n, r->groups.n, (double)(idc_now_ns() - t0) / 1e6);
-	if (rc) {
-		idc_log(IDC_LOG_ERR, "ldap domain %s: storing the answer failed: %s",
-			r->ld->cfg.name, d.msg[0] ? d.msg : idc_strerror(rc));
-		res = LPROV_LOOKUP_FAILED;
-	}
-	req_complete(r, res);
+	if (!lp_commit_background(r))
+		return store_now(r, false, res);
+	r->finish_due = true;
+	r->finish_res = res;
 }
 
 /* ==== stepping ======================================================================= */
