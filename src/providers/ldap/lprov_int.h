@@ -10,6 +10,7 @@
  *   refresh.c  entries asked for again by name: refresh and verify
  *   store.c    the answer into the cache, and what is gone from the directory
  *   commit.c   background requests' stores on a worker thread
+ *   seen.c     the users an enumeration stored and let go of
  *   changes.c  change reports to the domain's hook
  *   domain.c   the domain object: life cycle, timers, process, status
  *   syncmsg.c  content synchronization (RFC 4533) messages as bytes
@@ -103,6 +104,27 @@ struct lp_hset {
 int lp_hset_add(struct lp_hset *s, uint64_t h, size_t max);
 void lp_hset_free(struct lp_hset *s);
 
+/* What an enumeration committed and let go of (seen.c): a seeded hash of
+ * each user's normalized DN with its name, and of each folded name. */
+struct lp_seen {
+	struct lp_seen_slot *slot;
+	size_t mask, used; /* used: users held */
+	char *names;       /* NUL-terminated names, back to back */
+	size_t nlen, ncap;
+	struct lp_hset names_h;
+};
+/* Seeded hash of s, never 0: what lp_seen keys by. */
+uint64_t lp_seen_hash(const struct lprov_domain *ld, const char *s);
+/* 0 when added, 1 when dn_h was held (name_h is added either way), -ENOMEM. */
+int lp_seen_add(struct lp_seen *s, uint64_t dn_h, const char *name, uint64_t name_h);
+/* The name of the user whose DN hashes to dn_h, or NULL. */
+const char *lp_seen_name(const struct lp_seen *s, uint64_t dn_h);
+bool lp_seen_has_name(const struct lp_seen *s, uint64_t name_h);
+/* Bytes it holds (ldap_max_memory counts them). */
+size_t lp_seen_bytes(const struct lp_seen *s);
+void lp_seen_free(struct lp_seen *s);
+bool lp_hset_has(const struct lp_hset *s, uint64_t h);
+
 /* ==== parsed records (strings in the request's arena) ===================== */
 
 struct lp_user {
@@ -177,8 +199,12 @@ struct lp_req {
 	size_t scanned;                /* groups already queued for members/parents */
 	struct lp_user *target;        /* initgroups: the user */
 	size_t users_stored;           /* enumeration: users committed page by page */
-	struct lp_vec ru, rg;          /* refresh, verify: user and group names (arena) */
-	int64_t refresh_sent;          /* refresh, verify: unix seconds its searches went out */
+	/* enumeration, poll pass (lp_req_retires): the users of a page live
+	 * in uarena and leave for `seen` once stored (lp_req_retire) */
+	struct idc_arena uarena;
+	struct lp_seen seen;
+	struct lp_vec ru, rg; /* refresh, verify: user and group names (arena) */
+	int64_t refresh_sent; /* refresh, verify: unix seconds its searches went out */
 	/* the verify wave (lp_wave_verify) went out: cached groups the answer
 	 * left out, asked for again by name into rg */
 	bool verified;
@@ -339,6 +365,13 @@ void lp_req_restart_all(struct lprov_domain *ld);
 void lp_req_finish_all(struct lprov_domain *ld, enum lprov_lookup_result res);
 /* Free a request no list holds (an LP_SYNC batch). */
 void lp_req_release(struct lp_req *r);
+/* Whether r lets its stored users go (an enumeration, a poll pass). */
+bool lp_req_retires(const struct lp_req *r);
+/* The name of the user of this answer with normalized DN ndn (held or let
+ * go of), or NULL. */
+const char *lp_req_user_of(const struct lp_req *r, const char *ndn);
+/* Bytes r holds for what it read (ldap_max_memory). */
+size_t lp_req_bytes(const struct lp_req *r);
 /* The request in flight for (kind, name, id), or NULL. */
 struct lp_req *lp_req_find(struct lprov_domain *ld, enum lprov_lookup_kind kind, const char *name,
 			   uint32_t id);

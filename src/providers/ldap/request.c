@@ -63,6 +63,8 @@ static bool neg_hit(struct lprov_domain *ld, uint64_t h)
 static void req_clear(struct lp_req *r)
 {
 	idc_arena_free(&r->arena);
+	idc_arena_free(&r->uarena);
+	lp_seen_free(&r->seen);
 	lp_vec_free(&r->users);
 	lp_vec_free(&r->groups);
 	lp_vec_free(&r->memq);
@@ -191,6 +193,50 @@ static enum lprov_lookup_result answer(const struct lp_req *r)
 	return found ? LPROV_LOOKUP_FOUND : LPROV_LOOKUP_NOTFOUND;
 }
 
+bool lp_req_retires(const struct lp_req *r)
+{
+	return r->kind == LPROV_LOOKUP_ENUMERATE || r->kind == LP_POLL;
+}
+
+const char *lp_req_user_of(const struct lp_req *r, const char *ndn)
+{
+	const struct lp_user *u = lp_map_get(&r->udn, ndn);
+	if (u)
+		return u->name;
+	return r->seen.used ? lp_seen_name(&r->seen, lp_seen_hash(r->ld, ndn)) : NULL;
+}
+
+size_t lp_req_bytes(const struct lp_req *r)
+{
+	return r->arena.total + r->uarena.total + lp_seen_bytes(&r->seen);
+}
+
+/* After a page was stored: its users leave r for r->seen (what the rest
+ * of the request asks of them), and their arena is freed. When one cannot
+ * be kept there (no memory) they all stay: nothing is lost. */
+static void retire_users(struct lp_req *r)
+{
+	struct lprov_domain *ld = r->ld;
+	if (!lp_req_retires(r) || r->users_stored != r->users.n)
+		return;
+	for (size_t i = 0; i < r->users.n; i++) {
+		const struct lp_user *u = r->users.v[i];
+		char f[CACHE_NAME_MAX + 1];
+		size_t n = cache_name_fold(CACHE_NAMES_STORED, u->name, f);
+		if (!n)
+			snprintf(f, sizeof(f), "%s", u->name);
+		if (lp_seen_add(&r->seen, lp_seen_hash(ld, u->ndn), u->name, lp_seen_hash(ld, f)) <
+		    0)
+			return;
+	}
+	/* a user that is also a group lives in r->arena, still held by gdn */
+	r->users.n = r->users_stored = 0;
+	lp_map_free(&r->udn);
+	lp_map_free(&r->uname);
+	idc_arena_free(&r->uarena);
+	r->paged_bytes = lp_req_bytes(r);
+}
+
 /* A page's store (page) or the final one is over: logged; the final one
  * completes r. nu: the users it held; t0: when it began. */
 void lp_req_stored(struct lp_req *r, bool page, enum lprov_lookup_result res, int rc,
@@ -206,10 +252,13 @@ void lp_req_stored(struct lp_req *r, bool page, enum lprov_lookup_result res, in
 		idc_log(IDC_LOG_DEBUG,
 			"ldap domain %s: enumeration page: %zu users stored in %.1f ms", dom, nu,
 			ms);
-	if (page)
+	if (page) {
+		if (!rc)
+			retire_users(r);
 		return;
+	}
 	idc_log(IDC_LOG_DEBUG, "ldap domain %s: %zu users, %zu groups stored in %.1f ms", dom,
-		r->users.n, r->groups.n, ms);
+		r->users.n + r->seen.used, r->groups.n, ms);
 	if (rc) {
 		idc_log(IDC_LOG_ERR, "ldap domain %s: storing the answer failed: %s", dom,
 			d->msg[0] ? d->msg : idc_strerror(rc));

@@ -291,7 +291,7 @@ static bool over_memory(const struct lprov_domain *ld)
 {
 	size_t held = 0;
 	for (const struct lp_req *r = ld->reqs; r; r = r->next)
-		held += r->arena.total;
+		held += lp_req_bytes(r);
 	return held > ld->cfg.max_memory;
 }
 
@@ -348,9 +348,9 @@ static void on_entry(struct lprov_domain *ld, struct lp_search *s, LDAPMessage *
 	 * are), so no transaction is large. */
 	struct lp_req *r = s->req;
 	if (r && (++r->unstored >= LP_COMMIT_EVERY ||
-		  r->arena.total - r->paged_bytes >= LP_COMMIT_BYTES)) {
+		  lp_req_bytes(r) - r->paged_bytes >= LP_COMMIT_BYTES)) {
 		lp_req_page(r);
-		r->paged_bytes = r->arena.total;
+		r->paged_bytes = lp_req_bytes(r);
 	}
 }
 

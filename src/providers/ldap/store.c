@@ -72,10 +72,10 @@ static int put_group(struct cache_txn *t, struct lp_req *r, struct lp_group *g, 
 		nn++;
 	}
 	for (size_t i = 0; i < g->nmdns && !rc; i++) {
-		struct lp_user *u = lp_map_get(&r->udn, g->mdns[i]);
+		const char *u = lp_req_user_of(r, g->mdns[i]);
 		struct lp_group *m = u ? NULL : lp_map_get(&r->gdn, g->mdns[i]);
 		if (u)
-			names[nn++] = u->name;
+			names[nn++] = u;
 		else if (m && m != g)
 			nested[ng++] = m->name;
 	}
@@ -126,7 +126,7 @@ bool lp_name_eq(const char *a, const char *b)
 static bool members_known(const struct lp_req *r, const struct lp_group *g)
 {
 	for (size_t i = 0; i < g->nmdns; i++)
-		if (!lp_map_get(&r->udn, g->mdns[i]) && !lp_map_get(&r->gdn, g->mdns[i]))
+		if (!lp_req_user_of(r, g->mdns[i]) && !lp_map_get(&r->gdn, g->mdns[i]))
 			return false;
 	return true;
 }
@@ -186,8 +186,9 @@ static int refresh_gone(struct lp_req *r, struct cache_reader *rd, bool group,
 		char *f = lp_fold_name(&r->arena, name);
 		if (!f)
 			return -ENOMEM;
-		if (lp_map_get(answered, f))
-			continue;
+		if (lp_map_get(answered, f) ||
+		    (!group && lp_seen_has_name(&r->seen, lp_seen_hash(r->ld, f))))
+			continue; /* answered (seen: by a page let go of) */
 		struct cache_meta m;
 		struct cache_user u;
 		struct cache_group g;
