@@ -39,6 +39,7 @@ struct lp_commit {
 	bool queued; /* mu: job handed over, not run yet */
 	bool ran;    /* mu: job run, not reaped yet */
 	bool busy;   /* loop only: handed over and not reaped */
+	bool told;   /* loop only: run; its changes being told the hook */
 	struct lp_store_job job;
 	uint64_t t0; /* when it was handed over */
 	size_t nu;   /* users of the page, for the log */
@@ -174,22 +175,36 @@ static bool job_ran(struct lp_commit *c, bool wait)
 	return ran;
 }
 
+bool lp_commit_reporting(const struct lprov_domain *ld)
+{
+	return ld->commit && ld->commit->busy && ld->commit->told;
+}
+
 static bool reap(struct lprov_domain *ld, bool wait)
 {
 	struct lp_commit *c = ld->commit;
 	if (!c || !c->busy)
 		return true;
-	if (!job_ran(c, wait))
-		return false;
 	struct lp_store_job *j = &c->job;
-	/* A full map is grown here, where no transaction of this process is
-	 * open, and the store runs again (as lp_store does). */
-	if (j->rc == IDC_EMAPFULL && j->tries < LP_GROW_TRIES &&
-	    cache_grow(ld->cache, &j->d) == 0) {
-		j->tries++;
-		hand_over(c);
-		return wait ? reap(ld, wait) : false;
+	if (!c->told) {
+		if (!job_ran(c, wait))
+			return false;
+		/* A full map is grown here, where no transaction of this
+		 * process is open, and the store runs again (as lp_store does). */
+		if (j->rc == IDC_EMAPFULL && j->tries < LP_GROW_TRIES &&
+		    cache_grow(ld->cache, &j->d) == 0) {
+			j->tries++;
+			hand_over(c);
+			return wait ? reap(ld, wait) : false;
+		}
+		c->told = true;
 	}
+	/* The hook (the daemon's maps) hears of a page's thousand changes
+	 * in slices, the loop serving others between them; the domain stays
+	 * frozen until all are told. */
+	if (!lp_store_report(j, wait ? SIZE_MAX : LP_REPORT_TURN))
+		return false;
+	c->told = false;
 	c->busy = false;
 	/* the replies waited in the socket, not on the server */
 	lp_search_postpone(ld, idc_now_ns() - c->t0);

@@ -184,8 +184,8 @@ static void earliest(uint64_t *best, uint64_t t)
 
 int64_t lprov_domain_next_timeout(const struct lprov_domain *ld)
 {
-	if (lp_commit_busy(ld))
-		return -1; /* its eventfd says when */
+	if (lp_commit_busy(ld)) /* its eventfd says when, or the hook is being told */
+		return lp_commit_reporting(ld) ? 0 : -1;
 	if (ld->more || ld->broken || lp_commit_due(ld))
 		return 0;
 	uint64_t best = 0;
@@ -277,7 +277,27 @@ static void drop_out_of_range(struct lprov_domain *ld)
 		ld->hook(NULL, ld->hook_arg);
 }
 
+static uint64_t thread_cpu_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void process(struct lprov_domain *ld);
+
 void lprov_domain_process(struct lprov_domain *ld)
+{
+	uint64_t t0 = thread_cpu_ns();
+	process(ld);
+	uint64_t took = thread_cpu_ns() - t0;
+	ld->turns++;
+	ld->turns_slow += took > 10000000u;
+	if (took > ld->turn_cpu_max_ns)
+		ld->turn_cpu_max_ns = took;
+}
+
+static void process(struct lprov_domain *ld)
 {
 	if (!lp_commit_reap(ld))
 		return; /* frozen: the committer holds a request */
@@ -319,6 +339,9 @@ void lprov_domain_get_status(const struct lprov_domain *ld, struct lprov_domain_
 	    .negative_hits = ld->nneg,
 	    .commits = ld->ncommits,
 	    .in_flight = n,
+	    .turns = ld->turns,
+	    .turn_cpu_max_us = ld->turn_cpu_max_ns / 1000,
+	    .turns_over_10ms = ld->turns_slow,
 	};
 	lp_sync_status(ld, st);
 }

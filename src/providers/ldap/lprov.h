@@ -295,6 +295,10 @@ struct lprov_domain_status {
 	uint64_t negative_hits; /* answered NOTFOUND from the negative cache */
 	uint64_t commits;       /* cache transactions committed */
 	size_t in_flight;
+	/* lprov_domain_process calls, the longest in the loop thread's CPU
+	 * time (what the domain held the loop for, whatever else the machine
+	 * ran), and how many took more than 10 ms of it */
+	uint64_t turns, turn_cpu_max_us, turns_over_10ms;
 	/* content synchronization: "poll" (not used), "refreshing", "live"
 	 * or "down" */
 	const char *sync;

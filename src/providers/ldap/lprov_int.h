@@ -285,6 +285,7 @@ struct lprov_domain {
 	cache_change_fn hook; /* lprov_domain_set_hook */
 	void *hook_arg;
 	uint64_t nsearches, nlookups, njoined, nneg, ncommits;
+	uint64_t turns, turn_cpu_max_ns, turns_slow; /* lprov_domain_status */
 };
 
 /* options.c */
@@ -453,12 +454,14 @@ struct lp_track {
 	struct idc_arena a;
 	struct lp_rec *uold, *unew; /* per user from users_stored */
 	struct lp_rec *gold, *gnew; /* per group index */
+	size_t told;                /* lp_track_report: changes looked at */
 };
 
 /* The records as the cache holds them before the transaction. */
 void lp_track_begin(struct lp_req *r, struct lp_track *tr, bool page, struct lp_gone_list *gl);
-/* After the commit: tell the hook what changed. */
-void lp_track_report(struct lp_req *r, struct lp_track *tr, struct lp_gone_list *gl);
+/* After the commit: tell the hook what changed, at most max changes from
+ * where the last call stopped (tr->told). Whether all were told. */
+bool lp_track_report(struct lp_req *r, struct lp_track *tr, struct lp_gone_list *gl, size_t max);
 void lp_track_free(struct lp_track *tr);
 
 /* One lp_store() in steps, so that its transaction can run on the
@@ -482,8 +485,12 @@ struct lp_store_job {
 void lp_store_init(struct lp_store_job *j, struct lp_req *r, enum lprov_lookup_result res,
 		   bool page);
 void lp_store_run(struct lp_store_job *j);
-/* j's rc, after telling the hook what the commit changed. */
+/* Tell the hook at most max more of what the commit changed; whether all
+ * was told. */
+bool lp_store_report(struct lp_store_job *j, size_t max);
+/* j's rc, after telling the hook the rest of what the commit changed. */
 int lp_store_done(struct lp_store_job *j);
+#define LP_REPORT_TURN 128 /* changes told the hook per loop turn (commit.c) */
 
 /* commit.c: the stores of background requests (enumeration, poll pass,
  * refresh of expired entries) on one worker thread per domain, so that
@@ -501,6 +508,8 @@ bool lp_commit_due(const struct lprov_domain *ld);
  * then ran here, on the loop). */
 int lp_commit_kick(struct lprov_domain *ld);
 bool lp_commit_busy(const struct lprov_domain *ld);
+/* Busy telling the hook what a store changed, a slice per process call. */
+bool lp_commit_reporting(const struct lprov_domain *ld);
 /* When the committer is done: its store finished here (the hook, the
  * request continued or completed). Whether the domain is free again. */
 bool lp_commit_reap(struct lprov_domain *ld);

@@ -403,6 +403,11 @@ void lp_store_run(struct lp_store_job *j)
 	j->wrote = j->rc == 0;
 }
 
+bool lp_store_report(struct lp_store_job *j, size_t max)
+{
+	return !j->wrote || lp_track_report(j->r, &j->tr, &j->gl, max);
+}
+
 int lp_store_done(struct lp_store_job *j)
 {
 	struct lp_req *r = j->r;
@@ -410,7 +415,7 @@ int lp_store_done(struct lp_store_job *j)
 		r->ld->ncommits++;
 		if (j->mark)
 			lp_poll_committed(r);
-		lp_track_report(r, &j->tr, &j->gl);
+		lp_store_report(j, SIZE_MAX);
 		log_gone(r, &j->gl);
 	}
 	if (!j->rc) {
