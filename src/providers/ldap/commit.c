@@ -26,7 +26,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#define LP_COMMIT_NICE 10
 
 #include "providers/ldap/lprov_int.h"
 
@@ -54,6 +58,10 @@ bool lp_commit_background(const struct lp_req *r)
 static void *worker(void *arg)
 {
 	struct lp_commit *c = arg;
+	/* Below the loop's thread (Linux: nice is per thread): on a busy
+	 * machine the scheduler runs the loop, which answers clients, first. */
+	if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), LP_COMMIT_NICE) < 0)
+		idc_log(IDC_LOG_DEBUG, "ldap: committer priority not lowered: %s", strerror(errno));
 	pthread_mutex_lock(&c->mu);
 	for (;;) {
 		while (!c->queued && !c->stop)
