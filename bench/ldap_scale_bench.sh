@@ -23,6 +23,10 @@
 #   - idcached's memory every second (VmRSS, VmHWM, RssAnon, RssFile and
 #     the resident part of the mapped cache.mdb from /proc/PID/smaps): the
 #     peak, and "steady" SETTLE seconds (default 20) after all is served;
+#   - how long the LDAP domain held the event loop: its process calls,
+#     the longest in the loop thread's CPU time (what a busy machine's
+#     scheduler adds is not in it) and how many took over 10 ms of it
+#     (`idcache status`, once all is served);
 #   - other clients' lookups while this runs: two probes (ldap_scale_probe.py)
 #     call getpwnam RATE times a second (default 50) on names drawn from
 #     1,000 random users, one through the NSS module as installed (shared-
@@ -193,6 +197,9 @@ while :; do
 	np_last=$np ng_last=$ng
 	sleep "$POLL"
 done
+turns=$("$IDCACHE" status --run-dir "$W/run" 2>/dev/null | awk -F= '
+	/ldap_turns=/ {n = $2} /ldap_turn_cpu_max_us=/ {m = $2} /ldap_turns_over_10ms=/ {o = $2}
+	END {printf "%s calls, longest %.1f ms, %s over 10 ms", n, m / 1000, o}')
 sleep "$SETTLE"
 for p in $PROBES; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
 PROBES=
@@ -228,6 +235,7 @@ printf '%-56s %s\n' \
 	"getpwnam via NSS, first lookup of a name, load" "$(pct "$W/probe-mc.txt" "$busy && \$3 == 1")" \
 	"lookups not found (mc / socket)" "$(awk '$4 == 0' "$W/probe-mc.txt" | wc -l) / $(awk '$4 == 0' "$W/probe-sock.txt" | wc -l)" \
 	"  of which: why (mc / socket)" "$(awk '$4 == 0 {n[$5]++} END {for (k in n) printf "%s %d ", k, n[k]}' "$W/probe-mc.txt")/ $(awk '$4 == 0 {n[$5]++} END {for (k in n) printf "%s %d ", k, n[k]}' "$W/probe-sock.txt")" \
+	"LDAP domain's loop turns (loop thread CPU time)" "$turns" \
 	"load average at the end" "$(cut -d' ' -f1-3 /proc/loadavg)"
 grep -E 'WARN|ERR|ldap_max' "$W/idcached.log" | head -5
 umount /etc/nsswitch.conf

@@ -265,6 +265,7 @@ int cache_open(const char *state_dir, const struct cache_options *o, struct cach
 		free(c);
 		return -ENOMEM;
 	}
+	pthread_mutex_init(&c->write_mu, NULL);
 	char path[4096];
 	snprintf(path, sizeof(path), "%s/cache.mdb", state_dir);
 	int rc = 0;
@@ -308,6 +309,7 @@ void cache_close(struct cache *c)
 		store_close(c->st);
 		cache_mark_clean(c);
 	}
+	pthread_mutex_destroy(&c->write_mu);
 	free(c->dir);
 	free(c);
 }
@@ -331,7 +333,8 @@ int cache_txn_begin_flags(struct cache *c, unsigned flags, struct cache_txn **ou
 	if (!t)
 		return -ENOMEM;
 	t->c = c;
-	c->ts_full = false; /* says what filled during this transaction only */
+	pthread_mutex_lock(&c->write_mu); /* released by txn_free */
+	c->ts_full = false;               /* says what filled during this transaction only */
 	int rc = store_txn_begin(c->st, NULL, (flags & CACHE_TXN_RESENT) ? STORE_TXN_NOMETASYNC : 0,
 				 &t->st, d);
 	/* A timestamps db damaged while open is rebuilt here, where no
@@ -356,9 +359,14 @@ int cache_txn_begin_flags(struct cache *c, unsigned flags, struct cache_txn **ou
 
 int cache_grow(struct cache *c, struct idc_diag *d)
 {
-	if (c->ts_full) /* the transaction failed on the timestamps db's map */
-		return ts_grow(c, d);
+	pthread_mutex_lock(&c->write_mu);
+	if (c->ts_full) { /* the transaction failed on the timestamps db's map */
+		int trc = ts_grow(c, d);
+		pthread_mutex_unlock(&c->write_mu);
+		return trc;
+	}
 	int rc = store_grow(c->st);
+	pthread_mutex_unlock(&c->write_mu);
 	if (rc)
 		return idc_diag_set(d, rc, "%s/cache.mdb: cannot grow the map: %s", c->dir,
 				    idc_strerror(rc));
@@ -368,6 +376,7 @@ int cache_grow(struct cache *c, struct idc_diag *d)
 
 static void txn_free(struct cache_txn *t)
 {
+	pthread_mutex_unlock(&t->c->write_mu);
 	idc_arena_free(&t->arena);
 	idc_buf_free(&t->dn);
 	idc_buf_free(&t->tmp);

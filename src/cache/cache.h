@@ -28,8 +28,10 @@
  * order record with exactly the name asked, so "Alice" after "alice" is
  * found, and a second "alice" never is (glibc answers the first).
  *
- * Threads: one writer (the daemon's loop); read functions may run in any
- * thread with their own read transaction.
+ * Threads: one write transaction at a time, from any thread (the daemon's
+ * loop, or the LDAP provider's committer): cache_txn_begin waits while
+ * another thread's transaction is open, and so does cache_grow. Read
+ * functions may run in any thread with their own read transaction.
  */
 #ifndef IDC_CACHE_H
 #define IDC_CACHE_H

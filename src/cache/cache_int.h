@@ -3,6 +3,7 @@
 #define IDC_CACHE_INT_H
 
 #include <lmdb.h>
+#include <pthread.h>
 #include <stdatomic.h>
 
 #include "cache.h"
@@ -28,6 +29,11 @@ struct cache {
 	size_t ts_map;    /* its map size (timestamps.c) */
 	bool ts_full;     /* its map filled in the current (or last) transaction:
 			   * the next cache_grow grows it, not cache.mdb's */
+	/* Held from cache_txn_begin to its commit or abort, and by
+	 * cache_grow: a writer on another thread (the LDAP provider's
+	 * committer) never has a transaction open while the map is remapped,
+	 * and a grow waits for that writer's transaction to end. */
+	pthread_mutex_t write_mu;
 	struct cache_domain_ttl ttl[CACHE_MAX_DOMAINS];
 	size_t nttl;
 };

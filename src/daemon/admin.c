@@ -100,6 +100,11 @@ static void status_ldap(struct domain *d, struct idc_buf *b)
 		       (unsigned long long)st.joined, n, (unsigned long long)st.negative_hits, n,
 		       (unsigned long long)st.commits, n, st.in_flight, n,
 		       (unsigned long long)d->withheld);
+	idc_buf_printf(b,
+		       "domain.%s.ldap_turns=%llu\ndomain.%s.ldap_turn_cpu_max_us=%llu\n"
+		       "domain.%s.ldap_turns_over_10ms=%llu\n",
+		       n, (unsigned long long)st.turns, n, (unsigned long long)st.turn_cpu_max_us,
+		       n, (unsigned long long)st.turns_over_10ms);
 	status_sync(n, &st, b);
 }
 

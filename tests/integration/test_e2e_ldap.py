@@ -655,6 +655,85 @@ print(json.dumps(lat))
         s.stop()
 
 
+def test_enumeration_off_the_loop_answers_others_correctly(env, module_daemons, idcache):
+    """While an enumeration of 3,000 users and 300 groups runs in pages of
+    100 (each stored on the committer thread, its users then let go of),
+    other clients asking through the socket (memory cache off) get correct
+    answers: files-domain users, directory users already stored and ones not
+    yet reached (a lookup of its own). Member DNs are resolved by DN
+    (ldap_member_names_from_rdn = false), so a group stored after its
+    members' pages were let go of finds them by their DNs' hashes. The only
+    time bound is "did not hang" (30 s a call)."""
+    nusers, ngroups, page = 3000, 300, 100
+    ldif = env.base / "letgo.ldif"
+    big_ldif(ldif, nusers, ngroups)
+    s = Slapd(env.base, "letgo", ldif=ldif)
+    env.servers["letgo"] = s
+    s.start()
+    try:
+        d = module_daemons.start(
+            LOCAL_PASSWD, LOCAL_GROUP, idcache_conf="domains = local, dir\n",
+            domain_conf=ldap_domain(s.uri, f"enumerate = true\nldap_page_size = {page}\n"
+                                    "ldap_member_names_from_rdn = false\n"),
+            start=False)
+        probe = r'''
+import json, pwd, random, sys, time
+n = int(sys.argv[1])
+rnd = random.Random(17)
+out, deadline = [], time.monotonic() + 40
+while time.monotonic() < deadline and len(out) < 400:
+    i = rnd.randrange(-1, n)
+    name, want = ("loc", 5000) if i < 0 else (f"e{i}", 200000 + i)
+    t0 = time.monotonic()
+    try:
+        got = pwd.getpwnam(name).pw_uid
+    except KeyError:
+        got = None
+    out.append([name, want, got, time.monotonic() - t0])
+    time.sleep(0.01)
+print(json.dumps(out))
+'''
+        box = {}
+
+        def run_probe():
+            box["out"] = d.ns.run_py(probe, args=(str(nusers),), env={"IDCACHE_MEMCACHE": "no"})
+
+        th = threading.Thread(target=run_probe)
+        th.start()
+        try:
+            d.start(timeout=20)
+            in_flight_seen, deadline = 0, time.monotonic() + 120
+            while time.monotonic() < deadline:
+                st = status(idcache, d)
+                busy = int(st["domain.dir.ldap_in_flight"])
+                if busy:
+                    in_flight_seen += 1
+                elif int(st["domain.dir.ldap_commits"]):
+                    break
+                time.sleep(0.05)
+        finally:
+            th.join(timeout=120)
+        assert not busy, "the enumeration did not finish within 120 s"
+        out = box.get("out")
+        assert out, "the probe never got an answer"
+        wrong = [(n, w, g) for n, w, g, _ in out if g != w]
+        slowest = max(t for *_, t in out)
+        print(f"\n{len(out)} lookups during an enumeration of {nusers} users in pages of "
+              f"{page}: slowest {slowest * 1000:.1f} ms; status polls while in flight: "
+              f"{in_flight_seen}")
+        assert not wrong, f"wrong or missing answers: {wrong[:5]}"
+        assert slowest < 30, f"a lookup took {slowest:.1f} s"
+        assert in_flight_seen > 0, "the enumeration was over before it could be watched"
+        users = d.ns.run(["getent", "passwd"]).out.splitlines()
+        assert sum(1 for u in users if u.startswith("e")) == nusers
+        # g7's member DNs name e70..e79: resolved by DN after their pages went
+        g7 = d.ns.run(["getent", "group", "g7"]).out.strip().split(":")
+        assert g7[2] == "300007", g7
+        assert sorted(g7[3].split(",")) == sorted(f"e{70 + k}" for k in range(10)), g7
+    finally:
+        s.stop()
+
+
 # Server B is plain ldap://: a bind password there needs the override.
 INSECURE = "ldap_auth_disable_tls_never_use_in_production = true\n"
 

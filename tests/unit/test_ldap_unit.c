@@ -350,6 +350,52 @@ static void test_hset(void **state)
 	assert_null(s.slot);
 }
 
+/* What an enumeration keeps of the users it let go of: DN hash -> name,
+ * folded-name hashes; a repeated DN is told, names survive growth. */
+static void test_seen(void **state)
+{
+	(void)state;
+	enum { N = 50000 };
+	struct lprov_config cfg;
+	struct lprov_domain *ld = quiet_domain(&cfg);
+	struct lp_seen s = {0};
+	assert_null(lp_seen_name(&s, 1));
+	assert_false(lp_seen_has_name(&s, 1));
+	char dn[64], name[32];
+	for (unsigned i = 0; i < N; i++) {
+		snprintf(dn, sizeof(dn), "uid=u%u,ou=people,dc=example,dc=com", i);
+		snprintf(name, sizeof(name), "u%u", i);
+		assert_int_equal(
+		    lp_seen_add(&s, lp_seen_hash(ld, dn), name, lp_seen_hash(ld, name)), 0);
+	}
+	assert_int_equal(s.used, N);
+	/* the same DN again: 1, the first name kept */
+	snprintf(dn, sizeof(dn), "uid=u%u,ou=people,dc=example,dc=com", 7u);
+	assert_int_equal(lp_seen_add(&s, lp_seen_hash(ld, dn), "other", lp_seen_hash(ld, "other")),
+			 1);
+	assert_string_equal(lp_seen_name(&s, lp_seen_hash(ld, dn)), "u7");
+	assert_true(lp_seen_has_name(&s, lp_seen_hash(ld, "other")));
+	for (unsigned i = 0; i < N; i += 997) {
+		snprintf(dn, sizeof(dn), "uid=u%u,ou=people,dc=example,dc=com", i);
+		snprintf(name, sizeof(name), "u%u", i);
+		assert_string_equal(lp_seen_name(&s, lp_seen_hash(ld, dn)), name);
+		assert_true(lp_seen_has_name(&s, lp_seen_hash(ld, name)));
+	}
+	assert_null(lp_seen_name(&s, lp_seen_hash(ld, "uid=nobody,dc=example,dc=com")));
+	assert_false(lp_seen_has_name(&s, lp_seen_hash(ld, "nobody")));
+	/* compact: well under the parsed records it stands for */
+	size_t bytes = lp_seen_bytes(&s);
+	printf("seen: %u users in %zu bytes (%.1f a user)\n", (unsigned)N, bytes,
+	       (double)bytes / N);
+	assert_true(bytes < (size_t)N * 100);
+	assert_true(lp_seen_hash(ld, "") != 0);
+	lp_seen_free(&s);
+	assert_null(s.slot);
+	assert_int_equal(lp_seen_bytes(&s), 0);
+	lprov_domain_free(ld);
+	lprov_config_free(&cfg);
+}
+
 /* No server listening: the lookup answers OFFLINE at once, and the next
  * one too (no reconnect before the probe time). */
 static void test_offline_without_server(void **state)
@@ -443,6 +489,7 @@ int main(void)
 	    cmocka_unit_test(test_filter_escape),
 	    cmocka_unit_test(test_map),
 	    cmocka_unit_test(test_hset),
+	    cmocka_unit_test(test_seen),
 	    cmocka_unit_test(test_log_once_exact),
 	    cmocka_unit_test(test_log_once_cap),
 	    cmocka_unit_test(test_offline_without_server),

@@ -141,27 +141,34 @@ static void emit(struct lprov_domain *ld, bool group, struct lp_rec *o, struct l
 	ld->hook(&ch, ld->hook_arg);
 }
 
-/* After the commit: tell the hook what changed. */
-void lp_track_report(struct lp_req *r, struct lp_track *tr, struct lp_gone_list *gl)
+/* After the commit: tell the hook what changed, at most max changes from
+ * tr->told on (the users, the groups, then what is gone). Whether all
+ * were told. */
+bool lp_track_report(struct lp_req *r, struct lp_track *tr, struct lp_gone_list *gl, size_t max)
 {
 	struct lprov_domain *ld = r->ld;
 	if (!tr->on)
-		return;
+		return true;
 	if (tr->unknown) {
-		ld->hook(NULL, ld->hook_arg);
-		return;
+		if (!tr->told++)
+			ld->hook(NULL, ld->hook_arg);
+		return true;
 	}
-	for (size_t i = 0; i < r->users.n - r->users_stored; i++)
-		if (tr->unew[i].present)
-			emit(ld, false, &tr->uold[i], &tr->unew[i]);
-	for (size_t i = 0; i < r->groups.n; i++)
-		if (tr->gnew[i].present)
-			emit(ld, true, &tr->gold[i], &tr->gnew[i]);
-	for (size_t i = 0; i < gl->n; i++) {
+	size_t nu = r->users.n - r->users_stored, ng = r->groups.n, n = nu + ng + gl->n;
+	for (size_t said = 0; tr->told < n && said < max; tr->told++) {
+		size_t i = tr->told;
 		struct lp_rec none = {0};
-		if (gl->v[i].deleted)
-			emit(ld, gl->v[i].group, &gl->v[i].old, &none);
+		if (i < nu && tr->unew[i].present)
+			emit(ld, false, &tr->uold[i], &tr->unew[i]);
+		else if (i >= nu && i < nu + ng && tr->gnew[i - nu].present)
+			emit(ld, true, &tr->gold[i - nu], &tr->gnew[i - nu]);
+		else if (i >= nu + ng && gl->v[i - nu - ng].deleted)
+			emit(ld, gl->v[i - nu - ng].group, &gl->v[i - nu - ng].old, &none);
+		else
+			continue;
+		said++;
 	}
+	return tr->told >= n;
 }
 
 void lp_track_free(struct lp_track *tr)

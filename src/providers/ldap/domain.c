@@ -100,6 +100,7 @@ int lprov_domain_new(const struct lprov_config *cfg, struct cache *c, struct lpr
 	struct lprov_domain *ld = calloc(1, sizeof(*ld));
 	if (!ld)
 		return -ENOMEM;
+	pthread_mutex_init(&ld->log_mu, NULL);
 	rc = copy_config(&ld->cfg, cfg);
 	if (!rc && cfg->bind_dn && cfg->authtok)
 		rc = copy_str(&ld->password, cfg->authtok);
@@ -150,6 +151,7 @@ void lprov_domain_free(struct lprov_domain *ld)
 {
 	if (!ld)
 		return;
+	lp_commit_free(ld); /* a store in flight is finished first */
 	lp_req_finish_all(ld, LPROV_LOOKUP_FAILED);
 	lp_sync_free(ld); /* first: closing commits nothing then */
 	lp_conn_close(ld);
@@ -158,16 +160,19 @@ void lprov_domain_free(struct lprov_domain *ld)
 	free(ld->password);
 	idc_arena_free(&ld->arena);
 	lp_hset_free(&ld->logged);
+	pthread_mutex_destroy(&ld->log_mu);
 	lprov_config_free(&ld->cfg);
 	free(ld);
 }
 
 size_t lprov_domain_fds(const struct lprov_domain *ld, int *fds, size_t max)
 {
-	if (!ld->conn || ld->fd < 0)
+	/* frozen while the committer stores (commit.c): its eventfd */
+	int fd = lp_commit_busy(ld) ? lp_commit_fd(ld) : ld->conn ? ld->fd : -1;
+	if (fd < 0)
 		return 0;
 	if (max)
-		fds[0] = ld->fd;
+		fds[0] = fd;
 	return 1;
 }
 
@@ -179,7 +184,9 @@ static void earliest(uint64_t *best, uint64_t t)
 
 int64_t lprov_domain_next_timeout(const struct lprov_domain *ld)
 {
-	if (ld->more || ld->broken)
+	if (lp_commit_busy(ld)) /* its eventfd says when, or the hook is being told */
+		return lp_commit_reporting(ld) ? 0 : -1;
+	if (ld->more || ld->broken || lp_commit_due(ld))
 		return 0;
 	uint64_t best = 0;
 	for (const struct lp_search *s = ld->searches; s; s = s->next)
@@ -270,8 +277,30 @@ static void drop_out_of_range(struct lprov_domain *ld)
 		ld->hook(NULL, ld->hook_arg);
 }
 
+static uint64_t thread_cpu_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void process(struct lprov_domain *ld);
+
 void lprov_domain_process(struct lprov_domain *ld)
 {
+	uint64_t t0 = thread_cpu_ns();
+	process(ld);
+	uint64_t took = thread_cpu_ns() - t0;
+	ld->turns++;
+	ld->turns_slow += took > 10000000u;
+	if (took > ld->turn_cpu_max_ns)
+		ld->turn_cpu_max_ns = took;
+}
+
+static void process(struct lprov_domain *ld)
+{
+	if (!lp_commit_reap(ld))
+		return; /* frozen: the committer holds a request */
 	if (!ld->range_checked)
 		drop_out_of_range(ld);
 	if (ld->broken) {
@@ -291,6 +320,7 @@ void lprov_domain_process(struct lprov_domain *ld)
 	lp_poll_tick(ld, now);
 	maybe_enumerate(ld, now);
 	maybe_refresh(ld, now);
+	lp_commit_kick(ld); /* last: from here the domain may be frozen */
 }
 
 void lprov_domain_get_status(const struct lprov_domain *ld, struct lprov_domain_status *st)
@@ -312,6 +342,9 @@ void lprov_domain_get_status(const struct lprov_domain *ld, struct lprov_domain_
 	    .negative_hits = ld->nneg,
 	    .commits = ld->ncommits,
 	    .in_flight = n,
+	    .turns = ld->turns,
+	    .turn_cpu_max_us = ld->turn_cpu_max_ns / 1000,
+	    .turns_over_10ms = ld->turns_slow,
 	};
 	lp_sync_status(ld, st);
 }

@@ -162,19 +162,23 @@ static bool log_once_v(struct lprov_domain *ld, int level, bool remember, const 
 	uint64_t h = idc_hash64(msg, strlen(msg), ld->hash_seed);
 	/* 0 marks a free slot (not `| 1`: every start bucket would be odd) */
 	h = h ? h : 1;
+	pthread_mutex_lock(&ld->log_mu); /* the committer's thread logs too */
 	int rc = lp_hset_add(&ld->logged, h, LP_LOGGED_MAX);
+	bool said_full = ld->logged_full;
+	if (rc < 0)
+		ld->logged_full = true;
+	size_t used = ld->logged.used;
+	pthread_mutex_unlock(&ld->log_mu);
 	if (rc == 1)
 		return false;
 	if (rc < 0) {
 		/* Remembering no more: logging new messages anyway could repeat
 		 * each of them without bound, so they are dropped instead. */
-		if (!ld->logged_full)
+		if (!said_full)
 			idc_log(IDC_LOG_WARN,
 				"ldap domain %s: %zu distinct warnings logged%s; further distinct "
 				"warnings suppressed",
-				ld->cfg.name, ld->logged.used,
-				rc == -ENOMEM ? " (out of memory)" : "");
-		ld->logged_full = true;
+				ld->cfg.name, used, rc == -ENOMEM ? " (out of memory)" : "");
 		return false;
 	}
 	idc_log(level, "%s", msg);
@@ -565,7 +569,8 @@ static void add_user(struct ent *e, struct lp_req *r)
 	struct lprov_domain *ld = e->ld;
 	const char *const *at = ld->attr;
 	char why[160];
-	if (lp_map_get(&r->udn, e->ndn))
+	if (lp_map_get(&r->udn, e->ndn) ||
+	    (r->seen.used && lp_seen_name(&r->seen, lp_seen_hash(ld, e->ndn))))
 		return; /* the same entry from another search of this request */
 	struct lp_user *u = idc_arena_alloc(e->a, sizeof(*u));
 	if (!u) {
@@ -613,6 +618,11 @@ static void add_user(struct ent *e, struct lp_req *r)
 	if (first) {
 		snprintf(why, sizeof(why), "user name '%.64s' also held by \"%.60s\"", u->name,
 			 first->dn);
+		return bad(e, why);
+	}
+	if (fold && r->seen.used && lp_seen_has_name(&r->seen, lp_seen_hash(ld, fold))) {
+		snprintf(why, sizeof(why), "user name '%.64s' also held by an earlier entry",
+			 u->name);
 		return bad(e, why);
 	}
 	/* Out of memory: the entry is missing from this answer (e->oom). */
@@ -777,6 +787,13 @@ void lp_entry(struct lprov_domain *ld, struct lp_search *s, LDAPMessage *msg)
 		return;
 	}
 	struct ent e = {ld, msg, &r->arena, NULL, NULL, false};
+	struct berval **oc = values(&e, "objectClass");
+	bool user = has_class(oc, ld->attr[LPROV_MAP_USER_OC]);
+	bool group = has_class(oc, ld->attr[LPROV_MAP_GROUP_OC]);
+	ldap_value_free_len(oc);
+	/* a user alone is let go of once stored (lp_req_retires) */
+	if (user && !group && lp_req_retires(r))
+		e.a = &r->uarena;
 	e.dn = ent_dup(&e, dn, strlen(dn));
 	ldap_memfree(dn);
 	if (!e.dn) {
@@ -786,10 +803,6 @@ void lp_entry(struct lprov_domain *ld, struct lp_search *s, LDAPMessage *msg)
 	e.ndn = lp_dn_normalize(e.a, e.dn, strlen(e.dn));
 	if (!e.ndn)
 		return bad(&e, "DN syntax error");
-	struct berval **oc = values(&e, "objectClass");
-	bool user = has_class(oc, ld->attr[LPROV_MAP_USER_OC]);
-	bool group = has_class(oc, ld->attr[LPROV_MAP_GROUP_OC]);
-	ldap_value_free_len(oc);
 	if (user)
 		add_user(&e, r);
 	if (group)

@@ -38,7 +38,9 @@
  * ldap_network_timeout as its deadline.
  *
  * Bounded work: one lprov_domain_process() reads a slice of messages
- * (LP_TURN_MSGS or LP_TURN_MS) and commits a large answer as it comes;
+ * (LP_TURN_MSGS or LP_TURN_MS) and commits a large answer as it comes,
+ * the transaction on the domain's committer thread (lprov_domain_fds is
+ * then its eventfd);
  * what one server can make a request cost is capped (ldap_max_reply_size
  * per message, ldap_max_entries, ldap_max_searches,
  * ldap_group_nesting_level, ldap_max_memory: see lprov_config).
@@ -298,6 +300,10 @@ struct lprov_domain_status {
 	uint64_t negative_hits; /* answered NOTFOUND from the negative cache */
 	uint64_t commits;       /* cache transactions committed */
 	size_t in_flight;
+	/* lprov_domain_process calls, the longest in the loop thread's CPU
+	 * time (what the domain held the loop for, whatever else the machine
+	 * ran), and how many took more than 10 ms of it */
+	uint64_t turns, turn_cpu_max_us, turns_over_10ms;
 	/* content synchronization: "poll" (not used), "refreshing", "live"
 	 * or "down" */
 	const char *sync;

@@ -9,6 +9,8 @@
  *   waves.c    the searches of one step
  *   refresh.c  entries asked for again by name: refresh and verify
  *   store.c    the answer into the cache, and what is gone from the directory
+ *   commit.c   background requests' stores on a worker thread
+ *   seen.c     the users an enumeration stored and let go of
  *   changes.c  change reports to the domain's hook
  *   domain.c   the domain object: life cycle, timers, process, status
  *   syncmsg.c  content synchronization (RFC 4533) messages as bytes
@@ -24,6 +26,7 @@
 #define IDC_LPROV_INT_H
 
 #include <ldap.h> /* OpenLDAP */
+#include <pthread.h>
 
 #include "providers/ldap/lprov.h"
 
@@ -37,8 +40,10 @@
 /* Work one process call does before it returns to the event loop (the
  * loop comes back at once when more is waiting): other clients are
  * answered between two slices of a large or hostile answer. */
-#define LP_TURN_MSGS         256        /* messages read */
-#define LP_TURN_MS           10         /* milliseconds spent reading them */
+#define LP_TURN_MSGS 256 /* messages read */
+#define LP_TURN_MS   2   /* milliseconds spent reading them */
+/* ...with a sync feed running, whose batches end with the slice (sync.c) */
+#define LP_TURN_SYNC_MS      10
 #define LP_COMMIT_EVERY      1000       /* entries a request holds before it commits them */
 #define LP_COMMIT_BYTES      (1u << 20) /* ...or arena bytes it grew by since */
 #define LP_SHARED_ID_MAX     16         /* entries a lookup by uid or gid takes */
@@ -98,6 +103,27 @@ struct lp_hset {
  * added), -ENOMEM. */
 int lp_hset_add(struct lp_hset *s, uint64_t h, size_t max);
 void lp_hset_free(struct lp_hset *s);
+
+/* What an enumeration committed and let go of (seen.c): a seeded hash of
+ * each user's normalized DN with its name, and of each folded name. */
+struct lp_seen {
+	struct lp_seen_slot *slot;
+	size_t mask, used; /* used: users held */
+	char *names;       /* NUL-terminated names, back to back */
+	size_t nlen, ncap;
+	struct lp_hset names_h;
+};
+/* Seeded hash of s, never 0: what lp_seen keys by. */
+uint64_t lp_seen_hash(const struct lprov_domain *ld, const char *s);
+/* 0 when added, 1 when dn_h was held (name_h is added either way), -ENOMEM. */
+int lp_seen_add(struct lp_seen *s, uint64_t dn_h, const char *name, uint64_t name_h);
+/* The name of the user whose DN hashes to dn_h, or NULL. */
+const char *lp_seen_name(const struct lp_seen *s, uint64_t dn_h);
+bool lp_seen_has_name(const struct lp_seen *s, uint64_t name_h);
+/* Bytes it holds (ldap_max_memory counts them). */
+size_t lp_seen_bytes(const struct lp_seen *s);
+void lp_seen_free(struct lp_seen *s);
+bool lp_hset_has(const struct lp_hset *s, uint64_t h);
 
 /* ==== parsed records (strings in the request's arena) ===================== */
 
@@ -173,8 +199,12 @@ struct lp_req {
 	size_t scanned;                /* groups already queued for members/parents */
 	struct lp_user *target;        /* initgroups: the user */
 	size_t users_stored;           /* enumeration: users committed page by page */
-	struct lp_vec ru, rg;          /* refresh, verify: user and group names (arena) */
-	int64_t refresh_sent;          /* refresh, verify: unix seconds its searches went out */
+	/* enumeration, poll pass (lp_req_retires): the users of a page live
+	 * in uarena and leave for `seen` once stored (lp_req_retire) */
+	struct idc_arena uarena;
+	struct lp_seen seen;
+	struct lp_vec ru, rg; /* refresh, verify: user and group names (arena) */
+	int64_t refresh_sent; /* refresh, verify: unix seconds its searches went out */
 	/* the verify wave (lp_wave_verify) went out: cached groups the answer
 	 * left out, asked for again by name into rg */
 	bool verified;
@@ -192,6 +222,10 @@ struct lp_req {
 	/* LP_SYNC: idc_now_ns() when its data was written and when committed
 	 * (the sync feed's trace, lp_sync_commit) */
 	uint64_t written_ns, committed_ns;
+	/* background kinds (lp_commit_background): a page commit waits for
+	 * the committer; the final store too (finish_res its result) */
+	bool store_due, finish_due;
+	enum lprov_lookup_result finish_res;
 };
 
 /* ==== domain ============================================================== */
@@ -243,10 +277,12 @@ struct lprov_domain {
 	struct lp_search *searches; /* in flight, the probe included */
 	struct lp_req *reqs;        /* in flight */
 	struct lp_neg neg[LP_NEG_SLOTS];
-	struct lp_hset logged; /* lp_log_once */
-	bool logged_full;      /* LP_LOGGED_MAX reached: said so once */
-	bool range_checked;    /* cached ids outside min_id..max_id dropped (once) */
-	size_t members_max;    /* member values kept per attribute (LP_MEMBERS_MAX) */
+	struct lp_commit *commit; /* NULL until the first background store */
+	pthread_mutex_t log_mu;   /* logged, logged_full: the committer logs too */
+	struct lp_hset logged;    /* lp_log_once */
+	bool logged_full;         /* LP_LOGGED_MAX reached: said so once */
+	bool range_checked;       /* cached ids outside min_id..max_id dropped (once) */
+	size_t members_max;       /* member values kept per attribute (LP_MEMBERS_MAX) */
 	uint64_t hash_seed;
 	uint64_t rng;                  /* lp_jitter_ms */
 	struct lp_sync *sync;          /* content synchronization; NULL: ldap_sync = poll */
@@ -257,6 +293,7 @@ struct lprov_domain {
 	cache_change_fn hook; /* lprov_domain_set_hook */
 	void *hook_arg;
 	uint64_t nsearches, nlookups, njoined, nneg, ncommits;
+	uint64_t turns, turn_cpu_max_ns, turns_slow; /* lprov_domain_status */
 };
 
 /* options.c */
@@ -297,6 +334,8 @@ int lp_search_send(struct lprov_domain *ld, struct lp_req *req, enum lp_purpose 
 void lp_search_free(struct lp_search *s);
 void lp_read(struct lprov_domain *ld);
 void lp_search_deadlines(struct lprov_domain *ld, uint64_t now);
+/* The domain was frozen for ns (commit.c): its searches' deadlines move. */
+void lp_search_postpone(struct lprov_domain *ld, uint64_t ns);
 /* Unlink and free every search (the connection is gone). */
 void lp_search_drop_all(struct lprov_domain *ld);
 /* "getpwnam NAME", "enumeration"...: r in log messages, into buf. */
@@ -322,14 +361,26 @@ void lp_log_once(struct lprov_domain *ld, int level, const char *fmt, ...)
 
 /* request.c: the request state machine */
 void lp_req_searched(struct lp_req *r); /* a search of r finished */
-/* A page of an enumeration arrived: commit what it completed. */
+/* A page of an enumeration arrived: commit what it completed (a
+ * background request's store waits for lp_commit_kick). */
 void lp_req_page(struct lp_req *r);
+/* A store of r is over (page: an intermediate one): logged; the final one
+ * completes r with res (LPROV_LOOKUP_FAILED when rc says it failed). */
+void lp_req_stored(struct lp_req *r, bool page, enum lprov_lookup_result res, int rc,
+		   const struct idc_diag *d, size_t nu, uint64_t t0);
 /* The connection is ready: send what waited for it, restart what was in
  * flight on a server that failed. */
 void lp_req_restart_all(struct lprov_domain *ld);
 void lp_req_finish_all(struct lprov_domain *ld, enum lprov_lookup_result res);
 /* Free a request no list holds (an LP_SYNC batch). */
 void lp_req_release(struct lp_req *r);
+/* Whether r lets its stored users go (an enumeration, a poll pass). */
+bool lp_req_retires(const struct lp_req *r);
+/* The name of the user of this answer with normalized DN ndn (held or let
+ * go of), or NULL. */
+const char *lp_req_user_of(const struct lp_req *r, const char *ndn);
+/* Bytes r holds for what it read (ldap_max_memory). */
+size_t lp_req_bytes(const struct lp_req *r);
 /* The request in flight for (kind, name, id), or NULL. */
 struct lp_req *lp_req_find(struct lprov_domain *ld, enum lprov_lookup_kind kind, const char *name,
 			   uint32_t id);
@@ -411,13 +462,69 @@ struct lp_track {
 	struct idc_arena a;
 	struct lp_rec *uold, *unew; /* per user from users_stored */
 	struct lp_rec *gold, *gnew; /* per group index */
+	size_t told;                /* lp_track_report: changes looked at */
 };
 
 /* The records as the cache holds them before the transaction. */
 void lp_track_begin(struct lp_req *r, struct lp_track *tr, bool page, struct lp_gone_list *gl);
-/* After the commit: tell the hook what changed. */
-void lp_track_report(struct lp_req *r, struct lp_track *tr, struct lp_gone_list *gl);
+/* After the commit: tell the hook what changed, at most max changes from
+ * where the last call stopped (tr->told). Whether all were told. */
+bool lp_track_report(struct lp_req *r, struct lp_track *tr, struct lp_gone_list *gl, size_t max);
 void lp_track_free(struct lp_track *tr);
+
+/* One lp_store() in steps, so that its transaction can run on the
+ * committer's thread (commit.c) while the loop serves others:
+ * lp_store_init, lp_store_run (any thread; nothing else touches the
+ * request meanwhile: its domain is frozen), again after the loop grew a
+ * full map, then lp_store_done on the loop's thread (the hook told, the
+ * entries marked stored). */
+#define LP_GROW_TRIES 8 /* map doublings one store may ask for */
+struct lp_store_job {
+	struct lp_req *r;
+	enum lprov_lookup_result res;
+	bool page, mark;
+	bool wrote; /* the last run committed */
+	int rc;     /* of the last run */
+	int tries;  /* runs that found the map full */
+	struct lp_track tr;
+	struct lp_gone_list gl;
+	struct idc_diag d;
+};
+void lp_store_init(struct lp_store_job *j, struct lp_req *r, enum lprov_lookup_result res,
+		   bool page);
+void lp_store_run(struct lp_store_job *j);
+/* Tell the hook at most max more of what the commit changed; whether all
+ * was told. */
+bool lp_store_report(struct lp_store_job *j, size_t max);
+/* j's rc, after telling the hook the rest of what the commit changed. */
+int lp_store_done(struct lp_store_job *j);
+#define LP_REPORT_TURN 128 /* changes told the hook per loop turn (commit.c) */
+
+/* commit.c: the stores of background requests (enumeration, poll pass,
+ * refresh of expired entries) on one worker thread per domain, so that
+ * the loop answers other clients while a page is written and synced.
+ * While a store is there the domain is frozen: lprov_domain_process only
+ * waits for it (the loop watches the committer's eventfd instead of the
+ * connection), so the worker is the only thread touching the request. */
+struct lp_commit;
+/* Whether r's stores go to the committer (else lp_store on the loop). */
+bool lp_commit_background(const struct lp_req *r);
+/* A store of r is waiting to be handed over (r->store_due, r->finish_due). */
+bool lp_commit_due(const struct lprov_domain *ld);
+/* Hand the first request with a store due to the committer. 0 when none
+ * was due or one went; -errno when the thread could not start (the store
+ * then ran here, on the loop). */
+int lp_commit_kick(struct lprov_domain *ld);
+bool lp_commit_busy(const struct lprov_domain *ld);
+/* Busy telling the hook what a store changed, a slice per process call. */
+bool lp_commit_reporting(const struct lprov_domain *ld);
+/* When the committer is done: its store finished here (the hook, the
+ * request continued or completed). Whether the domain is free again. */
+bool lp_commit_reap(struct lprov_domain *ld);
+/* Block until the committer is idle and reap (domain free). */
+void lp_commit_drain(struct lprov_domain *ld);
+int lp_commit_fd(const struct lprov_domain *ld);
+void lp_commit_free(struct lprov_domain *ld);
 
 /* ==== content synchronization (RFC 4533) ==================================== */
 

@@ -63,6 +63,8 @@ static bool neg_hit(struct lprov_domain *ld, uint64_t h)
 static void req_clear(struct lp_req *r)
 {
 	idc_arena_free(&r->arena);
+	idc_arena_free(&r->uarena);
+	lp_seen_free(&r->seen);
 	lp_vec_free(&r->users);
 	lp_vec_free(&r->groups);
 	lp_vec_free(&r->memq);
@@ -85,6 +87,7 @@ static void req_clear(struct lp_req *r)
 	r->nentries = r->unstored = r->paged_bytes = 0;
 	r->nsent = r->up = r->down = 0;
 	r->cut = false;
+	r->store_due = r->finish_due = false;
 }
 
 static void req_free(struct lp_req *r)
@@ -195,34 +198,105 @@ static enum lprov_lookup_result answer(const struct lp_req *r)
 	return found ? LPROV_LOOKUP_FOUND : LPROV_LOOKUP_NOTFOUND;
 }
 
-void lp_req_page(struct lp_req *r)
+bool lp_req_retires(const struct lp_req *r)
+{
+	return r->kind == LPROV_LOOKUP_ENUMERATE || r->kind == LP_POLL;
+}
+
+const char *lp_req_user_of(const struct lp_req *r, const char *ndn)
+{
+	const struct lp_user *u = lp_map_get(&r->udn, ndn);
+	if (u)
+		return u->name;
+	return r->seen.used ? lp_seen_name(&r->seen, lp_seen_hash(r->ld, ndn)) : NULL;
+}
+
+size_t lp_req_bytes(const struct lp_req *r)
+{
+	return r->arena.total + r->uarena.total + lp_seen_bytes(&r->seen);
+}
+
+/* After a page was stored: its users leave r for r->seen (what the rest
+ * of the request asks of them), and their arena is freed. When one cannot
+ * be kept there (no memory) they all stay: nothing is lost. */
+static void retire_users(struct lp_req *r)
+{
+	struct lprov_domain *ld = r->ld;
+	if (!lp_req_retires(r) || r->users_stored != r->users.n)
+		return;
+	for (size_t i = 0; i < r->users.n; i++) {
+		const struct lp_user *u = r->users.v[i];
+		char f[CACHE_NAME_MAX + 1];
+		size_t n = cache_name_fold(CACHE_NAMES_STORED, u->name, f);
+		if (!n)
+			snprintf(f, sizeof(f), "%s", u->name);
+		if (lp_seen_add(&r->seen, lp_seen_hash(ld, u->ndn), u->name, lp_seen_hash(ld, f)) <
+		    0)
+			return;
+	}
+	/* a user that is also a group lives in r->arena, still held by gdn */
+	r->users.n = r->users_stored = 0;
+	lp_map_free(&r->udn);
+	lp_map_free(&r->uname);
+	idc_arena_free(&r->uarena);
+	r->paged_bytes = lp_req_bytes(r);
+}
+
+/* A page's store (page) or the final one is over: logged; the final one
+ * completes r. nu: the users it held; t0: when it began. */
+void lp_req_stored(struct lp_req *r, bool page, enum lprov_lookup_result res, int rc,
+		   const struct idc_diag *d, size_t nu, uint64_t t0)
+{
+	const char *dom = r->ld->cfg.name;
+	double ms = (double)(idc_now_ns() - t0) / 1e6;
+	if (page && rc)
+		/* Left for the final transaction, which tries again; logged
+		 * once per reason by lp_store_done. */
+		idc_log(IDC_LOG_DEBUG, "ldap domain %s: storing an enumeration page failed: %s",
+			dom, d->msg[0] ? d->msg : idc_strerror(rc));
+	else if (page)
+		idc_log(IDC_LOG_DEBUG,
+			"ldap domain %s: enumeration page: %zu users stored in %.1f ms", dom, nu,
+			ms);
+	if (page) {
+		if (!rc)
+			retire_users(r);
+		return;
+	}
+	idc_log(IDC_LOG_DEBUG, "ldap domain %s: %zu users, %zu groups stored in %.1f ms", dom,
+		r->users.n + r->seen.used, r->groups.n, ms);
+	if (rc) /* logged by lp_store_done */
+		res = LPROV_LOOKUP_FAILED;
+	req_complete(r, res);
+}
+
+/* Store r here, on the loop's thread, and go on. */
+static void store_now(struct lp_req *r, bool page, enum lprov_lookup_result res)
 {
 	struct idc_diag d = {{0}};
 	size_t nu = r->users.n - r->users_stored;
 	uint64_t t0 = idc_now_ns();
-	int rc = lp_store(r, LPROV_LOOKUP_FOUND, true, &d);
-	if (rc) /* logged by lp_store; left for the final transaction, which tries again */
-		idc_log(IDC_LOG_DEBUG, "ldap domain %s: storing an enumeration page failed: %s",
-			r->ld->cfg.name, d.msg[0] ? d.msg : idc_strerror(rc));
-	else
-		idc_log(IDC_LOG_DEBUG,
-			"ldap domain %s: enumeration page: %zu users stored in %.1f ms",
-			r->ld->cfg.name, nu, (double)(idc_now_ns() - t0) / 1e6);
+	int rc = lp_store(r, res, page, &d);
+	lp_req_stored(r, page, res, rc, &d, nu, t0);
+}
+
+void lp_req_page(struct lp_req *r)
+{
 	r->unstored = 0;
 	r->ld->yield = true;
+	if (lp_commit_background(r))
+		r->store_due = true; /* lp_commit_kick hands it over */
+	else
+		store_now(r, true, LPROV_LOOKUP_FOUND);
 }
 
 static void finish(struct lp_req *r)
 {
-	struct idc_diag d = {{0}};
 	enum lprov_lookup_result res = answer(r);
-	uint64_t t0 = idc_now_ns();
-	int rc = lp_store(r, res, false, &d);
-	idc_log(IDC_LOG_DEBUG, "ldap domain %s: %zu users, %zu groups stored in %.1f ms",
-		r->ld->cfg.name, r->users.n, r->groups.n, (double)(idc_now_ns() - t0) / 1e6);
-	if (rc) /* logged by lp_store */
-		res = LPROV_LOOKUP_FAILED;
-	req_complete(r, res);
+	if (!lp_commit_background(r))
+		return store_now(r, false, res);
+	r->finish_due = true;
+	r->finish_res = res;
 }
 
 /* ==== stepping ======================================================================= */

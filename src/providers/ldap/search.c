@@ -291,7 +291,7 @@ static bool over_memory(const struct lprov_domain *ld)
 {
 	size_t held = 0;
 	for (const struct lp_req *r = ld->reqs; r; r = r->next)
-		held += r->arena.total;
+		held += lp_req_bytes(r);
 	return held > ld->cfg.max_memory;
 }
 
@@ -348,9 +348,9 @@ static void on_entry(struct lprov_domain *ld, struct lp_search *s, LDAPMessage *
 	 * are), so no transaction is large. */
 	struct lp_req *r = s->req;
 	if (r && (++r->unstored >= LP_COMMIT_EVERY ||
-		  r->arena.total - r->paged_bytes >= LP_COMMIT_BYTES)) {
+		  lp_req_bytes(r) - r->paged_bytes >= LP_COMMIT_BYTES)) {
 		lp_req_page(r);
-		r->paged_bytes = r->arena.total;
+		r->paged_bytes = lp_req_bytes(r);
 	}
 }
 
@@ -404,10 +404,10 @@ void lp_read(struct lprov_domain *ld)
 {
 	ld->more = false;
 	uint64_t t0 = idc_now_ns();
+	uint64_t turn_ns = (lp_sync_active(ld) ? LP_TURN_SYNC_MS : LP_TURN_MS) * 1000000ull;
 	for (size_t i = 0; ld->conn; i++) {
 		/* a slice of work, then the loop serves others and comes back */
-		if (i == LP_TURN_MSGS ||
-		    (i % 16 == 15 && idc_now_ns() - t0 >= LP_TURN_MS * 1000000ull))
+		if (i == LP_TURN_MSGS || (i % 4 == 3 && idc_now_ns() - t0 >= turn_ns))
 			break;
 		struct timeval zero = {0, 0};
 		LDAPMessage *msg = NULL;
@@ -438,4 +438,10 @@ void lp_search_deadlines(struct lprov_domain *ld, uint64_t now)
 			lp_conn_fail(ld, "no answer within ldap_search_timeout");
 			return; /* the list is gone */
 		}
+}
+
+void lp_search_postpone(struct lprov_domain *ld, uint64_t ns)
+{
+	for (struct lp_search *s = ld->searches; s; s = s->next)
+		s->deadline_ns += ns;
 }

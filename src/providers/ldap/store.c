@@ -81,10 +81,10 @@ static int put_group(struct cache_txn *t, struct lp_req *r, struct lp_group *g, 
 		nn++;
 	}
 	for (size_t i = 0; i < g->nmdns && !rc; i++) {
-		struct lp_user *u = lp_map_get(&r->udn, g->mdns[i]);
+		const char *u = lp_req_user_of(r, g->mdns[i]);
 		struct lp_group *m = u ? NULL : lp_map_get(&r->gdn, g->mdns[i]);
 		if (u)
-			names[nn++] = u->name;
+			names[nn++] = u;
 		else if (m && m != g)
 			nested[ng++] = m->name;
 	}
@@ -135,7 +135,7 @@ bool lp_name_eq(const char *a, const char *b)
 static bool members_known(const struct lp_req *r, const struct lp_group *g)
 {
 	for (size_t i = 0; i < g->nmdns; i++)
-		if (!lp_map_get(&r->udn, g->mdns[i]) && !lp_map_get(&r->gdn, g->mdns[i]))
+		if (!lp_req_user_of(r, g->mdns[i]) && !lp_map_get(&r->gdn, g->mdns[i]))
 			return false;
 	return true;
 }
@@ -195,8 +195,9 @@ static int refresh_gone(struct lp_req *r, struct cache_reader *rd, bool group,
 		char *f = lp_fold_name(&r->arena, name);
 		if (!f)
 			return -ENOMEM;
-		if (lp_map_get(answered, f))
-			continue;
+		if (lp_map_get(answered, f) ||
+		    (!group && lp_seen_has_name(&r->seen, lp_seen_hash(r->ld, f))))
+			continue; /* answered (seen: by a page let go of) */
 		struct cache_meta m;
 		struct cache_user u;
 		struct cache_group g;
@@ -321,21 +322,15 @@ static void log_gone(const struct lp_req *r, const struct lp_gone_list *gl)
 			dom, nu, ng);
 }
 
-/* One attempt at lp_store's transaction: begin, write, commit or abort. */
-static int write_txn(struct lp_req *r, struct lp_track *tr, bool page, struct lp_gone_list *gl,
-		     bool mark, struct idc_diag *d)
+/* The writes of lp_store's transaction t, then its commit; aborted on an
+ * error. */
+static int write_txn(struct lp_req *r, struct cache_txn *t, struct lp_track *tr, bool page,
+		     struct lp_gone_list *gl, bool mark, struct idc_diag *d)
 {
 	struct lprov_domain *ld = r->ld;
-	struct cache_txn *t;
-	/* a feed's batch goes with its cookie, a poll pass's last page with
-	 * its mark: an OS crash that undoes one makes the server send it again */
-	bool resent = r->kind == LP_SYNC || r->kind == LP_POLL;
-	int rc = cache_txn_begin_flags(ld->cache, resent ? CACHE_TXN_RESENT : 0, &t, d);
-	if (rc)
-		return rc;
 	/* what the sync feed stores stays true until it says otherwise */
-	rc = cache_domain_ensure(t, ld->cfg.name,
-				 r->kind == LP_SYNC ? 0 : ld->cfg.entry_cache_timeout, d);
+	int rc = cache_domain_ensure(t, ld->cfg.name,
+				     r->kind == LP_SYNC ? 0 : ld->cfg.entry_cache_timeout, d);
 	if (!rc)
 		rc = put_entries(t, r, tr, page, d);
 	if (!rc)
@@ -376,6 +371,102 @@ static void store_failed(struct lp_req *r, bool page, int rc, const struct idc_d
 		    why);
 }
 
+/* Groups of r that go into this transaction. */
+static size_t groups_due(const struct lp_req *r, bool page)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < r->groups.n; i++)
+		n += lp_group_due(r, r->groups.v[i], page);
+	return n;
+}
+
+void lp_store_init(struct lp_store_job *j, struct lp_req *r, enum lprov_lookup_result res,
+		   bool page)
+{
+	memset(j, 0, sizeof(*j));
+	j->r = r;
+	j->res = res;
+	j->page = page;
+	/* a complete poll pass stores its mark even when nothing else changed */
+	j->mark = r->kind == LP_POLL && !page && !r->partial;
+}
+
+/* Whether the store has nothing to write (an unchanged entry still gets
+ * its timestamps; an enumeration's page with nothing new does not). */
+static bool nothing_to_store(const struct lp_store_job *j)
+{
+	const struct lp_req *r = j->r;
+	bool enumerating = j->page || r->kind == LPROV_LOOKUP_ENUMERATE || r->kind == LP_REFRESH ||
+			   r->kind == LP_POLL;
+	return enumerating && r->users_stored == r->users.n && !groups_due(r, j->page) &&
+	       !j->gl.n && !j->mark;
+}
+
+void lp_store_run(struct lp_store_job *j)
+{
+	struct lp_req *r = j->r;
+	lp_track_free(&j->tr); /* of an attempt that found the map full */
+	free(j->gl.v);
+	memset(&j->gl, 0, sizeof(j->gl));
+	j->wrote = false;
+	j->rc = 0;
+	if (j->page && nothing_to_store(j))
+		return; /* a page removes nothing: no need to read the cache */
+	/* The cache is read (what is gone, the records before) inside the
+	 * transaction's window: a reader begun now sees the state before it,
+	 * and no other writer of this process can grow the map meanwhile
+	 * (cache_grow waits for the transaction). */
+	struct cache_txn *t;
+	/* a feed's batch goes with its cookie, a poll pass's last page with
+	 * its mark: an OS crash that undoes one makes the server send it again */
+	bool resent = r->kind == LP_SYNC || r->kind == LP_POLL;
+	int rc = cache_txn_begin_flags(r->ld->cache, resent ? CACHE_TXN_RESENT : 0, &t, &j->d);
+	if (rc) {
+		j->rc = rc;
+		return;
+	}
+	rc = collect_gone(r, j->res, j->page, &j->gl);
+	if (rc || nothing_to_store(j)) {
+		cache_txn_abort(t);
+		j->rc = rc;
+		return;
+	}
+	lp_track_begin(r, &j->tr, j->page, &j->gl);
+	j->rc = write_txn(r, t, &j->tr, j->page, &j->gl, j->mark, &j->d);
+	j->wrote = j->rc == 0;
+}
+
+bool lp_store_report(struct lp_store_job *j, size_t max)
+{
+	return !j->wrote || lp_track_report(j->r, &j->tr, &j->gl, max);
+}
+
+int lp_store_done(struct lp_store_job *j)
+{
+	struct lp_req *r = j->r;
+	if (j->wrote) {
+		r->ld->ncommits++;
+		if (j->mark)
+			lp_poll_committed(r);
+		lp_store_report(j, SIZE_MAX);
+		log_gone(r, &j->gl);
+	}
+	if (!j->rc) {
+		r->users_stored = r->users.n;
+		for (size_t i = 0; i < r->groups.n; i++) {
+			struct lp_group *g = r->groups.v[i];
+			if (lp_group_due(r, g, j->page))
+				g->stored = true;
+		}
+	} else {
+		store_failed(r, j->page, j->rc, &j->d);
+	}
+	lp_track_free(&j->tr);
+	free(j->gl.v);
+	memset(&j->gl, 0, sizeof(j->gl));
+	return j->rc;
+}
+
 /* What was found and not yet committed, in one transaction; what the
  * directory no longer has is removed (collect_gone). page: an
  * enumeration's intermediate commit (users so far, groups whose members
@@ -383,47 +474,17 @@ static void store_failed(struct lp_req *r, bool page, int rc, const struct idc_d
  * (cache_put_user/cache_put_group). */
 int lp_store(struct lp_req *r, enum lprov_lookup_result res, bool page, struct idc_diag *d)
 {
-	struct lprov_domain *ld = r->ld;
-	size_t ngroups = 0;
-	for (size_t i = 0; i < r->groups.n; i++)
-		ngroups += lp_group_due(r, r->groups.v[i], page);
-	struct lp_gone_list gl;
-	int rc = collect_gone(r, res, page, &gl);
-	bool enumerating = page || r->kind == LPROV_LOOKUP_ENUMERATE || r->kind == LP_REFRESH ||
-			   r->kind == LP_POLL;
-	/* a complete poll pass stores its mark even when nothing else changed */
-	bool mark = r->kind == LP_POLL && !page && !r->partial;
-	if (rc || (enumerating && r->users_stored == r->users.n && !ngroups && !gl.n && !mark)) {
-		free(gl.v);
-		return rc;
-	}
-	struct lp_track tr;
+	struct lp_store_job j;
+	lp_store_init(&j, r, res, page);
 	/* A full map fails the whole transaction: grow it (the cache doubles
 	 * the map) and write everything again, as the files provider does. */
-	for (int tries = 0;; tries++) {
-		lp_track_begin(r, &tr, page, &gl);
-		rc = write_txn(r, &tr, page, &gl, mark, d);
-		if (rc != IDC_EMAPFULL || tries == 8 || cache_grow(ld->cache, d) != 0)
+	for (;; j.tries++) {
+		lp_store_run(&j);
+		if (j.rc != IDC_EMAPFULL || j.tries == LP_GROW_TRIES ||
+		    cache_grow(r->ld->cache, &j.d) != 0)
 			break;
-		lp_track_free(&tr);
 	}
-	if (rc) {
-		store_failed(r, page, rc, d);
-		goto out;
-	}
-	ld->ncommits++;
-	if (mark)
-		lp_poll_committed(r);
-	lp_track_report(r, &tr, &gl);
-	log_gone(r, &gl);
-	r->users_stored = r->users.n;
-	for (size_t i = 0; i < r->groups.n; i++) {
-		struct lp_group *g = r->groups.v[i];
-		if (lp_group_due(r, g, page))
-			g->stored = true;
-	}
-out:
-	lp_track_free(&tr);
-	free(gl.v);
+	int rc = lp_store_done(&j);
+	*d = j.d;
 	return rc;
 }

@@ -9,7 +9,7 @@
  * swapped in whole, removing what the directory no longer has. Then each
  * notice (add, modify, delete, rename) joins a batch, stored at the end of
  * the read slice it came in (lp_sync_tick), so a burst is a few
- * transactions, each at most LP_TURN_MS of reading apart. The cookie goes
+ * transactions, each at most LP_TURN_SYNC_MS of reading apart. The cookie goes
  * into the transaction of the changes it covers, with the entryUUID
  * records a later delete or rename needs (syncmap.c): a restart resumes
  * where the store is, never ahead of it.
