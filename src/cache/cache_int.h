@@ -89,13 +89,14 @@ int ts_rebuild(struct cache *c, const char *why, struct idc_diag *d);
 int ts_key(int kind, const char *domain, const char *name, struct idc_buf *out);
 /* The timestamps db's first map for a cache.mdb map of cache_map bytes. */
 #define TS_MAP_MIN ((size_t)256 << 10)
+#define TS_MAP_CAP ((size_t)1 << 30) /* it may always grow this far (timestamps.c) */
 size_t ts_map_size(size_t cache_map);
 /* An LMDB code of the timestamps db as ours; a full map is IDC_EMAPFULL
  * and marks c->ts_full (the next cache_grow doubles this map). */
 int ts_err(struct cache *c, int mdb_rc);
 /* ts_err, with what failed in d ("<dir>/timestamps.mdb: <what>: <why>"). */
 int ts_fail(struct cache *c, int mdb_rc, const char *what, struct idc_diag *d);
-/* Double the map, bounded by cache.mdb's (-ENOSPC past it); no
+/* Double the map, up to cache.mdb's or TS_MAP_CAP (-ENOSPC past it); no
  * transaction on it may be open. */
 int ts_grow(struct cache *c, struct idc_diag *d);
 int ts_put(struct cache_txn *t, const struct idc_buf *key, const struct ts_rec *r,

@@ -3,9 +3,11 @@
  * and created anew (entries then simply count as never refreshed).
  *
  * Its map is sized from cache.mdb's (a quarter of it) and doubled when
- * full, like cache.mdb's, up to the size of cache.mdb's map: every entry
- * has one record of a few dozen bytes here against hundreds there, so a
- * timestamps db larger than that is not holding timestamps. */
+ * full, like cache.mdb's, up to the size of cache.mdb's map or TS_MAP_CAP,
+ * whichever is larger: every entry has one record of a few dozen bytes
+ * here against hundreds there, so a timestamps db larger than that is not
+ * holding timestamps (the cap keeps a small first map of cache.mdb, which
+ * need not grow as soon, from bounding it too early). */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -189,13 +191,13 @@ int ts_fail(struct cache *c, int rc, const char *what, struct idc_diag *d)
 int ts_grow(struct cache *c, struct idc_diag *d)
 {
 	size_t limit = store_map_size(c->st), size = c->ts_map * 2;
-	if (limit < TS_MAP_MIN * 2)
-		limit = TS_MAP_MIN * 2;
+	if (limit < TS_MAP_CAP)
+		limit = TS_MAP_CAP;
 	if (c->ts_map > SIZE_MAX / 2 || size > limit)
 		return idc_diag_set(
 		    d, -ENOSPC,
-		    "%s/timestamps.mdb: map full at %zu MiB, as large as cache.mdb's "
-		    "map may allow",
+		    "%s/timestamps.mdb: map full at %zu MiB, as large as it may grow "
+		    "(cache.mdb's map, at least 1 GiB)",
 		    c->dir, c->ts_map >> 20);
 	ts_spare_drop(c); /* nothing kept across the remap */
 	int rc = mdb_env_set_mapsize(c->ts_env, size);
