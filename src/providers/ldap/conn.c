@@ -7,6 +7,7 @@
  * probes on a doubling backoff.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -58,8 +59,9 @@ static int set_max_incoming(LDAP *l, uint32_t max)
 }
 
 /* libldap options for one handle; certificate checks apply to it alone
- * (NEWCTX builds a TLS context from this handle's settings). */
-static int set_options(struct lprov_domain *ld, LDAP *l)
+ * (NEWCTX builds a TLS context from this handle's settings). *tls is set
+ * when building that context is what failed. */
+static int set_options(struct lprov_domain *ld, LDAP *l, bool *tls)
 {
 	const struct lprov_config *c = &ld->cfg;
 	int v3 = LDAP_VERSION3;
@@ -90,8 +92,10 @@ static int set_options(struct lprov_domain *ld, LDAP *l)
 		rc = ldap_set_option(l, LDAP_OPT_X_TLS_CACERTFILE, c->tls_cacert);
 	if (rc == LDAP_SUCCESS)
 		rc = ldap_set_option(l, LDAP_OPT_X_TLS_REQUIRE_CERT, &req);
-	if (rc == LDAP_SUCCESS)
+	if (rc == LDAP_SUCCESS) {
 		rc = ldap_set_option(l, LDAP_OPT_X_TLS_NEWCTX, &zero);
+		*tls = rc != LDAP_SUCCESS;
+	}
 	if (rc == LDAP_SUCCESS)
 		rc = set_max_incoming(l, c->max_reply_bytes);
 	return rc;
@@ -327,6 +331,26 @@ static char *plain_uri(const char *uri)
 /* Start the setup of uris[i]: TCP connect (in progress), then StartTLS by
  * message id, the TLS handshake (helper thread) and the bind by message
  * id. 0 started (or ready), else failed. */
+/* libldap reads ldap_tls_cacert when it builds the handle's TLS context
+ * and says only LDAP_CONNECT_ERROR ("Can't contact LDAP server") when it
+ * cannot: a file it cannot open is named with the reason instead, as the
+ * daemon's user sees it. true when that was the cause (logged, closed). */
+static bool tls_files_error(struct lprov_domain *ld, const char *uri)
+{
+	const char *f = ld->cfg.tls_cacert;
+	int fd = f ? open(f, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY) : -1;
+	if (!f || fd >= 0) {
+		if (fd >= 0)
+			close(fd);
+		return false;
+	}
+	snprintf(ld->last_error, sizeof(ld->last_error), "%s: ldap_tls_cacert %s: %s", uri, f,
+		 strerror(errno));
+	lp_log_once(ld, IDC_LOG_WARN, "ldap domain %s: %s", ld->cfg.name, ld->last_error);
+	lp_conn_close(ld);
+	return true;
+}
+
 static int open_one(struct lprov_domain *ld, size_t i)
 {
 	const char *uri = ld->cfg.uris[i];
@@ -347,9 +371,12 @@ static int open_one(struct lprov_domain *ld, size_t i)
 	ld->server = i;
 	ld->hs = LP_HS_CONNECT;
 	ld->hs_deadline_ns = idc_now_ns() + (uint64_t)ld->cfg.network_timeout_ms * 1000000u;
-	rc = set_options(ld, l);
+	bool tls = false;
+	rc = set_options(ld, l, &tls);
+	if (rc != LDAP_SUCCESS && tls && tls_files_error(ld, uri))
+		return -1;
 	if (rc != LDAP_SUCCESS) {
-		hs_error(ld, "options", rc);
+		hs_error(ld, tls ? "TLS settings" : "options", rc);
 		return -1;
 	}
 	rc = ldap_connect(l);
