@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -331,23 +332,56 @@ static char *plain_uri(const char *uri)
 /* Start the setup of uris[i]: TCP connect (in progress), then StartTLS by
  * message id, the TLS handshake (helper thread) and the bind by message
  * id. 0 started (or ready), else failed. */
-/* libldap reads ldap_tls_cacert when it builds the handle's TLS context
- * and says only LDAP_CONNECT_ERROR ("Can't contact LDAP server") when it
- * cannot: a file it cannot open is named with the reason instead, as the
- * daemon's user sees it. true when that was the cause (logged, closed). */
-static bool tls_files_error(struct lprov_domain *ld, const char *uri)
+/* Why ldap_tls_cacert cannot serve (written to why), or false when it
+ * can: libldap reads it (PEM only, with OpenSSL and GnuTLS alike) when it
+ * builds the handle's TLS context or starts the handshake, and says only
+ * "Can't contact LDAP server" or "Connect error" when it cannot. At most
+ * LP_CACERT_SCAN bytes are searched for a certificate. */
+#define LP_CACERT_SCAN (8u << 20)
+static bool cacert_unusable(const char *f, char *why, size_t cap)
 {
-	const char *f = ld->cfg.tls_cacert;
-	int fd = f ? open(f, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY) : -1;
-	if (!f || fd >= 0) {
+	int fd = open(f, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st) < 0) {
+		snprintf(why, cap, "%s", strerror(errno));
 		if (fd >= 0)
 			close(fd);
-		return false;
+		return true;
 	}
-	snprintf(ld->last_error, sizeof(ld->last_error), "%s: ldap_tls_cacert %s: %s", uri, f,
-		 strerror(errno));
+	if (!S_ISREG(st.st_mode)) {
+		snprintf(why, cap, "%s",
+			 S_ISDIR(st.st_mode) ? strerror(EISDIR) : "not a regular file");
+		close(fd);
+		return true;
+	}
+	size_t n = st.st_size > (off_t)LP_CACERT_SCAN ? LP_CACERT_SCAN : (size_t)st.st_size;
+	char *buf = malloc(n + 1);
+	ssize_t got = buf ? pread(fd, buf, n, 0) : -1;
+	int err = errno;
+	close(fd);
+	bool found = false;
+	if (got >= 0) {
+		const char *b = memmem(buf, (size_t)got, "-----BEGIN ", 11);
+		found = b && memmem(b, (size_t)got - (size_t)(b - buf), "CERTIFICATE-----", 16);
+		snprintf(why, cap, "no CA certificate could be read from it (PEM expected)");
+	} else {
+		snprintf(why, cap, "%s", strerror(buf ? err : ENOMEM));
+	}
+	free(buf);
+	return !found;
+}
+
+/* A connection that will use TLS and whose CA file cannot serve fails
+ * here, before anything is sent, naming the URI, the option, the file and
+ * the reason. true when it did (logged; nothing to close yet). */
+static bool tls_cacert_error(struct lprov_domain *ld, const char *uri)
+{
+	const char *f = ld->cfg.tls_cacert;
+	char why[160];
+	if (!f || !(is_ldaps(uri) || ld->cfg.start_tls) || !cacert_unusable(f, why, sizeof(why)))
+		return false;
+	snprintf(ld->last_error, sizeof(ld->last_error), "%s: ldap_tls_cacert %s: %s", uri, f, why);
 	lp_log_once(ld, IDC_LOG_WARN, "ldap domain %s: %s", ld->cfg.name, ld->last_error);
-	lp_conn_close(ld);
 	return true;
 }
 
@@ -357,6 +391,8 @@ static int open_one(struct lprov_domain *ld, size_t i)
 	LDAP *l = NULL;
 	char *plain = NULL;
 	int rc = LDAP_SUCCESS;
+	if (tls_cacert_error(ld, uri))
+		return -1;
 	if (is_ldaps(uri) && !(plain = plain_uri(uri)))
 		rc = LDAP_PARAM_ERROR;
 	if (rc == LDAP_SUCCESS)
@@ -373,8 +409,6 @@ static int open_one(struct lprov_domain *ld, size_t i)
 	ld->hs_deadline_ns = idc_now_ns() + (uint64_t)ld->cfg.network_timeout_ms * 1000000u;
 	bool tls = false;
 	rc = set_options(ld, l, &tls);
-	if (rc != LDAP_SUCCESS && tls && tls_files_error(ld, uri))
-		return -1;
 	if (rc != LDAP_SUCCESS) {
 		hs_error(ld, tls ? "TLS settings" : "options", rc);
 		return -1;
