@@ -6,14 +6,19 @@ SSSD's "ghost" members), names that differ only in case (ldap domains
 ignore case by default; `case_sensitive = true` wants the exact name),
 uid aliases (a second `uid` value never answers for another name), names
 holding LDAP filter characters, attribute maps (`ldap_user_uid_number`),
-and nested rfc2307bis groups.
+nested rfc2307bis groups, and a server that stops answering mid-search.
 
 The directory is loaded with slapadd (tests/ldap/slapd.sh SLAPD_LOAD).
 """
+import os
+import signal
+import threading
+
 import pytest
 
+import nsenv
 from test_e2e_ldap import (BASE, GROUPS_OU, PEOPLE, group_entry, ldif_entry, private_slapd,
-                           pytestmark, start_daemon, user_entry)
+                           pytestmark, start_daemon, status, user_entry)
 
 assert pytestmark  # the same requirements (slapd, ldap-utils, openssl)
 
@@ -146,3 +151,43 @@ def test_nested_group_lists_the_users_of_its_member_groups(server, module_daemon
     assert got[0] == (0, "group_one_user_group:x:2017:user1\n"), got
     assert got[1][0] == 0, got
     assert sorted(got[1][1].strip().split(":")[3].split(",")) == ["user1", "user2"], got
+
+
+def test_server_stopped_mid_search_serves_the_cache(server, module_daemons, idcache):
+    """slapd stopped (SIGSTOP: the connection stays, nothing answers) while
+    a cold lookup waits for it: users and group lists already cached are
+    answered meanwhile, through the socket and through the maps, before
+    the cold lookup gives up; the domain goes offline naming the server, and
+    once slapd runs again a new lookup is answered from it."""
+    d = start_daemon(module_daemons, server.uri)
+    warm = [["getent", "passwd", "user1"], ["id", "-G", "user1"], ["getent", "group", "group1"]]
+    before = answers(d, *warm)
+    assert all(rc == 0 for rc, _ in before), before
+    cold = {}
+
+    def ask_cold():
+        cold["r"] = d.ns.run(["getent", "passwd", "user2"])
+
+    os.kill(server.pid, signal.SIGSTOP)
+    try:
+        t = threading.Thread(target=ask_cold)
+        t.start()
+        ok, _ = nsenv.wait_for(lambda: int(status(idcache, d)["domain.dir.ldap_in_flight"]) > 0,
+                               timeout=10, interval=0.02)
+        assert ok, d.log()[-2000:]
+        during = answers(d, *warm)
+        during_socket = [(r.rc, r.out) for r in d.ns.run_many(warm, env={"IDCACHE_MEMCACHE": "no"})]
+        still_waiting = t.is_alive()
+        t.join(60)
+        st = status(idcache, d)
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+    assert during == before and during_socket == before, (during, during_socket)
+    assert still_waiting  # answered while the directory was silent
+    assert cold["r"].rc == 2, cold["r"]  # offline: not found, as sssd
+    assert st["domain.dir.state"] == "offline", st
+    assert st["domain.dir.last_error"].startswith(server.uri), st
+    d.signal(signal.SIGUSR2)  # probe the offline domain now
+    ok, _ = nsenv.wait_for(lambda: d.ns.run(["getent", "passwd", "user2"]).rc == 0, timeout=30,
+                           interval=0.2)
+    assert ok, d.log()[-2000:]
