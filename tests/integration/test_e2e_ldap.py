@@ -922,7 +922,8 @@ def test_unusable_ca_file_is_named_with_the_uri(env, module_daemons, idcache, ca
     st = status(idcache, d)
     err = st["domain.dir.last_error"]
     why = {"missing": "No such file or directory", "unreadable": "Permission denied",
-           "directory": "Is a directory", "not-pem": "no CA certificate could be read from it"}[cacert]
+           "directory": "Is a directory",
+           "not-pem": "no CA certificate could be read from it"}[cacert]
     assert err.startswith(f"{a.uri}: ldap_tls_cacert {path}: {why}"), err
     assert "Can't contact" not in err, err
     assert f"ldap domain dir: {err}" in d.log(), d.log()[-2000:]
