@@ -23,6 +23,9 @@ from test_e2e_ldap import (BASE, GROUPS_OU, PEOPLE, group_entry, ldif_entry, pri
 assert pytestmark  # the same requirements (slapd, ldap-utils, openssl)
 
 
+FOLDED_APART = [("straße", "1201"), ("strasse", "1202"), ("ab\u200b", "1203"), ("ab", "1204")]
+
+
 def member_dns(*dns):
     return [("member", dn) for dn in dns]
 
@@ -59,6 +62,11 @@ def write_ldif(path):
            bis_group("group_two_one_user_groups", "2019",
                      *member_dns(f"cn=one_user_group1,{GROUPS_OU}",
                                  f"cn=one_user_group2,{GROUPS_OU}"))]
+    # names the store's caseIgnore folds together (RFC 4518: full case
+    # folding, ZERO WIDTH SPACE mapped to nothing) but slapd's does not:
+    # to the directory they are two users
+    out += [user_entry(f"cn=fold{i},{PEOPLE}", name, uid, "2001")
+            for i, (name, uid) in enumerate(FOLDED_APART)]
     path.write_text("\n".join(out))
 
 
@@ -191,3 +199,19 @@ def test_server_stopped_mid_search_serves_the_cache(server, module_daemons, idca
     ok, _ = nsenv.wait_for(lambda: d.ns.run(["getent", "passwd", "user2"]).rc == 0, timeout=30,
                            interval=0.2)
     assert ok, d.log()[-2000:]
+
+
+@pytest.mark.xfail(strict=True, reason="the cache keys names by RFC 4518 caseIgnore (full "
+                   "case folding, ZERO WIDTH SPACE mapped to nothing), which equates names "
+                   "slapd keeps apart: straße answers for strasse once cached, ab\\u200b for "
+                   "ab (docs/SECURITY.md, Gaps: Still open 8)")
+def test_names_the_directory_keeps_apart_are_not_confused(server, module_daemons):
+    """slapd says straße and strasse are two users, and ab + ZERO WIDTH
+    SPACE and ab: each name must be answered with its own entry, whichever
+    was asked first, through the socket and the maps."""
+    d = start_daemon(module_daemons, server.uri)
+    names = [n for n, _ in FOLDED_APART]
+    for env in ({}, {"IDCACHE_MEMCACHE": "no"}):
+        got = d.ns.run_many([["getent", "passwd", n] for n in names], env=env)
+        uids = [r.out.split(":")[2] if r.rc == 0 else None for r in got]
+        assert uids == [u for _, u in FOLDED_APART], (env, got)
