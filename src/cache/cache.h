@@ -15,7 +15,10 @@
  * their own under cn=sshkeys beside cn=users (see "SSH public keys").
  *
  * Names are compared as the store's caseIgnore rule does for the DN, and
- * lookups in a case-sensitive domain then require the exact name. Two
+ * lookups in a case-sensitive domain then require the exact name; in one
+ * that ignores case, a name other than the entry's must equal it under
+ * store_text_same_lower (case ignored code point by code point: ß is not
+ * "ss"), as a directory compares. Two
  * names differing only in case share one named entry in a domain: storing
  * the second replaces the first.
  *

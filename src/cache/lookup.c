@@ -300,8 +300,14 @@ static int get_named(struct cache_reader *r, int kind, const char *domain, const
 	const struct store_attr *a = store_entry_attr(e, "name", 4);
 	if (!a || a->nvals == 0)
 		return -ENOENT;
-	if (!case_sensitive || (a->vals[0].len == len && memcmp(a->vals[0].ptr, name, len) == 0))
+	if (a->vals[0].len == len && memcmp(a->vals[0].ptr, name, len) == 0)
 		return 0;
+	/* Ignoring case, the entry answers only a spelling its directory
+	 * would take for its name too: caseIgnore keys straße and strasse
+	 * alike, which OpenLDAP holds as two users. */
+	if (!case_sensitive)
+		return store_text_same_lower(a->vals[0].ptr, a->vals[0].len, name, len) ? 0
+											: -ENOENT;
 	/* A later record may hold exactly this spelling (an extra record). */
 	return get_exact(r, kind, domain, name, len, e);
 }

@@ -231,6 +231,41 @@ int store_prep(const char *v, size_t len, bool fold, enum store_prep_part part, 
 	return squeeze(v, len, part, fold, SQ_BYTES, out); /* see the top of the file */
 }
 
+/* ==== case ignored code point by code point ================================== */
+
+/* v lowercased by Unicode's lowercase mapping (one code point at a time in
+ * effect: ß stays ß), then NFKC, insignificant spaces squeezed; nothing is
+ * mapped away. Text that is not UTF-8: bytes with ASCII letters folded. */
+static int lower_nfkc(const char *v, size_t len, struct idc_buf *out)
+{
+	int rc = squeeze(v, len, STORE_PREP_VALUE, true, SQ_ASCII, out);
+	if (rc <= 0)
+		return rc;
+	if (u8_check((const uint8_t *)v, len) != NULL)
+		return squeeze(v, len, STORE_PREP_VALUE, true, SQ_BYTES, out);
+	uint8_t buf[PREP_STACK];
+	size_t n = sizeof(buf);
+	uint8_t *f = u8_tolower((const uint8_t *)v, len, NULL, UNINORM_NFKC, buf, &n);
+	if (!f)
+		return -ENOMEM;
+	rc = squeeze((const char *)f, n, STORE_PREP_VALUE, false, SQ_UNICODE, out);
+	if (f != buf)
+		free(f);
+	return rc;
+}
+
+bool store_text_same_lower(const char *a, size_t alen, const char *b, size_t blen)
+{
+	if (alen == blen && memcmp(a, b, alen) == 0)
+		return true;
+	struct idc_buf fa = IDC_BUF_INIT, fb = IDC_BUF_INIT;
+	bool same = lower_nfkc(a, alen, &fa) == 0 && lower_nfkc(b, blen, &fb) == 0 &&
+		    fa.len == fb.len && memcmp(fa.data, fb.data, fa.len) == 0;
+	idc_buf_free(&fa);
+	idc_buf_free(&fb);
+	return same;
+}
+
 int store_normalize_text(bool fold, const char *v, size_t len, char *out, size_t cap,
 			 size_t *outlen)
 {

@@ -118,6 +118,14 @@ int store_normalize(enum store_rule r, const char *v, size_t len, struct idc_buf
 int store_normalize_text(bool fold, const char *v, size_t len, char *out, size_t cap,
 			 size_t *outlen);
 
+/* Whether a and b are one text when case is ignored one code point at a
+ * time (Unicode's lowercase mapping), after NFKC and with insignificant
+ * spaces squeezed, as OpenLDAP's caseIgnoreMatch compares: narrower than
+ * caseIgnore, which folds case fully (ß is "ss") and maps joiners and ZERO
+ * WIDTH SPACE to nothing. For names two such texts may be two users of a
+ * directory. Memory running out answers false. */
+bool store_text_same_lower(const char *a, size_t alen, const char *b, size_t blen);
+
 /* ==== DN (RFC 4514) ============================================================ */
 
 #define STORE_DN_MAX_RDNS 64

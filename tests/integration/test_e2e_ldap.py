@@ -976,6 +976,39 @@ def test_wrong_hostname_certificate_is_refused(env, module_daemons, idcache):
     assert w.srch_count() == before  # nothing was asked over the refused channel
 
 
+@pytest.mark.parametrize("cacert", ["missing", "unreadable", "directory", "not-pem"])
+def test_unusable_ca_file_is_named_with_the_uri(env, module_daemons, idcache, cacert):
+    """An ldap_tls_cacert that does not exist, that the daemon's user
+    cannot read, that is a directory or holds no certificate: the
+    connection fails before anything is sent, and the error (status and
+    log) names the URI, the option, the file and why, not a network
+    failure ("Can't contact LDAP server")."""
+    a = env.servers["a"]
+    path = env.base / f"ca-{cacert}.pem"
+    if cacert == "unreadable":
+        shutil.copy(env.certs / "ca.pem", path)
+        os.chmod(path, 0o600)  # root's: the daemon runs as idcache
+    elif cacert == "directory":
+        path.mkdir()
+    elif cacert == "not-pem":
+        path.write_text("no certificate here\n")
+        os.chmod(path, 0o644)
+    before = a.srch_count()
+    d = start_daemon(module_daemons, a.uri,
+                     f"ldap_id_use_start_tls = true\nldap_tls_cacert = {path}\n")
+    r = d.ns.run(["getent", "passwd", "alice"])
+    assert r.rc == 2, r
+    st = status(idcache, d)
+    err = st["domain.dir.last_error"]
+    why = {"missing": "No such file or directory", "unreadable": "Permission denied",
+           "directory": "Is a directory",
+           "not-pem": "no CA certificate could be read from it"}[cacert]
+    assert err.startswith(f"{a.uri}: ldap_tls_cacert {path}: {why}"), err
+    assert "Can't contact" not in err, err
+    assert f"ldap domain dir: {err}" in d.log(), d.log()[-2000:]
+    assert a.srch_count() == before
+
+
 def test_failover_and_offline(env, module_daemons, idcache):
     f, b = env.servers["f"], env.servers["b"]
     dead = f"ldap://127.0.0.1:{free_port()}"

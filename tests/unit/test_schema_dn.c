@@ -352,6 +352,11 @@ static void test_norm_text(void **state)
 
 /* RFC 4518 preparation: case folding, NFKC, mapping, prohibited code
  * points and what happens to text that is not UTF-8. */
+static bool same_lower(const char *a, const char *b)
+{
+	return store_text_same_lower(a, strlen(a), b, strlen(b));
+}
+
 static void test_norm_unicode(void **state)
 {
 	(void)state;
@@ -397,6 +402,19 @@ static void test_norm_unicode(void **state)
 		assert_memory_equal(b.data + i, "\u00E9", 2);
 	idc_buf_free(&in);
 	idc_buf_free(&b);
+	/* Case ignored code point by code point (as OpenLDAP's
+	 * caseIgnoreMatch): narrower than caseIgnore, never wider. */
+	assert_true(same_lower("Alice", "aLICE"));
+	assert_true(same_lower("a  b ", "A B"));
+	assert_true(same_lower("\u00C9mile", "E\u0301MILE"));  /* NFD, case */
+	assert_true(same_lower("\uFB01le", "file"));           /* NFKC */
+	assert_true(same_lower("Stra\u00DFe", "STRA\u1E9EE")); /* capital sharp s */
+	assert_false(same_lower("Stra\u00DFe", "strasse"));    /* no full folding */
+	assert_false(same_lower("ab\u200B", "ab"));            /* nothing mapped away */
+	assert_false(same_lower("\u0131i", "ii"));             /* dotless i */
+	assert_false(same_lower("alice", "alicf"));
+	assert_true(same_lower("caf\xe9", "CAF\xe9")); /* not UTF-8: bytes */
+	assert_false(same_lower("caf\xe9", "caf\xc9"));
 }
 
 static void test_norm_integer(void **state)

@@ -7,6 +7,7 @@
  * probes on a doubling backoff.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -15,6 +16,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -58,8 +60,9 @@ static int set_max_incoming(LDAP *l, uint32_t max)
 }
 
 /* libldap options for one handle; certificate checks apply to it alone
- * (NEWCTX builds a TLS context from this handle's settings). */
-static int set_options(struct lprov_domain *ld, LDAP *l)
+ * (NEWCTX builds a TLS context from this handle's settings). *tls is set
+ * when building that context is what failed. */
+static int set_options(struct lprov_domain *ld, LDAP *l, bool *tls)
 {
 	const struct lprov_config *c = &ld->cfg;
 	int v3 = LDAP_VERSION3;
@@ -90,8 +93,10 @@ static int set_options(struct lprov_domain *ld, LDAP *l)
 		rc = ldap_set_option(l, LDAP_OPT_X_TLS_CACERTFILE, c->tls_cacert);
 	if (rc == LDAP_SUCCESS)
 		rc = ldap_set_option(l, LDAP_OPT_X_TLS_REQUIRE_CERT, &req);
-	if (rc == LDAP_SUCCESS)
+	if (rc == LDAP_SUCCESS) {
 		rc = ldap_set_option(l, LDAP_OPT_X_TLS_NEWCTX, &zero);
+		*tls = rc != LDAP_SUCCESS;
+	}
 	if (rc == LDAP_SUCCESS)
 		rc = set_max_incoming(l, c->max_reply_bytes);
 	return rc;
@@ -327,12 +332,67 @@ static char *plain_uri(const char *uri)
 /* Start the setup of uris[i]: TCP connect (in progress), then StartTLS by
  * message id, the TLS handshake (helper thread) and the bind by message
  * id. 0 started (or ready), else failed. */
+/* Why ldap_tls_cacert cannot serve (written to why), or false when it
+ * can: libldap reads it (PEM only, with OpenSSL and GnuTLS alike) when it
+ * builds the handle's TLS context or starts the handshake, and says only
+ * "Can't contact LDAP server" or "Connect error" when it cannot. At most
+ * LP_CACERT_SCAN bytes are searched for a certificate. */
+#define LP_CACERT_SCAN (8u << 20)
+static bool cacert_unusable(const char *f, char *why, size_t cap)
+{
+	int fd = open(f, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st) < 0) {
+		snprintf(why, cap, "%s", strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return true;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		snprintf(why, cap, "%s",
+			 S_ISDIR(st.st_mode) ? strerror(EISDIR) : "not a regular file");
+		close(fd);
+		return true;
+	}
+	size_t n = st.st_size > (off_t)LP_CACERT_SCAN ? LP_CACERT_SCAN : (size_t)st.st_size;
+	char *buf = malloc(n + 1);
+	ssize_t got = buf ? pread(fd, buf, n, 0) : -1;
+	int err = errno;
+	close(fd);
+	bool found = false;
+	if (got >= 0) {
+		const char *b = memmem(buf, (size_t)got, "-----BEGIN ", 11);
+		found = b && memmem(b, (size_t)got - (size_t)(b - buf), "CERTIFICATE-----", 16);
+		snprintf(why, cap, "no CA certificate could be read from it (PEM expected)");
+	} else {
+		snprintf(why, cap, "%s", strerror(buf ? err : ENOMEM));
+	}
+	free(buf);
+	return !found;
+}
+
+/* A connection that will use TLS and whose CA file cannot serve fails
+ * here, before anything is sent, naming the URI, the option, the file and
+ * the reason. true when it did (logged; nothing to close yet). */
+static bool tls_cacert_error(struct lprov_domain *ld, const char *uri)
+{
+	const char *f = ld->cfg.tls_cacert;
+	char why[160];
+	if (!f || !(is_ldaps(uri) || ld->cfg.start_tls) || !cacert_unusable(f, why, sizeof(why)))
+		return false;
+	snprintf(ld->last_error, sizeof(ld->last_error), "%s: ldap_tls_cacert %s: %s", uri, f, why);
+	lp_log_once(ld, IDC_LOG_WARN, "ldap domain %s: %s", ld->cfg.name, ld->last_error);
+	return true;
+}
+
 static int open_one(struct lprov_domain *ld, size_t i)
 {
 	const char *uri = ld->cfg.uris[i];
 	LDAP *l = NULL;
 	char *plain = NULL;
 	int rc = LDAP_SUCCESS;
+	if (tls_cacert_error(ld, uri))
+		return -1;
 	if (is_ldaps(uri) && !(plain = plain_uri(uri)))
 		rc = LDAP_PARAM_ERROR;
 	if (rc == LDAP_SUCCESS)
@@ -347,9 +407,10 @@ static int open_one(struct lprov_domain *ld, size_t i)
 	ld->server = i;
 	ld->hs = LP_HS_CONNECT;
 	ld->hs_deadline_ns = idc_now_ns() + (uint64_t)ld->cfg.network_timeout_ms * 1000000u;
-	rc = set_options(ld, l);
+	bool tls = false;
+	rc = set_options(ld, l, &tls);
 	if (rc != LDAP_SUCCESS) {
-		hs_error(ld, "options", rc);
+		hs_error(ld, tls ? "TLS settings" : "options", rc);
 		return -1;
 	}
 	rc = ldap_connect(l);
