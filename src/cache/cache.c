@@ -338,7 +338,9 @@ int cache_txn_begin_flags(struct cache *c, unsigned flags, struct cache_txn **ou
 	int rc = store_txn_begin(c->st, NULL, (flags & CACHE_TXN_RESENT) ? STORE_TXN_NOMETASYNC : 0,
 				 &t->st, d);
 	/* A timestamps db damaged while open is rebuilt here, where no
-	 * transaction of ours is on it (the daemon is one thread). */
+	 * transaction of this thread is on it. Another thread's reader may be
+	 * (the daemon's loop while the LDAP committer writes): only after
+	 * timestamps.mdb was cut or overwritten under the daemon; not solved. */
 	bool healthy = !rc && ts_healthy(c, &c->ts_size);
 	int tsrc = healthy ? mdb_txn_begin(c->ts_env, NULL, 0, &t->ts) : 0;
 	if (!rc && (!healthy || tsrc)) {

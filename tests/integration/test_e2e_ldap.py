@@ -667,6 +667,11 @@ def test_enumeration_off_the_loop_answers_others_correctly(env, module_daemons, 
     nusers, ngroups, page = 3000, 300, 100
     ldif = env.base / "letgo.ldif"
     big_ldif(ldif, nusers, ngroups)
+    # a group in the last page nesting g0, whose page was let go of by then
+    with open(ldif, "a") as f:
+        f.write(f"\ndn: cn=gnest,ou=groups,{BASE}\nobjectClass: posixGroup\n"
+                f"objectClass: extensibleObject\ncn: gnest\ngidNumber: 399999\n"
+                f"member: cn=g0,ou=groups,{BASE}\n")
     s = Slapd(env.base, "letgo", ldif=ldif)
     env.servers["letgo"] = s
     s.start()
@@ -730,6 +735,9 @@ print(json.dumps(out))
         g7 = d.ns.run(["getent", "group", "g7"]).out.strip().split(":")
         assert g7[2] == "300007", g7
         assert sorted(g7[3].split(",")) == sorted(f"e{70 + k}" for k in range(10)), g7
+        # e0 is in g0, so in gnest: g0 found by its DN's hash when gnest was stored
+        ids = d.ns.run(["id", "-Gn", "e0"]).out.split()
+        assert "g0" in ids and "gnest" in ids, ids
     finally:
         s.stop()
 

@@ -725,6 +725,8 @@ static void add_group(struct ent *e, struct lp_req *r, bool ancestor)
 	const char *const *at = ld->attr;
 	char why[160];
 	struct lp_group *g = lp_map_get(&r->gdn, e->ndn);
+	if (!g && r->gseen.used && lp_seen_name(&r->gseen, lp_seen_hash(ld, e->ndn)))
+		return; /* stored with an earlier page */
 	if (g) {
 		/* Seen as a member first, now found as an ancestor: walk up. */
 		if (ancestor && !g->ancestor) {
@@ -791,9 +793,10 @@ void lp_entry(struct lprov_domain *ld, struct lp_search *s, LDAPMessage *msg)
 	bool user = has_class(oc, ld->attr[LPROV_MAP_USER_OC]);
 	bool group = has_class(oc, ld->attr[LPROV_MAP_GROUP_OC]);
 	ldap_value_free_len(oc);
-	/* a user alone is let go of once stored (lp_req_retires) */
-	if (user && !group && lp_req_retires(r))
-		e.a = &r->uarena;
+	/* a user alone, a group alone, are let go of once stored
+	 * (lp_req_retires) */
+	if (user != group && lp_req_retires(r))
+		e.a = user ? &r->uarena : &r->garena;
 	e.dn = ent_dup(&e, dn, strlen(dn));
 	ldap_memfree(dn);
 	if (!e.dn) {

@@ -203,6 +203,10 @@ struct lp_req {
 	 * in uarena and leave for `seen` once stored (lp_req_retire) */
 	struct idc_arena uarena;
 	struct lp_seen seen;
+	/* ...and its groups in garena, let go of for gseen once every group
+	 * it holds is stored and no member DN was asked for (lp_req_retire) */
+	struct idc_arena garena;
+	struct lp_seen gseen;
 	struct lp_vec ru, rg; /* refresh, verify: user and group names (arena) */
 	int64_t refresh_sent; /* refresh, verify: unix seconds its searches went out */
 	/* the verify wave (lp_wave_verify) went out: cached groups the answer
@@ -379,6 +383,9 @@ bool lp_req_retires(const struct lp_req *r);
 /* The name of the user of this answer with normalized DN ndn (held or let
  * go of), or NULL. */
 const char *lp_req_user_of(const struct lp_req *r, const char *ndn);
+/* The name of the group of this answer with normalized DN ndn other
+ * than self (held or let go of), or NULL. */
+const char *lp_req_group_of(const struct lp_req *r, const char *ndn, const struct lp_group *self);
 /* Bytes r holds for what it read (ldap_max_memory). */
 size_t lp_req_bytes(const struct lp_req *r);
 /* The request in flight for (kind, name, id), or NULL. */

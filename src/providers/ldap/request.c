@@ -65,6 +65,8 @@ static void req_clear(struct lp_req *r)
 	idc_arena_free(&r->arena);
 	idc_arena_free(&r->uarena);
 	lp_seen_free(&r->seen);
+	idc_arena_free(&r->garena);
+	lp_seen_free(&r->gseen);
 	lp_vec_free(&r->users);
 	lp_vec_free(&r->groups);
 	lp_vec_free(&r->memq);
@@ -211,9 +213,52 @@ const char *lp_req_user_of(const struct lp_req *r, const char *ndn)
 	return r->seen.used ? lp_seen_name(&r->seen, lp_seen_hash(r->ld, ndn)) : NULL;
 }
 
+const char *lp_req_group_of(const struct lp_req *r, const char *ndn, const struct lp_group *self)
+{
+	const struct lp_group *g = lp_map_get(&r->gdn, ndn);
+	if (g)
+		return g != self ? g->name : NULL;
+	return r->gseen.used ? lp_seen_name(&r->gseen, lp_seen_hash(r->ld, ndn)) : NULL;
+}
+
 size_t lp_req_bytes(const struct lp_req *r)
 {
-	return r->arena.total + r->uarena.total + lp_seen_bytes(&r->seen);
+	return r->arena.total + r->uarena.total + lp_seen_bytes(&r->seen) + r->garena.total +
+	       lp_seen_bytes(&r->gseen);
+}
+
+/* name's folded form's hash (as lp_fold_name folds). */
+static uint64_t folded_hash(const struct lprov_domain *ld, const char *name)
+{
+	char f[CACHE_NAME_MAX + 1];
+	size_t n = cache_name_fold(CACHE_NAMES_STORED, name, f);
+	if (!n)
+		snprintf(f, sizeof(f), "%s", name);
+	return lp_seen_hash(ld, f);
+}
+
+/* The groups too, once every one held is stored and no member DN was
+ * asked for (memq and asked point into them); rdn_names, a cache whose
+ * keys are theirs, starts over. */
+static void retire_groups(struct lp_req *r)
+{
+	struct lprov_domain *ld = r->ld;
+	if (!lp_req_retires(r) || !r->groups.n || r->asked.used)
+		return;
+	for (size_t i = 0; i < r->groups.n; i++)
+		if (!((const struct lp_group *)r->groups.v[i])->stored)
+			return;
+	for (size_t i = 0; i < r->groups.n; i++) {
+		const struct lp_group *g = r->groups.v[i];
+		if (lp_seen_add(&r->gseen, lp_seen_hash(ld, g->ndn), g->name,
+				folded_hash(ld, g->name)) < 0)
+			return; /* all stay (gseen only ever answers what gdn does not) */
+	}
+	r->groups.n = r->scanned = 0;
+	lp_map_free(&r->gdn);
+	lp_map_free(&r->rdn_names);
+	idc_arena_free(&r->garena);
+	r->paged_bytes = lp_req_bytes(r);
 }
 
 /* After a page was stored: its users leave r for r->seen (what the rest
@@ -226,12 +271,8 @@ static void retire_users(struct lp_req *r)
 		return;
 	for (size_t i = 0; i < r->users.n; i++) {
 		const struct lp_user *u = r->users.v[i];
-		char f[CACHE_NAME_MAX + 1];
-		size_t n = cache_name_fold(CACHE_NAMES_STORED, u->name, f);
-		if (!n)
-			snprintf(f, sizeof(f), "%s", u->name);
-		if (lp_seen_add(&r->seen, lp_seen_hash(ld, u->ndn), u->name, lp_seen_hash(ld, f)) <
-		    0)
+		if (lp_seen_add(&r->seen, lp_seen_hash(ld, u->ndn), u->name,
+				folded_hash(ld, u->name)) < 0)
 			return;
 	}
 	/* a user that is also a group lives in r->arena, still held by gdn */
@@ -259,12 +300,14 @@ void lp_req_stored(struct lp_req *r, bool page, enum lprov_lookup_result res, in
 			"ldap domain %s: enumeration page: %zu users stored in %.1f ms", dom, nu,
 			ms);
 	if (page) {
-		if (!rc)
+		if (!rc) {
 			retire_users(r);
+			retire_groups(r);
+		}
 		return;
 	}
 	idc_log(IDC_LOG_DEBUG, "ldap domain %s: %zu users, %zu groups stored in %.1f ms", dom,
-		r->users.n + r->seen.used, r->groups.n, ms);
+		r->users.n + r->seen.used, r->groups.n + r->gseen.used, ms);
 	if (rc) /* logged by lp_store_done */
 		res = LPROV_LOOKUP_FAILED;
 	req_complete(r, res);

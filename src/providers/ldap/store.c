@@ -82,11 +82,11 @@ static int put_group(struct cache_txn *t, struct lp_req *r, struct lp_group *g, 
 	}
 	for (size_t i = 0; i < g->nmdns && !rc; i++) {
 		const char *u = lp_req_user_of(r, g->mdns[i]);
-		struct lp_group *m = u ? NULL : lp_map_get(&r->gdn, g->mdns[i]);
+		const char *m = u ? NULL : lp_req_group_of(r, g->mdns[i], g);
 		if (u)
 			names[nn++] = u;
-		else if (m && m != g)
-			nested[ng++] = m->name;
+		else if (m)
+			nested[ng++] = m;
 	}
 	struct cache_group cg = {g->name, g->gid, 0, names, nn, nested, ng, g->dn};
 	bool changed = false;
@@ -135,7 +135,7 @@ bool lp_name_eq(const char *a, const char *b)
 static bool members_known(const struct lp_req *r, const struct lp_group *g)
 {
 	for (size_t i = 0; i < g->nmdns; i++)
-		if (!lp_req_user_of(r, g->mdns[i]) && !lp_map_get(&r->gdn, g->mdns[i]))
+		if (!lp_req_user_of(r, g->mdns[i]) && !lp_req_group_of(r, g->mdns[i], NULL))
 			return false;
 	return true;
 }
@@ -196,7 +196,7 @@ static int refresh_gone(struct lp_req *r, struct cache_reader *rd, bool group,
 		if (!f)
 			return -ENOMEM;
 		if (lp_map_get(answered, f) ||
-		    (!group && lp_seen_has_name(&r->seen, lp_seen_hash(r->ld, f))))
+		    lp_seen_has_name(group ? &r->gseen : &r->seen, lp_seen_hash(r->ld, f)))
 			continue; /* answered (seen: by a page let go of) */
 		struct cache_meta m;
 		struct cache_user u;

@@ -259,7 +259,7 @@ int lp_wave_queue_groups(struct lp_req *r)
 			rc = lp_vec_push(&r->parentq, (void *)g->ndn);
 		for (size_t i = 0; i < g->nmdns && !rc; i++) {
 			const char *m = g->mdns[i];
-			if (lp_req_user_of(r, m) || lp_map_get(&r->gdn, m))
+			if (lp_req_user_of(r, m) || lp_req_group_of(r, m, NULL))
 				continue;
 			rc = lp_map_put(&r->asked, m, (void *)m);
 			if (rc == 0)
