@@ -335,9 +335,11 @@ const char *daemon_withheld_reason(struct daemon *dm, size_t i, bool group, cons
 /* Remove from gids[0..*n), the group list of a user of domain i, the gids
  * of its withheld groups. */
 void daemon_gids_withhold(struct daemon *dm, size_t i, uint32_t *gids, size_t *n);
-/* Drop from g's member list (domain i's group) the names filter_users
- * lists: g->members then points into dm's scratch, valid until the next
- * call. 0 or -ENOMEM. */
+/* The member list domain i serves for its group g (a record just read
+ * on daemon_reader): the users of its member groups added
+ * (cache_group_members, to the domain's ldap_group_nesting_level), then
+ * the names filter_users lists dropped. g->members then points into the
+ * reader's or dm's scratch, valid until the next call. 0 or -ENOMEM. */
 int daemon_group_members_kept(struct daemon *dm, size_t i, struct cache_group *g);
 /* Which holder may have a user or group id in lo..hi: the name of the
  * first domain that may (an ldap domain: its min_id..max_id, max_id 0
