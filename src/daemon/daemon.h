@@ -564,6 +564,10 @@ void daemon_mc_put_nscd_initgroups(struct daemon *dm, const char *user, const ui
  * call into the provider: daemon_mc_ldap_flush after it returns. */
 void daemon_mc_change(const struct cache_change *ch, void *arg);
 void daemon_mc_ldap_flush(struct daemon *dm);
+/* An ldap domain's hook (arg: its struct domain): daemon_mc_change, then
+ * the records of the groups nesting a changed group (their member lists
+ * hold its users: cache_group_members) are dropped too. */
+void daemon_mc_ldap_change(const struct cache_change *ch, void *arg);
 /* `idcache expire` (what: PROTO_EXPIRE_*): drop the affected records. */
 void daemon_mc_expire(struct daemon *dm, uint32_t what, const char *name);
 /* Drop every record of map k (0 passwd, 1 group, 2 initgroups). */
@@ -702,6 +706,7 @@ struct daemon {
 	struct nscddb *nscd_maps[2]; /* glibc's passwd, group (nscdmaps.c); NULL: none yet */
 	bool mc_opened;
 	bool mc_nested_reset; /* daemon_mc_ldap_flush resets the initgroups map */
+	bool mc_groups_reset; /* ... and the group map (parents past the bound) */
 	uint64_t mc_ig_epoch; /* bumped by every group list dropped (memcache.c) */
 	uint32_t *gids;       /* initgroups scratch */
 	size_t gids_cap;

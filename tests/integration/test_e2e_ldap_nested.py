@@ -1,0 +1,79 @@
+"""A group's member list holds the users of its nested member groups
+(rfc2307bis), as SSSD serves it: by name, by gid and in enumeration, the
+daemon's socket and the memory cache alike; and a member added to or
+removed from a nested group shows in the groups that nest it, the memory
+cache's records of those groups included, after a refresh (polling) or
+through the sync feed (syncrepl).
+
+The fixtures (tests/ldap/fixtures.ldif): dev lists alice and bob; all
+nests dev and lists carol; top nests all; c1 lists frank and nests c2,
+which nests c1 (a cycle).
+"""
+import pytest
+
+from test_e2e_ldap import cli, pytestmark
+from test_e2e_ldap_fresh import BOTH, GROUPS, server, start  # noqa: F401 (a fixture)
+
+assert pytestmark  # the same requirements (slapd, ldap-utils, openssl)
+
+FLAT = {"dev": "dev:x:20010:alice,bob",
+        "all": "all:x:20011:carol,alice,bob",
+        "top": "top:x:20014:carol,alice,bob",
+        "c1": "c1:x:20012:frank",
+        "c2": "c2:x:20013:frank"}
+NO_MAPS = {"IDCACHE_MEMCACHE": "no"}
+
+
+def lines(results):
+    return [(r.rc, r.out.strip()) for r in results]
+
+
+def group_of(d, name, env=None):
+    """`getent group name` in a new process: the line, or None."""
+    r = d.ns.run(["getent", "group", name], env=env)
+    return r.out.strip() if r.rc == 0 else None
+
+
+@BOTH
+def test_nested_members_same_on_every_path(server, module_daemons, idcache):
+    """By name and by gid, through the socket and (asked again) through
+    the memory cache: the users of member groups follow the group's own,
+    level by level, each once; the cycle c1/c2 ends."""
+    d = start(module_daemons, server, idcache)
+    names = [["getent", "group", g] for g in FLAT]
+    gids = [["getent", "group", line.split(":")[2]] for line in FLAT.values()]
+    want = [(0, line) for line in FLAT.values()] * 2
+    socket = lines(d.ns.run_many(names + gids, env=NO_MAPS))
+    assert socket == want, socket
+    for _ in range(2):  # the second answer comes from the maps
+        maps = lines(d.ns.run_many(names + gids))
+        assert maps == want, maps
+
+
+def test_nested_members_in_enumeration(server, module_daemons, idcache):
+    """enumerate = true: getent group (getgrent) lists the same lines."""
+    d = start(module_daemons, server, idcache, "enumerate = true\n")
+    r = d.ns.run(["getent", "group"])
+    got = {line.split(":")[0]: line for line in r.out.splitlines()}
+    assert {g: got.get(g) for g in FLAT} == FLAT, r.out
+
+
+@BOTH
+def test_member_of_a_nested_group_changes_its_parents(server, module_daemons, idcache):
+    """frank joins dev and alice leaves it while all and top are in the
+    memory cache: once dev is refreshed (only dev expired; polling) or the
+    feed brought the change (syncrepl), all and top list frank and not
+    alice at once, from the maps too."""
+    d = start(module_daemons, server, idcache)
+    for _ in range(2):
+        assert [group_of(d, g) for g in ("all", "top")] == [FLAT["all"], FLAT["top"]]
+    from test_e2e_ldap_fresh import ldap_change, settles
+    ldap_change(server, f"dn: cn=dev,{GROUPS}\nchangetype: modify\nadd: member\n"
+                        f"member: uid=frank,ou=people,dc=example,dc=com\n-\ndelete: member\n"
+                        f"member: uid=alice,ou=people,dc=example,dc=com\n")
+    if not server.syncprov:
+        cli(idcache, d, "expire", "--group", "dev")
+    assert settles(lambda: group_of(d, "dev") == "dev:x:20010:bob,frank"), d.log()[-3000:]
+    want = ["all:x:20011:carol,bob,frank", "top:x:20014:carol,bob,frank"]
+    assert [group_of(d, g) for g in ("all", "top")] == want  # the maps dropped them
+    assert [group_of(d, g, NO_MAPS) for g in ("all", "top")] == want
