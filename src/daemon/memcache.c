@@ -25,6 +25,12 @@
  *                                or got a new gid with member groups), every
  *                                initgroups record (those users are found
  *                                only by a walk)
+ *   ldap group, any change       the group records (name and gid) of every
+ *                                group nesting it within the domain's
+ *                                ldap_group_nesting_level: their member
+ *                                lists hold its users (cache_group_members);
+ *                                past DAEMON_MC_PARENTS_MAX of them the
+ *                                group map, once per provider call
  *   ldap commit not described    every record (daemon_mc_change(NULL))
  *   a name or id new (any        the remote domains' entries carrying it,
  *   domain), while remote        which are withheld now (precedence.c):
