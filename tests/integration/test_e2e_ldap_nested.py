@@ -77,3 +77,32 @@ def test_member_of_a_nested_group_changes_its_parents(server, module_daemons, id
     want = ["all:x:20011:carol,bob,frank", "top:x:20014:carol,bob,frank"]
     assert [group_of(d, g) for g in ("all", "top")] == want  # the maps dropped them
     assert [group_of(d, g, NO_MAPS) for g in ("all", "top")] == want
+
+
+def test_nscd_maps_follow_a_nested_change(server, daemons, idcache):
+    """Through glibc's nscd client and its maps (one process throughout):
+    top lists the users of the groups it nests, from the socket and then
+    from the map; after a member of dev (nested two levels down) changed
+    and dev was refreshed, the map's top is gone and the socket answers
+    the new list."""
+    nscd = pytest.importorskip("test_e2e_nscd", reason="the nscd socket is not in this tree")
+    maps = pytest.importorskip("test_e2e_nscd_maps")
+    from test_e2e_ldap import ldap_domain
+    from test_e2e_ldap_fresh import ldap_change, settles
+    n = nscd.NscdDaemon(daemons, "domains = local, dir\n",
+                        domain_conf=ldap_domain(server.uri)).start()
+    c = maps.Client(n)
+    try:
+        top = ["top", "x", 20014, ["carol", "alice", "bob"]]
+        assert c.ask("gr top") == top
+        assert c.ask("gr top") == top
+        assert maps.requests(n, "getgrbyname") == 1  # the second from the map
+        ldap_change(server, f"dn: cn=dev,{GROUPS}\nchangetype: modify\nadd: member\n"
+                            f"member: uid=frank,ou=people,dc=example,dc=com\n")
+        cli(idcache, n.d, "expire", "--group", "dev")
+        assert settles(lambda: n.ns.run(["getent", "group", "dev"]).out.strip() ==
+                       "dev:x:20010:alice,bob,frank"), n.d.log()[-3000:]
+        assert c.ask("gr top") == ["top", "x", 20014, ["carol", "alice", "bob", "frank"]]
+        assert maps.requests(n, "getgrbyname") == 2
+    finally:
+        c.close()
