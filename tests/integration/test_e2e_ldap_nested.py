@@ -79,6 +79,47 @@ def test_member_of_a_nested_group_changes_its_parents(server, module_daemons, id
     assert [group_of(d, g, NO_MAPS) for g in ("all", "top")] == want
 
 
+ERANGE_SCRIPT = r"""
+import ctypes, errno, json
+class Group(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("passwd", ctypes.c_char_p),
+                ("gid", ctypes.c_uint), ("mem", ctypes.POINTER(ctypes.c_char_p))]
+lib = ctypes.CDLL("libnss_idcache.so.2")
+f = lib._nss_idcache_getgrnam_r
+f.restype = ctypes.c_int
+out = {}
+for size in range(1, 256):
+    g, err = Group(), ctypes.c_int(0)
+    buf = ctypes.create_string_buffer(size)
+    st = f(b"top", ctypes.byref(g), buf, size, ctypes.byref(err))
+    if st == 1:
+        mem, i = [], 0
+        while g.mem[i]:
+            mem.append(g.mem[i].decode())
+            i += 1
+        out = {"size": size, "mem": mem}
+        break
+    if st != -2 or err.value != errno.ERANGE:  # TRYAGAIN with ERANGE: a larger buffer
+        out = {"size": size, "status": st, "errno": err.value}
+        break
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("env", [NO_MAPS, None], ids=["socket", "maps"])
+def test_short_buffer_is_erange_for_the_longer_list(server, module_daemons, idcache, env):
+    """The NSS module's buffer rule holds for the flattened list: every
+    buffer too small for top's record is ERANGE (glibc grows it), and the
+    first that fits gets every member (from the socket, and from the maps
+    after a first answer)."""
+    d = start(module_daemons, server, idcache)
+    assert group_of(d, "top") == FLAT["top"]
+    got = d.ns.run_py(ERANGE_SCRIPT, env=env)
+    assert got.get("mem") == ["carol", "alice", "bob"], got
+    # the record: three name pointers and a NULL, then the strings
+    assert got["size"] > 4 * 8 + len("top") + len("carol") + len("alice") + len("bob"), got
+
+
 def test_nscd_maps_follow_a_nested_change(server, daemons, idcache):
     """Through glibc's nscd client and its maps (one process throughout):
     top lists the users of the groups it nests, from the socket and then
