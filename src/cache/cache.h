@@ -304,6 +304,20 @@ int cache_group_by_gid(struct cache_reader *r, const char *const *domains, size_
 int cache_initgroups(struct cache_reader *r, const char *const *domains, size_t ndomains,
 		     const char *name, bool case_sensitive, uint32_t *gids, size_t max, size_t *n);
 
+/* The member names of group g of domain (a record a lookup or an
+ * enumeration on r just returned) as getgrnam lists them: g's own
+ * members as stored, then the users of its member groups (rfc2307bis
+ * nesting), level by level down to depth levels (ldap_group_nesting_level;
+ * 0: g's own only), each level in the order its groups are listed, each
+ * name once (cache_name_equal under CACHE_NAMES_STORED). A member group
+ * met again (a cycle) or not held by the cache adds nothing. The one rule
+ * for a group's member list: every path serving one calls it. On success
+ * g->members and g->nmembers name the list (valid until the next call on
+ * r); g is left alone when it has no member groups. 0 or -ENOMEM / a
+ * store error. */
+int cache_group_members(struct cache_reader *r, const char *domain, struct cache_group *g,
+			unsigned depth);
+
 /* Users or groups of one domain in provider order (cache_user.order). cb's
  * record is valid during the call; a non-zero return stops and is returned. */
 typedef int (*cache_user_cb)(const struct cache_user *u, void *arg);

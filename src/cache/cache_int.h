@@ -57,6 +57,12 @@ struct cache_reader {
 	MDB_txn *ts; /* NULL when the timestamps db is unavailable */
 	struct idc_arena arena;
 	struct idc_buf dn, tmp;
+	/* cache_group_members: the list it answers (heap, grown) and the DN
+	 * of the member group it reads (not dn: an enumeration's search may
+	 * hold that) */
+	const char **flat;
+	size_t flat_cap;
+	struct idc_buf walk_dn;
 };
 
 /* Timestamps of one entry. */

@@ -62,6 +62,8 @@ void cache_reader_end(struct cache_reader *r)
 	idc_arena_free(&r->arena);
 	idc_buf_free(&r->dn);
 	idc_buf_free(&r->tmp);
+	idc_buf_free(&r->walk_dn);
+	free(r->flat);
 	free(r);
 }
 
@@ -587,6 +589,171 @@ int cache_initgroups(struct cache_reader *r, const char *const *domains, size_t 
 		return rc;
 	}
 	return -ENOENT;
+}
+
+/* ---- a group's member names -------------------------------------------------------------
+ * Direct members as stored, then the users of the member groups, level by
+ * level (each in the order its parent lists it), each name once. */
+
+/* Names compared as cache_name_equal(CACHE_NAMES_STORED) does: by the
+ * hash of the folded form, the names themselves on equal hashes. */
+struct nameset {
+	struct name_slot {
+		uint64_t h; /* 0: empty */
+		const char *name;
+	} * slot;
+	size_t cap, n;
+};
+
+static uint64_t name_hash(const char *name)
+{
+	char folded[CACHE_NAME_MAX + 1];
+	size_t n = cache_name_fold(CACHE_NAMES_STORED, name, folded);
+	if (n == 0) /* no name: hashed as given (equal only byte for byte) */
+		return idc_hash64(name, strlen(name), 1) | 1;
+	return idc_hash64(folded, n, 0) | 1;
+}
+
+static int nameset_grow(struct nameset *s)
+{
+	size_t cap = s->cap ? s->cap * 2 : 64;
+	struct name_slot *ns = calloc(cap, sizeof(*ns));
+	if (!ns)
+		return -ENOMEM;
+	for (size_t i = 0; i < s->cap; i++) {
+		if (!s->slot[i].h)
+			continue;
+		size_t j = s->slot[i].h & (cap - 1);
+		while (ns[j].h)
+			j = (j + 1) & (cap - 1);
+		ns[j] = s->slot[i];
+	}
+	free(s->slot);
+	s->slot = ns;
+	s->cap = cap;
+	return 0;
+}
+
+/* Add name (kept by the caller); *added false when an equal one is in. */
+static int nameset_add(struct nameset *s, const char *name, bool *added)
+{
+	*added = false;
+	if ((s->n + 1) * 2 > s->cap && nameset_grow(s))
+		return -ENOMEM;
+	uint64_t h = name_hash(name);
+	size_t j = h & (s->cap - 1);
+	for (; s->slot[j].h; j = (j + 1) & (s->cap - 1))
+		if (s->slot[j].h == h &&
+		    cache_name_equal(CACHE_NAMES_STORED, s->slot[j].name, name))
+			return 0;
+	s->slot[j] = (struct name_slot){h, name};
+	s->n++;
+	*added = true;
+	return 0;
+}
+
+/* A growable list of names (heap array; the names live elsewhere). */
+struct names {
+	const char **v;
+	size_t n, cap;
+};
+
+static int names_push(struct names *l, const char *name)
+{
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 64;
+		const char **p = realloc(l->v, cap * sizeof(*p));
+		if (!p)
+			return -ENOMEM;
+		l->v = p;
+		l->cap = cap;
+	}
+	l->v[l->n++] = name;
+	return 0;
+}
+
+struct flatten {
+	struct cache_reader *r;
+	const char *domain;
+	struct names out;         /* the answer */
+	struct nameset users;     /* names in out */
+	struct nameset groups;    /* groups visited (the group itself first) */
+	struct names level, next; /* member groups of this level, of the next */
+};
+
+/* The users of member group name not in the list yet, appended; its own
+ * member groups queued for the next level. A group the cache does not
+ * hold adds nothing. */
+static int flatten_group(struct flatten *f, const char *name, bool last_level)
+{
+	struct cache_reader *r = f->r;
+	bool added;
+	int rc = nameset_add(&f->groups, name, &added);
+	if (rc || !added)
+		return rc; /* a cycle, or listed twice */
+	struct store_entry e;
+	rc = cache_dn_entry(&r->walk_dn, KIND_GROUP, f->domain, name);
+	if (!rc)
+		rc =
+		    store_get(r->st, (struct store_val){r->walk_dn.data, r->walk_dn.len}, &e, NULL);
+	if (rc)
+		return rc == -ENOENT ? 0 : rc;
+	struct cache_group mg = {0};
+	rc = to_members(r, &e, &mg);
+	if (!rc && !last_level)
+		rc = to_member_groups(r, &e, &mg);
+	for (size_t i = 0; i < mg.nmembers && !rc; i++) {
+		rc = nameset_add(&f->users, mg.members[i], &added);
+		if (!rc && added)
+			rc = names_push(&f->out, mg.members[i]);
+	}
+	for (size_t i = 0; i < mg.nmember_groups && !rc; i++)
+		rc = names_push(&f->next, mg.member_groups[i]);
+	return rc;
+}
+
+static int flatten_levels(struct flatten *f, const struct cache_group *g, unsigned depth)
+{
+	bool added;
+	int rc = nameset_add(&f->groups, g->name, &added);
+	for (size_t i = 0; i < g->nmembers && !rc; i++) {
+		rc = nameset_add(&f->users, g->members[i], &added);
+		if (!rc) /* the group's own list as stored, repeats in case too */
+			rc = names_push(&f->out, g->members[i]);
+	}
+	for (size_t i = 0; i < g->nmember_groups && !rc; i++)
+		rc = names_push(&f->level, g->member_groups[i]);
+	for (unsigned d = 1; d <= depth && f->level.n && !rc; d++) {
+		for (size_t i = 0; i < f->level.n && !rc; i++)
+			rc = flatten_group(f, f->level.v[i], d == depth);
+		struct names t = f->level;
+		f->level = f->next;
+		f->next = t;
+		f->next.n = 0;
+	}
+	return rc;
+}
+
+int cache_group_members(struct cache_reader *r, const char *domain, struct cache_group *g,
+			unsigned depth)
+{
+	if (g->nmember_groups == 0 || depth == 0)
+		return 0;
+	struct flatten f = {.r = r, .domain = domain};
+	/* the answer goes in r->flat, which outlives this call */
+	f.out = (struct names){r->flat, 0, r->flat_cap};
+	int rc = flatten_levels(&f, g, depth);
+	r->flat = f.out.v;
+	r->flat_cap = f.out.cap;
+	if (!rc) {
+		g->members = r->flat;
+		g->nmembers = f.out.n;
+	}
+	free(f.users.slot);
+	free(f.groups.slot);
+	free(f.level.v);
+	free(f.next.v);
+	return rc;
 }
 
 /* ---- enumeration and counts ------------------------------------------------------------- */

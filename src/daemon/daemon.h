@@ -335,9 +335,11 @@ const char *daemon_withheld_reason(struct daemon *dm, size_t i, bool group, cons
 /* Remove from gids[0..*n), the group list of a user of domain i, the gids
  * of its withheld groups. */
 void daemon_gids_withhold(struct daemon *dm, size_t i, uint32_t *gids, size_t *n);
-/* Drop from g's member list (domain i's group) the names filter_users
- * lists: g->members then points into dm's scratch, valid until the next
- * call. 0 or -ENOMEM. */
+/* The member list domain i serves for its group g (a record just read
+ * on daemon_reader): the users of its member groups added
+ * (cache_group_members, to the domain's ldap_group_nesting_level), then
+ * the names filter_users lists dropped. g->members then points into the
+ * reader's or dm's scratch, valid until the next call. 0 or -ENOMEM. */
 int daemon_group_members_kept(struct daemon *dm, size_t i, struct cache_group *g);
 /* Which holder may have a user or group id in lo..hi: the name of the
  * first domain that may (an ldap domain: its min_id..max_id, max_id 0
@@ -562,6 +564,10 @@ void daemon_mc_put_nscd_initgroups(struct daemon *dm, const char *user, const ui
  * call into the provider: daemon_mc_ldap_flush after it returns. */
 void daemon_mc_change(const struct cache_change *ch, void *arg);
 void daemon_mc_ldap_flush(struct daemon *dm);
+/* An ldap domain's hook (arg: its struct domain): daemon_mc_change, then
+ * the records of the groups nesting a changed group (their member lists
+ * hold its users: cache_group_members) are dropped too. */
+void daemon_mc_ldap_change(const struct cache_change *ch, void *arg);
 /* `idcache expire` (what: PROTO_EXPIRE_*): drop the affected records. */
 void daemon_mc_expire(struct daemon *dm, uint32_t what, const char *name);
 /* Drop every record of map k (0 passwd, 1 group, 2 initgroups). */
@@ -700,6 +706,7 @@ struct daemon {
 	struct nscddb *nscd_maps[2]; /* glibc's passwd, group (nscdmaps.c); NULL: none yet */
 	bool mc_opened;
 	bool mc_nested_reset; /* daemon_mc_ldap_flush resets the initgroups map */
+	bool mc_groups_reset; /* ... and the group map (parents past the bound) */
 	uint64_t mc_ig_epoch; /* bumped by every group list dropped (memcache.c) */
 	uint32_t *gids;       /* initgroups scratch */
 	size_t gids_cap;

@@ -131,7 +131,7 @@ int ldapdom_new(struct domain *d)
 		return rc;
 	}
 	d->ldap = l;
-	lprov_domain_set_hook(l->ld, daemon_mc_change, d->dm);
+	lprov_domain_set_hook(l->ld, daemon_mc_ldap_change, d);
 	/* Before any lookup is answered from the cache: the first run drops
 	 * what a narrowed min_id..max_id no longer allows; with enumerate =
 	 * true the first enumeration is due now too, and with a sync feed

@@ -25,6 +25,12 @@
  *                                or got a new gid with member groups), every
  *                                initgroups record (those users are found
  *                                only by a walk)
+ *   ldap group, any change       the group records (name and gid) of every
+ *                                group nesting it within the domain's
+ *                                ldap_group_nesting_level: their member
+ *                                lists hold its users (cache_group_members);
+ *                                past DAEMON_MC_PARENTS_MAX of them the
+ *                                group map, once per provider call
  *   ldap commit not described    every record (daemon_mc_change(NULL))
  *   a name or id new (any        the remote domains' entries carrying it,
  *   domain), while remote        which are withheld now (precedence.c):
@@ -383,10 +389,105 @@ static void drop_change(struct daemon *dm, const struct cache_change *ch)
 
 void daemon_mc_ldap_flush(struct daemon *dm)
 {
+	if (dm->mc_groups_reset) {
+		dm->mc_groups_reset = false;
+		daemon_mc_reset(dm, 1);
+	}
 	if (!dm->mc_nested_reset)
 		return;
 	dm->mc_nested_reset = false;
 	daemon_mc_reset(dm, 2);
+}
+
+/* ==== parents of a changed group ==================================================
+ * A group's record lists the users of its member groups too
+ * (cache_group_members), so a group that changed makes the records of the
+ * groups nesting it stale, up to the levels they are followed: those are
+ * dropped by name and gid, found by walking up the cache as committed.
+ * Past DAEMON_MC_PARENTS_MAX parents (or without a reader) the group map
+ * is reset instead, once for the commit. */
+#define DAEMON_MC_PARENTS_MAX 256u
+
+struct parents {
+	char **v; /* names, heap; [0, level_end) walked, the rest the next level */
+	size_t n, cap;
+	bool failed;
+};
+
+static int parent_cb(const char *name, void *arg)
+{
+	struct parents *p = arg;
+	for (size_t i = 0; i < p->n; i++)
+		if (strcasecmp(p->v[i], name) == 0) /* a cycle, or met twice */
+			return 0;
+	if (p->n == DAEMON_MC_PARENTS_MAX)
+		return -E2BIG;
+	if (p->n == p->cap) {
+		size_t cap = p->cap ? p->cap * 2 : 8;
+		char **grown = realloc(p->v, cap * sizeof(*grown));
+		if (!grown)
+			return -ENOMEM;
+		p->v = grown;
+		p->cap = cap;
+	}
+	return (p->v[p->n] = strdup(name)) ? (p->n++, 0) : -ENOMEM;
+}
+
+/* Every group of domain cfg that nests one of ch's names within its
+ * nesting level, into p after the names (*names of them: one when both
+ * are the same). */
+static int walk_parents(struct cache_reader *r, const struct config_domain *cfg,
+			const struct cache_change *ch, struct parents *p, size_t *names)
+{
+	int rc = 0;
+	if (ch->old_name)
+		rc = parent_cb(ch->old_name, p);
+	if (!rc && ch->new_name)
+		rc = parent_cb(ch->new_name, p);
+	*names = p->n;
+	size_t start = 0;
+	for (uint32_t level = 0; !rc && level < cfg->ldap->nesting_level && start < p->n; level++) {
+		size_t end = p->n;
+		for (size_t i = start; !rc && i < end; i++)
+			rc =
+			    cache_linked(r, cfg->name, CACHE_LINK_NESTED, p->v[i], 0, parent_cb, p);
+		start = end;
+	}
+	return rc;
+}
+
+static void drop_parents(struct daemon *dm, const struct config_domain *cfg,
+			 const struct cache_change *ch)
+{
+	if (dm->mc_groups_reset || (dm->mc[1] == NULL && !nscdmaps_on(dm)))
+		return;
+	struct parents p = {0};
+	struct cache_reader *r = NULL;
+	int rc = cache_reader_begin(dm->cache, &r);
+	size_t names = 0;
+	if (rc == 0)
+		rc = walk_parents(r, cfg, ch, &p, &names);
+	for (size_t i = names; rc == 0 && i < p.n; i++) {
+		const char *dn = cfg->name;
+		struct cache_group g;
+		drop_named(dm, 1, p.v[i]);
+		if (cache_group_by_name(r, &dn, 1, p.v[i], false, &g, NULL) == 0)
+			inval_id(dm, 1, g.gid); /* a record kept by gid only */
+	}
+	if (rc != 0) /* more than needed, never less */
+		dm->mc_groups_reset = true;
+	cache_reader_end(r);
+	for (size_t i = 0; i < p.n; i++)
+		free(p.v[i]);
+	free(p.v);
+}
+
+void daemon_mc_ldap_change(const struct cache_change *ch, void *arg)
+{
+	struct domain *d = arg;
+	daemon_mc_change(ch, d->dm);
+	if (ch != NULL && ch->group)
+		drop_parents(d->dm, d->cfg, ch);
 }
 
 /* ==== names and ids taken from remote domains =====================================

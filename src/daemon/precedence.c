@@ -429,10 +429,23 @@ void daemon_gids_withhold(struct daemon *dm, size_t i, uint32_t *gids, size_t *n
 	*n = kept;
 }
 
+/* Member groups are followed as deep as the provider fetches them; files
+ * domains have none. */
+static unsigned nesting_depth(const struct config_domain *cfg)
+{
+	return cfg->ldap ? cfg->ldap->nesting_level : 0;
+}
+
 int daemon_group_members_kept(struct daemon *dm, size_t i, struct cache_group *g)
 {
 	const struct config_domain *cfg = dm->domains[i]->cfg;
 	size_t n = 0;
+	if (g->nmember_groups) {
+		struct cache_reader *r = daemon_reader(dm);
+		int rc = r ? cache_group_members(r, cfg->name, g, nesting_depth(cfg)) : -EIO;
+		if (rc < 0)
+			return rc;
+	}
 	if (cfg->filter_users.n == 0 || g->nmembers == 0)
 		return 0;
 	if (g->nmembers > dm->members_cap) {

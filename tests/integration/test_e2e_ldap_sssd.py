@@ -144,12 +144,6 @@ def test_nested_groups_initgroups(server, module_daemons):
     assert sorted(int(x) for x in got[1][1].split()) == [2002, 2012, 2016, 2019], got
 
 
-@pytest.mark.xfail(strict=True, reason="getgrnam lists a group's direct user members only; "
-                   "SSSD's test_sanity_rfc2307_bis expects the users of nested member groups "
-                   "too (group_one_user_group: user1), as initgroups already counts them. "
-                   "Flattening needs the cache (src/cache) to keep transitive member lists and "
-                   "the maps to drop the records of parent groups when a nested group changes "
-                   "(docs/DESIGN.md, section 13)")
 def test_nested_group_lists_the_users_of_its_member_groups(server, module_daemons):
     d = start_daemon(module_daemons, server.uri)
     got = answers(d, ["getent", "group", "group_one_user_group"],

@@ -875,12 +875,101 @@ static void test_repeats_past_the_scan(void **state)
 	cache_reader_end(r);
 }
 
+/* Four groups nested three deep, with cycles (mid nests top, bottom
+ * nests mid), a member group the cache lacks, and users listed again in
+ * another case further down. */
+static void put_nested(struct fx *f)
+{
+	struct cache_txn *t;
+	bool ch;
+	struct cache_group gs[] = {
+	    {"top", 300, 1, (const char *[]){"u0"}, 1, (const char *[]){"mid", "missing"}, 2},
+	    {"mid", 301, 2, (const char *[]){"u1", "U0"}, 2, (const char *[]){"low", "top"}, 2},
+	    {"low", 302, 3, (const char *[]){"u2", "U1"}, 2, (const char *[]){"bottom"}, 1},
+	    {"bottom", 303, 4, (const char *[]){"u3"}, 1, (const char *[]){"mid"}, 1},
+	    {"flat", 304, 5, (const char *[]){"u9"}, 1, NULL, 0},
+	};
+	assert_int_equal(cache_txn_begin(f->c, &t, NULL), 0);
+	assert_int_equal(cache_domain_ensure(t, "local", 0, NULL), 0);
+	for (size_t i = 0; i < sizeof(gs) / sizeof(gs[0]); i++)
+		assert_int_equal(cache_put_group(t, "local", &gs[i], &ch, NULL), 0);
+	assert_int_equal(cache_txn_commit(t, NULL), 0);
+}
+
+/* g's flattened list to depth, joined with ','. */
+static void members_of(struct cache_reader *r, const char *name, unsigned depth, char *out,
+		       size_t size)
+{
+	struct cache_group g;
+	assert_int_equal(cache_group_by_name(r, dom, 1, name, true, &g, NULL), 0);
+	assert_int_equal(cache_group_members(r, "local", &g, depth), 0);
+	out[0] = '\0';
+	for (size_t i = 0; i < g.nmembers; i++) {
+		if (i)
+			strncat(out, ",", size - strlen(out) - 1);
+		strncat(out, g.members[i], size - strlen(out) - 1);
+	}
+}
+
+struct enum_flat {
+	struct cache_reader *r;
+	char top[64];
+	size_t groups;
+};
+
+static int enum_flat_cb(const struct cache_group *g, uint64_t key, void *arg)
+{
+	struct enum_flat *e = arg;
+	struct cache_group c = *g;
+	(void)key;
+	e->groups++;
+	assert_int_equal(cache_group_members(e->r, "local", &c, 32), 0);
+	if (strcmp(c.name, "top") == 0)
+		for (size_t i = 0; i < c.nmembers; i++)
+			strncat(e->top, c.members[i], sizeof(e->top) - strlen(e->top) - 1);
+	return 0;
+}
+
+static void test_group_members_nested(void **state)
+{
+	struct fx *f = *state;
+	put_nested(f);
+	struct cache_reader *r;
+	assert_int_equal(cache_reader_begin(f->c, &r), 0);
+	char got[256];
+	/* level by level; "U0" and "U1" are u0 and u1 again (caseIgnore) */
+	members_of(r, "top", 32, got, sizeof(got));
+	assert_string_equal(got, "u0,u1,u2,u3");
+	/* ldap_group_nesting_level: levels followed */
+	members_of(r, "top", 0, got, sizeof(got));
+	assert_string_equal(got, "u0");
+	members_of(r, "top", 1, got, sizeof(got));
+	assert_string_equal(got, "u0,u1");
+	members_of(r, "top", 2, got, sizeof(got));
+	assert_string_equal(got, "u0,u1,u2");
+	/* a group's own list is served as stored; the cycle back to top adds
+	 * u0 only as the U0 mid lists */
+	members_of(r, "mid", 32, got, sizeof(got));
+	assert_string_equal(got, "u1,U0,u2,u3");
+	members_of(r, "bottom", 32, got, sizeof(got));
+	assert_string_equal(got, "u3,u1,U0,u2");
+	members_of(r, "flat", 32, got, sizeof(got));
+	assert_string_equal(got, "u9");
+	/* inside an enumeration's callback, on the same reader */
+	struct enum_flat e = {.r = r};
+	assert_int_equal(cache_enum_groups_unsorted(r, "local", enum_flat_cb, &e), 0);
+	assert_int_equal(e.groups, 5);
+	assert_string_equal(e.top, "u0u1u2u3");
+	cache_reader_end(r);
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 	const struct CMUnitTest tests[] = {
 	    T(test_lookups),
 	    T(test_initgroups),
+	    T(test_group_members_nested),
 	    T(test_noop_refresh_writes_nothing_durable),
 	    T(test_enum_delete_expire),
 	    T(test_enum_unsorted),
