@@ -595,8 +595,9 @@ int cache_initgroups(struct cache_reader *r, const char *const *domains, size_t 
  * Direct members as stored, then the users of the member groups, level by
  * level (each in the order its parent lists it), each name once. */
 
-/* Names compared as cache_name_equal(CACHE_NAMES_STORED) does: by the
- * hash of the folded form, the names themselves on equal hashes. */
+/* Names compared as a lookup compares them (get_named): by the hash of
+ * the folded form, then cache_name_equal and, as the directory would,
+ * store_text_same_lower (straße and strasse are two users there). */
 struct nameset {
 	struct name_slot {
 		uint64_t h; /* 0: empty */
@@ -644,7 +645,9 @@ static int nameset_add(struct nameset *s, const char *name, bool *added)
 	size_t j = h & (s->cap - 1);
 	for (; s->slot[j].h; j = (j + 1) & (s->cap - 1))
 		if (s->slot[j].h == h &&
-		    cache_name_equal(CACHE_NAMES_STORED, s->slot[j].name, name))
+		    cache_name_equal(CACHE_NAMES_STORED, s->slot[j].name, name) &&
+		    store_text_same_lower(s->slot[j].name, strlen(s->slot[j].name), name,
+					  strlen(name)))
 			return 0;
 	s->slot[j] = (struct name_slot){h, name};
 	s->n++;
