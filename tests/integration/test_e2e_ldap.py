@@ -719,9 +719,11 @@ print(json.dumps(out))
             box["out"] = d.ns.run_py(probe, args=(str(nusers),), env={"IDCACHE_MEMCACHE": "no"})
 
         th = threading.Thread(target=run_probe)
-        th.start()
         try:
+            # the probe only once the socket is up: a lookup before it is
+            # glibc's next source answering (no such user there), not ours
             d.start(timeout=20)
+            th.start()
             in_flight_seen, deadline = 0, time.monotonic() + 120
             while time.monotonic() < deadline:
                 st = status(idcache, d)
@@ -732,7 +734,8 @@ print(json.dumps(out))
                     break
                 time.sleep(0.05)
         finally:
-            th.join(timeout=120)
+            if th.ident is not None:  # started
+                th.join(timeout=120)
         assert not busy, "the enumeration did not finish within 120 s"
         out = box.get("out")
         assert out, "the probe never got an answer"
