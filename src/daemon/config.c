@@ -611,6 +611,7 @@ static const char *const ldap_keys[] = {
     "ldap_search_timeout",
     "ldap_page_size",
     "entry_negative_timeout",
+    "entry_cache_nowait_percentage",
     "refresh_expired_interval",
     "enumerate",
     "ignore_group_members",

@@ -136,13 +136,14 @@ void ldapdom_free(struct ldapdom *l);
 enum lprov_lookup_result ldapdom_lookup(struct domain *d, enum lprov_lookup_kind kind,
 					const char *name, uint32_t id, lprov_lookup_cb cb,
 					void *arg);
-/* Refresh an expired entry in the background (no callback). */
+/* Refresh an entry in its refresh window in the background (no callback). */
 void ldapdom_refresh(struct domain *d, enum lprov_lookup_kind kind, const char *name, uint32_t id);
 /* Whether name's group list was fetched from the directory since start
  * (until then the cache may hold only some of its groups), and whether
- * that fetch is older than entry_cache_timeout or an expire. */
+ * that fetch is older than entry_cache_timeout or an expire; *at (may be
+ * NULL): when it was, unix seconds (0 for UNKNOWN and after an expire). */
 enum ldapdom_ig { LDAPDOM_IG_UNKNOWN = 0, LDAPDOM_IG_FRESH, LDAPDOM_IG_EXPIRED };
-enum ldapdom_ig ldapdom_initgroups_state(const struct domain *d, const char *name);
+enum ldapdom_ig ldapdom_initgroups_state(const struct domain *d, const char *name, int64_t *at);
 void ldapdom_initgroups_note(struct domain *d, const char *name);
 /* `idcache expire`: every group list fetched counts as expired. */
 void ldapdom_expire(struct ldapdom *l);
@@ -545,10 +546,16 @@ int daemon_mc_fds(struct daemon *dm, uint32_t mask, int fds[3]);
 /* The maps' heartbeat (mc/layout.h): called every MC_BEAT_MS. */
 void daemon_mc_beat(struct daemon *dm);
 /* Records the responder answered with, for the lookups (keys: enum
- * mc_key) they are the answer to; keys 0 stores nothing. */
-void daemon_mc_put_passwd(struct daemon *dm, const struct proto_passwd *pw, unsigned keys);
-void daemon_mc_put_group(struct daemon *dm, const struct cache_group *g, unsigned keys);
-void daemon_mc_put_initgroups(struct daemon *dm, const char *user, const uint32_t *gids, size_t n);
+ * mc_key) they are the answer to; keys 0 stores nothing. until: unix
+ * seconds after which the answer must come from the daemon again (its
+ * entry expires or enters its refresh window), 0 = no bound but the
+ * maps' own. */
+void daemon_mc_put_passwd(struct daemon *dm, const struct proto_passwd *pw, unsigned keys,
+			  int64_t until);
+void daemon_mc_put_group(struct daemon *dm, const struct cache_group *g, unsigned keys,
+			 int64_t until);
+void daemon_mc_put_initgroups(struct daemon *dm, const char *user, const uint32_t *gids, size_t n,
+			      int64_t until);
 /* The nscd socket's INITGROUPS answer for a user the cache holds (the
  * host's groups merged), for glibc's nscd maps only: nss.sock's answer
  * lacks the host's groups. epoch: daemon_mc_ig_epoch() when the cache's

@@ -172,27 +172,48 @@ enum lprov_lookup_result ldapdom_lookup(struct domain *d, enum lprov_lookup_kind
 	return res;
 }
 
+static void ig_note(struct ldapdom *l, const char *name);
+
+/* A background initgroups refresh, and the name whose group list it
+ * renews (its fetch time moves only when the directory answered). */
+struct ig_refresh {
+	struct ldapdom *l; /* alive: ldapdom_free completes pending lookups first */
+	char name[];
+};
+
 static void on_ig_refreshed(enum lprov_lookup_result res, void *arg)
 {
-	(void)res;
-	struct ldapdom *l = arg;
-	l->ig_refreshing--;
+	struct ig_refresh *r = arg;
+	r->l->ig_refreshing--;
+	if (res == LPROV_LOOKUP_FOUND)
+		ig_note(r->l, r->name);
+	free(r);
 }
 
-/* Serving an expired entry: refresh it behind the reply. An initgroups
- * refresh stores the user's groups, so while one runs the groups it is
- * about to store are not refreshed one by one (`id` asks for each). */
+/* Serving an entry in its refresh window (entry_cache_nowait_percentage):
+ * refresh it behind the reply. An initgroups refresh stores the user's
+ * groups, so while one runs the groups it is about to store are not
+ * refreshed one by one (`id` asks for each). */
 void ldapdom_refresh(struct domain *d, enum lprov_lookup_kind kind, const char *name, uint32_t id)
 {
 	struct ldapdom *l = d->ldap;
 	bool group = kind == LPROV_LOOKUP_GRNAM || kind == LPROV_LOOKUP_GRGID;
 	if (group && l->ig_refreshing)
 		return;
-	bool ig = kind == LPROV_LOOKUP_INITGROUPS;
-	if (lprov_domain_lookup(l->ld, kind, name, id, ig ? on_ig_refreshed : NULL, l) ==
-		LPROV_LOOKUP_PENDING &&
-	    ig)
+	struct ig_refresh *r = NULL;
+	if (kind == LPROV_LOOKUP_INITGROUPS) {
+		size_t n = strlen(name);
+		if (!(r = malloc(sizeof(*r) + n + 1)))
+			return; /* the list expires and is waited for instead */
+		r->l = l;
+		memcpy(r->name, name, n + 1);
+	}
+	enum lprov_lookup_result res =
+	    lprov_domain_lookup(l->ld, kind, name, id, r ? on_ig_refreshed : NULL, r);
+	if (res == LPROV_LOOKUP_PENDING && r)
 		l->ig_refreshing++;
+	else
+		free(r);
 	daemon_mc_ldap_flush(d->dm);
 	sync_loop(l);
 }
@@ -204,11 +225,13 @@ static uint64_t ig_hash(const struct ldapdom *l, const char *name)
 	return idc_hash64(buf, n, l->seed) | 1;
 }
 
-enum ldapdom_ig ldapdom_initgroups_state(const struct domain *d, const char *name)
+enum ldapdom_ig ldapdom_initgroups_state(const struct domain *d, const char *name, int64_t *at)
 {
 	uint64_t h = ig_hash(d->ldap, name);
 	const struct ig_slot *s = &d->ldap->ig[h % LDAPDOM_IG_SLOTS];
 	uint32_t ttl = d->cfg->entry_cache_timeout;
+	if (at)
+		*at = s->h == h ? s->at : 0;
 	if (s->h != h)
 		return LDAPDOM_IG_UNKNOWN;
 	if (s->at == 0 || (ttl && (int64_t)time(NULL) - s->at >= (int64_t)ttl))
@@ -216,10 +239,15 @@ enum ldapdom_ig ldapdom_initgroups_state(const struct domain *d, const char *nam
 	return LDAPDOM_IG_FRESH;
 }
 
+static void ig_note(struct ldapdom *l, const char *name)
+{
+	uint64_t h = ig_hash(l, name);
+	l->ig[h % LDAPDOM_IG_SLOTS] = (struct ig_slot){h, (int64_t)time(NULL)};
+}
+
 void ldapdom_initgroups_note(struct domain *d, const char *name)
 {
-	uint64_t h = ig_hash(d->ldap, name);
-	d->ldap->ig[h % LDAPDOM_IG_SLOTS] = (struct ig_slot){h, (int64_t)time(NULL)};
+	ig_note(d->ldap, name);
 }
 
 void ldapdom_expire(struct ldapdom *l)
@@ -274,9 +302,11 @@ enum lprov_lookup_result ldapdom_lookup(struct domain *d, enum lprov_lookup_kind
 	return LPROV_LOOKUP_FAILED;
 }
 
-enum ldapdom_ig ldapdom_initgroups_state(const struct domain *d, const char *name)
+enum ldapdom_ig ldapdom_initgroups_state(const struct domain *d, const char *name, int64_t *at)
 {
 	(void)d, (void)name;
+	if (at)
+		*at = 0;
 	return LDAPDOM_IG_UNKNOWN;
 }
 

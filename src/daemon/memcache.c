@@ -5,9 +5,12 @@
  * a change or an expire makes stale, and the counters `idcache status`
  * shows.
  *
- * Records written here expire after DAEMON_MC_TTL_S at the latest: the
- * changes we know of drop them sooner, and the bound keeps a client from
- * serving a dead daemon's answers for long.
+ * Records written here expire after DAEMON_MC_TTL_S at the latest, and no
+ * later than the answer they hold stops being one to give without asking
+ * the directory (the caller's `until`: a record never outlives its
+ * entry's expiry, nor lets the refresh window pass unseen): the changes we
+ * know of drop them sooner, and the bound keeps a client from serving a
+ * dead daemon's answers for long.
  *
  * What a change drops, exactly (nothing else is touched):
  *   user added/removed/changed   passwd records by old and new name and by
@@ -168,9 +171,12 @@ void daemon_mc_beat(struct daemon *dm)
 	nscdmaps_beat(dm);
 }
 
-static int64_t expiry(void)
+/* until: when the answer stops being one to give without asking
+ * (responder.c), 0 = no bound of its own. */
+static int64_t expiry(int64_t until)
 {
-	return (int64_t)time(NULL) + DAEMON_MC_TTL_S;
+	int64_t ttl = (int64_t)time(NULL) + DAEMON_MC_TTL_S;
+	return until && until < ttl ? until : ttl;
 }
 
 /* Failures only cost a later socket round trip: logged at debug level. */
@@ -180,16 +186,18 @@ static void note(const char *what, int rc)
 		idc_log(IDC_LOG_DEBUG, "memory cache: cannot store %s: %s", what, idc_strerror(rc));
 }
 
-void daemon_mc_put_passwd(struct daemon *dm, const struct proto_passwd *pw, unsigned keys)
+void daemon_mc_put_passwd(struct daemon *dm, const struct proto_passwd *pw, unsigned keys,
+			  int64_t until)
 {
 	if (keys != 0)
-		note("a user", mc_put_passwd(dm->mc[0], pw, expiry(), keys));
-	nscdmaps_put_passwd(dm, pw, keys, expiry());
+		note("a user", mc_put_passwd(dm->mc[0], pw, expiry(until), keys));
+	nscdmaps_put_passwd(dm, pw, keys, expiry(until));
 }
 
-void daemon_mc_put_group(struct daemon *dm, const struct cache_group *g, unsigned keys)
+void daemon_mc_put_group(struct daemon *dm, const struct cache_group *g, unsigned keys,
+			 int64_t until)
 {
-	nscdmaps_put_group(dm, g, keys, expiry());
+	nscdmaps_put_group(dm, g, keys, expiry(until));
 	if (dm->mc[1] == NULL || keys == 0)
 		return;
 	struct idc_buf b = IDC_BUF_INIT;
@@ -202,7 +210,7 @@ void daemon_mc_put_group(struct daemon *dm, const struct cache_group *g, unsigne
 				 g->gid,
 				 {(const uint8_t *)b.data, b.len, (uint32_t)g->nmembers}};
 	if (rc == 0)
-		rc = mc_put_group(dm->mc[1], &gr, expiry(), keys);
+		rc = mc_put_group(dm->mc[1], &gr, expiry(until), keys);
 	note("a group", rc);
 	idc_buf_free(&b);
 }
@@ -226,11 +234,12 @@ static bool initgroups_key_ok(const struct daemon *dm, const char *user)
 		strcmp(folded, user) == 0);
 }
 
-void daemon_mc_put_initgroups(struct daemon *dm, const char *user, const uint32_t *gids, size_t n)
+void daemon_mc_put_initgroups(struct daemon *dm, const char *user, const uint32_t *gids, size_t n,
+			      int64_t until)
 {
 	if (dm->mc[2] != NULL && initgroups_key_ok(dm, user))
 		note("a group list",
-		     mc_put_initgroups(dm->mc[2], user, strlen(user), gids, n, expiry()));
+		     mc_put_initgroups(dm->mc[2], user, strlen(user), gids, n, expiry(until)));
 }
 
 uint64_t daemon_mc_ig_epoch(const struct daemon *dm)
@@ -244,7 +253,7 @@ void daemon_mc_put_nscd_initgroups(struct daemon *dm, const char *user, const ui
 	/* A group list dropped since the cache's part was read: this one may
 	 * be the old one, so it is not kept (the socket answers again). */
 	if (nscdmaps_on(dm) && epoch == dm->mc_ig_epoch && initgroups_key_ok(dm, user))
-		nscdmaps_put_initgroups(dm, user, gids, n, expiry());
+		nscdmaps_put_initgroups(dm, user, gids, n, expiry(0));
 }
 
 /* ==== invalidation ==============================================================

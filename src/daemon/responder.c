@@ -145,9 +145,9 @@ static void note_meta(struct daemon *dm, const struct cache_meta *meta)
  * without asking the directories already asked; offline or NOTFOUND moves
  * on to the next domain.
  *
- * Expired ldap entries are served at once and refreshed in the background
- * (docs/DESIGN.md §5: served while a refresh is pending): `id` stays a cache read,
- * and what the refresh changes is seen by the next lookup. An ldap user's
+ * An expired ldap entry is asked for again and the reply waits, like a
+ * miss; one late in its lifetime is served and refreshed behind (settle,
+ * docs/DESIGN.md §5). An ldap user's
  * group list is complete only once initgroups was fetched from the
  * directory (ldapdom_initgroups_state); until then initgroups waits for it,
  * like a miss. */
@@ -284,8 +284,50 @@ static int ask(struct walk *w, size_t i, bool *failed, int *err)
 	return WALK_NEXT;
 }
 
+/* What a directory's cached entry needs before it answers (docs/DESIGN.md
+ * §5, SSSD's rule): past its expiry (or marked expired by `idcache
+ * expire`) the directory is asked and the reply waits for it; once older
+ * than entry_cache_nowait_percentage of its lifetime (at least
+ * RESPONDER_NOWAIT_MIN_S, so a short lifetime cannot make every lookup a
+ * search) it answers and is refreshed behind. An entry that never expires
+ * (a live feed's) just answers. */
+enum freshness { FRESH_ANSWER, FRESH_BEHIND, FRESH_WAIT };
+
+#define RESPONDER_NOWAIT_MIN_S 10
+
+/* When an answer from d's entry with meta stops being one to give without
+ * asking: the start of its refresh window, else its expiry (1, long past,
+ * for an expired entry served when its directory cannot answer); 0 = never
+ * (files domains are kept current by their own refresh; a live feed's
+ * entries do not expire). The memory-cache records hold no longer. */
+static int64_t answer_until(const struct domain *d, const struct cache_meta *meta)
+{
+	uint32_t pct = d->cfg->ldap ? d->cfg->ldap->nowait_percentage : 0;
+	int64_t life = meta->expires - meta->last_update;
+	if (!d->ldap || !meta->expires)
+		return 0;
+	if (meta->expired) /* served only as the cache's best (offline) */
+		return 1;
+	if (!pct || !meta->last_update || life <= 0)
+		return meta->expires;
+	int64_t after = life * pct / 100;
+	if (after < RESPONDER_NOWAIT_MIN_S)
+		after = RESPONDER_NOWAIT_MIN_S;
+	return after < life ? meta->last_update + after : meta->expires;
+}
+
+static enum freshness freshness(const struct domain *d, const struct cache_meta *meta)
+{
+	if (meta->expired)
+		return FRESH_WAIT;
+	int64_t until = answer_until(d, meta);
+	return until && (int64_t)time(NULL) >= until ? FRESH_BEHIND : FRESH_ANSWER;
+}
+
 /* Domain i's cache said rc (0 found, -ENOENT missing) with meta;
- * complete: the entry holds all the request needs. What to do next. */
+ * complete: the entry holds all the request needs. What to do next. An
+ * entry that waits for its directory is served when the directory cannot
+ * answer (offline, failed, already asked): never "not found". */
 static int settle(struct walk *w, size_t i, int rc, const struct cache_meta *meta, bool complete,
 		  int *err)
 {
@@ -302,12 +344,12 @@ static int settle(struct walk *w, size_t i, int rc, const struct cache_meta *met
 			w->unsure = true;
 		return rc == 0 ? WALK_ANSWER : WALK_NEXT;
 	}
-	if (rc == 0 && complete) {
-		if (meta->expired && may_ask) /* serve now, refresh behind */
-			ldapdom_refresh(d, lookup_kind(w->req->cmd),
-					by_name(w->req->cmd) ? w->req->name.p : NULL, w->req->id);
+	enum freshness f = rc == 0 && complete && may_ask ? freshness(d, meta) : FRESH_ANSWER;
+	if (f == FRESH_BEHIND)
+		ldapdom_refresh(d, lookup_kind(w->req->cmd),
+				by_name(w->req->cmd) ? w->req->name.p : NULL, w->req->id);
+	if (rc == 0 && complete && f != FRESH_WAIT)
 		return WALK_ANSWER;
-	}
 	bool failed = !may_ask && w->p && w->p->failed_at == i + 1;
 	int step = may_ask ? ask(w, i, &failed, err) : WALK_NEXT;
 	if (step == WALK_DEFER || *err)
@@ -356,10 +398,9 @@ static unsigned answer_keys(const struct proto_req *req, const char *name)
 /* The user req names (by name or uid), from the first domain that holds it
  * and may serve it (docs/DESIGN.md §11): 0 with *u and *at (the domain's
  * index), -ENOENT, or an error; *step is WALK_DEFER when the reply waits
- * for a directory. fresh: a directory's expired entry is asked for again
- * and waited for, not served while a refresh runs behind (offline, the
- * cache's entry answers). */
-static int walk_user(struct walk *w, bool fresh, struct cache_user *u, size_t *at, int *step)
+ * for a directory; *meta: the answering entry's. */
+static int walk_user(struct walk *w, struct cache_user *u, struct cache_meta *meta, size_t *at,
+		     int *step)
 {
 	struct daemon *dm = w->dm;
 	const struct proto_req *req = w->req;
@@ -369,14 +410,14 @@ static int walk_user(struct walk *w, bool fresh, struct cache_user *u, size_t *a
 	if (r && by_name(req->cmd) && !cache_name_valid(req->name.p, req->name.len))
 		*step = WALK_ANSWER;
 	for (size_t i = 0; r && *step == WALK_NEXT && i < dm->ndomains; i++) {
-		struct cache_meta meta = {0};
-		rc = user_in(r, dm->domains[i]->cfg, req, u, &meta);
+		*meta = (struct cache_meta){0};
+		rc = user_in(r, dm->domains[i]->cfg, req, u, meta);
 		if (rc == 0 && daemon_user_withheld(dm, i, u)) {
 			rc = -ENOENT; /* as if not held: the next domain may */
 			continue;
 		}
 		int err = 0;
-		*step = settle(w, i, rc, &meta, !(fresh && meta.expired), &err);
+		*step = settle(w, i, rc, meta, true, &err);
 		rc = err ? err : rc;
 		*at = i;
 	}
@@ -388,8 +429,9 @@ static int do_user(struct walk *w, struct idc_buf *out)
 	struct daemon *dm = w->dm;
 	const struct proto_req *req = w->req;
 	struct cache_user u;
+	struct cache_meta meta = {0};
 	size_t at = 0;
-	int step, rc = walk_user(w, false, &u, &at, &step);
+	int step, rc = walk_user(w, &u, &meta, &at, &step);
 	if (step == WALK_DEFER)
 		return 0;
 	if (rc < 0)
@@ -397,7 +439,8 @@ static int do_user(struct walk *w, struct idc_buf *out)
 	if (req->cmd == PROTO_CMD_SUBIDS)
 		return subid_reply_ranges(dm, at, &u, req, out);
 	struct proto_passwd pw = to_proto(&u);
-	daemon_mc_put_passwd(dm, &pw, answer_keys(req, u.name));
+	daemon_mc_put_passwd(dm, &pw, answer_keys(req, u.name),
+			     answer_until(dm->domains[at], &meta));
 	size_t start;
 	rc = proto_reply_begin(out, req->cmd, PROTO_ST_OK, &start);
 	return finish(out, req->cmd, start, rc ? rc : put_user(out, &u));
@@ -409,8 +452,9 @@ static int do_sshkeys(struct walk *w, struct idc_buf *out)
 {
 	uint32_t cmd = w->req->cmd;
 	struct cache_user u;
+	struct cache_meta meta = {0};
 	size_t at = 0, n = 0;
-	int step, rc = walk_user(w, true, &u, &at, &step);
+	int step, rc = walk_user(w, &u, &meta, &at, &step);
 	if (step == WALK_DEFER)
 		return 0;
 	const char *const *keys = NULL;
@@ -636,7 +680,7 @@ static int do_group(struct walk *w, struct idc_buf *out)
 		rc = daemon_group_members_kept(dm, at, &g);
 	if (rc < 0)
 		return reply_failure(out, req->cmd, rc, w->unsure);
-	daemon_mc_put_group(dm, &g, answer_keys(req, g.name));
+	daemon_mc_put_group(dm, &g, answer_keys(req, g.name), answer_until(dm->domains[at], &meta));
 	size_t start;
 	rc = proto_reply_begin(out, req->cmd, PROTO_ST_OK, &start);
 	rc = finish(out, req->cmd, start, rc ? rc : put_group(out, &g));
@@ -668,6 +712,7 @@ static int do_initgroups(struct walk *w, struct idc_buf *out)
 	const struct proto_req *req = w->req;
 	struct cache_reader *r = daemon_reader(dm);
 	size_t n = 0;
+	int64_t until = 0;
 	int rc = !r ? -EIO : -ENOENT, step = WALK_NEXT;
 	if (r && !cache_name_valid(req->name.p, req->name.len))
 		step = WALK_ANSWER;
@@ -680,15 +725,22 @@ static int do_initgroups(struct walk *w, struct idc_buf *out)
 			rc = -ENOENT;
 			continue;
 		}
+		int64_t fetched = 0;
 		enum ldapdom_ig ig =
-		    d->ldap ? ldapdom_initgroups_state(d, req->name.p) : LDAPDOM_IG_FRESH;
+		    d->ldap ? ldapdom_initgroups_state(d, req->name.p, &fetched) : LDAPDOM_IG_FRESH;
 		bool complete = ig != LDAPDOM_IG_UNKNOWN;
 		meta.expired |= ig == LDAPDOM_IG_EXPIRED;
+		if (ig == LDAPDOM_IG_FRESH && d->ldap && meta.expires) /* the list's own age */
+			meta = (struct cache_meta){meta.domain, fetched,
+						   fetched + d->cfg->entry_cache_timeout,
+						   meta.expired};
 		int err = 0;
 		step = settle(w, i, rc, &meta, complete, &err);
 		rc = err ? err : rc;
-		if (step == WALK_ANSWER && rc == 0)
+		if (step == WALK_ANSWER && rc == 0) {
+			until = answer_until(d, &meta);
 			rc = domain_gids(dm, r, d->cfg, req->name.p, &n);
+		}
 		if (step == WALK_ANSWER && rc == 0)
 			daemon_gids_withhold(dm, i, dm->gids, &n);
 	}
@@ -697,7 +749,7 @@ static int do_initgroups(struct walk *w, struct idc_buf *out)
 	if (rc < 0)
 		return reply_failure(out, req->cmd, rc, w->unsure);
 	/* Keyed by the name asked: the cache found the user under it. */
-	daemon_mc_put_initgroups(dm, req->name.p, dm->gids, n);
+	daemon_mc_put_initgroups(dm, req->name.p, dm->gids, n, until);
 	size_t start;
 	rc = proto_reply_begin(out, req->cmd, PROTO_ST_OK, &start);
 	rc = rc ? rc : proto_put_u32(out, (uint32_t)n);

@@ -11,6 +11,8 @@ member group of all, all of top. The scenarios marked BOTH run twice: with
 lookups and expiry (poll), and with the daemon following the directory's
 content synchronization feed (syncrepl), where the change arrives pushed.
 """
+import os
+import signal
 import subprocess
 import time
 
@@ -82,15 +84,18 @@ def settles(pred, timeout=10):
 @BOTH
 def test_removed_memberships_leave_getgrouplist(server, module_daemons, idcache):
     """alice leaves ops (memberUid) and dev leaves all (so alice is no longer
-    in all nor, through it, in top). After `idcache expire --all`, her group
-    list refreshes behind the first answer, and new processes no longer see
-    ops, all and top, although none of those groups is looked up."""
+    in all nor, through it, in top). After `idcache expire --all`, new
+    processes no longer see ops, all and top, although none of those groups
+    is looked up: polling, from the first `id` on (the expired list is
+    fetched before the answer); following the feed, once it has caught up."""
     d = start(module_daemons, server, idcache)
     assert gids(d, "alice") == [10001, 20001, 20010, 20011, 20014]
     ldap_change(server, f"dn: cn=ops,{GROUPS}\nchangetype: modify\ndelete: memberUid\n"
                         f"memberUid: alice\n\ndn: cn=all,{GROUPS}\nchangetype: modify\n"
                         f"delete: member\nmember: cn=dev,{GROUPS}\n")
     cli(idcache, d, "expire", "--all")
+    if not server.syncprov:
+        assert gids(d, "alice") == [10001, 20010], d.log()[-3000:]
     assert settles(lambda: gids(d, "alice") == [10001, 20010]), (gids(d, "alice"),
                                                                   d.log()[-3000:])
     assert gids(d, "alice") == [10001, 20010]  # and it stays so
@@ -180,10 +185,99 @@ def test_modify_timestamp_alone_writes_no_durable_commit(server, module_daemons,
                         f"replace: description\ndescription: touched\n")
     cli(idcache, d, "expire", "--all")
     s0 = status(idcache, d)
-    d.ns.run_many([["getent", "passwd", "alice"], ["getent", "group", "ops"]])  # refresh behind
+    d.ns.run_many([["getent", "passwd", "alice"], ["getent", "group", "ops"]])  # fetched again
     assert settles(lambda: cache_holds(idcache, d, "user", "alice")["expired"] == "no"
                    and cache_holds(idcache, d, "group", "ops")["expired"] == "no"), \
         d.log()[-3000:]
     s1 = status(idcache, d)
     assert int(s1["domain.dir.ldap_searches"]) > int(s0["domain.dir.ldap_searches"])
     assert s1["cache_durable_commits"] == s0["cache_durable_commits"], (s0, s1)
+
+
+# ==== expired entries are asked for again (SSSD's entry_cache_nowait_percentage) ====
+
+ALICE_LEAVES_OPS = (f"dn: cn=ops,{GROUPS}\nchangetype: modify\ndelete: memberUid\n"
+                    f"memberUid: alice\n\ndn: uid=alice,{PEOPLE}\nchangetype: modify\n"
+                    f"replace: gecos\ngecos: Alice Renamed\n")
+
+MAPS = pytest.mark.parametrize("maps", ["maps", "socket"])
+
+
+def lookups(d, maps, argvs):
+    """argvs in new processes, through the memory maps or the socket only."""
+    env = None if maps == "maps" else {"IDCACHE_MEMCACHE": "no"}
+    return d.ns.run_many(argvs, env=env)
+
+
+def alice_now(d, maps):
+    got = lookups(d, maps, [["id", "-G", "alice"], ["getent", "passwd", "alice"]])
+    assert all(r.rc == 0 for r in got), got
+    return sorted(int(x) for x in got[0].out.split()), got[1].out.split(":")[4]
+
+
+@MAPS
+def test_first_lookup_after_expire_shows_the_directory(server, module_daemons, idcache, maps):
+    """alice leaves ops and gets a new gecos; after `idcache expire --all`
+    the FIRST `id` and `getent passwd` show the new state: an expired
+    entry is fetched and the lookup waits for it (no stale answer once)."""
+    d = start_daemon(module_daemons, server.uri)
+    for _ in range(2):  # the second from the memory maps, when on
+        assert alice_now(d, maps) == ([10001, 20001, 20010, 20011, 20014], "Alice Test")
+    let_a_second_pass()
+    ldap_change(server, ALICE_LEAVES_OPS)
+    cli(idcache, d, "expire", "--all")
+    assert alice_now(d, maps) == ([10001, 20010, 20011, 20014], "Alice Renamed"), \
+        d.log()[-3000:]
+    assert cache_holds(idcache, d, "user", "alice")["expired"] == "no"
+
+
+@MAPS
+def test_expired_entries_are_served_when_the_directory_stops(server, module_daemons, idcache,
+                                                             maps):
+    """The directory stops answering (SIGSTOP) after the expire: the first
+    lookup waits for it until the search times out, then the cached entry
+    is served (never "not found"); the domain is offline then, and the
+    next lookups answer from the cache without asking it again."""
+    d = start_daemon(module_daemons, server.uri)  # ldap_search_timeout = 3
+    want = ([10001, 20001, 20010, 20011, 20014], "Alice Test")
+    assert alice_now(d, maps) == want
+    cli(idcache, d, "expire", "--all")
+    os.kill(server.pid, signal.SIGSTOP)
+    try:
+        assert alice_now(d, maps) == want, d.log()[-3000:]
+        assert status(idcache, d)["domain.dir.state"] == "offline", d.log()[-3000:]
+        s0 = status(idcache, d)["domain.dir.ldap_searches"]
+        assert alice_now(d, maps) == want
+        got = lookups(d, maps, [["getent", "group", "ops"], ["getent", "group", "20010"]])
+        assert [r.rc for r in got] == [0, 0], got
+        assert status(idcache, d)["domain.dir.ldap_searches"] == s0  # not asked again
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+
+
+@MAPS
+def test_entry_in_its_refresh_window_is_served_and_refreshed_behind(server, module_daemons,
+                                                                    idcache, maps):
+    """entry_cache_timeout = 20 with entry_cache_nowait_percentage = 50: a
+    lookup 10 s or more after the entry was stored (and before it expires)
+    is answered from the cache at once — the old gecos — and the entry is
+    refreshed behind: the cache then holds the new one, without any further
+    lookup (`idcache user` asks nobody)."""
+    d = start_daemon(module_daemons, server.uri,
+                     "entry_cache_timeout = 20\nentry_cache_nowait_percentage = 50\n")
+    assert alice_now(d, maps)[1] == "Alice Test"
+    stored = int(cache_holds(idcache, d, "user", "alice")["last_update"].split()[0])
+    let_a_second_pass()
+    ldap_change(server, f"dn: uid=alice,{PEOPLE}\nchangetype: modify\nreplace: gecos\n"
+                        f"gecos: Alice Renamed\n")
+    t_window = stored + 10
+    while time.time() < t_window + 1:  # into the window (no timing asserted)
+        time.sleep(0.2)
+    assert cache_holds(idcache, d, "user", "alice")["expired"] == "no"
+    r = lookups(d, maps, [["getent", "passwd", "alice"]])[0]
+    assert r.rc == 0 and r.out.split(":")[4] == "Alice Test", r  # served from the cache
+    assert settles(lambda: cache_holds(idcache, d, "user", "alice")["gecos"] ==
+                   "Alice Renamed", timeout=30), d.log()[-3000:]
+    assert lookups(d, maps, [["getent", "passwd", "alice"]])[0].out.split(":")[4] == \
+        "Alice Renamed"
+

@@ -309,6 +309,7 @@ static void test_ldap_domain(void **state)
 				    "ldap_page_size = 500\n"
 				    "entry_cache_timeout = 600\n"
 				    "entry_negative_timeout = 30\n"
+				    "entry_cache_nowait_percentage = 75\n"
 				    "enumerate = yes\n"
 				    "ignore_group_members = false\n"
 				    "ldap_member_names_from_rdn = false\n"
@@ -336,6 +337,7 @@ static void test_ldap_domain(void **state)
 	assert_int_equal(d->ldap->entry_cache_timeout, 600);
 	assert_int_equal(d->entry_cache_timeout, 600);
 	assert_int_equal(d->ldap->negative_timeout_ms, 30000);
+	assert_int_equal(d->ldap->nowait_percentage, 75);
 	assert_true(d->ldap->enumerate);
 	assert_false(d->ldap->member_names_from_rdn);
 	assert_int_equal(d->ldap->offline_timeout_ms, 10000);
@@ -407,6 +409,9 @@ static void test_ldap_errors(void **state)
 		     "t.conf:5: ldap_network_timeout: bad value");
 	expect_error(LDAP_DOM "ldap_search_base = dc=x\nenumerate = sometimes\n",
 		     "t.conf:5: enumerate: bad value");
+	/* SSSD's range: 0 (off) to 99 */
+	expect_error(LDAP_DOM "ldap_search_base = dc=x\nentry_cache_nowait_percentage = 100\n",
+		     "t.conf:5: entry_cache_nowait_percentage: bad value");
 	expect_error(LDAP_DOM "ldap_search_base = dc=x\nldap_page_size = 0\n",
 		     "t.conf:1: [domain/dir]: ldap_page_size must be 1..100000");
 	expect_error(LDAP_DOM "ldap_search_base = dc=x\nldap_max_reply_size = 1T\n",

@@ -176,7 +176,7 @@ static void test_memcache_hooks(void **state)
 	struct client_map pw = client_map(&dm, 0), gr = client_map(&dm, 1);
 	struct proto_passwd alice = {ps("alice"), ps("x"),       5001,         5001,
 				     ps("Alice"), ps("/home/a"), ps("/bin/sh")};
-	daemon_mc_put_passwd(&dm, &alice, MC_KEY_NAME | MC_KEY_ID);
+	daemon_mc_put_passwd(&dm, &alice, MC_KEY_NAME | MC_KEY_ID, 0);
 	assert_non_null(lookup(pw, NSCDDB_GETPWBYUID, "5001"));
 	/* a change of the user in the store: both keys go */
 	struct cache_change ch = {
@@ -188,7 +188,7 @@ static void test_memcache_hooks(void **state)
 	/* a group: its record, and the group lists of members that move */
 	const char *mem[] = {"alice", "bob"};
 	struct cache_group g = {.name = "staff", .gid = 6000, .members = mem, .nmembers = 2};
-	daemon_mc_put_group(&dm, &g, MC_KEY_NAME | MC_KEY_ID);
+	daemon_mc_put_group(&dm, &g, MC_KEY_NAME | MC_KEY_ID, 0);
 	uint32_t gids[] = {6000, 100};
 	uint64_t epoch = daemon_mc_ig_epoch(&dm);
 	daemon_mc_put_nscd_initgroups(&dm, "alice", gids, 2, epoch);
@@ -213,11 +213,11 @@ static void test_memcache_hooks(void **state)
 	daemon_mc_put_nscd_initgroups(&dm, "bob", gids, 2, epoch);
 	assert_null(lookup(gr, NSCDDB_INITGROUPS, "bob"));
 	/* expire --user, and everything */
-	daemon_mc_put_passwd(&dm, &alice, MC_KEY_NAME | MC_KEY_ID);
+	daemon_mc_put_passwd(&dm, &alice, MC_KEY_NAME | MC_KEY_ID, 0);
 	daemon_mc_expire(&dm, PROTO_EXPIRE_USER, "alice");
 	assert_null(lookup(pw, NSCDDB_GETPWBYUID, "5001"));
 	assert_null(lookup(gr, NSCDDB_INITGROUPS, "alice"));
-	daemon_mc_put_passwd(&dm, &alice, MC_KEY_NAME | MC_KEY_ID);
+	daemon_mc_put_passwd(&dm, &alice, MC_KEY_NAME | MC_KEY_ID, 0);
 	daemon_mc_change(NULL, &dm); /* an ldap commit not described */
 	assert_null(lookup(pw, NSCDDB_GETPWBYNAME, "alice"));
 

@@ -123,6 +123,10 @@ struct lprov_config {
 	uint32_t search_timeout_ms;   /* ldap_search_timeout: 6 s */
 	uint32_t page_size;           /* ldap_page_size: 1000 */
 	uint32_t entry_cache_timeout; /* seconds; 5400 */
+	/* entry_cache_nowait_percentage (sssd's): a lookup of an entry older
+	 * than this percentage of its lifetime (at least 10 s) is answered from
+	 * the cache and refreshed behind; 0 = never. 0-99; 50. */
+	uint32_t nowait_percentage;
 	uint32_t negative_timeout_ms; /* entry_negative_timeout: 15 s */
 	uint32_t refresh_expired_ms;  /* refresh_expired_interval: 0 = off */
 	uint32_t offline_timeout_ms;  /* offline_timeout: first probe delay, 60 s */

@@ -71,6 +71,7 @@ int lprov_config_init(struct lprov_config *c, const char *name)
 	c->search_timeout_ms = 6000;
 	c->page_size = 1000;
 	c->entry_cache_timeout = 5400;
+	c->nowait_percentage = 50;
 	c->negative_timeout_ms = 15000;
 	c->offline_timeout_ms = 60000;
 	c->primary_retry_ms = 31000;
@@ -367,6 +368,13 @@ static int set_known(struct lprov_config *c, const char *k, const char *v)
 		return parse_u32(v, &c->page_size);
 	if (!strcmp(k, "entry_cache_timeout"))
 		return parse_u32(v, &c->entry_cache_timeout);
+	if (!strcmp(k, "entry_cache_nowait_percentage")) {
+		uint32_t n;
+		if (parse_u32(v, &n) || n > 99)
+			return -EINVAL;
+		c->nowait_percentage = n;
+		return 0;
+	}
 	if (!strcmp(k, "entry_negative_timeout"))
 		return parse_secs_ms(v, &c->negative_timeout_ms);
 	if (!strcmp(k, "refresh_expired_interval"))
