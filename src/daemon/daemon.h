@@ -222,6 +222,9 @@ struct conn {
 	struct proto_req held_req; /* name in held_name */
 	char held_name[PROTO_NAME_MAX + 1];
 	uint64_t held_until; /* idc_now_ns() */
+	/* The last INITGROUPS answer's bound (answer_until, responder.c):
+	 * the nscd maps keep the merged list no longer than nss.sock's maps. */
+	int64_t ig_until;
 	uint64_t last_active_ns;
 	struct enum_cursor pw, gr;
 	/* A request waiting for a directory (responder.c): no later request
@@ -560,10 +563,11 @@ void daemon_mc_put_initgroups(struct daemon *dm, const char *user, const uint32_
  * host's groups merged), for glibc's nscd maps only: nss.sock's answer
  * lacks the host's groups. epoch: daemon_mc_ig_epoch() when the cache's
  * groups were read; the list is not kept if a group list was dropped
- * since (it may be the old one). */
+ * since (it may be the old one). until: as daemon_mc_put_initgroups's,
+ * the cache's part's (0: no bound of its own). */
 uint64_t daemon_mc_ig_epoch(const struct daemon *dm);
 void daemon_mc_put_nscd_initgroups(struct daemon *dm, const char *user, const uint32_t *gids,
-				   size_t n, uint64_t epoch);
+				   size_t n, uint64_t epoch, int64_t until);
 /* A provider's committed change (files_domain_set_hook,
  * lprov_domain_set_hook; arg: the daemon): drop exactly the records it
  * affects. ch NULL (an ldap commit whose changes are unknown): every map
@@ -625,6 +629,7 @@ struct nscd_job {
 	size_t ngids;
 	bool cache_found;  /* INITGROUPS: the cache knows the user */
 	uint64_t ig_epoch; /* INITGROUPS: daemon_mc_ig_epoch() when the cache's were read */
+	int64_t ig_until;  /* INITGROUPS: when the cache's part stops being one to give */
 	uint8_t *reply;    /* the worker's answer in nscd's layout; NULL: close */
 	size_t reply_len;
 	bool notfound; /* no source holds the key */

@@ -248,12 +248,12 @@ uint64_t daemon_mc_ig_epoch(const struct daemon *dm)
 }
 
 void daemon_mc_put_nscd_initgroups(struct daemon *dm, const char *user, const uint32_t *gids,
-				   size_t n, uint64_t epoch)
+				   size_t n, uint64_t epoch, int64_t until)
 {
 	/* A group list dropped since the cache's part was read: this one may
 	 * be the old one, so it is not kept (the socket answers again). */
 	if (nscdmaps_on(dm) && epoch == dm->mc_ig_epoch && initgroups_key_ok(dm, user))
-		nscdmaps_put_initgroups(dm, user, gids, n, expiry(0));
+		nscdmaps_put_initgroups(dm, user, gids, n, expiry(until));
 }
 
 /* ==== invalidation ==============================================================

@@ -409,6 +409,7 @@ static int initgroups_job(struct conn *c, const uint8_t *payload, size_t n)
 	}
 	j->cache_found = true;
 	j->ig_epoch = daemon_mc_ig_epoch(c->dm);
+	j->ig_until = c->ig_until; /* of the answer just staged (do_initgroups) */
 	return ask_host(c, j);
 }
 
@@ -490,8 +491,8 @@ void daemon_nscd_answered(struct nscd_job *j)
 		done(c);
 		/* glibc's maps keep the merged list; nss.sock's lacks the host's */
 		if (j->cache_found && j->reply && j->type == NSCD_INITGROUPS)
-			daemon_mc_put_nscd_initgroups(c->dm, j->key, j->gids, j->ngids,
-						      j->ig_epoch);
+			daemon_mc_put_nscd_initgroups(c->dm, j->key, j->gids, j->ngids, j->ig_epoch,
+						      j->ig_until);
 		uint8_t *p = j->reply ? out_room(c, j->reply_len) : NULL;
 		if (p)
 			memcpy(p, j->reply, j->reply_len);

@@ -750,6 +750,8 @@ static int do_initgroups(struct walk *w, struct idc_buf *out)
 		return reply_failure(out, req->cmd, rc, w->unsure);
 	/* Keyed by the name asked: the cache found the user under it. */
 	daemon_mc_put_initgroups(dm, req->name.p, dm->gids, n, until);
+	if (w->c)
+		w->c->ig_until = until;
 	size_t start;
 	rc = proto_reply_begin(out, req->cmd, PROTO_ST_OK, &start);
 	rc = rc ? rc : proto_put_u32(out, (uint32_t)n);

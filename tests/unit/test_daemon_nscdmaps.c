@@ -191,9 +191,13 @@ static void test_memcache_hooks(void **state)
 	daemon_mc_put_group(&dm, &g, MC_KEY_NAME | MC_KEY_ID, 0);
 	uint32_t gids[] = {6000, 100};
 	uint64_t epoch = daemon_mc_ig_epoch(&dm);
-	daemon_mc_put_nscd_initgroups(&dm, "alice", gids, 2, epoch);
-	daemon_mc_put_nscd_initgroups(&dm, "bob", gids, 2, epoch);
-	assert_non_null(lookup(gr, NSCDDB_INITGROUPS, "bob"));
+	daemon_mc_put_nscd_initgroups(&dm, "alice", gids, 2, epoch, 0);
+	/* a directory's list ends where its cache entry's answer does */
+	int64_t until = (int64_t)time(NULL) + 20;
+	daemon_mc_put_nscd_initgroups(&dm, "bob", gids, 2, epoch, until);
+	const struct nscddb_datahead *bob = lookup(gr, NSCDDB_INITGROUPS, "bob");
+	assert_non_null(bob);
+	assert_true((int64_t)bob->timeout <= until);
 	const char *after[] = {"alice"};
 	struct cache_change gc = {.group = true,
 				  .old_name = "staff",
@@ -210,7 +214,7 @@ static void test_memcache_hooks(void **state)
 	assert_non_null(lookup(gr, NSCDDB_INITGROUPS, "alice")); /* did not */
 
 	/* a list read before a drop is not kept */
-	daemon_mc_put_nscd_initgroups(&dm, "bob", gids, 2, epoch);
+	daemon_mc_put_nscd_initgroups(&dm, "bob", gids, 2, epoch, 0);
 	assert_null(lookup(gr, NSCDDB_INITGROUPS, "bob"));
 	/* expire --user, and everything */
 	daemon_mc_put_passwd(&dm, &alice, MC_KEY_NAME | MC_KEY_ID, 0);
