@@ -603,7 +603,7 @@ struct nameset {
 		uint64_t h; /* 0: empty */
 		const char *name;
 	} * slot;
-	size_t cap, n;
+	size_t mask, n; /* mask: slots less one (slot NULL: none yet) */
 };
 
 static uint64_t name_hash(const char *name)
@@ -617,33 +617,21 @@ static uint64_t name_hash(const char *name)
 
 static int nameset_grow(struct nameset *s)
 {
-	size_t cap = s->cap ? s->cap * 2 : 64;
-	struct name_slot *ns = calloc(cap, sizeof(*ns));
-	if (!ns)
-		return -ENOMEM;
-	for (size_t i = 0; i < s->cap; i++) {
-		if (!s->slot[i].h)
-			continue;
-		size_t j = s->slot[i].h & (cap - 1);
-		while (ns[j].h)
-			j = (j + 1) & (cap - 1);
-		ns[j] = s->slot[i];
-	}
-	free(s->slot);
-	s->slot = ns;
-	s->cap = cap;
-	return 0;
+	void *slot = s->slot;
+	int rc = idc_oa_grow(&slot, &s->mask, sizeof(*s->slot), 64);
+	s->slot = slot;
+	return rc;
 }
 
 /* Add name (kept by the caller); *added false when an equal one is in. */
 static int nameset_add(struct nameset *s, const char *name, bool *added)
 {
 	*added = false;
-	if ((s->n + 1) * 2 > s->cap && nameset_grow(s))
+	if ((!s->slot || (s->n + 1) * 2 > s->mask + 1) && nameset_grow(s))
 		return -ENOMEM;
 	uint64_t h = name_hash(name);
-	size_t j = h & (s->cap - 1);
-	for (; s->slot[j].h; j = (j + 1) & (s->cap - 1))
+	size_t j = h & s->mask;
+	for (; s->slot[j].h; j = (j + 1) & s->mask)
 		if (s->slot[j].h == h &&
 		    cache_name_equal(CACHE_NAMES_STORED, s->slot[j].name, name) &&
 		    store_text_same_lower(s->slot[j].name, strlen(s->slot[j].name), name,

@@ -304,6 +304,36 @@ uint64_t idc_hash64(const void *p, size_t n, uint64_t seed)
 	return XXH3_64bits_withSeed(p, n, seed);
 }
 
+static uint64_t oa_hash(const unsigned char *slot)
+{
+	uint64_t h;
+	memcpy(&h, slot, sizeof(h));
+	return h;
+}
+
+int idc_oa_grow(void **slots, size_t *mask, size_t slot_size, size_t first_cap)
+{
+	size_t n = *slots ? (*mask + 1) * 2 : first_cap;
+	unsigned char *to = calloc(n, slot_size);
+	if (!to)
+		return -ENOMEM;
+	const unsigned char *from = *slots;
+	for (size_t i = 0; from && i <= *mask; i++) {
+		const unsigned char *s = from + i * slot_size;
+		uint64_t h = oa_hash(s);
+		if (!h)
+			continue;
+		size_t j = h & (n - 1);
+		while (oa_hash(to + j * slot_size))
+			j = (j + 1) & (n - 1);
+		memcpy(to + j * slot_size, s, slot_size);
+	}
+	free(*slots);
+	*slots = to;
+	*mask = n - 1;
+	return 0;
+}
+
 bool idc_memcaseeq(const char *a, size_t alen, const char *b, size_t blen)
 {
 	if (alen != blen)

@@ -123,6 +123,13 @@ void idc_arena_free(struct idc_arena *a);
  * table with chosen collisions hard for someone who cannot read it. */
 uint64_t idc_hash64(const void *p, size_t n, uint64_t seed);
 
+/* Open-addressing tables probed linearly, whose slots of slot_size bytes
+ * begin with a uint64_t hash, 0 marking an empty slot: *slots (NULL: no
+ * table yet, then first_cap slots, a power of two) rehashed into a table
+ * twice as large, *mask its size less one. The old table is freed; on
+ * -ENOMEM it is left as it was. */
+int idc_oa_grow(void **slots, size_t *mask, size_t slot_size, size_t first_cap);
+
 /* ---- strings ---------------------------------------------------------------- */
 static inline char idc_tolower(char c)
 {

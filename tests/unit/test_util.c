@@ -186,16 +186,43 @@ static void test_ssh_key_invalid(void **state)
 	free(big);
 }
 
+/* idc_oa_grow keeps every occupied slot, whole, findable by linear probing
+ * from its hash in the larger table. */
+static void test_oa_grow(void **state)
+{
+	(void)state;
+	struct slot {
+		uint64_t h;
+		uint32_t v;
+	};
+	void *t = NULL;
+	size_t mask = 0;
+	assert_int_equal(idc_oa_grow(&t, &mask, sizeof(struct slot), 4), 0);
+	assert_int_equal(mask, 3);
+	struct slot *s = t;
+	s[1] = (struct slot){5, 50}; /* 5 & 3 == 1 */
+	s[2] = (struct slot){9, 90}; /* 9 & 3 == 1: probed on */
+	assert_int_equal(idc_oa_grow(&t, &mask, sizeof(struct slot), 4), 0);
+	assert_int_equal(mask, 7);
+	s = t;
+	size_t held = 0;
+	for (size_t i = 0; i <= mask; i++)
+		held += s[i].h != 0;
+	assert_int_equal(held, 2);
+	assert_int_equal(s[5].h, 5); /* 5 & 7 */
+	assert_int_equal(s[5].v, 50);
+	assert_int_equal(s[1].h, 9); /* 9 & 7 */
+	assert_int_equal(s[1].v, 90);
+	free(t);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_strerror),
-	    cmocka_unit_test(test_diag),
-	    cmocka_unit_test(test_buf),
-	    cmocka_unit_test(test_arena),
-	    cmocka_unit_test(test_hash_and_case),
-	    cmocka_unit_test(test_ssh_key_valid),
-	    cmocka_unit_test(test_ssh_key_invalid),
+	    cmocka_unit_test(test_strerror),      cmocka_unit_test(test_diag),
+	    cmocka_unit_test(test_buf),           cmocka_unit_test(test_arena),
+	    cmocka_unit_test(test_hash_and_case), cmocka_unit_test(test_oa_grow),
+	    cmocka_unit_test(test_ssh_key_valid), cmocka_unit_test(test_ssh_key_invalid),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

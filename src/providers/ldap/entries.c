@@ -106,22 +106,20 @@ void lp_vec_free(struct lp_vec *v)
  * slot (the hashes given are never 0). */
 static int hset_grow(struct lp_hset *s)
 {
-	size_t n = s->slot ? (s->mask + 1) * 2 : 64;
-	uint64_t *slot = calloc(n, sizeof(*slot));
-	if (!slot)
-		return -ENOMEM;
-	for (size_t i = 0; s->slot && i <= s->mask; i++) {
-		if (!s->slot[i])
-			continue;
-		size_t j = s->slot[i] & (n - 1);
-		while (slot[j])
-			j = (j + 1) & (n - 1);
-		slot[j] = s->slot[i];
-	}
-	free(s->slot);
+	void *slot = s->slot;
+	int rc = idc_oa_grow(&slot, &s->mask, sizeof(*s->slot), 64);
 	s->slot = slot;
-	s->mask = n - 1;
-	return 0;
+	return rc;
+}
+
+bool lp_hset_has(const struct lp_hset *s, uint64_t h)
+{
+	if (!s->slot)
+		return false;
+	for (size_t j = h & s->mask; s->slot[j]; j = (j + 1) & s->mask)
+		if (s->slot[j] == h)
+			return true;
+	return false;
 }
 
 int lp_hset_add(struct lp_hset *s, uint64_t h, size_t max)

@@ -34,35 +34,13 @@ uint64_t lp_seen_hash(const struct lprov_domain *ld, const char *s)
 	return nonzero(idc_hash64(s, strlen(s), ld->hash_seed));
 }
 
-bool lp_hset_has(const struct lp_hset *s, uint64_t h)
-{
-	if (!s->slot)
-		return false;
-	for (size_t j = h & s->mask; s->slot[j]; j = (j + 1) & s->mask)
-		if (s->slot[j] == h)
-			return true;
-	return false;
-}
-
 /* Open addressing with linear probing, at most half full. */
 static int slots_grow(struct lp_seen *s)
 {
-	size_t n = s->slot ? (s->mask + 1) * 2 : 1024;
-	struct lp_seen_slot *slot = calloc(n, sizeof(*slot));
-	if (!slot)
-		return -ENOMEM;
-	for (size_t i = 0; s->slot && i <= s->mask; i++) {
-		if (!s->slot[i].h)
-			continue;
-		size_t j = s->slot[i].h & (n - 1);
-		while (slot[j].h)
-			j = (j + 1) & (n - 1);
-		slot[j] = s->slot[i];
-	}
-	free(s->slot);
+	void *slot = s->slot;
+	int rc = idc_oa_grow(&slot, &s->mask, sizeof(*s->slot), 1024);
 	s->slot = slot;
-	s->mask = n - 1;
-	return 0;
+	return rc;
 }
 
 static int names_put(struct lp_seen *s, const char *name, uint32_t *off)
