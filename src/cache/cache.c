@@ -63,6 +63,12 @@ bool cache_name_equal(enum cache_name_rule rule, const char *a, const char *b)
 	return na && na == nb && memcmp(fa, fb, na) == 0;
 }
 
+bool cache_name_answers(enum cache_name_rule rule, const char *a, const char *b)
+{
+	return cache_name_equal(rule, a, b) && (rule != CACHE_NAMES_CASE_IGNORE ||
+						store_text_same_lower(a, strlen(a), b, strlen(b)));
+}
+
 bool cache_domain_name_valid(const char *d, size_t n)
 {
 	if (n == 0 || n > CACHE_DOMAIN_MAX)

@@ -200,6 +200,16 @@ size_t cache_name_fold(enum cache_name_rule rule, const char *name, char out[CAC
  * that are no names (empty, too long) are equal only byte for byte. */
 bool cache_name_equal(enum cache_name_rule rule, const char *a, const char *b);
 
+/* Whether a lookup of name b is answered by the entry named a under rule:
+ * cache_name_equal, and for caseIgnore also store_text_same_lower (case
+ * ignored code point by code point, as a directory compares: straße and
+ * strasse are two users, though caseIgnore keys them alike). The rule a
+ * lookup by name in a domain that ignores case applies; every table of
+ * lookups by name (negative caches, coalescing, member sets) hashes the
+ * cache_name_fold form, which names equal so share, and compares with this
+ * on a hit. */
+bool cache_name_answers(enum cache_name_rule rule, const char *a, const char *b);
+
 /* ---- writing ------------------------------------------------------------------------
  * Everything between begin and commit is one store transaction: readers see
  * all of it or none. An entry stored with the same content as before writes

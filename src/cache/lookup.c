@@ -596,8 +596,8 @@ int cache_initgroups(struct cache_reader *r, const char *const *domains, size_t 
  * level (each in the order its parent lists it), each name once. */
 
 /* Names compared as a lookup compares them (get_named): by the hash of
- * the folded form, then cache_name_equal and, as the directory would,
- * store_text_same_lower (straße and strasse are two users there). */
+ * the folded form, then cache_name_answers (straße and strasse are two
+ * users, as in the directory). */
 struct nameset {
 	struct name_slot {
 		uint64_t h; /* 0: empty */
@@ -633,9 +633,7 @@ static int nameset_add(struct nameset *s, const char *name, bool *added)
 	size_t j = h & s->mask;
 	for (; s->slot[j].h; j = (j + 1) & s->mask)
 		if (s->slot[j].h == h &&
-		    cache_name_equal(CACHE_NAMES_STORED, s->slot[j].name, name) &&
-		    store_text_same_lower(s->slot[j].name, strlen(s->slot[j].name), name,
-					  strlen(name)))
+		    cache_name_answers(CACHE_NAMES_STORED, s->slot[j].name, name))
 			return 0;
 	s->slot[j] = (struct name_slot){h, name};
 	s->n++;
