@@ -209,6 +209,12 @@ bool cache_name_equal(enum cache_name_rule rule, const char *a, const char *b);
  * cache_name_fold form, which names equal so share, and compares with this
  * on a hit. */
 bool cache_name_answers(enum cache_name_rule rule, const char *a, const char *b);
+/* A hash of name (seeded) that the names cache_name_answers equates under
+ * rule share, and names it tells apart (straße, strasse) seldom do: of the
+ * store_text_lower form for caseIgnore, else of the cache_name_fold form.
+ * Never 0. For the tables that key lookups by name; one that keeps the
+ * names compares them with cache_name_answers on a hit. */
+uint64_t cache_name_hash(enum cache_name_rule rule, const char *name, uint64_t seed);
 
 /* ---- writing ------------------------------------------------------------------------
  * Everything between begin and commit is one store transaction: readers see

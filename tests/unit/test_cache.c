@@ -442,6 +442,17 @@ static void test_name_fold(void **state)
 	assert_false(cache_name_equal(CACHE_NAMES_EXACT, "Alice", "alice"));
 	assert_false(cache_name_equal(CACHE_NAMES_CASE_IGNORE, "", "\u200B"));
 	assert_true(cache_name_equal(CACHE_NAMES_CASE_IGNORE, "", ""));
+	/* a lookup tells apart what caseIgnore keys alike; hashes follow it */
+	const enum cache_name_rule ci = CACHE_NAMES_CASE_IGNORE;
+	assert_false(cache_name_answers(ci, "stra\u00DFe", "strasse"));
+	assert_true(cache_name_answers(ci, "Stra\u00DFe", "STRA\u00DFE"));
+	assert_true(cache_name_answers(ci, "strasse", "STRASSE"));
+	assert_int_equal(cache_name_hash(ci, "Stra\u00DFe", 7),
+			 cache_name_hash(ci, "stra\u00DFe", 7));
+	assert_int_equal(cache_name_hash(ci, "STRASSE", 7), cache_name_hash(ci, "strasse", 7));
+	assert_true(cache_name_hash(ci, "stra\u00DFe", 7) != cache_name_hash(ci, "strasse", 7));
+	assert_true(cache_name_hash(CACHE_NAMES_EXACT, "Alice", 7) !=
+		    cache_name_hash(CACHE_NAMES_EXACT, "alice", 7));
 
 	assert_int_equal(cache_name_rule_of_attr("uid"), CACHE_NAMES_CASE_IGNORE);
 	assert_int_equal(cache_name_rule_of_attr("CN"), CACHE_NAMES_CASE_IGNORE);
