@@ -71,6 +71,10 @@ static enum lprov_lookup_result ask(struct lprov_domain *ld, enum lprov_lookup_k
 	return w.res;
 }
 
+/* How the answers printed follow nesting: as the provider fetched it
+ * (ldap_group_nesting_level, set from the configuration). */
+static struct cache_nesting nesting;
+
 static void print_answer(struct cache *c, const char *dom, const char *op, const char *arg)
 {
 	struct cache_reader *r;
@@ -102,7 +106,8 @@ static void print_answer(struct cache *c, const char *dom, const char *op, const
 	} else if (!strcmp(op, "initgroups") || !strcmp(op, "id")) {
 		static uint32_t gids[65536];
 		size_t n = 0;
-		rc = cache_initgroups(r, doms, 1, arg, false, gids, IDC_ARRAY_SIZE(gids), &n);
+		rc = cache_initgroups(r, doms, 1, arg, false, &nesting, gids, IDC_ARRAY_SIZE(gids),
+				      &n);
 		if (!rc) {
 			printf("groups=%zu:", n);
 			for (size_t i = 0; i < n; i++)
@@ -226,6 +231,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	int rc = 0;
+	nesting.depth = cfg.nesting_level;
 	for (int i = optind; i < argc && !rc; i++) {
 		const char *op = argv[i];
 		const char *arg = takes_arg(op) && i + 1 < argc ? argv[++i] : NULL;

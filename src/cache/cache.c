@@ -63,6 +63,28 @@ bool cache_name_equal(enum cache_name_rule rule, const char *a, const char *b)
 	return na && na == nb && memcmp(fa, fb, na) == 0;
 }
 
+bool cache_name_answers(enum cache_name_rule rule, const char *a, const char *b)
+{
+	return cache_name_equal(rule, a, b) && (rule != CACHE_NAMES_CASE_IGNORE ||
+						store_text_same_lower(a, strlen(a), b, strlen(b)));
+}
+
+uint64_t cache_name_hash(enum cache_name_rule rule, const char *name, uint64_t seed)
+{
+	size_t len = strlen(name);
+	if (rule == CACHE_NAMES_CASE_IGNORE) {
+		struct idc_buf b = IDC_BUF_INIT;
+		/* without memory: its own bytes, which only it answers then */
+		uint64_t h = store_text_lower(name, len, &b) == 0 ? idc_hash64(b.data, b.len, seed)
+								  : idc_hash64(name, len, seed);
+		idc_buf_free(&b);
+		return h | 1;
+	}
+	char f[CACHE_NAME_MAX + 1];
+	size_t n = cache_name_fold(rule, name, f);
+	return (n ? idc_hash64(f, n, seed) : idc_hash64(name, len, seed)) | 1;
+}
+
 bool cache_domain_name_valid(const char *d, size_t n)
 {
 	if (n == 0 || n > CACHE_DOMAIN_MAX)

@@ -200,6 +200,22 @@ size_t cache_name_fold(enum cache_name_rule rule, const char *name, char out[CAC
  * that are no names (empty, too long) are equal only byte for byte. */
 bool cache_name_equal(enum cache_name_rule rule, const char *a, const char *b);
 
+/* Whether a lookup of name b is answered by the entry named a under rule:
+ * cache_name_equal, and for caseIgnore also store_text_same_lower (case
+ * ignored code point by code point, as a directory compares: straße and
+ * strasse are two users, though caseIgnore keys them alike). The rule a
+ * lookup by name in a domain that ignores case applies; every table of
+ * lookups by name (negative caches, coalescing, member sets) hashes the
+ * cache_name_fold form, which names equal so share, and compares with this
+ * on a hit. */
+bool cache_name_answers(enum cache_name_rule rule, const char *a, const char *b);
+/* A hash of name (seeded) that the names cache_name_answers equates under
+ * rule share, and names it tells apart (straße, strasse) seldom do: of the
+ * store_text_lower form for caseIgnore, else of the cache_name_fold form.
+ * Never 0. For the tables that key lookups by name; one that keeps the
+ * names compares them with cache_name_answers on a hit. */
+uint64_t cache_name_hash(enum cache_name_rule rule, const char *name, uint64_t seed);
+
 /* ---- writing ------------------------------------------------------------------------
  * Everything between begin and commit is one store transaction: readers see
  * all of it or none. An entry stored with the same content as before writes
@@ -293,30 +309,50 @@ int cache_group_by_name(struct cache_reader *r, const char *const *domains, size
 int cache_group_by_gid(struct cache_reader *r, const char *const *domains, size_t ndomains,
 		       uint32_t gid, struct cache_group *out, struct cache_meta *meta);
 
+/* How nested groups are followed (cache_initgroups, cache_group_members;
+ * the daemon fills it for a domain: daemon_nesting). depth: levels of
+ * nesting followed past a group's own (the domain's
+ * ldap_group_nesting_level, as deep as its provider fetches; 0: none), so
+ * a chain of any length
+ * costs at most depth levels of reads; every group is met once, so a
+ * cycle ends. skip (NULL: none): a member group its domain does not serve
+ * (withheld), passed over with everything reached only through it: it
+ * adds no users to a group nesting it, and no group nesting it to a
+ * user's list (its own gid the caller leaves out). skip may not use the
+ * reader it is given for. */
+struct cache_nesting {
+	unsigned depth;
+	bool (*skip)(const struct cache_group *g, void *arg);
+	void *arg;
+};
+
 /* The gids of the groups of user `name` in its domain, as glibc's
  * initgroups wants them: every group that lists the user (memberUid), then,
- * level by level, every group that has one of those as a member group; each
- * level in provider order, each gid once, cycles end. The user's primary gid
- * is NOT added unless a group lists the user — glibc adds it itself, and a
- * caller asking getgrouplist(user, other) must not get it (glibc's files
- * module behaves so). *n gets the count; -ERANGE with *n = needed when max is
- * too small. -ENOENT when no domain holds the user. */
+ * level by level down to nest->depth levels, every group that has one of
+ * those as a member group (one nest->skip passes over: none through it);
+ * each level in provider order, each gid once, cycles end. The user's
+ * primary gid is NOT added unless a group lists the user — glibc adds it
+ * itself, and a caller asking getgrouplist(user, other) must not get it
+ * (glibc's files module behaves so). *n gets the count; -ERANGE with *n =
+ * needed when max is too small. -ENOENT when no domain holds the user. */
 int cache_initgroups(struct cache_reader *r, const char *const *domains, size_t ndomains,
-		     const char *name, bool case_sensitive, uint32_t *gids, size_t max, size_t *n);
+		     const char *name, bool case_sensitive, const struct cache_nesting *nest,
+		     uint32_t *gids, size_t max, size_t *n);
 
 /* The member names of group g of domain (a record a lookup or an
  * enumeration on r just returned) as getgrnam lists them: g's own
  * members as stored, then the users of its member groups (rfc2307bis
- * nesting), level by level down to depth levels (ldap_group_nesting_level;
- * 0: g's own only), each level in the order its groups are listed, each
- * name once (cache_name_equal under CACHE_NAMES_STORED). A member group
- * met again (a cycle) or not held by the cache adds nothing. The one rule
- * for a group's member list: every path serving one calls it. On success
+ * nesting), level by level down to nest->depth levels (0: g's own only),
+ * each level in the order its groups are listed, each name once
+ * (cache_name_answers under CACHE_NAMES_STORED). A member group met again
+ * (a cycle), not held by the cache, or one nest->skip passes over adds
+ * nothing (nor do the groups it nests, through it). The one rule for a
+ * group's member list: every path serving one calls it. On success
  * g->members and g->nmembers name the list (valid until the next call on
  * r); g is left alone when it has no member groups. 0 or -ENOMEM / a
  * store error. */
 int cache_group_members(struct cache_reader *r, const char *domain, struct cache_group *g,
-			unsigned depth);
+			const struct cache_nesting *nest);
 
 /* Users or groups of one domain in provider order (cache_user.order). cb's
  * record is valid during the call; a non-zero return stops and is returned. */

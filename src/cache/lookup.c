@@ -449,6 +449,7 @@ struct found {
 
 struct walk {
 	struct cache_reader *r;
+	const struct cache_nesting *nest;
 	struct found *f;
 	size_t n, cap;
 	struct u64set seen; /* group entry ids */
@@ -497,23 +498,41 @@ static int found_cmp(const void *a, const void *b)
 	return (x->id > y->id) - (x->id < y->id);
 }
 
-/* Parents of each level, until a level finds nothing new. */
+/* Whether the nesting passes over group entry e (nest->skip). */
+static int skipped(struct cache_reader *r, const struct cache_nesting *nest,
+		   const struct store_entry *e, bool *skip)
+{
+	*skip = false;
+	if (!nest->skip)
+		return 0;
+	struct cache_group g;
+	int rc = to_group(r, e, &g);
+	if (!rc)
+		*skip = nest->skip(&g, nest->arg);
+	return rc;
+}
+
+/* Parents of each level, down to nest->depth levels or a level that finds
+ * nothing new; none through a group skipped. */
 static int walk_levels(struct walk *w, const char *domain)
 {
 	size_t start = 0;
 	int rc = 0;
-	while (start < w->n && !rc) {
+	for (unsigned level = 0; start < w->n && !rc; level++) {
 		size_t end = w->n;
 		qsort(w->f + start, end - start, sizeof(*w->f), found_cmp);
-		for (size_t i = start; i < end && !rc; i++) {
+		for (size_t i = start; i < end && !rc && level < w->nest->depth; i++) {
 			struct store_entry g;
+			bool skip = false;
 			rc = store_get_id(w->r->st, w->f[i].id, &g);
-			char *dn = rc ? NULL : idc_arena_strndup(&w->r->arena, g.dn.ptr, g.dn.len);
-			if (!rc && !dn)
-				rc = -ENOMEM;
 			if (!rc)
-				rc = search_groups(w, domain, "member",
-						   (struct store_val){dn, g.dn.len});
+				rc = skipped(w->r, w->nest, &g, &skip);
+			if (rc || skip)
+				continue;
+			char *dn = idc_arena_strndup(&w->r->arena, g.dn.ptr, g.dn.len);
+			rc = dn ? search_groups(w, domain, "member",
+						(struct store_val){dn, g.dn.len})
+				: -ENOMEM;
 		}
 		start = end;
 	}
@@ -560,7 +579,8 @@ static int copy_gids(const struct walk *w, uint32_t *gids, size_t max, size_t *n
 }
 
 int cache_initgroups(struct cache_reader *r, const char *const *domains, size_t ndomains,
-		     const char *name, bool case_sensitive, uint32_t *gids, size_t max, size_t *n)
+		     const char *name, bool case_sensitive, const struct cache_nesting *nest,
+		     uint32_t *gids, size_t max, size_t *n)
 {
 	idc_arena_reset(&r->arena);
 	*n = 0;
@@ -573,12 +593,12 @@ int cache_initgroups(struct cache_reader *r, const char *const *domains, size_t 
 			return rc;
 		const struct store_attr *un = store_entry_attr(&e, "name", 4);
 		struct store_val uname = un->vals[0];
-		struct walk w = {.r = r};
+		struct walk w = {.r = r, .nest = nest};
 		char *nm = idc_arena_strndup(&r->arena, uname.ptr, uname.len);
 		rc = nm ? search_groups(&w, domains[i], "memberUid",
 					(struct store_val){nm, uname.len})
 			: -ENOMEM;
-		if (!rc && w.n && has_nesting(r, domains[i]))
+		if (!rc && w.n && nest->depth && has_nesting(r, domains[i]))
 			rc = walk_levels(&w, domains[i]);
 		else if (!rc && w.n > 1)
 			qsort(w.f, w.n, sizeof(*w.f), found_cmp); /* the one level, in order */
@@ -596,8 +616,8 @@ int cache_initgroups(struct cache_reader *r, const char *const *domains, size_t 
  * level (each in the order its parent lists it), each name once. */
 
 /* Names compared as a lookup compares them (get_named): by the hash of
- * the folded form, then cache_name_equal and, as the directory would,
- * store_text_same_lower (straße and strasse are two users there). */
+ * the folded form, then cache_name_answers (straße and strasse are two
+ * users, as in the directory). */
 struct nameset {
 	struct name_slot {
 		uint64_t h; /* 0: empty */
@@ -633,9 +653,7 @@ static int nameset_add(struct nameset *s, const char *name, bool *added)
 	size_t j = h & s->mask;
 	for (; s->slot[j].h; j = (j + 1) & s->mask)
 		if (s->slot[j].h == h &&
-		    cache_name_equal(CACHE_NAMES_STORED, s->slot[j].name, name) &&
-		    store_text_same_lower(s->slot[j].name, strlen(s->slot[j].name), name,
-					  strlen(name)))
+		    cache_name_answers(CACHE_NAMES_STORED, s->slot[j].name, name))
 			return 0;
 	s->slot[j] = (struct name_slot){h, name};
 	s->n++;
@@ -666,6 +684,7 @@ static int names_push(struct names *l, const char *name)
 struct flatten {
 	struct cache_reader *r;
 	const char *domain;
+	const struct cache_nesting *nest;
 	struct names out;         /* the answer */
 	struct nameset users;     /* names in out */
 	struct nameset groups;    /* groups visited (the group itself first) */
@@ -689,6 +708,10 @@ static int flatten_group(struct flatten *f, const char *name, bool last_level)
 		    store_get(r->st, (struct store_val){r->walk_dn.data, r->walk_dn.len}, &e, NULL);
 	if (rc)
 		return rc == -ENOENT ? 0 : rc;
+	bool skip;
+	rc = skipped(r, f->nest, &e, &skip);
+	if (rc || skip)
+		return rc;
 	struct cache_group mg = {0};
 	rc = to_members(r, &e, &mg);
 	if (!rc && !last_level)
@@ -703,8 +726,9 @@ static int flatten_group(struct flatten *f, const char *name, bool last_level)
 	return rc;
 }
 
-static int flatten_levels(struct flatten *f, const struct cache_group *g, unsigned depth)
+static int flatten_levels(struct flatten *f, const struct cache_group *g)
 {
+	unsigned depth = f->nest->depth;
 	bool added;
 	int rc = nameset_add(&f->groups, g->name, &added);
 	for (size_t i = 0; i < g->nmembers && !rc; i++) {
@@ -726,14 +750,14 @@ static int flatten_levels(struct flatten *f, const struct cache_group *g, unsign
 }
 
 int cache_group_members(struct cache_reader *r, const char *domain, struct cache_group *g,
-			unsigned depth)
+			const struct cache_nesting *nest)
 {
-	if (g->nmember_groups == 0 || depth == 0)
+	if (g->nmember_groups == 0 || nest->depth == 0)
 		return 0;
-	struct flatten f = {.r = r, .domain = domain};
+	struct flatten f = {.r = r, .domain = domain, .nest = nest};
 	/* the answer goes in r->flat, which outlives this call */
 	f.out = (struct names){r->flat, 0, r->flat_cap};
-	int rc = flatten_levels(&f, g, depth);
+	int rc = flatten_levels(&f, g);
 	r->flat = f.out.v;
 	r->flat_cap = f.out.cap;
 	if (!rc) {

@@ -310,23 +310,14 @@ static void info_withheld(struct daemon *dm, size_t i, bool group, const char *n
 		kv(b, "withheld", why);
 }
 
-static void info_gids(struct daemon *dm, struct cache_reader *r, const struct cache_meta *m,
-		      const char *name, struct idc_buf *b)
+static void info_gids(struct daemon *dm, size_t i, struct cache_reader *r, const char *name,
+		      struct idc_buf *b)
 {
 	size_t n = 0;
-	const char *dn = m->domain;
-	int rc = cache_initgroups(r, &dn, 1, name, true, dm->gids, dm->gids_cap, &n);
-	if (rc == -ERANGE) {
-		uint32_t *grown = realloc(dm->gids, n * sizeof(*grown));
-		if (grown) {
-			dm->gids = grown;
-			dm->gids_cap = n;
-			rc = cache_initgroups(r, &dn, 1, name, true, dm->gids, n, &n);
-		}
-	}
+	int rc = daemon_user_gids(dm, i, r, name, true, &n);
 	idc_buf_printf(b, "groups=");
-	for (size_t i = 0; rc == 0 && i < n; i++)
-		idc_buf_printf(b, "%s%u", i ? "," : "", dm->gids[i]);
+	for (size_t k = 0; rc == 0 && k < n; k++)
+		idc_buf_printf(b, "%s%u", k ? "," : "", dm->gids[k]);
 	idc_buf_putc(b, '\n');
 }
 
@@ -367,7 +358,7 @@ static int user_info(struct daemon *dm, struct cache_reader *r, const char *name
 	info_keys(r, dm->domains[i]->cfg->name, u.name, b);
 	info_meta(b, &m);
 	info_withheld(dm, i, false, u.name, u.uid, b);
-	info_gids(dm, r, &m, u.name, b);
+	info_gids(dm, i, r, u.name, b);
 	subid_user_info(dm, i, &u, b);
 	return 0;
 }

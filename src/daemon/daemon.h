@@ -339,9 +339,16 @@ const char *daemon_withheld_reason(struct daemon *dm, size_t i, bool group, cons
 /* Remove from gids[0..*n), the group list of a user of domain i, the gids
  * of its withheld groups. */
 void daemon_gids_withhold(struct daemon *dm, size_t i, uint32_t *gids, size_t *n);
+/* The gids of user name of domain i as cache_initgroups gives them on r
+ * (nested groups followed as for daemon_group_members_kept), into dm->gids,
+ * grown as needed; *n their count. The withheld groups' own gids are left
+ * for daemon_gids_withhold. 0, -ENOENT (no such user) or an error. */
+int daemon_user_gids(struct daemon *dm, size_t i, struct cache_reader *r, const char *name,
+		     bool case_sensitive, size_t *n);
 /* The member list domain i serves for its group g (a record just read
  * on daemon_reader): the users of its member groups added
- * (cache_group_members, to the domain's ldap_group_nesting_level), then
+ * (cache_group_members, to the domain's ldap_group_nesting_level, passing
+ * over withheld member groups and what is nested only through them), then
  * the names filter_users lists dropped. g->members then points into the
  * reader's or dm's scratch, valid until the next call. 0 or -ENOMEM. */
 int daemon_group_members_kept(struct daemon *dm, size_t i, struct cache_group *g);

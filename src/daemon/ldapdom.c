@@ -27,7 +27,9 @@
 #ifdef IDC_HAVE_LDAP
 
 /* Users whose initgroups was fetched from the directory since start, and
- * when (direct-mapped name hashes; a collision only costs one more fetch).
+ * when (direct-mapped hashes of the names as a lookup tells them apart,
+ * cache_name_hash: straße's fetch says nothing of strasse's groups; a
+ * collision only costs one more fetch).
  * The user entry's own expiry is not enough: a getpwnam may refresh the
  * user alone while its groups stay expired. */
 #define LDAPDOM_IG_SLOTS 16384u
@@ -220,9 +222,7 @@ void ldapdom_refresh(struct domain *d, enum lprov_lookup_kind kind, const char *
 
 static uint64_t ig_hash(const struct ldapdom *l, const char *name)
 {
-	char buf[CACHE_NAME_MAX + 1];
-	size_t n = cache_name_fold(CACHE_NAMES_STORED, name, buf);
-	return idc_hash64(buf, n, l->seed) | 1;
+	return cache_name_hash(CACHE_NAMES_STORED, name, l->seed);
 }
 
 enum ldapdom_ig ldapdom_initgroups_state(const struct domain *d, const char *name, int64_t *at)

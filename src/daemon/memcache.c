@@ -38,7 +38,9 @@
  *   a name or id new (any        the remote domains' entries carrying it,
  *   domain), while remote        which are withheld now (precedence.c):
  *   domains are checked          by their other key, and their members'
- *                                group lists
+ *                                group lists; for a group nested in
+ *                                another, the group map (the lists that
+ *                                held its users)
  *   expire --user / --group      the same for the entry as the cache and
  *                                the map know it (its id included, whatever
  *                                the case of the name asked)
@@ -505,12 +507,29 @@ void daemon_mc_ldap_change(const struct cache_change *ch, void *arg)
  * that name and id; such an entry also answers under its other key (its
  * own id, its own name) and in its members' group lists. */
 
-static void drop_members(struct daemon *dm, const struct cache_group *g)
+static int any_cb(const char *name, void *arg)
+{
+	(void)name;
+	*(bool *)arg = true;
+	return 1;
+}
+
+/* g of domain dn is withheld now: its members' group lists go, and the
+ * records of the groups nesting it, whose member lists held its users
+ * (cache_group_members passes over it now; found only by a walk, so the
+ * group map starts over: more than needed, never less). */
+static void drop_members(struct daemon *dm, struct cache_reader *r, const char *dn,
+			 const struct cache_group *g)
 {
 	for (size_t m = 0; m < g->nmembers; m++)
 		drop_initgroups(dm, g->members[m]);
 	if (g->nmember_groups) /* their users are found only by a walk */
 		daemon_mc_reset(dm, 2);
+	/* last: the search reuses the reader's memory g points into */
+	bool nested = false;
+	int rc = cache_linked(r, dn, CACHE_LINK_NESTED, g->name, 0, any_cb, &nested);
+	if (nested || (rc != 0 && rc != 1))
+		daemon_mc_reset(dm, 1);
 }
 
 /* Domain dn's entries carrying ch's new name or id (any case: dropping
@@ -537,12 +556,12 @@ static void drop_shadowed_in(struct daemon *dm, struct cache_reader *r, const ch
 	if (cache_group_by_name(r, &dn, 1, ch->new_name, false, &g, NULL) == 0 &&
 	    g.gid != ch->new_id) {
 		inval_id(dm, 1, g.gid);
-		drop_members(dm, &g);
+		drop_members(dm, r, dn, &g);
 	}
 	if (cache_group_by_gid(r, &dn, 1, ch->new_id, &g, NULL) == 0 &&
 	    strcasecmp(g.name, ch->new_name) != 0) {
 		drop_named(dm, 1, g.name);
-		drop_members(dm, &g);
+		drop_members(dm, r, dn, &g);
 	}
 }
 

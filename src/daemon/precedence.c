@@ -429,11 +429,44 @@ void daemon_gids_withhold(struct daemon *dm, size_t i, uint32_t *gids, size_t *n
 	*n = kept;
 }
 
-/* Member groups are followed as deep as the provider fetches them; files
- * domains have none. */
-static unsigned nesting_depth(const struct config_domain *cfg)
+/* How domain i's nesting is followed: as deep as its provider fetches
+ * groups (files domains have none), past its withheld member groups. */
+struct nesting {
+	struct cache_nesting nest;
+	struct daemon *dm;
+	size_t i;
+};
+
+static bool skip_withheld(const struct cache_group *g, void *arg)
 {
-	return cfg->ldap ? cfg->ldap->nesting_level : 0;
+	const struct nesting *n = arg;
+	return daemon_group_withheld(n->dm, n->i, g);
+}
+
+static const struct cache_nesting *nesting(struct daemon *dm, size_t i, struct nesting *n)
+{
+	const struct config_domain *cfg = dm->domains[i]->cfg;
+	*n = (struct nesting){{cfg->ldap ? cfg->ldap->nesting_level : 0, skip_withheld, n}, dm, i};
+	return &n->nest;
+}
+
+int daemon_user_gids(struct daemon *dm, size_t i, struct cache_reader *r, const char *name,
+		     bool case_sensitive, size_t *n)
+{
+	const char *dn = dm->domains[i]->cfg->name;
+	struct nesting nest;
+	const struct cache_nesting *how = nesting(dm, i, &nest);
+	int rc = cache_initgroups(r, &dn, 1, name, case_sensitive, how, dm->gids, dm->gids_cap, n);
+	if (rc == -ERANGE) {
+		uint32_t *grown = realloc(dm->gids, *n * sizeof(*grown));
+		if (!grown)
+			return -ENOMEM;
+		dm->gids = grown;
+		dm->gids_cap = *n;
+		rc = cache_initgroups(r, &dn, 1, name, case_sensitive, how, dm->gids, dm->gids_cap,
+				      n);
+	}
+	return rc;
 }
 
 int daemon_group_members_kept(struct daemon *dm, size_t i, struct cache_group *g)
@@ -442,7 +475,8 @@ int daemon_group_members_kept(struct daemon *dm, size_t i, struct cache_group *g
 	size_t n = 0;
 	if (g->nmember_groups) {
 		struct cache_reader *r = daemon_reader(dm);
-		int rc = r ? cache_group_members(r, cfg->name, g, nesting_depth(cfg)) : -EIO;
+		struct nesting nest;
+		int rc = r ? cache_group_members(r, cfg->name, g, nesting(dm, i, &nest)) : -EIO;
 		if (rc < 0)
 			return rc;
 	}

@@ -687,25 +687,6 @@ static int do_group(struct walk *w, struct idc_buf *out)
 	return rc ? rc : big_after(w, &meta, out, start, t0);
 }
 
-/* The gids of name in domain cfg, into dm->gids (grown as
- * cache_initgroups asks). */
-static int domain_gids(struct daemon *dm, struct cache_reader *r, const struct config_domain *cfg,
-		       const char *name, size_t *n)
-{
-	const char *dn = cfg->name;
-	int rc = cache_initgroups(r, &dn, 1, name, cfg->case_sensitive, dm->gids, dm->gids_cap, n);
-	if (rc == -ERANGE) {
-		uint32_t *grown = realloc(dm->gids, *n * sizeof(*grown));
-		if (!grown)
-			return -ENOMEM;
-		dm->gids = grown;
-		dm->gids_cap = *n;
-		rc = cache_initgroups(r, &dn, 1, name, cfg->case_sensitive, dm->gids, dm->gids_cap,
-				      n);
-	}
-	return rc;
-}
-
 static int do_initgroups(struct walk *w, struct idc_buf *out)
 {
 	struct daemon *dm = w->dm;
@@ -739,7 +720,7 @@ static int do_initgroups(struct walk *w, struct idc_buf *out)
 		rc = err ? err : rc;
 		if (step == WALK_ANSWER && rc == 0) {
 			until = answer_until(d, &meta);
-			rc = domain_gids(dm, r, d->cfg, req->name.p, &n);
+			rc = daemon_user_gids(dm, i, r, req->name.p, d->cfg->case_sensitive, &n);
 		}
 		if (step == WALK_ANSWER && rc == 0)
 			daemon_gids_withhold(dm, i, dm->gids, &n);

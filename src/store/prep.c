@@ -236,7 +236,7 @@ int store_prep(const char *v, size_t len, bool fold, enum store_prep_part part, 
 /* v lowercased by Unicode's lowercase mapping (one code point at a time in
  * effect: ß stays ß), then NFKC, insignificant spaces squeezed; nothing is
  * mapped away. Text that is not UTF-8: bytes with ASCII letters folded. */
-static int lower_nfkc(const char *v, size_t len, struct idc_buf *out)
+int store_text_lower(const char *v, size_t len, struct idc_buf *out)
 {
 	int rc = squeeze(v, len, STORE_PREP_VALUE, true, SQ_ASCII, out);
 	if (rc <= 0)
@@ -259,7 +259,7 @@ bool store_text_same_lower(const char *a, size_t alen, const char *b, size_t ble
 	if (alen == blen && memcmp(a, b, alen) == 0)
 		return true;
 	struct idc_buf fa = IDC_BUF_INIT, fb = IDC_BUF_INIT;
-	bool same = lower_nfkc(a, alen, &fa) == 0 && lower_nfkc(b, blen, &fb) == 0 &&
+	bool same = store_text_lower(a, alen, &fa) == 0 && store_text_lower(b, blen, &fb) == 0 &&
 		    fa.len == fb.len && memcmp(fa.data, fb.data, fa.len) == 0;
 	idc_buf_free(&fa);
 	idc_buf_free(&fb);

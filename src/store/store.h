@@ -125,6 +125,9 @@ int store_normalize_text(bool fold, const char *v, size_t len, char *out, size_t
  * WIDTH SPACE to nothing. For names two such texts may be two users of a
  * directory. Memory running out answers false. */
 bool store_text_same_lower(const char *a, size_t alen, const char *b, size_t blen);
+/* The form store_text_same_lower compares, appended to out: two texts are
+ * one under it exactly when their forms are equal. 0 or -ENOMEM. */
+int store_text_lower(const char *v, size_t len, struct idc_buf *out);
 
 /* ==== DN (RFC 4514) ============================================================ */
 

@@ -9,10 +9,11 @@ The fixtures (tests/ldap/fixtures.ldif): dev lists alice and bob; all
 nests dev and lists carol; top nests all; c1 lists frank and nests c2,
 which nests c1 (a cycle).
 """
+import nsenv
 import pytest
 
-from test_e2e_ldap import cli, pytestmark
-from test_e2e_ldap_fresh import BOTH, GROUPS, server, start  # noqa: F401 (a fixture)
+from test_e2e_ldap import LOCAL_GROUP, cli, pytestmark
+from test_e2e_ldap_fresh import BOTH, GROUPS, gids, server, start  # noqa: F401 (a fixture)
 
 assert pytestmark  # the same requirements (slapd, ldap-utils, openssl)
 
@@ -77,6 +78,35 @@ def test_member_of_a_nested_group_changes_its_parents(server, module_daemons, id
     want = ["all:x:20011:carol,bob,frank", "top:x:20014:carol,bob,frank"]
     assert [group_of(d, g) for g in ("all", "top")] == want  # the maps dropped them
     assert [group_of(d, g, NO_MAPS) for g in ("all", "top")] == want
+
+
+def test_withheld_member_group_adds_nothing(server, module_daemons, idcache):
+    """filter_groups = dev: dev is not served, and neither are its users
+    through it: all and top, which nest it, list only carol (socket and
+    maps), and alice's groups hold none of dev, all and top (wheel0, gid
+    0, is withheld too: the host's files hold gid 0)."""
+    d = start(module_daemons, server, idcache, "filter_groups = dev\n")
+    assert group_of(d, "dev") is None
+    want = ["all:x:20011:carol", "top:x:20014:carol"]
+    assert [group_of(d, g, NO_MAPS) for g in ("all", "top")] == want
+    for _ in range(2):  # the second answer comes from the maps
+        assert [group_of(d, g) for g in ("all", "top")] == want
+    assert gids(d, "alice") == [10001, 20001]
+    assert gids(d, "carol") == [10003, 20011, 20014], d.log()[-3000:]
+
+
+def test_member_group_withheld_later_leaves_the_maps(server, module_daemons, idcache):
+    """all is in the memory cache with dev's users; then the host's files
+    take dev's gid (a local group 20010): dev is withheld from then on, and
+    all's record, which held its users, leaves the maps."""
+    d = start(module_daemons, server, idcache)
+    for _ in range(2):  # the second answer comes from the maps
+        assert group_of(d, "all") == FLAT["all"]
+    nsenv.write_atomic(d.group, LOCAL_GROUP + "localdev:x:20010:\n")
+    ok, _ = nsenv.wait_for(lambda: group_of(d, "20010") == "localdev:x:20010:", timeout=5)
+    assert ok, d.log()[-3000:]
+    assert group_of(d, "all") == "all:x:20011:carol"
+    assert group_of(d, "all", NO_MAPS) == "all:x:20011:carol"
 
 
 ERANGE_SCRIPT = r"""

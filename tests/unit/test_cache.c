@@ -77,6 +77,9 @@ static void put_users(struct fx *f, uint32_t ttl)
 
 static const char *const dom[] = {"local"};
 
+/* Nesting followed as the LDAP provider's default ldap_group_nesting_level. */
+static const struct cache_nesting deep = {32, NULL, NULL};
+
 static void test_lookups(void **state)
 {
 	struct fx *f = *state;
@@ -136,7 +139,7 @@ static void test_initgroups(void **state)
 	assert_int_equal(cache_reader_begin(f->c, &r), 0);
 	uint32_t gids[16];
 	size_t n;
-	assert_int_equal(cache_initgroups(r, dom, 1, "alice", true, gids, 16, &n), 0);
+	assert_int_equal(cache_initgroups(r, dom, 1, "alice", true, &deep, gids, 16, &n), 0);
 	/* staff lists alice; admins nests staff; all and loop nest admins (in
 	 * provider order); staff nests loop: a cycle, ended. No primary gid 100:
 	 * no group lists alice under it. */
@@ -145,13 +148,13 @@ static void test_initgroups(void **state)
 	assert_int_equal(gids[1], 201);
 	assert_int_equal(gids[2], 202);
 	assert_int_equal(gids[3], 203);
-	assert_int_equal(cache_initgroups(r, dom, 1, "alice", true, gids, 2, &n), -ERANGE);
+	assert_int_equal(cache_initgroups(r, dom, 1, "alice", true, &deep, gids, 2, &n), -ERANGE);
 	assert_int_equal(n, 4);
-	assert_int_equal(cache_initgroups(r, dom, 1, "Bob", true, gids, 16, &n), 0);
+	assert_int_equal(cache_initgroups(r, dom, 1, "Bob", true, &deep, gids, 16, &n), 0);
 	assert_int_equal(n, 4); /* admins; all, loop; staff (nests loop) */
 	assert_int_equal(gids[0], 201);
 	assert_int_equal(gids[3], 200);
-	assert_int_equal(cache_initgroups(r, dom, 1, "nobody", true, gids, 16, &n), -ENOENT);
+	assert_int_equal(cache_initgroups(r, dom, 1, "nobody", true, &deep, gids, 16, &n), -ENOENT);
 	cache_reader_end(r);
 }
 
@@ -439,6 +442,17 @@ static void test_name_fold(void **state)
 	assert_false(cache_name_equal(CACHE_NAMES_EXACT, "Alice", "alice"));
 	assert_false(cache_name_equal(CACHE_NAMES_CASE_IGNORE, "", "\u200B"));
 	assert_true(cache_name_equal(CACHE_NAMES_CASE_IGNORE, "", ""));
+	/* a lookup tells apart what caseIgnore keys alike; hashes follow it */
+	const enum cache_name_rule ci = CACHE_NAMES_CASE_IGNORE;
+	assert_false(cache_name_answers(ci, "stra\u00DFe", "strasse"));
+	assert_true(cache_name_answers(ci, "Stra\u00DFe", "STRA\u00DFE"));
+	assert_true(cache_name_answers(ci, "strasse", "STRASSE"));
+	assert_int_equal(cache_name_hash(ci, "Stra\u00DFe", 7),
+			 cache_name_hash(ci, "stra\u00DFe", 7));
+	assert_int_equal(cache_name_hash(ci, "STRASSE", 7), cache_name_hash(ci, "strasse", 7));
+	assert_true(cache_name_hash(ci, "stra\u00DFe", 7) != cache_name_hash(ci, "strasse", 7));
+	assert_true(cache_name_hash(CACHE_NAMES_EXACT, "Alice", 7) !=
+		    cache_name_hash(CACHE_NAMES_EXACT, "alice", 7));
 
 	assert_int_equal(cache_name_rule_of_attr("uid"), CACHE_NAMES_CASE_IGNORE);
 	assert_int_equal(cache_name_rule_of_attr("CN"), CACHE_NAMES_CASE_IGNORE);
@@ -902,7 +916,8 @@ static void members_of(struct cache_reader *r, const char *name, unsigned depth,
 {
 	struct cache_group g;
 	assert_int_equal(cache_group_by_name(r, dom, 1, name, true, &g, NULL), 0);
-	assert_int_equal(cache_group_members(r, "local", &g, depth), 0);
+	const struct cache_nesting nest = {depth, NULL, NULL};
+	assert_int_equal(cache_group_members(r, "local", &g, &nest), 0);
 	out[0] = '\0';
 	for (size_t i = 0; i < g.nmembers; i++) {
 		if (i)
@@ -923,7 +938,7 @@ static int enum_flat_cb(const struct cache_group *g, uint64_t key, void *arg)
 	struct cache_group c = *g;
 	(void)key;
 	e->groups++;
-	assert_int_equal(cache_group_members(e->r, "local", &c, 32), 0);
+	assert_int_equal(cache_group_members(e->r, "local", &c, &deep), 0);
 	if (strcmp(c.name, "top") == 0)
 		for (size_t i = 0; i < c.nmembers; i++)
 			strncat(e->top, c.members[i], sizeof(e->top) - strlen(e->top) - 1);
@@ -963,6 +978,110 @@ static void test_group_members_nested(void **state)
 	cache_reader_end(r);
 }
 
+/* A chain of CHAIN groups, each nested in the next (g<k+1> has member
+ * g<k>), closed into a cycle (g0 has member g<CHAIN-1>); g<k> lists user
+ * u<k>, g0 also "deep". */
+#define CHAIN 10000
+
+static void put_chain(struct fx *f)
+{
+	struct cache_txn *t;
+	bool ch;
+	assert_int_equal(cache_txn_begin(f->c, &t, NULL), 0);
+	assert_int_equal(cache_domain_ensure(t, "local", 0, NULL), 0);
+	const struct cache_user u = {"deep", 1100, 100, "", "/home/deep", "/bin/sh", 1};
+	assert_int_equal(cache_put_user(t, "local", &u, &ch, NULL), 0);
+	for (unsigned k = 0; k < CHAIN; k++) {
+		char name[16], user[16], inner[16];
+		snprintf(name, sizeof(name), "g%u", k);
+		snprintf(user, sizeof(user), "u%u", k);
+		snprintf(inner, sizeof(inner), "g%u", (k + CHAIN - 1) % CHAIN);
+		const char *users[] = {user, "deep"};
+		const char *nested[] = {inner};
+		struct cache_group g = {name, 10000 + k, k + 1, users, k ? 1 : 2, nested, 1, NULL};
+		assert_int_equal(cache_put_group(t, "local", &g, &ch, NULL), 0);
+	}
+	assert_int_equal(cache_txn_commit(t, NULL), 0);
+}
+
+/* ldap_group_nesting_level bounds how far a chain is followed, up
+ * (initgroups) and down (a group's members); a cycle ends either way. */
+static void test_nesting_bounded(void **state)
+{
+	struct fx *f = *state;
+	put_chain(f);
+	struct cache_reader *r;
+	assert_int_equal(cache_reader_begin(f->c, &r), 0);
+	static uint32_t gids[CHAIN];
+	size_t n;
+	/* g0 lists deep; g1..g32 nest it 1..32 levels up */
+	assert_int_equal(cache_initgroups(r, dom, 1, "deep", true, &deep, gids, CHAIN, &n), 0);
+	assert_int_equal(n, 33);
+	for (size_t k = 0; k < n; k++)
+		assert_int_equal(gids[k], 10000 + k);
+	const struct cache_nesting none = {0, NULL, NULL};
+	assert_int_equal(cache_initgroups(r, dom, 1, "deep", true, &none, gids, CHAIN, &n), 0);
+	assert_int_equal(n, 1);
+	/* unbounded, the cycle ends: each group once */
+	const struct cache_nesting all = {CHAIN * 2, NULL, NULL};
+	assert_int_equal(cache_initgroups(r, dom, 1, "deep", true, &all, gids, CHAIN, &n), 0);
+	assert_int_equal(n, CHAIN);
+	/* down: g0's own users, then 32 levels: u<CHAIN-1> .. u<CHAIN-32> */
+	struct cache_group g;
+	assert_int_equal(cache_group_by_name(r, dom, 1, "g0", true, &g, NULL), 0);
+	assert_int_equal(cache_group_members(r, "local", &g, &deep), 0);
+	assert_int_equal(g.nmembers, 2 + 32);
+	assert_string_equal(g.members[2], "u9999");
+	assert_string_equal(g.members[33], "u9968");
+	assert_int_equal(cache_group_by_name(r, dom, 1, "g0", true, &g, NULL), 0);
+	assert_int_equal(cache_group_members(r, "local", &g, &all), 0);
+	assert_int_equal(g.nmembers, CHAIN + 1); /* the cycle back to g0 adds nothing */
+	cache_reader_end(r);
+}
+
+/* The daemon's withheld groups, as a skip: the groups named in arg. */
+static bool skip_named(const struct cache_group *g, void *arg)
+{
+	for (const char *const *p = arg; *p; p++)
+		if (strcmp(g->name, *p) == 0)
+			return true;
+	return false;
+}
+
+/* A member group passed over adds none of its users, nor those of the
+ * groups nested only through it, to a group nesting it; nor, to a user's
+ * list, the groups nesting it. */
+static void test_nesting_skips_withheld(void **state)
+{
+	struct fx *f = *state;
+	put_nested(f);
+	put_users(f, 0);
+	struct cache_reader *r;
+	assert_int_equal(cache_reader_begin(f->c, &r), 0);
+	const char *mid[] = {"mid", NULL}, *low[] = {"low", NULL};
+	const struct cache_nesting skip_mid = {32, skip_named, mid},
+				   skip_low = {32, skip_named, low};
+	struct cache_group g;
+	assert_int_equal(cache_group_by_name(r, dom, 1, "top", true, &g, NULL), 0);
+	assert_int_equal(cache_group_members(r, "local", &g, &skip_mid), 0);
+	assert_int_equal(g.nmembers, 1); /* low and bottom only nest in top through mid */
+	assert_string_equal(g.members[0], "u0");
+	assert_int_equal(cache_group_by_name(r, dom, 1, "top", true, &g, NULL), 0);
+	assert_int_equal(cache_group_members(r, "local", &g, &skip_low), 0);
+	assert_int_equal(g.nmembers, 2); /* bottom nests mid too: reached only through low */
+	assert_string_equal(g.members[1], "u1");
+	/* alice: staff lists her; admins nests staff, all and loop nest admins */
+	const char *admins[] = {"admins", NULL};
+	const struct cache_nesting skip_admins = {32, skip_named, admins};
+	uint32_t gids[16];
+	size_t n;
+	assert_int_equal(cache_initgroups(r, dom, 1, "alice", true, &skip_admins, gids, 16, &n), 0);
+	assert_int_equal(n, 2); /* staff, admins (its own gid the caller drops) */
+	assert_int_equal(gids[0], 200);
+	assert_int_equal(gids[1], 201);
+	cache_reader_end(r);
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
@@ -970,6 +1089,8 @@ int main(void)
 	    T(test_lookups),
 	    T(test_initgroups),
 	    T(test_group_members_nested),
+	    T(test_nesting_bounded),
+	    T(test_nesting_skips_withheld),
 	    T(test_noop_refresh_writes_nothing_durable),
 	    T(test_enum_delete_expire),
 	    T(test_enum_unsorted),

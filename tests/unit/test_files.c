@@ -854,7 +854,8 @@ static void test_apply_huge_group(void **state)
 	assert_int_equal(g.nmembers, 7000);
 	uint32_t gids[8];
 	size_t n;
-	assert_int_equal(cache_initgroups(r, dom, 1, "member6999", true, gids, 8, &n), 0);
+	const struct cache_nesting flat = {0, NULL, NULL}; /* files domains nest nothing */
+	assert_int_equal(cache_initgroups(r, dom, 1, "member6999", true, &flat, gids, 8, &n), 0);
 	assert_int_equal(n, 2);
 	cache_reader_end(r);
 	idc_buf_free(&b);

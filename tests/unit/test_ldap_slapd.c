@@ -322,6 +322,45 @@ static void test_coalesce_negative_unchanged(void **state)
 	env_close(&e);
 }
 
+/* Spellings caseIgnore keys alike but a lookup tells apart (straße,
+ * strasse: two users in the directory and the cache) share neither a
+ * negative-cache entry nor a request; spellings of one name still do. */
+static void test_negative_names_apart(void **state)
+{
+	(void)state;
+	struct env e;
+	env_open(&e, uri(port_b, "ldap"), "ldap_schema=rfc2307bis", NULL);
+	assert_int_equal(look(&e, LPROV_LOOKUP_PWNAM,
+			      "nosuchstra\xc3\x9f"
+			      "e",
+			      0),
+			 LPROV_LOOKUP_NOTFOUND);
+	uint64_t s0 = searches(&e);
+	assert_int_equal(look(&e, LPROV_LOOKUP_PWNAM, "nosuchstrasse", 0), LPROV_LOOKUP_NOTFOUND);
+	assert_int_equal(searches(&e) - s0, 1); /* asked for itself */
+	s0 = searches(&e);
+	/* one slot holds one of them (the last); its spellings hit it */
+	assert_int_equal(look(&e, LPROV_LOOKUP_PWNAM, "NoSuchStrasse", 0), LPROV_LOOKUP_NOTFOUND);
+	assert_int_equal(look(&e, LPROV_LOOKUP_PWNAM, "NOSUCHSTRASSE", 0), LPROV_LOOKUP_NOTFOUND);
+	assert_int_equal(searches(&e), s0);
+	/* in flight: one request per name, shared by its spellings only */
+	struct done d = {0, 0};
+	s0 = searches(&e);
+	assert_int_equal(lprov_domain_lookup(e.ld, LPROV_LOOKUP_GRNAM,
+					     "gstra\xc3\x9f"
+					     "e",
+					     0, on_done, &d),
+			 LPROV_LOOKUP_PENDING);
+	assert_int_equal(lprov_domain_lookup(e.ld, LPROV_LOOKUP_GRNAM, "gstrasse", 0, on_done, &d),
+			 LPROV_LOOKUP_PENDING);
+	assert_int_equal(lprov_domain_lookup(e.ld, LPROV_LOOKUP_GRNAM, "GSTRASSE", 0, on_done, &d),
+			 LPROV_LOOKUP_PENDING);
+	wait_done(&e, &d, 3);
+	assert_int_equal(d.res, LPROV_LOOKUP_NOTFOUND);
+	assert_int_equal(searches(&e) - s0, 2);
+	env_close(&e);
+}
+
 static int count_group(const struct cache_group *g, void *arg)
 {
 	(void)g;
@@ -1094,6 +1133,7 @@ int main(void)
 	    cmocka_unit_test(test_rfc2307),
 	    cmocka_unit_test(test_rfc2307bis_nested_cycle),
 	    cmocka_unit_test(test_coalesce_negative_unchanged),
+	    cmocka_unit_test(test_negative_names_apart),
 	    cmocka_unit_test(test_paging_enumerate),
 	    cmocka_unit_test(test_enumerate_grows_a_full_map),
 	    cmocka_unit_test(test_refresh_expired),

@@ -153,6 +153,7 @@ void lprov_domain_free(struct lprov_domain *ld)
 		return;
 	lp_commit_free(ld); /* a store in flight is finished first */
 	lp_req_finish_all(ld, LPROV_LOOKUP_FAILED);
+	lp_neg_free(ld);
 	lp_sync_free(ld); /* first: closing commits nothing then */
 	lp_conn_close(ld);
 	if (ld->password)

@@ -234,9 +234,16 @@ struct lp_req {
 
 /* ==== domain ============================================================== */
 
+/* A lookup the directory answered with nothing: h its key_hash, which
+ * spellings of one name share; kind, id and name (heap; NULL by id) what
+ * a hit must equal (cache_name_answers), so a spelling the directory
+ * tells apart is asked for itself. */
 struct lp_neg {
 	uint64_t h;
 	uint64_t expires_ns;
+	int kind;
+	uint32_t id;
+	char *name;
 };
 
 struct lprov_domain {
@@ -376,6 +383,8 @@ void lp_req_stored(struct lp_req *r, bool page, enum lprov_lookup_result res, in
  * flight on a server that failed. */
 void lp_req_restart_all(struct lprov_domain *ld);
 void lp_req_finish_all(struct lprov_domain *ld, enum lprov_lookup_result res);
+/* The negative cache's names freed (the domain is closing). */
+void lp_neg_free(struct lprov_domain *ld);
 /* Free a request no list holds (an LP_SYNC batch). */
 void lp_req_release(struct lp_req *r);
 /* Whether r lets its stored users go (an enumeration, a poll pass). */

@@ -35,16 +35,33 @@
 
 /* ==== negative cache ========================================================= */
 
+/* The matching rule of the attribute a lookup of kind names. */
+static enum cache_name_rule name_rule(const struct lprov_domain *ld, enum lprov_lookup_kind kind)
+{
+	bool group = kind == LPROV_LOOKUP_GRNAM || kind == LPROV_LOOKUP_GRGID;
+	return cache_name_rule_of_attr(
+	    ld->attr[group ? LPROV_MAP_GROUP_NAME : LPROV_MAP_USER_NAME]);
+}
+
+/* Whether a lookup of name b has the answer of one of name a (NULL: by
+ * id), as the cache tells names apart (cache_name_answers): the negative
+ * cache and coalescing never hand one name's answer to another. */
+static bool same_name(const struct lprov_domain *ld, enum lprov_lookup_kind kind, const char *a,
+		      const char *b)
+{
+	if (!a || !b)
+		return !a && !b;
+	return cache_name_answers(name_rule(ld, kind), a, b);
+}
+
+/* The slot of a lookup: the spellings same_name equates share it
+ * (cache_name_hash); same_name decides on a hit. */
 static uint64_t key_hash(const struct lprov_domain *ld, enum lprov_lookup_kind kind,
 			 const char *name, uint32_t id)
 {
-	char buf[CACHE_NAME_MAX + 32];
-	int n = snprintf(buf, sizeof(buf), "%d:%u:", (int)kind, (unsigned)id);
-	/* the directory answers every spelling its matching rule equates alike */
-	bool group = kind == LPROV_LOOKUP_GRNAM || kind == LPROV_LOOKUP_GRGID;
-	enum lprov_attr f = group ? LPROV_MAP_GROUP_NAME : LPROV_MAP_USER_NAME;
-	n += (int)cache_name_fold(cache_name_rule_of_attr(ld->attr[f]), name, buf + n);
-	return idc_hash64(buf, (size_t)n, ld->hash_seed) | 1;
+	uint64_t seed = ld->hash_seed ^ (((uint64_t)kind << 32 | id) * 0x9e3779b97f4a7c15ull);
+	return name ? cache_name_hash(name_rule(ld, kind), name, seed)
+		    : idc_hash64("", 0, seed) | 1;
 }
 
 static struct lp_neg *neg_slot(struct lprov_domain *ld, uint64_t h)
@@ -52,10 +69,48 @@ static struct lp_neg *neg_slot(struct lprov_domain *ld, uint64_t h)
 	return &ld->neg[h % LP_NEG_SLOTS];
 }
 
-static bool neg_hit(struct lprov_domain *ld, uint64_t h)
+/* Whether slot n holds the lookup (h: its key_hash). */
+static bool neg_is(const struct lprov_domain *ld, const struct lp_neg *n, uint64_t h,
+		   enum lprov_lookup_kind kind, const char *name, uint32_t id)
 {
+	return n->h == h && n->kind == (int)kind && n->id == id &&
+	       same_name(ld, kind, n->name, name);
+}
+
+static bool neg_hit(struct lprov_domain *ld, enum lprov_lookup_kind kind, const char *name,
+		    uint32_t id)
+{
+	uint64_t h = key_hash(ld, kind, name, id);
 	struct lp_neg *n = neg_slot(ld, h);
-	return n->h == h && idc_now_ns() < n->expires_ns;
+	return neg_is(ld, n, h, kind, name, id) && idc_now_ns() < n->expires_ns;
+}
+
+/* Remember that the lookup found nothing (notfound), or forget it. The
+ * slot's earlier lookup goes; without memory for the name nothing is
+ * remembered: the next lookup asks again. */
+static void neg_note(struct lprov_domain *ld, enum lprov_lookup_kind kind, const char *name,
+		     uint32_t id, bool notfound)
+{
+	uint64_t h = key_hash(ld, kind, name, id);
+	struct lp_neg *n = neg_slot(ld, h);
+	if (!notfound && !neg_is(ld, n, h, kind, name, id))
+		return;
+	free(n->name);
+	*n = (struct lp_neg){0};
+	if (!notfound || (name && !(n->name = strdup(name))))
+		return;
+	n->h = h;
+	n->expires_ns = idc_now_ns() + ld->cfg.negative_timeout_ms * 1000000ull;
+	n->kind = (int)kind;
+	n->id = id;
+}
+
+void lp_neg_free(struct lprov_domain *ld)
+{
+	for (size_t i = 0; i < LP_NEG_SLOTS; i++) {
+		free(ld->neg[i].name);
+		ld->neg[i] = (struct lp_neg){0};
+	}
 }
 
 /* ==== request lifecycle ========================================================= */
@@ -137,13 +192,7 @@ static void req_complete(struct lp_req *r, enum lprov_lookup_result res)
 	req_unlink(ld, r);
 	req_forget_searches(ld, r);
 	if (r->kind != LPROV_LOOKUP_ENUMERATE && r->kind != LP_REFRESH && r->kind != LP_POLL) {
-		uint64_t h = key_hash(ld, r->kind, r->name, r->id);
-		struct lp_neg *n = neg_slot(ld, h);
-		if (res == LPROV_LOOKUP_NOTFOUND)
-			*n = (struct lp_neg){h, idc_now_ns() +
-						    ld->cfg.negative_timeout_ms * 1000000ull};
-		else if (n->h == h)
-			n->h = 0;
+		neg_note(ld, r->kind, r->name, r->id, res == LPROV_LOOKUP_NOTFOUND);
 	}
 	for (size_t i = 0; i < r->nw; i++)
 		r->w[i].cb(res, r->w[i].arg);
@@ -478,8 +527,7 @@ struct lp_req *lp_req_find(struct lprov_domain *ld, enum lprov_lookup_kind kind,
 			   uint32_t id)
 {
 	for (struct lp_req *r = ld->reqs; r; r = r->next)
-		if (r->kind == kind && r->id == id &&
-		    ((!name && !r->name) || (name && r->name && lp_name_eq(name, r->name))))
+		if (r->kind == kind && r->id == id && same_name(ld, kind, r->name, name))
 			return r;
 	return NULL;
 }
@@ -506,7 +554,7 @@ enum lprov_lookup_result lprov_domain_lookup(struct lprov_domain *ld, enum lprov
 	/* The feed keeps the cache what the directory holds: no search. */
 	if (lp_sync_live(ld))
 		return LPROV_LOOKUP_NOTFOUND;
-	if (kind != LPROV_LOOKUP_ENUMERATE && neg_hit(ld, key_hash(ld, kind, name, id))) {
+	if (kind != LPROV_LOOKUP_ENUMERATE && neg_hit(ld, kind, name, id)) {
 		ld->nneg++;
 		return LPROV_LOOKUP_NOTFOUND;
 	}
