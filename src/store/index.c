@@ -526,7 +526,7 @@ static size_t ids_unique(uint64_t *ids, size_t n)
  * index is written, those keys get their own block back (delete and put:
  * LMDB leaves a leaf over a quarter full as it is, and the smaller node fits
  * where the larger was). The room they held stays free in every leaf,
- * about SLACK_PAD / (SLACK_EVERY + SLACK_PAD) of it. docs/DESIGN.md §4. */
+ * SLACK_PAD / (SLACK_EVERY + SLACK_PAD) of it, a quarter. docs/DESIGN.md §4. */
 #define SLACK_PAD   256 /* bytes: a block of 32 ids */
 #define SLACK_EVERY (3 * SLACK_PAD)
 
