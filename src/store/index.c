@@ -505,7 +505,8 @@ static int key_merge(MDB_cursor *c, MDB_val *key, const uint64_t *ids, size_t n)
 		rc = block_rewrite(c, key, last, nl + room);
 		i += room;
 	}
-	return rc ? rc : put_blocks(c, key, ids + i, n - i, 0, 0);
+	/* past every block of the key: appended dups, no search of its blocks */
+	return rc ? rc : put_blocks(c, key, ids + i, n - i, MDB_APPENDDUP, MDB_APPENDDUP);
 }
 
 static size_t ids_unique(uint64_t *ids, size_t n)
