@@ -473,10 +473,16 @@ static int last_block(MDB_cursor *c, uint64_t *ids, size_t *n)
  * an older entry) go in one by one. */
 static int key_merge(MDB_cursor *c, MDB_val *key, const uint64_t *ids, size_t n)
 {
+	/* A new key (each one of cn, uid, gidNumber): one search for the put,
+	 * not one to find it absent and another to insert. */
+	size_t first = n < INDEX_BLOCK_IDS ? n : INDEX_BLOCK_IDS;
+	int rc = put_blocks(c, key, ids, first, MDB_NOOVERWRITE, 0);
+	if (rc == 0)
+		return put_blocks(c, key, ids + first, n - first, MDB_APPENDDUP, MDB_APPENDDUP);
+	if (rc != MDB_KEYEXIST)
+		return rc;
 	MDB_val k = *key, v;
-	int rc = mdb_cursor_get(c, &k, &v, MDB_SET);
-	if (rc == MDB_NOTFOUND)
-		return put_blocks(c, key, ids, n, 0, 0);
+	rc = mdb_cursor_get(c, &k, &v, MDB_SET);
 	uint64_t last[INDEX_BLOCK_IDS + 1];
 	size_t nl = 0, i = 0;
 	if (!rc)
@@ -499,7 +505,8 @@ static int key_merge(MDB_cursor *c, MDB_val *key, const uint64_t *ids, size_t n)
 		rc = block_rewrite(c, key, last, nl + room);
 		i += room;
 	}
-	return rc ? rc : put_blocks(c, key, ids + i, n - i, 0, 0);
+	/* past every block of the key: appended dups, no search of its blocks */
+	return rc ? rc : put_blocks(c, key, ids + i, n - i, MDB_APPENDDUP, MDB_APPENDDUP);
 }
 
 static size_t ids_unique(uint64_t *ids, size_t n)
@@ -511,11 +518,71 @@ static size_t ids_unique(uint64_t *ids, size_t n)
 	return m;
 }
 
+/* ---- slack in appended leaves ------------------------------------------------------
+ * MDB_APPEND packs leaves full, so after an import the first insert of a
+ * random key (cn, gidNumber, a new user's uid) into each leaf splits it: a
+ * page split per add at 10^6 entries. LMDB has no fill factor; this makes
+ * one. While an index is appended, one key in every SLACK_EVERY bytes of
+ * leaf nodes goes in with its block padded to SLACK_PAD bytes; once the
+ * index is written, those keys get their own block back (delete and put:
+ * LMDB leaves a leaf over a quarter full as it is, and the smaller node fits
+ * where the larger was). The room they held stays free in every leaf,
+ * SLACK_PAD / (SLACK_EVERY + SLACK_PAD) of it, a quarter. docs/DESIGN.md §4. */
+#define SLACK_PAD   256 /* bytes: a block of 32 ids */
+#define SLACK_EVERY (3 * SLACK_PAD)
+
+struct slack_key {
+	MDB_val key;
+	size_t pos; /* its ids: ids[pos..pos+n) */
+	size_t n;
+};
+
+struct slack {
+	struct idc_buf pad; /* struct slack_key of each padded key, in key order */
+	size_t used;        /* leaf bytes appended since the last padded key */
+};
+
+/* Append key's ids; padded when its turn has come (and one block holds them). */
+static int slack_append(MDB_cursor *c, struct slack *sl, MDB_val *key, const uint64_t *ids,
+			size_t pos, size_t n)
+{
+	size_t bytes = n * sizeof(uint64_t);
+	sl->used += 8 + key->mv_size + bytes + 2; /* node header, key, data, slot */
+	if (bytes >= SLACK_PAD || sl->used < SLACK_EVERY)
+		return put_blocks(c, key, ids + pos, n, MDB_APPEND, MDB_APPENDDUP);
+	struct slack_key p = {*key, pos, n};
+	if (idc_buf_append(&sl->pad, &p, sizeof(p)))
+		return ENOMEM;
+	uint64_t be[SLACK_PAD / sizeof(uint64_t)] = {0};
+	block_encode(ids + pos, n, be); /* the tail is never read: slack_release rewrites it */
+	MDB_val v = {SLACK_PAD, be};
+	sl->used = 0;
+	return mdb_cursor_put(c, key, &v, MDB_APPEND);
+}
+
+/* Every padded key back to its own block, leaving the room behind. */
+static int slack_release(MDB_cursor *c, struct slack *sl, const uint64_t *ids)
+{
+	int rc = 0;
+	for (size_t off = 0; off < sl->pad.len && !rc; off += sizeof(struct slack_key)) {
+		struct slack_key p;
+		memcpy(&p, sl->pad.data + off, sizeof(p));
+		MDB_val k = p.key, v;
+		rc = mdb_cursor_get(c, &k, &v, MDB_SET);
+		if (!rc)
+			rc = mdb_cursor_del(c, 0);
+		if (!rc)
+			rc = put_blocks(c, &p.key, ids + p.pos, p.n, 0, 0);
+	}
+	return rc;
+}
+
 static int bulk_write(struct store_txn *t, struct bulk_list *b)
 {
 	uint32_t *order = malloc((b->ngroups ? b->ngroups : 1) * sizeof(*order));
 	uint64_t *ids = order ? bulk_sort(b, order) : NULL;
 	MDB_cursor *c = NULL;
+	struct slack sl = {IDC_BUF_INIT, 0};
 	int rc = !ids ? ENOMEM : mdb_cursor_open(t->txn, b->dbi, &c);
 	size_t pos = 0;
 	for (uint32_t k = 0; k < b->ngroups && !rc; k++) {
@@ -524,7 +591,7 @@ static int bulk_write(struct store_txn *t, struct bulk_list *b)
 		MDB_val key = {g->len, b->keys.data + g->off};
 		size_t n = ids_unique(ids + pos, end - pos); /* a value twice in one entry */
 		if (b->was_empty)
-			rc = put_blocks(c, &key, ids + pos, n, MDB_APPEND, MDB_APPENDDUP);
+			rc = slack_append(c, &sl, &key, ids, pos, n);
 		else
 			rc = key_merge(c, &key, ids + pos, n);
 		/* under an append, present already means the pairs were not in order */
@@ -534,6 +601,9 @@ static int bulk_write(struct store_txn *t, struct bulk_list *b)
 		}
 		pos = end;
 	}
+	if (!rc && sl.pad.len)
+		rc = slack_release(c, &sl, ids);
+	idc_buf_free(&sl.pad);
 	if (c)
 		mdb_cursor_close(c);
 	free(order);

@@ -1318,6 +1318,114 @@ static void test_bulk_key_order(void **state)
 	store_txn_abort(t);
 }
 
+/* ---- slack in appended leaves (index.c, slack_append) ------------------------------ */
+
+#define SLACK_USERS 8000
+#define SLACK_ADDS  200
+
+struct slack_run {
+	struct fx *f;
+	size_t from, n;
+	bool tree; /* the base entries first */
+};
+
+/* A cn spread over the whole key range, even for the first import, odd
+ * (so between two imported keys) for the adds after it. */
+static unsigned slack_cn(size_t i, bool later)
+{
+	return (unsigned)((i * 2654435761u) % 1000000000u) * 2u + later;
+}
+
+static int slack_fn(struct store_txn *t, void *arg, struct idc_diag *d)
+{
+	struct slack_run *r = arg;
+	idc_arena_reset(&r->f->arena);
+	static const char *const tree[] = {
+	    "dc=example,dc=com\nobjectClass: domain\ndc: example",
+	    "ou=people,dc=example,dc=com\nobjectClass: organizationalUnit\nou: people"};
+	for (size_t i = 0; r->tree && i < IDC_ARRAY_SIZE(tree); i++) {
+		struct store_entry e = mk(r->f, tree[i]);
+		int rc = store_add(t, &e, NULL, d);
+		if (rc)
+			return rc;
+	}
+	for (size_t i = r->from; i < r->from + r->n; i++) {
+		char buf[256];
+		snprintf(
+		    buf, sizeof(buf),
+		    "uid=s%06zu,ou=people,dc=example,dc=com\nobjectClass: person\nuid: s%06zu\n"
+		    "cn: c%010u",
+		    i, i, slack_cn(i, r->from > 0));
+		struct store_entry e = mk(r->f, buf);
+		int rc = store_add(t, &e, NULL, d);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+/* Leaf pages of eq.cn, read with LMDB itself while the store is closed. */
+static size_t cn_leaves(const char *dir)
+{
+	MDB_env *env;
+	MDB_txn *txn;
+	MDB_dbi dbi;
+	MDB_stat st;
+	assert_int_equal(mdb_env_create(&env), 0);
+	assert_int_equal(mdb_env_set_maxdbs(env, 32), 0);
+	assert_int_equal(mdb_env_open(env, dir, MDB_RDONLY, 0600), 0);
+	assert_int_equal(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn), 0);
+	assert_int_equal(mdb_dbi_open(txn, "eq.cn", 0, &dbi), 0);
+	assert_int_equal(mdb_stat(txn, dbi, &st), 0);
+	assert_int_equal(st.ms_entries, SLACK_USERS + SLACK_ADDS * (st.ms_entries > SLACK_USERS));
+	mdb_txn_abort(txn);
+	mdb_env_close(env);
+	return st.ms_leaf_pages;
+}
+
+static void slack_reopen(struct fx *f)
+{
+	store_close(f->s);
+	f->s = NULL;
+	struct store_options o = {STORE_NOSYNC, 0, default_indexes, IDC_ARRAY_SIZE(default_indexes),
+				  0};
+	struct idc_diag d = {""};
+	assert_int_equal(store_open(f->dir, &o, &f->s, &d), 0);
+}
+
+/* Keys imported into an empty index leave room in their leaves: random
+ * adds after the import fit there instead of splitting a leaf each (LMDB's
+ * MDB_APPEND alone packs every leaf full), and every key and id is intact. */
+static void test_bulk_leaves_keep_slack(void **state)
+{
+	struct fx *f = *state;
+	struct idc_diag d = {""};
+	struct slack_run r = {f, 0, SLACK_USERS, true};
+	assert_int_equal(store_write(f->s, STORE_TXN_BULK, slack_fn, &r, &d), 0);
+	store_close(f->s);
+	f->s = NULL;
+	size_t before = cn_leaves(f->dir);
+	slack_reopen(f);
+	r = (struct slack_run){f, SLACK_USERS, SLACK_ADDS, false};
+	assert_int_equal(store_write(f->s, 0, slack_fn, &r, &d), 0);
+	store_close(f->s);
+	f->s = NULL;
+	size_t after = cn_leaves(f->dir);
+	assert_true(before > 20); /* the adds reach most leaves, several each */
+	assert_true(after <= before + before / 10);
+	slack_reopen(f);
+	char filter[64];
+	for (size_t i = 0; i < SLACK_USERS + SLACK_ADDS; i += 97) {
+		snprintf(filter, sizeof(filter), "(cn=c%010u)", slack_cn(i, i >= SLACK_USERS));
+		assert_int_equal(count(f, filter), 1);
+	}
+	assert_int_equal(count(f, "(cn=*)"), SLACK_USERS + SLACK_ADDS);
+	struct store_txn *t;
+	assert_int_equal(store_txn_begin(f->s, NULL, STORE_TXN_RDONLY, &t, NULL), 0);
+	assert_int_equal(store_check(t, NULL, NULL), 0);
+	store_txn_abort(t);
+}
+
 /* One normalization per value serves the checks and the index keys: a
  * failed add leaves no keys behind for the next one, and values that skip
  * normalization (one text value, unindexed) still compare by their rule. */
@@ -1711,6 +1819,7 @@ int main(void)
 	    T(test_index_blocks),
 	    T(test_long_values),
 	    T(test_bulk_key_order),
+	    T(test_bulk_leaves_keep_slack),
 	    T(test_add_checks_and_keys),
 	    cmocka_unit_test(test_attr_name_memo),
 	    cmocka_unit_test(test_entry_codec_rejects_garbage),
