@@ -19,11 +19,11 @@ struct pair_ref {
  * few dozen times. */
 static uint64_t name_prefix(const char *p, size_t n)
 {
-	unsigned char b[8] = {0};
-	memcpy(b, p, n < 8 ? n : 8);
 	uint64_t x = 0;
-	for (int i = 0; i < 8; i++)
-		x = x << 8 | b[i];
+	memcpy(&x, p, n < 8 ? n : 8);
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	x = __builtin_bswap64(x);
+#endif
 	return x;
 }
 

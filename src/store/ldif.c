@@ -111,9 +111,12 @@ static int shown(struct store_val v)
 	return v.len > 64 ? 64 : (int)v.len;
 }
 
-static bool is_kw(struct store_val v, const char *kw)
+/* Inlined with the length test first: every line of every record is asked
+ * about four keywords, and most names differ from them in length. */
+static inline bool is_kw(struct store_val v, const char *kw)
 {
-	return idc_memcaseeq(v.ptr, v.len, kw, strlen(kw));
+	size_t n = strlen(kw);
+	return v.len == n && idc_memcaseeq(v.ptr, v.len, kw, n);
 }
 
 static struct store_val trim_right(struct store_val v)
@@ -163,6 +166,12 @@ void ldif_close(struct ldif_reader *r)
 uint64_t ldif_offset(const struct ldif_reader *r)
 {
 	return r->base + r->pos;
+}
+
+void ldif_record_span(const struct ldif_reader *r, const char **p, size_t *n)
+{
+	*p = r->buf + r->rstart;
+	*n = r->pos - r->rstart;
 }
 
 /* ==== reading physical lines ================================================ */
@@ -444,7 +453,11 @@ static int parse_add(struct ldif_reader *r, size_t i, struct ldif_record *rec, s
 		int rc = check_value_line(r, l, "an add record", d);
 		if (rc)
 			return rc;
-		if (!check_attr(r, l, l->name, canon, d))
+		/* a name spelled as the line before's (objectClass, member) was
+		 * checked there */
+		bool again = n > 0 && r->pairs[n - 1].name.len == l->name.len &&
+			     memcmp(r->pairs[n - 1].name.ptr, l->name.ptr, l->name.len) == 0;
+		if (!again && !check_attr(r, l, l->name, canon, d))
 			return IDC_ESYNTAX;
 		r->pairs[n].name = l->name;
 		r->pairs[n].value = l->value;
