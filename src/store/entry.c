@@ -58,12 +58,12 @@ static int pair_refs(struct idc_arena *a, const struct store_pair *pairs, size_t
 			refs[i].idx = i;
 			continue;
 		}
-		size_t len = store_attr_canon(nm->ptr, nm->len, canon);
+		const char *p;
+		size_t len = store_attr_canon_ref(nm->ptr, nm->len, canon, &p);
 		if (len == 0)
 			return idc_diag_set(d, IDC_ESYNTAX, "invalid attribute name '%.*s'",
 					    (int)(nm->len > 64 ? 64 : nm->len), nm->ptr);
-		char *p = idc_arena_strndup(a, canon, len);
-		if (!p)
+		if (p == canon && !(p = idc_arena_strndup(a, canon, len)))
 			return -ENOMEM;
 		refs[i] = (struct pair_ref){p, len, name_prefix(p, len), i};
 	}

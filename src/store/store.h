@@ -87,6 +87,11 @@ enum store_rule {
  * returns the length, or 0 when name is not a valid description
  * (descr = ALPHA *(ALPHA/DIGIT/"-"), or a numeric OID; options likewise). */
 size_t store_attr_canon(const char *name, size_t len, char out[STORE_ATTR_MAX]);
+/* The same, *canon pointing at the canonical name: a copy kept for the
+ * life of the process (never changed once written) for the names asked
+ * about first, else buf, which the caller copies if it keeps it. */
+size_t store_attr_canon_ref(const char *name, size_t len, char buf[STORE_ATTR_MAX],
+			    const char **canon);
 
 /* Matching rule of a canonical attribute name; unknown ones: caseIgnore. */
 enum store_rule store_attr_rule(const char *norm, size_t len);
