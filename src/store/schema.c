@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <string.h>
 
 /* ==== tables =============================================================== */
@@ -349,9 +350,12 @@ size_t store_attr_canon(const char *name, size_t len, char out[STORE_ATTR_MAX])
  * preparing it. */
 enum { INTERN_EMPTY, INTERN_BUSY, INTERN_READY };
 
+static enum store_rule attr_rule(const char *norm, size_t len);
+
 struct canon_intern {
 	_Atomic unsigned char state;
 	unsigned char len, clen;
+	unsigned char rule; /* attr_rule of canon: store_attr_rule knows these pointers */
 	char name[MEMO_NAME];
 	char canon[MEMO_NAME];
 };
@@ -383,6 +387,7 @@ size_t store_attr_canon_ref(const char *name, size_t len, char buf[STORE_ATTR_MA
 		in->clen = (unsigned char)n;
 		memcpy(in->name, name, len);
 		memcpy(in->canon, buf, n + 1);
+		in->rule = (unsigned char)attr_rule(in->canon, n);
 		atomic_store_explicit(&in->state, INTERN_READY, memory_order_release);
 	}
 	return n;
@@ -428,6 +433,13 @@ enum store_rule store_attr_rule(const char *norm, size_t len)
 {
 	if (!norm || len == 0 || len >= MEMO_NAME)
 		return attr_rule(norm, len);
+	/* a name store_attr_canon_ref handed out: its slot knows the rule */
+	uintptr_t at = (uintptr_t)norm - (uintptr_t)canon_interned;
+	if (at < sizeof(canon_interned)) {
+		const struct canon_intern *in = &canon_interned[at / sizeof(*in)];
+		if (norm == in->canon && len == in->clen)
+			return (enum store_rule)in->rule;
+	}
 	struct rule_memo *m = &rule_memo[memo_slot(norm, len)];
 	if (m->len == len && memcmp(m->name, norm, len) == 0)
 		return (enum store_rule)m->rule;
