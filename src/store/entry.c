@@ -10,22 +10,9 @@
 struct pair_ref {
 	const char *norm;
 	size_t norm_len;
-	uint64_t pfx; /* the first 8 bytes of norm, big-endian, zero-padded */
+	uint64_t pfx; /* store_prefix64 of norm: names mostly differ there */
 	size_t idx;   /* position in the input: keeps values in their given order */
 };
-
-/* Names mostly differ in their first 8 bytes: one integer compare settles
- * them, where the sort of every entry's pairs otherwise called memcmp a
- * few dozen times. */
-static uint64_t name_prefix(const char *p, size_t n)
-{
-	uint64_t x = 0;
-	memcpy(&x, p, n < 8 ? n : 8);
-#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-	x = __builtin_bswap64(x);
-#endif
-	return x;
-}
 
 static int pair_ref_cmp(const void *a, const void *b)
 {
@@ -65,7 +52,7 @@ static int pair_refs(struct idc_arena *a, const struct store_pair *pairs, size_t
 					    (int)(nm->len > 64 ? 64 : nm->len), nm->ptr);
 		if (p == canon && !(p = idc_arena_strndup(a, canon, len)))
 			return -ENOMEM;
-		refs[i] = (struct pair_ref){p, len, name_prefix(p, len), i};
+		refs[i] = (struct pair_ref){p, len, store_prefix64(p, len), i};
 	}
 	return 0;
 }
