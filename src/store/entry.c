@@ -10,22 +10,9 @@
 struct pair_ref {
 	const char *norm;
 	size_t norm_len;
-	uint64_t pfx; /* the first 8 bytes of norm, big-endian, zero-padded */
+	uint64_t pfx; /* store_prefix64 of norm: names mostly differ there */
 	size_t idx;   /* position in the input: keeps values in their given order */
 };
-
-/* Names mostly differ in their first 8 bytes: one integer compare settles
- * them, where the sort of every entry's pairs otherwise called memcmp a
- * few dozen times. */
-static uint64_t name_prefix(const char *p, size_t n)
-{
-	unsigned char b[8] = {0};
-	memcpy(b, p, n < 8 ? n : 8);
-	uint64_t x = 0;
-	for (int i = 0; i < 8; i++)
-		x = x << 8 | b[i];
-	return x;
-}
 
 static int pair_ref_cmp(const void *a, const void *b)
 {
@@ -58,14 +45,14 @@ static int pair_refs(struct idc_arena *a, const struct store_pair *pairs, size_t
 			refs[i].idx = i;
 			continue;
 		}
-		size_t len = store_attr_canon(nm->ptr, nm->len, canon);
+		const char *p;
+		size_t len = store_attr_canon_ref(nm->ptr, nm->len, canon, &p);
 		if (len == 0)
 			return idc_diag_set(d, IDC_ESYNTAX, "invalid attribute name '%.*s'",
 					    (int)(nm->len > 64 ? 64 : nm->len), nm->ptr);
-		char *p = idc_arena_strndup(a, canon, len);
-		if (!p)
+		if (p == canon && !(p = idc_arena_strndup(a, canon, len)))
 			return -ENOMEM;
-		refs[i] = (struct pair_ref){p, len, name_prefix(p, len), i};
+		refs[i] = (struct pair_ref){p, len, store_prefix64(p, len), i};
 	}
 	return 0;
 }

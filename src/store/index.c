@@ -259,13 +259,44 @@ static int bulk_add(struct store_txn *t, MDB_dbi dbi, struct store_val key, uint
 static _Thread_local const char *bulk_base;
 static _Thread_local const struct bulk_group *bulk_groups;
 
+/* A group and its key's store_prefix64, which settles most comparisons. */
+struct group_ref {
+	uint64_t pfx;
+	uint32_t g;
+};
+
 static int group_cmp(const void *a, const void *b)
 {
-	const struct bulk_group *x = &bulk_groups[*(const uint32_t *)a];
-	const struct bulk_group *y = &bulk_groups[*(const uint32_t *)b];
+	const struct group_ref *rx = a, *ry = b;
+	if (rx->pfx != ry->pfx)
+		return rx->pfx < ry->pfx ? -1 : 1;
+	const struct bulk_group *x = &bulk_groups[rx->g], *y = &bulk_groups[ry->g];
 	size_t n = x->len < y->len ? x->len : y->len;
-	int c = memcmp(bulk_base + x->off, bulk_base + y->off, n);
+	int c = n > 8 ? memcmp(bulk_base + x->off + 8, bulk_base + y->off + 8, n - 8) : 0;
 	return c ? c : (x->len > y->len) - (x->len < y->len);
+}
+
+/* order[] gets the groups in key order; 0 or -ENOMEM. */
+static int sort_groups(const struct bulk_list *b, uint32_t *order)
+{
+	if (b->sorted) {
+		for (uint32_t g = 0; g < b->ngroups; g++)
+			order[g] = g;
+		return 0;
+	}
+	struct group_ref *r = malloc((b->ngroups ? b->ngroups : 1) * sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	for (uint32_t g = 0; g < b->ngroups; g++)
+		r[g] = (struct group_ref){
+		    store_prefix64(b->keys.data + b->groups[g].off, b->groups[g].len), g};
+	bulk_base = b->keys.data;
+	bulk_groups = b->groups;
+	qsort(r, b->ngroups, sizeof(*r), group_cmp);
+	for (uint32_t k = 0; k < b->ngroups; k++)
+		order[k] = r[k].g;
+	free(r);
+	return 0;
 }
 
 /* Ids grouped by key in key order (a counting sort keeps each key's ids in
@@ -273,14 +304,10 @@ static int group_cmp(const void *a, const void *b)
 static uint64_t *bulk_sort(struct bulk_list *b, uint32_t *order)
 {
 	uint64_t *ids = malloc((b->n ? b->n : 1) * sizeof(*ids));
-	if (!ids)
+	if (!ids || sort_groups(b, order)) {
+		free(ids);
 		return NULL;
-	for (uint32_t g = 0; g < b->ngroups; g++)
-		order[g] = g;
-	bulk_base = b->keys.data;
-	bulk_groups = b->groups;
-	if (!b->sorted)
-		qsort(order, b->ngroups, sizeof(*order), group_cmp);
+	}
 	size_t pos = 0;
 	for (uint32_t k = 0; k < b->ngroups; k++) {
 		struct bulk_group *g = &b->groups[order[k]];

@@ -111,9 +111,12 @@ static int shown(struct store_val v)
 	return v.len > 64 ? 64 : (int)v.len;
 }
 
-static bool is_kw(struct store_val v, const char *kw)
+/* Inlined with the length test first: every line of every record is asked
+ * about four keywords, and most names differ from them in length. */
+static inline bool is_kw(struct store_val v, const char *kw)
 {
-	return idc_memcaseeq(v.ptr, v.len, kw, strlen(kw));
+	size_t n = strlen(kw);
+	return v.len == n && idc_memcaseeq(v.ptr, v.len, kw, n);
 }
 
 static struct store_val trim_right(struct store_val v)
@@ -163,6 +166,12 @@ void ldif_close(struct ldif_reader *r)
 uint64_t ldif_offset(const struct ldif_reader *r)
 {
 	return r->base + r->pos;
+}
+
+void ldif_record_span(const struct ldif_reader *r, const char **p, size_t *n)
+{
+	*p = r->buf + r->rstart;
+	*n = r->pos - r->rstart;
 }
 
 /* ==== reading physical lines ================================================ */
@@ -401,12 +410,14 @@ static int lex_record(struct ldif_reader *r, struct idc_diag *d)
 
 /* ==== records ================================================================ */
 
-/* Check that name is a valid attribute description; canon gets its
- * canonical form and the return is its length, or 0 after setting d. */
+/* Check that name is a valid attribute description; *canon gets its
+ * canonical form (in buf, or kept by store_attr_canon_ref) and the return
+ * is its length, or 0 after setting d. */
 static size_t check_attr(const struct ldif_reader *r, const struct ldif_lline *l,
-			 struct store_val name, char canon[STORE_ATTR_MAX], struct idc_diag *d)
+			 struct store_val name, char buf[STORE_ATTR_MAX], const char **canon,
+			 struct idc_diag *d)
 {
-	size_t n = store_attr_canon(name.ptr, name.len, canon);
+	size_t n = store_attr_canon_ref(name.ptr, name.len, buf, canon);
 	if (n == 0)
 		fail(r, d, IDC_ESYNTAX, l->line, "invalid attribute description '%.*s'",
 		     shown(name), name.ptr);
@@ -444,7 +455,12 @@ static int parse_add(struct ldif_reader *r, size_t i, struct ldif_record *rec, s
 		int rc = check_value_line(r, l, "an add record", d);
 		if (rc)
 			return rc;
-		if (!check_attr(r, l, l->name, canon, d))
+		/* a name spelled as the line before's (objectClass, member) was
+		 * checked there */
+		bool again = n > 0 && r->pairs[n - 1].name.len == l->name.len &&
+			     memcmp(r->pairs[n - 1].name.ptr, l->name.ptr, l->name.len) == 0;
+		const char *ref;
+		if (!again && !check_attr(r, l, l->name, canon, &ref, d))
 			return IDC_ESYNTAX;
 		r->pairs[n].name = l->name;
 		r->pairs[n].value = l->value;
@@ -475,7 +491,10 @@ static int begin_mod(struct ldif_reader *r, const struct ldif_lline *l, struct s
 	m->attr = trim_right(l->value);
 	m->vals = NULL;
 	m->nvals = 0;
-	*canonlen = check_attr(r, l, m->attr, canon, d);
+	const char *ref;
+	*canonlen = check_attr(r, l, m->attr, canon, &ref, d);
+	if (*canonlen && ref != canon)
+		memcpy(canon, ref, *canonlen + 1);
 	return *canonlen ? 0 : IDC_ESYNTAX;
 }
 
@@ -484,11 +503,12 @@ static int begin_mod(struct ldif_reader *r, const struct ldif_lline *l, struct s
 static int mod_value(struct ldif_reader *r, const struct ldif_lline *l, const struct store_mod *m,
 		     const char *want, size_t wantlen, struct idc_diag *d)
 {
-	char canon[STORE_ATTR_MAX];
+	char buf[STORE_ATTR_MAX];
+	const char *canon;
 	int rc = check_value_line(r, l, "a modify record", d);
 	if (rc)
 		return rc;
-	size_t n = check_attr(r, l, l->name, canon, d);
+	size_t n = check_attr(r, l, l->name, buf, &canon, d);
 	if (!n)
 		return IDC_ESYNTAX;
 	if (n != wantlen || memcmp(canon, want, n) != 0)

@@ -154,6 +154,53 @@ int ldif_record_copy(struct idc_arena *a, struct ldif_record *r)
 	return 0;
 }
 
+/* v, which points into [from, ..), to the same place in the copy at to. */
+static void rebase(struct store_val *v, const char *from, char *to)
+{
+	if (v->ptr)
+		v->ptr = to + (v->ptr - from);
+}
+
+/* One memcpy of the block instead of two per line: copying each string
+ * was an eighth of the reader's instructions. The reader parses in place,
+ * so every string of the record lies in its span (store.h). */
+int ldif_record_copy_span(struct idc_arena *a, struct ldif_record *r, const char *p, size_t n)
+{
+	size_t nvals = 0;
+	for (size_t i = 0; i < r->nmods; i++)
+		nvals += r->mods[i].nvals;
+	struct store_pair *pairs = NULL;
+	struct store_mod *mods = NULL;
+	struct store_val *vals = NULL;
+	char *at = idc_arena_alloc(a, n + 1);
+	if (!at || (r->npairs && !(pairs = idc_arena_alloc(a, r->npairs * sizeof(*pairs)))) ||
+	    (r->nmods && !(mods = idc_arena_alloc(a, r->nmods * sizeof(*mods)))) ||
+	    (nvals && !(vals = idc_arena_alloc(a, nvals * sizeof(*vals)))))
+		return -ENOMEM;
+	memcpy(at, p, n + 1);
+	for (size_t i = 0; i < r->npairs; i++) {
+		pairs[i] = r->pairs[i];
+		rebase(&pairs[i].name, p, at);
+		rebase(&pairs[i].value, p, at);
+	}
+	for (size_t i = 0; i < r->nmods; i++) {
+		mods[i] = r->mods[i];
+		rebase(&mods[i].attr, p, at);
+		if (mods[i].nvals)
+			memcpy(vals, mods[i].vals, mods[i].nvals * sizeof(*vals));
+		mods[i].vals = mods[i].nvals ? vals : NULL;
+		for (size_t k = 0; k < mods[i].nvals; k++)
+			rebase(&vals[k], p, at);
+		vals += mods[i].nvals;
+	}
+	r->pairs = pairs;
+	r->mods = mods;
+	rebase(&r->dn, p, at);
+	rebase(&r->newrdn, p, at);
+	rebase(&r->newsuperior, p, at);
+	return 0;
+}
+
 int ldif_import_fn(struct store_txn *t, void *arg, struct idc_diag *d)
 {
 	struct ldif_import *im = arg;

@@ -178,8 +178,9 @@ static int naming_ava(struct store_val type, struct store_val value, size_t rdn,
 	struct naming_ctx *c = arg;
 	if (rdn != 0)
 		return 1; /* past the first RDN: stop, nothing wrong */
-	char canon[STORE_ATTR_MAX];
-	size_t n = store_attr_canon(type.ptr, type.len, canon);
+	char buf[STORE_ATTR_MAX];
+	const char *canon;
+	size_t n = store_attr_canon_ref(type.ptr, type.len, buf, &canon);
 	const struct store_attr *a = n ? store_entry_attr(c->e, canon, n) : NULL;
 	enum store_rule r = store_attr_rule(canon, n);
 	/* The same bytes normalize the same way, and check_attr has seen the

@@ -77,9 +77,14 @@ static inline __attribute__((always_inline)) size_t squeeze_to(const char *s, si
 {
 	bool trim_lead = part == STORE_PREP_VALUE || part == STORE_PREP_INITIAL;
 	bool trim_trail = part == STORE_PREP_VALUE || part == STORE_PREP_FINAL;
-	size_t k = 0;
+	size_t k = 0, i = 0;
 	bool pend = false;
-	for (size_t i = 0; i < n; i++) {
+	/* The run before the first space or other byte (most values are all
+	 * of one such run): no space is pending, so k keeps step with i. */
+	if (mode != SQ_UNICODE)
+		for (; i < n && (unsigned char)(s[i] - 0x21) <= 0x5d; i++, k++)
+			w[k] = lower ? idc_tolower(s[i]) : s[i];
+	for (; i < n; i++) {
 		unsigned char c = (unsigned char)s[i];
 		if (mode == SQ_ASCII && (unsigned char)(c - 0x20) > 0x5e)
 			return SQ_GAVE_UP;

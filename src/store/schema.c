@@ -9,6 +9,8 @@
 #include "store_int.h"
 
 #include <errno.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <string.h>
 
 /* ==== tables =============================================================== */
@@ -308,12 +310,16 @@ struct canon_memo {
 
 static _Thread_local struct canon_memo canon_memo[MEMO_SLOTS];
 
-static size_t memo_slot(const char *name, size_t len)
+static size_t name_hash(const char *name, size_t len)
 {
 	/* the length and three bytes tell the usual names apart */
-	size_t h = len * 31u + (unsigned char)name[0] * 7u + (unsigned char)name[len / 2] * 13u +
-		   (unsigned char)name[len - 1];
-	return h % MEMO_SLOTS;
+	return len * 31u + (unsigned char)name[0] * 7u + (unsigned char)name[len / 2] * 13u +
+	       (unsigned char)name[len - 1];
+}
+
+static size_t memo_slot(const char *name, size_t len)
+{
+	return name_hash(name, len) % MEMO_SLOTS;
 }
 
 size_t store_attr_canon(const char *name, size_t len, char out[STORE_ATTR_MAX])
@@ -334,6 +340,55 @@ size_t store_attr_canon(const char *name, size_t len, char out[STORE_ATTR_MAX])
 		memcpy(m->name, name, len);
 		memcpy(m->canon, out, n + 1);
 		memset(m->canon + n + 1, 0, MEMO_NAME - n - 1);
+	}
+	return n;
+}
+
+/* Canonical names shared by all threads, each slot written once by the
+ * first thread that claims it and read-only after: entries can point at
+ * them, where copying the name into every entry's arena cost a tenth of
+ * preparing it. */
+enum { INTERN_EMPTY, INTERN_BUSY, INTERN_READY };
+
+static enum store_rule attr_rule(const char *norm, size_t len);
+
+struct canon_intern {
+	_Atomic unsigned char state;
+	unsigned char len, clen;
+	unsigned char rule; /* attr_rule of canon: store_attr_rule knows these pointers */
+	char name[MEMO_NAME];
+	char canon[MEMO_NAME];
+};
+
+#define INTERN_SLOTS 256 /* slots are never reused: room against collisions */
+
+static struct canon_intern canon_interned[INTERN_SLOTS];
+
+size_t store_attr_canon_ref(const char *name, size_t len, char buf[STORE_ATTR_MAX],
+			    const char **canon)
+{
+	*canon = buf;
+	if (!name || len == 0 || len >= MEMO_NAME)
+		return attr_canon(name, len, buf);
+	/* two more bytes: a slot keeps the first name that took it */
+	size_t h =
+	    name_hash(name, len) + (unsigned char)name[len - 1] * 2u + (unsigned char)name[len / 4];
+	struct canon_intern *in = &canon_interned[h % INTERN_SLOTS];
+	unsigned char st = atomic_load_explicit(&in->state, memory_order_acquire);
+	if (st == INTERN_READY && in->len == len && memcmp(in->name, name, len) == 0) {
+		*canon = in->canon;
+		return in->clen;
+	}
+	size_t n = store_attr_canon(name, len, buf);
+	unsigned char empty = INTERN_EMPTY;
+	if (st == INTERN_EMPTY && n > 0 && n < MEMO_NAME &&
+	    atomic_compare_exchange_strong(&in->state, &empty, INTERN_BUSY)) {
+		in->len = (unsigned char)len;
+		in->clen = (unsigned char)n;
+		memcpy(in->name, name, len);
+		memcpy(in->canon, buf, n + 1);
+		in->rule = (unsigned char)attr_rule(in->canon, n);
+		atomic_store_explicit(&in->state, INTERN_READY, memory_order_release);
 	}
 	return n;
 }
@@ -378,6 +433,13 @@ enum store_rule store_attr_rule(const char *norm, size_t len)
 {
 	if (!norm || len == 0 || len >= MEMO_NAME)
 		return attr_rule(norm, len);
+	/* a name store_attr_canon_ref handed out: its slot knows the rule */
+	uintptr_t at = (uintptr_t)norm - (uintptr_t)canon_interned;
+	if (at < sizeof(canon_interned)) {
+		const struct canon_intern *in = &canon_interned[at / sizeof(*in)];
+		if (norm == in->canon && len == in->clen)
+			return (enum store_rule)in->rule;
+	}
 	struct rule_memo *m = &rule_memo[memo_slot(norm, len)];
 	if (m->len == len && memcmp(m->name, norm, len) == 0)
 		return (enum store_rule)m->rule;

@@ -87,6 +87,11 @@ enum store_rule {
  * returns the length, or 0 when name is not a valid description
  * (descr = ALPHA *(ALPHA/DIGIT/"-"), or a numeric OID; options likewise). */
 size_t store_attr_canon(const char *name, size_t len, char out[STORE_ATTR_MAX]);
+/* The same, *canon pointing at the canonical name: a copy kept for the
+ * life of the process (never changed once written) for the names asked
+ * about first, else buf, which the caller copies if it keeps it. */
+size_t store_attr_canon_ref(const char *name, size_t len, char buf[STORE_ATTR_MAX],
+			    const char **canon);
 
 /* Matching rule of a canonical attribute name; unknown ones: caseIgnore. */
 enum store_rule store_attr_rule(const char *norm, size_t len);
@@ -483,6 +488,9 @@ int ldif_open(FILE *f, const char *name, struct ldif_reader **out);
 int ldif_next(struct ldif_reader *r, struct ldif_record *rec, struct idc_diag *d);
 /* Bytes consumed so far (for progress). */
 uint64_t ldif_offset(const struct ldif_reader *r);
+/* The reader's bytes of the record ldif_next returned last: every string
+ * of it lies in [*p, *p + *n], its NUL included (*p + *n is readable). */
+void ldif_record_span(const struct ldif_reader *r, const char **p, size_t *n);
 void ldif_close(struct ldif_reader *r);
 
 /* ---- applying LDIF (ldif_apply.c) ---- */
@@ -490,6 +498,9 @@ void ldif_close(struct ldif_reader *r);
 /* Make rec's strings and arrays copies in a (so rec outlives the reader's
  * next call): 0 or -ENOMEM. */
 int ldif_record_copy(struct idc_arena *a, struct ldif_record *rec);
+/* The same from the record's span (ldif_record_span): one copy of the
+ * block, its strings pointing into it. */
+int ldif_record_copy_span(struct idc_arena *a, struct ldif_record *rec, const char *p, size_t n);
 
 /* Prefix d with what failed: "op 'dn': " before a message that does not
  * name dn, "op: " before one that does (op may be NULL: no op word); an

@@ -5,6 +5,9 @@
 #ifndef IDC_STORE_INT_H
 #define IDC_STORE_INT_H
 
+#include <stdint.h>
+#include <string.h>
+
 #include "store.h"
 
 /* Append the normalized text of dn to out (no store_ndn needed): the DN
@@ -76,6 +79,20 @@ struct store_filter {
 enum { SF_FALSE = 0, SF_TRUE = 1, SF_UNDEF = 2 };
 int store_filter_eval(const struct store_filter *f, const struct store_entry *e,
 		      struct idc_buf *scratch);
+
+/* The first 8 bytes of p[0..n), big-endian, zero-padded: integers that
+ * order as memcmp orders the bytes they cover, so a sort settles most
+ * comparisons of keys or names with one of them (ties need the rest, then
+ * the lengths). */
+static inline uint64_t store_prefix64(const char *p, size_t n)
+{
+	uint64_t x = 0;
+	memcpy(&x, p, n < 8 ? n : 8);
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	x = __builtin_bswap64(x);
+#endif
+	return x;
+}
 
 #endif
 
