@@ -27,6 +27,8 @@
 #     the longest in the loop thread's CPU time (what a busy machine's
 #     scheduler adds is not in it) and how many took over 10 ms of it
 #     (`idcache status`, once all is served);
+#   - how long each of the polls' `idcache status` took, the command's
+#     whole run (its start-up included);
 #   - other clients' lookups while this runs: two probes (ldap_scale_probe.py)
 #     call getpwnam RATE times a second (default 50) on names drawn from
 #     1,000 random users, one through the NSS module as installed (shared-
@@ -108,7 +110,7 @@ t0=$(now_ns)
 SLAPD_MAXSIZE=$((16 << 30)) SLAPD_LOAD=slapadd "$HERE/../tests/ldap/slapd.sh" start "$W/slapd" "$PORT" "$DATA" >/dev/null || exit 1
 echo "# slapadd -q + slapd start on 127.0.0.1:$PORT: $(ms_since "$t0") ms"
 
-rm -rf "$W/run" "$W/state"
+rm -rf "$W/run" "$W/state" "$W/status.txt"
 mkdir -p "$W/run" "$W/state"
 cat >"$W/idcache.conf" <<C
 [idcache]
@@ -167,7 +169,9 @@ tu= tg= np=0 ng=0
 while :; do
 	[ "$(ms_since "$t0")" -gt $((TMO * 1000)) ] && { echo "# TIMEOUT after $TMO s: passwd=$np group=$ng"; break; }
 	kill -0 "$DPID" 2>/dev/null || { echo "# idcached DIED:"; tail -20 "$W/idcached.log"; break; }
+	s0=$(now_ns)
 	st=$("$IDCACHE" status --run-dir "$W/run" 2>/dev/null)
+	echo "$(ms_since "$t0") $((($(now_ns) - s0) / 1000))" >>"$W/status.txt"
 	if ! echo "$st" | grep -qx 'domain.bench.ldap_in_flight=0' ||
 		echo "$st" | grep -qx 'domain.bench.ldap_searches=0'; then
 		echo "# $(ms_since "$t0") ms: enumeration in flight; $(tail -1 "$W/mem.txt" | awk '{printf "VmRSS %d MiB", $2 / 1024}')"
@@ -236,6 +240,7 @@ printf '%-56s %s\n' \
 	"lookups not found (mc / socket)" "$(awk '$4 == 0' "$W/probe-mc.txt" | wc -l) / $(awk '$4 == 0' "$W/probe-sock.txt" | wc -l)" \
 	"  of which: why (mc / socket)" "$(awk '$4 == 0 {n[$5]++} END {for (k in n) printf "%s %d ", k, n[k]}' "$W/probe-mc.txt")/ $(awk '$4 == 0 {n[$5]++} END {for (k in n) printf "%s %d ", k, n[k]}' "$W/probe-sock.txt")" \
 	"LDAP domain's loop turns (loop thread CPU time)" "$turns" \
+	"the polls' \`idcache status\`, whole command, during load" "$(pct "$W/status.txt" "$busy")" \
 	"load average at the end" "$(cut -d' ' -f1-3 /proc/loadavg)"
 grep -E 'WARN|ERR|ldap_max' "$W/idcached.log" | head -5
 umount /etc/nsswitch.conf

@@ -119,8 +119,7 @@ int cache_dn_domain(struct idc_buf *out, const char *domain)
 	return idc_buf_printf(out, "cn=%s,cn=idcache", domain);
 }
 
-/* The cn of the container of kind's entries in a domain. */
-static const char *container_cn(int kind)
+const char *cache_container_cn(int kind)
 {
 	return kind == KIND_USER ? "users" : kind == KIND_KEYS ? "sshkeys" : "groups";
 }
@@ -128,7 +127,7 @@ static const char *container_cn(int kind)
 int cache_dn_container(struct idc_buf *out, int kind, const char *domain)
 {
 	idc_buf_reset(out);
-	return idc_buf_printf(out, "cn=%s,cn=%s,cn=idcache", container_cn(kind), domain);
+	return idc_buf_printf(out, "cn=%s,cn=%s,cn=idcache", cache_container_cn(kind), domain);
 }
 
 int cache_dn_entry(struct idc_buf *out, int kind, const char *domain, const char *name)
@@ -142,7 +141,8 @@ int cache_dn_entry(struct idc_buf *out, int kind, const char *domain, const char
 	if (!rc)
 		rc = dn_escape(out, name);
 	if (!rc)
-		rc = idc_buf_printf(out, ",cn=%s,cn=%s,cn=idcache", container_cn(kind), domain);
+		rc = idc_buf_printf(out, ",cn=%s,cn=%s,cn=idcache", cache_container_cn(kind),
+				    domain);
 	return rc;
 }
 
@@ -411,7 +411,11 @@ static void txn_free(struct cache_txn *t)
  * committed: no fsync, no new pages, and the commit counter proves it. */
 int cache_txn_commit(struct cache_txn *t, struct idc_diag *d)
 {
-	int rc = 0;
+	int rc = cache_tally_flush(t, d);
+	if (rc) {
+		cache_txn_abort(t);
+		return rc;
+	}
 	if (t->dirty)
 		rc = store_txn_commit(t->st, d);
 	else
@@ -537,19 +541,16 @@ int cache_domain_ensure(struct cache_txn *t, const char *domain, uint32_t ttl, s
 		rc = cache_dn_domain(&t->dn, domain);
 	if (!rc)
 		rc = cache_ensure_entry(t, t->dn.data, domain, d);
-	for (int k = 0; k < 2 && !rc; k++) {
-		rc = cache_dn_container(&t->dn, k ? KIND_GROUP : KIND_USER, domain);
-		if (!rc)
-			rc = cache_ensure_entry(t, t->dn.data, k ? "groups" : "users", d);
-	}
+	for (int k = 0; k < 2 && !rc; k++)
+		rc = cache_container_ensure(t, k ? KIND_GROUP : KIND_USER, domain, d);
 	return rc;
 }
 
 /* Add or replace e; only a real difference writes cache.mdb. */
-int cache_put_entry(struct cache_txn *t, const struct store_entry *e, bool *changed,
+int cache_put_entry(struct cache_txn *t, const struct store_entry *e, bool *changed, bool *added,
 		    struct idc_diag *d)
 {
-	bool ch = false;
+	bool ch = false, add = false;
 	int rc = store_replace(t->st, e, &ch, d);
 	if (rc == -ENOENT) {
 		/* not stored yet: the replace's "no such entry" is no error, and
@@ -557,12 +558,14 @@ int cache_put_entry(struct cache_txn *t, const struct store_entry *e, bool *chan
 		if (d)
 			d->msg[0] = '\0';
 		rc = store_add(t->st, e, NULL, d);
-		ch = rc == 0;
+		ch = add = rc == 0;
 	}
 	if (rc == 0 && ch)
 		t->dirty = true;
 	if (changed)
 		*changed = ch;
+	if (added)
+		*added = add;
 	return rc;
 }
 
@@ -573,7 +576,9 @@ static int touch(struct cache_txn *t, int kind, const char *domain, const char *
 	int64_t now = (int64_t)time(NULL);
 	struct ts_rec r = {now, ttl ? now + ttl : 0, 0, 0};
 	int rc = ts_key(kind, domain, name, &t->tmp);
-	return rc ? rc : ts_put(t, &t->tmp, &r, d);
+	if (!rc)
+		rc = ts_put(t, &t->tmp, &r, d);
+	return rc ? rc : cache_tally_touch(t, domain, now);
 }
 
 /* The entry for name built from ps, stored (if it differs) and its
@@ -586,11 +591,14 @@ static int put_named(struct cache_txn *t, int kind, const char *domain, const ch
 	int rc = extra_order ? cache_dn_extra(&t->dn, kind, domain, *extra_order)
 			     : cache_dn_entry(&t->dn, kind, domain, name);
 	struct store_entry e;
+	bool added = false;
 	if (!rc)
 		rc = store_entry_from_pairs(&t->arena, (struct store_val){t->dn.data, t->dn.len},
 					    pairs_arr(ps), ps->n, &e, d);
 	if (!rc)
-		rc = cache_put_entry(t, &e, changed, d);
+		rc = cache_put_entry(t, &e, changed, &added, d);
+	if (!rc && added)
+		rc = cache_tally_entry(t, kind, domain, 1);
 	if (!rc)
 		rc = touch(t, kind, domain, name, d);
 	return rc;
@@ -812,6 +820,8 @@ static int del_entry(struct cache_txn *t, int kind, const char *domain, const ch
 	if (!rc)
 		t->dirty = true;
 	if (!rc)
+		rc = cache_tally_entry(t, kind, domain, -1);
+	if (!rc)
 		rc = ts_key(kind, domain, name, &t->tmp);
 	if (!rc)
 		rc = ts_del(t, &t->tmp, d);
@@ -841,7 +851,7 @@ static int del_extra(struct cache_txn *t, int kind, const char *domain, uint64_t
 		rc = store_delete(t->st, (struct store_val){t->dn.data, t->dn.len}, false, d);
 	if (!rc)
 		t->dirty = true;
-	return rc;
+	return rc ? rc : cache_tally_entry(t, kind, domain, -1);
 }
 
 int cache_del_extra_user(struct cache_txn *t, const char *domain, uint64_t order,
@@ -980,13 +990,15 @@ int cache_domain_remove(struct cache_txn *t, const char *domain, struct idc_diag
 	int rc = cache_dn_domain(&t->dn, domain);
 	if (!rc)
 		rc = store_delete(t->st, (struct store_val){t->dn.data, t->dn.len}, true, d);
-	t->keys_domain[0] = '\0'; /* its keys container, if any, went too */
+	t->keys_domain[0] = '\0';      /* its keys container, if any, went too */
+	cache_tally_forget(t, domain); /* and its counts */
 	if (rc == -ENOENT)
 		return 0;
 	if (!rc)
 		t->dirty = true;
-	for (int k = 0; k < 2 && !rc; k++) {
-		ts_key(k ? KIND_GROUP : KIND_USER, domain, "", &t->tmp);
+	static const int kinds[] = {KIND_USER, KIND_GROUP, KIND_DOMAIN};
+	for (size_t k = 0; k < IDC_ARRAY_SIZE(kinds) && !rc; k++) {
+		ts_key(kinds[k], domain, "", &t->tmp);
 		rc = ts_walk(t->c, t->ts, &t->tmp, true, NULL, NULL, d);
 	}
 	return rc;

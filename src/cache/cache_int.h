@@ -38,6 +38,14 @@ struct cache {
 	size_t nttl;
 };
 
+/* What a transaction changed in one domain (counts.c): entries added less
+ * removed, per kind (users, groups), and the newest timestamp it gave. */
+struct cache_tally {
+	char domain[CACHE_DOMAIN_MAX + 1];
+	int64_t delta[2];
+	int64_t newest;
+};
+
 struct cache_txn {
 	struct cache *c;
 	struct store_txn *st;
@@ -49,6 +57,8 @@ struct cache_txn {
 	bool keys_container;
 	struct idc_arena arena;
 	struct idc_buf dn, tmp;
+	struct cache_tally tally[CACHE_MAX_DOMAINS];
+	size_t ntally;
 };
 
 struct cache_reader {
@@ -74,7 +84,12 @@ struct ts_rec {
 };
 #define TS_EXPIRED 1u
 
-enum { KIND_USER = 'u', KIND_GROUP = 'g', KIND_KEYS = 'k' /* a user's SSH keys (sshkeys.c) */ };
+enum {
+	KIND_USER = 'u',
+	KIND_GROUP = 'g',
+	KIND_KEYS = 'k',  /* a user's SSH keys (sshkeys.c) */
+	KIND_DOMAIN = 'd' /* timestamps db only: a domain's newest update (counts.c) */
+};
 
 /* timestamps.c */
 int ts_open(struct cache *c, struct idc_diag *d);
@@ -116,8 +131,9 @@ int cache_keys_drop(struct cache_txn *t, const char *domain, const char *name, b
 		    struct idc_diag *d);
 /* cache.c: create the entry dn (objectClass container, cn) if missing. */
 int cache_ensure_entry(struct cache_txn *t, const char *dn, const char *cn, struct idc_diag *d);
-/* cache.c: add or replace e; only a real difference writes cache.mdb. */
-int cache_put_entry(struct cache_txn *t, const struct store_entry *e, bool *changed,
+/* cache.c: add or replace e; only a real difference writes cache.mdb.
+ * *added (may be NULL) says whether e was new. */
+int cache_put_entry(struct cache_txn *t, const struct store_entry *e, bool *changed, bool *added,
 		    struct idc_diag *d);
 
 /* cache.c: DN text of a domain container, or of a user/group entry. */
@@ -125,6 +141,26 @@ int cache_dn_domain(struct idc_buf *out, const char *domain);
 int cache_dn_container(struct idc_buf *out, int kind, const char *domain);
 int cache_dn_entry(struct idc_buf *out, int kind, const char *domain, const char *name);
 int cache_dn_extra(struct idc_buf *out, int kind, const char *domain, uint64_t order);
+/* The cn of the container of kind's entries ("users", "groups", "sshkeys"). */
+const char *cache_container_cn(int kind);
+
+/* counts.c: counts of the entries below cn=users and cn=groups, kept on
+ * each container as CACHE_ATTR_COUNT, and a domain's newest update, kept
+ * in the timestamps db; both written at commit from the transaction's
+ * tallies. */
+#define CACHE_ATTR_COUNT "entrycount" /* canonical (lower case) */
+/* Create the container of kind (user or group) in domain with count 0, or
+ * count the entries of one that keeps none. */
+int cache_container_ensure(struct cache_txn *t, int kind, const char *domain, struct idc_diag *d);
+/* An entry of kind added (delta 1) or removed (-1) in domain. -ENOSPC when
+ * the transaction touched more than CACHE_MAX_DOMAINS domains. */
+int cache_tally_entry(struct cache_txn *t, int kind, const char *domain, int delta);
+/* A timestamp of now given to an entry of domain. */
+int cache_tally_touch(struct cache_txn *t, const char *domain, int64_t now);
+/* The domain was removed (its counts with it). */
+void cache_tally_forget(struct cache_txn *t, const char *domain);
+/* Write the tallies (before the commit). */
+int cache_tally_flush(struct cache_txn *t, struct idc_diag *d);
 /* The attribute naming a keys record (sshkeys.c): the user's name. */
 #define CACHE_ATTR_KEYS_OF "sshKeysOf"
 /* Attribute marking an extra record (cache.h, "Extra records"). */

@@ -1,5 +1,5 @@
-/* lookup: read transactions over the cache — users, groups, initgroups,
- * enumeration and counts. */
+/* lookup: read transactions over the cache — users, groups, initgroups
+ * and enumeration (the counts are counts.c's). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -771,7 +771,7 @@ int cache_group_members(struct cache_reader *r, const char *domain, struct cache
 	return rc;
 }
 
-/* ---- enumeration and counts ------------------------------------------------------------- */
+/* ---- enumeration ---------------------------------------------------------------------- */
 
 struct ordered {
 	uint64_t order;
@@ -936,44 +936,4 @@ int cache_enum_groups_unsorted(struct cache_reader *r, const char *domain, cache
 {
 	struct unsorted x = {r, NULL, cb, arg};
 	return enum_unsorted(r, KIND_GROUP, domain, &x);
-}
-
-/* Newest lastUpdate among a domain's timestamps. */
-static int64_t newest_update(struct cache_reader *r, const char *domain)
-{
-	int64_t best = 0;
-	for (int k = 0; k < 2 && r->ts; k++) {
-		if (ts_key(k ? KIND_GROUP : KIND_USER, domain, "", &r->tmp))
-			break;
-		MDB_cursor *c;
-		if (mdb_cursor_open(r->ts, r->c->ts_dbi, &c))
-			break;
-		MDB_val key = {r->tmp.len, r->tmp.data}, v;
-		int rc = mdb_cursor_get(c, &key, &v, MDB_SET_RANGE);
-		for (; rc == 0; rc = mdb_cursor_get(c, &key, &v, MDB_NEXT)) {
-			if (key.mv_size < r->tmp.len ||
-			    memcmp(key.mv_data, r->tmp.data, r->tmp.len))
-				break;
-			struct ts_rec t;
-			if (v.mv_size == sizeof(t)) {
-				memcpy(&t, v.mv_data, sizeof(t));
-				if (t.last_update > best)
-					best = t.last_update;
-			}
-		}
-		mdb_cursor_close(c);
-	}
-	return best;
-}
-
-int cache_domain_stats(struct cache_reader *r, const char *domain, struct cache_domain_stats *out)
-{
-	struct collect u = {0}, g = {0};
-	int rc = collect_kind(r, KIND_USER, domain, NULL, &u);
-	if (!rc)
-		rc = collect_kind(r, KIND_GROUP, domain, NULL, &g);
-	*out = (struct cache_domain_stats){u.n, g.n, newest_update(r, domain)};
-	free(u.v);
-	free(g.v);
-	return rc;
 }

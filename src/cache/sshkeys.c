@@ -117,7 +117,7 @@ int cache_put_user_keys(struct cache_txn *t, const char *domain, const char *nam
 	struct store_entry e;
 	if (!rc)
 		rc = keys_entry(t, domain, name, keys, nkeys, &e, d);
-	return rc ? rc : cache_put_entry(t, &e, changed, d);
+	return rc ? rc : cache_put_entry(t, &e, changed, NULL, d);
 }
 
 int cache_user_keys(struct cache_reader *r, const char *domain, const char *name,

@@ -68,7 +68,7 @@ int cache_state_put(struct cache_txn *t, const char *domain, const char *key, co
 	if (!rc)
 		rc = store_entry_from_pairs(&t->arena, (struct store_val){t->dn.data, t->dn.len}, p,
 					    *value ? 3 : 2, &e, d);
-	return rc ? rc : cache_put_entry(t, &e, NULL, d);
+	return rc ? rc : cache_put_entry(t, &e, NULL, NULL, d);
 }
 
 int cache_state_del(struct cache_txn *t, const char *domain, const char *key, struct idc_diag *d)

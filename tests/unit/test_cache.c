@@ -15,6 +15,7 @@
 #include <lmdb.h>
 
 #include "cache/cache.h"
+#include "store/store.h"
 
 struct fx {
 	char dir[64];
@@ -1082,6 +1083,162 @@ static void test_nesting_skips_withheld(void **state)
 	cache_reader_end(r);
 }
 
+/* ---- counts kept for `idcache status` ---------------------------------------------------- */
+
+static int one_user(const struct cache_user *u, uint64_t key, void *arg)
+{
+	(void)u;
+	(void)key;
+	(*(size_t *)arg)++;
+	return 0;
+}
+
+static int one_group(const struct cache_group *g, uint64_t key, void *arg)
+{
+	(void)g;
+	(void)key;
+	(*(size_t *)arg)++;
+	return 0;
+}
+
+/* The counts status reads, which must be what an enumeration finds. */
+static struct cache_domain_stats counts(struct cache *c, const char *domain, size_t users,
+					size_t groups)
+{
+	struct cache_reader *r;
+	struct cache_domain_stats st;
+	size_t nu = 0, ng = 0;
+	assert_int_equal(cache_reader_begin(c, &r), 0);
+	assert_int_equal(cache_domain_stats(r, domain, &st), 0);
+	assert_int_equal(cache_enum_users_unsorted(r, domain, one_user, &nu), 0);
+	assert_int_equal(cache_enum_groups_unsorted(r, domain, one_group, &ng), 0);
+	cache_reader_end(r);
+	if (nu != users || ng != groups || st.users != nu || st.groups != ng)
+		print_message("%s: enumerated %zu/%zu, counted %llu/%llu, want %zu/%zu\n", domain,
+			      nu, ng, (unsigned long long)st.users, (unsigned long long)st.groups,
+			      users, groups);
+	assert_int_equal(nu, users);
+	assert_int_equal(ng, groups);
+	assert_int_equal(st.users, users);
+	assert_int_equal(st.groups, groups);
+	return st;
+}
+
+/* The container of a domain's users as the store holds it: whether it
+ * keeps a count, and (keep) replaced by one without, as a cache written
+ * before counts were kept has it. */
+static bool user_count_kept(const char *dir, bool drop)
+{
+	char path[128];
+	snprintf(path, sizeof(path), "%s/cache.mdb", dir);
+	struct store_options so = {0};
+	struct store *s;
+	struct store_txn *t;
+	assert_int_equal(store_open(path, &so, &s, NULL), 0);
+	assert_int_equal(store_txn_begin(s, NULL, 0, &t, NULL), 0);
+	const char *dn = "cn=users,cn=local,cn=idcache";
+	struct store_entry e;
+	assert_int_equal(store_get(t, (struct store_val){dn, strlen(dn)}, &e, NULL), 0);
+	bool kept = store_entry_attr(&e, "entrycount", 10) != NULL;
+	if (drop) {
+		struct idc_arena a = {0};
+		struct store_pair p[] = {{{"objectClass", 11}, {"container", 9}},
+					 {{"cn", 2}, {"users", 5}}};
+		assert_int_equal(
+		    store_entry_from_pairs(&a, (struct store_val){dn, strlen(dn)}, p, 2, &e, NULL),
+		    0);
+		assert_int_equal(store_replace(t, &e, NULL, NULL), 0);
+		idc_arena_free(&a);
+	}
+	assert_int_equal(store_txn_commit(t, NULL), 0);
+	store_close(s);
+	return kept;
+}
+
+static void test_counts_kept(void **state)
+{
+	struct fx *f = *state;
+	counts(f->c, "local", 0, 0);
+	put_users(f, 3600);
+	struct cache_domain_stats st = counts(f->c, "local", 3, 4);
+	assert_true(st.last_update > 0);
+	put_users(f, 3600); /* a refresh that changes nothing */
+	counts(f->c, "local", 3, 4);
+
+	struct cache_txn *t;
+	bool ch;
+	struct cache_user extra = alice;
+	extra.order = 10;
+	extra.extra = true;
+	const struct cache_user carol = {"carol", 1002, 100, "", "/home/carol", "", 11};
+	assert_int_equal(cache_txn_begin(f->c, &t, NULL), 0);
+	assert_int_equal(cache_put_user(t, "local", &extra, &ch, NULL), 0);
+	assert_int_equal(cache_put_user(t, "local", &carol, &ch, NULL), 0);
+	assert_int_equal(cache_del_group(t, "local", "loop", NULL), 0);
+	assert_int_equal(cache_txn_commit(t, NULL), 0);
+	counts(f->c, "local", 5, 3);
+
+	/* added and removed in one transaction; and an aborted one */
+	const struct cache_user dave = {"dave", 1003, 100, "", "/home/dave", "", 12};
+	assert_int_equal(cache_txn_begin(f->c, &t, NULL), 0);
+	assert_int_equal(cache_put_user(t, "local", &dave, &ch, NULL), 0);
+	assert_int_equal(cache_del_user(t, "local", "dave", NULL), 0);
+	assert_int_equal(cache_del_extra_user(t, "local", 10, NULL), 0);
+	assert_int_equal(cache_txn_commit(t, NULL), 0);
+	counts(f->c, "local", 4, 3);
+	assert_int_equal(cache_txn_begin(f->c, &t, NULL), 0);
+	assert_int_equal(cache_put_user(t, "local", &dave, &ch, NULL), 0);
+	assert_int_equal(cache_del_user(t, "local", "Bob", NULL), 0);
+	cache_txn_abort(t);
+	counts(f->c, "local", 4, 3);
+
+	/* a narrowed range; another domain is counted apart */
+	size_t nu, ng;
+	assert_int_equal(cache_txn_begin(f->c, &t, NULL), 0);
+	assert_int_equal(cache_domain_ensure(t, "other", 0, NULL), 0);
+	assert_int_equal(cache_put_user(t, "other", &dave, &ch, NULL), 0);
+	assert_int_equal(cache_drop_outside(t, "local", 1, 1001, &nu, &ng, NULL), 0);
+	assert_int_equal(cache_txn_commit(t, NULL), 0);
+	assert_int_equal(nu, 1); /* carol (uid 1002) */
+	assert_int_equal(ng, 0);
+	counts(f->c, "other", 1, 0);
+	st = counts(f->c, "local", 3, 3);
+	assert_true(st.last_update > 0); /* kept when entries go */
+
+	/* removed and filled again in one transaction, then removed */
+	assert_int_equal(cache_txn_begin(f->c, &t, NULL), 0);
+	assert_int_equal(cache_put_user(t, "local", &dave, &ch, NULL), 0);
+	assert_int_equal(cache_domain_remove(t, "local", NULL), 0);
+	assert_int_equal(cache_domain_ensure(t, "local", 0, NULL), 0);
+	assert_int_equal(cache_put_user(t, "local", &carol, &ch, NULL), 0);
+	assert_int_equal(cache_txn_commit(t, NULL), 0);
+	counts(f->c, "local", 1, 0);
+	assert_int_equal(cache_txn_begin(f->c, &t, NULL), 0);
+	assert_int_equal(cache_domain_remove(t, "local", NULL), 0);
+	assert_int_equal(cache_txn_commit(t, NULL), 0);
+	st = counts(f->c, "local", 0, 0);
+	assert_int_equal(st.last_update, 0);
+	counts(f->c, "other", 1, 0);
+
+	/* a container that keeps no count (a cache from before): counted by
+	 * the readers, and kept again by the next write */
+	put_users(f, 3600);
+	cache_close(f->c);
+	assert_true(user_count_kept(f->dir, true));
+	struct cache_options o = {.nosync = true};
+	assert_int_equal(cache_open(f->dir, &o, &f->c, NULL), 0);
+	counts(f->c, "local", 3, 4);
+	assert_int_equal(cache_txn_begin(f->c, &t, NULL), 0);
+	assert_int_equal(cache_domain_ensure(t, "local", 0, NULL), 0);
+	assert_int_equal(cache_put_user(t, "local", &carol, &ch, NULL), 0);
+	assert_int_equal(cache_txn_commit(t, NULL), 0);
+	counts(f->c, "local", 4, 4);
+	cache_close(f->c);
+	assert_true(user_count_kept(f->dir, false));
+	assert_int_equal(cache_open(f->dir, &o, &f->c, NULL), 0);
+	counts(f->c, "local", 4, 4);
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
@@ -1107,6 +1264,7 @@ int main(void)
 	    cmocka_unit_test(test_timestamps_map_grows),
 	    cmocka_unit_test(test_full_map_met_by_a_search),
 	    T(test_repeats_past_the_scan),
+	    T(test_counts_kept),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
