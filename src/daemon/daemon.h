@@ -129,6 +129,8 @@ struct ldapdom;
 int ldapdom_new(struct domain *d);
 /* Stop watching (domain_retire: events of this batch may still come). */
 void ldapdom_close_io(struct ldapdom *l);
+/* Finish a store in flight (stop: before any domain is freed). */
+void ldapdom_drain(struct ldapdom *l);
 /* Free; pending lookups complete with LPROV_LOOKUP_FAILED first. */
 void ldapdom_free(struct ldapdom *l);
 /* lprov_domain_lookup on d's provider (lprov.h: PENDING and cb later, or

@@ -152,6 +152,12 @@ void ldapdom_close_io(struct ldapdom *l)
 	loop_timer_close(&l->timer);
 }
 
+void ldapdom_drain(struct ldapdom *l)
+{
+	if (l)
+		lprov_domain_drain(l->ld);
+}
+
 void ldapdom_free(struct ldapdom *l)
 {
 	if (!l)

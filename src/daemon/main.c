@@ -313,8 +313,13 @@ static void stop(struct daemon *dm)
 	while (dm->conns)
 		conn_close(dm->conns, "stopping");
 	daemon_nscd_fini(dm);
+	/* A store in flight tells its changes to the maps, which look at
+	 * every domain (precedence): all are finished while all are alive,
+	 * and the list holds only live domains while they are freed. */
 	for (size_t i = 0; i < dm->ndomains; i++)
-		domain_free(dm->domains[i]);
+		ldapdom_drain(dm->domains[i]->ldap);
+	while (dm->ndomains)
+		domain_free(dm->domains[--dm->ndomains]);
 	free(dm->domains);
 	free(dm->names);
 	daemon_reader_end(dm);

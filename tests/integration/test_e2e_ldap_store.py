@@ -6,6 +6,7 @@ full filesystem), what the cache holds is still served, what it lacks is
 reason and shown by `idcache status`."""
 import re
 import subprocess
+import time
 
 import pytest
 
@@ -150,3 +151,23 @@ def test_failed_writes_never_say_not_found(server, daemons, idcache, names):
     # one line per reason, however many pages and lookups failed
     refused = [x for x in d.log().splitlines() if "the cache refused" in x]
     assert refused and len(refused) == len(set(refused)) <= 4, refused
+
+
+def test_stop_while_pages_are_stored(server, daemons, idcache, names):
+    """SIGTERM at moments spread over the enumeration, the committer thread
+    storing a page or its changes being told to the maps: the daemon exits
+    0 each time. A page finished at stop told its changes to the maps,
+    which look at every domain, after the files domain before it had been
+    freed (a crash on SIGTERM); the cache is whole on the next start."""
+    d = start(daemons, server.uri)
+    rcs = []
+    for delay in (0.0, 0.1, 0.3, 0.6, 1.0):
+        time.sleep(delay)
+        rcs.append(d.stop())
+        d.start()
+    assert rcs == [0] * len(rcs), (rcs, d.log()[-3000:])
+    users = set(names["users"])
+    ok, _ = nsenv.wait_for(lambda: users <= listed(d, "passwd"), timeout=120, interval=1)
+    assert ok, d.log()[-3000:]
+    st = status(idcache, d)
+    assert st["domain.dir.store_failures"] == "0", st

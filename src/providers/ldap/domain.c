@@ -147,6 +147,12 @@ void lprov_domain_set_hook(struct lprov_domain *ld, cache_change_fn fn, void *ar
 	ld->hook_arg = fn ? arg : NULL;
 }
 
+void lprov_domain_drain(struct lprov_domain *ld)
+{
+	if (ld)
+		lp_commit_drain(ld);
+}
+
 void lprov_domain_free(struct lprov_domain *ld)
 {
 	if (!ld)

@@ -211,6 +211,10 @@ int lprov_domain_new(const struct lprov_config *cfg, struct cache *c, struct lpr
 		     struct idc_diag *d);
 /* Completes pending lookups with LPROV_LOOKUP_FAILED, then frees. */
 void lprov_domain_free(struct lprov_domain *ld);
+/* Waits for a store in flight and tells its changes to the hook: called
+ * for every domain before any is freed, since the hook may look at the
+ * others (lprov_domain_free does the same, for a domain freed alone). */
+void lprov_domain_drain(struct lprov_domain *ld);
 
 /* ==== lookups ============================================================= */
 
