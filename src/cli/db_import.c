@@ -230,7 +230,7 @@ static int batch_fill(struct batch *b, struct ldif_reader *r, struct idc_diag *d
 	b->n = 0;
 	int rc = 0;
 	while (b->n < b->job->batch && (rc = ldif_next(r, &b->recs[b->n], d)) == 1) {
-		if (ldif_record_copy(&b->arena, &b->recs[b->n]) != 0)
+		if (ldif_record_copy(&b->arena, r, &b->recs[b->n]) != 0)
 			return idc_diag_set(d, -ENOMEM, "out of memory");
 		b->n++;
 		progress_tick(&b->job->prog, b->job->committed + b->n, ldif_offset(r));

@@ -84,11 +84,7 @@ static void chunk_fill(struct pipeline *p, struct chunk *c)
 		struct slot *sl = &c->slots[c->n];
 		c->read_diag.msg[0] = '\0';
 		int rc = ldif_next(p->r, &sl->rec, &c->read_diag);
-		const char *span = NULL;
-		size_t spanlen = 0;
-		if (rc == 1)
-			ldif_record_span(p->r, &span, &spanlen);
-		if (rc == 1 && ldif_record_copy_span(&c->arena, &sl->rec, span, spanlen) != 0)
+		if (rc == 1 && ldif_record_copy(&c->arena, p->r, &sl->rec) != 0)
 			rc = idc_diag_set(&c->read_diag, -ENOMEM, "out of memory");
 		if (rc != 1) {
 			c->read_rc = rc;

@@ -84,75 +84,9 @@ int ldif_apply_all(struct store_txn *t, struct ldif_reader *r, const char *name,
 }
 
 /* ---- copies of records ----
- * Every string of a record goes into one block of the arena, each with
- * its NUL: one allocation per record instead of two per line (an import's
- * reader copies every record). */
-
-static size_t val_bytes(const struct store_val *v)
-{
-	return v->ptr ? v->len + 1 : 0;
-}
-
-static size_t record_bytes(const struct ldif_record *r)
-{
-	size_t n = val_bytes(&r->dn) + val_bytes(&r->newrdn) + val_bytes(&r->newsuperior);
-	for (size_t i = 0; i < r->npairs; i++)
-		n += val_bytes(&r->pairs[i].name) + val_bytes(&r->pairs[i].value);
-	for (size_t i = 0; i < r->nmods; i++) {
-		n += val_bytes(&r->mods[i].attr);
-		for (size_t k = 0; k < r->mods[i].nvals; k++)
-			n += val_bytes(&r->mods[i].vals[k]);
-	}
-	return n;
-}
-
-/* v's bytes and a NUL at *at, which moves past them; v points there. */
-static void copy_val(char **at, struct store_val *v)
-{
-	if (!v->ptr)
-		return;
-	memcpy(*at, v->ptr, v->len);
-	(*at)[v->len] = '\0';
-	v->ptr = *at;
-	*at += v->len + 1;
-}
-
-int ldif_record_copy(struct idc_arena *a, struct ldif_record *r)
-{
-	size_t nvals = 0, bytes = record_bytes(r);
-	for (size_t i = 0; i < r->nmods; i++)
-		nvals += r->mods[i].nvals;
-	struct store_pair *pairs = NULL;
-	struct store_mod *mods = NULL;
-	struct store_val *vals = NULL;
-	char *at = NULL;
-	if ((r->npairs && !(pairs = idc_arena_alloc(a, r->npairs * sizeof(*pairs)))) ||
-	    (r->nmods && !(mods = idc_arena_alloc(a, r->nmods * sizeof(*mods)))) ||
-	    (nvals && !(vals = idc_arena_alloc(a, nvals * sizeof(*vals)))) ||
-	    (bytes && !(at = idc_arena_alloc(a, bytes))))
-		return -ENOMEM;
-	for (size_t i = 0; i < r->npairs; i++) {
-		pairs[i] = r->pairs[i];
-		copy_val(&at, &pairs[i].name);
-		copy_val(&at, &pairs[i].value);
-	}
-	for (size_t i = 0; i < r->nmods; i++) {
-		mods[i] = r->mods[i];
-		copy_val(&at, &mods[i].attr);
-		if (mods[i].nvals)
-			memcpy(vals, mods[i].vals, mods[i].nvals * sizeof(*vals));
-		mods[i].vals = mods[i].nvals ? vals : NULL;
-		for (size_t k = 0; k < mods[i].nvals; k++)
-			copy_val(&at, &vals[k]);
-		vals += mods[i].nvals;
-	}
-	r->pairs = pairs;
-	r->mods = mods;
-	copy_val(&at, &r->dn);
-	copy_val(&at, &r->newrdn);
-	copy_val(&at, &r->newsuperior);
-	return 0;
-}
+ * A record's bytes go into the arena as one block, its strings pointing
+ * into it: one allocation and one copy per record (an import's reader
+ * copies every record). */
 
 /* v, which points into [from, ..), to the same place in the copy at to. */
 static void rebase(struct store_val *v, const char *from, char *to)
@@ -161,11 +95,14 @@ static void rebase(struct store_val *v, const char *from, char *to)
 		v->ptr = to + (v->ptr - from);
 }
 
-/* One memcpy of the block instead of two per line: copying each string
- * was an eighth of the reader's instructions. The reader parses in place,
- * so every string of the record lies in its span (store.h). */
-int ldif_record_copy_span(struct idc_arena *a, struct ldif_record *r, const char *p, size_t n)
+/* One memcpy of the record's span instead of two per line: copying each
+ * string was an eighth of the reader's instructions. The reader parses in
+ * place, so every string of the record lies in its span (store.h). */
+int ldif_record_copy(struct idc_arena *a, const struct ldif_reader *rd, struct ldif_record *r)
 {
+	const char *p;
+	size_t n;
+	ldif_record_span(rd, &p, &n);
 	size_t nvals = 0;
 	for (size_t i = 0; i < r->nmods; i++)
 		nvals += r->mods[i].nvals;

@@ -495,12 +495,10 @@ void ldif_close(struct ldif_reader *r);
 
 /* ---- applying LDIF (ldif_apply.c) ---- */
 
-/* Make rec's strings and arrays copies in a (so rec outlives the reader's
- * next call): 0 or -ENOMEM. */
-int ldif_record_copy(struct idc_arena *a, struct ldif_record *rec);
-/* The same from the record's span (ldif_record_span): one copy of the
- * block, its strings pointing into it. */
-int ldif_record_copy_span(struct idc_arena *a, struct ldif_record *rec, const char *p, size_t n);
+/* Make rec, which r's ldif_next returned last, copies in a (so rec
+ * outlives the reader's next call): one copy of its span
+ * (ldif_record_span), its strings pointing into it. 0 or -ENOMEM. */
+int ldif_record_copy(struct idc_arena *a, const struct ldif_reader *r, struct ldif_record *rec);
 
 /* Prefix d with what failed: "op 'dn': " before a message that does not
  * name dn, "op: " before one that does (op may be NULL: no op word); an
