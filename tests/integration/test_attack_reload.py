@@ -1,0 +1,60 @@
+"""Reloads (SIGHUP: logrotate's postrotate, `systemctl reload`) while
+lookups wait for a directory. An ldap domain starts over on every reload
+(a new connection with the options in force); a lookup that was waiting
+for the old one is asked again of the new one, and answered as if no
+reload had happened."""
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from test_e2e_precedence import DIRECTORY, LOCAL_GROUP, LOCAL_PASSWD, dir_domain, slapd_holding
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "load"))
+import idcproto as P  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("as_root")
+
+
+@pytest.fixture(scope="module")
+def directory():
+    yield from slapd_holding("idc-reload-ldap-", "r", DIRECTORY)
+
+
+def test_lookup_waiting_for_the_directory_survives_a_reload(daemons, directory):
+    """The directory is stopped (SIGSTOP) while lookups of a user, a group
+    and a user's groups, none cached yet, wait for it; the daemon reloads
+    (its configuration unchanged); the directory resumes: each is
+    answered. Before, each failed (TRYAGAIN: glibc says "no such user")."""
+    d = daemons.start(LOCAL_PASSWD, LOCAL_GROUP, idcache_conf="domains = local, dir\n",
+                      domain_conf=dir_domain(directory.uri))
+    assert P.Client(d.run_dir / "nss.sock", timeout=20).getpwnam("root")[0] == "root"
+    got = {}
+
+    def ask(op, name):
+        c = P.Client(d.run_dir / "nss.sock", timeout=30)
+        got[op] = c.call(op, name)
+        c.close()
+
+    os.kill(directory.pid, signal.SIGSTOP)
+    try:
+        threads = [threading.Thread(target=ask, args=a) for a in
+                   ((P.GETPWNAM, "ldapuser"), (P.GETGRNAM, "devs"), (P.INITGROUPS, "ldapuser"))]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)  # the search is out, unanswered
+        d.signal(signal.SIGHUP)
+        time.sleep(0.5)
+    finally:
+        os.kill(directory.pid, signal.SIGCONT)
+    for t in threads:
+        t.join(40)
+    assert [got[op][0] for op in (P.GETPWNAM, P.GETGRNAM, P.INITGROUPS)] == [P.OK] * 3, \
+        (got, d.log()[-3000:])
+    assert P.decode_passwd(got[P.GETPWNAM][1])[0] == "ldapuser"
+    assert P.decode_group(got[P.GETGRNAM][1])[0] == "devs"
+    d.check_alive()
