@@ -358,8 +358,12 @@ static int user_info(struct daemon *dm, struct cache_reader *r, const char *name
 	info_keys(r, dm->domains[i]->cfg->name, u.name, b);
 	info_meta(b, &m);
 	info_withheld(dm, i, false, u.name, u.uid, b);
-	info_gids(dm, i, r, u.name, b);
 	subid_user_info(dm, i, &u, b);
+	/* last, with a copy of the name: the group search starts r's memory,
+	 * which holds u, over */
+	char own[CACHE_NAME_MAX + 1];
+	snprintf(own, sizeof(own), "%s", u.name);
+	info_gids(dm, i, r, own, b);
 	return 0;
 }
 

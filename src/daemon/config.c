@@ -217,7 +217,7 @@ bool config_names_has(const struct config_names *list, const char *name, bool ca
 {
 	for (size_t i = 0; i < list->n; i++)
 		if (case_sensitive ? strcmp(list->v[i], name) == 0
-				   : strcasecmp(list->v[i], name) == 0)
+				   : cache_name_answers(CACHE_NAMES_STORED, name, list->v[i]))
 			return true;
 	return false;
 }

@@ -170,7 +170,8 @@ int config_reload(const char *path, const struct config *prev, struct config **o
 
 void config_free(struct config *c);
 
-/* Whether list holds name (ASCII case ignored unless case_sensitive). */
+/* Whether list holds name: exactly when case_sensitive, else a listed name
+ * that a lookup of name ignoring case is answered by (cache_name_answers). */
 bool config_names_has(const struct config_names *list, const char *name, bool case_sensitive);
 
 /* The domain called name, or NULL. */

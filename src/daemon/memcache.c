@@ -37,8 +37,9 @@
  *   ldap commit not described    every record (daemon_mc_change(NULL))
  *   a name or id new (any        the remote domains' entries carrying it,
  *   domain), while remote        which are withheld now (precedence.c):
- *   domains are checked          by their other key, and their members'
- *                                group lists; for a group nested in
+ *   domains are checked          by their own name (any spelling the
+ *                                new name answers for) and id, and their
+ *                                members' group lists; for a group nested in
  *                                another, the group map (the lists that
  *                                held its users)
  *   expire --user / --group      the same for the entry as the cache and
@@ -504,8 +505,9 @@ void daemon_mc_ldap_change(const struct cache_change *ch, void *arg)
 /* ==== names and ids taken from remote domains =====================================
  * A name or id new in one domain withholds the remote domains' entries
  * that carry it (precedence.c). drop_change dropped the records keyed by
- * that name and id; such an entry also answers under its other key (its
- * own id, its own name) and in its members' group lists. */
+ * that name and id; such an entry also answers under its own name (which
+ * may be another spelling: Carol for a new carol) and id, and in its
+ * members' group lists. */
 
 static int any_cb(const char *name, void *arg)
 {
@@ -532,36 +534,40 @@ static void drop_members(struct daemon *dm, struct cache_reader *r, const char *
 		daemon_mc_reset(dm, 1);
 }
 
-/* Domain dn's entries carrying ch's new name or id (any case: dropping
- * more is safe), but not one with both (the entry itself, whose records
- * drop_change dropped). Each result is used before the next lookup. */
+/* Whether an entry named name with id is not ch's own (whose records
+ * drop_change dropped): one that a lookup of ch's name or id found in
+ * another spelling or with another id is keyed in the maps by its own
+ * name, and goes by it. */
+static bool other_entry(const struct cache_change *ch, const char *name, uint32_t id)
+{
+	return strcmp(name, ch->new_name) != 0 || id != ch->new_id;
+}
+
+/* Domain dn's entries carrying ch's new name (in any spelling it answers
+ * for: dropping more is safe) or id, but not ch's own: every record of
+ * theirs. Each result is used before the next lookup. */
 static void drop_shadowed_in(struct daemon *dm, struct cache_reader *r, const char *dn,
 			     const struct cache_change *ch)
 {
 	struct cache_user u;
 	struct cache_group g;
-	if (!ch->group) {
-		if (cache_user_by_name(r, &dn, 1, ch->new_name, false, &u, NULL) == 0 &&
-		    u.uid != ch->new_id) {
+	for (int by_id = 0; !ch->group && by_id < 2; by_id++) {
+		int rc = by_id ? cache_user_by_uid(r, &dn, 1, ch->new_id, &u, NULL)
+			       : cache_user_by_name(r, &dn, 1, ch->new_name, false, &u, NULL);
+		if (rc == 0 && other_entry(ch, u.name, u.uid)) {
+			drop_named(dm, 0, u.name);
 			inval_id(dm, 0, u.uid);
 			drop_initgroups(dm, u.name);
 		}
-		if (cache_user_by_uid(r, &dn, 1, ch->new_id, &u, NULL) == 0 &&
-		    strcasecmp(u.name, ch->new_name) != 0) {
-			drop_named(dm, 0, u.name);
-			drop_initgroups(dm, u.name);
+	}
+	for (int by_id = 0; ch->group && by_id < 2; by_id++) {
+		int rc = by_id ? cache_group_by_gid(r, &dn, 1, ch->new_id, &g, NULL)
+			       : cache_group_by_name(r, &dn, 1, ch->new_name, false, &g, NULL);
+		if (rc == 0 && other_entry(ch, g.name, g.gid)) {
+			drop_named(dm, 1, g.name);
+			inval_id(dm, 1, g.gid);
+			drop_members(dm, r, dn, &g);
 		}
-		return;
-	}
-	if (cache_group_by_name(r, &dn, 1, ch->new_name, false, &g, NULL) == 0 &&
-	    g.gid != ch->new_id) {
-		inval_id(dm, 1, g.gid);
-		drop_members(dm, r, dn, &g);
-	}
-	if (cache_group_by_gid(r, &dn, 1, ch->new_id, &g, NULL) == 0 &&
-	    strcasecmp(g.name, ch->new_name) != 0) {
-		drop_named(dm, 1, g.name);
-		drop_members(dm, r, dn, &g);
 	}
 }
 

@@ -13,7 +13,9 @@
  * /etc/group as read here (read again when their inode, size or mtime
  * changed, looked at no more than once a second, and at least at every
  * sweep: a change starts the memory-cache maps it may affect over). Names compare exactly,
- * or ignoring ASCII case when either side's domain does.
+ * or, when either side's domain ignores case, as the cache answers a lookup ignoring
+ * case (cache_name_answers: Unicode case and compatibility forms, so FULLWIDTH
+ * ｒｏｏｔ, which a lookup of root is answered with, is held by the host's root).
  *
  * A withheld entry is answered as if its domain did not hold it: a lookup
  * goes on to the next domain, its gid leaves its members' group lists, an
@@ -41,7 +43,7 @@
 struct host_file {
 	struct files_snapshot *s; /* NULL: absent or unreadable */
 	uint32_t *ids;            /* sorted uids or gids */
-	char **folded;            /* sorted, ASCII lower case */
+	char **folded;            /* sorted, fold_copy's "FOLDED\0NAME" */
 	size_t n;
 	struct stat st;
 	bool have_st;
@@ -98,12 +100,39 @@ static int cmp_str(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* "FOLDED\0NAME": name's cache_name_fold form (the cache's key rule),
+ * which sorts the index, then name itself, which host_holds compares with
+ * cache_name_answers. */
 static char *fold_copy(const char *name)
 {
-	char *c = strdup(name);
-	for (char *p = c; p && *p; p++)
-		*p = idc_tolower(*p);
+	char f[CACHE_NAME_MAX + 1];
+	size_t n = cache_name_fold(CACHE_NAMES_STORED, name, f), len = strlen(name);
+	if (!n)
+		n = (size_t)snprintf(f, sizeof(f), "%.*s", CACHE_NAME_MAX, name);
+	char *c = malloc(n + 1 + len + 1);
+	if (c) {
+		memcpy(c, f, n + 1);
+		memcpy(c + n + 1, name, len + 1);
+	}
 	return c;
+}
+
+/* Whether h's index holds a name that a lookup of name is answered by, as
+ * the cache answers one ignoring case (cache_name_answers): FULLWIDTH
+ * ｒｏｏｔ is root to a directory, and to the cache. */
+static bool host_holds_name(const struct host_file *h, const char *name)
+{
+	char *key = fold_copy(name);
+	if (!key)
+		return true; /* no memory: withheld rather than served wrongly */
+	char **at = bsearch(&key, h->folded, h->n, sizeof(*h->folded), cmp_str);
+	bool found = false;
+	while (at && at > h->folded && !strcmp(at[-1], key))
+		at--; /* the first of the names sharing the folded form */
+	for (; at && at < h->folded + h->n && !strcmp(*at, key) && !found; at++)
+		found = cache_name_answers(CACHE_NAMES_STORED, *at + strlen(*at) + 1, name);
+	free(key);
+	return found;
 }
 
 /* The sorted id and folded name indexes of h->s. */
@@ -239,13 +268,11 @@ static bool host_holds(const struct host_file *h, bool group, const char *name, 
 {
 	if (!h->s)
 		return false;
-	char *key = NULL;
 	if (cs)
 		*by_name = (group ? files_snapshot_group(h->s, name)
 				  : files_snapshot_user(h->s, name)) >= 0;
-	else if ((key = fold_copy(name)))
-		*by_name = bsearch(&key, h->folded, h->n, sizeof(*h->folded), cmp_str) != NULL;
-	free(key);
+	else
+		*by_name = host_holds_name(h, name);
 	return *by_name || bsearch(&id, h->ids, h->n, sizeof(*h->ids), cmp_u32) != NULL;
 }
 

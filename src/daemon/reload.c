@@ -98,6 +98,12 @@ static void swap_in(struct daemon *dm, struct config *cfg, struct domain **doms,
 
 static int apply(struct daemon *dm, struct config *cfg)
 {
+	/* An ldap domain starts over (retired, freed after the batch): a store
+	 * of its in flight tells its changes to the maps, which look at the
+	 * domain's configuration and at every domain. Finished here, while the
+	 * list and the configuration in force are whole (as stop does). */
+	for (size_t i = 0; i < dm->ndomains; i++)
+		ldapdom_drain(dm->domains[i]->ldap);
 	size_t n = cfg->ndomains ? cfg->ndomains : 1;
 	struct domain **doms = calloc(n, sizeof(*doms));
 	const char **names = calloc(n, sizeof(*names));

@@ -160,7 +160,8 @@ struct pending {
 	size_t next;          /* first domain whose directory may still be asked */
 	struct domain *asked; /* the domain asked last (alive while its callback runs) */
 	enum lprov_lookup_result res;
-	size_t failed_at; /* 1 + index of the domain whose lookup failed; 0: none */
+	size_t failed_at;    /* 1 + index of the domain whose lookup failed; 0: none */
+	uint64_t config_gen; /* dm->config_gen the two indexes above belong to */
 };
 
 enum { WALK_NEXT = 0, WALK_ANSWER, WALK_DEFER };
@@ -210,6 +211,15 @@ static void resume(void *arg)
 	}
 	if (p->res == LPROV_LOOKUP_FOUND && p->req.cmd == PROTO_CMD_INITGROUPS && p->asked)
 		ldapdom_initgroups_note(p->asked, p->name);
+	/* A reload since: next and failed_at index the old domains, and an
+	 * ldap domain starts over on every reload, failing what it had in
+	 * flight (not the directory's doing). The walk starts over, asking
+	 * the domains in force. */
+	if (p->config_gen != p->dm->config_gen) {
+		p->next = p->failed_at = 0;
+		p->asked = NULL;
+		p->config_gen = p->dm->config_gen;
+	}
 	c->wait = NULL;
 	struct walk w = {p->dm, c, &p->req, p};
 	int rc = handle_lookup(&w, conn_reply_buf(c));
@@ -248,6 +258,7 @@ static struct pending *pending_new(struct walk *w)
 	p->dm = w->dm;
 	p->c = w->c;
 	p->req = *w->req;
+	p->config_gen = w->dm->config_gen;
 	if (by_name(w->req->cmd)) {
 		size_t n = w->req->name.len < PROTO_NAME_MAX ? w->req->name.len : PROTO_NAME_MAX;
 		memcpy(p->name, w->req->name.p, n);

@@ -164,3 +164,27 @@ def read_frames(s, n):
             out.append((length, cmd, st, buf[16:length]))
             buf = buf[length:]
     return out
+
+
+
+def test_user_info_groups_are_the_users(idcache, daemons):
+    """`idcache user NAME` lists the groups `id -G` gives (less the primary
+    gid, which glibc adds). It read the user's name for the groups from the
+    reader's memory after the group lookup had started it over: freed
+    when the record's strings had spilled into a second block (gecos and
+    home of 300 bytes here; MALLOC_PERTURB_, tcache off, makes freed memory
+    garbage, and groups= came out empty)."""
+    d = daemons.start(f"alice:x:2001:2001:{'G' * 300}:/home/{'h' * 300}:/bin/sh\n",
+                      "alice:x:2001:\ndev:x:3001:alice\nops:x:3002:bob,alice\n", start=False)
+    d.wrap += ["env", "MALLOC_PERTURB_=165", "GLIBC_TUNABLES=glibc.malloc.tcache_count=0"]
+    d.start()
+    got = []
+    for _ in range(2):
+        r = cli(idcache, d, "user", "alice")
+        assert r.rc == 0, r
+        info = dict(ln.partition("=")[::2] for ln in r.out.splitlines())
+        got.append((info["name"], info["groups"]))
+    d.check_alive()
+    assert got == [("alice", "3001,3002")] * 2, got
+    assert sorted(set(d.ns.run(["id", "-G", "alice"]).out.split()) - {"2001"}) == \
+        ["3001", "3002"]

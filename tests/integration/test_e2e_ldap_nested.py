@@ -12,7 +12,7 @@ which nests c1 (a cycle).
 import nsenv
 import pytest
 
-from test_e2e_ldap import LOCAL_GROUP, cli, pytestmark
+from test_e2e_ldap import LOCAL_GROUP, cli, pytestmark, status
 from test_e2e_ldap_fresh import BOTH, GROUPS, gids, server, start  # noqa: F401 (a fixture)
 
 assert pytestmark  # the same requirements (slapd, ldap-utils, openssl)
@@ -52,8 +52,14 @@ def test_nested_members_same_on_every_path(server, module_daemons, idcache):
 
 
 def test_nested_members_in_enumeration(server, module_daemons, idcache):
-    """enumerate = true: getent group (getgrent) lists the same lines."""
+    """enumerate = true: getent group (getgrent) lists the same lines,
+    once the first enumeration is over (until then the domain fills in
+    page by page, as idcache.conf(5) says: the test waits for it)."""
     d = start(module_daemons, server, idcache, "enumerate = true\n")
+    done, _ = nsenv.wait_for(
+        lambda: (lambda st: int(st["domain.dir.groups"]) > 0
+                 and st["domain.dir.ldap_in_flight"] == "0")(status(idcache, d)), timeout=10)
+    assert done, d.log()[-2000:]
     r = d.ns.run(["getent", "group"])
     got = {line.split(":")[0]: line for line in r.out.splitlines()}
     assert {g: got.get(g) for g in FLAT} == FLAT, r.out

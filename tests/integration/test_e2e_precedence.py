@@ -215,12 +215,17 @@ WITHHELD = [("user", "root", "uid=root,ou=people,dc=example,dc=com"),
             ("group", "staff2", "cn=staff2,ou=groups,dc=example,dc=com")]
 
 
-@pytest.fixture(scope="module")
-def directory():
+def slapd_holding(prefix, name, text):
+    """For a fixture to `yield from`: a private slapd holding the LDIF text."""
     tel = pytest.importorskip("test_e2e_ldap")
     if not (os.access(tel.SLAPD, os.X_OK) and shutil.which("ldapadd")):
         pytest.skip("needs Debian's slapd and ldap-utils")
-    yield from tel.private_slapd("idc-prec-ldap-", "p", lambda p: p.write_text(DIRECTORY))
+    yield from tel.private_slapd(prefix, name, lambda p: p.write_text(text))
+
+
+@pytest.fixture(scope="module")
+def directory():
+    yield from slapd_holding("idc-prec-ldap-", "p", DIRECTORY)
 
 
 def dir_domain(uri, extra=""):
@@ -343,16 +348,22 @@ def test_overlap_allowed_deliberately_and_filters(idcache, daemons, directory):
     assert d2.ns.run(["getent", "group", "ops"]).out == "ops:x:20003:root,ldapuser\n"
 
 
-def test_host_files_when_no_files_domain(idcache, daemons, directory):
-    """Without a files domain, /etc/passwd and /etc/group as the daemon
-    reads them are the host's own (no filter here: root is withheld for
-    the host's root)."""
+def dir_only(daemons, directory, extra=""):
+    """A daemon whose one domain is the directory: no files domain."""
     d = daemons.start(None, None, idcache_conf="domains = dir\n", start=False,
-                      domain_conf=dir_domain(directory.uri, "filter_users =\n"))
+                      domain_conf=dir_domain(directory.uri, extra))
     conf = d.conf.read_text()
     head, _, rest = conf.partition("\n[domain/local]\n")
     d.conf.write_text(head + "\n" + rest[rest.index("\n[domain/dir]"):])
     d.start()
+    return d
+
+
+def test_host_files_when_no_files_domain(idcache, daemons, directory):
+    """Without a files domain, /etc/passwd and /etc/group as the daemon
+    reads them are the host's own (no filter here: root is withheld for
+    the host's root)."""
+    d = dir_only(daemons, directory, "filter_users =\n")
     host_group = (d.base / "sys" / "group").read_text()
     r = d.ns.run(["getent", "passwd", "root"], sources="idcache")
     assert r.rc == 2, r  # the directory's root is withheld, and idcache has no other

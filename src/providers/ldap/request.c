@@ -54,15 +54,14 @@ static bool same_name(const struct lprov_domain *ld, enum lprov_lookup_kind kind
 	return cache_name_answers(name_rule(ld, kind), a, b);
 }
 
-/* The slot of a lookup: every spelling the directory's matching rule may
- * equate hashes alike (cache_name_fold); same_name decides on a hit. */
+/* The slot of a lookup: the spellings same_name equates share it
+ * (cache_name_hash); same_name decides on a hit. */
 static uint64_t key_hash(const struct lprov_domain *ld, enum lprov_lookup_kind kind,
 			 const char *name, uint32_t id)
 {
-	char buf[CACHE_NAME_MAX + 32];
-	int n = snprintf(buf, sizeof(buf), "%d:%u:", (int)kind, (unsigned)id);
-	n += (int)cache_name_fold(name_rule(ld, kind), name, buf + n);
-	return idc_hash64(buf, (size_t)n, ld->hash_seed) | 1;
+	uint64_t seed = ld->hash_seed ^ (((uint64_t)kind << 32 | id) * 0x9e3779b97f4a7c15ull);
+	return name ? cache_name_hash(name_rule(ld, kind), name, seed)
+		    : idc_hash64("", 0, seed) | 1;
 }
 
 static struct lp_neg *neg_slot(struct lprov_domain *ld, uint64_t h)
