@@ -153,7 +153,7 @@ static int check_attr(const struct store *s, struct add_prep *p, const struct st
 		if (rc)
 			rc = idc_diag_set(d, rc, "attribute %.*s: value '%.*s': %s", SHOWN(a->name),
 					  SHOWN(a->vals[i]), vd.msg);
-		else
+		else if (a->nvals > 1) /* one value cannot repeat: no hash */
 			h[i] = idc_hash64(out->data + start, out->len - start, 0);
 		if (!rc && ix)
 			rc = keep_key(p, start, ixn);

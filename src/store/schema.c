@@ -361,24 +361,58 @@ struct canon_intern {
 };
 
 #define INTERN_SLOTS 256 /* slots are never reused: room against collisions */
+#define INTERN_PROBE 8   /* slots a name may take, from its hash on */
 
 static struct canon_intern canon_interned[INTERN_SLOTS];
 
-size_t store_attr_canon_ref(const char *name, size_t len, char buf[STORE_ATTR_MAX],
-			    const char **canon)
+/* The slot a name's probe starts at: its length and four of its bytes,
+ * multiplied so each moves every bit of the slot number. Names of one
+ * schema mostly start apart; those that do not take the next free slot. */
+static size_t intern_hash(const char *name, size_t len)
 {
-	*canon = buf;
-	if (!name || len == 0 || len >= MEMO_NAME)
-		return attr_canon(name, len, buf);
-	/* two more bytes: a slot keeps the first name that took it */
-	size_t h =
-	    name_hash(name, len) + (unsigned char)name[len - 1] * 2u + (unsigned char)name[len / 4];
-	struct canon_intern *in = &canon_interned[h % INTERN_SLOTS];
-	unsigned char st = atomic_load_explicit(&in->state, memory_order_acquire);
-	if (st == INTERN_READY && in->len == len && memcmp(in->name, name, len) == 0) {
-		*canon = in->canon;
-		return in->clen;
+	const unsigned char *u = (const unsigned char *)name;
+	uint64_t w = (uint64_t)u[0] | (uint64_t)u[len / 4] << 8 | (uint64_t)u[len / 2] << 16 |
+		     (uint64_t)u[len - 1] << 24 | (uint64_t)len << 32;
+	return (size_t)((w * 0x9e3779b97f4a7c15ULL) >> 56);
+}
+
+/* Whether a[0..n) equals b[0..n), n below MEMO_NAME: names are a dozen
+ * bytes, where a few overlapping word loads beat a call to memcmp. */
+static inline bool short_eq(const char *a, const char *b, size_t n)
+{
+	uint64_t x, y;
+	uint32_t v, w;
+	if (n >= 8) {
+		for (size_t i = 0; i + 8 < n; i += 8) {
+			memcpy(&x, a + i, 8);
+			memcpy(&y, b + i, 8);
+			if (x != y)
+				return false;
+		}
+		memcpy(&x, a + n - 8, 8);
+		memcpy(&y, b + n - 8, 8);
+		return x == y;
 	}
+	if (n >= 4) {
+		memcpy(&v, a, 4);
+		memcpy(&w, b, 4);
+		if (v != w)
+			return false;
+		memcpy(&v, a + n - 4, 4);
+		memcpy(&w, b + n - 4, 4);
+		return v == w;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (a[i] != b[i])
+			return false;
+	return true;
+}
+
+/* The miss of store_attr_canon_ref: the name canonicalized, and kept in
+ * slot in when the probe ended at an empty one (st). */
+static __attribute__((noinline)) size_t canon_ref_miss(const char *name, size_t len, char *buf,
+						       struct canon_intern *in, unsigned char st)
+{
 	size_t n = store_attr_canon(name, len, buf);
 	unsigned char empty = INTERN_EMPTY;
 	if (st == INTERN_EMPTY && n > 0 && n < MEMO_NAME &&
@@ -391,6 +425,28 @@ size_t store_attr_canon_ref(const char *name, size_t len, char buf[STORE_ATTR_MA
 		atomic_store_explicit(&in->state, INTERN_READY, memory_order_release);
 	}
 	return n;
+}
+
+size_t store_attr_canon_ref(const char *name, size_t len, char buf[STORE_ATTR_MAX],
+			    const char **canon)
+{
+	*canon = buf;
+	if (!name || len == 0 || len >= MEMO_NAME)
+		return attr_canon(name, len, buf);
+	size_t h = intern_hash(name, len);
+	struct canon_intern *in = NULL;
+	unsigned char st = INTERN_BUSY;
+	for (size_t k = 0; k < INTERN_PROBE; k++) {
+		in = &canon_interned[(h + k) % INTERN_SLOTS];
+		st = atomic_load_explicit(&in->state, memory_order_acquire);
+		if (st == INTERN_READY && in->len == len && short_eq(in->name, name, len)) {
+			*canon = in->canon;
+			return in->clen;
+		}
+		if (st == INTERN_EMPTY)
+			break;
+	}
+	return canon_ref_miss(name, len, buf, in, st);
 }
 
 /* Whether the options of a canonical description include ";binary", which

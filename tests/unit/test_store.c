@@ -1491,7 +1491,10 @@ static void test_add_checks_and_keys(void **state)
 
 /* store_attr_canon and store_attr_rule remember recent answers: asking many
  * names in turn (so that slots are shared and replaced) must give the same
- * answers as asking each once. */
+ * answers as asking each once. store_attr_canon_ref keeps each short name
+ * once for all threads, even two whose hashes share a slot (objectClass and
+ * homeDirectory do): asked again, it hands out the kept copy, which knows
+ * its rule. */
 static void test_attr_name_memo(void **state)
 {
 	(void)state;
@@ -1506,6 +1509,7 @@ static void test_attr_name_memo(void **state)
 	    {"gidNumber", "gidnumber", STORE_RULE_INTEGER},
 	    {"member", "member", STORE_RULE_DN},
 	    {"memberUid", "memberuid", STORE_RULE_CASE_EXACT},
+	    {"homeDirectory", "homedirectory", STORE_RULE_CASE_EXACT},
 	    {"gn", "givenname", STORE_RULE_CASE_IGNORE},
 	    {"GN", "givenname", STORE_RULE_CASE_IGNORE},
 	    {"2.5.4.3", "cn", STORE_RULE_CASE_IGNORE},
@@ -1540,6 +1544,20 @@ static void test_attr_name_memo(void **state)
 			assert_int_equal(store_attr_rule(out, (size_t)len), STORE_RULE_CASE_IGNORE);
 		}
 	}
+	for (int round = 0; round < 2; round++)
+		for (size_t i = 0; i < IDC_ARRAY_SIZE(names); i++) {
+			size_t len = strlen(names[i].name);
+			char buf[STORE_ATTR_MAX];
+			const char *c;
+			if (!names[i].canon || len >= 32)
+				continue;
+			size_t n = store_attr_canon_ref(names[i].name, len, buf, &c);
+			assert_int_equal(n, strlen(names[i].canon));
+			assert_memory_equal(c, names[i].canon, n + 1);
+			assert_int_equal(store_attr_rule(c, n), names[i].rule);
+			if (round == 1)
+				assert_ptr_not_equal(c, buf);
+		}
 }
 
 static void test_entry_codec_rejects_garbage(void **state)
