@@ -7,19 +7,30 @@
 
 /* ---- building ---------------------------------------------------------------- */
 
-struct pair_ref {
+/* A run of pairs in a row under one attribute name as written
+ * (objectClass five times, member a thousand): pairs[first..first + n). */
+struct pair_run {
 	const char *norm;
 	size_t norm_len;
 	uint64_t pfx; /* store_prefix64 of norm: names mostly differ there */
-	size_t idx;   /* position in the input: keeps values in their given order */
+	size_t first, n;
 };
 
-static int pair_ref_cmp(const void *a, const void *b)
+static bool same_norm(const struct pair_run *x, const struct pair_run *y)
 {
-	const struct pair_ref *x = a, *y = b;
+	/* interned names are one copy each (store_attr_canon_ref) */
+	return x->norm == y->norm ||
+	       (x->norm_len == y->norm_len && memcmp(x->norm, y->norm, x->norm_len) == 0);
+}
+
+/* By canonical name, then by position: the values of an attribute named
+ * in several runs keep their given order. */
+static int pair_run_cmp(const void *a, const void *b)
+{
+	const struct pair_run *x = a, *y = b;
 	if (x->pfx != y->pfx)
 		return x->pfx < y->pfx ? -1 : 1;
-	/* Repeated names share one copy (pair_refs). Names are never empty. */
+	/* Names are never empty. */
 	if (x->norm != y->norm && (x->norm_len > 8 || y->norm_len > 8)) {
 		size_t n = x->norm_len < y->norm_len ? x->norm_len : y->norm_len;
 		int c = n > 8 ? memcmp(x->norm + 8, y->norm + 8, n - 8) : 0;
@@ -28,47 +39,51 @@ static int pair_ref_cmp(const void *a, const void *b)
 	}
 	if (x->norm_len != y->norm_len)
 		return x->norm_len < y->norm_len ? -1 : 1;
-	return x->idx < y->idx ? -1 : (x->idx > y->idx);
+	return x->first < y->first ? -1 : (x->first > y->first);
 }
 
-/* Canonical names of all pairs, allocated in arena. A name equal to the
- * previous pair's (objectClass four times in a row) reuses its result. */
-static int pair_refs(struct idc_arena *a, const struct store_pair *pairs, size_t n,
-		     struct pair_ref *refs, struct idc_diag *d)
+/* The runs of pairs[0..n) into runs (room for n), their canonical names
+ * allocated in arena unless interned; their count, or 0 after setting d. */
+static size_t pair_runs(struct idc_arena *a, const struct store_pair *pairs, size_t n,
+			struct pair_run *runs, int *rc, struct idc_diag *d)
 {
 	char canon[STORE_ATTR_MAX];
+	size_t k = 0;
 	for (size_t i = 0; i < n; i++) {
 		const struct store_val *nm = &pairs[i].name;
 		if (i > 0 && nm->len == pairs[i - 1].name.len &&
 		    memcmp(nm->ptr, pairs[i - 1].name.ptr, nm->len) == 0) {
-			refs[i] = refs[i - 1];
-			refs[i].idx = i;
+			runs[k - 1].n++;
 			continue;
 		}
 		const char *p;
 		size_t len = store_attr_canon_ref(nm->ptr, nm->len, canon, &p);
-		if (len == 0)
-			return idc_diag_set(d, IDC_ESYNTAX, "invalid attribute name '%.*s'",
-					    (int)(nm->len > 64 ? 64 : nm->len), nm->ptr);
-		if (p == canon && !(p = idc_arena_strndup(a, canon, len)))
-			return -ENOMEM;
-		refs[i] = (struct pair_ref){p, len, store_prefix64(p, len), i};
+		if (len == 0) {
+			*rc = idc_diag_set(d, IDC_ESYNTAX, "invalid attribute name '%.*s'",
+					   (int)(nm->len > 64 ? 64 : nm->len), nm->ptr);
+			return 0;
+		}
+		if (p == canon && !(p = idc_arena_strndup(a, canon, len))) {
+			*rc = -ENOMEM;
+			return 0;
+		}
+		runs[k++] = (struct pair_run){p, len, store_prefix64(p, len), i, 1};
 	}
-	return 0;
+	return k;
 }
 
-/* Entries have a few dozen pairs: insertion sort beats qsort's overhead;
- * big groups (thousands of member values) go to qsort. */
-static void sort_refs(struct pair_ref *r, size_t n)
+/* Entries have a dozen runs: insertion sort beats qsort's overhead; an
+ * entry with many (names alternating) goes to qsort. */
+static void sort_runs(struct pair_run *r, size_t n)
 {
 	if (n > 64) {
-		qsort(r, n, sizeof(*r), pair_ref_cmp);
+		qsort(r, n, sizeof(*r), pair_run_cmp);
 		return;
 	}
 	for (size_t i = 1; i < n; i++) {
-		struct pair_ref x = r[i];
+		struct pair_run x = r[i];
 		size_t j = i;
-		while (j > 0 && pair_ref_cmp(&r[j - 1], &x) > 0) {
+		while (j > 0 && pair_run_cmp(&r[j - 1], &x) > 0) {
 			r[j] = r[j - 1];
 			j--;
 		}
@@ -76,12 +91,11 @@ static void sort_refs(struct pair_ref *r, size_t n)
 	}
 }
 
-static size_t count_attrs(const struct pair_ref *refs, size_t n)
+static size_t count_attrs(const struct pair_run *runs, size_t n)
 {
 	size_t k = 0;
 	for (size_t i = 0; i < n; i++)
-		if (i == 0 || refs[i].norm_len != refs[i - 1].norm_len ||
-		    memcmp(refs[i].norm, refs[i - 1].norm, refs[i].norm_len) != 0)
+		if (i == 0 || !same_norm(&runs[i], &runs[i - 1]))
 			k++;
 	return k;
 }
@@ -93,37 +107,37 @@ int store_entry_from_pairs(struct idc_arena *arena, struct store_val dn,
 	*out = (struct store_entry){0, dn, NULL, 0};
 	if (npairs == 0)
 		return 0;
-	struct pair_ref small[64];
-	struct pair_ref *refs = npairs <= 64 ? small : malloc(npairs * sizeof(*refs));
-	if (!refs)
+	struct pair_run small[64];
+	struct pair_run *runs = npairs <= 64 ? small : malloc(npairs * sizeof(*runs));
+	if (!runs)
 		return -ENOMEM;
-	int rc = pair_refs(arena, pairs, npairs, refs, d);
+	int rc = 0;
+	size_t nruns = pair_runs(arena, pairs, npairs, runs, &rc, d);
 	if (rc)
 		goto out;
-	sort_refs(refs, npairs);
-	size_t nattrs = count_attrs(refs, npairs);
+	sort_runs(runs, nruns);
+	size_t nattrs = count_attrs(runs, nruns);
 	struct store_attr *attrs = idc_arena_alloc(arena, nattrs * sizeof(*attrs));
 	struct store_val *vals = idc_arena_alloc(arena, npairs * sizeof(*vals));
 	rc = -ENOMEM;
 	if (!attrs || !vals)
 		goto out;
-	size_t k = 0;
-	for (size_t i = 0; i < npairs; i++) {
-		const struct store_pair *p = &pairs[refs[i].idx];
-		if (i == 0 || attrs[k - 1].norm.len != refs[i].norm_len ||
-		    memcmp(attrs[k - 1].norm.ptr, refs[i].norm, refs[i].norm_len) != 0) {
+	size_t k = 0, nv = 0;
+	for (size_t i = 0; i < nruns; i++) {
+		const struct pair_run *r = &runs[i];
+		if (i == 0 || !same_norm(r, &runs[i - 1]))
 			attrs[k++] = (struct store_attr){
-			    p->name, {refs[i].norm, refs[i].norm_len}, &vals[i], 0};
-		}
-		vals[i] = p->value;
-		attrs[k - 1].nvals++;
+			    pairs[r->first].name, {r->norm, r->norm_len}, &vals[nv], 0};
+		for (size_t j = 0; j < r->n; j++)
+			vals[nv++] = pairs[r->first + j].value;
+		attrs[k - 1].nvals += r->n;
 	}
 	out->attrs = attrs;
 	out->nattrs = nattrs;
 	rc = 0;
 out:
-	if (refs != small)
-		free(refs);
+	if (runs != small)
+		free(runs);
 	return rc;
 }
 

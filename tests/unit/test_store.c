@@ -1560,6 +1560,55 @@ static void test_attr_name_memo(void **state)
 		}
 }
 
+/* Values of one attribute keep their order, wherever and however its name
+ * is spelled among the pairs; attributes come sorted by canonical name,
+ * each named as first written. Also past 64 runs of names (qsort). */
+static void test_entry_from_pairs_order(void **state)
+{
+	(void)state;
+	struct idc_arena a = IDC_ARENA_INIT;
+	struct store_pair p[140];
+	const char *names[] = {"cn",          "objectClass", "CN", "commonName",
+			       "objectClass", "objectClass", "sn", "cn"};
+	const char *vals[] = {"a", "x", "b", "c", "y", "z", "q", "d"};
+	for (size_t i = 0; i < 8; i++)
+		p[i] = (struct store_pair){{names[i], strlen(names[i])}, {vals[i], 1}};
+	struct store_entry e;
+	assert_int_equal(store_entry_from_pairs(&a, (struct store_val){"cn=a", 4}, p, 8, &e, NULL),
+			 0);
+	assert_int_equal(e.nattrs, 3);
+	const char *want[][5] = {
+	    {"cn", "cn", "abcd"}, {"objectclass", "objectClass", "xyz"}, {"sn", "sn", "q"}};
+	for (size_t i = 0; i < 3; i++) {
+		assert_int_equal(e.attrs[i].norm.len, strlen(want[i][0]));
+		assert_memory_equal(e.attrs[i].norm.ptr, want[i][0], e.attrs[i].norm.len);
+		assert_int_equal(e.attrs[i].name.len, strlen(want[i][1]));
+		assert_memory_equal(e.attrs[i].name.ptr, want[i][1], e.attrs[i].name.len);
+		assert_int_equal(e.attrs[i].nvals, strlen(want[i][2]));
+		for (size_t j = 0; j < e.attrs[i].nvals; j++)
+			assert_memory_equal(e.attrs[i].vals[j].ptr, &want[i][2][j], 1);
+	}
+	/* 140 pairs alternating between two names: 140 runs */
+	static const char digits[] = "0123456789";
+	for (size_t i = 0; i < 140; i++)
+		p[i] = (struct store_pair){{i % 2 ? "ou" : "description", i % 2 ? 2 : 11},
+					   {&digits[i % 10], 1}};
+	assert_int_equal(
+	    store_entry_from_pairs(&a, (struct store_val){"cn=a", 4}, p, 140, &e, NULL), 0);
+	assert_int_equal(e.nattrs, 2);
+	assert_memory_equal(e.attrs[0].norm.ptr, "description", 11);
+	assert_memory_equal(e.attrs[1].norm.ptr, "ou", 2);
+	for (size_t k = 0; k < 2; k++) {
+		assert_int_equal(e.attrs[k].nvals, 70);
+		for (size_t j = 0; j < 70; j++)
+			assert_memory_equal(e.attrs[k].vals[j].ptr, &digits[(2 * j + k) % 10], 1);
+	}
+	p[7].name = (struct store_val){"bad name", 8};
+	assert_int_equal(store_entry_from_pairs(&a, (struct store_val){"cn=a", 4}, p, 8, &e, NULL),
+			 IDC_ESYNTAX);
+	idc_arena_free(&a);
+}
+
 static void test_entry_codec_rejects_garbage(void **state)
 {
 	(void)state;
@@ -1840,6 +1889,7 @@ int main(void)
 	    T(test_bulk_leaves_keep_slack),
 	    T(test_add_checks_and_keys),
 	    cmocka_unit_test(test_attr_name_memo),
+	    cmocka_unit_test(test_entry_from_pairs_order),
 	    cmocka_unit_test(test_entry_codec_rejects_garbage),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
