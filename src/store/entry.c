@@ -166,30 +166,55 @@ const struct store_attr *store_entry_attr(const struct store_entry *e, const cha
 #define ENTRY_CODEC_VERSION 1
 #define ENTRY_HDR           16
 
-static void put_u16(struct idc_buf *b, uint16_t v)
+/* The writes of the encoder go through a local pointer: stores through a
+ * char pointer may alias the buffer's length, which the compiler would
+ * otherwise reload and store at every field. */
+static char *put_u16(char *w, uint16_t v)
 {
-	memcpy(b->data + b->len, &v, 2);
-	b->len += 2;
+	memcpy(w, &v, 2);
+	return w + 2;
 }
 
-static void put_u32(struct idc_buf *b, uint32_t v)
+static char *put_u32(char *w, uint32_t v)
 {
-	memcpy(b->data + b->len, &v, 4);
-	b->len += 4;
+	memcpy(w, &v, 4);
+	return w + 4;
 }
 
-static void put_bytes(struct idc_buf *b, const void *p, size_t n)
+/* Values and names are mostly a dozen bytes: up to 16 are copied by two
+ * overlapping loads and stores instead of a call to memcpy. */
+static char *put_bytes(char *w, const char *p, size_t n)
 {
-	if (n)
-		memcpy(b->data + b->len, p, n);
-	b->len += n;
+	if (n >= 8 && n <= 16) {
+		uint64_t x, y;
+		memcpy(&x, p, 8);
+		memcpy(&y, p + n - 8, 8);
+		memcpy(w, &x, 8);
+		memcpy(w + n - 8, &y, 8);
+	} else if (n >= 4 && n < 8) {
+		uint32_t x, y;
+		memcpy(&x, p, 4);
+		memcpy(&y, p + n - 4, 4);
+		memcpy(w, &x, 4);
+		memcpy(w + n - 4, &y, 4);
+	} else if (n < 4) {
+		for (size_t i = 0; i < n; i++)
+			w[i] = p[i];
+	} else {
+		memcpy(w, p, n);
+	}
+	return w + n;
 }
 
+/* The encoded size of e, or SIZE_MAX past STORE_ENTRY_MAX or when a name
+ * does not fit its 16-bit length. */
 static size_t encoded_size(const struct store_entry *e, size_t ndn_len)
 {
 	size_t n = ENTRY_HDR + e->dn.len + ndn_len;
 	for (size_t i = 0; i < e->nattrs; i++) {
 		const struct store_attr *a = &e->attrs[i];
+		if (a->norm.len > UINT16_MAX || a->name.len > UINT16_MAX)
+			return SIZE_MAX;
 		n += 12 + a->norm.len + a->name.len;
 		for (size_t j = 0; j < a->nvals; j++)
 			n += 4 + a->vals[j].len;
@@ -204,33 +229,32 @@ int store_entry_encode(const struct store_entry *e, struct store_val ndn, struct
 	size_t need = encoded_size(e, ndn.len);
 	if (need > STORE_ENTRY_MAX)
 		return -E2BIG;
-	for (size_t i = 0; i < e->nattrs; i++)
-		if (e->attrs[i].norm.len > UINT16_MAX || e->attrs[i].name.len > UINT16_MAX)
-			return -E2BIG;
 	idc_buf_reset(out);
 	int rc = idc_buf_reserve(out, need);
 	if (rc)
 		return rc;
+	char *w = out->data;
 	uint8_t hdr[4] = {ENTRY_CODEC_VERSION, 0, 0, 0};
-	put_bytes(out, hdr, 4);
-	put_u32(out, (uint32_t)e->dn.len);
-	put_u32(out, (uint32_t)ndn.len);
-	put_u32(out, (uint32_t)e->nattrs);
-	put_bytes(out, e->dn.ptr, e->dn.len);
-	put_bytes(out, ndn.ptr, ndn.len);
+	memcpy(w, hdr, 4);
+	w = put_u32(w + 4, (uint32_t)e->dn.len);
+	w = put_u32(w, (uint32_t)ndn.len);
+	w = put_u32(w, (uint32_t)e->nattrs);
+	w = put_bytes(w, e->dn.ptr, e->dn.len);
+	w = put_bytes(w, ndn.ptr, ndn.len);
 	for (size_t i = 0; i < e->nattrs; i++) {
 		const struct store_attr *a = &e->attrs[i];
-		put_u16(out, (uint16_t)a->norm.len);
-		put_u16(out, (uint16_t)a->name.len);
-		put_u32(out, (uint32_t)a->nvals);
-		put_u32(out, a->rank);
-		put_bytes(out, a->norm.ptr, a->norm.len);
-		put_bytes(out, a->name.ptr, a->name.len);
+		w = put_u16(w, (uint16_t)a->norm.len);
+		w = put_u16(w, (uint16_t)a->name.len);
+		w = put_u32(w, (uint32_t)a->nvals);
+		w = put_u32(w, a->rank);
+		w = put_bytes(w, a->norm.ptr, a->norm.len);
+		w = put_bytes(w, a->name.ptr, a->name.len);
 		for (size_t j = 0; j < a->nvals; j++) {
-			put_u32(out, (uint32_t)a->vals[j].len);
-			put_bytes(out, a->vals[j].ptr, a->vals[j].len);
+			w = put_u32(w, (uint32_t)a->vals[j].len);
+			w = put_bytes(w, a->vals[j].ptr, a->vals[j].len);
 		}
 	}
+	out->len = (size_t)(w - out->data);
 	out->data[out->len] = '\0';
 	return 0;
 }
