@@ -14,13 +14,14 @@ struct pair_run {
 	size_t norm_len;
 	uint64_t pfx; /* store_prefix64 of norm: names mostly differ there */
 	size_t first, n;
+	size_t pos; /* place among the runs as given */
 };
 
 static bool same_norm(const struct pair_run *x, const struct pair_run *y)
 {
 	/* interned names are one copy each (store_attr_canon_ref) */
 	return x->norm == y->norm ||
-	       (x->norm_len == y->norm_len && memcmp(x->norm, y->norm, x->norm_len) == 0);
+	       (x->norm_len == y->norm_len && store_short_eq(x->norm, y->norm, x->norm_len));
 }
 
 /* By canonical name, then by position: the values of an attribute named
@@ -43,16 +44,18 @@ static int pair_run_cmp(const void *a, const void *b)
 }
 
 /* The runs of pairs[0..n) into runs (room for n), their canonical names
- * allocated in arena unless interned; their count, or 0 after setting d. */
+ * allocated in arena unless interned (*interned says whether all were);
+ * their count, or 0 after setting *rc and d. */
 static size_t pair_runs(struct idc_arena *a, const struct store_pair *pairs, size_t n,
-			struct pair_run *runs, int *rc, struct idc_diag *d)
+			struct pair_run *runs, bool *interned, int *rc, struct idc_diag *d)
 {
+	*interned = true;
 	char canon[STORE_ATTR_MAX];
 	size_t k = 0;
 	for (size_t i = 0; i < n; i++) {
 		const struct store_val *nm = &pairs[i].name;
 		if (i > 0 && nm->len == pairs[i - 1].name.len &&
-		    memcmp(nm->ptr, pairs[i - 1].name.ptr, nm->len) == 0) {
+		    store_short_eq(nm->ptr, pairs[i - 1].name.ptr, nm->len)) {
 			runs[k - 1].n++;
 			continue;
 		}
@@ -63,32 +66,80 @@ static size_t pair_runs(struct idc_arena *a, const struct store_pair *pairs, siz
 					   (int)(nm->len > 64 ? 64 : nm->len), nm->ptr);
 			return 0;
 		}
-		if (p == canon && !(p = idc_arena_strndup(a, canon, len))) {
-			*rc = -ENOMEM;
-			return 0;
+		if (p == canon) {
+			*interned = false;
+			if (!(p = idc_arena_strndup(a, canon, len))) {
+				*rc = -ENOMEM;
+				return 0;
+			}
 		}
-		runs[k++] = (struct pair_run){p, len, store_prefix64(p, len), i, 1};
+		runs[k] = (struct pair_run){p, len, store_prefix64(p, len), i, 1, k};
+		k++;
 	}
 	return k;
 }
 
-/* Entries have a dozen runs: insertion sort beats qsort's overhead; an
- * entry with many (names alternating) goes to qsort. */
-static void sort_runs(struct pair_run *r, size_t n)
+#define SORT_MEMO_RUNS 64
+
+/* The last order sort_runs worked out on this thread, and the names it
+ * sorted: the entries of an import come in a few shapes (users, groups),
+ * so most are ordered as the one before. The order depends on the names
+ * alone (runs start in increasing order, so by first is by place). Kept
+ * for interned names only: those stay where they are, so the same
+ * pointers are the same names. */
+struct sort_memo {
+	size_t n;
+	const char *norm[SORT_MEMO_RUNS];
+	unsigned char order[SORT_MEMO_RUNS]; /* pos of the run at each place */
+};
+
+static _Thread_local struct sort_memo sort_memo;
+
+static bool sort_memo_hit(const struct sort_memo *m, const struct pair_run *r, size_t n)
 {
-	if (n > 64) {
+	if (m->n != n)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (m->norm[i] != r[i].norm)
+			return false;
+	return true;
+}
+
+/* runs[0..n) in order into out (room for n; may be runs itself when
+ * there are more than SORT_MEMO_RUNS); the sorted array. Entries have a
+ * dozen runs: insertion sort beats qsort's overhead; an entry with many
+ * (names alternating) goes to qsort. */
+static struct pair_run *sort_runs(struct pair_run *r, size_t n, bool interned, struct pair_run *out)
+{
+	if (n > SORT_MEMO_RUNS) {
 		qsort(r, n, sizeof(*r), pair_run_cmp);
-		return;
+		return r;
 	}
+	struct sort_memo *m = &sort_memo;
+	if (interned && sort_memo_hit(m, r, n)) {
+		for (size_t i = 0; i < n; i++)
+			out[i] = r[m->order[i]];
+		return out;
+	}
+	memcpy(out, r, n * sizeof(*r));
 	for (size_t i = 1; i < n; i++) {
-		struct pair_run x = r[i];
+		struct pair_run x = out[i];
 		size_t j = i;
-		while (j > 0 && pair_run_cmp(&r[j - 1], &x) > 0) {
-			r[j] = r[j - 1];
+		while (j > 0 && pair_run_cmp(&out[j - 1], &x) > 0) {
+			out[j] = out[j - 1];
 			j--;
 		}
-		r[j] = x;
+		out[j] = x;
 	}
+	m->n = 0;
+	if (interned) {
+		for (size_t i = 0; i < n; i++) {
+			m->norm[i] = r[i].norm;
+			m->order[i] = (unsigned char)out[i].pos;
+		}
+		m->n = n;
+	}
+	return out;
 }
 
 static size_t count_attrs(const struct pair_run *runs, size_t n)
@@ -107,16 +158,17 @@ int store_entry_from_pairs(struct idc_arena *arena, struct store_val dn,
 	*out = (struct store_entry){0, dn, NULL, 0};
 	if (npairs == 0)
 		return 0;
-	struct pair_run small[64];
-	struct pair_run *runs = npairs <= 64 ? small : malloc(npairs * sizeof(*runs));
+	struct pair_run small[SORT_MEMO_RUNS], sorted[SORT_MEMO_RUNS];
+	struct pair_run *runs = npairs <= SORT_MEMO_RUNS ? small : malloc(npairs * sizeof(*runs));
 	if (!runs)
 		return -ENOMEM;
 	int rc = 0;
-	size_t nruns = pair_runs(arena, pairs, npairs, runs, &rc, d);
+	bool interned;
+	size_t nruns = pair_runs(arena, pairs, npairs, runs, &interned, &rc, d);
 	if (rc)
 		goto out;
-	sort_runs(runs, nruns);
-	size_t nattrs = count_attrs(runs, nruns);
+	const struct pair_run *sr = sort_runs(runs, nruns, interned, sorted);
+	size_t nattrs = count_attrs(sr, nruns);
 	struct store_attr *attrs = idc_arena_alloc(arena, nattrs * sizeof(*attrs));
 	struct store_val *vals = idc_arena_alloc(arena, npairs * sizeof(*vals));
 	rc = -ENOMEM;
@@ -124,8 +176,8 @@ int store_entry_from_pairs(struct idc_arena *arena, struct store_val dn,
 		goto out;
 	size_t k = 0, nv = 0;
 	for (size_t i = 0; i < nruns; i++) {
-		const struct pair_run *r = &runs[i];
-		if (i == 0 || !same_norm(r, &runs[i - 1]))
+		const struct pair_run *r = &sr[i];
+		if (i == 0 || !same_norm(r, &sr[i - 1]))
 			attrs[k++] = (struct store_attr){
 			    pairs[r->first].name, {r->norm, r->norm_len}, &vals[nv], 0};
 		for (size_t j = 0; j < r->n; j++)

@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/store.h"
+#include "store_int.h"
 
 /* Reads start at 64 KiB, so a small file costs little, and grow to 1 MiB
  * once the file proves bigger. */
@@ -458,7 +458,7 @@ static int parse_add(struct ldif_reader *r, size_t i, struct ldif_record *rec, s
 		/* a name spelled as the line before's (objectClass, member) was
 		 * checked there */
 		bool again = n > 0 && r->pairs[n - 1].name.len == l->name.len &&
-			     memcmp(r->pairs[n - 1].name.ptr, l->name.ptr, l->name.len) == 0;
+			     store_short_eq(r->pairs[n - 1].name.ptr, l->name.ptr, l->name.len);
 		const char *ref;
 		if (!again && !check_attr(r, l, l->name, canon, &ref, d))
 			return IDC_ESYNTAX;

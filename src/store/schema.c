@@ -376,38 +376,6 @@ static size_t intern_hash(const char *name, size_t len)
 	return (size_t)((w * 0x9e3779b97f4a7c15ULL) >> 56);
 }
 
-/* Whether a[0..n) equals b[0..n), n below MEMO_NAME: names are a dozen
- * bytes, where a few overlapping word loads beat a call to memcmp. */
-static inline bool short_eq(const char *a, const char *b, size_t n)
-{
-	uint64_t x, y;
-	uint32_t v, w;
-	if (n >= 8) {
-		for (size_t i = 0; i + 8 < n; i += 8) {
-			memcpy(&x, a + i, 8);
-			memcpy(&y, b + i, 8);
-			if (x != y)
-				return false;
-		}
-		memcpy(&x, a + n - 8, 8);
-		memcpy(&y, b + n - 8, 8);
-		return x == y;
-	}
-	if (n >= 4) {
-		memcpy(&v, a, 4);
-		memcpy(&w, b, 4);
-		if (v != w)
-			return false;
-		memcpy(&v, a + n - 4, 4);
-		memcpy(&w, b + n - 4, 4);
-		return v == w;
-	}
-	for (size_t i = 0; i < n; i++)
-		if (a[i] != b[i])
-			return false;
-	return true;
-}
-
 /* The miss of store_attr_canon_ref: the name canonicalized, and kept in
  * slot in when the probe ended at an empty one (st). */
 static __attribute__((noinline)) size_t canon_ref_miss(const char *name, size_t len, char *buf,
@@ -439,7 +407,7 @@ size_t store_attr_canon_ref(const char *name, size_t len, char buf[STORE_ATTR_MA
 	for (size_t k = 0; k < INTERN_PROBE; k++) {
 		in = &canon_interned[(h + k) % INTERN_SLOTS];
 		st = atomic_load_explicit(&in->state, memory_order_acquire);
-		if (st == INTERN_READY && in->len == len && short_eq(in->name, name, len)) {
+		if (st == INTERN_READY && in->len == len && store_short_eq(in->name, name, len)) {
 			*canon = in->canon;
 			return in->clen;
 		}

@@ -94,6 +94,38 @@ static inline uint64_t store_prefix64(const char *p, size_t n)
 	return x;
 }
 
+/* Whether a[0..n) equals b[0..n): names and keys of a dozen bytes, where a
+ * few overlapping word loads beat a call to memcmp. */
+static inline bool store_short_eq(const char *a, const char *b, size_t n)
+{
+	uint64_t x, y;
+	uint32_t v, w;
+	if (n >= 8) {
+		for (size_t i = 0; i + 8 < n; i += 8) {
+			memcpy(&x, a + i, 8);
+			memcpy(&y, b + i, 8);
+			if (x != y)
+				return false;
+		}
+		memcpy(&x, a + n - 8, 8);
+		memcpy(&y, b + n - 8, 8);
+		return x == y;
+	}
+	if (n >= 4) {
+		memcpy(&v, a, 4);
+		memcpy(&w, b, 4);
+		if (v != w)
+			return false;
+		memcpy(&v, a + n - 4, 4);
+		memcpy(&w, b + n - 4, 4);
+		return v == w;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (a[i] != b[i])
+			return false;
+	return true;
+}
+
 #endif
 
 /* ==== store internals (store.c, index.c, ops.c, search.c, check.c) ========== */

@@ -1568,25 +1568,34 @@ static void test_entry_from_pairs_order(void **state)
 	(void)state;
 	struct idc_arena a = IDC_ARENA_INIT;
 	struct store_pair p[140];
-	const char *names[] = {"cn",          "objectClass", "CN", "commonName",
-			       "objectClass", "objectClass", "sn", "cn"};
-	const char *vals[] = {"a", "x", "b", "c", "y", "z", "q", "d"};
-	for (size_t i = 0; i < 8; i++)
-		p[i] = (struct store_pair){{names[i], strlen(names[i])}, {vals[i], 1}};
 	struct store_entry e;
-	assert_int_equal(store_entry_from_pairs(&a, (struct store_val){"cn=a", 4}, p, 8, &e, NULL),
-			 0);
-	assert_int_equal(e.nattrs, 3);
-	const char *want[][5] = {
+	/* each twice in a row (the second ordered as the first was); the
+	 * second case's names make the same runs, at other places */
+	static const char *cases[][2][8] = {
+	    {{"cn", "objectClass", "CN", "commonName", "objectClass", "objectClass", "sn", "cn"},
+	     {"a", "x", "b", "c", "y", "z", "q", "d"}},
+	    {{"cn", "objectClass", "objectClass", "CN", "commonName", "objectClass", "sn", "cn"},
+	     {"a", "x", "y", "b", "c", "z", "q", "d"}},
+	};
+	const char *want[][3] = {
 	    {"cn", "cn", "abcd"}, {"objectclass", "objectClass", "xyz"}, {"sn", "sn", "q"}};
-	for (size_t i = 0; i < 3; i++) {
-		assert_int_equal(e.attrs[i].norm.len, strlen(want[i][0]));
-		assert_memory_equal(e.attrs[i].norm.ptr, want[i][0], e.attrs[i].norm.len);
-		assert_int_equal(e.attrs[i].name.len, strlen(want[i][1]));
-		assert_memory_equal(e.attrs[i].name.ptr, want[i][1], e.attrs[i].name.len);
-		assert_int_equal(e.attrs[i].nvals, strlen(want[i][2]));
-		for (size_t j = 0; j < e.attrs[i].nvals; j++)
-			assert_memory_equal(e.attrs[i].vals[j].ptr, &want[i][2][j], 1);
+	for (size_t round = 0; round < 4; round++) {
+		for (size_t i = 0; i < 8; i++) {
+			const char *nm = cases[round / 2][0][i], *v = cases[round / 2][1][i];
+			p[i] = (struct store_pair){{nm, strlen(nm)}, {v, 1}};
+		}
+		assert_int_equal(
+		    store_entry_from_pairs(&a, (struct store_val){"cn=a", 4}, p, 8, &e, NULL), 0);
+		assert_int_equal(e.nattrs, 3);
+		for (size_t i = 0; i < 3; i++) {
+			assert_int_equal(e.attrs[i].norm.len, strlen(want[i][0]));
+			assert_memory_equal(e.attrs[i].norm.ptr, want[i][0], e.attrs[i].norm.len);
+			assert_int_equal(e.attrs[i].name.len, strlen(want[i][1]));
+			assert_memory_equal(e.attrs[i].name.ptr, want[i][1], e.attrs[i].name.len);
+			assert_int_equal(e.attrs[i].nvals, strlen(want[i][2]));
+			for (size_t j = 0; j < e.attrs[i].nvals; j++)
+				assert_memory_equal(e.attrs[i].vals[j].ptr, &want[i][2][j], 1);
+		}
 	}
 	/* 140 pairs alternating between two names: 140 runs */
 	static const char digits[] = "0123456789";
