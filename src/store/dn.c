@@ -87,7 +87,8 @@ struct dn_ava {
 	size_t value_pos;
 	char canon[STORE_ATTR_MAX];
 	size_t canon_len;
-	char sep; /* what followed: ',' (also for ';'), '+', or 0 at the end */
+	char sep;   /* what followed: ',' (also for ';'), '+', or 0 at the end */
+	bool in_dn; /* value is a slice of the DN (no escapes, not hex) */
 };
 
 /* How much of the DN a message quotes, and the mark that it was cut. */
@@ -221,6 +222,7 @@ static int dn_unescape(struct dn_parser *p, struct dn_ava *a, size_t start)
 			keep = n;
 	}
 	a->value = (struct store_val){w, keep};
+	a->in_dn = false;
 	return 0;
 }
 
@@ -241,6 +243,7 @@ static int dn_parse_string(struct dn_parser *p, struct dn_ava *a)
 	while (end > start && p->dn[end - 1] == ' ')
 		end--;
 	a->value = (struct store_val){p->dn + start, end - start};
+	a->in_dn = true;
 	return 0;
 }
 
@@ -261,6 +264,7 @@ static int dn_parse_hex(struct dn_parser *p, struct dn_ava *a)
 	if (n == 0)
 		return dn_err(p, p->pos, "expected hex pairs after '#'");
 	a->value = (struct store_val){p->scratch, n};
+	a->in_dn = false;
 	return 0;
 }
 
@@ -456,8 +460,24 @@ static int sort_rdn(const struct dn_parser *p, struct idc_buf *out, size_t start
 	return 0;
 }
 
-/* One RDN, normalized, appended to out; *sep says what followed it. */
-static int norm_rdn(struct dn_parser *p, struct idc_buf *out, char *sep)
+/* Keep a (the AVA n of RDN 0) in keep, or make keep say it has none. */
+static void keep_ava0(const struct dn_parser *p, const struct dn_ava *a, size_t n,
+		      struct store_ndn *keep)
+{
+	if (!a->in_dn || n >= STORE_NDN_RDN0_AVAS || keep->nava0 != n) {
+		keep->nava0 = 0;
+		return;
+	}
+	/* offsets within a DN of at most STORE_DN_MAX bytes */
+	keep->ava0[n] =
+	    (struct store_ndn_ava){(uint32_t)(a->type.ptr - p->dn), (uint32_t)a->type.len,
+				   (uint32_t)(a->value.ptr - p->dn), (uint32_t)a->value.len};
+	keep->nava0 = n + 1;
+}
+
+/* One RDN, normalized, appended to out; *sep says what followed it. With
+ * keep, its AVAs are kept there (keep_ava0). */
+static int norm_rdn(struct dn_parser *p, struct idc_buf *out, char *sep, struct store_ndn *keep)
 {
 	struct dn_span s[DN_MAX_AVAS];
 	size_t n = 0, start = out->len;
@@ -470,6 +490,8 @@ static int norm_rdn(struct dn_parser *p, struct idc_buf *out, char *sep)
 		int rc = dn_next_ava(p, &a);
 		if (rc)
 			return rc;
+		if (keep)
+			keep_ava0(p, &a, n, keep);
 		s[n].off = out->len;
 		s[n].pos = a.type_pos;
 		rc = put_ava(p, &a, out);
@@ -548,9 +570,10 @@ static void tail_keep(const char *raw, size_t raw_len, const char *norm, size_t 
 }
 
 /* Normalize dn, appending to out; off (may be NULL) gets each RDN's start
- * relative to where out ended. On error out keeps its old content. */
+ * relative to where out ended, keep (may be NULL) the AVAs of RDN 0. On
+ * error out keeps its old content. */
 static int norm_dn(const char *dn, size_t len, struct idc_buf *out, size_t *off, size_t *nrdn,
-		   struct idc_diag *d)
+		   struct store_ndn *keep, struct idc_diag *d)
 {
 	char scratch[STORE_DN_MAX];
 	size_t lo[STORE_DN_MAX_RDNS + 1]; /* RDN starts, relative to base */
@@ -575,7 +598,7 @@ static int norm_dn(const char *dn, size_t len, struct idc_buf *out, size_t *off,
 			break;
 		}
 		lo[rdn] = out->len - base;
-		rc = norm_rdn(&p, out, &sep);
+		rc = norm_rdn(&p, out, &sep, rdn == 0 ? keep : NULL);
 		rdn++;
 		if (rc == 0 && sep)
 			rc = idc_buf_putc(out, ',');
@@ -613,10 +636,12 @@ int store_dn_normalize(const char *dn, size_t len, struct store_ndn *out, struct
 	if (rc)
 		return rc;
 	out->text.data[0] = '\0';
-	rc = norm_dn(dn, len, &out->text, out->off, &out->nrdn, d);
+	out->nava0 = 0;
+	rc = norm_dn(dn, len, &out->text, out->off, &out->nrdn, out, d);
 	if (rc) {
 		out->nrdn = 0;
 		out->off[0] = 0;
+		out->nava0 = 0;
 	}
 	return rc;
 }
@@ -628,7 +653,7 @@ int store_dn_normalize_append(const char *dn, size_t len, struct idc_buf *out, s
 	if (rc)
 		return rc;
 	out->data[out->len] = '\0';
-	return norm_dn(dn, len, out, NULL, &nrdn, d);
+	return norm_dn(dn, len, out, NULL, &nrdn, NULL, d);
 }
 
 void store_ndn_free(struct store_ndn *n)
@@ -636,6 +661,7 @@ void store_ndn_free(struct store_ndn *n)
 	idc_buf_free(&n->text);
 	n->nrdn = 0;
 	n->off[0] = 0;
+	n->nava0 = 0;
 }
 
 /* Whether n's offsets describe its text (it may come from anywhere). */
@@ -699,10 +725,40 @@ static int walk_avas(const char *dn, size_t len, store_ava_cb cb, void *arg, str
 	return 0;
 }
 
-int store_dn_foreach_ava_parsed(const char *dn, size_t len, store_ava_cb cb, void *arg,
-				struct idc_diag *d)
+/* walk_avas's callback for store_dn_rdn0_avas: the caller's, up to the
+ * first AVA past RDN 0. */
+struct rdn0_walk {
+	store_ava_cb cb;
+	void *arg;
+	bool past;
+};
+
+static int rdn0_ava(struct store_val type, struct store_val value, size_t rdn, void *arg)
 {
-	return walk_avas(dn, len, cb, arg, d);
+	struct rdn0_walk *w = arg;
+	if (rdn == 0)
+		return w->cb(type, value, 0, w->arg);
+	w->past = true;
+	return 1;
+}
+
+int store_dn_rdn0_avas(const struct store_ndn *n, const char *dn, size_t len, store_ava_cb cb,
+		       void *arg, struct idc_diag *d)
+{
+	size_t kept = n ? n->nava0 : 0;
+	for (size_t i = 0; i < kept; i++) {
+		const struct store_ndn_ava *a = &n->ava0[i];
+		int rc = cb((struct store_val){dn + a->type_off, a->type_len},
+			    (struct store_val){dn + a->val_off, a->val_len}, 0, arg);
+		if (rc)
+			return rc;
+	}
+	if (kept)
+		return 0;
+	/* the DN parsed before: no checking pass first */
+	struct rdn0_walk w = {cb, arg, false};
+	int rc = walk_avas(dn, len, rdn0_ava, &w, d);
+	return w.past ? 0 : rc;
 }
 
 int store_dn_foreach_ava(const char *dn, size_t len, store_ava_cb cb, void *arg, struct idc_diag *d)

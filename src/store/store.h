@@ -144,10 +144,20 @@ int store_text_lower(const char *v, size_t len, struct idc_buf *out);
  * of a multi-valued RDN sorted and joined by '+'. off[i] is where RDN i
  * starts in text; off[nrdn] == text.len. The root (empty DN) has nrdn == 0.
  * Owns text. */
+#define STORE_NDN_RDN0_AVAS 4
+
 struct store_ndn {
 	struct idc_buf text;
 	size_t nrdn;
 	size_t off[STORE_DN_MAX_RDNS + 1];
+	/* The AVAs of RDN 0 as store_dn_normalize found them in the DN it was
+	 * given: type as written and value, as offsets into that DN, for the
+	 * naming check of an add. nava0 == 0 when a value there had escapes
+	 * or was hex (undone elsewhere), or there were more AVAs than fit. */
+	size_t nava0;
+	struct store_ndn_ava {
+		uint32_t type_off, type_len, val_off, val_len;
+	} ava0[STORE_NDN_RDN0_AVAS];
 };
 
 #define STORE_NDN_INIT                                                                             \

@@ -15,11 +15,12 @@
  * beyond out's growth. Errors as store_dn_normalize. */
 int store_dn_normalize_append(const char *dn, size_t len, struct idc_buf *out, struct idc_diag *d);
 
-/* store_dn_foreach_ava for a DN that store_dn_normalize has accepted: no
- * checking pass first, so a cb that stops at the first RDN (the naming
- * check of every add) parses only that. */
-int store_dn_foreach_ava_parsed(const char *dn, size_t len, store_ava_cb cb, void *arg,
-				struct idc_diag *d);
+/* cb for each AVA of the first RDN of dn (rdn 0), dn being what
+ * store_dn_normalize made n from: from the AVAs n kept, or by parsing that
+ * RDN again when it kept none or n is NULL (dn must have normalized). The
+ * first non-zero return of cb, or 0. */
+int store_dn_rdn0_avas(const struct store_ndn *n, const char *dn, size_t len, store_ava_cb cb,
+		       void *arg, struct idc_diag *d);
 
 /* prep.c: RFC 4518 preparation of text under caseIgnore (fold) or
  * caseExact, appended to out. A part of a substring assertion keeps one

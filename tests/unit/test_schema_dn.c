@@ -835,6 +835,47 @@ static void test_foreach_ava(void **state)
 	assert_int_equal(store_dn_foreach_ava(big, sizeof(big), record_ava, &s, NULL), -E2BIG);
 }
 
+/* store_dn_rdn0_avas gives what store_dn_foreach_ava gives for RDN 0,
+ * from the AVAs store_dn_normalize kept or, when it kept none (escapes,
+ * hex, more than STORE_NDN_RDN0_AVAS), by parsing again. */
+static void test_rdn0_avas(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *dn;
+		size_t kept;
+	} cases[] = {
+	    {"uid=u1,ou=people,dc=x", 1},
+	    {" cn = a b  +SN=c ,dc=x", 2},
+	    {"cn=a+sn=b+uid=c+o=d,dc=x", 4},
+	    {"a=1+b=2+c=3+d=4+e=5,dc=x", 0},
+	    {" CN = Smith\\, J\\  , dc=#4142", 0},
+	    {"dc=#4142,dc=x", 0},
+	    {"cn=x+sn=\\41", 0},
+	    {"cn=", 1},
+	};
+	struct store_ndn n = STORE_NDN_INIT;
+	for (size_t i = 0; i < IDC_ARRAY_SIZE(cases); i++) {
+		const char *dn = cases[i].dn;
+		struct seen all = {.n = 0, .stop_at = 0}, got = {.n = 0, .stop_at = 0};
+		assert_int_equal(store_dn_normalize(dn, strlen(dn), &n, NULL), 0);
+		assert_int_equal(n.nava0, cases[i].kept);
+		assert_int_equal(store_dn_foreach_ava(dn, strlen(dn), record_ava, &all, NULL), 0);
+		assert_int_equal(store_dn_rdn0_avas(&n, dn, strlen(dn), record_ava, &got, NULL), 0);
+		size_t want = 0;
+		while (want < all.n && all.text[want][0] == '0')
+			want++;
+		assert_int_equal(got.n, want);
+		for (size_t k = 0; k < want; k++)
+			assert_string_equal(got.text[k], all.text[k]);
+		/* the callback's value is returned */
+		got = (struct seen){.n = 0, .stop_at = 1};
+		assert_int_equal(store_dn_rdn0_avas(&n, dn, strlen(dn), record_ava, &got, NULL),
+				 42);
+	}
+	store_ndn_free(&n);
+}
+
 /* Normalizing a normalized DN gives it back unchanged. */
 static void test_dn_fixed_point(void **state)
 {
@@ -956,7 +997,8 @@ int main(void)
 	    cmocka_unit_test(test_dn_values_by_rule), cmocka_unit_test(test_dn_errors),
 	    cmocka_unit_test(test_dn_limits),         cmocka_unit_test(test_dn_rkey),
 	    cmocka_unit_test(test_dn_reuse),          cmocka_unit_test(test_foreach_ava),
-	    cmocka_unit_test(test_dn_fixed_point),    cmocka_unit_test(test_dn_tails),
+	    cmocka_unit_test(test_rdn0_avas),         cmocka_unit_test(test_dn_fixed_point),
+	    cmocka_unit_test(test_dn_tails),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

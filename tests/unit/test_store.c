@@ -781,7 +781,17 @@ static void test_modify(void **state)
 	assert_int_equal(modify(f, dn, rm, 1, &changed), 0);
 	assert_true(changed);
 	assert_int_equal(count(f, "(uidNumber=*)"), 4);
+	/* A modify after an add in one transaction checks its own entry's
+	 * naming, not the DN the add kept. */
 	struct store_txn *t;
+	assert_int_equal(store_txn_begin(f->s, NULL, 0, &t, NULL), 0);
+	struct store_entry e = mk(f, "uid=zed,ou=people,dc=example,dc=com\n"
+				     "objectClass: account\nuid: zed");
+	assert_int_equal(store_add(t, &e, NULL, NULL), 0);
+	struct store_mod ok[] = {{STORE_MOD_ADD, V("cn"), v3, 1}};
+	assert_int_equal(store_modify(t, (struct store_val){dn, strlen(dn)}, ok, 1, NULL, NULL), 0);
+	assert_int_equal(store_txn_commit(t, NULL), 0);
+	assert_int_equal(count(f, "(cn=alice smith)"), 1);
 	assert_int_equal(store_txn_begin(f->s, NULL, STORE_TXN_RDONLY, &t, NULL), 0);
 	assert_int_equal(store_check(t, NULL, NULL), 0);
 	store_txn_abort(t);
