@@ -324,6 +324,45 @@ static void test_rule_by_name(void **state)
 
 /* ==== value normalization ========================================================= */
 
+/* The leading run of printable ASCII is copied a word at a time: a value
+ * must prepare as it does behind a leading space (which the run does not
+ * start with, and which preparation drops), for bytes at every edge of the
+ * run's range and of the capitals, in every mode the run serves. */
+static void test_prep_word_run(void **state)
+{
+	(void)state;
+	static const char edge[] = {' ',  '!',  '~',  'A',        'Z',        '@',
+				    '[',  'a',  'z',  '`',        '{',        '0',
+				    0x7f, 0x1f, '\t', (char)0xc3, (char)0xa9, (char)0xff};
+	unsigned seed = 7;
+	struct idc_buf a = IDC_BUF_INIT, b = IDC_BUF_INIT;
+	char v[48];
+	for (int round = 0; round < 4000; round++) {
+		size_t n = (size_t)(round % 40);
+		for (size_t i = 0; i < n; i++) {
+			seed = seed * 1103515245u + 12345u;
+			/* mostly plain letters, so long runs come up */
+			unsigned r = (seed >> 16) % 64;
+			v[i + 1] = r < IDC_ARRAY_SIZE(edge) ? edge[r] : (char)('A' + r % 58);
+		}
+		v[0] = ' ';
+		for (int fold = 0; fold < 2; fold++) {
+			idc_buf_reset(&a);
+			idc_buf_reset(&b);
+			assert_int_equal(store_prep(v + 1, n, fold, STORE_PREP_VALUE, &a), 0);
+			assert_int_equal(store_prep(v, n + 1, fold, STORE_PREP_VALUE, &b), 0);
+			assert_int_equal(a.len, b.len);
+			assert_memory_equal(a.data, b.data, a.len);
+		}
+	}
+	idc_buf_reset(&a);
+	assert_int_equal(
+	    store_prep("ABCDEFGHIJKLMNOPQRSTUVWXYZ@[`{", 30, true, STORE_PREP_VALUE, &a), 0);
+	assert_string_equal(a.data, "abcdefghijklmnopqrstuvwxyz@[`{");
+	idc_buf_free(&a);
+	idc_buf_free(&b);
+}
+
 static void test_norm_text(void **state)
 {
 	(void)state;
@@ -987,17 +1026,29 @@ static void test_dn_tails(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_attr_canon),        cmocka_unit_test(test_attr_aliases),
-	    cmocka_unit_test(test_attr_rule),         cmocka_unit_test(test_rule_by_name),
-	    cmocka_unit_test(test_norm_text),         cmocka_unit_test(test_norm_unicode),
-	    cmocka_unit_test(test_norm_integer),      cmocka_unit_test(test_norm_integer_order),
-	    cmocka_unit_test(test_norm_dn_rule),      cmocka_unit_test(test_dn_basic),
-	    cmocka_unit_test(test_dn_root),           cmocka_unit_test(test_dn_escapes),
-	    cmocka_unit_test(test_dn_hexstring),      cmocka_unit_test(test_dn_multivalued),
-	    cmocka_unit_test(test_dn_values_by_rule), cmocka_unit_test(test_dn_errors),
-	    cmocka_unit_test(test_dn_limits),         cmocka_unit_test(test_dn_rkey),
-	    cmocka_unit_test(test_dn_reuse),          cmocka_unit_test(test_foreach_ava),
-	    cmocka_unit_test(test_rdn0_avas),         cmocka_unit_test(test_dn_fixed_point),
+	    cmocka_unit_test(test_attr_canon),
+	    cmocka_unit_test(test_attr_aliases),
+	    cmocka_unit_test(test_attr_rule),
+	    cmocka_unit_test(test_rule_by_name),
+	    cmocka_unit_test(test_norm_text),
+	    cmocka_unit_test(test_prep_word_run),
+	    cmocka_unit_test(test_norm_unicode),
+	    cmocka_unit_test(test_norm_integer),
+	    cmocka_unit_test(test_norm_integer_order),
+	    cmocka_unit_test(test_norm_dn_rule),
+	    cmocka_unit_test(test_dn_basic),
+	    cmocka_unit_test(test_dn_root),
+	    cmocka_unit_test(test_dn_escapes),
+	    cmocka_unit_test(test_dn_hexstring),
+	    cmocka_unit_test(test_dn_multivalued),
+	    cmocka_unit_test(test_dn_values_by_rule),
+	    cmocka_unit_test(test_dn_errors),
+	    cmocka_unit_test(test_dn_limits),
+	    cmocka_unit_test(test_dn_rkey),
+	    cmocka_unit_test(test_dn_reuse),
+	    cmocka_unit_test(test_foreach_ava),
+	    cmocka_unit_test(test_rdn0_avas),
+	    cmocka_unit_test(test_dn_fixed_point),
 	    cmocka_unit_test(test_dn_tails),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
