@@ -188,9 +188,13 @@ struct bulk_list {
 	size_t hcap;
 	struct bulk_item *items;
 	size_t n, cap;
-	bool sorted; /* groups were created in increasing key order (uid,
-		      * uidNumber of generated or exported data): no sort */
+	bool sorted;     /* groups were created in increasing key order (uid,
+			  * uidNumber of generated or exported data): no sort */
+	uint32_t *named; /* pres: group + 1 of each index's name, by index (index.c) */
 };
+
+/* store_txn.bulk_of: the bulk list of each dbi below this, by number */
+#define STORE_BULK_DBIS 128
 
 /* One index key of the entry being added: bytes akeys[off..off+len) for
  * index idx[ix]. store_add gathers them while checking the values, so each
@@ -243,6 +247,7 @@ struct store_txn {
 	struct idc_arena arena; /* per-operation; reset at each op */
 	struct bulk_list *bulk; /* per dbi, while bulk_ok */
 	size_t nbulk;
+	uint8_t bulk_of[STORE_BULK_DBIS]; /* dbi -> 1 + its place in bulk, or 0 */
 	struct add_prep *ap;     /* store_add's and store_replace's checks; NULL until used */
 	struct search_mem *smem; /* search.c: memory searches reuse; lent to one at a time */
 	struct idc_buf pkey;     /* store_add: dn2id key of the parent found last; a
