@@ -35,8 +35,10 @@ int index_key_inplace(struct idc_buf *out, size_t start, bool *skip)
 
 const struct store_index *index_find(const struct store *s, const char *norm, size_t len)
 {
+	/* every attribute of every add asks: the first byte, then word loads */
 	for (size_t i = 0; i < s->nidx; i++)
-		if (s->idx[i].name_len == len && memcmp(s->idx[i].name, norm, len) == 0)
+		if (s->idx[i].name_len == len && len && s->idx[i].name[0] == norm[0] &&
+		    store_short_eq(s->idx[i].name, norm, len))
 			return &s->idx[i];
 	return NULL;
 }
