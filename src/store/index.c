@@ -33,11 +33,22 @@ int index_key_inplace(struct idc_buf *out, size_t start, bool *skip)
 	return idc_buf_append(out, &h, sizeof(h));
 }
 
+/* A name's bit in store.idx_mask: the first byte and the length, which
+ * tell most attribute names of an entry apart from a handful of indexed
+ * ones. */
+static uint64_t idx_bit(const char *name, size_t len)
+{
+	return UINT64_C(1) << (((unsigned char)name[0] + len * 7) & 63);
+}
+
 const struct store_index *index_find(const struct store *s, const char *norm, size_t len)
 {
-	/* every attribute of every add asks: the first byte, then word loads */
+	/* every attribute of every add asks: most are not indexed, which the
+	 * mask tells at once; then the first byte and word loads */
+	if (len == 0 || !(s->idx_mask & idx_bit(norm, len)))
+		return NULL;
 	for (size_t i = 0; i < s->nidx; i++)
-		if (s->idx[i].name_len == len && len && s->idx[i].name[0] == norm[0] &&
+		if (s->idx[i].name_len == len && s->idx[i].name[0] == norm[0] &&
 		    store_short_eq(s->idx[i].name, norm, len))
 			return &s->idx[i];
 	return NULL;
@@ -52,6 +63,7 @@ int index_load(struct store *s, MDB_txn *txn)
 	if (rc)
 		return rc == MDB_NOTFOUND ? IDC_ECORRUPT : store_mdb_err(rc);
 	s->nidx = 0;
+	s->idx_mask = 0;
 	const char *p = val.mv_data, *end = p + val.mv_size;
 	while (p < end) {
 		const char *comma = memchr(p, ',', (size_t)(end - p));
@@ -62,6 +74,7 @@ int index_load(struct store *s, MDB_txn *txn)
 		memcpy(ix->name, p, n);
 		ix->name[n] = '\0';
 		ix->name_len = n;
+		s->idx_mask |= idx_bit(ix->name, n);
 		ix->rule = store_attr_rule(ix->name, n);
 		char dbname[STORE_ATTR_MAX + 4];
 		snprintf(dbname, sizeof(dbname), "eq.%s", ix->name);

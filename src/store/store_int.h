@@ -156,6 +156,7 @@ struct store {
 	struct store_index idx[STORE_MAX_INDEXES];
 	const char *idx_names[STORE_MAX_INDEXES];
 	size_t nidx;
+	uint64_t idx_mask; /* index_load: a bit per name (index.c, idx_bit) */
 	char *dir;
 	int lockfd;     /* write.lock; flock held during write txns */
 	unsigned flags; /* store_open_flags */
