@@ -85,8 +85,9 @@ struct dn_ava {
 	size_t type_pos;
 	struct store_val value; /* escapes undone */
 	size_t value_pos;
-	char canon[STORE_ATTR_MAX];
+	const char *canon; /* interned (store_attr_canon_ref) or canon_buf */
 	size_t canon_len;
+	char canon_buf[STORE_ATTR_MAX];
 	char sep;   /* what followed: ',' (also for ';'), '+', or 0 at the end */
 	bool in_dn; /* value is a slice of the DN (no escapes, not hex) */
 };
@@ -153,7 +154,7 @@ static int dn_parse_type(struct dn_parser *p, struct dn_ava *a)
 		return dn_err_no_type(p);
 	a->type = (struct store_val){p->dn + start, p->pos - start};
 	a->type_pos = start;
-	a->canon_len = store_attr_canon(a->type.ptr, a->type.len, a->canon);
+	a->canon_len = store_attr_canon_ref(a->type.ptr, a->type.len, a->canon_buf, &a->canon);
 	if (a->canon_len == 0)
 		return dn_err(p, start, "invalid attribute type '%.*s'",
 			      (int)(a->type.len > 64 ? 64 : a->type.len), a->type.ptr);
@@ -318,6 +319,16 @@ static int dn_too_many(const struct dn_parser *p, const char *what)
 }
 
 /* ==== canonical output ======================================================== */
+
+/* idc_buf_putc, with the room checked here: a DN puts one or two. */
+static int put_char(struct idc_buf *b, char c)
+{
+	if (b->cap - b->len <= 1 && idc_buf_reserve(b, 1))
+		return -ENOMEM;
+	b->data[b->len++] = c;
+	b->data[b->len] = '\0';
+	return 0;
+}
 
 /* 0: literal, 1: '\' and the byte, 2: '\' and two hex digits. */
 static inline int escape_kind(unsigned char c, size_t i, size_t n)
@@ -485,7 +496,7 @@ static int norm_rdn(struct dn_parser *p, struct idc_buf *out, char *sep, struct 
 	do {
 		if (n == DN_MAX_AVAS)
 			return dn_too_many(p, "AVAs in one RDN");
-		if (n && idc_buf_putc(out, '+'))
+		if (n && put_char(out, '+'))
 			return -ENOMEM;
 		int rc = dn_next_ava(p, &a);
 		if (rc)
@@ -540,8 +551,11 @@ static int tail_use(const struct dn_parser *p, struct idc_buf *out, size_t base,
 		    *rdn + t->nrdn > STORE_DN_MAX_RDNS)
 			continue;
 		size_t at = out->len;
-		if (idc_buf_append(out, t->norm, t->norm_len))
+		if (out->cap - out->len <= t->norm_len && idc_buf_reserve(out, t->norm_len))
 			return -ENOMEM;
+		memcpy(out->data + out->len, t->norm, t->norm_len);
+		out->len += t->norm_len;
+		out->data[out->len] = '\0';
 		for (size_t k = 0; k < t->nrdn; k++)
 			off[*rdn + k] = at - base + t->off[k];
 		*rdn += t->nrdn;
@@ -601,7 +615,7 @@ static int norm_dn(const char *dn, size_t len, struct idc_buf *out, size_t *off,
 		rc = norm_rdn(&p, out, &sep, rdn == 0 ? keep : NULL);
 		rdn++;
 		if (rc == 0 && sep)
-			rc = idc_buf_putc(out, ',');
+			rc = put_char(out, ',');
 	}
 	/* the normalized text must parse again, so it obeys the same limit */
 	if (rc == 0 && out->len - base > STORE_DN_MAX)
