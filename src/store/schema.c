@@ -453,17 +453,12 @@ struct rule_memo {
 
 static _Thread_local struct rule_memo rule_memo[MEMO_SLOTS];
 
-enum store_rule store_attr_rule(const char *norm, size_t len)
+/* store_attr_rule of a name not interned, through this thread's memo; out
+ * of line, so the interned case is a leaf. */
+static __attribute__((noinline)) enum store_rule rule_memo_find(const char *norm, size_t len)
 {
 	if (!norm || len == 0 || len >= MEMO_NAME)
 		return attr_rule(norm, len);
-	/* a name store_attr_canon_ref handed out: its slot knows the rule */
-	uintptr_t at = (uintptr_t)norm - (uintptr_t)canon_interned;
-	if (at < sizeof(canon_interned)) {
-		const struct canon_intern *in = &canon_interned[at / sizeof(*in)];
-		if (norm == in->canon && len == in->clen)
-			return (enum store_rule)in->rule;
-	}
 	struct rule_memo *m = &rule_memo[memo_slot(norm, len)];
 	if (m->len == len && memcmp(m->name, norm, len) == 0)
 		return (enum store_rule)m->rule;
@@ -472,6 +467,18 @@ enum store_rule store_attr_rule(const char *norm, size_t len)
 	m->rule = (unsigned char)r;
 	memcpy(m->name, norm, len);
 	return r;
+}
+
+enum store_rule store_attr_rule(const char *norm, size_t len)
+{
+	/* a name store_attr_canon_ref handed out: its slot knows the rule */
+	uintptr_t at = (uintptr_t)norm - (uintptr_t)canon_interned;
+	if (norm && at < sizeof(canon_interned)) {
+		const struct canon_intern *in = &canon_interned[at / sizeof(*in)];
+		if (norm == in->canon && len == in->clen && len)
+			return (enum store_rule)in->rule;
+	}
+	return rule_memo_find(norm, len);
 }
 
 int store_rule_by_name(const char *name, size_t len, enum store_rule *out)
