@@ -46,8 +46,9 @@ static int pair_run_cmp(const void *a, const void *b)
 /* The runs of pairs[0..n) into runs (room for n), their canonical names
  * allocated in arena unless interned (*interned says whether all were);
  * their count, or 0 after setting *rc and d. */
-static size_t pair_runs(struct idc_arena *a, const struct store_pair *pairs, size_t n,
-			struct pair_run *runs, bool *interned, int *rc, struct idc_diag *d)
+static size_t pair_runs(struct idc_arena *a, const struct store_pair *pairs,
+			const struct store_val *known, size_t n, struct pair_run *runs,
+			bool *interned, int *rc, struct idc_diag *d)
 {
 	*interned = true;
 	char canon[STORE_ATTR_MAX];
@@ -59,8 +60,8 @@ static size_t pair_runs(struct idc_arena *a, const struct store_pair *pairs, siz
 			runs[k - 1].n++;
 			continue;
 		}
-		const char *p;
-		size_t len = store_attr_canon_ref(nm->ptr, nm->len, canon, &p);
+		const char *p = known ? known[i].ptr : NULL;
+		size_t len = p ? known[i].len : store_attr_canon_ref(nm->ptr, nm->len, canon, &p);
 		if (len == 0) {
 			*rc = idc_diag_set(d, IDC_ESYNTAX, "invalid attribute name '%.*s'",
 					   (int)(nm->len > 64 ? 64 : nm->len), nm->ptr);
@@ -155,6 +156,13 @@ int store_entry_from_pairs(struct idc_arena *arena, struct store_val dn,
 			   const struct store_pair *pairs, size_t npairs, struct store_entry *out,
 			   struct idc_diag *d)
 {
+	return store_entry_from_pairs_canon(arena, dn, pairs, NULL, npairs, out, d);
+}
+
+int store_entry_from_pairs_canon(struct idc_arena *arena, struct store_val dn,
+				 const struct store_pair *pairs, const struct store_val *known,
+				 size_t npairs, struct store_entry *out, struct idc_diag *d)
+{
 	*out = (struct store_entry){0, dn, NULL, 0};
 	if (npairs == 0)
 		return 0;
@@ -164,7 +172,7 @@ int store_entry_from_pairs(struct idc_arena *arena, struct store_val dn,
 		return -ENOMEM;
 	int rc = 0;
 	bool interned;
-	size_t nruns = pair_runs(arena, pairs, npairs, runs, &interned, &rc, d);
+	size_t nruns = pair_runs(arena, pairs, known, npairs, runs, &interned, &rc, d);
 	if (rc)
 		goto out;
 	const struct pair_run *sr = sort_runs(runs, nruns, interned, sorted);

@@ -130,8 +130,8 @@ static void slot_prepare(const struct store *s, struct slot *sl, struct idc_aren
 	struct store_entry e;
 	sl->diag.msg[0] = '\0';
 	idc_arena_reset(scratch);
-	sl->rc = store_entry_from_pairs(scratch, sl->rec.dn, sl->rec.pairs, sl->rec.npairs, &e,
-					&sl->diag);
+	sl->rc = store_entry_from_pairs_canon(scratch, sl->rec.dn, sl->rec.pairs, sl->rec.canon,
+					      sl->rec.npairs, &e, &sl->diag);
 	if (!sl->rc)
 		sl->rc = store_add_prepare(s, &sl->prep, &e, &sl->diag);
 }

@@ -67,6 +67,8 @@ struct ldif_reader {
 	size_t nll, llcap;
 	struct store_pair *pairs;
 	size_t paircap;
+	struct store_val *canon; /* per pair (struct ldif_record) */
+	size_t canoncap;
 	struct store_mod *mods;
 	size_t modcap;
 	struct store_val *vals;
@@ -158,6 +160,7 @@ void ldif_close(struct ldif_reader *r)
 	free(r->pl);
 	free(r->ll);
 	free(r->pairs);
+	free(r->canon);
 	free(r->mods);
 	free(r->vals);
 	free(r);
@@ -448,6 +451,9 @@ static int parse_add(struct ldif_reader *r, size_t i, struct ldif_record *rec, s
 	if (!p)
 		return -ENOMEM;
 	r->pairs = p;
+	if (!(p = grow_array(r->canon, &r->canoncap, r->nll - i, sizeof(*r->canon))))
+		return -ENOMEM;
+	r->canon = p;
 	char canon[STORE_ATTR_MAX];
 	size_t n = 0;
 	for (; i < r->nll; i++) {
@@ -460,13 +466,20 @@ static int parse_add(struct ldif_reader *r, size_t i, struct ldif_record *rec, s
 		bool again = n > 0 && r->pairs[n - 1].name.len == l->name.len &&
 			     store_short_eq(r->pairs[n - 1].name.ptr, l->name.ptr, l->name.len);
 		const char *ref;
-		if (!again && !check_attr(r, l, l->name, canon, &ref, d))
+		size_t len = again ? 0 : check_attr(r, l, l->name, canon, &ref, d);
+		if (!again && !len)
 			return IDC_ESYNTAX;
+		if (again)
+			r->canon[n] = r->canon[n - 1];
+		else
+			r->canon[n] = ref != canon ? (struct store_val){ref, len}
+						   : (struct store_val){NULL, 0};
 		r->pairs[n].name = l->name;
 		r->pairs[n].value = l->value;
 		n++;
 	}
 	rec->pairs = r->pairs;
+	rec->canon = r->canon;
 	rec->npairs = n;
 	return 0;
 }

@@ -377,9 +377,11 @@ static size_t intern_hash(const char *name, size_t len)
 }
 
 /* The miss of store_attr_canon_ref: the name canonicalized, and kept in
- * slot in when the probe ended at an empty one (st). */
+ * slot in (*canon then pointing there) when the probe ended at an empty
+ * one (st). */
 static __attribute__((noinline)) size_t canon_ref_miss(const char *name, size_t len, char *buf,
-						       struct canon_intern *in, unsigned char st)
+						       const char **canon, struct canon_intern *in,
+						       unsigned char st)
 {
 	size_t n = store_attr_canon(name, len, buf);
 	unsigned char empty = INTERN_EMPTY;
@@ -391,6 +393,7 @@ static __attribute__((noinline)) size_t canon_ref_miss(const char *name, size_t 
 		memcpy(in->canon, buf, n + 1);
 		in->rule = (unsigned char)attr_rule(in->canon, n);
 		atomic_store_explicit(&in->state, INTERN_READY, memory_order_release);
+		*canon = in->canon;
 	}
 	return n;
 }
@@ -414,7 +417,7 @@ size_t store_attr_canon_ref(const char *name, size_t len, char buf[STORE_ATTR_MA
 		if (st == INTERN_EMPTY)
 			break;
 	}
-	return canon_ref_miss(name, len, buf, in, st);
+	return canon_ref_miss(name, len, buf, canon, in, st);
 }
 
 /* Whether the options of a canonical description include ";binary", which

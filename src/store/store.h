@@ -66,6 +66,11 @@ struct store_pair {
 int store_entry_from_pairs(struct idc_arena *arena, struct store_val dn,
 			   const struct store_pair *pairs, size_t npairs, struct store_entry *out,
 			   struct idc_diag *d);
+/* The same, with canon[i] (may be NULL) the interned canonical name of
+ * pairs[i] or {NULL, 0} (struct ldif_record's canon). */
+int store_entry_from_pairs_canon(struct idc_arena *arena, struct store_val dn,
+				 const struct store_pair *pairs, const struct store_val *canon,
+				 size_t npairs, struct store_entry *out, struct idc_diag *d);
 
 /* The attribute with canonical name norm, or NULL. Binary search. */
 const struct store_attr *store_entry_attr(const struct store_entry *e, const char *norm,
@@ -478,6 +483,10 @@ struct ldif_record {
 	struct store_val dn;
 	struct store_pair *pairs;
 	size_t npairs;
+	/* per pair (with pairs): its name's canonical form as the reader found
+	 * it, when interned (store_attr_canon_ref; it stays put), else
+	 * {NULL, 0}: the entry builder need not look the name up again */
+	struct store_val *canon;
 	struct store_mod *mods;
 	size_t nmods;
 	struct store_val newrdn;
