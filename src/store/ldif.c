@@ -429,8 +429,9 @@ static size_t check_attr(const struct ldif_reader *r, const struct ldif_lline *l
 
 /* Names that mean something to LDIF itself and so cannot be attributes in
  * an entry: accepting them would make records that write back ambiguously. */
-static int check_value_line(const struct ldif_reader *r, const struct ldif_lline *l,
-			    const char *what, struct idc_diag *d)
+static __attribute__((noinline)) int check_value_kw(const struct ldif_reader *r,
+						    const struct ldif_lline *l, const char *what,
+						    struct idc_diag *d)
 {
 	if (l->kind == LDIF_L_SEP)
 		return fail(r, d, IDC_ESYNTAX, l->line, "'-' line in %s", what);
@@ -443,6 +444,17 @@ static int check_value_line(const struct ldif_reader *r, const struct ldif_lline
 		return fail(r, d, IDC_ESYNTAX, l->line,
 			    "changetype: must come right after the dn: line");
 	return 0;
+}
+
+/* check_value_kw for lines that could be one: every line of every record
+ * asks, and most names have none of the keywords' lengths. */
+static inline int check_value_line(const struct ldif_reader *r, const struct ldif_lline *l,
+				   const char *what, struct idc_diag *d)
+{
+	size_t n = l->name.len;
+	if (l->kind != LDIF_L_SEP && n != 2 && n != 7 && n != 10)
+		return 0;
+	return check_value_kw(r, l, what, d);
 }
 
 static int parse_add(struct ldif_reader *r, size_t i, struct ldif_record *rec, struct idc_diag *d)
