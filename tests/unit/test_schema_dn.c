@@ -324,43 +324,58 @@ static void test_rule_by_name(void **state)
 
 /* ==== value normalization ========================================================= */
 
-/* The leading run of printable ASCII is copied a word at a time: a value
- * must prepare as it does behind a leading space (which the run does not
- * start with, and which preparation drops), for bytes at every edge of the
- * run's range and of the capitals, in every mode the run serves. */
+/* What preparation makes of printable ASCII, or of text that is not UTF-8
+ * (bytes as they are): spaces trimmed at both ends and squeezed inside,
+ * ASCII capitals lowered when fold. */
+static size_t prep_reference(const char *v, size_t n, bool fold, char *out)
+{
+	size_t k = 0;
+	bool pend = false;
+	for (size_t i = 0; i < n; i++) {
+		char c = v[i];
+		if (c == ' ') {
+			pend = true;
+			continue;
+		}
+		if (pend && k > 0)
+			out[k++] = ' ';
+		pend = false;
+		out[k++] = fold && c >= 'A' && c <= 'Z' ? (char)(c + 32) : c;
+	}
+	return k;
+}
+
+/* Runs of plain bytes are copied a word at a time: values must prepare as
+ * the byte-by-byte rule says, for bytes at every edge of the runs' range
+ * and of the capitals, in printable ASCII and in text that is not UTF-8
+ * (0xff), runs starting anywhere. */
 static void test_prep_word_run(void **state)
 {
 	(void)state;
-	static const char edge[] = {' ',  '!',  '~',  'A',        'Z',        '@',
-				    '[',  'a',  'z',  '`',        '{',        '0',
-				    0x7f, 0x1f, '\t', (char)0xc3, (char)0xa9, (char)0xff};
+	static const char edge[] = {' ', '!', '~', 'A', 'Z', '@', '[',       'a',
+				    'z', '`', '{', '0', ' ', ' ', (char)0xff};
 	unsigned seed = 7;
-	struct idc_buf a = IDC_BUF_INIT, b = IDC_BUF_INIT;
-	char v[48];
-	for (int round = 0; round < 4000; round++) {
-		size_t n = (size_t)(round % 40);
+	struct idc_buf a = IDC_BUF_INIT;
+	char v[48], want[48];
+	for (int round = 0; round < 6000; round++) {
+		size_t n = (size_t)(round % 44);
+		bool bytes = round % 3 == 0; /* 0xff allowed: not UTF-8 */
 		for (size_t i = 0; i < n; i++) {
 			seed = seed * 1103515245u + 12345u;
 			/* mostly plain letters, so long runs come up */
-			unsigned r = (seed >> 16) % 64;
-			v[i + 1] = r < IDC_ARRAY_SIZE(edge) ? edge[r] : (char)('A' + r % 58);
+			unsigned r = (seed >> 16) % 48;
+			size_t ne = IDC_ARRAY_SIZE(edge) - (bytes ? 0 : 1);
+			v[i] = r < ne ? edge[r] : (char)('A' + r % 58);
 		}
-		v[0] = ' ';
 		for (int fold = 0; fold < 2; fold++) {
 			idc_buf_reset(&a);
-			idc_buf_reset(&b);
-			assert_int_equal(store_prep(v + 1, n, fold, STORE_PREP_VALUE, &a), 0);
-			assert_int_equal(store_prep(v, n + 1, fold, STORE_PREP_VALUE, &b), 0);
-			assert_int_equal(a.len, b.len);
-			assert_memory_equal(a.data, b.data, a.len);
+			assert_int_equal(store_prep(v, n, fold, STORE_PREP_VALUE, &a), 0);
+			size_t k = prep_reference(v, n, fold, want);
+			assert_int_equal(a.len, k);
+			assert_memory_equal(a.data, want, k);
 		}
 	}
-	idc_buf_reset(&a);
-	assert_int_equal(
-	    store_prep("ABCDEFGHIJKLMNOPQRSTUVWXYZ@[`{", 30, true, STORE_PREP_VALUE, &a), 0);
-	assert_string_equal(a.data, "abcdefghijklmnopqrstuvwxyz@[`{");
 	idc_buf_free(&a);
-	idc_buf_free(&b);
 }
 
 static void test_norm_text(void **state)
