@@ -349,6 +349,14 @@ static int escape_tail(struct idc_buf *b, size_t at)
 {
 	static const char hex[] = "0123456789abcdef";
 	size_t n = b->len - at, m = n;
+	/* the common case first: no byte that needs an escape anywhere (a
+	 * space, fine inside, takes the counting loop below) */
+	const unsigned char *u = (const unsigned char *)b->data + at;
+	size_t plain = 0;
+	while (plain < n && u[plain] > ' ' && u[plain] != 0x7f && !(dn_class[u[plain]] & DN_MUST))
+		plain++;
+	if (plain == n && (n == 0 || u[0] != '#'))
+		return 0;
 	for (size_t i = 0; i < n; i++)
 		m += (size_t)escape_kind((unsigned char)b->data[at + i], i, n);
 	if (m == n)
