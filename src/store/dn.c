@@ -85,9 +85,11 @@ struct dn_ava {
 	size_t type_pos;
 	struct store_val value; /* escapes undone */
 	size_t value_pos;
-	char canon[STORE_ATTR_MAX];
+	const char *canon; /* interned (store_attr_canon_ref) or canon_buf */
 	size_t canon_len;
-	char sep; /* what followed: ',' (also for ';'), '+', or 0 at the end */
+	char canon_buf[STORE_ATTR_MAX];
+	char sep;   /* what followed: ',' (also for ';'), '+', or 0 at the end */
+	bool in_dn; /* value is a slice of the DN (no escapes, not hex) */
 };
 
 /* How much of the DN a message quotes, and the mark that it was cut. */
@@ -152,7 +154,7 @@ static int dn_parse_type(struct dn_parser *p, struct dn_ava *a)
 		return dn_err_no_type(p);
 	a->type = (struct store_val){p->dn + start, p->pos - start};
 	a->type_pos = start;
-	a->canon_len = store_attr_canon(a->type.ptr, a->type.len, a->canon);
+	a->canon_len = store_attr_canon_ref(a->type.ptr, a->type.len, a->canon_buf, &a->canon);
 	if (a->canon_len == 0)
 		return dn_err(p, start, "invalid attribute type '%.*s'",
 			      (int)(a->type.len > 64 ? 64 : a->type.len), a->type.ptr);
@@ -221,6 +223,7 @@ static int dn_unescape(struct dn_parser *p, struct dn_ava *a, size_t start)
 			keep = n;
 	}
 	a->value = (struct store_val){w, keep};
+	a->in_dn = false;
 	return 0;
 }
 
@@ -241,6 +244,7 @@ static int dn_parse_string(struct dn_parser *p, struct dn_ava *a)
 	while (end > start && p->dn[end - 1] == ' ')
 		end--;
 	a->value = (struct store_val){p->dn + start, end - start};
+	a->in_dn = true;
 	return 0;
 }
 
@@ -261,6 +265,7 @@ static int dn_parse_hex(struct dn_parser *p, struct dn_ava *a)
 	if (n == 0)
 		return dn_err(p, p->pos, "expected hex pairs after '#'");
 	a->value = (struct store_val){p->scratch, n};
+	a->in_dn = false;
 	return 0;
 }
 
@@ -315,6 +320,16 @@ static int dn_too_many(const struct dn_parser *p, const char *what)
 
 /* ==== canonical output ======================================================== */
 
+/* idc_buf_putc, with the room checked here: a DN puts one or two. */
+static int put_char(struct idc_buf *b, char c)
+{
+	if (b->cap - b->len <= 1 && idc_buf_reserve(b, 1))
+		return -ENOMEM;
+	b->data[b->len++] = c;
+	b->data[b->len] = '\0';
+	return 0;
+}
+
 /* 0: literal, 1: '\' and the byte, 2: '\' and two hex digits. */
 static inline int escape_kind(unsigned char c, size_t i, size_t n)
 {
@@ -334,6 +349,14 @@ static int escape_tail(struct idc_buf *b, size_t at)
 {
 	static const char hex[] = "0123456789abcdef";
 	size_t n = b->len - at, m = n;
+	/* the common case first: no byte that needs an escape anywhere (a
+	 * space, fine inside, takes the counting loop below) */
+	const unsigned char *u = (const unsigned char *)b->data + at;
+	size_t plain = 0;
+	while (plain < n && u[plain] > ' ' && u[plain] != 0x7f && !(dn_class[u[plain]] & DN_MUST))
+		plain++;
+	if (plain == n && (n == 0 || u[0] != '#'))
+		return 0;
 	for (size_t i = 0; i < n; i++)
 		m += (size_t)escape_kind((unsigned char)b->data[at + i], i, n);
 	if (m == n)
@@ -456,8 +479,24 @@ static int sort_rdn(const struct dn_parser *p, struct idc_buf *out, size_t start
 	return 0;
 }
 
-/* One RDN, normalized, appended to out; *sep says what followed it. */
-static int norm_rdn(struct dn_parser *p, struct idc_buf *out, char *sep)
+/* Keep a (the AVA n of RDN 0) in keep, or make keep say it has none. */
+static void keep_ava0(const struct dn_parser *p, const struct dn_ava *a, size_t n,
+		      struct store_ndn *keep)
+{
+	if (!a->in_dn || n >= STORE_NDN_RDN0_AVAS || keep->nava0 != n) {
+		keep->nava0 = 0;
+		return;
+	}
+	/* offsets within a DN of at most STORE_DN_MAX bytes */
+	keep->ava0[n] =
+	    (struct store_ndn_ava){(uint32_t)(a->type.ptr - p->dn), (uint32_t)a->type.len,
+				   (uint32_t)(a->value.ptr - p->dn), (uint32_t)a->value.len};
+	keep->nava0 = n + 1;
+}
+
+/* One RDN, normalized, appended to out; *sep says what followed it. With
+ * keep, its AVAs are kept there (keep_ava0). */
+static int norm_rdn(struct dn_parser *p, struct idc_buf *out, char *sep, struct store_ndn *keep)
 {
 	struct dn_span s[DN_MAX_AVAS];
 	size_t n = 0, start = out->len;
@@ -465,11 +504,13 @@ static int norm_rdn(struct dn_parser *p, struct idc_buf *out, char *sep)
 	do {
 		if (n == DN_MAX_AVAS)
 			return dn_too_many(p, "AVAs in one RDN");
-		if (n && idc_buf_putc(out, '+'))
+		if (n && put_char(out, '+'))
 			return -ENOMEM;
 		int rc = dn_next_ava(p, &a);
 		if (rc)
 			return rc;
+		if (keep)
+			keep_ava0(p, &a, n, keep);
 		s[n].off = out->len;
 		s[n].pos = a.type_pos;
 		rc = put_ava(p, &a, out);
@@ -518,8 +559,11 @@ static int tail_use(const struct dn_parser *p, struct idc_buf *out, size_t base,
 		    *rdn + t->nrdn > STORE_DN_MAX_RDNS)
 			continue;
 		size_t at = out->len;
-		if (idc_buf_append(out, t->norm, t->norm_len))
+		if (out->cap - out->len <= t->norm_len && idc_buf_reserve(out, t->norm_len))
 			return -ENOMEM;
+		memcpy(out->data + out->len, t->norm, t->norm_len);
+		out->len += t->norm_len;
+		out->data[out->len] = '\0';
 		for (size_t k = 0; k < t->nrdn; k++)
 			off[*rdn + k] = at - base + t->off[k];
 		*rdn += t->nrdn;
@@ -548,9 +592,10 @@ static void tail_keep(const char *raw, size_t raw_len, const char *norm, size_t 
 }
 
 /* Normalize dn, appending to out; off (may be NULL) gets each RDN's start
- * relative to where out ended. On error out keeps its old content. */
+ * relative to where out ended, keep (may be NULL) the AVAs of RDN 0. On
+ * error out keeps its old content. */
 static int norm_dn(const char *dn, size_t len, struct idc_buf *out, size_t *off, size_t *nrdn,
-		   struct idc_diag *d)
+		   struct store_ndn *keep, struct idc_diag *d)
 {
 	char scratch[STORE_DN_MAX];
 	size_t lo[STORE_DN_MAX_RDNS + 1]; /* RDN starts, relative to base */
@@ -575,10 +620,10 @@ static int norm_dn(const char *dn, size_t len, struct idc_buf *out, size_t *off,
 			break;
 		}
 		lo[rdn] = out->len - base;
-		rc = norm_rdn(&p, out, &sep);
+		rc = norm_rdn(&p, out, &sep, rdn == 0 ? keep : NULL);
 		rdn++;
 		if (rc == 0 && sep)
-			rc = idc_buf_putc(out, ',');
+			rc = put_char(out, ',');
 	}
 	/* the normalized text must parse again, so it obeys the same limit */
 	if (rc == 0 && out->len - base > STORE_DN_MAX)
@@ -613,10 +658,12 @@ int store_dn_normalize(const char *dn, size_t len, struct store_ndn *out, struct
 	if (rc)
 		return rc;
 	out->text.data[0] = '\0';
-	rc = norm_dn(dn, len, &out->text, out->off, &out->nrdn, d);
+	out->nava0 = 0;
+	rc = norm_dn(dn, len, &out->text, out->off, &out->nrdn, out, d);
 	if (rc) {
 		out->nrdn = 0;
 		out->off[0] = 0;
+		out->nava0 = 0;
 	}
 	return rc;
 }
@@ -628,7 +675,7 @@ int store_dn_normalize_append(const char *dn, size_t len, struct idc_buf *out, s
 	if (rc)
 		return rc;
 	out->data[out->len] = '\0';
-	return norm_dn(dn, len, out, NULL, &nrdn, d);
+	return norm_dn(dn, len, out, NULL, &nrdn, NULL, d);
 }
 
 void store_ndn_free(struct store_ndn *n)
@@ -636,6 +683,7 @@ void store_ndn_free(struct store_ndn *n)
 	idc_buf_free(&n->text);
 	n->nrdn = 0;
 	n->off[0] = 0;
+	n->nava0 = 0;
 }
 
 /* Whether n's offsets describe its text (it may come from anywhere). */
@@ -699,10 +747,40 @@ static int walk_avas(const char *dn, size_t len, store_ava_cb cb, void *arg, str
 	return 0;
 }
 
-int store_dn_foreach_ava_parsed(const char *dn, size_t len, store_ava_cb cb, void *arg,
-				struct idc_diag *d)
+/* walk_avas's callback for store_dn_rdn0_avas: the caller's, up to the
+ * first AVA past RDN 0. */
+struct rdn0_walk {
+	store_ava_cb cb;
+	void *arg;
+	bool past;
+};
+
+static int rdn0_ava(struct store_val type, struct store_val value, size_t rdn, void *arg)
 {
-	return walk_avas(dn, len, cb, arg, d);
+	struct rdn0_walk *w = arg;
+	if (rdn == 0)
+		return w->cb(type, value, 0, w->arg);
+	w->past = true;
+	return 1;
+}
+
+int store_dn_rdn0_avas(const struct store_ndn *n, const char *dn, size_t len, store_ava_cb cb,
+		       void *arg, struct idc_diag *d)
+{
+	size_t kept = n ? n->nava0 : 0;
+	for (size_t i = 0; i < kept; i++) {
+		const struct store_ndn_ava *a = &n->ava0[i];
+		int rc = cb((struct store_val){dn + a->type_off, a->type_len},
+			    (struct store_val){dn + a->val_off, a->val_len}, 0, arg);
+		if (rc)
+			return rc;
+	}
+	if (kept)
+		return 0;
+	/* the DN parsed before: no checking pass first */
+	struct rdn0_walk w = {cb, arg, false};
+	int rc = walk_avas(dn, len, rdn0_ava, &w, d);
+	return w.past ? 0 : rc;
 }
 
 int store_dn_foreach_ava(const char *dn, size_t len, store_ava_cb cb, void *arg, struct idc_diag *d)

@@ -7,19 +7,31 @@
 
 /* ---- building ---------------------------------------------------------------- */
 
-struct pair_ref {
+/* A run of pairs in a row under one attribute name as written
+ * (objectClass five times, member a thousand): pairs[first..first + n). */
+struct pair_run {
 	const char *norm;
 	size_t norm_len;
 	uint64_t pfx; /* store_prefix64 of norm: names mostly differ there */
-	size_t idx;   /* position in the input: keeps values in their given order */
+	size_t first, n;
+	size_t pos; /* place among the runs as given */
 };
 
-static int pair_ref_cmp(const void *a, const void *b)
+static bool same_norm(const struct pair_run *x, const struct pair_run *y)
 {
-	const struct pair_ref *x = a, *y = b;
+	/* interned names are one copy each (store_attr_canon_ref) */
+	return x->norm == y->norm ||
+	       (x->norm_len == y->norm_len && store_short_eq(x->norm, y->norm, x->norm_len));
+}
+
+/* By canonical name, then by position: the values of an attribute named
+ * in several runs keep their given order. */
+static int pair_run_cmp(const void *a, const void *b)
+{
+	const struct pair_run *x = a, *y = b;
 	if (x->pfx != y->pfx)
 		return x->pfx < y->pfx ? -1 : 1;
-	/* Repeated names share one copy (pair_refs). Names are never empty. */
+	/* Names are never empty. */
 	if (x->norm != y->norm && (x->norm_len > 8 || y->norm_len > 8)) {
 		size_t n = x->norm_len < y->norm_len ? x->norm_len : y->norm_len;
 		int c = n > 8 ? memcmp(x->norm + 8, y->norm + 8, n - 8) : 0;
@@ -28,60 +40,114 @@ static int pair_ref_cmp(const void *a, const void *b)
 	}
 	if (x->norm_len != y->norm_len)
 		return x->norm_len < y->norm_len ? -1 : 1;
-	return x->idx < y->idx ? -1 : (x->idx > y->idx);
+	return x->first < y->first ? -1 : (x->first > y->first);
 }
 
-/* Canonical names of all pairs, allocated in arena. A name equal to the
- * previous pair's (objectClass four times in a row) reuses its result. */
-static int pair_refs(struct idc_arena *a, const struct store_pair *pairs, size_t n,
-		     struct pair_ref *refs, struct idc_diag *d)
+/* The runs of pairs[0..n) into runs (room for n), their canonical names
+ * allocated in arena unless interned (*interned says whether all were);
+ * their count, or 0 after setting *rc and d. */
+static size_t pair_runs(struct idc_arena *a, const struct store_pair *pairs,
+			const struct store_val *known, size_t n, struct pair_run *runs,
+			bool *interned, int *rc, struct idc_diag *d)
 {
+	*interned = true;
 	char canon[STORE_ATTR_MAX];
+	size_t k = 0;
 	for (size_t i = 0; i < n; i++) {
 		const struct store_val *nm = &pairs[i].name;
 		if (i > 0 && nm->len == pairs[i - 1].name.len &&
-		    memcmp(nm->ptr, pairs[i - 1].name.ptr, nm->len) == 0) {
-			refs[i] = refs[i - 1];
-			refs[i].idx = i;
+		    store_short_eq(nm->ptr, pairs[i - 1].name.ptr, nm->len)) {
+			runs[k - 1].n++;
 			continue;
 		}
-		const char *p;
-		size_t len = store_attr_canon_ref(nm->ptr, nm->len, canon, &p);
-		if (len == 0)
-			return idc_diag_set(d, IDC_ESYNTAX, "invalid attribute name '%.*s'",
-					    (int)(nm->len > 64 ? 64 : nm->len), nm->ptr);
-		if (p == canon && !(p = idc_arena_strndup(a, canon, len)))
-			return -ENOMEM;
-		refs[i] = (struct pair_ref){p, len, store_prefix64(p, len), i};
+		const char *p = known ? known[i].ptr : NULL;
+		size_t len = p ? known[i].len : store_attr_canon_ref(nm->ptr, nm->len, canon, &p);
+		if (len == 0) {
+			*rc = idc_diag_set(d, IDC_ESYNTAX, "invalid attribute name '%.*s'",
+					   (int)(nm->len > 64 ? 64 : nm->len), nm->ptr);
+			return 0;
+		}
+		if (p == canon) {
+			*interned = false;
+			if (!(p = idc_arena_strndup(a, canon, len))) {
+				*rc = -ENOMEM;
+				return 0;
+			}
+		}
+		runs[k] = (struct pair_run){p, len, store_prefix64(p, len), i, 1, k};
+		k++;
 	}
-	return 0;
+	return k;
 }
 
-/* Entries have a few dozen pairs: insertion sort beats qsort's overhead;
- * big groups (thousands of member values) go to qsort. */
-static void sort_refs(struct pair_ref *r, size_t n)
+#define SORT_MEMO_RUNS 64
+
+/* The last order sort_runs worked out on this thread, and the names it
+ * sorted: the entries of an import come in a few shapes (users, groups),
+ * so most are ordered as the one before. The order depends on the names
+ * alone (runs start in increasing order, so by first is by place). Kept
+ * for interned names only: those stay where they are, so the same
+ * pointers are the same names. */
+struct sort_memo {
+	size_t n;
+	const char *norm[SORT_MEMO_RUNS];
+	unsigned char order[SORT_MEMO_RUNS]; /* pos of the run at each place */
+};
+
+static _Thread_local struct sort_memo sort_memo;
+
+static bool sort_memo_hit(const struct sort_memo *m, const struct pair_run *r, size_t n)
 {
-	if (n > 64) {
-		qsort(r, n, sizeof(*r), pair_ref_cmp);
-		return;
+	if (m->n != n)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (m->norm[i] != r[i].norm)
+			return false;
+	return true;
+}
+
+/* runs[0..n) in order into out (room for n; may be runs itself when
+ * there are more than SORT_MEMO_RUNS); the sorted array. Entries have a
+ * dozen runs: insertion sort beats qsort's overhead; an entry with many
+ * (names alternating) goes to qsort. */
+static struct pair_run *sort_runs(struct pair_run *r, size_t n, bool interned, struct pair_run *out)
+{
+	if (n > SORT_MEMO_RUNS) {
+		qsort(r, n, sizeof(*r), pair_run_cmp);
+		return r;
 	}
+	struct sort_memo *m = &sort_memo;
+	if (interned && sort_memo_hit(m, r, n)) {
+		for (size_t i = 0; i < n; i++)
+			out[i] = r[m->order[i]];
+		return out;
+	}
+	memcpy(out, r, n * sizeof(*r));
 	for (size_t i = 1; i < n; i++) {
-		struct pair_ref x = r[i];
+		struct pair_run x = out[i];
 		size_t j = i;
-		while (j > 0 && pair_ref_cmp(&r[j - 1], &x) > 0) {
-			r[j] = r[j - 1];
+		while (j > 0 && pair_run_cmp(&out[j - 1], &x) > 0) {
+			out[j] = out[j - 1];
 			j--;
 		}
-		r[j] = x;
+		out[j] = x;
 	}
+	m->n = 0;
+	if (interned) {
+		for (size_t i = 0; i < n; i++) {
+			m->norm[i] = r[i].norm;
+			m->order[i] = (unsigned char)out[i].pos;
+		}
+		m->n = n;
+	}
+	return out;
 }
 
-static size_t count_attrs(const struct pair_ref *refs, size_t n)
+static size_t count_attrs(const struct pair_run *runs, size_t n)
 {
 	size_t k = 0;
 	for (size_t i = 0; i < n; i++)
-		if (i == 0 || refs[i].norm_len != refs[i - 1].norm_len ||
-		    memcmp(refs[i].norm, refs[i - 1].norm, refs[i].norm_len) != 0)
+		if (i == 0 || !same_norm(&runs[i], &runs[i - 1]))
 			k++;
 	return k;
 }
@@ -90,40 +156,48 @@ int store_entry_from_pairs(struct idc_arena *arena, struct store_val dn,
 			   const struct store_pair *pairs, size_t npairs, struct store_entry *out,
 			   struct idc_diag *d)
 {
+	return store_entry_from_pairs_canon(arena, dn, pairs, NULL, npairs, out, d);
+}
+
+int store_entry_from_pairs_canon(struct idc_arena *arena, struct store_val dn,
+				 const struct store_pair *pairs, const struct store_val *known,
+				 size_t npairs, struct store_entry *out, struct idc_diag *d)
+{
 	*out = (struct store_entry){0, dn, NULL, 0};
 	if (npairs == 0)
 		return 0;
-	struct pair_ref small[64];
-	struct pair_ref *refs = npairs <= 64 ? small : malloc(npairs * sizeof(*refs));
-	if (!refs)
+	struct pair_run small[SORT_MEMO_RUNS], sorted[SORT_MEMO_RUNS];
+	struct pair_run *runs = npairs <= SORT_MEMO_RUNS ? small : malloc(npairs * sizeof(*runs));
+	if (!runs)
 		return -ENOMEM;
-	int rc = pair_refs(arena, pairs, npairs, refs, d);
+	int rc = 0;
+	bool interned;
+	size_t nruns = pair_runs(arena, pairs, known, npairs, runs, &interned, &rc, d);
 	if (rc)
 		goto out;
-	sort_refs(refs, npairs);
-	size_t nattrs = count_attrs(refs, npairs);
+	const struct pair_run *sr = sort_runs(runs, nruns, interned, sorted);
+	size_t nattrs = count_attrs(sr, nruns);
 	struct store_attr *attrs = idc_arena_alloc(arena, nattrs * sizeof(*attrs));
 	struct store_val *vals = idc_arena_alloc(arena, npairs * sizeof(*vals));
 	rc = -ENOMEM;
 	if (!attrs || !vals)
 		goto out;
-	size_t k = 0;
-	for (size_t i = 0; i < npairs; i++) {
-		const struct store_pair *p = &pairs[refs[i].idx];
-		if (i == 0 || attrs[k - 1].norm.len != refs[i].norm_len ||
-		    memcmp(attrs[k - 1].norm.ptr, refs[i].norm, refs[i].norm_len) != 0) {
+	size_t k = 0, nv = 0;
+	for (size_t i = 0; i < nruns; i++) {
+		const struct pair_run *r = &sr[i];
+		if (i == 0 || !same_norm(r, &sr[i - 1]))
 			attrs[k++] = (struct store_attr){
-			    p->name, {refs[i].norm, refs[i].norm_len}, &vals[i], 0};
-		}
-		vals[i] = p->value;
-		attrs[k - 1].nvals++;
+			    pairs[r->first].name, {r->norm, r->norm_len}, &vals[nv], 0};
+		for (size_t j = 0; j < r->n; j++)
+			vals[nv++] = pairs[r->first + j].value;
+		attrs[k - 1].nvals += r->n;
 	}
 	out->attrs = attrs;
 	out->nattrs = nattrs;
 	rc = 0;
 out:
-	if (refs != small)
-		free(refs);
+	if (runs != small)
+		free(runs);
 	return rc;
 }
 
@@ -152,30 +226,55 @@ const struct store_attr *store_entry_attr(const struct store_entry *e, const cha
 #define ENTRY_CODEC_VERSION 1
 #define ENTRY_HDR           16
 
-static void put_u16(struct idc_buf *b, uint16_t v)
+/* The writes of the encoder go through a local pointer: stores through a
+ * char pointer may alias the buffer's length, which the compiler would
+ * otherwise reload and store at every field. */
+static char *put_u16(char *w, uint16_t v)
 {
-	memcpy(b->data + b->len, &v, 2);
-	b->len += 2;
+	memcpy(w, &v, 2);
+	return w + 2;
 }
 
-static void put_u32(struct idc_buf *b, uint32_t v)
+static char *put_u32(char *w, uint32_t v)
 {
-	memcpy(b->data + b->len, &v, 4);
-	b->len += 4;
+	memcpy(w, &v, 4);
+	return w + 4;
 }
 
-static void put_bytes(struct idc_buf *b, const void *p, size_t n)
+/* Values and names are mostly a dozen bytes: up to 16 are copied by two
+ * overlapping loads and stores instead of a call to memcpy. */
+static char *put_bytes(char *w, const char *p, size_t n)
 {
-	if (n)
-		memcpy(b->data + b->len, p, n);
-	b->len += n;
+	if (n >= 8 && n <= 16) {
+		uint64_t x, y;
+		memcpy(&x, p, 8);
+		memcpy(&y, p + n - 8, 8);
+		memcpy(w, &x, 8);
+		memcpy(w + n - 8, &y, 8);
+	} else if (n >= 4 && n < 8) {
+		uint32_t x, y;
+		memcpy(&x, p, 4);
+		memcpy(&y, p + n - 4, 4);
+		memcpy(w, &x, 4);
+		memcpy(w + n - 4, &y, 4);
+	} else if (n < 4) {
+		for (size_t i = 0; i < n; i++)
+			w[i] = p[i];
+	} else {
+		memcpy(w, p, n);
+	}
+	return w + n;
 }
 
+/* The encoded size of e, or SIZE_MAX past STORE_ENTRY_MAX or when a name
+ * does not fit its 16-bit length. */
 static size_t encoded_size(const struct store_entry *e, size_t ndn_len)
 {
 	size_t n = ENTRY_HDR + e->dn.len + ndn_len;
 	for (size_t i = 0; i < e->nattrs; i++) {
 		const struct store_attr *a = &e->attrs[i];
+		if (a->norm.len > UINT16_MAX || a->name.len > UINT16_MAX)
+			return SIZE_MAX;
 		n += 12 + a->norm.len + a->name.len;
 		for (size_t j = 0; j < a->nvals; j++)
 			n += 4 + a->vals[j].len;
@@ -190,33 +289,32 @@ int store_entry_encode(const struct store_entry *e, struct store_val ndn, struct
 	size_t need = encoded_size(e, ndn.len);
 	if (need > STORE_ENTRY_MAX)
 		return -E2BIG;
-	for (size_t i = 0; i < e->nattrs; i++)
-		if (e->attrs[i].norm.len > UINT16_MAX || e->attrs[i].name.len > UINT16_MAX)
-			return -E2BIG;
 	idc_buf_reset(out);
 	int rc = idc_buf_reserve(out, need);
 	if (rc)
 		return rc;
+	char *w = out->data;
 	uint8_t hdr[4] = {ENTRY_CODEC_VERSION, 0, 0, 0};
-	put_bytes(out, hdr, 4);
-	put_u32(out, (uint32_t)e->dn.len);
-	put_u32(out, (uint32_t)ndn.len);
-	put_u32(out, (uint32_t)e->nattrs);
-	put_bytes(out, e->dn.ptr, e->dn.len);
-	put_bytes(out, ndn.ptr, ndn.len);
+	memcpy(w, hdr, 4);
+	w = put_u32(w + 4, (uint32_t)e->dn.len);
+	w = put_u32(w, (uint32_t)ndn.len);
+	w = put_u32(w, (uint32_t)e->nattrs);
+	w = put_bytes(w, e->dn.ptr, e->dn.len);
+	w = put_bytes(w, ndn.ptr, ndn.len);
 	for (size_t i = 0; i < e->nattrs; i++) {
 		const struct store_attr *a = &e->attrs[i];
-		put_u16(out, (uint16_t)a->norm.len);
-		put_u16(out, (uint16_t)a->name.len);
-		put_u32(out, (uint32_t)a->nvals);
-		put_u32(out, a->rank);
-		put_bytes(out, a->norm.ptr, a->norm.len);
-		put_bytes(out, a->name.ptr, a->name.len);
+		w = put_u16(w, (uint16_t)a->norm.len);
+		w = put_u16(w, (uint16_t)a->name.len);
+		w = put_u32(w, (uint32_t)a->nvals);
+		w = put_u32(w, a->rank);
+		w = put_bytes(w, a->norm.ptr, a->norm.len);
+		w = put_bytes(w, a->name.ptr, a->name.len);
 		for (size_t j = 0; j < a->nvals; j++) {
-			put_u32(out, (uint32_t)a->vals[j].len);
-			put_bytes(out, a->vals[j].ptr, a->vals[j].len);
+			w = put_u32(w, (uint32_t)a->vals[j].len);
+			w = put_bytes(w, a->vals[j].ptr, a->vals[j].len);
 		}
 	}
+	out->len = (size_t)(w - out->data);
 	out->data[out->len] = '\0';
 	return 0;
 }

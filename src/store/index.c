@@ -33,10 +33,23 @@ int index_key_inplace(struct idc_buf *out, size_t start, bool *skip)
 	return idc_buf_append(out, &h, sizeof(h));
 }
 
+/* A name's bit in store.idx_mask: the first byte and the length, which
+ * tell most attribute names of an entry apart from a handful of indexed
+ * ones. */
+static uint64_t idx_bit(const char *name, size_t len)
+{
+	return UINT64_C(1) << (((unsigned char)name[0] + len * 7) & 63);
+}
+
 const struct store_index *index_find(const struct store *s, const char *norm, size_t len)
 {
+	/* every attribute of every add asks: most are not indexed, which the
+	 * mask tells at once; then the first byte and word loads */
+	if (len == 0 || !(s->idx_mask & idx_bit(norm, len)))
+		return NULL;
 	for (size_t i = 0; i < s->nidx; i++)
-		if (s->idx[i].name_len == len && memcmp(s->idx[i].name, norm, len) == 0)
+		if (s->idx[i].name_len == len && s->idx[i].name[0] == norm[0] &&
+		    store_short_eq(s->idx[i].name, norm, len))
 			return &s->idx[i];
 	return NULL;
 }
@@ -50,6 +63,7 @@ int index_load(struct store *s, MDB_txn *txn)
 	if (rc)
 		return rc == MDB_NOTFOUND ? IDC_ECORRUPT : store_mdb_err(rc);
 	s->nidx = 0;
+	s->idx_mask = 0;
 	const char *p = val.mv_data, *end = p + val.mv_size;
 	while (p < end) {
 		const char *comma = memchr(p, ',', (size_t)(end - p));
@@ -60,6 +74,7 @@ int index_load(struct store *s, MDB_txn *txn)
 		memcpy(ix->name, p, n);
 		ix->name[n] = '\0';
 		ix->name_len = n;
+		s->idx_mask |= idx_bit(ix->name, n);
 		ix->rule = store_attr_rule(ix->name, n);
 		char dbname[STORE_ATTR_MAX + 4];
 		snprintf(dbname, sizeof(dbname), "eq.%s", ix->name);
@@ -127,7 +142,7 @@ struct bulk_item {
 	uint64_t id;
 };
 
-static struct bulk_list *bulk_for(struct store_txn *t, MDB_dbi dbi)
+static __attribute__((noinline)) struct bulk_list *bulk_new(struct store_txn *t, MDB_dbi dbi)
 {
 	for (size_t i = 0; i < t->nbulk; i++)
 		if (t->bulk[i].dbi == dbi)
@@ -136,11 +151,20 @@ static struct bulk_list *bulk_for(struct store_txn *t, MDB_dbi dbi)
 	if (!b)
 		return NULL;
 	t->bulk = b;
+	if (dbi < STORE_BULK_DBIS && t->nbulk < UINT8_MAX)
+		t->bulk_of[dbi] = (uint8_t)(t->nbulk + 1);
 	b = &t->bulk[t->nbulk++];
 	*b = (struct bulk_list){.dbi = dbi, .sorted = true};
 	MDB_stat st;
 	b->was_empty = mdb_stat(t->txn, dbi, &st) == 0 && st.ms_entries == 0;
 	return b;
+}
+
+/* The bulk list of dbi, made on first use. */
+static struct bulk_list *bulk_for(struct store_txn *t, MDB_dbi dbi)
+{
+	unsigned i = dbi < STORE_BULK_DBIS ? t->bulk_of[dbi] : 0;
+	return i ? &t->bulk[i - 1] : bulk_new(t, dbi);
 }
 
 /* A table of at least twice the groups' count (and a power of two) holding
@@ -165,6 +189,42 @@ static int bulk_rehash(struct bulk_list *b, size_t want)
 	b->hash = h;
 	b->hcap = cap;
 	return 0;
+}
+
+/* The hash of the bulk tables (in memory only): keys up to 32 bytes (most
+ * index keys are a short name or an 8-byte integer) by a few overlapping
+ * word loads and multiplies, longer ones by idc_hash64. */
+static uint64_t key_hash(const char *p, size_t n)
+{
+	if (n > 32)
+		return idc_hash64(p, n, 0);
+	uint64_t a = 0, b = 0, c = 0, d = 0;
+	if (n >= 16) {
+		memcpy(&a, p, 8);
+		memcpy(&b, p + 8, 8);
+		memcpy(&c, p + n - 16, 8);
+		memcpy(&d, p + n - 8, 8);
+	} else if (n >= 8) {
+		memcpy(&a, p, 8);
+		memcpy(&b, p + n - 8, 8);
+	} else if (n >= 4) {
+		uint32_t x, y;
+		memcpy(&x, p, 4);
+		memcpy(&y, p + n - 4, 4);
+		a = x;
+		b = y;
+	} else {
+		for (size_t i = 0; i < n; i++)
+			a = a << 8 | (unsigned char)p[i];
+	}
+	uint64_t h = (a ^ UINT64_C(0x9e3779b97f4a7c15)) * (b ^ UINT64_C(0xc2b2ae3d27d4eb4f) ^ n);
+	h ^= (c ^ UINT64_C(0x165667b19e3779f9)) * (d ^ UINT64_C(0x27d4eb2f165667c5));
+	/* murmur3's finalizer: every bit of h moves the low and the high ones */
+	h ^= h >> 33;
+	h *= UINT64_C(0xff51afd7ed558ccd);
+	h ^= h >> 33;
+	h *= UINT64_C(0xc4ceb9fe1a85ec53);
+	return h ^ (h >> 33);
 }
 
 static int key_cmp(const char *a, size_t alen, const char *b, size_t blen)
@@ -212,20 +272,20 @@ static uint32_t bulk_group_of(struct bulk_list *b, struct store_val key)
 		b->sorted = false;
 		for (uint32_t g = 0; g < b->ngroups; g++)
 			b->groups[g].hash =
-			    idc_hash64(b->keys.data + b->groups[g].off, b->groups[g].len, 0);
+			    key_hash(b->keys.data + b->groups[g].off, b->groups[g].len);
 		if (bulk_rehash(b, b->ngroups + 1))
 			return UINT32_MAX;
 	}
 	if ((b->ngroups + 1) * 2 > b->hcap && bulk_rehash(b, b->ngroups + 1))
 		return UINT32_MAX;
-	uint64_t x = idc_hash64(key.ptr, key.len, 0), tag = SLOT(0, x);
+	uint64_t x = key_hash(key.ptr, key.len), tag = SLOT(0, x);
 	size_t i = x & (b->hcap - 1);
 	for (; b->hash[i] != SLOT_EMPTY; i = (i + 1) & (b->hcap - 1)) {
 		if ((b->hash[i] & UINT64_C(0xffffffff00000000)) != tag)
 			continue;
 		uint32_t gi = (uint32_t)b->hash[i];
 		const struct bulk_group *g = &b->groups[gi];
-		if (g->len == key.len && memcmp(b->keys.data + g->off, key.ptr, key.len) == 0)
+		if (g->len == key.len && store_short_eq(b->keys.data + g->off, key.ptr, key.len))
 			return gi;
 	}
 	uint32_t g = bulk_new_group(b, key, x);
@@ -234,25 +294,50 @@ static uint32_t bulk_group_of(struct bulk_list *b, struct store_val key)
 	return g;
 }
 
-static int bulk_add(struct store_txn *t, MDB_dbi dbi, struct store_val key, uint64_t id)
+static __attribute__((noinline)) int bulk_grow(struct bulk_list *b)
 {
-	struct bulk_list *b = bulk_for(t, dbi);
-	if (!b)
+	size_t cap = b->cap ? b->cap * 2 : 1024;
+	struct bulk_item *it = realloc(b->items, cap * sizeof(*it));
+	if (!it)
 		return -ENOMEM;
-	if (b->n == b->cap) {
-		size_t cap = b->cap ? b->cap * 2 : 1024;
-		struct bulk_item *it = realloc(b->items, cap * sizeof(*it));
-		if (!it)
-			return -ENOMEM;
-		b->items = it;
-		b->cap = cap;
-	}
-	uint32_t g = bulk_group_of(b, key);
-	if (g == UINT32_MAX)
+	b->items = it;
+	b->cap = cap;
+	return 0;
+}
+
+/* Pair (group g, id) into b. */
+static int bulk_put(struct bulk_list *b, uint32_t g, uint64_t id)
+{
+	if (g == UINT32_MAX || (b->n == b->cap && bulk_grow(b)))
 		return -ENOMEM;
 	b->groups[g].count++;
 	b->items[b->n++] = (struct bulk_item){g, id};
 	return 0;
+}
+
+static int bulk_add(struct store_txn *t, MDB_dbi dbi, struct store_val key, uint64_t id)
+{
+	struct bulk_list *b = bulk_for(t, dbi);
+	return b ? bulk_put(b, bulk_group_of(b, key), id) : -ENOMEM;
+}
+
+/* bulk_add of (the name of index ix, id) to pres: the name stays where it
+ * is for the whole transaction, so its group is looked up once. */
+static int bulk_add_named(struct store_txn *t, uint32_t ix, uint64_t id)
+{
+	const struct store_index *x = &t->s->idx[ix];
+	struct bulk_list *b = bulk_for(t, t->s->pres);
+	if (!b)
+		return -ENOMEM;
+	if (!b->named && !(b->named = calloc(STORE_MAX_INDEXES, sizeof(*b->named))))
+		return -ENOMEM;
+	uint32_t g = b->named[ix] - 1;
+	if (b->named[ix] == 0) {
+		g = bulk_group_of(b, (struct store_val){x->name, x->name_len});
+		if (g != UINT32_MAX)
+			b->named[ix] = g + 1;
+	}
+	return bulk_put(b, g, id);
 }
 
 /* qsort has no context argument: per thread, as two stores may flush at once */
@@ -653,11 +738,13 @@ void index_bulk_free(struct store_txn *t)
 		free(t->bulk[i].items);
 		free(t->bulk[i].groups);
 		free(t->bulk[i].hash);
+		free(t->bulk[i].named);
 		idc_buf_free(&t->bulk[i].keys);
 	}
 	free(t->bulk);
 	t->bulk = NULL;
 	t->nbulk = 0;
+	memset(t->bulk_of, 0, sizeof(t->bulk_of));
 }
 
 /* ---- maintenance ------------------------------------------------------------------- */
@@ -842,7 +929,9 @@ int index_add(struct store_txn *t, const struct add_prep *p, uint64_t id)
 	}
 	for (size_t i = 0; i < p->npres && !rc; i++) {
 		const struct store_index *ix = &s->idx[p->ak_pres[i]];
-		rc = pair_put(t, s->pres, (struct store_val){ix->name, ix->name_len}, id);
+		rc = t->bulk_ok
+			 ? bulk_add_named(t, p->ak_pres[i], id)
+			 : pair_put(t, s->pres, (struct store_val){ix->name, ix->name_len}, id);
 	}
 	return rc;
 }

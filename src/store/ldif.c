@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/store.h"
+#include "store_int.h"
 
 /* Reads start at 64 KiB, so a small file costs little, and grow to 1 MiB
  * once the file proves bigger. */
@@ -67,6 +67,8 @@ struct ldif_reader {
 	size_t nll, llcap;
 	struct store_pair *pairs;
 	size_t paircap;
+	struct store_val *canon; /* per pair (struct ldif_record) */
+	size_t canoncap;
 	struct store_mod *mods;
 	size_t modcap;
 	struct store_val *vals;
@@ -158,6 +160,7 @@ void ldif_close(struct ldif_reader *r)
 	free(r->pl);
 	free(r->ll);
 	free(r->pairs);
+	free(r->canon);
 	free(r->mods);
 	free(r->vals);
 	free(r);
@@ -426,8 +429,9 @@ static size_t check_attr(const struct ldif_reader *r, const struct ldif_lline *l
 
 /* Names that mean something to LDIF itself and so cannot be attributes in
  * an entry: accepting them would make records that write back ambiguously. */
-static int check_value_line(const struct ldif_reader *r, const struct ldif_lline *l,
-			    const char *what, struct idc_diag *d)
+static __attribute__((noinline)) int check_value_kw(const struct ldif_reader *r,
+						    const struct ldif_lline *l, const char *what,
+						    struct idc_diag *d)
 {
 	if (l->kind == LDIF_L_SEP)
 		return fail(r, d, IDC_ESYNTAX, l->line, "'-' line in %s", what);
@@ -442,12 +446,26 @@ static int check_value_line(const struct ldif_reader *r, const struct ldif_lline
 	return 0;
 }
 
+/* check_value_kw for lines that could be one: every line of every record
+ * asks, and most names have none of the keywords' lengths. */
+static inline int check_value_line(const struct ldif_reader *r, const struct ldif_lline *l,
+				   const char *what, struct idc_diag *d)
+{
+	size_t n = l->name.len;
+	if (l->kind != LDIF_L_SEP && n != 2 && n != 7 && n != 10)
+		return 0;
+	return check_value_kw(r, l, what, d);
+}
+
 static int parse_add(struct ldif_reader *r, size_t i, struct ldif_record *rec, struct idc_diag *d)
 {
 	void *p = grow_array(r->pairs, &r->paircap, r->nll - i, sizeof(*r->pairs));
 	if (!p)
 		return -ENOMEM;
 	r->pairs = p;
+	if (!(p = grow_array(r->canon, &r->canoncap, r->nll - i, sizeof(*r->canon))))
+		return -ENOMEM;
+	r->canon = p;
 	char canon[STORE_ATTR_MAX];
 	size_t n = 0;
 	for (; i < r->nll; i++) {
@@ -458,15 +476,22 @@ static int parse_add(struct ldif_reader *r, size_t i, struct ldif_record *rec, s
 		/* a name spelled as the line before's (objectClass, member) was
 		 * checked there */
 		bool again = n > 0 && r->pairs[n - 1].name.len == l->name.len &&
-			     memcmp(r->pairs[n - 1].name.ptr, l->name.ptr, l->name.len) == 0;
+			     store_short_eq(r->pairs[n - 1].name.ptr, l->name.ptr, l->name.len);
 		const char *ref;
-		if (!again && !check_attr(r, l, l->name, canon, &ref, d))
+		size_t len = again ? 0 : check_attr(r, l, l->name, canon, &ref, d);
+		if (!again && !len)
 			return IDC_ESYNTAX;
+		if (again)
+			r->canon[n] = r->canon[n - 1];
+		else
+			r->canon[n] = ref != canon ? (struct store_val){ref, len}
+						   : (struct store_val){NULL, 0};
 		r->pairs[n].name = l->name;
 		r->pairs[n].value = l->value;
 		n++;
 	}
 	rec->pairs = r->pairs;
+	rec->canon = r->canon;
 	rec->npairs = n;
 	return 0;
 }

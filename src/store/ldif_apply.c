@@ -33,7 +33,8 @@ static int apply_change(struct store_txn *t, const struct ldif_record *rec,
 	switch (rec->change) {
 	case LDIF_ADD:
 		idc_arena_reset(scratch);
-		rc = store_entry_from_pairs(scratch, rec->dn, rec->pairs, rec->npairs, &e, d);
+		rc = store_entry_from_pairs_canon(scratch, rec->dn, rec->pairs, rec->canon,
+						  rec->npairs, &e, d);
 		return rc ? rc : store_add(t, &e, NULL, d);
 	case LDIF_DELETE:
 		return store_delete(t, rec->dn, false, d);
@@ -108,9 +109,10 @@ int ldif_record_copy(struct idc_arena *a, const struct ldif_reader *rd, struct l
 		nvals += r->mods[i].nvals;
 	struct store_pair *pairs = NULL;
 	struct store_mod *mods = NULL;
-	struct store_val *vals = NULL;
+	struct store_val *vals = NULL, *canon = NULL;
 	char *at = idc_arena_alloc(a, n + 1);
 	if (!at || (r->npairs && !(pairs = idc_arena_alloc(a, r->npairs * sizeof(*pairs)))) ||
+	    (r->canon && !(canon = idc_arena_alloc(a, r->npairs * sizeof(*canon)))) ||
 	    (r->nmods && !(mods = idc_arena_alloc(a, r->nmods * sizeof(*mods)))) ||
 	    (nvals && !(vals = idc_arena_alloc(a, nvals * sizeof(*vals)))))
 		return -ENOMEM;
@@ -130,7 +132,11 @@ int ldif_record_copy(struct idc_arena *a, const struct ldif_reader *rd, struct l
 			rebase(&vals[k], p, at);
 		vals += mods[i].nvals;
 	}
+	/* interned names stay where they are: copied as they are */
+	if (canon)
+		memcpy(canon, r->canon, r->npairs * sizeof(*canon));
 	r->pairs = pairs;
+	r->canon = canon;
 	r->mods = mods;
 	rebase(&r->dn, p, at);
 	rebase(&r->newrdn, p, at);

@@ -153,7 +153,7 @@ static int check_attr(const struct store *s, struct add_prep *p, const struct st
 		if (rc)
 			rc = idc_diag_set(d, rc, "attribute %.*s: value '%.*s': %s", SHOWN(a->name),
 					  SHOWN(a->vals[i]), vd.msg);
-		else
+		else if (a->nvals > 1) /* one value cannot repeat: no hash */
 			h[i] = idc_hash64(out->data + start, out->len - start, 0);
 		if (!rc && ix)
 			rc = keep_key(p, start, ixn);
@@ -176,8 +176,7 @@ struct naming_ctx {
 static int naming_ava(struct store_val type, struct store_val value, size_t rdn, void *arg)
 {
 	struct naming_ctx *c = arg;
-	if (rdn != 0)
-		return 1; /* past the first RDN: stop, nothing wrong */
+	(void)rdn; /* always 0 */
 	char buf[STORE_ATTR_MAX];
 	const char *canon;
 	size_t n = store_attr_canon_ref(type.ptr, type.len, buf, &canon);
@@ -205,17 +204,19 @@ static int naming_ava(struct store_val type, struct store_val value, size_t rdn,
 			    SHOWN(c->e->dn), SHOWN(type), SHOWN(value));
 }
 
-static int check_naming(struct add_prep *p, const struct store_entry *e, struct idc_diag *d)
+/* ndn: e's DN normalized (its AVAs kept), or NULL to parse it again. */
+static int check_naming(struct add_prep *p, const struct store_entry *e,
+			const struct store_ndn *ndn, struct idc_diag *d)
 {
 	/* p->norm is free once check_attr is done */
 	struct naming_ctx c = {e, &p->want, &p->norm, d};
-	int rc = store_dn_foreach_ava_parsed(e->dn.ptr, e->dn.len, naming_ava, &c, d);
-	return rc == 1 ? 0 : rc;
+	return store_dn_rdn0_avas(ndn, e->dn.ptr, e->dn.len, naming_ava, &c, d);
 }
 
-/* keep: gather the index keys for index_add (store_add). */
+/* keep: gather the index keys for index_add (store_add). ndn: e's DN
+ * normalized, or NULL (check_naming). */
 static int check_entry(const struct store *s, struct add_prep *p, const struct store_entry *e,
-		       bool keep, struct idc_diag *d)
+		       bool keep, const struct store_ndn *ndn, struct idc_diag *d)
 {
 	if (keep) {
 		idc_buf_reset(&p->akeys);
@@ -232,7 +233,7 @@ static int check_entry(const struct store *s, struct add_prep *p, const struct s
 			return idc_diag_set(d, -EINVAL, "attribute %.*s listed twice",
 					    SHOWN(e->attrs[i].name));
 	}
-	return check_naming(p, e, d);
+	return check_naming(p, e, ndn, d);
 }
 
 /* ---- add ------------------------------------------------------------------------------ */
@@ -287,7 +288,7 @@ int store_add_prepare(const struct store *s, struct add_prep *p, const struct st
 		return rc;
 	if (p->ndn.nrdn == 0)
 		return idc_diag_set(d, -EINVAL, "the empty DN cannot hold an entry");
-	rc = check_entry(s, p, e, true, d);
+	rc = check_entry(s, p, e, true, &p->ndn, d);
 	if (!rc)
 		rc = store_entry_encode(e, (struct store_val){p->ndn.text.data, p->ndn.text.len},
 					&p->enc);
@@ -567,7 +568,7 @@ static int rewrite(struct store_txn *t, uint64_t id, const struct store_entry *o
 		   const struct store_entry *new_e, bool *changed, struct idc_diag *d)
 {
 	struct add_prep *p = txn_prep(t);
-	int rc = p ? check_entry(t->s, p, new_e, false, d) : -ENOMEM;
+	int rc = p ? check_entry(t->s, p, new_e, false, NULL, d) : -ENOMEM;
 	struct store_val ndn = {t->ndn.text.data, t->ndn.text.len};
 	if (!rc)
 		rc = store_entry_encode(new_e, ndn, &t->enc);

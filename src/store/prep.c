@@ -65,6 +65,25 @@ static bool space_marked(const uint8_t *s, size_t n, size_t i)
 	return uc_is_general_category(c, UC_CATEGORY_M);
 }
 
+#define ONES UINT64_C(0x0101010101010101)
+#define HIGH UINT64_C(0x8080808080808080)
+
+/* Whether all 8 bytes of x are in 0x21..0x7e (printable ASCII but space):
+ * each byte is below 0x80, so adding to it carries into no other. */
+static inline bool word_plain(uint64_t x)
+{
+	return (x & HIGH) == 0 && ((x + (0x80 - 0x21) * ONES) & HIGH) == HIGH &&
+	       ((x + ONES) & HIGH) == 0;
+}
+
+/* x (bytes of word_plain) with ASCII capitals lowercased. */
+static inline uint64_t word_lower(uint64_t x)
+{
+	uint64_t ge_a = (x + (0x80 - 'A') * ONES) & HIGH;
+	uint64_t gt_z = (x + (0x80 - 'Z' - 1) * ONES) & HIGH;
+	return x | (ge_a & ~gt_z) >> 2; /* 0x80 >> 2 is the case bit */
+}
+
 /* s[0..n) with the space handling of part into w (room for n + 1 bytes,
  * NUL-terminated), ASCII letters lowercased when lower. The length
  * written, or SQ_GAVE_UP in SQ_ASCII mode at a byte outside 0x20..0x7e
@@ -81,9 +100,19 @@ static inline __attribute__((always_inline)) size_t squeeze_to(const char *s, si
 	bool pend = false;
 	/* The run before the first space or other byte (most values are all
 	 * of one such run): no space is pending, so k keeps step with i. */
-	if (mode != SQ_UNICODE)
+	if (mode != SQ_UNICODE) {
+		/* eight bytes at a time while all are of the run */
+		for (; i + 8 <= n; i += 8, k += 8) {
+			uint64_t x;
+			memcpy(&x, s + i, 8);
+			if (!word_plain(x))
+				break;
+			x = lower ? word_lower(x) : x;
+			memcpy(w + k, &x, 8);
+		}
 		for (; i < n && (unsigned char)(s[i] - 0x21) <= 0x5d; i++, k++)
 			w[k] = lower ? idc_tolower(s[i]) : s[i];
+	}
 	for (; i < n; i++) {
 		unsigned char c = (unsigned char)s[i];
 		if (mode == SQ_ASCII && (unsigned char)(c - 0x20) > 0x5e)
@@ -108,7 +137,8 @@ static inline __attribute__((always_inline)) size_t squeeze_to(const char *s, si
 static int squeeze(const char *s, size_t n, enum store_prep_part part, bool lower,
 		   enum squeeze_mode mode, struct idc_buf *out)
 {
-	int rc = idc_buf_reserve(out, n + 1);
+	/* room checked here first: a call per value showed up */
+	int rc = out->cap - out->len > n + 1 ? 0 : idc_buf_reserve(out, n + 1);
 	if (rc)
 		return rc;
 	char *w = out->data + out->len;

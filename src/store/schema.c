@@ -361,24 +361,28 @@ struct canon_intern {
 };
 
 #define INTERN_SLOTS 256 /* slots are never reused: room against collisions */
+#define INTERN_PROBE 8   /* slots a name may take, from its hash on */
 
 static struct canon_intern canon_interned[INTERN_SLOTS];
 
-size_t store_attr_canon_ref(const char *name, size_t len, char buf[STORE_ATTR_MAX],
-			    const char **canon)
+/* The slot a name's probe starts at: its length and four of its bytes,
+ * multiplied so each moves every bit of the slot number. Names of one
+ * schema mostly start apart; those that do not take the next free slot. */
+static size_t intern_hash(const char *name, size_t len)
 {
-	*canon = buf;
-	if (!name || len == 0 || len >= MEMO_NAME)
-		return attr_canon(name, len, buf);
-	/* two more bytes: a slot keeps the first name that took it */
-	size_t h =
-	    name_hash(name, len) + (unsigned char)name[len - 1] * 2u + (unsigned char)name[len / 4];
-	struct canon_intern *in = &canon_interned[h % INTERN_SLOTS];
-	unsigned char st = atomic_load_explicit(&in->state, memory_order_acquire);
-	if (st == INTERN_READY && in->len == len && memcmp(in->name, name, len) == 0) {
-		*canon = in->canon;
-		return in->clen;
-	}
+	const unsigned char *u = (const unsigned char *)name;
+	uint64_t w = (uint64_t)u[0] | (uint64_t)u[len / 4] << 8 | (uint64_t)u[len / 2] << 16 |
+		     (uint64_t)u[len - 1] << 24 | (uint64_t)len << 32;
+	return (size_t)((w * 0x9e3779b97f4a7c15ULL) >> 56);
+}
+
+/* The miss of store_attr_canon_ref: the name canonicalized, and kept in
+ * slot in (*canon then pointing there) when the probe ended at an empty
+ * one (st). */
+static __attribute__((noinline)) size_t canon_ref_miss(const char *name, size_t len, char *buf,
+						       const char **canon, struct canon_intern *in,
+						       unsigned char st)
+{
 	size_t n = store_attr_canon(name, len, buf);
 	unsigned char empty = INTERN_EMPTY;
 	if (st == INTERN_EMPTY && n > 0 && n < MEMO_NAME &&
@@ -389,8 +393,31 @@ size_t store_attr_canon_ref(const char *name, size_t len, char buf[STORE_ATTR_MA
 		memcpy(in->canon, buf, n + 1);
 		in->rule = (unsigned char)attr_rule(in->canon, n);
 		atomic_store_explicit(&in->state, INTERN_READY, memory_order_release);
+		*canon = in->canon;
 	}
 	return n;
+}
+
+size_t store_attr_canon_ref(const char *name, size_t len, char buf[STORE_ATTR_MAX],
+			    const char **canon)
+{
+	*canon = buf;
+	if (!name || len == 0 || len >= MEMO_NAME)
+		return attr_canon(name, len, buf);
+	size_t h = intern_hash(name, len);
+	struct canon_intern *in = NULL;
+	unsigned char st = INTERN_BUSY;
+	for (size_t k = 0; k < INTERN_PROBE; k++) {
+		in = &canon_interned[(h + k) % INTERN_SLOTS];
+		st = atomic_load_explicit(&in->state, memory_order_acquire);
+		if (st == INTERN_READY && in->len == len && store_short_eq(in->name, name, len)) {
+			*canon = in->canon;
+			return in->clen;
+		}
+		if (st == INTERN_EMPTY)
+			break;
+	}
+	return canon_ref_miss(name, len, buf, canon, in, st);
 }
 
 /* Whether the options of a canonical description include ";binary", which
@@ -429,17 +456,12 @@ struct rule_memo {
 
 static _Thread_local struct rule_memo rule_memo[MEMO_SLOTS];
 
-enum store_rule store_attr_rule(const char *norm, size_t len)
+/* store_attr_rule of a name not interned, through this thread's memo; out
+ * of line, so the interned case is a leaf. */
+static __attribute__((noinline)) enum store_rule rule_memo_find(const char *norm, size_t len)
 {
 	if (!norm || len == 0 || len >= MEMO_NAME)
 		return attr_rule(norm, len);
-	/* a name store_attr_canon_ref handed out: its slot knows the rule */
-	uintptr_t at = (uintptr_t)norm - (uintptr_t)canon_interned;
-	if (at < sizeof(canon_interned)) {
-		const struct canon_intern *in = &canon_interned[at / sizeof(*in)];
-		if (norm == in->canon && len == in->clen)
-			return (enum store_rule)in->rule;
-	}
 	struct rule_memo *m = &rule_memo[memo_slot(norm, len)];
 	if (m->len == len && memcmp(m->name, norm, len) == 0)
 		return (enum store_rule)m->rule;
@@ -448,6 +470,18 @@ enum store_rule store_attr_rule(const char *norm, size_t len)
 	m->rule = (unsigned char)r;
 	memcpy(m->name, norm, len);
 	return r;
+}
+
+enum store_rule store_attr_rule(const char *norm, size_t len)
+{
+	/* a name store_attr_canon_ref handed out: its slot knows the rule */
+	uintptr_t at = (uintptr_t)norm - (uintptr_t)canon_interned;
+	if (norm && at < sizeof(canon_interned)) {
+		const struct canon_intern *in = &canon_interned[at / sizeof(*in)];
+		if (norm == in->canon && len == in->clen && len)
+			return (enum store_rule)in->rule;
+	}
+	return rule_memo_find(norm, len);
 }
 
 int store_rule_by_name(const char *name, size_t len, enum store_rule *out)

@@ -66,6 +66,11 @@ struct store_pair {
 int store_entry_from_pairs(struct idc_arena *arena, struct store_val dn,
 			   const struct store_pair *pairs, size_t npairs, struct store_entry *out,
 			   struct idc_diag *d);
+/* The same, with canon[i] (may be NULL) the interned canonical name of
+ * pairs[i] or {NULL, 0} (struct ldif_record's canon). */
+int store_entry_from_pairs_canon(struct idc_arena *arena, struct store_val dn,
+				 const struct store_pair *pairs, const struct store_val *canon,
+				 size_t npairs, struct store_entry *out, struct idc_diag *d);
 
 /* The attribute with canonical name norm, or NULL. Binary search. */
 const struct store_attr *store_entry_attr(const struct store_entry *e, const char *norm,
@@ -144,10 +149,20 @@ int store_text_lower(const char *v, size_t len, struct idc_buf *out);
  * of a multi-valued RDN sorted and joined by '+'. off[i] is where RDN i
  * starts in text; off[nrdn] == text.len. The root (empty DN) has nrdn == 0.
  * Owns text. */
+#define STORE_NDN_RDN0_AVAS 4
+
 struct store_ndn {
 	struct idc_buf text;
 	size_t nrdn;
 	size_t off[STORE_DN_MAX_RDNS + 1];
+	/* The AVAs of RDN 0 as store_dn_normalize found them in the DN it was
+	 * given: type as written and value, as offsets into that DN, for the
+	 * naming check of an add. nava0 == 0 when a value there had escapes
+	 * or was hex (undone elsewhere), or there were more AVAs than fit. */
+	size_t nava0;
+	struct store_ndn_ava {
+		uint32_t type_off, type_len, val_off, val_len;
+	} ava0[STORE_NDN_RDN0_AVAS];
 };
 
 #define STORE_NDN_INIT                                                                             \
@@ -468,6 +483,10 @@ struct ldif_record {
 	struct store_val dn;
 	struct store_pair *pairs;
 	size_t npairs;
+	/* per pair (with pairs): its name's canonical form as the reader found
+	 * it, when interned (store_attr_canon_ref; it stays put), else
+	 * {NULL, 0}: the entry builder need not look the name up again */
+	struct store_val *canon;
 	struct store_mod *mods;
 	size_t nmods;
 	struct store_val newrdn;

@@ -15,11 +15,12 @@
  * beyond out's growth. Errors as store_dn_normalize. */
 int store_dn_normalize_append(const char *dn, size_t len, struct idc_buf *out, struct idc_diag *d);
 
-/* store_dn_foreach_ava for a DN that store_dn_normalize has accepted: no
- * checking pass first, so a cb that stops at the first RDN (the naming
- * check of every add) parses only that. */
-int store_dn_foreach_ava_parsed(const char *dn, size_t len, store_ava_cb cb, void *arg,
-				struct idc_diag *d);
+/* cb for each AVA of the first RDN of dn (rdn 0), dn being what
+ * store_dn_normalize made n from: from the AVAs n kept, or by parsing that
+ * RDN again when it kept none or n is NULL (dn must have normalized). The
+ * first non-zero return of cb, or 0. */
+int store_dn_rdn0_avas(const struct store_ndn *n, const char *dn, size_t len, store_ava_cb cb,
+		       void *arg, struct idc_diag *d);
 
 /* prep.c: RFC 4518 preparation of text under caseIgnore (fold) or
  * caseExact, appended to out. A part of a substring assertion keeps one
@@ -94,6 +95,38 @@ static inline uint64_t store_prefix64(const char *p, size_t n)
 	return x;
 }
 
+/* Whether a[0..n) equals b[0..n): names and keys of a dozen bytes, where a
+ * few overlapping word loads beat a call to memcmp. */
+static inline bool store_short_eq(const char *a, const char *b, size_t n)
+{
+	uint64_t x, y;
+	uint32_t v, w;
+	if (n >= 8) {
+		for (size_t i = 0; i + 8 < n; i += 8) {
+			memcpy(&x, a + i, 8);
+			memcpy(&y, b + i, 8);
+			if (x != y)
+				return false;
+		}
+		memcpy(&x, a + n - 8, 8);
+		memcpy(&y, b + n - 8, 8);
+		return x == y;
+	}
+	if (n >= 4) {
+		memcpy(&v, a, 4);
+		memcpy(&w, b, 4);
+		if (v != w)
+			return false;
+		memcpy(&v, a + n - 4, 4);
+		memcpy(&w, b + n - 4, 4);
+		return v == w;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (a[i] != b[i])
+			return false;
+	return true;
+}
+
 #endif
 
 /* ==== store internals (store.c, index.c, ops.c, search.c, check.c) ========== */
@@ -123,6 +156,7 @@ struct store {
 	struct store_index idx[STORE_MAX_INDEXES];
 	const char *idx_names[STORE_MAX_INDEXES];
 	size_t nidx;
+	uint64_t idx_mask; /* index_load: a bit per name (index.c, idx_bit) */
 	char *dir;
 	int lockfd;     /* write.lock; flock held during write txns */
 	unsigned flags; /* store_open_flags */
@@ -155,9 +189,13 @@ struct bulk_list {
 	size_t hcap;
 	struct bulk_item *items;
 	size_t n, cap;
-	bool sorted; /* groups were created in increasing key order (uid,
-		      * uidNumber of generated or exported data): no sort */
+	bool sorted;     /* groups were created in increasing key order (uid,
+			  * uidNumber of generated or exported data): no sort */
+	uint32_t *named; /* pres: group + 1 of each index's name, by index (index.c) */
 };
+
+/* store_txn.bulk_of: the bulk list of each dbi below this, by number */
+#define STORE_BULK_DBIS 128
 
 /* One index key of the entry being added: bytes akeys[off..off+len) for
  * index idx[ix]. store_add gathers them while checking the values, so each
@@ -210,6 +248,7 @@ struct store_txn {
 	struct idc_arena arena; /* per-operation; reset at each op */
 	struct bulk_list *bulk; /* per dbi, while bulk_ok */
 	size_t nbulk;
+	uint8_t bulk_of[STORE_BULK_DBIS]; /* dbi -> 1 + its place in bulk, or 0 */
 	struct add_prep *ap;     /* store_add's and store_replace's checks; NULL until used */
 	struct search_mem *smem; /* search.c: memory searches reuse; lent to one at a time */
 	struct idc_buf pkey;     /* store_add: dn2id key of the parent found last; a

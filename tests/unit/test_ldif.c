@@ -101,6 +101,24 @@ static void test_attrval_records(void **state)
 	assert_pair(&rec, 1, "uid", "alice");
 	assert_pair(&rec, 2, "cn;lang-en", "Alice   Smith");
 	assert_pair(&rec, 3, "uidNumber", "1000");
+	/* the canonical names the reader found, for the entry builder */
+	const char *canon[] = {"objectclass", "uid", "cn;lang-en", "uidnumber"};
+	for (size_t i = 0; i < 4; i++) {
+		assert_non_null(rec.canon[i].ptr);
+		assert_val_str(rec.canon[i], canon[i]);
+	}
+	struct idc_arena a = IDC_ARENA_INIT;
+	struct store_entry e1, e2;
+	assert_int_equal(store_entry_from_pairs(&a, rec.dn, rec.pairs, rec.npairs, &e1, NULL), 0);
+	assert_int_equal(
+	    store_entry_from_pairs_canon(&a, rec.dn, rec.pairs, rec.canon, rec.npairs, &e2, NULL),
+	    0);
+	assert_int_equal(e1.nattrs, e2.nattrs);
+	for (size_t i = 0; i < e1.nattrs; i++) {
+		assert_ptr_equal(e1.attrs[i].norm.ptr, e2.attrs[i].norm.ptr);
+		assert_int_equal(e1.attrs[i].nvals, e2.attrs[i].nvals);
+	}
+	idc_arena_free(&a);
 	assert_int_equal(next(&s, &rec), 1);
 	assert_int_equal(rec.line, 9);
 	assert_val_str(rec.dn, "uid=bob,dc=example,dc=com");

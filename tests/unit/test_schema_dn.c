@@ -324,6 +324,60 @@ static void test_rule_by_name(void **state)
 
 /* ==== value normalization ========================================================= */
 
+/* What preparation makes of printable ASCII, or of text that is not UTF-8
+ * (bytes as they are): spaces trimmed at both ends and squeezed inside,
+ * ASCII capitals lowered when fold. */
+static size_t prep_reference(const char *v, size_t n, bool fold, char *out)
+{
+	size_t k = 0;
+	bool pend = false;
+	for (size_t i = 0; i < n; i++) {
+		char c = v[i];
+		if (c == ' ') {
+			pend = true;
+			continue;
+		}
+		if (pend && k > 0)
+			out[k++] = ' ';
+		pend = false;
+		out[k++] = fold && c >= 'A' && c <= 'Z' ? (char)(c + 32) : c;
+	}
+	return k;
+}
+
+/* Runs of plain bytes are copied a word at a time: values must prepare as
+ * the byte-by-byte rule says, for bytes at every edge of the runs' range
+ * and of the capitals, in printable ASCII and in text that is not UTF-8
+ * (0xff), runs starting anywhere. */
+static void test_prep_word_run(void **state)
+{
+	(void)state;
+	static const char edge[] = {' ', '!', '~', 'A', 'Z', '@', '[',       'a',
+				    'z', '`', '{', '0', ' ', ' ', (char)0xff};
+	unsigned seed = 7;
+	struct idc_buf a = IDC_BUF_INIT;
+	char v[48], want[48];
+	for (int round = 0; round < 6000; round++) {
+		size_t n = (size_t)(round % 44);
+		bool bytes = round % 3 == 0; /* 0xff allowed: not UTF-8 */
+		for (size_t i = 0; i < n; i++) {
+			seed = seed * 1103515245u + 12345u;
+			/* mostly plain letters, so long runs come up */
+			unsigned r = (seed >> 16) % 48;
+			size_t ne = IDC_ARRAY_SIZE(edge) - (bytes ? 0 : 1);
+			v[i] = r < ne ? edge[r] : (char)('A' + r % 58);
+		}
+		for (int fold = 0; fold < 2; fold++) {
+			idc_buf_reset(&a);
+			assert_int_equal(store_prep(v, n, fold, STORE_PREP_VALUE, &a), 0);
+			size_t k = prep_reference(v, n, fold, want);
+			assert_int_equal(a.len, k);
+			assert_memory_equal(a.data, want, k);
+		}
+	}
+	idc_buf_free(&a);
+}
+
 static void test_norm_text(void **state)
 {
 	(void)state;
@@ -835,6 +889,47 @@ static void test_foreach_ava(void **state)
 	assert_int_equal(store_dn_foreach_ava(big, sizeof(big), record_ava, &s, NULL), -E2BIG);
 }
 
+/* store_dn_rdn0_avas gives what store_dn_foreach_ava gives for RDN 0,
+ * from the AVAs store_dn_normalize kept or, when it kept none (escapes,
+ * hex, more than STORE_NDN_RDN0_AVAS), by parsing again. */
+static void test_rdn0_avas(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *dn;
+		size_t kept;
+	} cases[] = {
+	    {"uid=u1,ou=people,dc=x", 1},
+	    {" cn = a b  +SN=c ,dc=x", 2},
+	    {"cn=a+sn=b+uid=c+o=d,dc=x", 4},
+	    {"a=1+b=2+c=3+d=4+e=5,dc=x", 0},
+	    {" CN = Smith\\, J\\  , dc=#4142", 0},
+	    {"dc=#4142,dc=x", 0},
+	    {"cn=x+sn=\\41", 0},
+	    {"cn=", 1},
+	};
+	struct store_ndn n = STORE_NDN_INIT;
+	for (size_t i = 0; i < IDC_ARRAY_SIZE(cases); i++) {
+		const char *dn = cases[i].dn;
+		struct seen all = {.n = 0, .stop_at = 0}, got = {.n = 0, .stop_at = 0};
+		assert_int_equal(store_dn_normalize(dn, strlen(dn), &n, NULL), 0);
+		assert_int_equal(n.nava0, cases[i].kept);
+		assert_int_equal(store_dn_foreach_ava(dn, strlen(dn), record_ava, &all, NULL), 0);
+		assert_int_equal(store_dn_rdn0_avas(&n, dn, strlen(dn), record_ava, &got, NULL), 0);
+		size_t want = 0;
+		while (want < all.n && all.text[want][0] == '0')
+			want++;
+		assert_int_equal(got.n, want);
+		for (size_t k = 0; k < want; k++)
+			assert_string_equal(got.text[k], all.text[k]);
+		/* the callback's value is returned */
+		got = (struct seen){.n = 0, .stop_at = 1};
+		assert_int_equal(store_dn_rdn0_avas(&n, dn, strlen(dn), record_ava, &got, NULL),
+				 42);
+	}
+	store_ndn_free(&n);
+}
+
 /* Normalizing a normalized DN gives it back unchanged. */
 static void test_dn_fixed_point(void **state)
 {
@@ -946,17 +1041,30 @@ static void test_dn_tails(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_attr_canon),        cmocka_unit_test(test_attr_aliases),
-	    cmocka_unit_test(test_attr_rule),         cmocka_unit_test(test_rule_by_name),
-	    cmocka_unit_test(test_norm_text),         cmocka_unit_test(test_norm_unicode),
-	    cmocka_unit_test(test_norm_integer),      cmocka_unit_test(test_norm_integer_order),
-	    cmocka_unit_test(test_norm_dn_rule),      cmocka_unit_test(test_dn_basic),
-	    cmocka_unit_test(test_dn_root),           cmocka_unit_test(test_dn_escapes),
-	    cmocka_unit_test(test_dn_hexstring),      cmocka_unit_test(test_dn_multivalued),
-	    cmocka_unit_test(test_dn_values_by_rule), cmocka_unit_test(test_dn_errors),
-	    cmocka_unit_test(test_dn_limits),         cmocka_unit_test(test_dn_rkey),
-	    cmocka_unit_test(test_dn_reuse),          cmocka_unit_test(test_foreach_ava),
-	    cmocka_unit_test(test_dn_fixed_point),    cmocka_unit_test(test_dn_tails),
+	    cmocka_unit_test(test_attr_canon),
+	    cmocka_unit_test(test_attr_aliases),
+	    cmocka_unit_test(test_attr_rule),
+	    cmocka_unit_test(test_rule_by_name),
+	    cmocka_unit_test(test_norm_text),
+	    cmocka_unit_test(test_prep_word_run),
+	    cmocka_unit_test(test_norm_unicode),
+	    cmocka_unit_test(test_norm_integer),
+	    cmocka_unit_test(test_norm_integer_order),
+	    cmocka_unit_test(test_norm_dn_rule),
+	    cmocka_unit_test(test_dn_basic),
+	    cmocka_unit_test(test_dn_root),
+	    cmocka_unit_test(test_dn_escapes),
+	    cmocka_unit_test(test_dn_hexstring),
+	    cmocka_unit_test(test_dn_multivalued),
+	    cmocka_unit_test(test_dn_values_by_rule),
+	    cmocka_unit_test(test_dn_errors),
+	    cmocka_unit_test(test_dn_limits),
+	    cmocka_unit_test(test_dn_rkey),
+	    cmocka_unit_test(test_dn_reuse),
+	    cmocka_unit_test(test_foreach_ava),
+	    cmocka_unit_test(test_rdn0_avas),
+	    cmocka_unit_test(test_dn_fixed_point),
+	    cmocka_unit_test(test_dn_tails),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -781,7 +781,17 @@ static void test_modify(void **state)
 	assert_int_equal(modify(f, dn, rm, 1, &changed), 0);
 	assert_true(changed);
 	assert_int_equal(count(f, "(uidNumber=*)"), 4);
+	/* A modify after an add in one transaction checks its own entry's
+	 * naming, not the DN the add kept. */
 	struct store_txn *t;
+	assert_int_equal(store_txn_begin(f->s, NULL, 0, &t, NULL), 0);
+	struct store_entry e = mk(f, "uid=zed,ou=people,dc=example,dc=com\n"
+				     "objectClass: account\nuid: zed");
+	assert_int_equal(store_add(t, &e, NULL, NULL), 0);
+	struct store_mod ok[] = {{STORE_MOD_ADD, V("cn"), v3, 1}};
+	assert_int_equal(store_modify(t, (struct store_val){dn, strlen(dn)}, ok, 1, NULL, NULL), 0);
+	assert_int_equal(store_txn_commit(t, NULL), 0);
+	assert_int_equal(count(f, "(cn=alice smith)"), 1);
 	assert_int_equal(store_txn_begin(f->s, NULL, STORE_TXN_RDONLY, &t, NULL), 0);
 	assert_int_equal(store_check(t, NULL, NULL), 0);
 	store_txn_abort(t);
@@ -1491,7 +1501,10 @@ static void test_add_checks_and_keys(void **state)
 
 /* store_attr_canon and store_attr_rule remember recent answers: asking many
  * names in turn (so that slots are shared and replaced) must give the same
- * answers as asking each once. */
+ * answers as asking each once. store_attr_canon_ref keeps each short name
+ * once for all threads, even two whose hashes share a slot (objectClass and
+ * homeDirectory do): asked again, it hands out the kept copy, which knows
+ * its rule. */
 static void test_attr_name_memo(void **state)
 {
 	(void)state;
@@ -1506,6 +1519,7 @@ static void test_attr_name_memo(void **state)
 	    {"gidNumber", "gidnumber", STORE_RULE_INTEGER},
 	    {"member", "member", STORE_RULE_DN},
 	    {"memberUid", "memberuid", STORE_RULE_CASE_EXACT},
+	    {"homeDirectory", "homedirectory", STORE_RULE_CASE_EXACT},
 	    {"gn", "givenname", STORE_RULE_CASE_IGNORE},
 	    {"GN", "givenname", STORE_RULE_CASE_IGNORE},
 	    {"2.5.4.3", "cn", STORE_RULE_CASE_IGNORE},
@@ -1540,6 +1554,116 @@ static void test_attr_name_memo(void **state)
 			assert_int_equal(store_attr_rule(out, (size_t)len), STORE_RULE_CASE_IGNORE);
 		}
 	}
+	for (int round = 0; round < 2; round++)
+		for (size_t i = 0; i < IDC_ARRAY_SIZE(names); i++) {
+			size_t len = strlen(names[i].name);
+			char buf[STORE_ATTR_MAX];
+			const char *c;
+			if (!names[i].canon || len >= 32)
+				continue;
+			size_t n = store_attr_canon_ref(names[i].name, len, buf, &c);
+			assert_int_equal(n, strlen(names[i].canon));
+			assert_memory_equal(c, names[i].canon, n + 1);
+			assert_int_equal(store_attr_rule(c, n), names[i].rule);
+			if (round == 1)
+				assert_ptr_not_equal(c, buf);
+		}
+}
+
+/* Values of one attribute keep their order, wherever and however its name
+ * is spelled among the pairs; attributes come sorted by canonical name,
+ * each named as first written. Also past 64 runs of names (qsort). */
+static void test_entry_from_pairs_order(void **state)
+{
+	(void)state;
+	struct idc_arena a = IDC_ARENA_INIT;
+	struct store_pair p[140];
+	struct store_entry e;
+	/* each twice in a row (the second ordered as the first was); the
+	 * second case's names make the same runs, at other places */
+	static const char *cases[][2][8] = {
+	    {{"cn", "objectClass", "CN", "commonName", "objectClass", "objectClass", "sn", "cn"},
+	     {"a", "x", "b", "c", "y", "z", "q", "d"}},
+	    {{"cn", "objectClass", "objectClass", "CN", "commonName", "objectClass", "sn", "cn"},
+	     {"a", "x", "y", "b", "c", "z", "q", "d"}},
+	};
+	const char *want[][3] = {
+	    {"cn", "cn", "abcd"}, {"objectclass", "objectClass", "xyz"}, {"sn", "sn", "q"}};
+	for (size_t round = 0; round < 4; round++) {
+		for (size_t i = 0; i < 8; i++) {
+			const char *nm = cases[round / 2][0][i], *v = cases[round / 2][1][i];
+			p[i] = (struct store_pair){{nm, strlen(nm)}, {v, 1}};
+		}
+		assert_int_equal(
+		    store_entry_from_pairs(&a, (struct store_val){"cn=a", 4}, p, 8, &e, NULL), 0);
+		assert_int_equal(e.nattrs, 3);
+		for (size_t i = 0; i < 3; i++) {
+			assert_int_equal(e.attrs[i].norm.len, strlen(want[i][0]));
+			assert_memory_equal(e.attrs[i].norm.ptr, want[i][0], e.attrs[i].norm.len);
+			assert_int_equal(e.attrs[i].name.len, strlen(want[i][1]));
+			assert_memory_equal(e.attrs[i].name.ptr, want[i][1], e.attrs[i].name.len);
+			assert_int_equal(e.attrs[i].nvals, strlen(want[i][2]));
+			for (size_t j = 0; j < e.attrs[i].nvals; j++)
+				assert_memory_equal(e.attrs[i].vals[j].ptr, &want[i][2][j], 1);
+		}
+	}
+	/* 140 pairs alternating between two names: 140 runs */
+	static const char digits[] = "0123456789";
+	for (size_t i = 0; i < 140; i++)
+		p[i] = (struct store_pair){{i % 2 ? "ou" : "description", i % 2 ? 2 : 11},
+					   {&digits[i % 10], 1}};
+	assert_int_equal(
+	    store_entry_from_pairs(&a, (struct store_val){"cn=a", 4}, p, 140, &e, NULL), 0);
+	assert_int_equal(e.nattrs, 2);
+	assert_memory_equal(e.attrs[0].norm.ptr, "description", 11);
+	assert_memory_equal(e.attrs[1].norm.ptr, "ou", 2);
+	for (size_t k = 0; k < 2; k++) {
+		assert_int_equal(e.attrs[k].nvals, 70);
+		for (size_t j = 0; j < 70; j++)
+			assert_memory_equal(e.attrs[k].vals[j].ptr, &digits[(2 * j + k) % 10], 1);
+	}
+	p[7].name = (struct store_val){"bad name", 8};
+	assert_int_equal(store_entry_from_pairs(&a, (struct store_val){"cn=a", 4}, p, 8, &e, NULL),
+			 IDC_ESYNTAX);
+	idc_arena_free(&a);
+}
+
+/* The codec gives back what it was given, for values of every length the
+ * encoder copies a different way (none, bytes, words, memcpy). */
+static void test_entry_codec_round_trip(void **state)
+{
+	(void)state;
+	static const char text[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOP";
+	struct store_val vals[41];
+	for (size_t i = 0; i < 41; i++)
+		vals[i] = (struct store_val){text + i % 7, i};
+	struct store_attr attrs[] = {
+	    {{"cn", 2}, {"cn", 2}, vals, 20, 1},
+	    {{"description", 11}, {"description", 11}, vals + 20, 21, 0},
+	};
+	struct store_val dn = {"cn=0123456789abcdef,dc=example", 30};
+	struct store_entry e = {7, dn, attrs, 2}, out;
+	struct idc_buf b = IDC_BUF_INIT;
+	struct store_scratch sc = {0};
+	struct store_val ndn;
+	assert_int_equal(store_entry_encode(&e, (struct store_val){"x", 1}, &b), 0);
+	assert_int_equal(store_entry_decode(b.data, b.len, 7, &sc, &out, &ndn), 0);
+	assert_int_equal(ndn.len, 1);
+	assert_int_equal(out.dn.len, dn.len);
+	assert_memory_equal(out.dn.ptr, dn.ptr, dn.len);
+	assert_int_equal(out.nattrs, 2);
+	for (size_t i = 0; i < 2; i++) {
+		assert_int_equal(out.attrs[i].rank, attrs[i].rank);
+		assert_int_equal(out.attrs[i].nvals, attrs[i].nvals);
+		assert_memory_equal(out.attrs[i].name.ptr, attrs[i].name.ptr, attrs[i].name.len);
+		for (size_t j = 0; j < attrs[i].nvals; j++) {
+			assert_int_equal(out.attrs[i].vals[j].len, attrs[i].vals[j].len);
+			assert_memory_equal(out.attrs[i].vals[j].ptr, attrs[i].vals[j].ptr,
+					    attrs[i].vals[j].len);
+		}
+	}
+	idc_buf_free(&b);
+	store_scratch_free(&sc);
 }
 
 static void test_entry_codec_rejects_garbage(void **state)
@@ -1822,6 +1946,8 @@ int main(void)
 	    T(test_bulk_leaves_keep_slack),
 	    T(test_add_checks_and_keys),
 	    cmocka_unit_test(test_attr_name_memo),
+	    cmocka_unit_test(test_entry_from_pairs_order),
+	    cmocka_unit_test(test_entry_codec_round_trip),
 	    cmocka_unit_test(test_entry_codec_rejects_garbage),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
