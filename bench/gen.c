@@ -209,14 +209,14 @@ static int puts_(struct gen_rec *r, const char *s)
 static int putu(struct gen_rec *r, uint64_t v, int width)
 {
 	char tmp[24];
-	int n = 0;
+	size_t i = sizeof(tmp); /* digits fill tmp[i..] from the end */
 	do {
-		tmp[sizeof(tmp) - 1 - n++] = (char)('0' + v % 10);
+		tmp[--i] = (char)('0' + v % 10);
 		v /= 10;
 	} while (v);
-	while (n < width && n < (int)sizeof(tmp))
-		tmp[sizeof(tmp) - 1 - n++] = '0';
-	return put(r, tmp + sizeof(tmp) - n, (size_t)n);
+	while (i > 0 && sizeof(tmp) - i < (size_t)(width > 0 ? width : 0))
+		tmp[--i] = '0';
+	return put(r, tmp + i, sizeof(tmp) - i);
 }
 
 /* A whole value made of one string. */
