@@ -208,9 +208,9 @@ static bool reap(struct lprov_domain *ld, bool wait)
 		c->told = true;
 	}
 	/* The hook (the daemon's maps) hears of a page's thousand changes
-	 * in slices, the loop serving others between them; the domain stays
-	 * frozen until all are told. */
-	if (!lp_store_report(j, wait ? SIZE_MAX : LP_REPORT_TURN))
+	 * in slices of LP_REPORT_SLICE_NS, the loop serving others between
+	 * them; the domain stays frozen until all are told. */
+	if (!lp_store_report(j, wait ? UINT64_MAX : idc_now_ns() + LP_REPORT_SLICE_NS))
 		return false;
 	c->told = false;
 	c->busy = false;
