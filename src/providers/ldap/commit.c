@@ -71,6 +71,12 @@ static void *worker(void *arg)
 		c->queued = false;
 		pthread_mutex_unlock(&c->mu);
 		lp_store_run(&c->job);
+		/* A page's store read the cache's pages it changed (and the
+		 * records before, for the hook): over an enumeration, all of
+		 * cache.mdb, counted in the daemon's resident set until let go
+		 * of. Here, off the loop, with no transaction open. */
+		if (c->job.wrote)
+			cache_map_release(c->job.r->ld->cache, true);
 		pthread_mutex_lock(&c->mu);
 		c->ran = true;
 		pthread_cond_broadcast(&c->cv);
