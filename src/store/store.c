@@ -335,6 +335,21 @@ static bool data_map_line(const char *line, const struct stat *st, unsigned long
 	return ino == st->st_ino && makedev(maj, min) == st->st_dev && perms[1] != 'w' && *hi > *lo;
 }
 
+/* madvise holds the process's map lock while it unmaps: a gigabyte at
+ * once kept another thread's page fault or munmap waiting (spinning) for
+ * tens of milliseconds. In steps, the lock is let go of between them. */
+#define STORE_RELEASE_STEP (16ul << 20)
+
+static int release_range(unsigned long lo, unsigned long hi)
+{
+	for (unsigned long a = lo; a < hi; a += STORE_RELEASE_STEP) {
+		unsigned long n = hi - a < STORE_RELEASE_STEP ? hi - a : STORE_RELEASE_STEP;
+		if (madvise((void *)a, n, MADV_DONTNEED) < 0)
+			return -errno;
+	}
+	return 0;
+}
+
 int store_map_release(struct store *s)
 {
 	int fd;
@@ -351,9 +366,8 @@ int store_map_release(struct store *s)
 	int rc = 0;
 	while (fgets(line, sizeof(line), f)) {
 		unsigned long lo, hi;
-		if (head && data_map_line(line, &st, &lo, &hi) &&
-		    madvise((void *)lo, hi - lo, MADV_DONTNEED) < 0)
-			rc = -errno;
+		int r = head && data_map_line(line, &st, &lo, &hi) ? release_range(lo, hi) : 0;
+		rc = rc ? rc : r;
 		head = strchr(line, '\n') != NULL;
 	}
 	fclose(f);
