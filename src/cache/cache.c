@@ -398,6 +398,18 @@ int cache_grow(struct cache *c, struct idc_diag *d)
 	return 0;
 }
 
+int cache_map_release(struct cache *c, bool wait)
+{
+	if (wait)
+		pthread_mutex_lock(&c->write_mu);
+	else if (pthread_mutex_trylock(&c->write_mu))
+		return -EBUSY;
+	/* under write_mu: cache_grow does not remap meanwhile */
+	int rc = store_map_release(c->st);
+	pthread_mutex_unlock(&c->write_mu);
+	return rc;
+}
+
 static void txn_free(struct cache_txn *t)
 {
 	pthread_mutex_unlock(&t->c->write_mu);

@@ -232,6 +232,12 @@ int cache_txn_begin_flags(struct cache *c, unsigned flags, struct cache_txn **ou
 /* After a transaction failed with IDC_EMAPFULL (and was aborted): double
  * the map of cache.mdb. No transaction of this process may be open. */
 int cache_grow(struct cache *c, struct idc_diag *d);
+/* Unmap from this process the pages of cache.mdb it has read
+ * (store_map_release): after a bulk store or a walk of every entry, the
+ * mapped file would otherwise stay in the daemon's resident set, as large
+ * as the file. wait: wait for another thread's write transaction (else
+ * -EBUSY while one is open). Never while this thread has one open. */
+int cache_map_release(struct cache *c, bool wait);
 int cache_txn_commit(struct cache_txn *t, struct idc_diag *d);
 void cache_txn_abort(struct cache_txn *t);
 

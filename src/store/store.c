@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/sysmacros.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -317,6 +319,59 @@ void store_close(struct store *s)
 uint64_t store_commit_count(const struct store *s)
 {
 	return s->commits;
+}
+
+/* The maps of the data file, from one line of /proc/self/maps; whether
+ * the line is one. */
+static bool data_map_line(const char *line, const struct stat *st, unsigned long *lo,
+			  unsigned long *hi)
+{
+	unsigned long ino;
+	unsigned maj, min;
+	char perms[5];
+	if (sscanf(line, "%lx-%lx %4s %*x %x:%x %lu", lo, hi, perms, &maj, &min, &ino) != 6)
+		return false;
+	/* read-only: a map written in place holds dirty pages */
+	return ino == st->st_ino && makedev(maj, min) == st->st_dev && perms[1] != 'w' && *hi > *lo;
+}
+
+/* madvise holds the process's map lock while it unmaps: a gigabyte at
+ * once kept another thread's page fault or munmap waiting (spinning) for
+ * tens of milliseconds. In steps, the lock is let go of between them. */
+#define STORE_RELEASE_STEP (16ul << 20)
+
+static int release_range(unsigned long lo, unsigned long hi)
+{
+	for (unsigned long a = lo; a < hi; a += STORE_RELEASE_STEP) {
+		unsigned long n = hi - a < STORE_RELEASE_STEP ? hi - a : STORE_RELEASE_STEP;
+		if (madvise((void *)a, n, MADV_DONTNEED) < 0)
+			return -errno;
+	}
+	return 0;
+}
+
+int store_map_release(struct store *s)
+{
+	int fd;
+	struct stat st;
+	if (s->flags & STORE_WRITEMAP)
+		return 0;
+	if (mdb_env_get_fd(s->env, &fd) || fstat(fd, &st))
+		return -EIO;
+	FILE *f = fopen("/proc/self/maps", "re");
+	if (!f)
+		return -errno;
+	char line[512];
+	bool head = true; /* line begins a line of the file (not a long one's rest) */
+	int rc = 0;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+		int r = head && data_map_line(line, &st, &lo, &hi) ? release_range(lo, hi) : 0;
+		rc = rc ? rc : r;
+		head = strchr(line, '\n') != NULL;
+	}
+	fclose(f);
+	return rc;
 }
 
 int store_grow(struct store *s)

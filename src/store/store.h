@@ -294,6 +294,14 @@ int store_lmdb_lock_reserve(const char *lock, unsigned max_readers, mode_t mode)
 
 /* Double the map (no transaction of this process may be open). */
 int store_grow(struct store *s);
+/* Unmap from this process the map's pages it has read (MADV_DONTNEED;
+ * found in /proc/self/maps by the data file's device and inode): they
+ * stay in the kernel's page cache, and the next read of one maps it again
+ * (a minor fault). A whole-map walk otherwise leaves every page of the
+ * file counted in the process's resident set. Nothing for a map written
+ * in place (STORE_WRITEMAP). The caller keeps store_grow from remapping
+ * meanwhile. 0 or -errno. */
+int store_map_release(struct store *s);
 /* The map's size in bytes now. */
 size_t store_map_size(const struct store *s);
 

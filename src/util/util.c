@@ -311,27 +311,108 @@ static uint64_t oa_hash(const unsigned char *slot)
 	return h;
 }
 
+/* The first empty slot from h's home on (the table is never full). */
+static unsigned char *oa_empty(unsigned char *slots, size_t mask, size_t slot_size, uint64_t h)
+{
+	size_t j = h & mask;
+	while (oa_hash(slots + j * slot_size))
+		j = (j + 1) & mask;
+	return slots + j * slot_size;
+}
+
+/* Copy the occupied slots among from's [i, end) into to. */
+static void oa_copy(unsigned char *to, size_t mask, const unsigned char *from, size_t i, size_t end,
+		    size_t slot_size)
+{
+	for (; i < end; i++) {
+		const unsigned char *s = from + i * slot_size;
+		uint64_t h = oa_hash(s);
+		if (h)
+			memcpy(oa_empty(to, mask, slot_size, h), s, slot_size);
+	}
+}
+
 int idc_oa_grow(void **slots, size_t *mask, size_t slot_size, size_t first_cap)
 {
 	size_t n = *slots ? (*mask + 1) * 2 : first_cap;
 	unsigned char *to = calloc(n, slot_size);
 	if (!to)
 		return -ENOMEM;
-	const unsigned char *from = *slots;
-	for (size_t i = 0; from && i <= *mask; i++) {
-		const unsigned char *s = from + i * slot_size;
-		uint64_t h = oa_hash(s);
-		if (!h)
-			continue;
-		size_t j = h & (n - 1);
-		while (oa_hash(to + j * slot_size))
-			j = (j + 1) & (n - 1);
-		memcpy(to + j * slot_size, s, slot_size);
-	}
+	if (*slots)
+		oa_copy(to, n - 1, *slots, 0, *mask + 1, slot_size);
 	free(*slots);
 	*slots = to;
 	*mask = n - 1;
 	return 0;
+}
+
+static unsigned char *oa_find(unsigned char *slots, size_t mask, size_t slot_size, uint64_t h)
+{
+	for (size_t j = h & mask;; j = (j + 1) & mask) {
+		unsigned char *s = slots + j * slot_size;
+		uint64_t at = oa_hash(s);
+		if (at == h)
+			return s;
+		if (!at)
+			return NULL;
+	}
+}
+
+void *idc_oat_find(const struct idc_oat *t, size_t slot_size, uint64_t h)
+{
+	unsigned char *s = t->slot ? oa_find(t->slot, t->mask, slot_size, h) : NULL;
+	/* not copied yet (or copied, then found above first) */
+	return s || !t->old ? s : oa_find(t->old, t->old_mask, slot_size, h);
+}
+
+/* Copy up to n more of the old table's slots; freed once all are. */
+static void oat_move(struct idc_oat *t, size_t slot_size, size_t n)
+{
+	if (!t->old)
+		return;
+	size_t end = t->old_mask + 1 - t->moved > n ? t->moved + n : t->old_mask + 1;
+	oa_copy(t->slot, t->mask, t->old, t->moved, end, slot_size);
+	t->moved = end;
+	if (end == t->old_mask + 1) {
+		free(t->old);
+		t->old = NULL;
+		t->old_mask = t->moved = 0;
+	}
+}
+
+int idc_oat_claim(struct idc_oat *t, size_t slot_size, uint64_t h, size_t first_cap, void **out)
+{
+	if (!t->slot || (t->used + 1) * 2 > t->mask + 1) {
+		size_t n = t->slot ? (t->mask + 1) * 2 : first_cap;
+		unsigned char *to = calloc(n, slot_size);
+		if (!to)
+			return -ENOMEM;
+		/* IDC_OAT_STEP >= 2 ends a copy before the table it fills is
+		 * half full; a smaller one would end here, all at once. */
+		oat_move(t, slot_size, SIZE_MAX);
+		t->old = t->slot;
+		t->old_mask = t->slot ? t->mask : 0;
+		t->moved = 0;
+		t->slot = to;
+		t->mask = n - 1;
+	}
+	oat_move(t, slot_size, IDC_OAT_STEP);
+	*out = oa_empty(t->slot, t->mask, slot_size, h);
+	t->used++;
+	return 0;
+}
+
+size_t idc_oat_bytes(const struct idc_oat *t, size_t slot_size)
+{
+	size_t n = t->slot ? t->mask + 1 : 0;
+	return (n + (t->old ? t->old_mask + 1 : 0)) * slot_size;
+}
+
+void idc_oat_free(struct idc_oat *t)
+{
+	free(t->slot);
+	free(t->old);
+	memset(t, 0, sizeof(*t));
 }
 
 bool idc_memcaseeq(const char *a, size_t alen, const char *b, size_t blen)

@@ -130,6 +130,32 @@ uint64_t idc_hash64(const void *p, size_t n, uint64_t seed);
  * -ENOMEM it is left as it was. */
 int idc_oa_grow(void **slots, size_t *mask, size_t slot_size, size_t first_cap);
 
+/* The same kind of table, grown a step at a time: a table that doubles
+ * all at once rehashes every entry in one call (a million entries, tens
+ * of milliseconds of an event loop's turn). When it would be over half
+ * full, a table twice as large is taken and each later insertion copies
+ * IDC_OAT_STEP slots of the old one into it, so the copy is done before
+ * the new one is half full; until then a key is looked for in both (an
+ * entry copied is the same bytes in both, and the new table's is found
+ * first). Zeroed: empty. Hashes must not be 0. */
+#define IDC_OAT_STEP 8u
+struct idc_oat {
+	unsigned char *slot;    /* (mask + 1) slots, NULL when empty */
+	size_t mask, used;      /* used: entries held */
+	unsigned char *old;     /* the table before the last growth, or NULL */
+	size_t old_mask, moved; /* old's slots [0, moved) are copied */
+};
+/* The slot holding hash h, or NULL. */
+void *idc_oat_find(const struct idc_oat *t, size_t slot_size, uint64_t h);
+/* An empty slot for hash h, which must not be held (idc_oat_find), into
+ * *out: the caller writes the entry there, h in its first 8 bytes, before
+ * the next call. first_cap: the first table's slots (a power of two). 0
+ * or -ENOMEM (nothing changed). */
+int idc_oat_claim(struct idc_oat *t, size_t slot_size, uint64_t h, size_t first_cap, void **out);
+/* Bytes the tables take. */
+size_t idc_oat_bytes(const struct idc_oat *t, size_t slot_size);
+void idc_oat_free(struct idc_oat *t);
+
 /* ---- strings ---------------------------------------------------------------- */
 static inline char idc_tolower(char c)
 {

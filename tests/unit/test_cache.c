@@ -1155,6 +1155,82 @@ static bool user_count_kept(const char *dir, bool drop)
 	return kept;
 }
 
+/* Resident kB of this process's maps of dir's cache.mdb data file. */
+static long data_rss_kb(const char *dir)
+{
+	char path[128], line[512];
+	snprintf(path, sizeof(path), "%s/cache.mdb/data.mdb", dir);
+	FILE *f = fopen("/proc/self/smaps", "r");
+	assert_non_null(f);
+	long kb = 0;
+	bool in = false;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+		char perms[5];
+		long v;
+		size_t n = strlen(line), pn = strlen(path);
+		if (sscanf(line, "%lx-%lx %4s", &lo, &hi, perms) == 3)
+			in = n > pn && line[n - 1] == '\n' &&
+			     memcmp(line + n - 1 - pn, path, pn) == 0;
+		else if (in && sscanf(line, "Rss: %ld kB", &v) == 1)
+			kb += v;
+	}
+	fclose(f);
+	return kb;
+}
+
+static int walk_user_cb(const struct cache_user *u, void *arg)
+{
+	*(size_t *)arg += strlen(u->name) > 0;
+	return 0;
+}
+
+/* cache_map_release: the pages a walk mapped leave the resident set, the
+ * entries read the same after; with a write transaction open elsewhere it
+ * does not wait (-EBUSY) unless told to. */
+static void test_map_release(void **state)
+{
+	struct fx *f = *state;
+	enum { N = 3000 };
+	struct cache_txn *t;
+	assert_int_equal(cache_txn_begin(f->c, &t, NULL), 0);
+	assert_int_equal(cache_domain_ensure(t, "local", 0, NULL), 0);
+	for (uint32_t i = 0; i < N; i++) {
+		char name[32], gecos[200];
+		snprintf(name, sizeof(name), "user%u", i);
+		memset(gecos, 'g', sizeof(gecos) - 1);
+		gecos[sizeof(gecos) - 1] = '\0';
+		struct cache_user u = {name, 10000 + i, 100, gecos, "/home/x", "/bin/sh", i + 1};
+		bool ch;
+		assert_int_equal(cache_put_user(t, "local", &u, &ch, NULL), 0);
+	}
+	assert_int_equal(cache_txn_commit(t, NULL), 0);
+	struct cache_reader *r;
+	size_t n = 0;
+	assert_int_equal(cache_reader_begin(f->c, &r), 0);
+	assert_int_equal(cache_enum_users(r, "local", walk_user_cb, &n), 0);
+	assert_int_equal(n, N);
+	long before = data_rss_kb(f->dir);
+	assert_true(before > 100); /* ~1 MiB of records mapped by the walk */
+	assert_int_equal(cache_map_release(f->c, false), 0);
+	assert_int_equal(data_rss_kb(f->dir), 0);
+	/* the same reader reads on, from the page cache */
+	struct cache_user u;
+	assert_int_equal(cache_user_by_name(r, dom, 1, "user2999", false, &u, NULL), 0);
+	assert_int_equal(u.uid, 12999);
+	n = 0;
+	assert_int_equal(cache_enum_users(r, "local", walk_user_cb, &n), 0);
+	assert_int_equal(n, N);
+	cache_reader_end(r);
+	assert_true(data_rss_kb(f->dir) > 0);
+	/* a write transaction open: not waited for */
+	assert_int_equal(cache_txn_begin(f->c, &t, NULL), 0);
+	assert_int_equal(cache_map_release(f->c, false), -EBUSY);
+	cache_txn_abort(t);
+	assert_int_equal(cache_map_release(f->c, true), 0);
+	assert_int_equal(data_rss_kb(f->dir), 0);
+}
+
 static void test_counts_kept(void **state)
 {
 	struct fx *f = *state;
@@ -1261,6 +1337,7 @@ int main(void)
 	    T(test_ssh_keys),
 	    T(test_ssh_keys_go_with_user),
 	    cmocka_unit_test(test_map_full_grows),
+	    T(test_map_release),
 	    cmocka_unit_test(test_timestamps_map_grows),
 	    cmocka_unit_test(test_full_map_met_by_a_search),
 	    T(test_repeats_past_the_scan),

@@ -216,13 +216,109 @@ static void test_oa_grow(void **state)
 	free(t);
 }
 
+struct oat_slot {
+	uint64_t h;
+	uint32_t v;
+};
+
+/* Hashes that share their low bits (long probe runs, the old and the new
+ * table's homes apart), never 0. */
+static uint64_t oat_key(uint32_t i)
+{
+	return ((uint64_t)i << 40) | ((uint64_t)i * 0x9e3779b97f4a7c15ull >> 40) | 1;
+}
+
+/* Every key inserted so far is found, with its value, and no other. */
+static void oat_check(const struct idc_oat *t, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		const struct oat_slot *s = idc_oat_find(t, sizeof(*s), oat_key(i));
+		if (!s || s->h != oat_key(i) || s->v != i)
+			fail_msg("key %u of %u not found whole (old table %s, %zu of %zu copied)",
+				 i, n, t->old ? "held" : "gone", t->moved,
+				 t->old ? t->old_mask + 1 : 0);
+	}
+	assert_null(idc_oat_find(t, sizeof(struct oat_slot), oat_key(n)));
+}
+
+/* idc_oat grows a step at a time: every key stays findable at every
+ * insertion, in the middle of a copy too; each growth's copy ends before
+ * the next growth; the entries are counted once; in-place changes of a
+ * found entry are kept through the copy. */
+static void test_oat_grow(void **state)
+{
+	(void)state;
+	enum { N = 40000 };
+	struct idc_oat t = {0};
+	assert_null(idc_oat_find(&t, sizeof(struct oat_slot), 5));
+	assert_int_equal(idc_oat_bytes(&t, sizeof(struct oat_slot)), 0);
+	size_t growths = 0, mid_copy = 0, last_mask = 0;
+	for (uint32_t i = 0; i < N; i++) {
+		void *slot;
+		if (t.slot && (t.used + 1) * 2 > t.mask + 1)
+			assert_null(t.old); /* the copy of the growth before is over */
+		assert_int_equal(idc_oat_claim(&t, sizeof(struct oat_slot), oat_key(i), 16, &slot),
+				 0);
+		*(struct oat_slot *)slot = (struct oat_slot){oat_key(i), i};
+		if (t.mask != last_mask) {
+			growths++;
+			last_mask = t.mask;
+		}
+		mid_copy += t.old != NULL;
+		assert_int_equal(t.used, i + 1);
+		assert_true(t.used * 2 <= t.mask + 1);
+		if (i < 2000 || i % 97 == 0 || t.old)
+			if (i < 2000 || i % 13 == 0)
+				oat_check(&t, i + 1);
+	}
+	assert_true(growths >= 10);
+	assert_true(mid_copy > 0);
+	/* a value changed where it is found now survives the rest of a copy */
+	while (!t.old) {
+		void *slot;
+		uint32_t i = (uint32_t)t.used;
+		assert_int_equal(idc_oat_claim(&t, sizeof(struct oat_slot), oat_key(i), 16, &slot),
+				 0);
+		*(struct oat_slot *)slot = (struct oat_slot){oat_key(i), i};
+	}
+	uint32_t n = (uint32_t)t.used, changed = n - 2; /* in the old table */
+	struct oat_slot *s = idc_oat_find(&t, sizeof(*s), oat_key(changed));
+	s->v = 0xffffffffu;
+	while (t.old) {
+		void *slot;
+		assert_int_equal(idc_oat_claim(&t, sizeof(struct oat_slot), oat_key(n), 16, &slot),
+				 0);
+		*(struct oat_slot *)slot = (struct oat_slot){oat_key(n), n};
+		n++;
+	}
+	s = idc_oat_find(&t, sizeof(*s), oat_key(changed));
+	assert_non_null(s);
+	assert_int_equal(s->v, 0xffffffffu);
+	/* once copied, each entry is held once in the one table left */
+	size_t held = 0;
+	for (size_t i = 0; i <= t.mask; i++)
+		held += ((const struct oat_slot *)(t.slot + i * sizeof(struct oat_slot)))->h != 0;
+	assert_int_equal(held, t.used);
+	assert_int_equal(idc_oat_bytes(&t, sizeof(struct oat_slot)),
+			 (t.mask + 1) * sizeof(struct oat_slot));
+	idc_oat_free(&t);
+	assert_null(t.slot);
+	assert_null(t.old);
+	assert_int_equal(t.used, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_strerror),      cmocka_unit_test(test_diag),
-	    cmocka_unit_test(test_buf),           cmocka_unit_test(test_arena),
-	    cmocka_unit_test(test_hash_and_case), cmocka_unit_test(test_oa_grow),
-	    cmocka_unit_test(test_ssh_key_valid), cmocka_unit_test(test_ssh_key_invalid),
+	    cmocka_unit_test(test_strerror),
+	    cmocka_unit_test(test_diag),
+	    cmocka_unit_test(test_buf),
+	    cmocka_unit_test(test_arena),
+	    cmocka_unit_test(test_hash_and_case),
+	    cmocka_unit_test(test_oa_grow),
+	    cmocka_unit_test(test_oat_grow),
+	    cmocka_unit_test(test_ssh_key_valid),
+	    cmocka_unit_test(test_ssh_key_invalid),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -141,10 +141,11 @@ static void emit(struct lprov_domain *ld, bool group, struct lp_rec *o, struct l
 	ld->hook(&ch, ld->hook_arg);
 }
 
-/* After the commit: tell the hook what changed, at most max changes from
- * tr->told on (the users, the groups, then what is gone). Whether all
- * were told. */
-bool lp_track_report(struct lp_req *r, struct lp_track *tr, struct lp_gone_list *gl, size_t max)
+/* After the commit: tell the hook what changed from tr->told on (the
+ * users, the groups, then what is gone), until until_ns has passed (one
+ * change at least). Whether all were told. */
+bool lp_track_report(struct lp_req *r, struct lp_track *tr, struct lp_gone_list *gl,
+		     uint64_t until_ns)
 {
 	struct lprov_domain *ld = r->ld;
 	if (!tr->on)
@@ -155,7 +156,10 @@ bool lp_track_report(struct lp_req *r, struct lp_track *tr, struct lp_gone_list 
 		return true;
 	}
 	size_t nu = r->users.n - r->users_stored, ng = r->groups.n, n = nu + ng + gl->n;
-	for (size_t said = 0; tr->told < n && said < max; tr->told++) {
+	for (bool said = false; tr->told < n; tr->told++) {
+		/* one change at least, then until the time is up */
+		if (said && until_ns != UINT64_MAX && idc_now_ns() >= until_ns)
+			break;
 		size_t i = tr->told;
 		struct lp_rec none = {0};
 		if (i < nu && tr->unew[i].present)
@@ -166,7 +170,7 @@ bool lp_track_report(struct lp_req *r, struct lp_track *tr, struct lp_gone_list 
 			emit(ld, gl->v[i - nu - ng].group, &gl->v[i - nu - ng].old, &none);
 		else
 			continue;
-		said++;
+		said = true;
 	}
 	return tr->told >= n;
 }

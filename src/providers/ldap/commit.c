@@ -71,6 +71,12 @@ static void *worker(void *arg)
 		c->queued = false;
 		pthread_mutex_unlock(&c->mu);
 		lp_store_run(&c->job);
+		/* A page's store read the cache's pages it changed (and the
+		 * records before, for the hook): over an enumeration, all of
+		 * cache.mdb, counted in the daemon's resident set until let go
+		 * of. Here, off the loop, with no transaction open. */
+		if (c->job.wrote)
+			cache_map_release(c->job.r->ld->cache, true);
 		pthread_mutex_lock(&c->mu);
 		c->ran = true;
 		pthread_cond_broadcast(&c->cv);
@@ -208,9 +214,9 @@ static bool reap(struct lprov_domain *ld, bool wait)
 		c->told = true;
 	}
 	/* The hook (the daemon's maps) hears of a page's thousand changes
-	 * in slices, the loop serving others between them; the domain stays
-	 * frozen until all are told. */
-	if (!lp_store_report(j, wait ? SIZE_MAX : LP_REPORT_TURN))
+	 * in slices of LP_REPORT_SLICE_NS, the loop serving others between
+	 * them; the domain stays frozen until all are told. */
+	if (!lp_store_report(j, wait ? UINT64_MAX : idc_now_ns() + LP_REPORT_SLICE_NS))
 		return false;
 	c->told = false;
 	c->busy = false;

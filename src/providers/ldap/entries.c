@@ -102,48 +102,27 @@ void lp_vec_free(struct lp_vec *v)
 
 /* ==== logging once ============================================================ */
 
-/* Open addressing with linear probing, at most half full; 0 marks an empty
- * slot (the hashes given are never 0). */
-static int hset_grow(struct lp_hset *s)
-{
-	void *slot = s->slot;
-	int rc = idc_oa_grow(&slot, &s->mask, sizeof(*s->slot), 64);
-	s->slot = slot;
-	return rc;
-}
-
 bool lp_hset_has(const struct lp_hset *s, uint64_t h)
 {
-	if (!s->slot)
-		return false;
-	for (size_t j = h & s->mask; s->slot[j]; j = (j + 1) & s->mask)
-		if (s->slot[j] == h)
-			return true;
-	return false;
+	return idc_oat_find(&s->t, sizeof(h), h) != NULL;
 }
 
 int lp_hset_add(struct lp_hset *s, uint64_t h, size_t max)
 {
-	if (s->slot)
-		for (size_t j = h & s->mask; s->slot[j]; j = (j + 1) & s->mask)
-			if (s->slot[j] == h)
-				return 1;
-	if (s->used >= max)
+	if (lp_hset_has(s, h))
+		return 1;
+	if (s->t.used >= max)
 		return -ENOSPC;
-	if ((!s->slot || (s->used + 1) * 2 > s->mask + 1) && hset_grow(s))
+	void *slot;
+	if (idc_oat_claim(&s->t, sizeof(h), h, 64, &slot))
 		return -ENOMEM;
-	size_t j = h & s->mask;
-	while (s->slot[j])
-		j = (j + 1) & s->mask;
-	s->slot[j] = h;
-	s->used++;
+	memcpy(slot, &h, sizeof(h));
 	return 0;
 }
 
 void lp_hset_free(struct lp_hset *s)
 {
-	free(s->slot);
-	memset(s, 0, sizeof(*s));
+	idc_oat_free(&s->t);
 }
 
 /* lp_log_once's work; remember: keep the message even when it is above
@@ -165,7 +144,7 @@ static bool log_once_v(struct lprov_domain *ld, int level, bool remember, const 
 	bool said_full = ld->logged_full;
 	if (rc < 0)
 		ld->logged_full = true;
-	size_t used = ld->logged.used;
+	size_t used = ld->logged.t.used;
 	pthread_mutex_unlock(&ld->log_mu);
 	if (rc == 1)
 		return false;
@@ -568,7 +547,7 @@ static void add_user(struct ent *e, struct lp_req *r)
 	const char *const *at = ld->attr;
 	char why[160];
 	if (lp_map_get(&r->udn, e->ndn) ||
-	    (r->seen.used && lp_seen_name(&r->seen, lp_seen_hash(ld, e->ndn))))
+	    (r->seen.dn.used && lp_seen_name(&r->seen, lp_seen_hash(ld, e->ndn))))
 		return; /* the same entry from another search of this request */
 	struct lp_user *u = idc_arena_alloc(e->a, sizeof(*u));
 	if (!u) {
@@ -618,7 +597,7 @@ static void add_user(struct ent *e, struct lp_req *r)
 			 first->dn);
 		return bad(e, why);
 	}
-	if (fold && r->seen.used && lp_seen_has_name(&r->seen, lp_seen_hash(ld, fold))) {
+	if (fold && r->seen.dn.used && lp_seen_has_name(&r->seen, lp_seen_hash(ld, fold))) {
 		snprintf(why, sizeof(why), "user name '%.64s' also held by an earlier entry",
 			 u->name);
 		return bad(e, why);
@@ -723,7 +702,7 @@ static void add_group(struct ent *e, struct lp_req *r, bool ancestor)
 	const char *const *at = ld->attr;
 	char why[160];
 	struct lp_group *g = lp_map_get(&r->gdn, e->ndn);
-	if (!g && r->gseen.used && lp_seen_name(&r->gseen, lp_seen_hash(ld, e->ndn)))
+	if (!g && r->gseen.dn.used && lp_seen_name(&r->gseen, lp_seen_hash(ld, e->ndn)))
 		return; /* stored with an earlier page */
 	if (g) {
 		/* Seen as a member first, now found as an ancestor: walk up. */

@@ -93,11 +93,11 @@ struct lp_vec {
 int lp_vec_push(struct lp_vec *v, void *p);
 void lp_vec_free(struct lp_vec *v);
 
-/* Set of 64-bit hashes (never 0), open addressing, grown up to `max`
- * of them: what lp_log_once has logged. */
+/* Set of 64-bit hashes (never 0), open addressing grown a step at a
+ * time (idc_oat), up to `max` of them: what lp_log_once has logged, the
+ * names an enumeration answered. */
 struct lp_hset {
-	uint64_t *slot;
-	size_t mask, used;
+	struct idc_oat t; /* slots: the hashes */
 };
 /* 0 when added, 1 when h was present, -ENOSPC when max are held (h not
  * added), -ENOMEM. */
@@ -107,8 +107,7 @@ void lp_hset_free(struct lp_hset *s);
 /* What an enumeration committed and let go of (seen.c): a seeded hash of
  * each user's normalized DN with its name, and of each folded name. */
 struct lp_seen {
-	struct lp_seen_slot *slot;
-	size_t mask, used; /* used: users held */
+	struct idc_oat dn; /* struct lp_seen_slot; dn.used: users held */
 	char *names;       /* NUL-terminated names, back to back */
 	size_t nlen, ncap;
 	struct lp_hset names_h;
@@ -485,7 +484,8 @@ struct lp_track {
 void lp_track_begin(struct lp_req *r, struct lp_track *tr, bool page, struct lp_gone_list *gl);
 /* After the commit: tell the hook what changed, at most max changes from
  * where the last call stopped (tr->told). Whether all were told. */
-bool lp_track_report(struct lp_req *r, struct lp_track *tr, struct lp_gone_list *gl, size_t max);
+bool lp_track_report(struct lp_req *r, struct lp_track *tr, struct lp_gone_list *gl,
+		     uint64_t until_ns);
 void lp_track_free(struct lp_track *tr);
 
 /* One lp_store() in steps, so that its transaction can run on the
@@ -509,12 +509,16 @@ struct lp_store_job {
 void lp_store_init(struct lp_store_job *j, struct lp_req *r, enum lprov_lookup_result res,
 		   bool page);
 void lp_store_run(struct lp_store_job *j);
-/* Tell the hook at most max more of what the commit changed; whether all
+/* Tell the hook more of what the commit changed, at least one change and
+ * none begun after until_ns (idc_now_ns; UINT64_MAX: all); whether all
  * was told. */
-bool lp_store_report(struct lp_store_job *j, size_t max);
+bool lp_store_report(struct lp_store_job *j, uint64_t until_ns);
 /* j's rc, after telling the hook the rest of what the commit changed. */
 int lp_store_done(struct lp_store_job *j);
-#define LP_REPORT_TURN 128 /* changes told the hook per loop turn (commit.c) */
+/* Time the hook is told changes in one loop turn (commit.c): a change
+ * costs it 10-200 us (reader lookups of the groups nesting a group...),
+ * so a fixed count of changes took 2-25 ms on a busy machine. */
+#define LP_REPORT_SLICE_NS 2000000u
 
 /* commit.c: the stores of background requests (enumeration, poll pass,
  * refresh of expired entries) on one worker thread per domain, so that

@@ -259,7 +259,7 @@ const char *lp_req_user_of(const struct lp_req *r, const char *ndn)
 	const struct lp_user *u = lp_map_get(&r->udn, ndn);
 	if (u)
 		return u->name;
-	return r->seen.used ? lp_seen_name(&r->seen, lp_seen_hash(r->ld, ndn)) : NULL;
+	return r->seen.dn.used ? lp_seen_name(&r->seen, lp_seen_hash(r->ld, ndn)) : NULL;
 }
 
 const char *lp_req_group_of(const struct lp_req *r, const char *ndn, const struct lp_group *self)
@@ -267,7 +267,7 @@ const char *lp_req_group_of(const struct lp_req *r, const char *ndn, const struc
 	const struct lp_group *g = lp_map_get(&r->gdn, ndn);
 	if (g)
 		return g != self ? g->name : NULL;
-	return r->gseen.used ? lp_seen_name(&r->gseen, lp_seen_hash(r->ld, ndn)) : NULL;
+	return r->gseen.dn.used ? lp_seen_name(&r->gseen, lp_seen_hash(r->ld, ndn)) : NULL;
 }
 
 size_t lp_req_bytes(const struct lp_req *r)
@@ -356,7 +356,7 @@ void lp_req_stored(struct lp_req *r, bool page, enum lprov_lookup_result res, in
 		return;
 	}
 	idc_log(IDC_LOG_DEBUG, "ldap domain %s: %zu users, %zu groups stored in %.1f ms", dom,
-		r->users.n + r->seen.used, r->groups.n + r->gseen.used, ms);
+		r->users.n + r->seen.dn.used, r->groups.n + r->gseen.dn.used, ms);
 	if (rc) /* logged by lp_store_done */
 		res = LPROV_LOOKUP_FAILED;
 	req_complete(r, res);

@@ -34,15 +34,6 @@ uint64_t lp_seen_hash(const struct lprov_domain *ld, const char *s)
 	return nonzero(idc_hash64(s, strlen(s), ld->hash_seed));
 }
 
-/* Open addressing with linear probing, at most half full. */
-static int slots_grow(struct lp_seen *s)
-{
-	void *slot = s->slot;
-	int rc = idc_oa_grow(&slot, &s->mask, sizeof(*s->slot), 1024);
-	s->slot = slot;
-	return rc;
-}
-
 static int names_put(struct lp_seen *s, const char *name, uint32_t *off)
 {
 	size_t len = strlen(name) + 1;
@@ -69,31 +60,22 @@ int lp_seen_add(struct lp_seen *s, uint64_t dn_h, const char *name, uint64_t nam
 	int rc = lp_hset_add(&s->names_h, name_h, SIZE_MAX);
 	if (rc < 0)
 		return rc;
-	if (s->slot)
-		for (size_t j = dn_h & s->mask; s->slot[j].h; j = (j + 1) & s->mask)
-			if (s->slot[j].h == dn_h)
-				return 1;
-	if ((!s->slot || (s->used + 1) * 2 > s->mask + 1) && slots_grow(s))
-		return -ENOMEM;
+	if (idc_oat_find(&s->dn, sizeof(struct lp_seen_slot), dn_h))
+		return 1;
 	uint32_t off;
 	if (names_put(s, name, &off))
 		return -ENOMEM;
-	size_t j = dn_h & s->mask;
-	while (s->slot[j].h)
-		j = (j + 1) & s->mask;
-	s->slot[j] = (struct lp_seen_slot){dn_h, off};
-	s->used++;
+	void *slot;
+	if (idc_oat_claim(&s->dn, sizeof(struct lp_seen_slot), dn_h, 1024, &slot))
+		return -ENOMEM; /* the name stays unused in names: harmless */
+	*(struct lp_seen_slot *)slot = (struct lp_seen_slot){dn_h, off};
 	return 0;
 }
 
 const char *lp_seen_name(const struct lp_seen *s, uint64_t dn_h)
 {
-	if (!s->slot)
-		return NULL;
-	for (size_t j = dn_h & s->mask; s->slot[j].h; j = (j + 1) & s->mask)
-		if (s->slot[j].h == dn_h)
-			return s->names + s->slot[j].off;
-	return NULL;
+	const struct lp_seen_slot *slot = idc_oat_find(&s->dn, sizeof(*slot), dn_h);
+	return slot ? s->names + slot->off : NULL;
 }
 
 bool lp_seen_has_name(const struct lp_seen *s, uint64_t name_h)
@@ -103,14 +85,13 @@ bool lp_seen_has_name(const struct lp_seen *s, uint64_t name_h)
 
 size_t lp_seen_bytes(const struct lp_seen *s)
 {
-	size_t slots = s->slot ? (s->mask + 1) * sizeof(*s->slot) : 0;
-	size_t names = s->names_h.slot ? (s->names_h.mask + 1) * sizeof(uint64_t) : 0;
-	return slots + names + s->ncap;
+	return idc_oat_bytes(&s->dn, sizeof(struct lp_seen_slot)) +
+	       idc_oat_bytes(&s->names_h.t, sizeof(uint64_t)) + s->ncap;
 }
 
 void lp_seen_free(struct lp_seen *s)
 {
-	free(s->slot);
+	idc_oat_free(&s->dn);
 	free(s->names);
 	lp_hset_free(&s->names_h);
 	memset(s, 0, sizeof(*s));

@@ -436,9 +436,9 @@ void lp_store_run(struct lp_store_job *j)
 	j->wrote = j->rc == 0;
 }
 
-bool lp_store_report(struct lp_store_job *j, size_t max)
+bool lp_store_report(struct lp_store_job *j, uint64_t until_ns)
 {
-	return !j->wrote || lp_track_report(j->r, &j->tr, &j->gl, max);
+	return !j->wrote || lp_track_report(j->r, &j->tr, &j->gl, until_ns);
 }
 
 int lp_store_done(struct lp_store_job *j)
@@ -448,7 +448,7 @@ int lp_store_done(struct lp_store_job *j)
 		r->ld->ncommits++;
 		if (j->mark)
 			lp_poll_committed(r);
-		lp_store_report(j, SIZE_MAX);
+		lp_store_report(j, UINT64_MAX);
 		log_gone(r, &j->gl);
 	}
 	if (!j->rc) {
