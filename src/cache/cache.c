@@ -154,6 +154,14 @@ int cache_dn_extra(struct idc_buf *out, int kind, const char *domain, uint64_t o
 			      domain);
 }
 
+size_t cache_number_filter(char *text, int kind, uint32_t id)
+{
+	int n = kind == KIND_USER ? snprintf(text, CACHE_NUMBER_FILTER_MAX, "(uidNumber=%u)", id)
+				  : snprintf(text, CACHE_NUMBER_FILTER_MAX,
+					     "(&(objectClass=group)(gidNumber=%u))", id);
+	return (size_t)n;
+}
+
 int cache_search_kind(struct store_txn *st, struct idc_buf *base, int kind, const char *domain,
 		      const char *filter, size_t flen, size_t limit, store_entry_cb cb, void *arg)
 {
@@ -779,11 +787,10 @@ static int taken_cb(const struct store_entry *e, void *arg)
 static int id_taken(struct cache_txn *t, int kind, const char *domain, uint32_t id,
 		    const char *name, char other[CACHE_NAME_MAX + 1])
 {
-	char text[32];
-	int n = snprintf(text, sizeof(text), "(%s=%u)",
-			 kind == KIND_USER ? "uidNumber" : "gidNumber", id);
+	char text[CACHE_NUMBER_FILTER_MAX];
+	size_t n = cache_number_filter(text, kind, id);
 	struct taken k = {name, other, false};
-	int rc = cache_search_kind(t->st, &t->tmp, kind, domain, text, (size_t)n, 0, taken_cb, &k);
+	int rc = cache_search_kind(t->st, &t->tmp, kind, domain, text, n, 0, taken_cb, &k);
 	if (rc == 1 || rc == -ENOENT)
 		rc = 0;
 	return rc < 0 ? rc : k.found;

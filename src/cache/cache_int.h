@@ -175,5 +175,12 @@ uint32_t cache_domain_ttl(const struct cache *c, const char *domain);
  * included). */
 int cache_search_kind(struct store_txn *st, struct idc_buf *base, int kind, const char *domain,
 		      const char *filter, size_t flen, size_t limit, store_entry_cb cb, void *arg);
+/* The filter finding a kind's entries by number, into text (size at least
+ * CACHE_NUMBER_FILTER_MAX); its length. Users hold gidNumber too (their
+ * primary group): a group's filter names the class as well, so a gid that
+ * a hundred thousand users share is looked up among the groups, not by
+ * reading each of those users (the store intersects the two indexes). */
+#define CACHE_NUMBER_FILTER_MAX 64
+size_t cache_number_filter(char *text, int kind, uint32_t id);
 
 #endif

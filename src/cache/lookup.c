@@ -322,8 +322,8 @@ struct lookup_key {
 	uint32_t number;
 };
 
-static int get_numbered(struct cache_reader *r, int kind, const char *domain, const char *attr,
-			uint32_t v, struct store_entry *e);
+static int get_numbered(struct cache_reader *r, int kind, const char *domain, uint32_t v,
+			struct store_entry *e);
 
 static int lookup(struct cache_reader *r, const char *const *domains, size_t ndomains,
 		  const struct lookup_key *k, void *out, struct cache_meta *meta)
@@ -332,9 +332,7 @@ static int lookup(struct cache_reader *r, const char *const *domains, size_t ndo
 	for (size_t i = 0; i < ndomains; i++) {
 		struct store_entry e;
 		int rc = k->name ? get_named(r, k->kind, domains[i], k->name, k->case_sensitive, &e)
-				 : get_numbered(r, k->kind, domains[i],
-						k->kind == KIND_USER ? "uidNumber" : "gidNumber",
-						k->number, &e);
+				 : get_numbered(r, k->kind, domains[i], k->number, &e);
 		if (rc == -ENOENT)
 			continue;
 		if (!rc)
@@ -382,13 +380,13 @@ int cache_group_by_gid(struct cache_reader *r, const char *const *domains, size_
 /* ---- by number ----------------------------------------------------------------------- */
 
 /* The entry with attr=v below the domain's container, lowest order. */
-static int get_numbered(struct cache_reader *r, int kind, const char *domain, const char *attr,
-			uint32_t v, struct store_entry *e)
+static int get_numbered(struct cache_reader *r, int kind, const char *domain, uint32_t v,
+			struct store_entry *e)
 {
-	char text[64];
-	int n = snprintf(text, sizeof(text), "(%s=%u)", attr, v);
+	char text[CACHE_NUMBER_FILTER_MAX];
+	size_t n = cache_number_filter(text, kind, v);
 	struct pick p = {0};
-	int rc = cache_search_kind(r->st, &r->dn, kind, domain, text, (size_t)n, 0, pick_cb, &p);
+	int rc = cache_search_kind(r->st, &r->dn, kind, domain, text, n, 0, pick_cb, &p);
 	if (rc)
 		return rc;
 	return p.found ? store_get_id(r->st, p.best_id, e) : -ENOENT;
@@ -866,9 +864,12 @@ int cache_enum_groups(struct cache_reader *r, const char *domain, cache_group_cb
 static int link_filter(struct cache_reader *r, const char *domain, enum cache_link how,
 		       const char *name, uint32_t id, struct idc_buf *ft)
 {
-	if (how == CACHE_LINK_UID || how == CACHE_LINK_GID)
-		return idc_buf_printf(
-		    ft, "(%s=%u)", how == CACHE_LINK_UID ? "uidNumber" : "gidNumber", (unsigned)id);
+	if (how == CACHE_LINK_UID || how == CACHE_LINK_GID) {
+		char text[CACHE_NUMBER_FILTER_MAX];
+		size_t n =
+		    cache_number_filter(text, how == CACHE_LINK_UID ? KIND_USER : KIND_GROUP, id);
+		return idc_buf_append(ft, text, n);
+	}
 	if (how == CACHE_LINK_MEMBER)
 		return filter_eq(ft, "memberUid", (struct store_val){name, strlen(name)});
 	int rc = cache_dn_entry(&r->tmp, KIND_GROUP, domain, name);

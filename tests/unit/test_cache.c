@@ -15,6 +15,7 @@
 #include <lmdb.h>
 
 #include "cache/cache.h"
+#include "cache/cache_int.h" /* cache_number_filter: the filter whose plan is checked */
 #include "store/store.h"
 
 struct fx {
@@ -1155,6 +1156,73 @@ static bool user_count_kept(const char *dir, bool drop)
 	return kept;
 }
 
+/* A gid that thousands of users hold as their primary group is looked up
+ * among the groups: the plan reads the groups' class, not every user
+ * (the daemon answered getgrgid of such a gid in 70-120 ms, reading each
+ * of 200,000 users, on its loop). */
+static void test_gid_shared_by_users(void **state)
+{
+	struct fx *f = *state;
+	enum { N = 3000 };
+	struct cache_txn *t;
+	bool ch;
+	assert_int_equal(cache_txn_begin(f->c, &t, NULL), 0);
+	assert_int_equal(cache_domain_ensure(t, "local", 0, NULL), 0);
+	for (unsigned i = 0; i < N; i++) {
+		char name[16];
+		snprintf(name, sizeof(name), "u%04u", i);
+		struct cache_user u = {name, 10000 + i, 700, "", "/", "/bin/sh", i + 1};
+		assert_int_equal(cache_put_user(t, "local", &u, &ch, NULL), 0);
+	}
+	struct cache_group crew = {"crew", 700, N + 1, NULL, 0, NULL, 0, NULL};
+	struct cache_group other = {"other", 701, N + 2, NULL, 0, NULL, 0, NULL};
+	assert_int_equal(cache_put_group(t, "local", &crew, &ch, NULL), 0);
+	assert_int_equal(cache_put_group(t, "local", &other, &ch, NULL), 0);
+	char taken[CACHE_NAME_MAX + 1];
+	assert_int_equal(cache_gid_taken(t, "local", 700, "newcomer", taken), 1);
+	assert_string_equal(taken, "crew");
+	assert_int_equal(cache_gid_taken(t, "local", 702, "newcomer", taken), 0);
+	assert_int_equal(cache_txn_commit(t, NULL), 0);
+
+	struct cache_reader *r;
+	struct cache_group g;
+	assert_int_equal(cache_reader_begin(f->c, &r), 0);
+	assert_int_equal(cache_group_by_gid(r, dom, 1, 700, &g, NULL), 0);
+	assert_string_equal(g.name, "crew");
+	assert_int_equal(cache_group_by_gid(r, dom, 1, 702, &g, NULL), -ENOENT);
+	struct cache_user u;
+	assert_int_equal(cache_user_by_uid(r, dom, 1, 10000 + N - 1, &u, NULL), 0);
+	assert_int_equal(u.gid, 700);
+	cache_reader_end(r);
+	cache_close(f->c);
+	f->c = NULL;
+
+	/* the plan of the filter the lookups above used */
+	char path[128], text[CACHE_NUMBER_FILTER_MAX];
+	snprintf(path, sizeof(path), "%s/cache.mdb", f->dir);
+	size_t tlen = cache_number_filter(text, KIND_GROUP, 700);
+	struct store_options so = {0};
+	struct store *s;
+	struct store_txn *st;
+	struct store_filter *flt;
+	struct idc_buf plan = IDC_BUF_INIT;
+	assert_int_equal(store_open(path, &so, &s, NULL), 0);
+	assert_int_equal(store_txn_begin(s, NULL, STORE_TXN_RDONLY, &st, NULL), 0);
+	assert_int_equal(store_filter_parse(text, tlen, &flt, NULL), 0);
+	const char *base = "cn=groups,cn=local,cn=idcache";
+	struct store_search q = {{base, strlen(base)}, STORE_SCOPE_ONE, flt, 0};
+	assert_int_equal(store_search_plan(st, &q, &plan), 0);
+	assert_int_equal(idc_buf_putc(&plan, '\0'), 0);
+	print_message("plan: %s\n", plan.data);
+	const char *n = strstr(plan.data, " -> ");
+	assert_non_null(n);
+	assert_true(strtoul(n + 4, NULL, 10) <= 2); /* the two groups, not 3,000 users */
+	idc_buf_free(&plan);
+	store_filter_free(flt);
+	store_txn_abort(st);
+	store_close(s);
+}
+
 /* Resident kB of this process's maps of dir's cache.mdb data file. */
 static long data_rss_kb(const char *dir)
 {
@@ -1340,6 +1408,7 @@ int main(void)
 	    T(test_map_release),
 	    cmocka_unit_test(test_timestamps_map_grows),
 	    cmocka_unit_test(test_full_map_met_by_a_search),
+	    T(test_gid_shared_by_users),
 	    T(test_repeats_past_the_scan),
 	    T(test_counts_kept),
 	};
