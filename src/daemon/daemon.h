@@ -293,6 +293,14 @@ void conn_wake_later(struct daemon *dm);
  * Append the reply (one frame) to out. Return 0, or <0 only when out of
  * memory (the connection is then closed). */
 int responder_handle(struct conn *c, const struct proto_req *req, struct idc_buf *out);
+/* req (INITGROUPS, SSHKEYS, SUBIDS: by name) about one identity already
+ * answered: the user named req->name whose uid is uid. Domains whose user
+ * of that name has another uid are passed over, so a record's groups,
+ * keys and ranges are its own user's (docs/DESIGN.md §11); NOTFOUND when
+ * no domain serves that identity by that name. The maps are not told: they
+ * answer the name alone. */
+int responder_handle_user(struct conn *c, const struct proto_req *req, uint32_t uid,
+			  struct idc_buf *out);
 /* The password field served for a kept one (cache_user.passwd): itself
  * when cache_passwd_public() allows it, else "x". */
 const char *daemon_passwd_field(const char *kept);

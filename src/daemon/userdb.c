@@ -11,6 +11,9 @@
  * of the connection's own and turning each binary reply into JSON: one
  * walk over the domains, one precedence rule, and a directory's wait or a
  * held build parks the call like an NSS request — the loop never blocks.
+ * A user's groups and keys are asked by its name pinned to its uid
+ * (responder_handle_user): another domain's user of that name, which
+ * getpwnam may answer, is never mixed into the record.
  *
  * A call is a small state machine (struct udb_conn): the request of the
  * current step is asked once; its reply, at once or after a wait, moves
@@ -347,15 +350,32 @@ static int emit_members(struct conn *c, const struct proto_group *gr)
 
 /* ==== asking the responder ================================================================= */
 
-/* Ask the responder for cmd (name or id) into the connection's reply
- * buffer. */
-static int ask_req(struct conn *c, uint32_t cmd, const char *name, uint32_t id)
+static struct proto_req request(uint32_t cmd, const char *name, uint32_t id)
 {
 	struct proto_req req = {.cmd = cmd, .id = id, .max_count = ENUM_BATCH};
 	if (name)
 		req.name = (struct proto_str){name, (uint32_t)strlen(name)};
+	return req;
+}
+
+/* Ask the responder for cmd (name or id) into the connection's reply
+ * buffer. */
+static int ask_req(struct conn *c, uint32_t cmd, const char *name, uint32_t id)
+{
+	struct proto_req req = request(cmd, name, id);
 	c->udb->asked = true;
 	return responder_handle(c, &req, &c->udb->inner);
+}
+
+/* Ask cmd about the user answered (its groups, its keys): by its name,
+ * from the domain whose user of that name is this uid, so the record is
+ * one identity when another domain holds the name with another. */
+static int ask_about_user(struct conn *c, uint32_t cmd)
+{
+	struct udb_conn *u = c->udb;
+	struct proto_req req = request(cmd, u->user.data, 0);
+	u->asked = true;
+	return responder_handle_user(c, &req, u->uid, &u->inner);
 }
 
 /* The first lookup of a call: the record asked; for memberships the
@@ -381,11 +401,11 @@ static int ask(struct conn *c)
 		return ask_req(c, cmd, name, call->id);
 	}
 	case ST_INITGROUPS:
-		return ask_req(c, PROTO_CMD_INITGROUPS, u->user.data, 0);
+		return ask_about_user(c, PROTO_CMD_INITGROUPS);
 	case ST_GROUP_OF:
 		return ask_req(c, PROTO_CMD_GETGRGID, NULL, u->gids[u->gi]);
 	case ST_KEYS:
-		return ask_req(c, PROTO_CMD_SSHKEYS, u->user.data, 0);
+		return ask_about_user(c, PROTO_CMD_SSHKEYS);
 	case ST_ENUM_SET:
 		return ask_req(c, users ? PROTO_CMD_SETPWENT : PROTO_CMD_SETGRENT, NULL, 0);
 	default:

@@ -675,3 +675,44 @@ def test_connections_count_with_nss_sock(daemons, idcache):
     assert p.stdout.strip() == "refused"
     assert int(status(idcache, d)["refused_connections_uid_limit"]) >= 1
     still_serves(d)
+
+
+# ==== a record by uid is one identity ==============================================
+
+def test_record_by_uid_has_that_users_groups(daemons):
+    """Domain b's alice (uid 9999) is answered by uid; the name alice is
+    local's (uid 2001, in staff 3001 and wheel). The record of uid 9999
+    lists b's groups (staff 9001) and not local's alice's wheel; the
+    record by name is local's alice with local's groups."""
+    d = start(daemons, extra="domains = local, b\n", start=False)
+    with open(d.conf, "a") as f:
+        f.write(files_domain("b", d.base, B_PASSWD, B_GROUP))
+    d.start()
+    res = in_ns(d, [udbctl("-j", "user", "9999"), udbctl("-j", "user", "alice"),
+                    udbctl("--no-legend", "groups-of-user", "alice")])
+    assert [r[0] for r in res] == [0, 0, 0], res
+    by_uid, by_name = json.loads(res[0][1]), json.loads(res[1][1])
+    assert (by_uid["userName"], by_uid["uid"]) == ("alice", 9999)
+    assert by_uid.get("memberOf", []) == ["staff"], by_uid
+    assert by_name["uid"] == 2001
+    assert sorted(by_name.get("memberOf", [])) == ["staff", "wheel"], by_name
+
+
+def test_record_by_uid_has_that_users_keys(server, keys, daemons):
+    """domains = dir, local with allow_local_overlap: the name loc is the
+    directory's (uid 20004, a key), uid 5000 the host's loc (no key). The
+    record of uid 5000 carries no key; the directory's loc's record, and
+    `idcache ssh-authorized-keys loc` (getpwnam's user), carry its key."""
+    d = start(daemons, passwd="loc:x:5000:5000:Local User:/home/loc:/bin/sh\n",
+              group="locg:x:5000:loc\n", extra="domains = dir, local\n",
+              domain_conf=ldap_domain(server.uri, "allow_local_overlap = true\n"))
+    res = in_ns(d, [udbctl("-j", "user", "5000"), udbctl("-j", "user", "20004"),
+                    udbctl("-j", "user", "loc")])
+    assert [r[0] for r in res] == [0, 0, 0], res
+    local, remote, named = (json.loads(r[1]) for r in res)
+    assert (local["userName"], local["uid"]) == ("loc", 5000)
+    assert "privileged" not in local, local
+    assert local.get("memberOf", []) == ["locg"], local
+    assert remote["privileged"]["sshAuthorizedKeys"] == [keys.other]
+    assert named["uid"] == 20004
+    assert named["privileged"]["sshAuthorizedKeys"] == [keys.other]
