@@ -33,12 +33,13 @@
 #define ENUM_BATCH 64u /* records per get*ent asked for an enumeration */
 
 enum step {
-	ST_LOOKUP = 1, /* getpw* / getgr* for the record or the group asked */
-	ST_INITGROUPS, /* the user's groups (memberOf; memberships by user) */
-	ST_GROUP_OF,   /* getgrgid of gids[gi] */
-	ST_KEYS,       /* the user's SSH keys (sshAuthorizedKeys) */
-	ST_ENUM_SET,   /* set*ent */
-	ST_ENUM_GET,   /* get*ent until NOTFOUND */
+	ST_LOOKUP = 1,  /* getpw* / getgr* for the record or the group asked */
+	ST_INITGROUPS,  /* the user's groups (memberOf; memberships by user) */
+	ST_GROUP_OF,    /* getgrgid of gids[gi] */
+	ST_GROUP_NAMED, /* getgrnam of its name: is that name gids[gi]? */
+	ST_KEYS,        /* the user's SSH keys (sshAuthorizedKeys) */
+	ST_ENUM_SET,    /* set*ent */
+	ST_ENUM_GET,    /* get*ent until NOTFOUND */
 };
 
 struct udb_conn {
@@ -56,6 +57,7 @@ struct udb_conn {
 	uint32_t *gids;
 	size_t ngids, gi;
 	struct idc_buf names; /* memberOf: group names, NUL each */
+	size_t named_at;      /* names[named_at..): the name ST_GROUP_NAMED checks */
 	struct idc_buf keys;  /* sshAuthorizedKeys: one line each, NUL each */
 	const char **ptrs;    /* string lists handed to src/userdb */
 	size_t ptrs_cap;
@@ -404,6 +406,8 @@ static int ask(struct conn *c)
 		return ask_about_user(c, PROTO_CMD_INITGROUPS);
 	case ST_GROUP_OF:
 		return ask_req(c, PROTO_CMD_GETGRGID, NULL, u->gids[u->gi]);
+	case ST_GROUP_NAMED:
+		return ask_req(c, PROTO_CMD_GETGRNAM, u->names.data + u->named_at, 0);
 	case ST_KEYS:
 		return ask_about_user(c, PROTO_CMD_SSHKEYS);
 	case ST_ENUM_SET:
@@ -512,6 +516,15 @@ static int groups_done(struct conn *c)
 	return 0;
 }
 
+/* On to the user's next group, or past the last. */
+static int next_group(struct conn *c)
+{
+	struct udb_conn *u = c->udb;
+	u->gi++;
+	u->step = ST_GROUP_OF;
+	return u->gi < u->ngids ? 0 : groups_done(c);
+}
+
 /* The user's keys (none when the provider keeps none or the lookup
  * failed: the record goes without), then the record. */
 static int on_keys(struct conn *c, const struct proto_hdr *h, const char *payload, size_t n)
@@ -530,23 +543,48 @@ static int on_keys(struct conn *c, const struct proto_hdr *h, const char *payloa
 	return rc ? rc : finish(c);
 }
 
+/* The name of group gids[gi] (none when the lookup failed: left out),
+ * checked next. */
 static int on_group_of(struct conn *c, const struct proto_hdr *h, const char *payload, size_t n)
 {
 	struct udb_conn *u = c->udb;
 	struct proto_group gr;
-	int rc = 0;
+	if (h->status != PROTO_ST_OK)
+		return next_group(c);
+	if (proto_decode_group(payload, n, &gr) < 0)
+		return -EBADMSG;
+	u->named_at = u->names.len;
+	u->step = ST_GROUP_NAMED;
+	return idc_buf_append(&u->names, gr.name.p, gr.name.len + 1);
+}
+
+/* A user's group goes by its name (memberOf, memberships), and a client
+ * takes the name back to a gid with getgrnam: only a name that answers
+ * gids[gi] itself is given. Another domain's group of that name (two
+ * files domains, allow_local_overlap) would hand the user that group's
+ * gid: the directory's wheel made the host's. */
+static int on_group_named(struct conn *c, const struct proto_hdr *h, const char *payload, size_t n)
+{
+	struct udb_conn *u = c->udb;
+	struct proto_group gr;
+	bool same = false;
 	if (h->status == PROTO_ST_OK) {
 		if (proto_decode_group(payload, n, &gr) < 0)
 			return -EBADMSG;
-		if (u->call.method == UDB_GET_USER) {
-			rc = idc_buf_append(&u->names, gr.name.p, gr.name.len + 1);
-		} else {
-			struct udb_reply *r = NULL;
-			rc = emit_built(c, udb_reply_membership(u->user.data, gr.name.p, &r), &r);
-		}
+		same = gr.gid == u->gids[u->gi];
 	}
-	u->gi++;
-	return rc ? rc : u->gi < u->ngids ? 0 : groups_done(c);
+	int rc = 0;
+	if (!same) {
+		idc_log(IDC_LOG_DEBUG, "userdb: group %u of %s left out: its name %s is another's",
+			(unsigned)u->gids[u->gi], u->user.data, u->names.data + u->named_at);
+		u->names.len = u->named_at;
+	} else if (u->call.method != UDB_GET_USER) {
+		struct udb_reply *r = NULL;
+		const char *name = u->names.data + u->named_at;
+		rc = emit_built(c, udb_reply_membership(u->user.data, name, &r), &r);
+		u->names.len = u->named_at;
+	}
+	return rc ? rc : next_group(c);
 }
 
 /* One get*ent batch: each record as the call wants it. */
@@ -593,6 +631,8 @@ static int take(struct conn *c)
 		return rc || u->ngids ? rc : groups_done(c);
 	case ST_GROUP_OF:
 		return on_group_of(c, &h, payload, n);
+	case ST_GROUP_NAMED:
+		return on_group_named(c, &h, payload, n);
 	case ST_KEYS:
 		return on_keys(c, &h, payload, n);
 	case ST_ENUM_SET:
