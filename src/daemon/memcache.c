@@ -41,7 +41,10 @@
  *                                new name answers for) and id, and their
  *                                members' group lists; for a group nested in
  *                                another, the group map (the lists that
- *                                held its users)
+ *                                held its users); for a user name,
+ *                                the records of their groups listing it
+ *                                and of those nesting them (member lists
+ *                                leave local names out)
  *   expire --user / --group      the same for the entry as the cache and
  *                                the map know it (its id included, whatever
  *                                the case of the name asked)
@@ -445,6 +448,23 @@ static int parent_cb(const char *name, void *arg)
 	return (p->v[p->n] = strdup(name)) ? (p->n++, 0) : -ENOMEM;
 }
 
+/* Every group of domain cfg nesting one of p's groups (from start on)
+ * within its nesting level, into p after them. */
+static int walk_up(struct cache_reader *r, const struct config_domain *cfg, struct parents *p,
+		   size_t start)
+{
+	int rc = 0;
+	uint32_t levels = cfg->ldap ? cfg->ldap->nesting_level : 0;
+	for (uint32_t level = 0; !rc && level < levels && start < p->n; level++) {
+		size_t end = p->n;
+		for (size_t i = start; !rc && i < end; i++)
+			rc =
+			    cache_linked(r, cfg->name, CACHE_LINK_NESTED, p->v[i], 0, parent_cb, p);
+		start = end;
+	}
+	return rc;
+}
+
 /* Every group of domain cfg that nests one of ch's names within its
  * nesting level, into p after the names (*names of them: one when both
  * are the same). */
@@ -457,15 +477,28 @@ static int walk_parents(struct cache_reader *r, const struct config_domain *cfg,
 	if (!rc && ch->new_name)
 		rc = parent_cb(ch->new_name, p);
 	*names = p->n;
-	size_t start = 0;
-	for (uint32_t level = 0; !rc && level < cfg->ldap->nesting_level && start < p->n; level++) {
-		size_t end = p->n;
-		for (size_t i = start; !rc && i < end; i++)
-			rc =
-			    cache_linked(r, cfg->name, CACHE_LINK_NESTED, p->v[i], 0, parent_cb, p);
-		start = end;
+	return rc ? rc : walk_up(r, cfg, p, 0);
+}
+
+/* p's groups of domain cfg from start on: their records, by name and gid
+ * (one kept by gid only too). */
+static void drop_groups(struct daemon *dm, struct cache_reader *r, const struct config_domain *cfg,
+			const struct parents *p, size_t start)
+{
+	for (size_t i = start; i < p->n; i++) {
+		const char *dn = cfg->name;
+		struct cache_group g;
+		drop_named(dm, 1, p->v[i]);
+		if (cache_group_by_name(r, &dn, 1, p->v[i], false, &g, NULL) == 0)
+			inval_id(dm, 1, g.gid);
 	}
-	return rc;
+}
+
+static void parents_free(struct parents *p)
+{
+	for (size_t i = 0; i < p->n; i++)
+		free(p->v[i]);
+	free(p->v);
 }
 
 static void drop_parents(struct daemon *dm, const struct config_domain *cfg,
@@ -479,19 +512,31 @@ static void drop_parents(struct daemon *dm, const struct config_domain *cfg,
 	size_t names = 0;
 	if (rc == 0)
 		rc = walk_parents(r, cfg, ch, &p, &names);
-	for (size_t i = names; rc == 0 && i < p.n; i++) {
-		const char *dn = cfg->name;
-		struct cache_group g;
-		drop_named(dm, 1, p.v[i]);
-		if (cache_group_by_name(r, &dn, 1, p.v[i], false, &g, NULL) == 0)
-			inval_id(dm, 1, g.gid); /* a record kept by gid only */
-	}
+	if (rc == 0)
+		drop_groups(dm, r, cfg, &p, names);
 	if (rc != 0) /* more than needed, never less */
 		dm->mc_groups_reset = true;
 	cache_reader_end(r);
-	for (size_t i = 0; i < p.n; i++)
-		free(p.v[i]);
-	free(p.v);
+	parents_free(&p);
+}
+
+/* A user name new (a local one) leaves remote domain cfg's member lists
+ * (precedence.c, daemon_group_members_kept): the records of its groups
+ * listing the name, and of those nesting them (their lists hold its
+ * users), go. Past DAEMON_MC_PARENTS_MAX of them the group map starts over. */
+static void drop_listing(struct daemon *dm, struct cache_reader *r, const struct config_domain *cfg,
+			 const char *user)
+{
+	if (dm->mc[1] == NULL && !nscdmaps_on(dm))
+		return;
+	struct parents p = {0};
+	int rc = cache_linked(r, cfg->name, CACHE_LINK_MEMBER, user, 0, parent_cb, &p);
+	rc = rc ? rc : walk_up(r, cfg, &p, 0);
+	if (rc == 0)
+		drop_groups(dm, r, cfg, &p, 0);
+	else
+		daemon_mc_reset(dm, 1);
+	parents_free(&p);
 }
 
 void daemon_mc_ldap_change(const struct cache_change *ch, void *arg)
@@ -546,9 +591,10 @@ static bool other_entry(const struct cache_change *ch, const char *name, uint32_
 /* Domain dn's entries carrying ch's new name (in any spelling it answers
  * for: dropping more is safe) or id, but not ch's own: every record of
  * theirs. Each result is used before the next lookup. */
-static void drop_shadowed_in(struct daemon *dm, struct cache_reader *r, const char *dn,
-			     const struct cache_change *ch)
+static void drop_shadowed_in(struct daemon *dm, struct cache_reader *r,
+			     const struct config_domain *cfg, const struct cache_change *ch)
 {
+	const char *dn = cfg->name;
 	struct cache_user u;
 	struct cache_group g;
 	for (int by_id = 0; !ch->group && by_id < 2; by_id++) {
@@ -560,6 +606,8 @@ static void drop_shadowed_in(struct daemon *dm, struct cache_reader *r, const ch
 			drop_initgroups(dm, u.name);
 		}
 	}
+	if (!ch->group)
+		drop_listing(dm, r, cfg, ch->new_name);
 	for (int by_id = 0; ch->group && by_id < 2; by_id++) {
 		int rc = by_id ? cache_group_by_gid(r, &dn, 1, ch->new_id, &g, NULL)
 			       : cache_group_by_name(r, &dn, 1, ch->new_name, false, &g, NULL);
@@ -585,7 +633,7 @@ static void drop_shadowed(struct daemon *dm, const struct cache_change *ch)
 	}
 	for (size_t i = 0; i < dm->ndomains; i++)
 		if (dm->domains[i]->ldap && !dm->domains[i]->cfg->allow_local_overlap)
-			drop_shadowed_in(dm, r, dm->domains[i]->cfg->name, ch);
+			drop_shadowed_in(dm, r, dm->domains[i]->cfg, ch);
 	cache_reader_end(r);
 }
 
