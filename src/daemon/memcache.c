@@ -358,11 +358,11 @@ static bool overlap_checked(const struct daemon *dm)
 	return false;
 }
 
-static void drop_shadowed(struct daemon *dm, const struct cache_change *ch);
+static void drop_shadowed(struct daemon *dm, const struct cache_change *ch, bool local);
 
-void daemon_mc_change(const struct cache_change *ch, void *arg)
+/* A change of a files domain (local) or of an ldap domain. */
+static void change(struct daemon *dm, const struct cache_change *ch, bool local)
 {
-	struct daemon *dm = arg;
 	if (ch == NULL) { /* only an ldap domain reports one */
 		idc_log(IDC_LOG_INFO, "memory cache: an ldap commit's changes are not known; "
 				      "every map reset");
@@ -371,12 +371,17 @@ void daemon_mc_change(const struct cache_change *ch, void *arg)
 		return;
 	}
 	drop_change(dm, ch);
-	drop_shadowed(dm, ch);
+	drop_shadowed(dm, ch, local);
 	/* Who is in a nested group is not told record by record: the map is
 	 * reset, once for all the groups of a commit (a reset costs ~10 ms,
 	 * and a directory may change many groups at once). */
 	if (ch->group && ch->nested_changed)
 		dm->mc_nested_reset = true;
+}
+
+void daemon_mc_change(const struct cache_change *ch, void *arg)
+{
+	change(arg, ch, true);
 }
 
 static void drop_change(struct daemon *dm, const struct cache_change *ch)
@@ -542,7 +547,7 @@ static void drop_listing(struct daemon *dm, struct cache_reader *r, const struct
 void daemon_mc_ldap_change(const struct cache_change *ch, void *arg)
 {
 	struct domain *d = arg;
-	daemon_mc_change(ch, d->dm);
+	change(d->dm, ch, false);
 	if (ch != NULL && ch->group)
 		drop_parents(d->dm, d->cfg, ch);
 }
@@ -592,7 +597,8 @@ static bool other_entry(const struct cache_change *ch, const char *name, uint32_
  * for: dropping more is safe) or id, but not ch's own: every record of
  * theirs. Each result is used before the next lookup. */
 static void drop_shadowed_in(struct daemon *dm, struct cache_reader *r,
-			     const struct config_domain *cfg, const struct cache_change *ch)
+			     const struct config_domain *cfg, const struct cache_change *ch,
+			     bool local)
 {
 	const char *dn = cfg->name;
 	struct cache_user u;
@@ -606,7 +612,7 @@ static void drop_shadowed_in(struct daemon *dm, struct cache_reader *r,
 			drop_initgroups(dm, u.name);
 		}
 	}
-	if (!ch->group)
+	if (!ch->group && local)
 		drop_listing(dm, r, cfg, ch->new_name);
 	for (int by_id = 0; ch->group && by_id < 2; by_id++) {
 		int rc = by_id ? cache_group_by_gid(r, &dn, 1, ch->new_id, &g, NULL)
@@ -619,7 +625,7 @@ static void drop_shadowed_in(struct daemon *dm, struct cache_reader *r,
 	}
 }
 
-static void drop_shadowed(struct daemon *dm, const struct cache_change *ch)
+static void drop_shadowed(struct daemon *dm, const struct cache_change *ch, bool local)
 {
 	bool fresh = ch->new_name && (!ch->old_name || ch->old_id != ch->new_id ||
 				      strcmp(ch->old_name, ch->new_name) != 0);
@@ -633,7 +639,7 @@ static void drop_shadowed(struct daemon *dm, const struct cache_change *ch)
 	}
 	for (size_t i = 0; i < dm->ndomains; i++)
 		if (dm->domains[i]->ldap && !dm->domains[i]->cfg->allow_local_overlap)
-			drop_shadowed_in(dm, r, dm->domains[i]->cfg, ch);
+			drop_shadowed_in(dm, r, dm->domains[i]->cfg, ch, local);
 	cache_reader_end(r);
 }
 
