@@ -1,8 +1,11 @@
 /*
- * idcache ssh-authorized-keys USER: the user's SSH public keys, one per
- * line, for sshd's AuthorizedKeysCommand (docs/DESIGN.md §8). It asks
+ * idcache ssh-authorized-keys USER [UID]: the user's SSH public keys, one
+ * per line, for sshd's AuthorizedKeysCommand (docs/DESIGN.md §8). It asks
  * nss.sock, which serves any peer: sshd runs it as its
- * AuthorizedKeysCommandUser (nobody), not as root.
+ * AuthorizedKeysCommandUser (nobody), not as root. With UID (sshd's %U),
+ * the keys are printed only when getpwnam(USER) through the daemon is that
+ * uid: sshd's user came from getpwnam of the name the client typed, which
+ * another spelling may answer with another domain's user than USER is.
  *
  * What sshd makes of the outcome decides the exit status: keys on stdout
  * and 0 let it try them; nothing and 0 (unknown user, a user without keys)
@@ -19,7 +22,7 @@
 
 #include "proto/proto.h"
 
-#define SYNOPSIS "idcache ssh-authorized-keys [--run-dir DIR] USER"
+#define SYNOPSIS "idcache ssh-authorized-keys [--run-dir DIR] USER [UID]"
 /* Longer than the client's usual 5 s: the daemon may ask a directory for
  * an expired user first (ldap_network_timeout plus ldap_search_timeout). */
 #define KEYS_TIMEOUT_MS 20000
@@ -31,13 +34,16 @@ static void help(void)
 	      "Print the SSH public keys idcache holds for USER, one authorized_keys line\n"
 	      "each, for sshd_config's AuthorizedKeysCommand:\n"
 	      "\n"
-	      "  AuthorizedKeysCommand /usr/bin/idcache ssh-authorized-keys %u\n"
+	      "  AuthorizedKeysCommand /usr/bin/idcache ssh-authorized-keys %u %U\n"
 	      "  AuthorizedKeysCommandUser nobody\n"
 	      "\n"
 	      "The keys are those of the user getent passwd USER shows (the same domain),\n"
 	      "read from the directory's sshPublicKey attribute (ldap_user_ssh_public_key,\n"
 	      "idcache.conf(5)). A cached user that has expired is read again from its\n"
 	      "directory first; while no server answers, the cached keys are printed.\n"
+	      "With UID (sshd's %U), they are printed only when that user is UID: sshd's\n"
+	      "user is the one the name the client typed answers with, and another\n"
+	      "spelling of it can be another domain's user than USER's.\n"
 	      "\n"
 	      "Nothing is printed, with exit status 0, for a user idcache does not know\n"
 	      "and for a user without keys, which includes every user of a files domain:\n"
@@ -89,6 +95,31 @@ static int print_keys(const void *payload, size_t n)
 	return CLI_OK;
 }
 
+/* Whether USER, asked on c, is uid (the keys are that user's): *same, by
+ * a GETPWNAM on the same connection (a mismatch is said on stderr). A CLI
+ * status: CLI_OK, or the failure to ask. */
+static int is_uid(struct proto_client *c, const char *user, uint32_t uid, void *buf, bool *same)
+{
+	uint8_t frame[PROTO_MAX_REQUEST];
+	struct proto_req req = {.cmd = PROTO_CMD_GETPWNAM, .name = {user, (uint32_t)strlen(user)}};
+	struct proto_hdr h;
+	struct proto_passwd pw;
+	size_t n = 0;
+	*same = false;
+	int len = proto_encode_request(frame, sizeof(frame), &req);
+	int rc =
+	    len < 0 ? len : proto_client_call(c, frame, (size_t)len, &h, buf, PROTO_MAX_REPLY, &n);
+	if (rc < 0)
+		return cli_fail(rc, NULL,
+				"ssh-authorized-keys: cannot ask idcached; no keys printed");
+	*same = h.status == PROTO_ST_OK && proto_decode_passwd(buf, n, &pw) == 0 && pw.uid == uid;
+	if (!*same)
+		fprintf(stderr,
+			"ssh-authorized-keys: %s is not uid %u to idcached; no keys printed\n",
+			user, (unsigned)uid);
+	return CLI_OK;
+}
+
 /* The reply's status: keys, none, or a failure said on stderr. */
 static int answer(const struct proto_hdr *h, const void *payload, size_t n)
 {
@@ -103,7 +134,7 @@ static int answer(const struct proto_hdr *h, const void *payload, size_t n)
 	return cli_err("ssh-authorized-keys: idcached: %s; no keys printed", msg.p);
 }
 
-static int ask(const char *dir, const char *user)
+static int ask(const char *dir, const char *user, const uint32_t *uid)
 {
 	char path[4096];
 	uint8_t frame[PROTO_MAX_REQUEST];
@@ -122,8 +153,20 @@ static int ask(const char *dir, const char *user)
 	int rc = proto_client_connect(&c, path, KEYS_TIMEOUT_MS);
 	if (rc == 0)
 		rc = proto_client_call(&c, frame, (size_t)len, &h, buf, PROTO_MAX_REPLY, &n);
+	int st = rc < 0 ? unreachable(rc, path) : -1;
+	if (st < 0 && uid && h.status == PROTO_ST_OK) {
+		/* the keys are kept aside while the same connection asks who USER is */
+		void *keys = malloc(n ? n : 1);
+		bool same = false;
+		st = keys ? (memcpy(keys, buf, n), is_uid(&c, user, *uid, buf, &same))
+			  : cli_fail(-ENOMEM, NULL, "ssh-authorized-keys");
+		if (st == CLI_OK && same)
+			st = answer(&h, keys, n);
+		free(keys);
+	}
+	if (st < 0)
+		st = answer(&h, buf, n);
 	proto_client_close(&c);
-	int st = rc < 0 ? unreachable(rc, path) : answer(&h, buf, n);
 	free(buf);
 	return st;
 }
@@ -144,10 +187,14 @@ int cli_ssh_keys_main(int argc, char **argv)
 			return cli_usage(SYNOPSIS, "idcache ssh-authorized-keys");
 		dir = optarg;
 	}
-	if (argc - optind != 1)
+	if (argc - optind != 1 && argc - optind != 2)
 		return cli_usage(SYNOPSIS, "idcache ssh-authorized-keys");
 	const char *user = argv[optind];
+	size_t v = 0; /* sshd's %U; (uid_t)-1 is nobody's */
+	if (argc - optind == 2 && (cli_parse_size(argv[optind + 1], &v) < 0 || v >= UINT32_MAX))
+		return cli_usage(SYNOPSIS, "idcache ssh-authorized-keys");
+	uint32_t uid = (uint32_t)v;
 	if (!idc_name_valid(user, strlen(user)))
 		return CLI_OK; /* sshd asks for any name a client sends */
-	return ask(cli_run_dir(dir), user);
+	return ask(cli_run_dir(dir), user, argc - optind == 2 ? &uid : NULL);
 }

@@ -293,6 +293,14 @@ void conn_wake_later(struct daemon *dm);
  * Append the reply (one frame) to out. Return 0, or <0 only when out of
  * memory (the connection is then closed). */
 int responder_handle(struct conn *c, const struct proto_req *req, struct idc_buf *out);
+/* req (INITGROUPS, SSHKEYS, SUBIDS: by name) about one identity already
+ * answered: the user named req->name whose uid is uid. Domains whose user
+ * of that name has another uid are passed over, so a record's groups,
+ * keys and ranges are its own user's (docs/DESIGN.md §11); NOTFOUND when
+ * no domain serves that identity by that name. The maps are not told: they
+ * answer the name alone. */
+int responder_handle_user(struct conn *c, const struct proto_req *req, uint32_t uid,
+			  struct idc_buf *out);
 /* The password field served for a kept one (cache_user.passwd): itself
  * when cache_passwd_public() allows it, else "x". */
 const char *daemon_passwd_field(const char *kept);
@@ -577,16 +585,16 @@ void daemon_mc_put_initgroups(struct daemon *dm, const char *user, const uint32_
 uint64_t daemon_mc_ig_epoch(const struct daemon *dm);
 void daemon_mc_put_nscd_initgroups(struct daemon *dm, const char *user, const uint32_t *gids,
 				   size_t n, uint64_t epoch, int64_t until);
-/* A provider's committed change (files_domain_set_hook,
- * lprov_domain_set_hook; arg: the daemon): drop exactly the records it
- * affects. ch NULL (an ldap commit whose changes are unknown): every map
- * is reset. A change of nested groups resets the initgroups map, once per
- * call into the provider: daemon_mc_ldap_flush after it returns. */
+/* A files domain's committed change (files_domain_set_hook; arg: the
+ * daemon): drop exactly the records it affects (a user name new there also
+ * the remote groups listing it: their lists leave local names out). ch NULL (an ldap commit whose
+ * changes are unknown): every map is reset. A change of nested groups resets the initgroups map,
+ * once per call into the provider: daemon_mc_ldap_flush after it returns. */
 void daemon_mc_change(const struct cache_change *ch, void *arg);
 void daemon_mc_ldap_flush(struct daemon *dm);
-/* An ldap domain's hook (arg: its struct domain): daemon_mc_change, then
- * the records of the groups nesting a changed group (their member lists
- * hold its users: cache_group_members) are dropped too. */
+/* An ldap domain's hook (arg: its struct domain): as daemon_mc_change
+ * (its users are no local names), then the records of the groups nesting a changed group (their
+ * member lists hold its users: cache_group_members) are dropped too. */
 void daemon_mc_ldap_change(const struct cache_change *ch, void *arg);
 /* `idcache expire` (what: PROTO_EXPIRE_*): drop the affected records. */
 void daemon_mc_expire(struct daemon *dm, uint32_t what, const char *name);

@@ -41,7 +41,10 @@
  *                                new name answers for) and id, and their
  *                                members' group lists; for a group nested in
  *                                another, the group map (the lists that
- *                                held its users)
+ *                                held its users); for a user name,
+ *                                the records of their groups listing it
+ *                                and of those nesting them (member lists
+ *                                leave local names out)
  *   expire --user / --group      the same for the entry as the cache and
  *                                the map know it (its id included, whatever
  *                                the case of the name asked)
@@ -355,11 +358,11 @@ static bool overlap_checked(const struct daemon *dm)
 	return false;
 }
 
-static void drop_shadowed(struct daemon *dm, const struct cache_change *ch);
+static void drop_shadowed(struct daemon *dm, const struct cache_change *ch, bool local);
 
-void daemon_mc_change(const struct cache_change *ch, void *arg)
+/* A change of a files domain (local) or of an ldap domain. */
+static void change(struct daemon *dm, const struct cache_change *ch, bool local)
 {
-	struct daemon *dm = arg;
 	if (ch == NULL) { /* only an ldap domain reports one */
 		idc_log(IDC_LOG_INFO, "memory cache: an ldap commit's changes are not known; "
 				      "every map reset");
@@ -368,12 +371,17 @@ void daemon_mc_change(const struct cache_change *ch, void *arg)
 		return;
 	}
 	drop_change(dm, ch);
-	drop_shadowed(dm, ch);
+	drop_shadowed(dm, ch, local);
 	/* Who is in a nested group is not told record by record: the map is
 	 * reset, once for all the groups of a commit (a reset costs ~10 ms,
 	 * and a directory may change many groups at once). */
 	if (ch->group && ch->nested_changed)
 		dm->mc_nested_reset = true;
+}
+
+void daemon_mc_change(const struct cache_change *ch, void *arg)
+{
+	change(arg, ch, true);
 }
 
 static void drop_change(struct daemon *dm, const struct cache_change *ch)
@@ -445,6 +453,23 @@ static int parent_cb(const char *name, void *arg)
 	return (p->v[p->n] = strdup(name)) ? (p->n++, 0) : -ENOMEM;
 }
 
+/* Every group of domain cfg nesting one of p's groups (from start on)
+ * within its nesting level, into p after them. */
+static int walk_up(struct cache_reader *r, const struct config_domain *cfg, struct parents *p,
+		   size_t start)
+{
+	int rc = 0;
+	uint32_t levels = cfg->ldap ? cfg->ldap->nesting_level : 0;
+	for (uint32_t level = 0; !rc && level < levels && start < p->n; level++) {
+		size_t end = p->n;
+		for (size_t i = start; !rc && i < end; i++)
+			rc =
+			    cache_linked(r, cfg->name, CACHE_LINK_NESTED, p->v[i], 0, parent_cb, p);
+		start = end;
+	}
+	return rc;
+}
+
 /* Every group of domain cfg that nests one of ch's names within its
  * nesting level, into p after the names (*names of them: one when both
  * are the same). */
@@ -457,15 +482,28 @@ static int walk_parents(struct cache_reader *r, const struct config_domain *cfg,
 	if (!rc && ch->new_name)
 		rc = parent_cb(ch->new_name, p);
 	*names = p->n;
-	size_t start = 0;
-	for (uint32_t level = 0; !rc && level < cfg->ldap->nesting_level && start < p->n; level++) {
-		size_t end = p->n;
-		for (size_t i = start; !rc && i < end; i++)
-			rc =
-			    cache_linked(r, cfg->name, CACHE_LINK_NESTED, p->v[i], 0, parent_cb, p);
-		start = end;
+	return rc ? rc : walk_up(r, cfg, p, 0);
+}
+
+/* p's groups of domain cfg from start on: their records, by name and gid
+ * (one kept by gid only too). */
+static void drop_groups(struct daemon *dm, struct cache_reader *r, const struct config_domain *cfg,
+			const struct parents *p, size_t start)
+{
+	for (size_t i = start; i < p->n; i++) {
+		const char *dn = cfg->name;
+		struct cache_group g;
+		drop_named(dm, 1, p->v[i]);
+		if (cache_group_by_name(r, &dn, 1, p->v[i], false, &g, NULL) == 0)
+			inval_id(dm, 1, g.gid);
 	}
-	return rc;
+}
+
+static void parents_free(struct parents *p)
+{
+	for (size_t i = 0; i < p->n; i++)
+		free(p->v[i]);
+	free(p->v);
 }
 
 static void drop_parents(struct daemon *dm, const struct config_domain *cfg,
@@ -479,25 +517,37 @@ static void drop_parents(struct daemon *dm, const struct config_domain *cfg,
 	size_t names = 0;
 	if (rc == 0)
 		rc = walk_parents(r, cfg, ch, &p, &names);
-	for (size_t i = names; rc == 0 && i < p.n; i++) {
-		const char *dn = cfg->name;
-		struct cache_group g;
-		drop_named(dm, 1, p.v[i]);
-		if (cache_group_by_name(r, &dn, 1, p.v[i], false, &g, NULL) == 0)
-			inval_id(dm, 1, g.gid); /* a record kept by gid only */
-	}
+	if (rc == 0)
+		drop_groups(dm, r, cfg, &p, names);
 	if (rc != 0) /* more than needed, never less */
 		dm->mc_groups_reset = true;
 	cache_reader_end(r);
-	for (size_t i = 0; i < p.n; i++)
-		free(p.v[i]);
-	free(p.v);
+	parents_free(&p);
+}
+
+/* A user name new (a local one) leaves remote domain cfg's member lists
+ * (precedence.c, daemon_group_members_kept): the records of its groups
+ * listing the name, and of those nesting them (their lists hold its
+ * users), go. Past DAEMON_MC_PARENTS_MAX of them the group map starts over. */
+static void drop_listing(struct daemon *dm, struct cache_reader *r, const struct config_domain *cfg,
+			 const char *user)
+{
+	if (dm->mc[1] == NULL && !nscdmaps_on(dm))
+		return;
+	struct parents p = {0};
+	int rc = cache_linked(r, cfg->name, CACHE_LINK_MEMBER, user, 0, parent_cb, &p);
+	rc = rc ? rc : walk_up(r, cfg, &p, 0);
+	if (rc == 0)
+		drop_groups(dm, r, cfg, &p, 0);
+	else
+		daemon_mc_reset(dm, 1);
+	parents_free(&p);
 }
 
 void daemon_mc_ldap_change(const struct cache_change *ch, void *arg)
 {
 	struct domain *d = arg;
-	daemon_mc_change(ch, d->dm);
+	change(d->dm, ch, false);
 	if (ch != NULL && ch->group)
 		drop_parents(d->dm, d->cfg, ch);
 }
@@ -546,9 +596,11 @@ static bool other_entry(const struct cache_change *ch, const char *name, uint32_
 /* Domain dn's entries carrying ch's new name (in any spelling it answers
  * for: dropping more is safe) or id, but not ch's own: every record of
  * theirs. Each result is used before the next lookup. */
-static void drop_shadowed_in(struct daemon *dm, struct cache_reader *r, const char *dn,
-			     const struct cache_change *ch)
+static void drop_shadowed_in(struct daemon *dm, struct cache_reader *r,
+			     const struct config_domain *cfg, const struct cache_change *ch,
+			     bool local)
 {
+	const char *dn = cfg->name;
 	struct cache_user u;
 	struct cache_group g;
 	for (int by_id = 0; !ch->group && by_id < 2; by_id++) {
@@ -560,6 +612,8 @@ static void drop_shadowed_in(struct daemon *dm, struct cache_reader *r, const ch
 			drop_initgroups(dm, u.name);
 		}
 	}
+	if (!ch->group && local)
+		drop_listing(dm, r, cfg, ch->new_name);
 	for (int by_id = 0; ch->group && by_id < 2; by_id++) {
 		int rc = by_id ? cache_group_by_gid(r, &dn, 1, ch->new_id, &g, NULL)
 			       : cache_group_by_name(r, &dn, 1, ch->new_name, false, &g, NULL);
@@ -571,7 +625,7 @@ static void drop_shadowed_in(struct daemon *dm, struct cache_reader *r, const ch
 	}
 }
 
-static void drop_shadowed(struct daemon *dm, const struct cache_change *ch)
+static void drop_shadowed(struct daemon *dm, const struct cache_change *ch, bool local)
 {
 	bool fresh = ch->new_name && (!ch->old_name || ch->old_id != ch->new_id ||
 				      strcmp(ch->old_name, ch->new_name) != 0);
@@ -585,7 +639,7 @@ static void drop_shadowed(struct daemon *dm, const struct cache_change *ch)
 	}
 	for (size_t i = 0; i < dm->ndomains; i++)
 		if (dm->domains[i]->ldap && !dm->domains[i]->cfg->allow_local_overlap)
-			drop_shadowed_in(dm, r, dm->domains[i]->cfg->name, ch);
+			drop_shadowed_in(dm, r, dm->domains[i]->cfg, ch, local);
 	cache_reader_end(r);
 }
 

@@ -20,7 +20,9 @@
  * A withheld entry is answered as if its domain did not hold it: a lookup
  * goes on to the next domain, its gid leaves its members' group lists, an
  * enumeration skips it. The names filter_users lists leave the domain's
- * group member lists too (sssd's filter_users_in_groups default). Each is logged once with its DN,
+ * group member lists too (sssd's filter_users_in_groups default), and so
+ * do, unless allow_local_overlap, the names of the host's own users
+ * (member_local): the domain's user of such a name is withheld. Each is logged once with its DN,
  * in the provider's log-once set, and counted (domain.NAME.withheld in `idcache status`).
  *
  * Lookups here run on a reader of their own (dm->aside), so the records
@@ -68,14 +70,25 @@ struct gid_memo {
 };
 
 /* Every uid and gid the files domains hold (users' uid and primary gid,
- * groups' gid), sorted, for the data generation gen: a range check is
- * a binary search, not a scan per request. */
+ * groups' gid), sorted, and their users' names (fold_copy's form,
+ * sorted), for the data generation gen: a range or member check is a
+ * binary search, not a scan per request. */
 struct held_ids {
 	uint64_t gen; /* memo_gen() when built; 0: not built */
 	uint32_t *ids;
 	size_t n, cap;
-	bool failed; /* the last build could not read or keep everything */
+	struct idc_buf folded; /* the names' fold_copy forms, one after another */
+	char **names;          /* into folded, sorted */
+	size_t nnames;
+	bool names_cs; /* every files domain compares names exactly */
+	bool failed;   /* the last build could not read or keep everything */
 };
+
+static void held_names_clear(struct held_ids *h)
+{
+	idc_buf_reset(&h->folded);
+	h->nnames = 0;
+}
 
 /* ==== the host's files ============================================================ */
 
@@ -117,22 +130,31 @@ static char *fold_copy(const char *name)
 	return c;
 }
 
-/* Whether h's index holds a name that a lookup of name is answered by, as
- * the cache answers one ignoring case (cache_name_answers): FULLWIDTH
- * ｒｏｏｔ is root to a directory, and to the cache. */
-static bool host_holds_name(const struct host_file *h, const char *name)
+/* Whether the sorted folded[0..n) (fold_copy's form) hold name: exactly
+ * (cs), or a name that a lookup of name is answered by, as the cache
+ * answers one ignoring case (cache_name_answers): FULLWIDTH ｒｏｏｔ is root
+ * to a directory, and to the cache. */
+static bool folded_holds(char *const *folded, size_t n, const char *name, bool cs)
 {
 	char *key = fold_copy(name);
 	if (!key)
 		return true; /* no memory: withheld rather than served wrongly */
-	char **at = bsearch(&key, h->folded, h->n, sizeof(*h->folded), cmp_str);
+	char *const *at = n ? bsearch(&key, folded, n, sizeof(*folded), cmp_str) : NULL;
 	bool found = false;
-	while (at && at > h->folded && !strcmp(at[-1], key))
+	while (at && at > folded && !strcmp(at[-1], key))
 		at--; /* the first of the names sharing the folded form */
-	for (; at && at < h->folded + h->n && !strcmp(*at, key) && !found; at++)
-		found = cache_name_answers(CACHE_NAMES_STORED, *at + strlen(*at) + 1, name);
+	for (; at && at < folded + n && !strcmp(*at, key) && !found; at++) {
+		const char *stored = *at + strlen(*at) + 1;
+		found = cs ? strcmp(stored, name) == 0
+			   : cache_name_answers(CACHE_NAMES_STORED, stored, name);
+	}
 	free(key);
 	return found;
+}
+
+static bool host_holds_name(const struct host_file *h, const char *name)
+{
+	return folded_holds(h->folded, h->n, name, false);
 }
 
 /* The sorted id and folded name indexes of h->s. */
@@ -248,8 +270,11 @@ void daemon_host_free(struct daemon *dm)
 {
 	free(dm->gid_memo);
 	dm->gid_memo = NULL;
-	if (dm->held_ids)
+	if (dm->held_ids) {
+		idc_buf_free(&dm->held_ids->folded);
+		free(dm->held_ids->names);
 		free(dm->held_ids->ids);
+	}
 	free(dm->held_ids);
 	dm->held_ids = NULL;
 	free(dm->members);
@@ -496,6 +521,26 @@ int daemon_user_gids(struct daemon *dm, size_t i, struct cache_reader *r, const 
 	return rc;
 }
 
+static struct held_ids *held_ids(struct daemon *dm);
+
+/* Whether member, a member name of remote domain i's group, is the host's
+ * own user's (h: held_ids; hf: the host's files when read here). The
+ * domain's user of that name is withheld then, and the name means the
+ * host's user, whose group list (initgroups) never holds this group: left
+ * out, or getgrnam's members and the user's groups would disagree, and
+ * the directory would add the host's users to its groups (docs/DESIGN.md
+ * §11). */
+static bool member_local(const struct daemon *dm, size_t i, const struct held_ids *h,
+			 const struct host_files *hf, const char *member)
+{
+	bool cs = dm->domains[i]->cfg->case_sensitive;
+	if (!h || h->failed || folded_holds(h->names, h->nnames, member, cs && h->names_cs))
+		return true; /* unknown: left out rather than served wrongly */
+	if (!hf || !hf->pw.s)
+		return false;
+	return cs ? files_snapshot_user(hf->pw.s, member) >= 0 : host_holds_name(&hf->pw, member);
+}
+
 int daemon_group_members_kept(struct daemon *dm, size_t i, struct cache_group *g)
 {
 	const struct config_domain *cfg = dm->domains[i]->cfg;
@@ -507,8 +552,11 @@ int daemon_group_members_kept(struct daemon *dm, size_t i, struct cache_group *g
 		if (rc < 0)
 			return rc;
 	}
-	if (cfg->filter_users.n == 0 || g->nmembers == 0)
+	bool local = dm->domains[i]->ldap && !cfg->allow_local_overlap;
+	if ((cfg->filter_users.n == 0 && !local) || g->nmembers == 0)
 		return 0;
+	const struct held_ids *h = local ? held_ids(dm) : NULL;
+	const struct host_files *hf = local && reads_host(dm) ? host_files(dm) : NULL;
 	if (g->nmembers > dm->members_cap) {
 		const char **grown = realloc(dm->members, g->nmembers * sizeof(*grown));
 		if (!grown)
@@ -517,7 +565,8 @@ int daemon_group_members_kept(struct daemon *dm, size_t i, struct cache_group *g
 		dm->members_cap = g->nmembers;
 	}
 	for (size_t k = 0; k < g->nmembers; k++)
-		if (!config_names_has(&cfg->filter_users, g->members[k], cfg->case_sensitive))
+		if (!config_names_has(&cfg->filter_users, g->members[k], cfg->case_sensitive) &&
+		    !(local && member_local(dm, i, h, hf, g->members[k])))
 			dm->members[n++] = g->members[k];
 	g->members = dm->members;
 	g->nmembers = n;
@@ -554,11 +603,39 @@ static int held_push(struct held_ids *h, uint32_t id)
 	return 0;
 }
 
+static int held_name(struct held_ids *h, const char *name)
+{
+	char *f = fold_copy(name);
+	size_t n = f ? strlen(f) + 1 : 0;
+	int rc = f ? idc_buf_append(&h->folded, f, n + strlen(f + n) + 1) : -ENOMEM;
+	free(f);
+	h->nnames += rc == 0;
+	return rc;
+}
+
+/* h->names: the folded names, sorted (pointers into h->folded, which is
+ * whole now). */
+static int held_names_sort(struct held_ids *h)
+{
+	char **v = realloc(h->names, (h->nnames ? h->nnames : 1) * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	h->names = v;
+	for (size_t i = 0, off = 0; i < h->nnames; i++) {
+		v[i] = h->folded.data + off;
+		off += strlen(v[i]) + 1;
+		off += strlen(h->folded.data + off) + 1;
+	}
+	qsort(v, h->nnames, sizeof(*v), cmp_str);
+	return 0;
+}
+
 static int held_user(const struct cache_user *u, uint64_t key, void *arg)
 {
 	(void)key;
 	int rc = held_push(arg, u->uid);
-	return rc ? rc : held_push(arg, u->gid);
+	rc = rc ? rc : held_push(arg, u->gid);
+	return rc ? rc : held_name(arg, u->name);
 }
 
 static int held_group(const struct cache_group *g, uint64_t key, void *arg)
@@ -578,15 +655,21 @@ static struct held_ids *held_ids(struct daemon *dm)
 	struct cache_reader *r = aside(dm);
 	int rc = r ? 0 : -EIO;
 	h->n = 0;
+	held_names_clear(h);
+	h->names_cs = true;
 	for (size_t i = 0; rc == 0 && i < dm->ndomains; i++) {
 		const char *name = dm->domains[i]->cfg->name;
 		if (dm->domains[i]->ldap)
 			continue;
+		h->names_cs = h->names_cs && dm->domains[i]->cfg->case_sensitive;
 		rc = cache_enum_users_unsorted(r, name, held_user, h);
 		if (rc == 0)
 			rc = cache_enum_groups_unsorted(r, name, held_group, h);
 	}
 	qsort(h->ids, h->n, sizeof(*h->ids), cmp_u32);
+	rc = rc ? rc : held_names_sort(h);
+	if (rc < 0)
+		h->nnames = 0;
 	h->failed = rc < 0;
 	h->gen = gen;
 	return h;

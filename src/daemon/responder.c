@@ -162,6 +162,8 @@ struct pending {
 	enum lprov_lookup_result res;
 	size_t failed_at;    /* 1 + index of the domain whose lookup failed; 0: none */
 	uint64_t config_gen; /* dm->config_gen the two indexes above belong to */
+	bool pinned;         /* about the user of that name with uid (walk) */
+	uint32_t uid;
 };
 
 enum { WALK_NEXT = 0, WALK_ANSWER, WALK_DEFER };
@@ -172,6 +174,8 @@ struct walk {
 	const struct proto_req *req;
 	struct pending *p; /* when resumed, else NULL until the walk defers */
 	bool unsure;       /* a domain that is not current missed (reply_failure) */
+	bool pinned;       /* only the user named req->name whose uid is uid */
+	uint32_t uid;      /* (responder_handle_user) */
 };
 
 static enum lprov_lookup_kind lookup_kind(uint32_t cmd)
@@ -221,7 +225,7 @@ static void resume(void *arg)
 		p->config_gen = p->dm->config_gen;
 	}
 	c->wait = NULL;
-	struct walk w = {p->dm, c, &p->req, p};
+	struct walk w = {p->dm, c, &p->req, p, false, p->pinned, p->uid};
 	int rc = handle_lookup(&w, conn_reply_buf(c));
 	daemon_reader_end(p->dm);
 	if (c->wait != p)
@@ -259,6 +263,8 @@ static struct pending *pending_new(struct walk *w)
 	p->c = w->c;
 	p->req = *w->req;
 	p->config_gen = w->dm->config_gen;
+	p->pinned = w->pinned;
+	p->uid = w->uid;
 	if (by_name(w->req->cmd)) {
 		size_t n = w->req->name.len < PROTO_NAME_MAX ? w->req->name.len : PROTO_NAME_MAX;
 		memcpy(p->name, w->req->name.p, n);
@@ -406,6 +412,14 @@ static unsigned answer_keys(const struct proto_req *req, const char *name)
 	return n == req->name.len && memcmp(name, req->name.p, n) == 0 ? MC_KEY_NAME : 0;
 }
 
+/* Whether the walk passes over domain i's user u: withheld (precedence.c),
+ * or not the identity a pinned walk is about. The one rule that keeps a
+ * record's groups, keys and ranges its own user's (docs/DESIGN.md §11). */
+static bool passed_over(const struct walk *w, size_t i, const struct cache_user *u)
+{
+	return (w->pinned && u->uid != w->uid) || daemon_user_withheld(w->dm, i, u);
+}
+
 /* The user req names (by name or uid), from the first domain that holds it
  * and may serve it (docs/DESIGN.md §11): 0 with *u and *at (the domain's
  * index), -ENOENT, or an error; *step is WALK_DEFER when the reply waits
@@ -423,7 +437,7 @@ static int walk_user(struct walk *w, struct cache_user *u, struct cache_meta *me
 	for (size_t i = 0; r && *step == WALK_NEXT && i < dm->ndomains; i++) {
 		*meta = (struct cache_meta){0};
 		rc = user_in(r, dm->domains[i]->cfg, req, u, meta);
-		if (rc == 0 && daemon_user_withheld(dm, i, u)) {
+		if (rc == 0 && passed_over(w, i, u)) {
 			rc = -ENOENT; /* as if not held: the next domain may */
 			continue;
 		}
@@ -713,7 +727,7 @@ static int do_initgroups(struct walk *w, struct idc_buf *out)
 		struct cache_meta meta = {0};
 		struct cache_user u;
 		rc = user_in(r, d->cfg, req, &u, &meta);
-		if (rc == 0 && daemon_user_withheld(dm, i, &u)) {
+		if (rc == 0 && passed_over(w, i, &u)) {
 			rc = -ENOENT;
 			continue;
 		}
@@ -740,9 +754,11 @@ static int do_initgroups(struct walk *w, struct idc_buf *out)
 		return 0;
 	if (rc < 0)
 		return reply_failure(out, req->cmd, rc, w->unsure);
-	/* Keyed by the name asked: the cache found the user under it. */
-	daemon_mc_put_initgroups(dm, req->name.p, dm->gids, n, until);
-	if (w->c)
+	/* Keyed by the name asked: the cache found the user under it. A
+	 * pinned walk's answer is not the name's alone. */
+	if (!w->pinned)
+		daemon_mc_put_initgroups(dm, req->name.p, dm->gids, n, until);
+	if (w->c && !w->pinned)
 		w->c->ig_until = until;
 	size_t start;
 	rc = proto_reply_begin(out, req->cmd, PROTO_ST_OK, &start);
@@ -1123,7 +1139,7 @@ int responder_handle(struct conn *c, const struct proto_req *req, struct idc_buf
 	case PROTO_CMD_INITGROUPS:
 	case PROTO_CMD_SSHKEYS:
 	case PROTO_CMD_SUBIDS: {
-		struct walk w = {c->dm, c, req, NULL};
+		struct walk w = {c->dm, c, req, NULL, false, false, 0};
 		return handle_lookup(&w, out);
 	}
 	case PROTO_CMD_SUBID_OWNERS:
@@ -1140,4 +1156,14 @@ int responder_handle(struct conn *c, const struct proto_req *req, struct idc_buf
 	default:
 		return proto_reply_status(out, req->cmd, PROTO_ST_BADREQ, "not a lookup");
 	}
+}
+
+int responder_handle_user(struct conn *c, const struct proto_req *req, uint32_t uid,
+			  struct idc_buf *out)
+{
+	if (req->cmd != PROTO_CMD_INITGROUPS && req->cmd != PROTO_CMD_SSHKEYS &&
+	    req->cmd != PROTO_CMD_SUBIDS)
+		return proto_reply_status(out, req->cmd, PROTO_ST_BADREQ, "not about a user");
+	struct walk w = {c->dm, c, req, NULL, false, true, uid};
+	return handle_lookup(&w, out);
 }

@@ -11,6 +11,9 @@
  * of the connection's own and turning each binary reply into JSON: one
  * walk over the domains, one precedence rule, and a directory's wait or a
  * held build parks the call like an NSS request — the loop never blocks.
+ * A user's groups and keys are asked by its name pinned to its uid
+ * (responder_handle_user): another domain's user of that name, which
+ * getpwnam may answer, is never mixed into the record.
  *
  * A call is a small state machine (struct udb_conn): the request of the
  * current step is asked once; its reply, at once or after a wait, moves
@@ -30,12 +33,13 @@
 #define ENUM_BATCH 64u /* records per get*ent asked for an enumeration */
 
 enum step {
-	ST_LOOKUP = 1, /* getpw* / getgr* for the record or the group asked */
-	ST_INITGROUPS, /* the user's groups (memberOf; memberships by user) */
-	ST_GROUP_OF,   /* getgrgid of gids[gi] */
-	ST_KEYS,       /* the user's SSH keys (sshAuthorizedKeys) */
-	ST_ENUM_SET,   /* set*ent */
-	ST_ENUM_GET,   /* get*ent until NOTFOUND */
+	ST_LOOKUP = 1,  /* getpw* / getgr* for the record or the group asked */
+	ST_INITGROUPS,  /* the user's groups (memberOf; memberships by user) */
+	ST_GROUP_OF,    /* getgrgid of gids[gi] */
+	ST_GROUP_NAMED, /* getgrnam of its name: is that name gids[gi]? */
+	ST_KEYS,        /* the user's SSH keys (sshAuthorizedKeys) */
+	ST_ENUM_SET,    /* set*ent */
+	ST_ENUM_GET,    /* get*ent until NOTFOUND */
 };
 
 struct udb_conn {
@@ -53,6 +57,7 @@ struct udb_conn {
 	uint32_t *gids;
 	size_t ngids, gi;
 	struct idc_buf names; /* memberOf: group names, NUL each */
+	size_t named_at;      /* names[named_at..): the name ST_GROUP_NAMED checks */
 	struct idc_buf keys;  /* sshAuthorizedKeys: one line each, NUL each */
 	const char **ptrs;    /* string lists handed to src/userdb */
 	size_t ptrs_cap;
@@ -347,15 +352,32 @@ static int emit_members(struct conn *c, const struct proto_group *gr)
 
 /* ==== asking the responder ================================================================= */
 
-/* Ask the responder for cmd (name or id) into the connection's reply
- * buffer. */
-static int ask_req(struct conn *c, uint32_t cmd, const char *name, uint32_t id)
+static struct proto_req request(uint32_t cmd, const char *name, uint32_t id)
 {
 	struct proto_req req = {.cmd = cmd, .id = id, .max_count = ENUM_BATCH};
 	if (name)
 		req.name = (struct proto_str){name, (uint32_t)strlen(name)};
+	return req;
+}
+
+/* Ask the responder for cmd (name or id) into the connection's reply
+ * buffer. */
+static int ask_req(struct conn *c, uint32_t cmd, const char *name, uint32_t id)
+{
+	struct proto_req req = request(cmd, name, id);
 	c->udb->asked = true;
 	return responder_handle(c, &req, &c->udb->inner);
+}
+
+/* Ask cmd about the user answered (its groups, its keys): by its name,
+ * from the domain whose user of that name is this uid, so the record is
+ * one identity when another domain holds the name with another. */
+static int ask_about_user(struct conn *c, uint32_t cmd)
+{
+	struct udb_conn *u = c->udb;
+	struct proto_req req = request(cmd, u->user.data, 0);
+	u->asked = true;
+	return responder_handle_user(c, &req, u->uid, &u->inner);
 }
 
 /* The first lookup of a call: the record asked; for memberships the
@@ -381,11 +403,13 @@ static int ask(struct conn *c)
 		return ask_req(c, cmd, name, call->id);
 	}
 	case ST_INITGROUPS:
-		return ask_req(c, PROTO_CMD_INITGROUPS, u->user.data, 0);
+		return ask_about_user(c, PROTO_CMD_INITGROUPS);
 	case ST_GROUP_OF:
 		return ask_req(c, PROTO_CMD_GETGRGID, NULL, u->gids[u->gi]);
+	case ST_GROUP_NAMED:
+		return ask_req(c, PROTO_CMD_GETGRNAM, u->names.data + u->named_at, 0);
 	case ST_KEYS:
-		return ask_req(c, PROTO_CMD_SSHKEYS, u->user.data, 0);
+		return ask_about_user(c, PROTO_CMD_SSHKEYS);
 	case ST_ENUM_SET:
 		return ask_req(c, users ? PROTO_CMD_SETPWENT : PROTO_CMD_SETGRENT, NULL, 0);
 	default:
@@ -492,6 +516,15 @@ static int groups_done(struct conn *c)
 	return 0;
 }
 
+/* On to the user's next group, or past the last. */
+static int next_group(struct conn *c)
+{
+	struct udb_conn *u = c->udb;
+	u->gi++;
+	u->step = ST_GROUP_OF;
+	return u->gi < u->ngids ? 0 : groups_done(c);
+}
+
 /* The user's keys (none when the provider keeps none or the lookup
  * failed: the record goes without), then the record. */
 static int on_keys(struct conn *c, const struct proto_hdr *h, const char *payload, size_t n)
@@ -510,23 +543,48 @@ static int on_keys(struct conn *c, const struct proto_hdr *h, const char *payloa
 	return rc ? rc : finish(c);
 }
 
+/* The name of group gids[gi] (none when the lookup failed: left out),
+ * checked next. */
 static int on_group_of(struct conn *c, const struct proto_hdr *h, const char *payload, size_t n)
 {
 	struct udb_conn *u = c->udb;
 	struct proto_group gr;
-	int rc = 0;
+	if (h->status != PROTO_ST_OK)
+		return next_group(c);
+	if (proto_decode_group(payload, n, &gr) < 0)
+		return -EBADMSG;
+	u->named_at = u->names.len;
+	u->step = ST_GROUP_NAMED;
+	return idc_buf_append(&u->names, gr.name.p, gr.name.len + 1);
+}
+
+/* A user's group goes by its name (memberOf, memberships), and a client
+ * takes the name back to a gid with getgrnam: only a name that answers
+ * gids[gi] itself is given. Another domain's group of that name (two
+ * files domains, allow_local_overlap) would hand the user that group's
+ * gid: the directory's wheel made the host's. */
+static int on_group_named(struct conn *c, const struct proto_hdr *h, const char *payload, size_t n)
+{
+	struct udb_conn *u = c->udb;
+	struct proto_group gr;
+	bool same = false;
 	if (h->status == PROTO_ST_OK) {
 		if (proto_decode_group(payload, n, &gr) < 0)
 			return -EBADMSG;
-		if (u->call.method == UDB_GET_USER) {
-			rc = idc_buf_append(&u->names, gr.name.p, gr.name.len + 1);
-		} else {
-			struct udb_reply *r = NULL;
-			rc = emit_built(c, udb_reply_membership(u->user.data, gr.name.p, &r), &r);
-		}
+		same = gr.gid == u->gids[u->gi];
 	}
-	u->gi++;
-	return rc ? rc : u->gi < u->ngids ? 0 : groups_done(c);
+	int rc = 0;
+	if (!same) {
+		idc_log(IDC_LOG_DEBUG, "userdb: group %u of %s left out: its name %s is another's",
+			(unsigned)u->gids[u->gi], u->user.data, u->names.data + u->named_at);
+		u->names.len = u->named_at;
+	} else if (u->call.method != UDB_GET_USER) {
+		struct udb_reply *r = NULL;
+		const char *name = u->names.data + u->named_at;
+		rc = emit_built(c, udb_reply_membership(u->user.data, name, &r), &r);
+		u->names.len = u->named_at;
+	}
+	return rc ? rc : next_group(c);
 }
 
 /* One get*ent batch: each record as the call wants it. */
@@ -573,6 +631,8 @@ static int take(struct conn *c)
 		return rc || u->ngids ? rc : groups_done(c);
 	case ST_GROUP_OF:
 		return on_group_of(c, &h, payload, n);
+	case ST_GROUP_NAMED:
+		return on_group_named(c, &h, payload, n);
 	case ST_KEYS:
 		return on_keys(c, &h, payload, n);
 	case ST_ENUM_SET:

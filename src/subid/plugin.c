@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <shadow/subid.h>
 
@@ -99,9 +100,14 @@ enum subid_status shadow_subid_has_range(const char *owner, unsigned long start,
 		return SUBID_STATUS_ERROR;
 	*result = false;
 	enum subid_status st = owner_ranges(owner, idtype, buf, &s);
+	/* newuidmap/newgidmap ask with the name of their caller's real uid
+	 * (getpwuid). When getpwnam of that name is another uid (two domains
+	 * hold the name), the ranges are that other identity's, not the
+	 * caller's to map. Root may map anything anyway. */
+	bool own = getuid() == 0 || (st == SUBID_STATUS_SUCCESS && s.uid == (uint32_t)getuid());
 	/* A range wholly inside one of the owner's: newuidmap asks once per
 	 * mapping line. count 0 is no range at all. */
-	for (uint32_t i = 0; st == SUBID_STATUS_SUCCESS && i < s.count && !*result; i++) {
+	for (uint32_t i = 0; own && st == SUBID_STATUS_SUCCESS && i < s.count && !*result; i++) {
 		uint32_t rs, rc;
 		proto_subids_get(&s, i, &rs, &rc);
 		*result = count >= 1 && start >= rs && count <= rc && start - rs <= rc - count;

@@ -26,7 +26,8 @@ from pathlib import Path
 import pytest
 
 import nsenv
-from test_e2e_ldap import BASE, REFRESHING, cli, free_port, private_slapd, start_daemon
+from test_e2e_ldap import (BASE, REFRESHING, cli, free_port, ldap_domain, private_slapd,
+                           start_daemon)
 
 SSHD = "/usr/sbin/sshd"
 pytestmark = __import__("test_e2e_ldap").pytestmark + [
@@ -142,7 +143,7 @@ class Sshd:
             f"PidFile {base}/sshd.pid\nUsePAM no\nStrictModes no\nPermitRootLogin no\n"
             "PubkeyAuthentication yes\nPasswordAuthentication no\n"
             "KbdInteractiveAuthentication no\nAuthorizedKeysFile none\n"
-            f"AuthorizedKeysCommand {self.cmd} ssh-authorized-keys --run-dir {d.run_dir} %u\n"
+            f"AuthorizedKeysCommand {self.cmd} ssh-authorized-keys --run-dir {d.run_dir} %u %U\n"
             "AuthorizedKeysCommandUser nobody\nLogLevel VERBOSE\n")
         self.proc = d.ns.popen(["sh", "-c", SSHD_SCRIPT, "sshd", self.conf, self.log,
                                 self.built, self.cmd], sources="files idcache")
@@ -339,3 +340,27 @@ def test_bad_answers_fail_closed(idcache, tmp_path, reply, why):
         t.join(timeout=10)
         srv.close()
     assert p.returncode == 1 and p.stdout == "" and why in p.stderr, p
+
+
+def test_uid_given_must_be_the_users(idcache, daemons, server, keys):
+    """`ssh-authorized-keys %u %U`: the keys are printed only when the user
+    the name answers with is sshd's uid. With domains = dir, local and
+    allow_local_overlap, loc is the directory's (uid 20004, a key) and uid
+    5000 the host's loc: a session of uid 5000 named loc gets no key."""
+    d = daemons.start("loc:x:5000:5000::/home/loc:/bin/sh\n", "loc:x:5000:\n",
+                      idcache_conf="domains = dir, local\n",
+                      domain_conf=ldap_domain(server.uri, "allow_local_overlap = true\n"))
+
+    def ask(*args):
+        return d.ns.run([idcache, "ssh-authorized-keys", "--run-dir", d.run_dir, *args],
+                        sources="files", as_uid=65534)
+    r = ask("loc", "5000")
+    assert (r.rc, r.out) == (0, ""), r
+    assert "loc is not uid 5000" in r.err, r
+    assert ask("loc", "20004").out == keys.other + "\n"
+    assert ask("loc").out == keys.other + "\n"
+    assert ask("alice", "20001").out == keys.alice + "\n"
+    assert ask("alice", "20002").out == ""
+    assert ask("nosuchuser", "20001").out == ""
+    for bad in ("x", "-1", "4294967295", ""):
+        assert ask("alice", bad).rc == 2, bad

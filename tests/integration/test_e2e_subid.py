@@ -576,3 +576,33 @@ def test_setuid_tools_ignore_idcache_rundir(daemon, plugin_dir, tmp_path):
     assert got["root"]["rc"] != 0 and "not allowed" in got["root"]["err"], got["root"]
     assert got["root"]["map"].strip() == "", got["root"]
     assert got["own"]["rc"] == 0, got["own"]  # the real daemon answered
+
+
+# ==== a name two identities answer by =============================================
+
+def test_newuidmap_maps_only_the_callers_own_ranges(daemons, plugin_dir):
+    """Two files domains: local's alice is uid 2001, b's alice uid 9999.
+    newuidmap run by uid 9999 asks the ranges of its own name, alice, which
+    getpwnam answers with uid 2001: 2001's range is not 9999's to map.
+    uid 2001 maps its own."""
+    d = daemons.start("alice:x:2001:2001::/home/alice:/bin/sh\n", "alice:x:2001:\n",
+                      idcache_conf="domains = local, b\n", start=False)
+    p, g = d.base / "b.passwd", d.base / "b.group"
+    nsenv.write_atomic(p, "alice:x:9999:9999::/b/alice:/bin/sh\n")
+    nsenv.write_atomic(g, "balice:x:9999:\n")
+    with open(d.conf, "a") as f:
+        f.write(f"\n[domain/b]\nid_provider = files\npasswd_files = {p}\ngroup_files = {g}\n")
+    d.start()
+    a = alloc_start(2001)
+    got = run_map_cases(d, plugin_dir, [
+        {"name": "other", "tool": "newuidmap", "uid": 9999, "map": [0, 9999, 1, 1, a, 10]},
+        {"name": "other-gid", "tool": "newgidmap", "uid": 9999, "map": [0, 9999, 1, 1, a, 10]},
+        {"name": "own", "tool": "newuidmap", "uid": 2001, "map": [0, 2001, 1, 1, a, 10]},
+    ])
+    for name in ("other", "other-gid"):
+        r = got[name]
+        assert r["rc"] != 0 and "not allowed" in r["err"], r
+        assert r["map"].strip() == "", r
+    r = got["own"]
+    assert r["rc"] == 0, r
+    assert map_lines(r["map"]) == [(0, 2001, 1), (1, a, 10)], r

@@ -675,3 +675,67 @@ def test_connections_count_with_nss_sock(daemons, idcache):
     assert p.stdout.strip() == "refused"
     assert int(status(idcache, d)["refused_connections_uid_limit"]) >= 1
     still_serves(d)
+
+
+# ==== a record by uid is one identity ==============================================
+
+def test_record_by_uid_has_that_users_groups(daemons):
+    """Domain b's bob (uid 7000) is answered by uid; the name bob is
+    local's (uid 2002, in staff 3001). The record of uid 7000 lists b's
+    bobg, not local's bob's staff; the record by name is local's bob with
+    local's groups. b's alice (9999) is in b's staff (9001), whose name
+    getgrnam answers with local's 3001: it is left out."""
+    d = start(daemons, extra="domains = local, b\n", start=False)
+    with open(d.conf, "a") as f:
+        f.write(files_domain("b", d.base, B_PASSWD, B_GROUP))
+    d.start()
+    res = in_ns(d, [udbctl("-j", "user", "7000"), udbctl("-j", "user", "bob"),
+                    udbctl("-j", "user", "9999")])
+    assert [r[0] for r in res] == [0, 0, 0], res
+    by_uid, by_name, alice = (json.loads(r[1]) for r in res)
+    assert (by_uid["userName"], by_uid["uid"]) == ("bob", 7000)
+    assert by_uid.get("memberOf", []) == ["bobg"], by_uid
+    assert by_name["uid"] == 2002
+    assert by_name.get("memberOf", []) == ["staff"], by_name
+    assert (alice["uid"], alice.get("memberOf", [])) == (9999, []), alice
+
+
+def test_group_names_a_client_resolves_are_the_users(daemons):
+    """b's dave is in b's wheel (gid 9010) and davesg. A userdb client
+    (nss-systemd's initgroups) takes memberOf and memberships back to gids
+    by name, and getgrnam(wheel) is the host's wheel (gid 10): b's wheel
+    is left out of both, davesg stays; NSS's own list has 9010."""
+    d = start(daemons, extra="domains = local, b\n", start=False)
+    with open(d.conf, "a") as f:
+        f.write(files_domain("b", d.base, "dave:x:8001:8001::/b/dave:/bin/sh\n",
+                             "wheel:x:9010:dave\ndavesg:x:9011:dave\n"))
+    d.start()
+    res = in_ns(d, [udbctl("-j", "user", "dave"),
+                    udbctl("--no-legend", "groups-of-user", "dave"),
+                    ["id", "-G", "dave"], ["getent", "group", "wheel"]])
+    assert [r[0] for r in res] == [0, 0, 0, 0], res
+    assert json.loads(res[0][1]).get("memberOf", []) == ["davesg"], res[0]
+    assert [line.split()[1] for line in res[1][1].splitlines() if line.strip()] == \
+        ["davesg"], res[1]
+    assert set(res[2][1].split()) == {"8001", "9010", "9011"}, res[2]
+    assert res[3][1].split(":")[2] == "10", res[3]
+
+
+def test_record_by_uid_has_that_users_keys(server, keys, daemons):
+    """domains = dir, local with allow_local_overlap: the name loc is the
+    directory's (uid 20004, a key), uid 5000 the host's loc (no key). The
+    record of uid 5000 carries no key; the directory's loc's record, and
+    `idcache ssh-authorized-keys loc` (getpwnam's user), carry its key."""
+    d = start(daemons, passwd="loc:x:5000:5000:Local User:/home/loc:/bin/sh\n",
+              group="locg:x:5000:loc\n", extra="domains = dir, local\n",
+              domain_conf=ldap_domain(server.uri, "allow_local_overlap = true\n"))
+    res = in_ns(d, [udbctl("-j", "user", "5000"), udbctl("-j", "user", "20004"),
+                    udbctl("-j", "user", "loc")])
+    assert [r[0] for r in res] == [0, 0, 0], res
+    local, remote, named = (json.loads(r[1]) for r in res)
+    assert (local["userName"], local["uid"]) == ("loc", 5000)
+    assert "privileged" not in local, local
+    assert local.get("memberOf", []) == ["locg"], local
+    assert remote["privileged"]["sshAuthorizedKeys"] == [keys.other]
+    assert named["uid"] == 20004
+    assert named["privileged"]["sshAuthorizedKeys"] == [keys.other]

@@ -25,7 +25,10 @@
 
 #include "proto/proto.h"
 
-/* alice (uid 1000): uids 100000+65536 and 300000+10; gids 5000+1. */
+/* alice (the test's own uid; 1000 for root): uids 100000+65536 and
+ * 300000+10; gids 5000+1. mallory has alice's ranges under another uid:
+ * a name getpwnam answers with someone else (has_range gives a caller
+ * other than root only its own). */
 static const uint32_t alice_uids[][2] = {{100000, 65536}, {300000, 10}};
 static const uint32_t alice_gids[][2] = {{5000, 1}};
 
@@ -33,13 +36,18 @@ static char rundir[64], sockpath[128];
 static int listen_fd = -1;
 static pthread_t server;
 
-static void put_ranges(struct idc_buf *b, const struct proto_req *r)
+static uint32_t alice_uid(void)
+{
+	return getuid() == 0 ? 1000 : (uint32_t)getuid();
+}
+
+static void put_ranges(struct idc_buf *b, const struct proto_req *r, uint32_t owner)
 {
 	bool uid = r->what == PROTO_SUBID_UID;
 	uint32_t n = uid ? 2 : 1;
 	size_t at;
 	proto_reply_begin(b, r->cmd, PROTO_ST_OK, &at);
-	proto_put_u32(b, 1000);
+	proto_put_u32(b, owner);
 	proto_put_u32(b, n);
 	for (uint32_t i = 0; i < n; i++) {
 		proto_put_u32(b, uid ? alice_uids[i][0] : alice_gids[i][0]);
@@ -56,7 +64,9 @@ static void answer(struct idc_buf *b, const struct proto_req *r)
 		proto_put_u32(b, PROTO_VERSION);
 		proto_reply_end(b, at);
 	} else if (r->cmd == PROTO_CMD_SUBIDS && strcmp(r->name.p, "alice") == 0) {
-		put_ranges(b, r);
+		put_ranges(b, r, alice_uid());
+	} else if (r->cmd == PROTO_CMD_SUBIDS && strcmp(r->name.p, "mallory") == 0) {
+		put_ranges(b, r, alice_uid() + 1);
 	} else if (r->cmd == PROTO_CMD_SUBID_OWNERS && r->id >= 100000 && r->id < 165536) {
 		proto_reply_begin(b, r->cmd, PROTO_ST_OK, &at);
 		proto_put_u32(b, 2);
@@ -182,7 +192,11 @@ static void test_has_range(void **state)
 	assert_false(has(100000, ~0ul, ID_TYPE_UID));
 	assert_true(has(5000, 1, ID_TYPE_GID));
 	assert_false(has(100000, 1, ID_TYPE_GID)); /* the kinds are apart */
-	bool result = true;
+	bool result = false;
+	assert_int_equal(has_range("mallory", 100000, 1, ID_TYPE_UID, &result),
+			 SUBID_STATUS_SUCCESS);
+	assert_int_equal(result, getuid() == 0); /* another uid's: root's to map alone */
+	result = true;
 	assert_int_equal(has_range("bob", 100000, 1, ID_TYPE_UID, &result),
 			 SUBID_STATUS_UNKNOWN_USER);
 	assert_false(result);
