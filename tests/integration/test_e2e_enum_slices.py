@@ -111,6 +111,21 @@ def test_listing_whole_with_commits_between_slices(big):
     d.check_alive()
 
 
+def test_first_getpwent_waits_for_the_build(big):
+    """A GETPWENT without SETPWENT starts the build too and is answered
+    with the map's first records once it is built."""
+    d = big
+    d.tiny.commit(sock(d))
+    c = P.Client(sock(d), timeout=120)
+    try:
+        _, st, p = c.call_raw(P.frame(P.GETPWENT, P.U32.pack(10) + P.U32.pack(1 << 20)))
+        assert st == P.OK
+        assert names(P.decode_batch(p, True)) == [f"s{i:06d}" for i in range(10)]
+    finally:
+        c.close()
+    d.check_alive()
+
+
 def test_client_gone_and_reload_during_build(big):
     """One client leaves while the snapshot it asked for is built, and a
     reload comes during the build: the build starts over, the one still
