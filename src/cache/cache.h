@@ -379,6 +379,19 @@ int cache_enum_users_unsorted(struct cache_reader *r, const char *domain, cache_
 int cache_enum_groups_unsorted(struct cache_reader *r, const char *domain, cache_group_key_cb cb,
 			       void *arg);
 
+/* The unsorted walk in parts, each in a reader of its own (a loop that
+ * must not read a million entries in one go): from the record after *at
+ * (IDC_BUF_INIT: the first; the caller frees it), until cb returns > 0
+ * (stop after this record) or < 0 (fail). 0: the domain is done; 1:
+ * stopped, call again with *at, in this reader or a later one. The order
+ * is the records' keys in the store (their names), so a record present
+ * throughout is passed exactly once; one stored or removed meanwhile is
+ * passed as the reader that reached its key saw it (store_search_from). */
+int cache_enum_users_from(struct cache_reader *r, const char *domain, struct idc_buf *at,
+			  cache_user_key_cb cb, void *arg);
+int cache_enum_groups_from(struct cache_reader *r, const char *domain, struct idc_buf *at,
+			   cache_group_key_cb cb, void *arg);
+
 /* The names of the entries of domain linked to a name or an id, in
  * provider order, to cb (valid during the call; a non-zero return stops and
  * is returned): CACHE_LINK_MEMBER, the groups that list user `name`

@@ -925,6 +925,31 @@ static int enum_unsorted(struct cache_reader *r, int kind, const char *domain, s
 	return rc == -ENOENT ? 0 : rc; /* domain not loaded yet: empty */
 }
 
+/* enum_unsorted, resumable: from after *at, until a callback stops it. */
+static int enum_from(struct cache_reader *r, int kind, const char *domain, struct idc_buf *at,
+		     struct unsorted *x)
+{
+	int rc = cache_dn_container(&r->dn, kind, domain);
+	struct store_search q = {{r->dn.data, r->dn.len}, STORE_SCOPE_ONE, NULL, 0};
+	if (!rc)
+		rc = store_search_from(r->st, &q, at, unsorted_cb, x, NULL);
+	return rc == -ENOENT ? 0 : rc; /* domain not loaded yet: empty */
+}
+
+int cache_enum_users_from(struct cache_reader *r, const char *domain, struct idc_buf *at,
+			  cache_user_key_cb cb, void *arg)
+{
+	struct unsorted x = {r, cb, NULL, arg};
+	return enum_from(r, KIND_USER, domain, at, &x);
+}
+
+int cache_enum_groups_from(struct cache_reader *r, const char *domain, struct idc_buf *at,
+			   cache_group_key_cb cb, void *arg)
+{
+	struct unsorted x = {r, NULL, cb, arg};
+	return enum_from(r, KIND_GROUP, domain, at, &x);
+}
+
 int cache_enum_users_unsorted(struct cache_reader *r, const char *domain, cache_user_key_cb cb,
 			      void *arg)
 {

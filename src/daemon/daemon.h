@@ -224,6 +224,7 @@ struct conn {
 	struct proto_req held_req; /* name in held_name */
 	char held_name[PROTO_NAME_MAX + 1];
 	uint64_t held_until; /* idc_now_ns() */
+	uint64_t held_build; /* ... for the snapshot build of this serial (held_until unused) */
 	/* The last INITGROUPS answer's bound (answer_until, responder.c):
 	 * the nscd maps keep the merged list no longer than nss.sock's maps. */
 	int64_t ig_until;
@@ -309,6 +310,10 @@ void responder_detach(struct conn *c);
 void enum_cursor_free(struct daemon *dm, struct enum_cursor *e);
 /* The held timer: held requests whose wait is over are answered. */
 void responder_held_timer(struct loop_timer *t);
+/* The snapshot timer: one slice of the snapshots being built. */
+void responder_snap_timer(struct loop_timer *t);
+/* At stop, once no connection is left: drop the builds under way. */
+void responder_builds_stop(struct daemon *dm);
 /* Drop the kept large group replies (`idcache expire`, shutdown). */
 void responder_forget_replies(struct daemon *dm);
 int admin_handle(struct conn *c, const struct proto_req *req, struct idc_buf *out);
@@ -740,8 +745,12 @@ struct daemon {
 	uint32_t *gids;       /* initgroups scratch */
 	size_t gids_cap;
 	bool ready;
-	uint64_t config_gen;        /* bumped by every applied configuration */
-	struct enum_snap *snaps[2]; /* latest passwd / group enumeration */
+	uint64_t config_gen;           /* bumped by every applied configuration */
+	struct enum_snap *snaps[2];    /* latest passwd / group enumeration */
+	struct snap_job *snap_jobs[2]; /* passwd / group snapshot being built */
+	struct loop_timer snap_timer;  /* its next slice (responder.c) */
+	unsigned snap_turn;            /* which build's slice comes next */
+	uint64_t snap_serial;          /* of the last build started */
 
 	/* Per-uid accounts (peers.c), admin.sock's connections (of nconns)
 	 * and the limits' counters: refusals, idle connections closed for a

@@ -294,6 +294,7 @@ static int start(struct daemon *dm, struct config *cfg)
 	rc = rc ? rc : loop_timer_init(&dm->loop, &dm->sweep, on_sweep, dm);
 	rc = rc ? rc : loop_timer_arm(&dm->sweep, DAEMON_SWEEP_MS, DAEMON_SWEEP_MS);
 	rc = rc ? rc : loop_timer_init(&dm->loop, &dm->held_timer, responder_held_timer, dm);
+	rc = rc ? rc : loop_timer_init(&dm->loop, &dm->snap_timer, responder_snap_timer, dm);
 	rc = rc ? rc : loop_timer_init(&dm->loop, &dm->beat, on_beat, dm);
 	rc = rc ? rc : loop_timer_arm(&dm->beat, MC_BEAT_MS, MC_BEAT_MS);
 	rc = rc ? rc : listener_start(dm, &dm->nss);
@@ -312,6 +313,7 @@ static void stop(struct daemon *dm)
 	daemon_nscd_stop(dm);
 	while (dm->conns)
 		conn_close(dm->conns, "stopping");
+	responder_builds_stop(dm);
 	daemon_nscd_fini(dm);
 	/* A store in flight tells its changes to the maps, which look at
 	 * every domain (precedence): all are finished while all are alive,
@@ -326,6 +328,7 @@ static void stop(struct daemon *dm)
 	loop_io_close(&dm->sig);
 	loop_timer_close(&dm->sweep);
 	loop_timer_close(&dm->held_timer);
+	loop_timer_close(&dm->snap_timer);
 	loop_timer_close(&dm->beat);
 	loop_fini(&dm->loop); /* frees the closed connections */
 	budget_sweep(dm, true);
@@ -350,6 +353,7 @@ static int run(const struct options *o, struct config *cfg)
 	    dm.beat.io.fd = -1;
 	dm.spare_fd = -1;
 	dm.held_timer.io.fd = -1;
+	dm.snap_timer.io.fd = -1;
 	dm.loop.epfd = -1;
 	dm.start_ns = idc_now_ns();
 	dm.start_time = (int64_t)time(NULL);

@@ -505,16 +505,22 @@ static int do_sshkeys(struct walk *w, struct idc_buf *out)
 static bool latest_stale(const struct daemon *dm, bool users);
 static struct big_reply *big_find(struct daemon *dm, const struct proto_req *req, bool fresh);
 
-/* Hold req (copied) for wait_ns; the held timer answers it. */
-static int hold(struct conn *c, const struct proto_req *req, uint64_t wait_ns)
+/* Keep req (copied) as c's held request. */
+static void hold_copy(struct conn *c, const struct proto_req *req)
 {
-	struct daemon *dm = c->dm;
 	c->held = true;
 	c->held_req = *req;
 	if (req->name.len) /* <= PROTO_NAME_MAX: decoded */
 		memcpy(c->held_name, req->name.p, req->name.len);
 	c->held_name[req->name.len] = '\0';
 	c->held_req.name.p = c->held_name;
+}
+
+/* Hold req (copied) for wait_ns; the held timer answers it. */
+static int hold(struct conn *c, const struct proto_req *req, uint64_t wait_ns)
+{
+	struct daemon *dm = c->dm;
+	hold_copy(c, req);
 	c->held_until = idc_now_ns() + wait_ns;
 	dm->held_requests++;
 	if (!dm->held_timer.armed || c->held_until < dm->held_timer_at) {
@@ -541,7 +547,7 @@ void responder_held_timer(struct loop_timer *t)
 	uint64_t now = idc_now_ns(), next = 0;
 	for (struct conn *c = dm->conns, *nc; c; c = nc) {
 		nc = c->next;
-		if (!c->held)
+		if (!c->held || c->held_build) /* the build answers it */
 			continue;
 		if (still_held(dm, c, now)) {
 			next = !next || c->held_until < next ? c->held_until : next;
@@ -882,21 +888,76 @@ static int snap_mark(struct enum_snap *s)
 	return 0;
 }
 
-/* One domain's records as the cache hands them over (in no order), with
- * the keys that sort them (cache_enum_users_unsorted); dm and i: the
- * domain, whose withheld entries are left out. */
+/* ==== building a snapshot in slices ========================================================
+ * A snapshot of a million users takes seconds to read: read in one turn,
+ * it would hold every other client for them (docs/DESIGN.md §12). So it is
+ * built by a job (struct snap_job, one per map at a time) in slices of
+ * SNAP_SLICE_NS, each in a read transaction of its own, resumed after the
+ * store key of the last record read (cache_enum_users_from); the loop
+ * serves everyone else between two slices. Each domain's records are
+ * kept as sorted runs (one per slice) and merged, also in slices, into
+ * the cache's enumeration order; the domains follow in the configured
+ * order.
+ *
+ * Consistency, as a paged LDAP search gives: each record is as the slice
+ * that read it saw it. A record present throughout the build is listed
+ * exactly once; one stored or removed meanwhile is listed when the slice
+ * reaching its key still saw it; nothing is listed twice (a key is read
+ * once), and a renamed entry is an old name removed and a new one stored.
+ * The snapshot is marked with the cache state it began with, so a change
+ * made meanwhile makes it stale for the next enumeration. A reload during
+ * the build starts it over (the domains changed).
+ *
+ * The request that needs it, and every one of the map arriving while it
+ * is built, waits on its connection (held_build: nothing else is taken
+ * from it) and is answered from the new snapshot once it is complete, as
+ * if it had been built at once; a connection that closes meanwhile is
+ * simply not answered. The uid that started it is charged its time (the
+ * sum of its slices) like a build in one go. */
+
+#define SNAP_SLICE_NS    2000000u /* reading (and sorting what was read) per turn */
+#define SNAP_CLOCK_EVERY 32u      /* records between two looks at the clock */
+
+/* One record kept, with the keys that sort it (cache_enum_order). */
 struct keyed {
 	uint64_t order, key;
 	size_t off, len; /* in recs */
 };
 
+/* A sorted part of k[] (one slice's records), and where its merge is. */
+struct keyed_run {
+	size_t pos, end;
+};
+
+/* One domain's records as the cache hands them over (in no order), with
+ * the keys that sort them; dm and i: the domain, whose withheld entries
+ * are left out. */
 struct domain_recs {
 	struct idc_buf recs;
 	struct keyed *k;
 	size_t n, cap;
 	struct daemon *dm;
 	size_t i;
-	size_t walked; /* records read since the map's pages were let go of */
+	size_t walked;     /* records read since the map's pages were let go of */
+	uint64_t deadline; /* idc_now_ns() at which the slice ends */
+	unsigned tick;     /* records since the clock was read */
+};
+
+struct snap_job {
+	bool users;
+	struct enum_snap *s; /* what is built so far */
+	struct domain_recs u;
+	size_t domain;     /* being read, then merged */
+	struct idc_buf at; /* its walk's position */
+	bool merging;      /* its walk is done */
+	struct keyed_run *runs;
+	size_t nruns, runs_cap;
+	size_t *heap; /* runs not merged yet, the one with the least head first */
+	size_t nheap;
+	uint64_t gen, config_gen;
+	uint64_t serial;        /* the requests waiting for it hold it (held_build) */
+	struct budget_uid *uid; /* who started it: taken (budget_get), charged its time */
+	uint64_t spent_ns;
 };
 
 /* A snapshot reads every record: all of cache.mdb would stay mapped in the
@@ -911,6 +972,15 @@ static void walked(struct domain_recs *u)
 		return;
 	u->walked = 0;
 	cache_map_release(u->dm->cache, false);
+}
+
+/* After a record: 1 (stop the walk here) once the slice's time is up. */
+static int slice_over(struct domain_recs *u)
+{
+	if (++u->tick < SNAP_CLOCK_EVERY)
+		return 0;
+	u->tick = 0;
+	return idc_now_ns() >= u->deadline;
 }
 
 static int keep_record(struct domain_recs *u, uint64_t order, uint64_t key, size_t off)
@@ -931,24 +1001,28 @@ static int add_user(const struct cache_user *cu, uint64_t key, void *arg)
 {
 	struct domain_recs *u = arg;
 	walked(u);
-	if (daemon_user_withheld(u->dm, u->i, cu))
-		return 0;
-	size_t off = u->recs.len;
-	int rc = put_user(&u->recs, cu);
-	return rc ? rc : keep_record(u, cu->order, key, off);
+	int rc = 0;
+	if (!daemon_user_withheld(u->dm, u->i, cu)) {
+		size_t off = u->recs.len;
+		rc = put_user(&u->recs, cu);
+		rc = rc ? rc : keep_record(u, cu->order, key, off);
+	}
+	return rc ? rc : slice_over(u);
 }
 
 static int add_group(const struct cache_group *g, uint64_t key, void *arg)
 {
 	struct domain_recs *u = arg;
 	walked(u);
-	if (daemon_group_withheld(u->dm, u->i, g))
-		return 0;
-	struct cache_group kept = *g;
-	int rc = daemon_group_members_kept(u->dm, u->i, &kept);
-	size_t off = u->recs.len;
-	rc = rc ? rc : put_group(&u->recs, &kept);
-	return rc ? rc : keep_record(u, g->order, key, off);
+	int rc = 0;
+	if (!daemon_group_withheld(u->dm, u->i, g)) {
+		struct cache_group kept = *g;
+		rc = daemon_group_members_kept(u->dm, u->i, &kept);
+		size_t off = u->recs.len;
+		rc = rc ? rc : put_group(&u->recs, &kept);
+		rc = rc ? rc : keep_record(u, g->order, key, off);
+	}
+	return rc ? rc : slice_over(u);
 }
 
 static int keyed_cmp(const void *a, const void *b)
@@ -957,71 +1031,252 @@ static int keyed_cmp(const void *a, const void *b)
 	return cache_enum_order(x->order, x->key, y->order, y->key);
 }
 
-/* Append u's records to s in the cache's enumeration order; empty u. */
-static int append_sorted(struct enum_snap *s, struct domain_recs *u)
+/* Sort the records read since first into a run of their own. */
+static int run_add(struct snap_job *j, size_t first)
 {
-	qsort(u->k, u->n, sizeof(*u->k), keyed_cmp);
-	int rc = idc_buf_reserve(&s->recs, u->recs.len);
-	for (size_t i = 0; rc == 0 && i < u->n; i++) {
-		rc = snap_mark(s);
-		rc = rc ? rc : idc_buf_append(&s->recs, u->recs.data + u->k[i].off, u->k[i].len);
+	if (j->u.n == first)
+		return 0;
+	if (j->nruns == j->runs_cap) {
+		size_t cap = j->runs_cap ? j->runs_cap * 2 : 64;
+		struct keyed_run *grown = realloc(j->runs, cap * sizeof(*grown));
+		if (!grown)
+			return -ENOMEM;
+		j->runs = grown;
+		j->runs_cap = cap;
 	}
-	idc_buf_reset(&u->recs);
-	u->n = 0;
+	qsort(j->u.k + first, j->u.n - first, sizeof(*j->u.k), keyed_cmp);
+	j->runs[j->nruns++] = (struct keyed_run){first, j->u.n};
+	return 0;
+}
+
+/* Read the current domain on until the slice is over or it is done. */
+static int job_read(struct daemon *dm, struct snap_job *j)
+{
+	struct cache_reader *r = daemon_reader(dm);
+	if (!r)
+		return -EIO;
+	const char *dn = dm->domains[j->domain]->cfg->name;
+	size_t first = j->u.n;
+	j->u.dm = dm;
+	j->u.i = j->domain;
+	int rc = j->users ? cache_enum_users_from(r, dn, &j->at, add_user, &j->u)
+			  : cache_enum_groups_from(r, dn, &j->at, add_group, &j->u);
+	daemon_reader_end(dm); /* no snapshot kept between two slices */
+	if (rc >= 0) {
+		int added = run_add(j, first);
+		j->merging = rc == 0;
+		rc = added;
+	}
 	return rc;
 }
 
-static int snap_build(struct daemon *dm, bool users, struct enum_snap **out)
+/* ---- the merge: a binary heap of runs by their next record ---- */
+
+static bool run_less(const struct snap_job *j, size_t a, size_t b)
 {
-	struct cache_reader *r = daemon_reader(dm);
-	struct enum_snap *s = calloc(1, sizeof(*s));
-	struct domain_recs u = {IDC_BUF_INIT, NULL, 0, 0, dm, 0, 0};
-	int rc = !s ? -ENOMEM : r ? 0 : -EIO;
-	for (size_t i = 0; rc == 0 && i < dm->ndomains; i++) {
-		const char *dn = dm->domains[i]->cfg->name;
-		u.dm = dm;
-		u.i = i;
-		rc = users ? cache_enum_users_unsorted(r, dn, add_user, &u)
-			   : cache_enum_groups_unsorted(r, dn, add_group, &u);
-		rc = rc ? rc : append_sorted(s, &u);
+	const struct keyed *x = &j->u.k[j->runs[a].pos], *y = &j->u.k[j->runs[b].pos];
+	return keyed_cmp(x, y) < 0;
+}
+
+static void heap_down(struct snap_job *j, size_t at)
+{
+	for (;;) {
+		size_t least = at, l = 2 * at + 1, r = l + 1;
+		if (l < j->nheap && run_less(j, j->heap[l], j->heap[least]))
+			least = l;
+		if (r < j->nheap && run_less(j, j->heap[r], j->heap[least]))
+			least = r;
+		if (least == at)
+			return;
+		size_t t = j->heap[at];
+		j->heap[at] = j->heap[least];
+		j->heap[least] = t;
+		at = least;
 	}
-	idc_buf_free(&u.recs);
-	free(u.k);
-	cache_map_release(dm->cache, false);
-	if (rc == 0)
-		rc = snap_mark(s); /* end of the last record */
-	if (rc < 0) {
-		if (s)
-			s->refs = 1;
-		enum_snap_put(s);
+}
+
+static int merge_begin(struct snap_job *j)
+{
+	free(j->heap);
+	j->heap = malloc((j->nruns ? j->nruns : 1) * sizeof(*j->heap));
+	if (!j->heap)
+		return -ENOMEM;
+	for (size_t r = 0; r < j->nruns; r++)
+		j->heap[r] = r;
+	j->nheap = j->nruns;
+	for (size_t r = j->nheap / 2; r-- > 0;)
+		heap_down(j, r);
+	return idc_buf_reserve(&j->s->recs, j->u.recs.len);
+}
+
+/* The domain's records into the snapshot in order, until the slice is
+ * over or they are all in (then on to the next domain). */
+static int job_merge(struct snap_job *j)
+{
+	struct domain_recs *u = &j->u;
+	int rc = j->heap ? 0 : merge_begin(j);
+	while (rc == 0 && j->nheap > 0) {
+		if (slice_over(u))
+			return 0;
+		struct keyed_run *run = &j->runs[j->heap[0]];
+		const struct keyed *k = &u->k[run->pos++];
+		rc = snap_mark(j->s);
+		rc = rc ? rc : idc_buf_append(&j->s->recs, u->recs.data + k->off, k->len);
+		if (run->pos == run->end)
+			j->heap[0] = j->heap[--j->nheap];
+		heap_down(j, 0);
+	}
+	if (rc)
 		return rc;
-	}
-	s->n--; /* the end mark is not a record */
-	s->gen = daemon_data_gen(dm);
-	s->refs = 1; /* the daemon's */
-	*out = s;
+	free(j->heap);
+	j->heap = NULL;
+	idc_buf_reset(&u->recs);
+	idc_buf_reset(&j->at);
+	u->n = j->nruns = 0;
+	j->merging = false;
+	j->domain++;
 	return 0;
 }
 
-/* Make dm's latest snapshot of the map current, built on u's account. */
-static int refresh_latest(struct daemon *dm, struct budget_uid *u, bool users)
+/* Back to nothing read (a reload changed the domains). */
+static void job_restart(struct daemon *dm, struct snap_job *j)
 {
-	struct enum_snap **latest = &dm->snaps[users ? 0 : 1];
-	if (*latest && (*latest)->gen == daemon_data_gen(dm))
-		return 0;
-	uint64_t t0 = idc_now_ns();
-	struct enum_snap *s;
-	int rc = snap_build(dm, users, &s);
-	if (rc < 0)
-		return rc;
-	uint64_t t1 = idc_now_ns();
-	budget_built(u, t1, t1 - t0);
-	dm->enum_builds++;
-	dm->enum_build_ns += t1 - t0;
-	enum_snap_put(*latest);
-	*latest = s;
-	return 0;
+	enum_snap_put(j->s);
+	j->s = calloc(1, sizeof(*j->s));
+	if (j->s)
+		j->s->refs = 1;
+	free(j->heap);
+	j->heap = NULL;
+	idc_buf_reset(&j->u.recs);
+	idc_buf_reset(&j->at);
+	j->u.n = j->nruns = j->domain = 0;
+	j->merging = false;
+	j->gen = daemon_data_gen(dm);
+	j->config_gen = dm->config_gen;
 }
+
+static void job_free(struct daemon *dm, struct snap_job *j)
+{
+	dm->snap_jobs[j->users ? 0 : 1] = NULL;
+	enum_snap_put(j->s);
+	idc_buf_free(&j->u.recs);
+	free(j->u.k);
+	idc_buf_free(&j->at);
+	free(j->runs);
+	free(j->heap);
+	budget_put(dm, j->uid);
+	free(j);
+}
+
+/* Start building the map's snapshot for c (answered when it is built). */
+static int job_start(struct conn *c, bool users)
+{
+	struct daemon *dm = c->dm;
+	struct snap_job *j = calloc(1, sizeof(*j));
+	if (!j)
+		return -ENOMEM;
+	j->users = users;
+	j->serial = ++dm->snap_serial;
+	j->u.recs = (struct idc_buf)IDC_BUF_INIT;
+	j->at = (struct idc_buf)IDC_BUF_INIT;
+	dm->snap_jobs[users ? 0 : 1] = j;
+	job_restart(dm, j);
+	j->uid = budget_get(dm, c->peer_uid); /* NULL: not charged */
+	int rc = j->s ? loop_timer_arm(&dm->snap_timer, 0, 0) : -ENOMEM;
+	if (rc < 0)
+		job_free(dm, j);
+	return rc;
+}
+
+static int enum_answer(struct conn *c, const struct proto_req *req, int rc, struct idc_buf *out);
+static int enum_take(struct conn *c, struct enum_cursor *e, struct enum_snap *s);
+
+/* Answer the requests waiting for build serial: from s, or the error rc. */
+static void job_answer(struct daemon *dm, uint64_t serial, struct enum_snap *s, int rc)
+{
+	if (s)
+		s->refs++; /* whatever the answered connections do next */
+	for (struct conn *c = dm->conns, *nc; c; c = nc) {
+		nc = c->next;
+		if (!c->held || c->held_build != serial)
+			continue;
+		c->held = false;
+		c->held_build = 0;
+		struct proto_req req = c->held_req;
+		struct enum_cursor *e = req.cmd <= PROTO_CMD_ENDPWENT ? &c->pw : &c->gr;
+		int r = rc < 0 ? rc : enum_take(c, e, s);
+		conn_resume(c, enum_answer(c, &req, r, conn_reply_buf(c)));
+	}
+	enum_snap_put(s);
+}
+
+/* The job is done (rc 0) or failed: its snapshot becomes the latest. */
+static void job_end(struct daemon *dm, struct snap_job *j, int rc)
+{
+	struct enum_snap *s = NULL;
+	cache_map_release(dm->cache, false);
+	if (rc == 0)
+		rc = snap_mark(j->s); /* end of the last record */
+	if (rc == 0) {
+		s = j->s;
+		j->s = NULL;
+		s->n--; /* the end mark is not a record */
+		s->gen = j->gen;
+		struct enum_snap **latest = &dm->snaps[j->users ? 0 : 1];
+		enum_snap_put(*latest);
+		*latest = s;
+		budget_built(j->uid, idc_now_ns(), j->spent_ns);
+		dm->enum_builds++;
+		dm->enum_build_ns += j->spent_ns;
+	} else {
+		idc_log(IDC_LOG_WARN, "cannot build the %s enumeration: %s",
+			j->users ? "passwd" : "group", idc_strerror(rc));
+	}
+	uint64_t serial = j->serial;
+	job_free(dm, j);
+	job_answer(dm, serial, s, rc);
+}
+
+/* One slice of j: 1 when it is over (ended), else 0. */
+static int job_slice(struct daemon *dm, struct snap_job *j)
+{
+	uint64_t t0 = idc_now_ns();
+	if (j->config_gen != dm->config_gen)
+		job_restart(dm, j);
+	j->u.deadline = t0 + SNAP_SLICE_NS;
+	j->u.tick = 0;
+	int rc = j->s ? 0 : -ENOMEM;
+	while (rc == 0 && j->domain < dm->ndomains && idc_now_ns() < j->u.deadline)
+		rc = j->merging ? job_merge(j) : job_read(dm, j);
+	j->spent_ns += idc_now_ns() - t0;
+	if (rc == 0 && j->domain < dm->ndomains)
+		return 0;
+	job_end(dm, j, rc);
+	return 1;
+}
+
+void responder_snap_timer(struct loop_timer *t)
+{
+	struct daemon *dm = t->owner;
+	size_t k = dm->snap_turn++ & 1;
+	struct snap_job *j = dm->snap_jobs[k] ? dm->snap_jobs[k] : dm->snap_jobs[1 - k];
+	if (j)
+		job_slice(dm, j);
+	if ((dm->snap_jobs[0] || dm->snap_jobs[1]) && loop_timer_arm(&dm->snap_timer, 0, 0) < 0) {
+		for (size_t i = 0; i < 2; i++)
+			if (dm->snap_jobs[i])
+				job_end(dm, dm->snap_jobs[i], -EIO);
+	}
+}
+
+void responder_builds_stop(struct daemon *dm)
+{
+	for (size_t i = 0; i < 2; i++)
+		if (dm->snap_jobs[i])
+			job_free(dm, dm->snap_jobs[i]);
+}
+
+/* ==== enumeration requests ================================================================= */
 
 /* Whether the latest snapshot of the map is missing or stale. */
 static bool latest_stale(const struct daemon *dm, bool users)
@@ -1044,20 +1299,13 @@ static bool affords(struct conn *c, struct enum_snap *s, bool users)
 	return false;
 }
 
-/* Point e at the latest snapshot for c's uid. -EAGAIN: over its budget. */
-static int collect(struct conn *c, struct enum_cursor *e, bool users)
+/* Point e at s for c's uid. -EAGAIN: over its budget. */
+static int enum_take(struct conn *c, struct enum_cursor *e, struct enum_snap *s)
 {
-	struct daemon *dm = c->dm;
-	enum_cursor_free(dm, e);
-	if (!affords(c, NULL, users)) /* refused before building for it */
+	enum_cursor_free(c->dm, e);
+	if (!affords(c, s, e == &c->pw))
 		return -EAGAIN;
-	int rc = refresh_latest(dm, c->uid, users);
-	if (rc < 0)
-		return rc;
-	struct enum_snap *s = dm->snaps[users ? 0 : 1];
-	if (!affords(c, s, users))
-		return -EAGAIN;
-	rc = snap_hold(dm, s, c->uid);
+	int rc = snap_hold(c->dm, s, c->uid);
 	if (rc == 0) {
 		e->snap = s;
 		e->uid = c->uid;
@@ -1096,6 +1344,49 @@ static int put_batch(struct conn *c, struct enum_cursor *e, const struct proto_r
 	return 0;
 }
 
+/* The reply to a SET or GET whose cursor was pointed (rc 0) or not. */
+static int enum_answer(struct conn *c, const struct proto_req *req, int rc, struct idc_buf *out)
+{
+	struct enum_cursor *e = req->cmd <= PROTO_CMD_ENDPWENT ? &c->pw : &c->gr;
+	if (rc == -EAGAIN)
+		return proto_reply_status(out, req->cmd, PROTO_ST_TRYAGAIN,
+					  "too many enumerations held open by this user");
+	if (rc < 0)
+		return reply_failure(out, req->cmd, rc == -ENOENT ? -EIO : rc, false);
+	if (req->cmd == PROTO_CMD_SETPWENT || req->cmd == PROTO_CMD_SETGRENT)
+		return proto_reply_status(out, req->cmd, PROTO_ST_OK, NULL);
+	if (e->pos >= e->snap->n)
+		return proto_reply_status(out, req->cmd, PROTO_ST_NOTFOUND, NULL);
+	return put_batch(c, e, req, out);
+}
+
+/* Point c's cursor of the map at the latest snapshot: at once (0, or an
+ * error), or once a build is done (1: req waits, held). A build under way
+ * is joined; a new one starts when the uid's spacing allows, until then
+ * the request is held (responder_held_timer). */
+static int enum_point(struct conn *c, const struct proto_req *req, bool users)
+{
+	struct daemon *dm = c->dm;
+	struct enum_cursor *e = users ? &c->pw : &c->gr;
+	bool stale = latest_stale(dm, users);
+	if (!stale)
+		return enum_take(c, e, dm->snaps[users ? 0 : 1]);
+	enum_cursor_free(dm, e);
+	if (!affords(c, NULL, users)) /* refused before building for it */
+		return -EAGAIN;
+	uint64_t wait = dm->snap_jobs[users ? 0 : 1] ? 0 : budget_build_wait(c->uid, idc_now_ns());
+	if (wait > 0) {
+		hold(c, req, wait);
+		return 1;
+	}
+	int rc = dm->snap_jobs[users ? 0 : 1] ? 0 : job_start(c, users);
+	if (rc < 0)
+		return rc;
+	hold_copy(c, req);
+	c->held_build = dm->snap_jobs[users ? 0 : 1]->serial;
+	return 1;
+}
+
 static int enum_request(struct conn *c, const struct proto_req *req, struct idc_buf *out)
 {
 	bool users = req->cmd <= PROTO_CMD_ENDPWENT;
@@ -1105,26 +1396,13 @@ static int enum_request(struct conn *c, const struct proto_req *req, struct idc_
 		enum_cursor_free(c->dm, e);
 		return proto_reply_status(out, req->cmd, PROTO_ST_OK, NULL);
 	}
-	bool set = req->cmd == PROTO_CMD_SETPWENT || req->cmd == PROTO_CMD_SETGRENT;
-	if (set)
+	if (req->cmd == PROTO_CMD_SETPWENT || req->cmd == PROTO_CMD_SETGRENT)
 		enum_cursor_free(c->dm, e); /* restarted: its old snapshot is not charged */
-	if (!e->snap) {
-		uint64_t wait =
-		    latest_stale(c->dm, users) ? budget_build_wait(c->uid, idc_now_ns()) : 0;
-		if (wait > 0 && affords(c, NULL, users))
-			return hold(c, req, wait);
-		rc = wait > 0 ? -EAGAIN : collect(c, e, users);
-	}
-	if (rc == -EAGAIN)
-		return proto_reply_status(out, req->cmd, PROTO_ST_TRYAGAIN,
-					  "too many enumerations held open by this user");
-	if (rc < 0)
-		return reply_failure(out, req->cmd, rc == -ENOENT ? -EIO : rc, false);
-	if (set)
-		return proto_reply_status(out, req->cmd, PROTO_ST_OK, NULL);
-	if (e->pos >= e->snap->n)
-		return proto_reply_status(out, req->cmd, PROTO_ST_NOTFOUND, NULL);
-	return put_batch(c, e, req, out);
+	if (!e->snap)
+		rc = enum_point(c, req, users);
+	if (rc == 1)
+		return 0; /* answered when its snapshot is there */
+	return enum_answer(c, req, rc, out);
 }
 
 /* ==== dispatch ================================================================================ */

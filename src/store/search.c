@@ -743,20 +743,86 @@ static int run_search(struct run *r, uint64_t base_id)
 	return rc;
 }
 
+/* Set r up for q on t, with its memory and its base: the start of every
+ * search (r->m, when set, is given back by the caller). */
+static int run_start(struct run *r, struct store_txn *t, const struct store_search *q,
+		     store_entry_cb cb, void *arg, uint64_t *base_id, struct idc_diag *d)
+{
+	int rc = t->nbulk ? index_bulk_flush(t) : 0;
+	*r = (struct run){.t = t, .q = q, .m = rc ? NULL : mem_take(t), .cb = cb, .arg = arg};
+	if (!rc && !r->m)
+		rc = -ENOMEM;
+	return rc ? rc : resolve_base(r, base_id, d);
+}
+
 int store_search(struct store_txn *t, const struct store_search *q, store_entry_cb cb, void *arg,
 		 struct idc_diag *d)
 {
-	int rc = t->nbulk ? index_bulk_flush(t) : 0;
-	struct run r = {.t = t, .q = q, .m = rc ? NULL : mem_take(t), .cb = cb, .arg = arg};
+	struct run r;
 	uint64_t base_id;
-	if (!rc && !r.m)
-		rc = -ENOMEM;
-	if (!rc)
-		rc = resolve_base(&r, &base_id, d);
+	int rc = run_start(&r, t, q, cb, arg, &base_id, d);
 	if (!rc)
 		rc = run_search(&r, base_id);
 	if (rc == IDC_ESIZELIMIT)
 		idc_diag_set(d, rc, "size limit of %zu entries exceeded", q->sizelimit);
+	if (r.m)
+		mem_give(t, r.m);
+	return rc;
+}
+
+/* The walk of store_search_from: the subtree's dn2id keys from the one
+ * after *at (or the first), each entry visited as a search visits it. */
+static int walk_from(struct run *r, struct store_val prefix, struct idc_buf *at)
+{
+	size_t plen = prefix.len < STORE_KEY_PREFIX ? prefix.len : STORE_KEY_PREFIX;
+	MDB_cursor *c;
+	int rc = cursor_take(r->t, r->m, r->t->s->dn2id, &c);
+	if (rc)
+		return rc;
+	bool resumed = at->len > 0;
+	MDB_val k = resumed ? (MDB_val){at->len, at->data} : (MDB_val){plen, (void *)prefix.ptr};
+	MDB_val v;
+	int out = 0; /* visit's result: the callback's value may be positive */
+	rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
+	if (rc == 0 && resumed && k.mv_size == at->len && memcmp(k.mv_data, at->data, at->len) == 0)
+		rc = mdb_cursor_get(c, &k, &v, MDB_NEXT); /* read by the call before */
+	for (; rc == 0 && out == 0; rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+		if (keycmp_prefix(k, prefix, plen) != 0)
+			break;
+		if (v.mv_size != sizeof(uint64_t))
+			continue; /* `db check` reports it */
+		idc_buf_reset(at);
+		if ((out = idc_buf_append(at, k.mv_data, k.mv_size)) != 0)
+			break;
+		uint64_t id;
+		memcpy(&id, v.mv_data, sizeof(id));
+		out = visit_id(r, id);
+	}
+	cursor_give(r->m, c);
+	if (out)
+		return out < 0 ? out : 1;
+	return rc == 0 || rc == MDB_NOTFOUND ? 0 : store_mdb_err(rc);
+}
+
+int store_search_from(struct store_txn *t, const struct store_search *q, struct idc_buf *at,
+		      store_entry_cb cb, void *arg, struct idc_diag *d)
+{
+	if (q->base.len == 0 || q->scope == STORE_SCOPE_BASE || q->sizelimit)
+		return -EINVAL;
+	struct run r;
+	struct idc_buf prefix = IDC_BUF_INIT;
+	uint64_t base_id;
+	int rc = run_start(&r, t, q, cb, arg, &base_id, d);
+	/* the key's text, copied: visits may look up DNs of their own */
+	if (!rc)
+		rc = store_dn_key(t, &r.m->base, 0);
+	if (!rc)
+		rc = idc_buf_append(&prefix, t->key2.data, t->key2.len);
+	if (!rc)
+		rc = idc_buf_putc(&prefix, ',');
+	if (!rc)
+		rc = walk_from(&r, (struct store_val){prefix.data, prefix.len}, at);
+	idc_buf_free(&prefix);
 	if (r.m)
 		mem_give(t, r.m);
 	return rc;

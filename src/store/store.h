@@ -381,6 +381,20 @@ typedef int (*store_entry_cb)(const struct store_entry *e, void *arg);
 int store_search(struct store_txn *t, const struct store_search *q, store_entry_cb cb, void *arg,
 		 struct idc_diag *d);
 
+/* A search of base's children (STORE_SCOPE_ONE) or descendants
+ * (STORE_SCOPE_SUB; the base itself is not visited) that can stop and go
+ * on in a later transaction: entries come in the order of their DN keys
+ * (dn2id), from the one after *at (empty: from the first), and *at is
+ * left holding the key of the last one read. cb returns 0 to go on, > 0
+ * to stop after this entry, < 0 to fail. Returns 0 when the subtree is
+ * done, 1 when cb stopped it (call again with *at), -ENOENT when base does
+ * not exist, -EINVAL for the root, scope BASE or a sizelimit, else an
+ * error or cb's value. Across transactions each entry is as the one that
+ * read it saw it: one added meanwhile at a key already passed, or removed
+ * after it was read, is not seen again; no key is visited twice. */
+int store_search_from(struct store_txn *t, const struct store_search *q, struct idc_buf *at,
+		      store_entry_cb cb, void *arg, struct idc_diag *d);
+
 /* How a search would run, for tests and `db search --explain`: "scan",
  * "index eq.uid", "and(index eq.uid,index eq.objectclass)" ... and the
  * candidate estimate. */

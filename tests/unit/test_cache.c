@@ -259,6 +259,121 @@ static void test_enum_unsorted(void **state)
 	cache_reader_end(r);
 }
 
+/* What a walk in parts passed: names (with u's gecos), one part at most
+ * `every` records long. */
+struct parts {
+	char names[256][16];
+	char gecos[256][16];
+	size_t n, every, in_part;
+};
+
+static int part_user_cb(const struct cache_user *u, uint64_t key, void *arg)
+{
+	(void)key;
+	struct parts *p = arg;
+	assert_true(p->n < 256);
+	snprintf(p->names[p->n], sizeof(p->names[0]), "%s", u->name);
+	snprintf(p->gecos[p->n++], sizeof(p->gecos[0]), "%s", u->gecos);
+	return ++p->in_part == p->every;
+}
+
+static int part_group_cb(const struct cache_group *g, uint64_t key, void *arg)
+{
+	(void)key;
+	struct parts *p = arg;
+	assert_true(p->n < 256);
+	snprintf(p->names[p->n++], sizeof(p->names[0]), "%s", g->name);
+	return ++p->in_part == p->every;
+}
+
+/* How many times the walk passed name (-1: with another gecos than want). */
+static int passed(const struct parts *p, const char *name, const char *want)
+{
+	int n = 0;
+	for (size_t i = 0; i < p->n; i++)
+		if (strcmp(p->names[i], name) == 0)
+			n = want && strcmp(p->gecos[i], want) != 0 ? -1 : n + 1;
+	return n;
+}
+
+static void put_one(struct fx *f, const char *name, uint32_t uid, const char *gecos, bool del)
+{
+	struct cache_txn *t;
+	bool ch;
+	struct cache_user u = {name, uid, 100, gecos, "/home/x", "/bin/sh", uid};
+	assert_int_equal(cache_txn_begin(f->c, &t, NULL), 0);
+	if (del)
+		assert_int_equal(cache_del_user(t, "local", name, NULL), 0);
+	else
+		assert_int_equal(cache_put_user(t, "local", &u, &ch, NULL), 0);
+	assert_int_equal(cache_txn_commit(t, NULL), 0);
+}
+
+/* The walk in parts, each in a reader of its own, with changes between
+ * them: what was there throughout is passed once; a change is seen when
+ * the walk's position had not passed the entry yet; nothing twice. */
+static void test_enum_from(void **state)
+{
+	struct fx *f = *state;
+	struct cache_txn *t;
+	bool ch;
+	assert_int_equal(cache_txn_begin(f->c, &t, NULL), 0);
+	assert_int_equal(cache_domain_ensure(t, "local", 0, NULL), 0);
+	char name[16];
+	for (uint32_t i = 0; i < 100; i++) {
+		snprintf(name, sizeof(name), "u%03u", i);
+		struct cache_user u = {name, 2000 + i, 100, "old", "/home/x", "/bin/sh", i + 1};
+		assert_int_equal(cache_put_user(t, "local", &u, &ch, NULL), 0);
+	}
+	assert_int_equal(cache_txn_commit(t, NULL), 0);
+	struct parts *p = calloc(1, sizeof(*p));
+	p->every = 7;
+	struct idc_buf at = IDC_BUF_INIT;
+	struct cache_reader *r;
+	int rc, nparts = 0;
+	do {
+		p->in_part = 0;
+		assert_int_equal(cache_reader_begin(f->c, &r), 0);
+		rc = cache_enum_users_from(r, "local", &at, part_user_cb, p);
+		cache_reader_end(r);
+		assert_true(rc == 0 || rc == 1);
+		if (nparts++ == 0) { /* u000-u006 passed */
+			assert_int_equal(rc, 1);
+			assert_int_equal(p->n, 7);
+			put_one(f, "u003", 0, NULL, true);       /* passed: stays passed */
+			put_one(f, "u050", 0, NULL, true);       /* ahead: never passed */
+			put_one(f, "u060", 2060, "new", false);  /* ahead: passed as changed */
+			put_one(f, "a_new", 3000, "new", false); /* behind: not passed */
+			put_one(f, "z_new", 3001, "new", false); /* ahead: passed */
+			put_one(f, "u006", 2006, "new", false);  /* the last passed: not again */
+		}
+	} while (rc == 1);
+	assert_true(nparts >= 15);
+	for (uint32_t i = 0; i < 100; i++) {
+		snprintf(name, sizeof(name), "u%03u", i);
+		int want = i == 50 ? 0 : 1;
+		assert_int_equal(passed(p, name, i == 60 ? "new" : "old"), want);
+	}
+	assert_int_equal(passed(p, "a_new", NULL), 0);
+	assert_int_equal(passed(p, "z_new", "new"), 1);
+	assert_int_equal(p->n, 100); /* 100 - u050 + z_new */
+	/* in one reader too, a part at a time; and groups */
+	memset(p, 0, sizeof(*p));
+	p->every = 1;
+	idc_buf_reset(&at);
+	put_users(f, 0);
+	assert_int_equal(cache_reader_begin(f->c, &r), 0);
+	while ((rc = cache_enum_groups_from(r, "local", &at, part_group_cb, p)) == 1)
+		p->in_part = 0;
+	assert_int_equal(rc, 0);
+	assert_int_equal(p->n, 4); /* admins, all, loop, staff: each once */
+	idc_buf_reset(&at);
+	assert_int_equal(cache_enum_users_from(r, "empty", &at, part_user_cb, p), 0);
+	cache_reader_end(r);
+	idc_buf_free(&at);
+	free(p);
+}
+
 static void test_enum_delete_expire(void **state)
 {
 	struct fx *f = *state;
@@ -1395,6 +1510,7 @@ int main(void)
 	    T(test_noop_refresh_writes_nothing_durable),
 	    T(test_enum_delete_expire),
 	    T(test_enum_unsorted),
+	    T(test_enum_from),
 	    T(test_drop_outside),
 	    T(test_bad_names),
 	    T(test_timestamps_rebuilt),
