@@ -1,0 +1,255 @@
+"""Fault injection (docs/DESIGN.md §10): tests/integration/faultinj.c, an
+LD_PRELOAD shim built with the tests, makes chosen calls of the allocator
+and of chosen system calls fail with an errno, in idcached, in a client
+that loads the NSS module and in `idcache db`. Whatever fails, the process
+must not die by a signal or hang, an identity is never answered wrong (a
+failure is TRYAGAIN, UNAVAIL, ERROR or a closed connection, or an error
+exit with a log line), and once the faults stop the daemon answers right
+again. Every sweep has a fixed shape and seed; each checks from the shim's
+counters that it did fail calls.
+"""
+import os
+import signal
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import nsenv
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "load"))
+import idcproto as P  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("as_root")
+
+ALLOC = "malloc,calloc,realloc,strdup,strndup"
+USERS = [(f"fu{i:02d}", 4000 + i) for i in range(40)]
+PASSWD = ("root:x:0:0:root:/root:/bin/bash\n" +
+          "".join(f"{n}:x:{u}:{u}:Fault user {u}:/home/{n}:/bin/sh\n" for n, u in USERS))
+GROUP = ("root:x:0:\n" +
+         "".join(f"{n}:x:{u}:\n" for n, u in USERS) +
+         "fgrp:x:4900:" + ",".join(n for n, _ in USERS[:20]) + "\n")
+# What each lookup must answer when it answers at all.
+EXPECT_PW = {n: (n, "x", u, u, f"Fault user {u}", f"/home/{n}", "/bin/sh") for n, u in USERS}
+EXPECT_GR = {"fgrp": ("fgrp", "x", 4900, [n for n, _ in USERS[:20]])}
+FAILED = (P.UNAVAIL, P.TRYAGAIN, P.ERROR)
+
+
+class Faults:
+    """The shim's control file: arm/disarm, and its counters."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+        self.path.write_bytes(bytes(4096))
+        os.chmod(self.path, 0o666)
+
+    def arm(self, on=True):
+        with open(self.path, "r+b") as f:
+            f.write(struct.pack("=I", 1 if on else 0))
+
+    def reset(self):
+        with open(self.path, "r+b") as f:
+            f.write(bytes(32))
+
+    def counts(self):
+        """(calls seen while armed, calls failed, calls after a failure)"""
+        return struct.unpack_from("=QQQ", self.path.read_bytes(), 8)
+
+    def env(self, shim, prog, funcs, nth=0, every=0, one_in=0, seed=0, limit=0, err=0):
+        return {"LD_PRELOAD": str(shim), "FAULTINJ_CTL": str(self.path),
+                "FAULTINJ_PROG": prog, "FAULTINJ_FUNCS": funcs, "FAULTINJ_NTH": str(nth),
+                "FAULTINJ_EVERY": str(every), "FAULTINJ_ONE_IN": str(one_in),
+                "FAULTINJ_SEED": str(seed), "FAULTINJ_LIMIT": str(limit),
+                "FAULTINJ_ERRNO": str(err)}
+
+
+@pytest.fixture(scope="session")
+def shim(build_dir):
+    path = build_dir / "tests" / "faultinj.so"
+    if not path.exists():
+        pytest.fail(f"{path} is missing: build it first")
+    return path
+
+
+class Bench:
+    """Daemons over PASSWD/GROUP with the shim preloaded, one at a time."""
+
+    def __init__(self, binary, module_dir, shim):
+        self.binary, self.module_dir, self.shim = binary, module_dir, shim
+        self.base = nsenv.make_private_dir("idc-faults-")
+        self.faults = Faults(self.base / "faults.ctl")
+        self.ns = nsenv.NsEnv(module_dir, self.base / "run", self.base / "ns")
+        sys_passwd, sys_group = nsenv.daemon_sys_files(self.base / "sys")
+        self.wrap = self.ns.argv([], sources="files", passwd=sys_passwd, group=sys_group)
+        self.runs = 0
+
+    def daemon(self, idcache_conf="", domain_conf="", **faults):
+        """A fresh daemon (its own state) whose environment carries the
+        shim set up by faults (Faults.env's keywords), not started."""
+        self.runs += 1
+        base = self.base / f"d{self.runs}"
+        base.mkdir()
+        os.chmod(base, 0o755)
+        d = nsenv.Daemon(self.binary, base, PASSWD, GROUP, idcache_conf, domain_conf,
+                         wrap=self.wrap)
+        d.env = self.faults.env(self.shim, "idcached", **faults)
+        d.ns = nsenv.NsEnv(self.module_dir, d.run_dir, self.base / "ns")
+        return d
+
+
+@pytest.fixture
+def bench(idcached_bin, nss_module_dir, shim):
+    b = Bench(idcached_bin, nss_module_dir, shim)
+    yield b
+    nsenv.remove_tree(b.base)
+
+
+def stop(d):
+    """SIGTERM; the daemon must stop by itself with a status, never by a
+    signal of its own (a crash) or not at all."""
+    if not d.alive():
+        rc = d.proc.returncode
+    else:
+        d.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = d.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            d.proc.kill()
+            d.proc.wait()
+            pytest.fail(f"idcached ignored SIGTERM (hung); log:\n{d.log()[-3000:]}")
+    d.expected_exit = True
+    return rc
+
+
+def nudge(d):
+    """Rewrite the domain's files unchanged (a new inode, as vipw does):
+    a files domain whose load failed retries after 10 s, or at once on a
+    change, which is quicker for a sweep."""
+    nsenv.write_atomic(d.passwd, PASSWD)
+    nsenv.write_atomic(d.group, GROUP)
+
+
+def check_answers(d, strict, tries=1):
+    """Look up every user, the group and one user's groups over the raw
+    protocol. A reply that is OK must be the right identity; with strict
+    (the faults stopped) every one must be OK. Returns the statuses seen."""
+    seen = []
+    client = None
+    for name, expect in list(EXPECT_PW.items())[:12] + [("fgrp", None), ("fu03:gl", None)]:
+        for attempt in range(tries):
+            try:
+                if client is None:
+                    client = P.Client(d.run_dir / "nss.sock", timeout=10)
+                if name.endswith(":gl"):
+                    st, p = client.call(P.INITGROUPS, name[:-3])
+                    got = sorted(P.decode_gids(p)) if st == P.OK else None
+                    want = [4900]
+                elif expect is None:
+                    st, p = client.call(P.GETGRNAM, name)
+                    got = P.decode_group(p) if st == P.OK else None
+                    want = EXPECT_GR[name]
+                else:
+                    st, p = client.call(P.GETPWNAM, name)
+                    got = P.decode_passwd(p) if st == P.OK else None
+                    want = expect
+            except (OSError, ConnectionError, RuntimeError) as e:
+                # A refused or closed connection is a failure, not an answer.
+                if client is not None:
+                    client.close()
+                client = None
+                st, got, want = f"conn:{type(e).__name__}", None, None
+            seen.append(st)
+            if st == P.OK:
+                if name.endswith(":gl"):
+                    assert want[0] in got, f"{name}: {got}"
+                else:
+                    assert got == want, f"wrong identity for {name}: {got} != {want}"
+                break
+            assert not strict or attempt < tries - 1, \
+                f"{name} not answered after the faults stopped: {st}\n{d.log()[-3000:]}"
+            assert st in FAILED or str(st).startswith("conn:"), \
+                f"{name}: status {st} is neither an answer nor a failure"
+            if strict:
+                if attempt == 4:
+                    nudge(d)
+                time.sleep(0.2)
+    if client is not None:
+        client.close()
+    return seen
+
+
+def test_startup_allocation_failures(bench):
+    """The n-th allocation of idcached's start fails, for n swept over the
+    whole start: it either starts and answers right (or fails a lookup
+    and then answers right), or exits with a status and a log line; it
+    never dies by a signal or hangs."""
+    probe = bench.daemon(funcs=ALLOC, nth=10 ** 9)
+    bench.faults.reset()
+    bench.faults.arm()
+    probe.start(timeout=30)
+    total = bench.faults.counts()[0]
+    stop(probe)
+    assert total > 50, f"the shim saw only {total} allocations at start"
+    step = max(1, total // 60)
+    failed_starts = 0
+    for n in list(range(1, min(total, 40))) + list(range(40, total, step)):
+        bench.faults.reset()
+        bench.faults.arm()
+        d = bench.daemon(funcs=ALLOC, nth=n)
+        try:
+            d.start(timeout=30)
+        except nsenv.DaemonError as e:
+            rc = d.proc.returncode
+            assert rc is not None, f"n={n}: idcached hung at start:\n{e}"
+            assert rc > 0, f"n={n}: idcached died by signal {-rc} at start:\n{d.log()[-3000:]}"
+            assert d.log().strip().splitlines()[-1], f"n={n}: exit {rc} without a word"
+            failed_starts += 1
+            continue
+        bench.faults.arm(False)
+        check_answers(d, strict=True, tries=25)
+        rc = stop(d)
+        assert rc == 0, f"n={n}: exit {rc} on SIGTERM:\n{d.log()[-3000:]}"
+        nsenv.remove_tree(d.base)
+    assert bench.faults.counts()[1] >= 1
+
+
+@pytest.mark.parametrize("funcs,every,err", [
+    (ALLOC, 7, 0),
+    (ALLOC, 29, 0),
+    ("read,write,recv,send,recvmsg,sendmsg", 5, 0),
+    ("read,write,recv,send,recvmsg,sendmsg", 3, 4),       # EINTR
+    ("read,write,recv,send,recvmsg,sendmsg", 4, 11),      # EAGAIN
+    ("accept4,epoll_wait,poll", 2, 0),
+    ("accept4", 2, 24),                                   # EMFILE
+    ("open,openat,mmap,pread,pwrite,fdatasync,fsync", 2, 0),
+])
+def test_request_path_faults(bench, funcs, every, err):
+    """Every n-th call of these fails while lookups of users, a group and
+    group lists run over the raw protocol and through getent/id: each
+    answer is right or a failure; then the faults stop and every lookup
+    is answered right, and the daemon stops cleanly."""
+    d = bench.daemon(funcs=funcs, nth=1, every=every, err=err)
+    d.start(timeout=30)
+    bench.faults.reset()
+    bench.faults.arm()
+    seen_all = []
+    for _ in range(3):
+        seen_all += check_answers(d, strict=False)
+    cmds = [["getent", "passwd", "fu05"], ["id", "fu07"], ["getent", "group", "fgrp"],
+            ["getent", "passwd"], ["getent", "initgroups", "fu03"]]
+    for r in d.ns.run_many(cmds):
+        assert r.rc >= 0, f"{r.argv} died by a signal: {r!r}"
+        if r.rc == 0 and r.argv[:2] == ["getent", "passwd"] and len(r.argv) == 3:
+            assert r.out.startswith("fu05:x:4005:4005:"), r
+    calls, failed, _ = bench.faults.counts()
+    print("COUNTS", funcs, every, calls, failed, seen_all)
+    bench.faults.arm(False)
+    assert failed >= 1, f"nothing failed ({calls} calls seen): the sweep proves nothing"
+    assert d.alive(), f"idcached died with {d.proc.returncode}:\n{d.log()[-3000:]}"
+    check_answers(d, strict=True, tries=25)
+    r = d.ns.run(["getent", "passwd", "fu05"])
+    assert r.rc == 0 and r.out == "fu05:x:4005:4005:Fault user 4005:/home/fu05:/bin/sh\n", r
+    assert stop(d) == 0, d.log()[-3000:]
