@@ -9,6 +9,7 @@ again. Every sweep has a fixed shape and seed; each checks from the shim's
 counters that it did fail calls.
 """
 import os
+import shutil
 import signal
 import struct
 import subprocess
@@ -86,14 +87,14 @@ class Bench:
         self.wrap = self.ns.argv([], sources="files", passwd=sys_passwd, group=sys_group)
         self.runs = 0
 
-    def daemon(self, idcache_conf="", domain_conf="", **faults):
+    def daemon(self, idcache_conf="", domain_conf="", passwd=PASSWD, group=GROUP, **faults):
         """A fresh daemon (its own state) whose environment carries the
         shim set up by faults (Faults.env's keywords), not started."""
         self.runs += 1
         base = self.base / f"d{self.runs}"
         base.mkdir()
         os.chmod(base, 0o755)
-        d = nsenv.Daemon(self.binary, base, PASSWD, GROUP, idcache_conf, domain_conf,
+        d = nsenv.Daemon(self.binary, base, passwd, group, idcache_conf, domain_conf,
                          wrap=self.wrap)
         d.env = self.faults.env(self.shim, "idcached", **faults)
         d.ns = nsenv.NsEnv(self.module_dir, d.run_dir, self.base / "ns")
@@ -253,3 +254,174 @@ def test_request_path_faults(bench, funcs, every, err):
     r = d.ns.run(["getent", "passwd", "fu05"])
     assert r.rc == 0 and r.out == "fu05:x:4005:4005:Fault user 4005:/home/fu05:/bin/sh\n", r
     assert stop(d) == 0, d.log()[-3000:]
+
+
+# ==== an ldap domain beside the files ================================================
+
+@pytest.fixture(scope="module")
+def directory():
+    from test_e2e_precedence import DIRECTORY, slapd_holding
+    yield from slapd_holding("idc-faults-ldap-", "f", DIRECTORY)
+
+
+# Local names and ids the directory also holds (withheld there), names only
+# it holds, and names it holds that are withheld: each must answer as the
+# same daemon answered before the faults, or fail.
+LDAP_PROBES = ([(P.GETPWNAM, n) for n in ("root", "alice", "ldapuser", "mallory")] +
+               [(P.GETPWUID, u) for u in (0, 1000, 10002, 5001)] +
+               [(P.GETGRNAM, n) for n in ("sudo", "devs", "ops", "alice")] +
+               [(P.GETGRGID, g) for g in (27, 20001, 5027)] +
+               [(P.INITGROUPS, n) for n in ("ldapuser", "alice")])
+
+
+def ask_all(d, probes):
+    """[(status or "conn", payload)] of each probe, one connection while
+    it lasts."""
+    out, client = [], None
+    for op, key in probes:
+        try:
+            if client is None:
+                client = P.Client(d.run_dir / "nss.sock", timeout=10)
+            out.append(client.call(op, key))
+        except TimeoutError:
+            # The directory's timeouts are 2 s and 3 s: a lookup this late hangs.
+            pytest.fail(f"op {op} {key!r} unanswered for 10 s:\n{d.log()[-3000:]}")
+        except (OSError, ConnectionError, RuntimeError):
+            if client is not None:
+                client.close()
+            client = None
+            out.append(("conn", b""))
+    if client is not None:
+        client.close()
+    return out
+
+
+def same_or_failed(probes, oracle, got, log):
+    for (op, key), want, have in zip(probes, oracle, got):
+        if have[0] in FAILED or have[0] == "conn":
+            continue
+        assert have == want, f"op {op} {key!r}: {have} where the answer is {want}\n{log()[-3000:]}"
+
+
+@pytest.mark.parametrize("funcs,every,err", [
+    (ALLOC, 11, 0),
+    (ALLOC, 4, 0),
+    ("read,write,recv,send,recvmsg,sendmsg", 4, 0),
+    ("read,write,recv,send,recvmsg,sendmsg", 3, 4),       # EINTR
+    ("poll,epoll_wait", 2, 0),
+    ("read,write,socket,connect", 2, 104),                 # ECONNRESET
+])
+def test_ldap_domain_faults(bench, directory, funcs, every, err):
+    """Every n-th call fails while users, groups and group lists of a
+    files domain and of an ldap domain behind it (the real slapd; its
+    entries expire each second, so lookups keep going to it) are looked
+    up: each answer is the one the same daemon gave before the faults, or
+    a failure; never the directory's entry for a local name or id, and
+    never a withheld one. Once the faults stop, every answer is right."""
+    from test_e2e_precedence import LOCAL_GROUP, LOCAL_PASSWD, dir_domain
+    d = bench.daemon(idcache_conf="domains = local, dir\n",
+                     domain_conf=dir_domain(directory.uri, "entry_cache_timeout = 1\n"
+                                            "entry_negative_timeout = 1\n"),
+                     passwd=LOCAL_PASSWD, group=LOCAL_GROUP, funcs=funcs, nth=1, every=every,
+                     err=err)
+    d.start(timeout=30)
+    oracle = ask_all(d, LDAP_PROBES)
+    assert all(st in (P.OK, P.NOTFOUND) for st, _ in oracle), oracle
+    bench.faults.reset()
+    bench.faults.arm()
+    for _ in range(3):
+        time.sleep(1.1)
+        same_or_failed(LDAP_PROBES, oracle, ask_all(d, LDAP_PROBES), d.log)
+    calls, failed, _ = bench.faults.counts()
+    bench.faults.arm(False)
+    assert failed >= 1, f"nothing failed ({calls} calls seen)"
+    assert d.alive(), f"idcached died with {d.proc.returncode}:\n{d.log()[-3000:]}"
+    for attempt in range(40):
+        got = ask_all(d, LDAP_PROBES)
+        if got == oracle:
+            break
+        time.sleep(0.25)
+    assert got == oracle, f"not answered right after the faults stopped:\n{d.log()[-3000:]}"
+    assert stop(d) == 0, d.log()[-3000:]
+
+
+# ==== idcache db import / check ====================================================
+
+def db(idcache, store, *args, env=None):
+    return subprocess.run([str(idcache), "db", "-d", str(store), *map(str, args)],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **(env or {})})
+
+
+def entry_count(idcache, store):
+    r = db(idcache, store, "stats")
+    assert r.returncode == 0, r
+    return int(next(x.split()[-1] for x in r.stdout.splitlines() if x.startswith("entries:")))
+
+
+def test_import_and_check_under_allocation_faults(idcache, gen_ldif, shim, tmp_path):
+    """The n-th allocation of `idcache db import` fails, n swept over the
+    whole import of a few hundred entries into a store holding a base:
+    the import exits with a status and says why, or succeeds; the store
+    then passes its check and holds the base alone or all of the file,
+    never a part. `idcache db check` under the same faults exits with a
+    status, never a signal, and never calls a sound store damaged."""
+    if gen_ldif is None:
+        pytest.skip("bench/idcache-gen-ldif not built")
+    full = subprocess.run([str(gen_ldif), "--users", "300"], capture_output=True,
+                          check=True).stdout
+    cut = full.index(b"dn: uid=")
+    (tmp_path / "base.ldif").write_bytes(full[:cut])
+    (tmp_path / "body.ldif").write_bytes(full[cut:])
+    base = tmp_path / "base"
+    assert db(idcache, base, "init").returncode == 0
+    assert db(idcache, base, "import", "-q", tmp_path / "base.ldif").returncode == 0
+    n_base = entry_count(idcache, base)
+    faults = Faults(tmp_path / "faults.ctl")
+    ref = tmp_path / "ref"
+    shutil.copytree(base, ref)
+    faults.arm()
+    r = db(idcache, ref, "import", "-q", tmp_path / "body.ldif",
+           env=faults.env(shim, "idcache", ALLOC, nth=10 ** 9))
+    total = faults.counts()[0]
+    assert r.returncode == 0, r
+    n_all = entry_count(idcache, ref)
+    export_all = db(idcache, ref, "export").stdout
+    assert total > 100 and n_all > n_base
+    step = max(1, total // 80)
+    outcomes = {"none": 0, "all": 0}
+    for n in list(range(1, 30)) + list(range(30, total + step, step)):
+        st = tmp_path / "st"
+        shutil.copytree(base, st)
+        faults.reset()
+        faults.arm()
+        r = db(idcache, st, "import", "-q", tmp_path / "body.ldif",
+               env=faults.env(shim, "idcache", ALLOC, nth=n))
+        faults.arm(False)
+        assert r.returncode >= 0, f"n={n}: import died by signal {-r.returncode}: {r.stderr}"
+        if r.returncode != 0:
+            assert r.stderr.strip(), f"n={n}: import failed ({r.returncode}) without a word"
+        c = db(idcache, st, "check")
+        assert c.returncode == 0 and "consistent" in c.stdout, f"n={n}: {c!r} after {r!r}"
+        got = entry_count(idcache, st)
+        assert got in (n_base, n_all), f"n={n}: {got} entries, want {n_base} or {n_all}"
+        assert (got == n_all) == (r.returncode == 0), f"n={n}: {got} entries after {r!r}"
+        if got == n_all:
+            assert db(idcache, st, "export").stdout == export_all, f"n={n}"
+        outcomes["all" if got == n_all else "none"] += 1
+        shutil.rmtree(st)
+    assert outcomes["none"] > 0
+    # db check under allocation and read faults
+    for funcs, every in ((ALLOC, 3), (ALLOC, 17), ("read,pread,open,openat,mmap", 2)):
+        for nth in (1, 2, 5, 11):
+            faults.reset()
+            faults.arm()
+            r = db(idcache, ref, "check", env=faults.env(shim, "idcache", funcs, nth=nth,
+                                                          every=every))
+            faults.arm(False)
+            assert r.returncode >= 0, f"check died by signal {-r.returncode}: {r!r}"
+            assert "damaged" not in r.stdout, f"{funcs}/{nth}: a sound store called damaged: {r!r}"
+            if r.returncode != 0:
+                assert r.stderr.strip(), r
+    c = db(idcache, ref, "check")
+    assert c.returncode == 0 and "consistent" in c.stdout, c
