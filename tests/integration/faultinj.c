@@ -24,6 +24,9 @@
  *   FAULTINJ_ONE_IN instead: each call fails with probability 1/K, from
  *   FAULTINJ_SEED   a fixed seed (a per-process xorshift sequence).
  *   FAULTINJ_LIMIT  at most this many failures (0: no limit).
+ *   FAULTINJ_CALLER only calls made from an object whose path holds this
+ *                   (e.g. libnss_idcache): the calls the C library makes
+ *                   itself, whose failures are its own business, pass.
  *   FAULTINJ_ERRNO  the errno set (a number; default per call: ENOMEM for
  *                   the allocator and mmap, EINTR for poll and epoll_wait,
  *                   EMFILE for open, openat, socket and accept4, EIO for
@@ -101,6 +104,7 @@ static unsigned char fi_chosen[FI_NCALLS];
 static uint64_t fi_nth, fi_every, fi_one_in, fi_limit;
 static _Atomic uint64_t fi_rng;
 static int fi_errno;
+static const char *fi_caller;
 static __thread int fi_busy __attribute__((tls_model("initial-exec")));
 
 static uint64_t fi_num(const char *name)
@@ -140,6 +144,7 @@ __attribute__((constructor)) static void fi_init(void)
 				fi_one_in = fi_num("FAULTINJ_ONE_IN");
 				fi_limit = fi_num("FAULTINJ_LIMIT");
 				fi_errno = (int)fi_num("FAULTINJ_ERRNO");
+				fi_caller = getenv("FAULTINJ_CALLER");
 				fi_rng = fi_num("FAULTINJ_SEED") * 2654435761u + 88172645463325252u;
 				fi_ctl = p;
 			}
@@ -183,11 +188,23 @@ static int fi_default_errno(enum fi_call c)
 	}
 }
 
-/* Whether this call fails; if so errno is set. */
-static int fi_fail(enum fi_call c)
+/* Whether the call returning to ra comes from the chosen object. */
+static int fi_from_caller(void *ra)
+{
+	Dl_info info;
+	fi_busy++;
+	int ok = dladdr(ra, &info) && info.dli_fname && strstr(info.dli_fname, fi_caller);
+	fi_busy--;
+	return ok;
+}
+
+/* Whether this call, returning to ra, fails; if so errno is set. */
+static int fi_fail_at(enum fi_call c, void *ra)
 {
 	struct fi_ctl *ctl = fi_ctl;
 	if (!ctl || fi_busy || !fi_chosen[c] || !atomic_load(&ctl->armed))
+		return 0;
+	if (fi_caller && !fi_from_caller(ra))
 		return 0;
 	uint64_t n = atomic_fetch_add(&ctl->calls, 1) + 1;
 	int hit;
@@ -206,6 +223,8 @@ static int fi_fail(enum fi_call c)
 	errno = fi_errno ? fi_errno : fi_default_errno(c);
 	return 1;
 }
+
+#define fi_fail(c) fi_fail_at(c, __builtin_return_address(0))
 
 #define FI_REAL(type, name, args)                                                                  \
 	static type(*real_##name) args;                                                            \

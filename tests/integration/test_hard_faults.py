@@ -59,8 +59,9 @@ class Faults:
         """(calls seen while armed, calls failed, calls after a failure)"""
         return struct.unpack_from("=QQQ", self.path.read_bytes(), 8)
 
-    def env(self, shim, prog, funcs, nth=0, every=0, one_in=0, seed=0, limit=0, err=0):
-        return {"LD_PRELOAD": str(shim), "FAULTINJ_CTL": str(self.path),
+    def env(self, shim, prog, funcs, nth=0, every=0, one_in=0, seed=0, limit=0, err=0,
+            caller=None):
+        return {**({"FAULTINJ_CALLER": caller} if caller else {}),"LD_PRELOAD": str(shim), "FAULTINJ_CTL": str(self.path),
                 "FAULTINJ_PROG": prog, "FAULTINJ_FUNCS": funcs, "FAULTINJ_NTH": str(nth),
                 "FAULTINJ_EVERY": str(every), "FAULTINJ_ONE_IN": str(one_in),
                 "FAULTINJ_SEED": str(seed), "FAULTINJ_LIMIT": str(limit),
@@ -425,3 +426,75 @@ def test_import_and_check_under_allocation_faults(idcache, gen_ldif, shim, tmp_p
                 assert r.stderr.strip(), r
     c = db(idcache, ref, "check")
     assert c.returncode == 0 and "consistent" in c.stdout, c
+
+
+# ==== the NSS module in a client =====================================================
+
+NSS_FUNCS = "socket,connect,read,write,sendmsg,recvmsg,poll,mmap,open,openat," + ALLOC
+NSS_CMDS = [["getent", "passwd", "fu05"], ["getent", "passwd", "4007"],
+            ["getent", "group", "fgrp"], ["getent", "initgroups", "fu03"],
+            ["getent", "passwd"], ["id", "fu07"]]
+
+
+@pytest.mark.parametrize("sources,err", [("idcache files", 0), ("idcache", 0),
+                                         ("idcache", 4), ("idcache files", 11)])
+def test_nss_module_faults_in_the_client(bench, sources, err):
+    """The n-th of the NSS module's calls (socket, connect, reads and
+    writes, poll, the memory cache's mmap and open, allocations) fails, n
+    swept over each command's calls (the C library's own are left alone:
+    glibc 2.36's setpwent dies on a NULL from its own allocation): getent and id never die by a signal, and
+    print only right entries (the daemon's or, falling through, the same
+    files'); with idcache alone, a lookup that fails says not found."""
+    d = bench.daemon(funcs="")
+    d.env = {}
+    d.start(timeout=30)
+    files = d.base / "client-passwd", d.base / "client-group"
+    files[0].write_text(PASSWD)
+    files[1].write_text(GROUP)
+    kw = dict(sources=sources, passwd=files[0], group=files[1])
+    want = [r.out for r in d.ns.run_many(NSS_CMDS, **kw)]
+    assert want[0].startswith("fu05:x:4005:") and "fu07" in want[5], want
+    allowed = set(PASSWD.splitlines())
+    ctl_dir = d.base / "ctl"
+    ctl_dir.mkdir()
+    os.chmod(ctl_dir, 0o777)
+    # each command's own count of calls, unfailed
+    counts = []
+    for i, cmd in enumerate(NSS_CMDS):
+        f = Faults(ctl_dir / f"probe{i}")
+        f.arm()
+        env = bench.faults.env(bench.shim, cmd[0], NSS_FUNCS, nth=10 ** 9,
+                               caller="libnss_idcache")
+        env["FAULTINJ_CTL"] = str(f.path)
+        r = d.ns.run(cmd, env=env, **kw)
+        assert r.rc == 0 and r.out == want[i], r
+        counts.append(f.counts()[0])
+    runs, ctls = [], []
+    for i, cmd in enumerate(NSS_CMDS):
+        step = max(1, counts[i] // 40)
+        for n in range(1, counts[i] + 1, step):
+            f = Faults(ctl_dir / f"c{i}-{n}")
+            f.arm()
+            env = bench.faults.env(bench.shim, cmd[0], NSS_FUNCS, nth=n, err=err,
+                                   caller="libnss_idcache")
+            env["FAULTINJ_CTL"] = str(f.path)
+            runs.append((i, n, ["env"] + [f"{k}={v}" for k, v in env.items()] + cmd))
+            ctls.append(f)
+    failed = 0
+    for (i, n, argv), f, r in zip(runs, ctls, d.ns.run_many([a for _, _, a in runs], **kw)):
+        cmd = NSS_CMDS[i]
+        assert r.rc >= 0, f"{cmd} died by signal {-r.rc} at call {n}: {r!r}"
+        failed += f.counts()[1]
+        if r.rc != 0:
+            assert r.rc in (1, 2), f"{cmd} at call {n}: {r!r}"
+            continue
+        if cmd == ["getent", "passwd"]:
+            bad = [x for x in r.out.splitlines() if x not in allowed]
+            assert not bad, f"enumeration at call {n} printed {bad[:3]}"
+        elif cmd[0] == "id":
+            assert r.out == want[i], f"{cmd} at call {n}: {r.out!r} != {want[i]!r}"
+        else:
+            assert r.out == want[i], f"{cmd} at call {n}: {r.out!r} != {want[i]!r}"
+    assert failed > len(runs) // 2, f"only {failed} of {len(runs)} runs failed a call"
+    d.check_alive()
+    assert stop(d) == 0
