@@ -27,6 +27,8 @@
  *   FAULTINJ_CALLER only calls made from an object whose path holds this
  *                   (e.g. libnss_idcache): the calls the C library makes
  *                   itself, whose failures are its own business, pass.
+ *   FAULTINJ_SPARE  calls made from an object whose path holds this pass
+ *                   (e.g. liblber, whose failed layer setup asserts).
  *   FAULTINJ_ERRNO  the errno set (a number; default per call: ENOMEM for
  *                   the allocator and mmap, EINTR for poll and epoll_wait,
  *                   EMFILE for open, openat, socket and accept4, EIO for
@@ -104,7 +106,7 @@ static unsigned char fi_chosen[FI_NCALLS];
 static uint64_t fi_nth, fi_every, fi_one_in, fi_limit;
 static _Atomic uint64_t fi_rng;
 static int fi_errno;
-static const char *fi_caller;
+static const char *fi_caller, *fi_spare;
 static __thread int fi_busy __attribute__((tls_model("initial-exec")));
 
 static uint64_t fi_num(const char *name)
@@ -145,6 +147,7 @@ __attribute__((constructor)) static void fi_init(void)
 				fi_limit = fi_num("FAULTINJ_LIMIT");
 				fi_errno = (int)fi_num("FAULTINJ_ERRNO");
 				fi_caller = getenv("FAULTINJ_CALLER");
+				fi_spare = getenv("FAULTINJ_SPARE");
 				fi_rng = fi_num("FAULTINJ_SEED") * 2654435761u + 88172645463325252u;
 				fi_ctl = p;
 			}
@@ -188,12 +191,13 @@ static int fi_default_errno(enum fi_call c)
 	}
 }
 
-/* Whether the call returning to ra comes from the chosen object. */
-static int fi_from_caller(void *ra)
+/* Whether the call returning to ra comes from an object whose path holds
+ * part. */
+static int fi_from(void *ra, const char *part)
 {
 	Dl_info info;
 	fi_busy++;
-	int ok = dladdr(ra, &info) && info.dli_fname && strstr(info.dli_fname, fi_caller);
+	int ok = dladdr(ra, &info) && info.dli_fname && strstr(info.dli_fname, part);
 	fi_busy--;
 	return ok;
 }
@@ -204,7 +208,7 @@ static int fi_fail_at(enum fi_call c, void *ra)
 	struct fi_ctl *ctl = fi_ctl;
 	if (!ctl || fi_busy || !fi_chosen[c] || !atomic_load(&ctl->armed))
 		return 0;
-	if (fi_caller && !fi_from_caller(ra))
+	if ((fi_caller && !fi_from(ra, fi_caller)) || (fi_spare && fi_from(ra, fi_spare)))
 		return 0;
 	uint64_t n = atomic_fetch_add(&ctl->calls, 1) + 1;
 	int hit;

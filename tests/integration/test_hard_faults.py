@@ -60,8 +60,9 @@ class Faults:
         return struct.unpack_from("=QQQ", self.path.read_bytes(), 8)
 
     def env(self, shim, prog, funcs, nth=0, every=0, one_in=0, seed=0, limit=0, err=0,
-            caller=None):
-        return {**({"FAULTINJ_CALLER": caller} if caller else {}),"LD_PRELOAD": str(shim), "FAULTINJ_CTL": str(self.path),
+            caller=None, spare=None):
+        return {**({"FAULTINJ_CALLER": caller} if caller else {}),
+                **({"FAULTINJ_SPARE": spare} if spare else {}),"LD_PRELOAD": str(shim), "FAULTINJ_CTL": str(self.path),
                 "FAULTINJ_PROG": prog, "FAULTINJ_FUNCS": funcs, "FAULTINJ_NTH": str(nth),
                 "FAULTINJ_EVERY": str(every), "FAULTINJ_ONE_IN": str(one_in),
                 "FAULTINJ_SEED": str(seed), "FAULTINJ_LIMIT": str(limit),
@@ -183,24 +184,26 @@ def check_answers(d, strict, tries=1):
     return seen
 
 
-def test_startup_allocation_failures(bench):
-    """The n-th allocation of idcached's start fails, for n swept over the
-    whole start: it either starts and answers right (or fails a lookup
-    and then answers right), or exits with a status and a log line; it
-    never dies by a signal or hangs."""
-    probe = bench.daemon(funcs=ALLOC, nth=10 ** 9)
+def sweep_start(bench, funcs, answers_right, points=60, dense=40, extra=(), **daemon_kw):
+    """Start idcached with the n-th of these calls failing, n swept over
+    the calls a start makes (every one of the first 40, then about points
+    more): it either starts, and answers_right(d) once the faults stop, or
+    exits with a status and a log line; it never dies by a signal or
+    hangs. Returns (calls of a start, starts that failed)."""
+    probe = bench.daemon(funcs=funcs, nth=10 ** 9, **daemon_kw)
     bench.faults.reset()
     bench.faults.arm()
     probe.start(timeout=30)
     total = bench.faults.counts()[0]
     stop(probe)
-    assert total > 50, f"the shim saw only {total} allocations at start"
-    step = max(1, total // 60)
+    nsenv.remove_tree(probe.base)
+    step = max(1, total // points)
     failed_starts = 0
-    for n in list(range(1, min(total, 40))) + list(range(40, total, step)):
+    for n in sorted(set(range(1, min(total, dense))) | set(range(dense, total, step)) |
+                    {x for x in extra if x < total}):
         bench.faults.reset()
         bench.faults.arm()
-        d = bench.daemon(funcs=ALLOC, nth=n)
+        d = bench.daemon(funcs=funcs, nth=n, **daemon_kw)
         try:
             d.start(timeout=30)
         except nsenv.DaemonError as e:
@@ -209,13 +212,33 @@ def test_startup_allocation_failures(bench):
             assert rc > 0, f"n={n}: idcached died by signal {-rc} at start:\n{d.log()[-3000:]}"
             assert d.log().strip().splitlines()[-1], f"n={n}: exit {rc} without a word"
             failed_starts += 1
+            nsenv.remove_tree(d.base)
             continue
         bench.faults.arm(False)
-        check_answers(d, strict=True, tries=25)
+        answers_right(d)
         rc = stop(d)
         assert rc == 0, f"n={n}: exit {rc} on SIGTERM:\n{d.log()[-3000:]}"
         nsenv.remove_tree(d.base)
     assert bench.faults.counts()[1] >= 1
+    return total, failed_starts
+
+
+@pytest.mark.parametrize("funcs", [
+    ALLOC,
+    # A commit of cache.mdb that fails at its meta write (EIO) leaves
+    # LMDB's environment in its fatal state: every later transaction is
+    # refused ("reading the cache: unknown error") until idcached is
+    # restarted; the store would have to be reopened. Known, not fixed yet.
+    pytest.param("open,openat,mmap,read,pread,pwrite,write,fdatasync,fsync,socket,epoll_wait",
+                 marks=pytest.mark.xfail(strict=True, reason="a failed cache commit leaves "
+                                         "LMDB's environment unusable until a restart")),
+])
+def test_startup_faults(bench, funcs):
+    """The n-th allocation, or the n-th file or socket call, of idcached's
+    start fails (a files domain): sweep_start's rules."""
+    total, failed = sweep_start(bench, funcs, lambda d: check_answers(d, strict=True, tries=25))
+    assert total > 20, f"the shim saw only {total} calls at start"
+    print(f"{funcs}: {total} calls at start, {failed} starts refused")
 
 
 @pytest.mark.parametrize("funcs,every,err", [
@@ -297,9 +320,12 @@ def ask_all(d, probes):
     return out
 
 
-def same_or_failed(probes, oracle, got, log):
+def same_or_failed(probes, oracle, got, log, offline_ok=False):
+    """Each answer is the oracle's or a failure; with offline_ok also "not
+    found", which an offline directory answers for what the cache lacks
+    (docs/DESIGN.md §10, as sssd)."""
     for (op, key), want, have in zip(probes, oracle, got):
-        if have[0] in FAILED or have[0] == "conn":
+        if have[0] in FAILED or have[0] == "conn" or (offline_ok and have[0] == P.NOTFOUND):
             continue
         assert have == want, f"op {op} {key!r}: {have} where the answer is {want}\n{log()[-3000:]}"
 
@@ -344,6 +370,44 @@ def test_ldap_domain_faults(bench, directory, funcs, every, err):
         time.sleep(0.25)
     assert got == oracle, f"not answered right after the faults stopped:\n{d.log()[-3000:]}"
     assert stop(d) == 0, d.log()[-3000:]
+
+
+def test_ldap_domain_startup_allocation_faults(bench, directory):
+    """sweep_start over the allocations of a start with an ldap domain
+    (libldap's included): once the faults stop, every probe answers as a
+    daemon without faults does."""
+    from test_e2e_precedence import LOCAL_GROUP, LOCAL_PASSWD, dir_domain
+    kw = dict(idcache_conf="domains = local, dir\n", domain_conf=dir_domain(directory.uri),
+              passwd=LOCAL_PASSWD, group=LOCAL_GROUP)
+    ref = bench.daemon(funcs="", **kw)
+    ref.env = {}
+    ref.start(timeout=30)
+    oracle = ask_all(ref, LDAP_PROBES)
+    stop(ref)
+
+    def answers_right(d):
+        # a domain offline after a failed connect probes again after 1 s, 2 s, 4 s...
+        for _ in range(60):
+            got = ask_all(d, LDAP_PROBES)
+            if got == oracle:
+                return
+            same_or_failed(LDAP_PROBES, oracle, got, d.log, offline_ok=True)
+            time.sleep(0.25)
+        assert got == oracle, f"not answered right after the faults stopped:\n{d.log()[-3000:]}"
+
+    # liblber's own allocations pass: a failed one in ber_sockbuf_add_io
+    # leaves a layer half set up, and its removal asserts (OpenLDAP's bug).
+    # A files domain that has not loaded is stood in for by the daemon's
+    # /etc/passwd and /etc/group (test_e2e_precedence.py's unreadable
+    # case), which hold the local users, as on a host where the files
+    # domain reads them. n = 56 fails the local domain's load.
+    with open(bench.base / "sys" / "passwd", "a") as f:
+        f.write("alice:x:1000:1000:Alice local:/home/alice:/bin/bash\n")
+    with open(bench.base / "sys" / "group", "a") as f:
+        f.write("alice:x:1000:\n")
+    total, failed = sweep_start(bench, ALLOC, answers_right, points=25, dense=10,
+                                extra=range(50, 62), spare="liblber", **kw)
+    print(f"ldap start: {total} allocations, {failed} starts refused")
 
 
 # ==== idcache db import / check ====================================================
