@@ -88,6 +88,15 @@ class Bench:
         sys_passwd, sys_group = nsenv.daemon_sys_files(self.base / "sys")
         self.wrap = self.ns.argv([], sources="files", passwd=sys_passwd, group=sys_group)
         self.runs = 0
+        self.started = []
+
+    def close(self):
+        """Kill what a failed test left running, then remove everything."""
+        for d in self.started:
+            if d.alive():
+                d.proc.kill()
+                d.proc.wait()
+        nsenv.remove_tree(self.base)
 
     def daemon(self, idcache_conf="", domain_conf="", passwd=PASSWD, group=GROUP, **faults):
         """A fresh daemon (its own state) whose environment carries the
@@ -100,6 +109,7 @@ class Bench:
                          wrap=self.wrap)
         d.env = self.faults.env(self.shim, "idcached", **faults)
         d.ns = nsenv.NsEnv(self.module_dir, d.run_dir, self.base / "ns")
+        self.started.append(d)
         return d
 
 
@@ -107,7 +117,7 @@ class Bench:
 def bench(idcached_bin, nss_module_dir, shim):
     b = Bench(idcached_bin, nss_module_dir, shim)
     yield b
-    nsenv.remove_tree(b.base)
+    b.close()
 
 
 def stop(d):
