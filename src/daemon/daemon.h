@@ -351,6 +351,10 @@ bool daemon_group_withheld(struct daemon *dm, size_t i, const struct cache_group
  * "local name", "earlier domain id", ...), or NULL when it is served. */
 const char *daemon_withheld_reason(struct daemon *dm, size_t i, bool group, const char *name,
 				   uint32_t id);
+/* The error of a withholding check that could not be made since the last
+ * call (0: none), cleared. Such a check withholds; a lookup it touched
+ * must fail with this error, not go on to the next domain. */
+int daemon_checks_failed(struct daemon *dm);
 /* Remove from gids[0..*n), the group list of a user of domain i, the gids
  * of its withheld groups. */
 void daemon_gids_withhold(struct daemon *dm, size_t i, uint32_t *gids, size_t *n);
@@ -763,6 +767,7 @@ struct daemon {
 	struct cache_reader *aside;        /* precedence.c's checks, ended with reader */
 	struct host_files *host;           /* /etc/passwd, /etc/group (precedence.c) */
 	struct gid_memo *gid_memo;         /* precedence.c */
+	int checks_err;                    /* precedence.c: a check that failed, withholding */
 	struct held_ids *held_ids;         /* precedence.c: the files domains' ids, sorted */
 	struct subid_served *subid_served; /* subid.c: the directory ranges served */
 	const char **members;              /* precedence.c: member list scratch */

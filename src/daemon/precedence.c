@@ -39,7 +39,9 @@
 #include "daemon/daemon.h"
 
 #define HOST_PASSWD "/etc/passwd"
-#define HOST_GROUP  "/etc/group"
+/* withheld_why's tag when a check could not be made */
+static const char CHECK_FAILED[] = "check failed";
+#define HOST_GROUP "/etc/group"
 
 /* The host's passwd or group file as last read. */
 struct host_file {
@@ -49,6 +51,7 @@ struct host_file {
 	size_t n;
 	struct stat st;
 	bool have_st;
+	bool lacking; /* it could not be read for want of memory or descriptors */
 };
 
 struct host_files {
@@ -212,7 +215,10 @@ static bool host_refresh(struct host_file *h, const char *path, bool group, uint
 		idc_log(IDC_LOG_ERR, "%s: cannot read it to keep remote domains off its names: %s",
 			path, idc_strerror(rc));
 		host_file_clear(h);
-		h->have_st = have;
+		/* A passing shortage withholds every remote entry (host_holds)
+		 * and is read again at the next look, not at the next change. */
+		h->lacking = rc == -ENOMEM || rc == -EMFILE || rc == -ENFILE;
+		h->have_st = have && !h->lacking;
 		h->st = st;
 	}
 	return true;
@@ -323,6 +329,25 @@ struct entry {
 	const char *dn;
 };
 
+/* A check that could not be made (no reader, a lookup that failed, the
+ * host's files not kept) withholds: an entry is never served because its
+ * check failed. The error is kept for the responder to answer with
+ * (daemon_checks_failed), so the lookup fails instead of going on to the
+ * next domain. */
+static const char *check_failed(struct daemon *dm, int err, char *why, size_t cap)
+{
+	dm->checks_err = err;
+	snprintf(why, cap, "the check failed: %s", idc_strerror(err));
+	return CHECK_FAILED;
+}
+
+int daemon_checks_failed(struct daemon *dm)
+{
+	int err = dm->checks_err;
+	dm->checks_err = 0;
+	return err;
+}
+
 /* Whether domain j holds e's name or id: the tag saying which (NULL: it
  * does not), why the long form. Files domains are the host's own. */
 static const char *domain_holds(struct daemon *dm, size_t i, size_t j, const struct entry *e,
@@ -336,11 +361,15 @@ static const char *domain_holds(struct daemon *dm, size_t i, size_t j, const str
 	struct cache_user u;
 	struct cache_group g;
 	if (!r)
-		return NULL;
-	bool name = e->group ? cache_group_by_name(r, &dn, 1, e->name, cs, &g, NULL) == 0
-			     : cache_user_by_name(r, &dn, 1, e->name, cs, &u, NULL) == 0;
-	bool id = !name && (e->group ? cache_group_by_gid(r, &dn, 1, e->id, &g, NULL) == 0
-				     : cache_user_by_uid(r, &dn, 1, e->id, &u, NULL) == 0);
+		return check_failed(dm, -EIO, why, cap);
+	int rn = e->group ? cache_group_by_name(r, &dn, 1, e->name, cs, &g, NULL)
+			  : cache_user_by_name(r, &dn, 1, e->name, cs, &u, NULL);
+	int ri = rn == 0    ? -ENOENT
+		 : e->group ? cache_group_by_gid(r, &dn, 1, e->id, &g, NULL)
+			    : cache_user_by_uid(r, &dn, 1, e->id, &u, NULL);
+	if ((rn < 0 && rn != -ENOENT) || (ri < 0 && ri != -ENOENT))
+		return check_failed(dm, rn < 0 && rn != -ENOENT ? rn : ri, why, cap);
+	bool name = rn == 0, id = ri == 0;
 	if (name)
 		snprintf(why, cap, "the name is held by domain %s", dn);
 	else if (id)
@@ -362,10 +391,14 @@ static const char *held(struct daemon *dm, size_t i, const struct entry *e, char
 			tag = domain_holds(dm, i, j, e, why, cap);
 	if (tag)
 		return tag;
-	struct host_files *h = reads_host(dm) ? host_files(dm) : NULL;
+	if (!reads_host(dm))
+		return NULL;
+	struct host_files *h = host_files(dm);
 	bool by_name = false;
-	if (!h || !host_holds(e->group ? &h->gr : &h->pw, e->group, e->name,
-			      dm->domains[i]->cfg->case_sensitive, e->id, &by_name))
+	if (!h || (e->group ? h->gr.lacking : h->pw.lacking))
+		return check_failed(dm, -ENOMEM, why, cap);
+	if (!host_holds(e->group ? &h->gr : &h->pw, e->group, e->name,
+			dm->domains[i]->cfg->case_sensitive, e->id, &by_name))
 		return NULL;
 	if (by_name)
 		snprintf(why, cap, "the name is held by %s", e->group ? HOST_GROUP : HOST_PASSWD);
@@ -397,10 +430,11 @@ static bool withheld(struct daemon *dm, size_t i, const struct entry *e)
 {
 	struct domain *d = dm->domains[i];
 	char why[160], msg[768];
-	if (!withheld_why(dm, i, e, why, sizeof(why)))
+	const char *tag = withheld_why(dm, i, e, why, sizeof(why));
+	if (!tag)
 		return false;
-	if (!d->ldap)
-		return true; /* a files domain's own filter: nothing to report */
+	if (!d->ldap || tag == CHECK_FAILED)
+		return true; /* a files domain's own filter, or no finding: nothing to report */
 	snprintf(msg, sizeof(msg), "domain %s: %s \"%s\" (%s %u, %.400s) not served: %s",
 		 d->cfg->name, e->group ? "group" : "user", e->name, e->group ? "gid" : "uid",
 		 e->id, e->dn ? e->dn : "no DN", why);
@@ -436,8 +470,12 @@ static bool gid_withheld(struct daemon *dm, size_t i, uint32_t gid)
 	struct cache_reader *r = aside(dm);
 	const char *dn = dm->domains[i]->cfg->name;
 	struct cache_group g;
-	if (!r || cache_group_by_gid(r, &dn, 1, gid, &g, NULL) != 0)
+	char why[160];
+	int rc = r ? cache_group_by_gid(r, &dn, 1, gid, &g, NULL) : -EIO;
+	if (rc == -ENOENT)
 		return false;
+	if (rc < 0)
+		return check_failed(dm, rc, why, sizeof(why)) != NULL;
 	char name[CACHE_NAME_MAX + 1], odn[512];
 	snprintf(name, sizeof(name), "%s", g.name);
 	snprintf(odn, sizeof(odn), "%s", g.orig_dn ? g.orig_dn : "no DN");
@@ -463,8 +501,11 @@ static bool gid_withheld_memo(struct daemon *dm, size_t i, uint32_t gid, uint64_
 	if (!dm->gid_memo && !(dm->gid_memo = calloc(MEMO_SLOTS, sizeof(*dm->gid_memo))))
 		return gid_withheld(dm, i, gid);
 	struct gid_memo *m = &dm->gid_memo[(gid * 2654435761u + i) % MEMO_SLOTS];
-	if (m->gen != gen || m->domain != i || m->gid != gid)
-		*m = (struct gid_memo){gen, i, gid, gid_withheld(dm, i, gid)};
+	if (m->gen != gen || m->domain != i || m->gid != gid) {
+		bool w = gid_withheld(dm, i, gid);
+		/* a check that failed is made again next time */
+		*m = (struct gid_memo){dm->checks_err ? 0 : gen, i, gid, w};
+	}
 	return m->withheld;
 }
 

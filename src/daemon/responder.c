@@ -434,11 +434,17 @@ static int walk_user(struct walk *w, struct cache_user *u, struct cache_meta *me
 	*step = WALK_NEXT;
 	if (r && by_name(req->cmd) && !cache_name_valid(req->name.p, req->name.len))
 		*step = WALK_ANSWER;
+	daemon_checks_failed(dm); /* an earlier request's */
 	for (size_t i = 0; r && *step == WALK_NEXT && i < dm->ndomains; i++) {
 		*meta = (struct cache_meta){0};
 		rc = user_in(r, dm->domains[i]->cfg, req, u, meta);
 		if (rc == 0 && passed_over(w, i, u)) {
-			rc = -ENOENT; /* as if not held: the next domain may */
+			/* as if not held: the next domain may; unless the check
+			 * failed, when no later domain may answer either */
+			rc = daemon_checks_failed(dm);
+			if (rc < 0)
+				break;
+			rc = -ENOENT;
 			continue;
 		}
 		int err = 0;
@@ -693,10 +699,14 @@ static int do_group(struct walk *w, struct idc_buf *out)
 	rc = !r ? -EIO : -ENOENT;
 	if (r && req->cmd == PROTO_CMD_GETGRNAM && !cache_name_valid(req->name.p, req->name.len))
 		step = WALK_ANSWER;
+	daemon_checks_failed(dm); /* an earlier request's */
 	for (size_t i = 0; r && step == WALK_NEXT && i < dm->ndomains; i++) {
 		meta = (struct cache_meta){0};
 		rc = group_in(r, dm->domains[i]->cfg, req, &g, &meta);
 		if (rc == 0 && daemon_group_withheld(dm, i, &g)) {
+			rc = daemon_checks_failed(dm); /* as in walk_user */
+			if (rc < 0)
+				break;
 			rc = -ENOENT;
 			continue;
 		}
@@ -709,6 +719,8 @@ static int do_group(struct walk *w, struct idc_buf *out)
 		return 0;
 	if (rc == 0)
 		rc = daemon_group_members_kept(dm, at, &g);
+	if (rc == 0) /* a member group's check that failed left it out */
+		rc = daemon_checks_failed(dm);
 	if (rc < 0)
 		return reply_failure(out, req->cmd, rc, w->unsure);
 	daemon_mc_put_group(dm, &g, answer_keys(req, g.name), answer_until(dm->domains[at], &meta));
@@ -728,12 +740,16 @@ static int do_initgroups(struct walk *w, struct idc_buf *out)
 	int rc = !r ? -EIO : -ENOENT, step = WALK_NEXT;
 	if (r && !cache_name_valid(req->name.p, req->name.len))
 		step = WALK_ANSWER;
+	daemon_checks_failed(dm); /* an earlier request's */
 	for (size_t i = 0; r && step == WALK_NEXT && i < dm->ndomains; i++) {
 		struct domain *d = dm->domains[i];
 		struct cache_meta meta = {0};
 		struct cache_user u;
 		rc = user_in(r, d->cfg, req, &u, &meta);
 		if (rc == 0 && passed_over(w, i, &u)) {
+			rc = daemon_checks_failed(dm); /* as in walk_user */
+			if (rc < 0)
+				break;
 			rc = -ENOENT;
 			continue;
 		}
@@ -753,8 +769,10 @@ static int do_initgroups(struct walk *w, struct idc_buf *out)
 			until = answer_until(d, &meta);
 			rc = daemon_user_gids(dm, i, r, req->name.p, d->cfg->case_sensitive, &n);
 		}
-		if (step == WALK_ANSWER && rc == 0)
+		if (step == WALK_ANSWER && rc == 0) {
 			daemon_gids_withhold(dm, i, dm->gids, &n);
+			rc = daemon_checks_failed(dm); /* a group left out unchecked */
+		}
 	}
 	if (step == WALK_DEFER)
 		return 0;
@@ -1001,8 +1019,10 @@ static int add_user(const struct cache_user *cu, uint64_t key, void *arg)
 {
 	struct domain_recs *u = arg;
 	walked(u);
-	int rc = 0;
-	if (!daemon_user_withheld(u->dm, u->i, cu)) {
+	int rc;
+	if (daemon_user_withheld(u->dm, u->i, cu)) {
+		rc = daemon_checks_failed(u->dm); /* 0: skipped; a failed check fails the build */
+	} else {
 		size_t off = u->recs.len;
 		rc = put_user(&u->recs, cu);
 		rc = rc ? rc : keep_record(u, cu->order, key, off);
@@ -1014,10 +1034,13 @@ static int add_group(const struct cache_group *g, uint64_t key, void *arg)
 {
 	struct domain_recs *u = arg;
 	walked(u);
-	int rc = 0;
-	if (!daemon_group_withheld(u->dm, u->i, g)) {
+	int rc;
+	if (daemon_group_withheld(u->dm, u->i, g)) {
+		rc = daemon_checks_failed(u->dm); /* as in add_user */
+	} else {
 		struct cache_group kept = *g;
 		rc = daemon_group_members_kept(u->dm, u->i, &kept);
+		rc = rc ? rc : daemon_checks_failed(u->dm);
 		size_t off = u->recs.len;
 		rc = rc ? rc : put_group(&u->recs, &kept);
 		rc = rc ? rc : keep_record(u, g->order, key, off);
@@ -1059,6 +1082,7 @@ static int job_read(struct daemon *dm, struct snap_job *j)
 	size_t first = j->u.n;
 	j->u.dm = dm;
 	j->u.i = j->domain;
+	daemon_checks_failed(dm); /* an earlier request's */
 	int rc = j->users ? cache_enum_users_from(r, dn, &j->at, add_user, &j->u)
 			  : cache_enum_groups_from(r, dn, &j->at, add_group, &j->u);
 	daemon_reader_end(dm); /* no snapshot kept between two slices */

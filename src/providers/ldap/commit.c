@@ -81,7 +81,12 @@ static void *worker(void *arg)
 		c->ran = true;
 		pthread_cond_broadcast(&c->cv);
 		uint64_t one = 1;
-		if (write(c->efd, &one, sizeof(one)) != sizeof(one))
+		/* A write lost to a signal would leave the loop waiting for
+		 * the job, and every lookup the domain holds with it. */
+		ssize_t w;
+		while ((w = write(c->efd, &one, sizeof(one))) < 0 && errno == EINTR)
+			;
+		if (w != sizeof(one))
 			idc_log(IDC_LOG_DEBUG, "ldap: committer eventfd write failed");
 	}
 	pthread_mutex_unlock(&c->mu);
@@ -184,7 +189,10 @@ static bool job_ran(struct lp_commit *c, bool wait)
 	c->ran = false;
 	pthread_mutex_unlock(&c->mu);
 	uint64_t n;
-	if (ran && read(c->efd, &n, sizeof(n)) < 0 && errno != EAGAIN)
+	ssize_t r = 0;
+	while (ran && (r = read(c->efd, &n, sizeof(n))) < 0 && errno == EINTR)
+		; /* else it stays readable, and the loop spins on it */
+	if (r < 0 && errno != EAGAIN)
 		idc_log(IDC_LOG_DEBUG, "ldap: committer eventfd read failed");
 	return ran;
 }
