@@ -520,17 +520,20 @@ int store_txn_begin(struct store *s, struct store_txn *parent, unsigned flags,
 		txn_met_full = false;
 	if (parent)
 		rc = index_bulk_flush(parent);
-	if (!rc)
-		rc = mdb_txn_begin(s->env, parent ? parent->txn : NULL, rdonly ? MDB_RDONLY : 0,
-				   &t->txn);
+	if (!rc) {
+		/* LMDB's own codes are negative (MDB_PANIC after a failed meta
+		 * write), errno values positive: both are mapped here */
+		int mrc = mdb_txn_begin(s->env, parent ? parent->txn : NULL,
+					rdonly ? MDB_RDONLY : 0, &t->txn);
+		if (mrc)
+			rc = idc_diag_set(d, store_mdb_err(mrc), "%s: cannot begin transaction: %s",
+					  s->dir, mdb_strerror(mrc));
+	}
 	if (rc == 0 && !rdonly) {
 		if (parent)
 			t->next_id = parent->next_id;
 		else
 			rc = meta_get_u64(t->txn, s->meta, "next_id", &t->next_id);
-	} else if (rc > 0) {
-		rc = idc_diag_set(d, store_mdb_err(rc), "%s: cannot begin transaction: %s", s->dir,
-				  mdb_strerror(rc));
 	}
 	if (rc) {
 		if (t->txn)

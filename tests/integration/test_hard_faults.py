@@ -237,7 +237,7 @@ def sweep_start(bench, funcs, answers_right, points=60, dense=40, extra=(), **da
     ALLOC,
     # A commit of cache.mdb that fails at its meta write (EIO) leaves
     # LMDB's environment in its fatal state: every later transaction is
-    # refused ("reading the cache: unknown error") until idcached is
+    # refused ("reading the cache: Input/output error") until idcached is
     # restarted; the store would have to be reopened. Known, not fixed yet.
     pytest.param("open,openat,mmap,read,pread,pwrite,write,fdatasync,fsync,socket,epoll_wait",
                  marks=pytest.mark.xfail(strict=True, reason="a failed cache commit leaves "
