@@ -116,15 +116,20 @@ static int cmp_str(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* "FOLDED\0NAME": name's cache_name_fold form (the cache's key rule),
- * which sorts the index, then name itself, which host_holds compares with
- * cache_name_answers. */
+/* name's cache_name_fold form (the cache's key rule) into f; its length.
+ * It sorts the indexes below and is what they are searched by. */
+static size_t fold_key(const char *name, char f[CACHE_NAME_MAX + 1])
+{
+	size_t n = cache_name_fold(CACHE_NAMES_STORED, name, f);
+	return n ? n : (size_t)snprintf(f, CACHE_NAME_MAX + 1, "%.*s", CACHE_NAME_MAX, name);
+}
+
+/* "FOLDED\0NAME": fold_key's form, which sorts the index, then name
+ * itself, which host_holds compares with cache_name_answers. */
 static char *fold_copy(const char *name)
 {
 	char f[CACHE_NAME_MAX + 1];
-	size_t n = cache_name_fold(CACHE_NAMES_STORED, name, f), len = strlen(name);
-	if (!n)
-		n = (size_t)snprintf(f, sizeof(f), "%.*s", CACHE_NAME_MAX, name);
+	size_t n = fold_key(name, f), len = strlen(name);
 	char *c = malloc(n + 1 + len + 1);
 	if (c) {
 		memcpy(c, f, n + 1);
@@ -136,12 +141,14 @@ static char *fold_copy(const char *name)
 /* Whether the sorted folded[0..n) (fold_copy's form) hold name: exactly
  * (cs), or a name that a lookup of name is answered by, as the cache
  * answers one ignoring case (cache_name_answers): FULLWIDTH ｒｏｏｔ is root
- * to a directory, and to the cache. */
+ * to a directory, and to the cache. Searched by the folded form alone
+ * (strcmp stops at its NUL), kept on the stack: a member check of a big
+ * group allocates nothing. */
 static bool folded_holds(char *const *folded, size_t n, const char *name, bool cs)
 {
-	char *key = fold_copy(name);
-	if (!key)
-		return true; /* no memory: withheld rather than served wrongly */
+	char f[CACHE_NAME_MAX + 1];
+	fold_key(name, f);
+	const char *key = f;
 	char *const *at = n ? bsearch(&key, folded, n, sizeof(*folded), cmp_str) : NULL;
 	bool found = false;
 	while (at && at > folded && !strcmp(at[-1], key))
@@ -151,7 +158,6 @@ static bool folded_holds(char *const *folded, size_t n, const char *name, bool c
 		found = cs ? strcmp(stored, name) == 0
 			   : cache_name_answers(CACHE_NAMES_STORED, stored, name);
 	}
-	free(key);
 	return found;
 }
 
@@ -644,12 +650,13 @@ static int held_push(struct held_ids *h, uint32_t id)
 	return 0;
 }
 
+/* name appended to h->folded in fold_copy's form. */
 static int held_name(struct held_ids *h, const char *name)
 {
-	char *f = fold_copy(name);
-	size_t n = f ? strlen(f) + 1 : 0;
-	int rc = f ? idc_buf_append(&h->folded, f, n + strlen(f + n) + 1) : -ENOMEM;
-	free(f);
+	char f[CACHE_NAME_MAX + 1];
+	size_t n = fold_key(name, f);
+	int rc = idc_buf_append(&h->folded, f, n + 1);
+	rc = rc ? rc : idc_buf_append(&h->folded, name, strlen(name) + 1);
 	h->nnames += rc == 0;
 	return rc;
 }

@@ -358,6 +358,8 @@ int store_map_release(struct store *s)
 		return 0;
 	if (mdb_env_get_fd(s->env, &fd) || fstat(fd, &st))
 		return -EIO;
+	/* LMDB does not say where it mapped the file (mdb_env_info's
+	 * me_mapaddr is the address stored for MDB_FIXEDMAP, NULL here) */
 	FILE *f = fopen("/proc/self/maps", "re");
 	if (!f)
 		return -errno;
