@@ -420,6 +420,15 @@ static bool passed_over(const struct walk *w, size_t i, const struct cache_user 
 	return (w->pinned && u->uid != w->uid) || daemon_user_withheld(w->dm, i, u);
 }
 
+/* A walk's answer for a domain's entry it passed over: as if not held
+ * (-ENOENT: the next domain may answer), unless a withholding check
+ * failed, when no later domain may answer either (its error). */
+static int not_held(struct daemon *dm)
+{
+	int rc = daemon_checks_failed(dm);
+	return rc < 0 ? rc : -ENOENT;
+}
+
 /* The user req names (by name or uid), from the first domain that holds it
  * and may serve it (docs/DESIGN.md §11): 0 with *u and *at (the domain's
  * index), -ENOENT, or an error; *step is WALK_DEFER when the reply waits
@@ -439,12 +448,8 @@ static int walk_user(struct walk *w, struct cache_user *u, struct cache_meta *me
 		*meta = (struct cache_meta){0};
 		rc = user_in(r, dm->domains[i]->cfg, req, u, meta);
 		if (rc == 0 && passed_over(w, i, u)) {
-			/* as if not held: the next domain may; unless the check
-			 * failed, when no later domain may answer either */
-			rc = daemon_checks_failed(dm);
-			if (rc < 0)
+			if ((rc = not_held(dm)) != -ENOENT)
 				break;
-			rc = -ENOENT;
 			continue;
 		}
 		int err = 0;
@@ -704,10 +709,8 @@ static int do_group(struct walk *w, struct idc_buf *out)
 		meta = (struct cache_meta){0};
 		rc = group_in(r, dm->domains[i]->cfg, req, &g, &meta);
 		if (rc == 0 && daemon_group_withheld(dm, i, &g)) {
-			rc = daemon_checks_failed(dm); /* as in walk_user */
-			if (rc < 0)
+			if ((rc = not_held(dm)) != -ENOENT)
 				break;
-			rc = -ENOENT;
 			continue;
 		}
 		int err = 0;
@@ -747,10 +750,8 @@ static int do_initgroups(struct walk *w, struct idc_buf *out)
 		struct cache_user u;
 		rc = user_in(r, d->cfg, req, &u, &meta);
 		if (rc == 0 && passed_over(w, i, &u)) {
-			rc = daemon_checks_failed(dm); /* as in walk_user */
-			if (rc < 0)
+			if ((rc = not_held(dm)) != -ENOENT)
 				break;
-			rc = -ENOENT;
 			continue;
 		}
 		int64_t fetched = 0;
