@@ -163,6 +163,9 @@ static void status_budget(struct daemon *dm, struct idc_buf *b)
 		       (unsigned long long)dm->big_builds,
 		       (unsigned long long)(dm->big_build_ns / 1000000u));
 	idc_buf_printf(b, "big_groups.reused=%llu\n", (unsigned long long)dm->big_hits);
+	idc_buf_printf(b, "checks.local_index_built=%llu\nchecks.local_index_build_ms=%llu\n",
+		       (unsigned long long)dm->held_builds,
+		       (unsigned long long)(dm->held_build_ns / 1000000u));
 	idc_buf_printf(b, "budget.bytes=%zu\nbudget.waits=%llu\n", dm->budget_total,
 		       (unsigned long long)dm->mem_waits);
 }

@@ -750,6 +750,7 @@ struct daemon {
 	size_t gids_cap;
 	bool ready;
 	uint64_t config_gen;           /* bumped by every applied configuration */
+	uint64_t files_gen;            /* bumped by every files domain refresh (domains.c) */
 	struct enum_snap *snaps[2];    /* latest passwd / group enumeration */
 	struct snap_job *snap_jobs[2]; /* passwd / group snapshot being built */
 	struct loop_timer snap_timer;  /* its next slice (responder.c) */
@@ -764,13 +765,14 @@ struct daemon {
 	size_t nadmin;
 	uint64_t refused_uid, refused_full, shed_idle;
 	uint64_t mcmap_refused, mcmap_failed;
-	struct cache_reader *aside;        /* precedence.c's checks, ended with reader */
-	struct host_files *host;           /* /etc/passwd, /etc/group (precedence.c) */
-	struct gid_memo *gid_memo;         /* precedence.c */
-	int checks_err;                    /* precedence.c: a check that failed, withholding */
-	struct held_ids *held_ids;         /* precedence.c: the files domains' ids, sorted */
-	struct subid_served *subid_served; /* subid.c: the directory ranges served */
-	const char **members;              /* precedence.c: member list scratch */
+	struct cache_reader *aside;          /* precedence.c's checks, ended with reader */
+	struct host_files *host;             /* /etc/passwd, /etc/group (precedence.c) */
+	struct gid_memo *gid_memo;           /* precedence.c */
+	int checks_err;                      /* precedence.c: a check that failed, withholding */
+	struct held_ids *held_ids;           /* precedence.c: the files domains' ids, sorted */
+	uint64_t held_builds, held_build_ns; /* ... built, and the time it took */
+	struct subid_served *subid_served;   /* subid.c: the directory ranges served */
+	const char **members;                /* precedence.c: member list scratch */
 	size_t members_cap;
 	struct budget_uid *budgets;   /* per peer uid (budget.c) */
 	size_t budget_total;          /* bytes charged to all uids */

@@ -49,6 +49,7 @@ int domain_refresh(struct domain *d)
 	/* Each committed change drops exactly the mc records it affects. */
 	files_domain_set_hook(d->files, daemon_mc_change, d->dm);
 	int rc = files_domain_refresh(d->files, d->dm->cache, &st, &diag);
+	d->dm->files_gen++; /* it may have stored changes, even when it failed */
 	uint64_t ms = (idc_now_ns() - t0) / 1000000u;
 	d->attempted = true;
 	if (rc < 0) {

@@ -78,3 +78,32 @@ def test_a_new_local_user_leaves_the_lists_the_maps_hold(idcache, daemons, direc
     s1 = status(idcache, d)
     # dropped record by record: the map did not start over
     assert s1["memcache_group_generation"] == s0["memcache_group_generation"], (s0, s1)
+
+
+def test_directory_commits_leave_the_local_index_standing(idcache, daemons, directory):
+    """The index of the files domains' names and ids that a directory
+    group's members are checked against is built from the files domains
+    alone: the directory's commits (each entry fetched for a lookup) do
+    not make the next group lookup read every local entry again (tens of
+    milliseconds on the loop for a big files domain), and a change of the
+    host's files does."""
+    d = daemons.start(LOCAL_PASSWD, LOCAL_GROUP, idcache_conf="domains = local, dir\n",
+                      domain_conf=dir_domain(directory.uri))
+    sock = {"IDCACHE_MEMCACHE": "no"}
+    devs2 = ["getent", "group", "devs2"]
+    assert d.ns.run(devs2, env=sock).out == "devs2:x:20005:ldapuser,newbie\n"
+    s0 = status(idcache, d)
+    assert int(s0["checks.local_index_built"]) >= 1, s0
+    for fetch in (["getent", "passwd", "ldapuser"], ["getent", "group", "devs3"],
+                  ["id", "-G", "ldapuser"]):
+        assert d.ns.run(fetch, env=sock).rc == 0, fetch
+        assert d.ns.run(devs2, env=sock).out == "devs2:x:20005:ldapuser,newbie\n"
+    s1 = status(idcache, d)
+    assert int(s1["cache_durable_commits"]) > int(s0["cache_durable_commits"]), (s0, s1)
+    assert s1["checks.local_index_built"] == s0["checks.local_index_built"], (s0, s1)
+    nsenv.write_atomic(d.passwd, LOCAL_PASSWD + "newbie:x:3000:3000::/home/n:/bin/sh\n")
+    ok, _ = nsenv.wait_for(lambda: d.ns.run(["getent", "passwd", "newbie"], env=sock).rc == 0)
+    assert ok, d.log()[-2000:]
+    assert d.ns.run(devs2, env=sock).out == "devs2:x:20005:ldapuser\n"
+    s2 = status(idcache, d)
+    assert int(s2["checks.local_index_built"]) > int(s1["checks.local_index_built"]), (s1, s2)
