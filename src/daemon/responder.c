@@ -164,6 +164,12 @@ struct pending {
 	uint64_t config_gen; /* dm->config_gen the two indexes above belong to */
 	bool pinned;         /* about the user of that name with uid (walk) */
 	uint32_t uid;
+	/* confirm(): the answer whose other key the earlier remote domains
+	 * below `checked` were asked for (checked 0: none yet) */
+	char check_name[PROTO_NAME_MAX + 1];
+	uint32_t check_id;
+	size_t checked;
+	bool check_failed;
 };
 
 enum { WALK_NEXT = 0, WALK_ANSWER, WALK_DEFER };
@@ -220,7 +226,7 @@ static void resume(void *arg)
 	 * flight (not the directory's doing). The walk starts over, asking
 	 * the domains in force. */
 	if (p->config_gen != p->dm->config_gen) {
-		p->next = p->failed_at = 0;
+		p->next = p->failed_at = p->checked = 0;
 		p->asked = NULL;
 		p->config_gen = p->dm->config_gen;
 	}
@@ -429,6 +435,81 @@ static int not_held(struct daemon *dm)
 	return rc < 0 ? rc : -ENOENT;
 }
 
+/* A check's callback: the walk runs again (its earlier domain now holds
+ * the key if its directory has it; the withholding check sees it). */
+static void on_checked(enum lprov_lookup_result res, void *arg)
+{
+	struct pending *p = arg;
+	p->res = LPROV_LOOKUP_NOTFOUND; /* no initgroups note: not the request's answer */
+	p->check_failed = res == LPROV_LOOKUP_FAILED;
+	if (loop_defer(&p->dm->loop, resume, p) < 0 && p->c)
+		conn_close(p->c, "out of memory"); /* p is leaked: it may still be referenced */
+}
+
+/* Domain `at` answers with the entry (name, id). An earlier remote domain
+ * that holds its other key withholds it (precedence.c), but it checks
+ * that domain's cache only, which holds only what was asked of it: asked
+ * by uid first, a later directory's alice would answer although the first
+ * directory has an alice of its own, and getpwnam("alice") would then be
+ * another user (docs/DESIGN.md §11). So each earlier remote domain's
+ * directory is asked for the key the walk did not ask by (by name for a
+ * lookup by id, by id for one by name) before the answer goes out; its
+ * negative cache makes a repeat cheap. WALK_NEXT: none holds it (or
+ * none can say, offline); WALK_DEFER: the walk runs again once asked;
+ * WALK_EDIRECTORY: an earlier directory's answer was lost. */
+static int confirm(struct walk *w, size_t at, bool group, const char *name, uint32_t id)
+{
+	struct daemon *dm = w->dm;
+	bool named = !by_name(w->req->cmd);
+	struct pending *p = w->p;
+	size_t from = 0;
+	if (p && p->checked && p->check_id == id && strcmp(p->check_name, name) == 0) {
+		if (p->check_failed)
+			return WALK_EDIRECTORY;
+		from = p->checked;
+	}
+	for (size_t j = from; j < at; j++) {
+		struct domain *d = dm->domains[j];
+		if (!d->ldap)
+			continue; /* a files domain's cache is all of it */
+		if (!p && !(p = pending_new(w)))
+			return -ENOMEM;
+		if (!w->p)
+			p->next = at + 1; /* every directory the walk met answered at once */
+		size_t n = strnlen(name, PROTO_NAME_MAX); /* a cached name fits */
+		memcpy(p->check_name, name, n);
+		p->check_name[n] = '\0';
+		p->check_id = id;
+		p->checked = j + 1;
+		p->check_failed = false;
+		enum lprov_lookup_kind k = group
+					       ? (named ? LPROV_LOOKUP_GRNAM : LPROV_LOOKUP_GRGID)
+					       : (named ? LPROV_LOOKUP_PWNAM : LPROV_LOOKUP_PWUID);
+		enum lprov_lookup_result res =
+		    ldapdom_lookup(d, k, named ? p->check_name : NULL, id, on_checked, p);
+		if (res == LPROV_LOOKUP_FAILED) {
+			if (!w->p)
+				free(p);
+			return WALK_EDIRECTORY;
+		}
+		/* held now (the walk runs again and withholds), or asked */
+		if (res == LPROV_LOOKUP_PENDING ||
+		    (res == LPROV_LOOKUP_FOUND && loop_defer(&dm->loop, resume, p) == 0)) {
+			w->p = p;
+			w->c->wait = p;
+			return WALK_DEFER;
+		}
+		if (res == LPROV_LOOKUP_FOUND) {
+			if (!w->p)
+				free(p);
+			return -ENOMEM;
+		}
+	}
+	if (p && !w->p)
+		free(p);
+	return WALK_NEXT;
+}
+
 /* The user req names (by name or uid), from the first domain that holds it
  * and may serve it (docs/DESIGN.md §11): 0 with *u and *at (the domain's
  * index), -ENOENT, or an error; *step is WALK_DEFER when the reply waits
@@ -456,6 +537,13 @@ static int walk_user(struct walk *w, struct cache_user *u, struct cache_meta *me
 		*step = settle(w, i, rc, meta, true, &err);
 		rc = err ? err : rc;
 		*at = i;
+	}
+	if (rc == 0 && *step == WALK_ANSWER && dm->domains[*at]->ldap) {
+		int cs = confirm(w, *at, false, u->name, u->uid);
+		if (cs == WALK_DEFER)
+			*step = WALK_DEFER;
+		else if (cs < 0)
+			rc = cs;
 	}
 	return rc;
 }
@@ -717,6 +805,13 @@ static int do_group(struct walk *w, struct idc_buf *out)
 		step = settle(w, i, rc, &meta, true, &err);
 		rc = err ? err : rc;
 		at = i;
+	}
+	if (rc == 0 && step == WALK_ANSWER && dm->domains[at]->ldap) {
+		int cs = confirm(w, at, true, g.name, g.gid);
+		if (cs == WALK_DEFER)
+			step = WALK_DEFER;
+		else if (cs < 0)
+			rc = cs;
 	}
 	if (step == WALK_DEFER)
 		return 0;
