@@ -36,7 +36,7 @@ def start(daemons, dir1, dir2):
 
 
 def heads(d, argvs, env=None):
-    return [(r.rc, ":".join(r.out.split(":")[:3])) for r in d.ns.run_many(argvs, env=env)]
+    return [(r.rc, ":".join(r.out.strip().split(":")[:3])) for r in d.ns.run_many(argvs, env=env)]
 
 
 @pytest.mark.parametrize("maps", ["maps", "socket"])
@@ -61,3 +61,17 @@ def test_later_directory_does_not_answer_for_what_an_earlier_one_holds(daemons, 
     assert heads(d, then, env) == want_then
     for _ in range(2):  # and so it stays (the second time from the maps)
         assert heads(d, first + then, env) == want_first + want_then
+
+
+@pytest.mark.parametrize("maps", ["maps", "socket"])
+def test_later_directory_does_not_give_its_users_an_earlier_ones_gid(daemons, dir1, dir2, maps):
+    """zed (dir2) is in dir2's g2, gid 20001, which is dir's ops. Before,
+    the first `id -G zed` (dir's ops not cached) listed 20001: a login of
+    zed got dir's group as a supplementary group. (dir2's ops, 30010, is
+    withheld too once dir's ops is known: dir holds the name.)"""
+    d = start(daemons, dir1, dir2)
+    env = None if maps == "maps" else {"IDCACHE_MEMCACHE": "no"}
+    q = [["id", "-G", "zed"], ["getent", "group", "20001"]]
+    for _ in range(3):
+        got = heads(d, q, env)
+        assert got == [(0, "30002"), (0, "ops:x:20001")], d.log()[-3000:]
