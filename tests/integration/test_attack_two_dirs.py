@@ -7,12 +7,19 @@ id withholds it (DESIGN §11), and that must not depend on what the
 earlier domain's cache happens to hold: asked first by the other key,
 dir2's entries answered before, and then getpwnam or getpwuid gave
 another identity for the same name or id."""
+import sys
+from pathlib import Path
+
 import pytest
 
+import nsenv
 from test_e2e_ldap import LOCAL_GROUP, LOCAL_PASSWD, ldap_domain, private_slapd, pytestmark
 from test_e2e_precedence import DIRECTORY, _group, _user
 
 assert pytestmark
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "load"))
+import idcproto as P  # noqa: E402
 
 SECOND = (DIRECTORY.split("dn: uid=root")[0] + _user("alice", 30001) + _user("yves", 10002)
           + _user("zed", 30002) + _group("ops", 30010, ["zed"]) + _group("g2", 20001, ["zed"]))
@@ -75,3 +82,34 @@ def test_later_directory_does_not_give_its_users_an_earlier_ones_gid(daemons, di
     for _ in range(3):
         got = heads(d, q, env)
         assert got == [(0, "30002"), (0, "ops:x:20001")], d.log()[-3000:]
+
+
+@pytest.mark.skipif(nsenv.VALGRIND is None, reason="valgrind not installed")
+def test_checks_under_valgrind(idcached_bin, nss_module_dir, dir1, dir2):
+    """The checks of both kinds (deferred, answered at once from the
+    negative cache, a client gone while its checks are out) make no
+    invalid access and leak nothing."""
+    base = nsenv.make_private_dir("idc-two-vg-")
+    ns = nsenv.NsEnv(nss_module_dir, base / "run", base / "ns")
+    wrap, vglog = nsenv.valgrind_wrap(ns, base)
+    conf = ldap_domain(dir1.uri) + ldap_domain(dir2.uri).replace("[domain/dir]",
+                                                                  "[domain/dir2]")
+    d = nsenv.Daemon(idcached_bin, base, LOCAL_PASSWD, LOCAL_GROUP,
+                     idcache_conf="domains = local, dir, dir2\n", domain_conf=conf, wrap=wrap)
+    ok = False
+    try:
+        d.start(timeout=120)
+        c = P.Client(d.run_dir / "nss.sock", timeout=60)
+        c.s.sendall(P.request_frame(P.GETPWUID, 30002))  # closed while its check is out
+        c.close()
+        env = {"IDCACHE_MEMCACHE": "no"}
+        q = [["id", "-G", "zed"], ["getent", "passwd", "30001"], ["getent", "group", "g2"],
+             ["getent", "passwd", "zed"], ["getent", "passwd", "yves"]]
+        for _ in range(2):  # the second round: negative cache and cached entries
+            got = [(r.rc, r.out.strip().split(":")[0]) for r in ns.run_many(q, env=env,
+                                                                            timeout=120)]
+            assert got == [(0, "30002"), (2, ""), (2, ""), (0, "zed"), (2, "")], got
+        nsenv.stop_checked_by_valgrind(d, vglog)
+        ok = True
+    finally:
+        nsenv.end_checked_run(d, base, ok)
