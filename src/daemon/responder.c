@@ -164,6 +164,14 @@ struct pending {
 	uint64_t config_gen; /* dm->config_gen the two indexes above belong to */
 	bool pinned;         /* about the user of that name with uid (walk) */
 	uint32_t uid;
+	/* confirm(): the answer whose other key the earlier remote domains
+	 * were asked for (checked), and confirm_gids() */
+	char check_name[PROTO_NAME_MAX + 1];
+	uint32_t check_id;
+	bool checked;
+	size_t gids_checked; /* 1 + the domain whose group list's gids were */
+	unsigned checks_out; /* checks not answered yet, +1 while sending */
+	bool check_failed;
 };
 
 enum { WALK_NEXT = 0, WALK_ANSWER, WALK_DEFER };
@@ -220,7 +228,8 @@ static void resume(void *arg)
 	 * flight (not the directory's doing). The walk starts over, asking
 	 * the domains in force. */
 	if (p->config_gen != p->dm->config_gen) {
-		p->next = p->failed_at = 0;
+		p->next = p->failed_at = p->gids_checked = 0;
+		p->checked = false;
 		p->asked = NULL;
 		p->config_gen = p->dm->config_gen;
 	}
@@ -429,6 +438,133 @@ static int not_held(struct daemon *dm)
 	return rc < 0 ? rc : -ENOENT;
 }
 
+/* A check's callback: once the last check is in, the walk runs again (an
+ * earlier domain now holds the key if its directory has it; the
+ * withholding check sees it). */
+static void on_checked(enum lprov_lookup_result res, void *arg)
+{
+	struct pending *p = arg;
+	p->res = LPROV_LOOKUP_NOTFOUND; /* no initgroups note: not the request's answer */
+	p->check_failed |= res == LPROV_LOOKUP_FAILED;
+	if (--p->checks_out == 0 && loop_defer(&p->dm->loop, resume, p) < 0 && p->c)
+		conn_close(p->c, "out of memory"); /* p is leaked: it may still be referenced */
+}
+
+/* The pending a walk's checks go out on (w->p, or a new one: every
+ * directory the walk met before `at` answered at once, and `at` answered
+ * from its cache). checks_out starts with one for the sender, so no
+ * callback resumes the walk while checks are still being sent. */
+static struct pending *checks_begin(struct walk *w, size_t at)
+{
+	struct pending *p = w->p ? w->p : pending_new(w);
+	if (!p)
+		return NULL;
+	if (!w->p)
+		p->next = at + 1;
+	p->checks_out = 1;
+	p->check_failed = false;
+	return p;
+}
+
+/* Ask earlier domain d for (kind, name, id) as a check on p; *again: the
+ * walk must run again (asked, or held now). */
+static void check_one(struct pending *p, struct domain *d, enum lprov_lookup_kind kind,
+		      const char *name, uint32_t id, bool *again)
+{
+	p->checks_out++;
+	enum lprov_lookup_result res = ldapdom_lookup(d, kind, name, id, on_checked, p);
+	if (res != LPROV_LOOKUP_PENDING)
+		p->checks_out--;
+	p->check_failed |= res == LPROV_LOOKUP_FAILED;
+	*again |= res == LPROV_LOOKUP_PENDING || res == LPROV_LOOKUP_FOUND;
+}
+
+/* The checks are sent: WALK_DEFER when the walk runs again once they are
+ * in (or at once, an earlier domain holding the key now), WALK_NEXT when
+ * every earlier directory said at once that it holds none (or cannot say,
+ * offline), WALK_EDIRECTORY when one's answer was lost. */
+static int checks_sent(struct walk *w, struct pending *p, bool again)
+{
+	if (--p->checks_out > 0 || (again && loop_defer(&w->dm->loop, resume, p) == 0)) {
+		w->p = p;
+		w->c->wait = p;
+		return WALK_DEFER;
+	}
+	int rc = again ? -ENOMEM : p->check_failed ? WALK_EDIRECTORY : WALK_NEXT;
+	if (!w->p)
+		free(p);
+	return rc;
+}
+
+/* Whether a domain before `at` is remote (its cache holds only what was
+ * asked of it). */
+static bool remote_before(const struct daemon *dm, size_t at)
+{
+	for (size_t j = 0; j < at; j++)
+		if (dm->domains[j]->ldap)
+			return true;
+	return false;
+}
+
+/* Domain `at` answers with the entry (name, id). An earlier remote domain
+ * that holds its other key withholds it (precedence.c), but it checks
+ * that domain's cache only, which holds only what was asked of it: asked
+ * by uid first, a later directory's alice would answer although the first
+ * directory has an alice of its own, and getpwnam("alice") would then be
+ * another user (docs/DESIGN.md §11). So each earlier remote domain's
+ * directory is asked for the key the walk did not ask by (by name for a
+ * lookup by id, by id for one by name) before the answer goes out, once
+ * per walk and entry; its negative cache makes a repeat cheap. What
+ * checks_sent says. */
+static int confirm(struct walk *w, size_t at, bool group, const char *name, uint32_t id)
+{
+	struct daemon *dm = w->dm;
+	bool named = !by_name(w->req->cmd);
+	struct pending *p = w->p;
+	if (!remote_before(dm, at))
+		return WALK_NEXT;
+	if (p && p->checked && p->check_id == id && strcmp(p->check_name, name) == 0)
+		return p->check_failed ? WALK_EDIRECTORY : WALK_NEXT;
+	if (!(p = checks_begin(w, at)))
+		return -ENOMEM;
+	size_t n = strnlen(name, PROTO_NAME_MAX); /* a cached name fits */
+	memcpy(p->check_name, name, n);
+	p->check_name[n] = '\0';
+	p->check_id = id;
+	p->checked = true;
+	enum lprov_lookup_kind k = group ? (named ? LPROV_LOOKUP_GRNAM : LPROV_LOOKUP_GRGID)
+					 : (named ? LPROV_LOOKUP_PWNAM : LPROV_LOOKUP_PWUID);
+	bool again = false;
+	for (size_t j = 0; j < at; j++)
+		if (dm->domains[j]->ldap)
+			check_one(p, dm->domains[j], k, named ? p->check_name : NULL, id, &again);
+	return checks_sent(w, p, again);
+}
+
+/* The same for a user's group list from domain `at` (gids[0..n)): each
+ * gid is asked of every earlier remote domain, all at once, before the
+ * list goes out; a gid one of them holds then leaves the list
+ * (daemon_gids_withhold). Without it a later directory could put its
+ * users in an earlier directory's gid (a supplementary group of their
+ * login) whenever that group was not cached yet. */
+static int confirm_gids(struct walk *w, size_t at, const uint32_t *gids, size_t n)
+{
+	struct daemon *dm = w->dm;
+	struct pending *p = w->p;
+	if (!n || !remote_before(dm, at))
+		return WALK_NEXT;
+	if (p && p->gids_checked == at + 1)
+		return p->check_failed ? WALK_EDIRECTORY : WALK_NEXT;
+	if (!(p = checks_begin(w, at)))
+		return -ENOMEM;
+	p->gids_checked = at + 1;
+	bool again = false;
+	for (size_t j = 0; j < at; j++)
+		for (size_t g = 0; dm->domains[j]->ldap && g < n; g++)
+			check_one(p, dm->domains[j], LPROV_LOOKUP_GRGID, NULL, gids[g], &again);
+	return checks_sent(w, p, again);
+}
+
 /* The user req names (by name or uid), from the first domain that holds it
  * and may serve it (docs/DESIGN.md §11): 0 with *u and *at (the domain's
  * index), -ENOENT, or an error; *step is WALK_DEFER when the reply waits
@@ -456,6 +592,13 @@ static int walk_user(struct walk *w, struct cache_user *u, struct cache_meta *me
 		*step = settle(w, i, rc, meta, true, &err);
 		rc = err ? err : rc;
 		*at = i;
+	}
+	if (rc == 0 && *step == WALK_ANSWER && dm->domains[*at]->ldap) {
+		int cs = confirm(w, *at, false, u->name, u->uid);
+		if (cs == WALK_DEFER)
+			*step = WALK_DEFER;
+		else if (cs < 0)
+			rc = cs;
 	}
 	return rc;
 }
@@ -718,6 +861,13 @@ static int do_group(struct walk *w, struct idc_buf *out)
 		rc = err ? err : rc;
 		at = i;
 	}
+	if (rc == 0 && step == WALK_ANSWER && dm->domains[at]->ldap) {
+		int cs = confirm(w, at, true, g.name, g.gid);
+		if (cs == WALK_DEFER)
+			step = WALK_DEFER;
+		else if (cs < 0)
+			rc = cs;
+	}
 	if (step == WALK_DEFER)
 		return 0;
 	if (rc == 0)
@@ -773,6 +923,13 @@ static int do_initgroups(struct walk *w, struct idc_buf *out)
 		if (step == WALK_ANSWER && rc == 0) {
 			daemon_gids_withhold(dm, i, dm->gids, &n);
 			rc = daemon_checks_failed(dm); /* a group left out unchecked */
+		}
+		if (step == WALK_ANSWER && rc == 0 && d->ldap) {
+			int cs = confirm_gids(w, i, dm->gids, n);
+			if (cs == WALK_DEFER)
+				step = WALK_DEFER;
+			else if (cs < 0)
+				rc = cs;
 		}
 	}
 	if (step == WALK_DEFER)
