@@ -349,6 +349,14 @@ uint64_t cache_durable_commits(const struct cache *c)
 	return store_commit_count(c->st);
 }
 
+void cache_health(struct cache *c, struct cache_health *out)
+{
+	struct store_health h;
+	store_health(c->st, &h);
+	*out = (struct cache_health){h.failures, h.reopens, h.down, h.failed_at, {0}};
+	snprintf(out->why, sizeof(out->why), "%s", h.why);
+}
+
 /* ---- transactions ---------------------------------------------------------------------- */
 
 int cache_txn_begin(struct cache *c, struct cache_txn **out, struct idc_diag *d)
