@@ -558,7 +558,7 @@ static void env_failed(struct store *s, const char *what, int mdb_rc)
 		atomic_store(&s->fatal, true);
 		idc_log(IDC_LOG_ERR,
 			"%s: %s and left LMDB's environment unusable: that transaction is lost; "
-			"the store is reopened at its last commit",
+			"reopening the store at its last commit",
 			s->dir, h->why);
 	}
 	pthread_mutex_unlock(&s->heal_mu);
