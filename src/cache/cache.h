@@ -34,7 +34,10 @@
  * Threads: one write transaction at a time, from any thread (the daemon's
  * loop, or the LDAP provider's committer): cache_txn_begin waits while
  * another thread's transaction is open, and so does cache_grow. Read
- * functions may run in any thread with their own read transaction.
+ * functions may run in any thread with their own read transaction; the
+ * writer closes or remaps timestamps.mdb only with no reader on it
+ * (ts_drain), and the store reopens cache.mdb after a failed write only
+ * with no transaction open (store_health).
  */
 #ifndef IDC_CACHE_H
 #define IDC_CACHE_H

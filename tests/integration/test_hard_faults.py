@@ -465,6 +465,17 @@ def same_or_failed(probes, oracle, got, log, offline_ok=False):
         assert have == want, f"op {op} {key!r}: {have} where the answer is {want}\n{log()[-3000:]}"
 
 
+def answers_right_again(d, oracle):
+    """Once the faults stopped, every probe answers as the oracle within
+    10 s."""
+    for attempt in range(40):
+        got = ask_all(d, LDAP_PROBES)
+        if got == oracle:
+            return
+        time.sleep(0.25)
+    assert got == oracle, f"not answered right after the faults stopped:\n{d.log()[-3000:]}"
+
+
 @pytest.mark.parametrize("funcs,every,err", [
     (ALLOC, 11, 0),
     (ALLOC, 4, 0),
@@ -498,12 +509,7 @@ def test_ldap_domain_faults(bench, directory, funcs, every, err):
     bench.faults.arm(False)
     assert failed >= 1, f"nothing failed ({calls} calls seen)"
     assert d.alive(), f"idcached died with {d.proc.returncode}:\n{d.log()[-3000:]}"
-    for attempt in range(40):
-        got = ask_all(d, LDAP_PROBES)
-        if got == oracle:
-            break
-        time.sleep(0.25)
-    assert got == oracle, f"not answered right after the faults stopped:\n{d.log()[-3000:]}"
+    answers_right_again(d, oracle)
     assert stop(d) == 0, d.log()[-3000:]
 
 
@@ -542,12 +548,7 @@ def test_failed_meta_writes_with_an_ldap_domain(bench, idcache, directory, every
     calls, failed, _ = bench.faults.counts()
     assert failed >= 1 if every else failed == 1, (calls, failed)
     assert d.alive(), f"idcached died with {d.proc.returncode}:\n{d.log()[-3000:]}"
-    for attempt in range(40):
-        got = ask_all(d, LDAP_PROBES)
-        if got == oracle:
-            break
-        time.sleep(0.25)
-    assert got == oracle, f"not answered right after the faults stopped:\n{d.log()[-3000:]}"
+    answers_right_again(d, oracle)
     st = admin_status(idcache, d)
     # LMDB's own write-back after a failed meta write is a meta write too
     assert int(st["cache_failures"]) >= 1 and st["cache_down"] == "0", st

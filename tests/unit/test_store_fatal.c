@@ -6,8 +6,8 @@
  *
  * The failure is made here: this program defines pwrite, which liblmdb's
  * calls reach before the C library's, and fails the writes of the meta
- * pages (the first two pages, less than a page long) of a data.mdb while
- * meta_faults says so. */
+ * pages (the first two pages, less than a page long) of a file named
+ * meta_file (data.mdb; timestamps.mdb) while meta_faults says so. */
 /* pwrite by its own name, not redirected to pwrite64 (liblmdb calls pwrite) */
 #undef _FILE_OFFSET_BITS
 #include <dlfcn.h>
@@ -35,8 +35,9 @@
 
 static _Atomic int meta_faults; /* meta writes still to fail; INT_MAX: all */
 static _Atomic int meta_failed; /* meta writes failed */
+static const char *meta_file = "/data.mdb";
 
-static bool is_data_file(int fd)
+static bool is_meta_file(int fd)
 {
 	char link[64], path[4096];
 	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
@@ -44,7 +45,8 @@ static bool is_data_file(int fd)
 	if (n <= 0)
 		return false;
 	path[n] = '\0';
-	return n >= 9 && strcmp(path + n - 9, "/data.mdb") == 0;
+	size_t len = strlen(meta_file);
+	return (size_t)n >= len && strcmp(path + n - len, meta_file) == 0;
 }
 
 ssize_t pwrite(int fd, const void *buf, size_t n, off_t off)
@@ -52,7 +54,7 @@ ssize_t pwrite(int fd, const void *buf, size_t n, off_t off)
 	static ssize_t (*real)(int, const void *, size_t, off_t);
 	if (!real)
 		*(void **)&real = dlsym(RTLD_NEXT, "pwrite");
-	if (atomic_load(&meta_faults) > 0 && off < META_SPAN && n < 4096 && is_data_file(fd)) {
+	if (atomic_load(&meta_faults) > 0 && off < META_SPAN && n < 4096 && is_meta_file(fd)) {
 		if (atomic_load(&meta_faults) != INT_MAX)
 			atomic_fetch_sub(&meta_faults, 1);
 		atomic_fetch_add(&meta_failed, 1);
@@ -282,6 +284,19 @@ static int put_user(struct cache *c, const char *name, uint32_t uid, const char 
 	return cache_txn_commit(t, NULL);
 }
 
+/* A new cache in a new directory (dir, 64 bytes) holding alice. */
+static struct cache *cache_with_alice(char *dir)
+{
+	strcpy(dir, "/tmp/idc-fatal-cache-XXXXXX");
+	assert_non_null(mkdtemp(dir));
+	struct cache *c;
+	struct cache_options o = {.nosync = true};
+	atomic_store(&meta_failed, 0);
+	assert_int_equal(cache_open(dir, &o, &c, NULL), 0);
+	assert_int_equal(put_user(c, "alice", 1000, "/bin/sh"), 0);
+	return c;
+}
+
 /* The lost transaction took its timestamps with it: an entry it stored
  * again after it was marked expired is still expired (no stale entry is
  * made fresh by a commit that did not land), and what it added is not
@@ -289,13 +304,8 @@ static int put_user(struct cache *c, const char *name, uint32_t uid, const char 
 static void test_cache_serves_the_last_commit(void **state)
 {
 	(void)state;
-	char dir[64] = "/tmp/idc-fatal-cache-XXXXXX";
-	assert_non_null(mkdtemp(dir));
-	struct cache *c;
-	struct cache_options o = {.nosync = true};
-	atomic_store(&meta_failed, 0);
-	assert_int_equal(cache_open(dir, &o, &c, NULL), 0);
-	assert_int_equal(put_user(c, "alice", 1000, "/bin/sh"), 0);
+	char dir[64];
+	struct cache *c = cache_with_alice(dir);
 	size_t n = 0;
 	assert_int_equal(cache_expire(c, "dom", CACHE_USER, "alice", &n, NULL), 0);
 	assert_int_equal(n, 1);
@@ -333,6 +343,51 @@ static void test_cache_serves_the_last_commit(void **state)
 	assert_int_equal(system(cmd), 0);
 }
 
+/* timestamps.mdb refusing transactions after a failed meta write of its
+ * own: its entries count as expired, and the next write transaction
+ * rebuilds it, but never under a reader open on it (here this thread's:
+ * the rebuild waits, then fails that transaction, and the reader reads
+ * on); once the reader ended, it is rebuilt. */
+static void test_timestamps_rebuilt_once_readers_end(void **state)
+{
+	(void)state;
+	char dir[64];
+	struct cache *c = cache_with_alice(dir);
+	struct cache_reader *r;
+	assert_int_equal(cache_reader_begin(c, &r), 0);
+
+	meta_file = "/timestamps.mdb";
+	atomic_store(&meta_failed, 0);
+	atomic_store(&meta_faults, 1);
+	assert_int_equal(put_user(c, "bob", 1001, "/bin/sh"), 0); /* cache.mdb committed */
+	assert_int_equal(atomic_load(&meta_failed), 1);
+	meta_file = "/data.mdb";
+	struct idc_diag d = {{0}};
+	struct cache_txn *t;
+	assert_int_equal(cache_txn_begin(c, &t, &d), -EBUSY);
+	assert_non_null(strstr(d.msg, "another thread still reads it"));
+	const char *doms[] = {"dom"};
+	struct cache_user u;
+	struct cache_meta m;
+	assert_int_equal(cache_user_by_name(r, doms, 1, "alice", true, &u, &m), 0);
+	assert_false(m.expired);
+	cache_reader_end(r);
+
+	assert_int_equal(put_user(c, "carol", 1002, "/bin/sh"), 0);
+	assert_int_equal(cache_reader_begin(c, &r), 0);
+	assert_int_equal(cache_user_by_name(r, doms, 1, "alice", true, &u, &m), 0);
+	assert_true(m.expired); /* its timestamp went with the rebuilt db */
+	assert_int_equal(cache_user_by_name(r, doms, 1, "bob", true, &u, &m), 0);
+	assert_true(m.expired);
+	assert_int_equal(cache_user_by_name(r, doms, 1, "carol", true, &u, &m), 0);
+	assert_false(m.expired);
+	cache_reader_end(r);
+	cache_close(c);
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	assert_int_equal(system(cmd), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -341,6 +396,7 @@ int main(void)
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_failed_reopen_waits_and_retries, setup, teardown),
 	    cmocka_unit_test(test_cache_serves_the_last_commit),
+	    cmocka_unit_test(test_timestamps_rebuilt_once_readers_end),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
