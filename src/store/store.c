@@ -391,21 +391,47 @@ int store_map_release(struct store *s)
 	return rc;
 }
 
+static _Thread_local unsigned env_held;
+
+/* LMDB remaps whatever read transactions other threads hold, and the
+ * entries and cursors they hold point into the old map: the grow turns
+ * new uses away (they wait on heal_mu, or fail with -EAGAIN in a thread
+ * that holds one itself, which the grow would wait for) and waits for
+ * those open to end. */
+#define GROW_WAIT_MS 2000
+
 int store_grow(struct store *s)
 {
 	if (s->map_size > SIZE_MAX / 2)
 		return -ENOMEM;
+	if (env_held)
+		return -EBUSY; /* a transaction of this thread is open */
 	size_t size = s->map_size * 2;
-	int rc = env_enter(s, NULL);
+	int rc = env_enter(s, NULL); /* a fatal environment is reopened first */
 	if (rc)
 		return rc;
-	spare_drop(s); /* nothing kept across the remap */
-	rc = store_mdb_err(mdb_env_set_mapsize(s->env, size));
 	env_leave(s);
-	if (rc)
-		return rc;
-	s->map_size = size;
-	return 0;
+	pthread_mutex_lock(&s->heal_mu);
+	atomic_store(&s->hold, true);
+	for (int ms = 0; atomic_load(&s->users) != 0; ms++) {
+		if (ms == GROW_WAIT_MS) {
+			rc = -EBUSY;
+			break;
+		}
+		struct timespec tick = {0, 1000000};
+		nanosleep(&tick, NULL);
+	}
+	if (!rc && atomic_load(&s->fatal))
+		rc = -EIO;
+	if (!rc) {
+		spare_drop(s); /* nothing kept across the remap */
+		rc = store_mdb_err(mdb_env_set_mapsize(s->env, size));
+	}
+	if (!rc)
+		s->map_size = size;
+	atomic_store(&s->hold, false);
+	pthread_mutex_unlock(&s->heal_mu);
+	return rc;
 }
 
 size_t store_map_size(const struct store *s)
@@ -666,20 +692,25 @@ static int env_heal(struct store *s, struct idc_diag *d)
  * reopened now (d says why). Paired with env_leave. */
 static int env_enter(struct store *s, struct idc_diag *d)
 {
-	for (int tries = 0; tries < 2; tries++) {
+	for (int tries = 0; tries < 4; tries++) {
 		atomic_fetch_add(&s->users, 1);
-		if (!atomic_load(&s->fatal))
+		if (!atomic_load(&s->fatal) && !atomic_load(&s->hold)) {
+			env_held++;
 			return 0;
+		}
 		atomic_fetch_sub(&s->users, 1);
-		int rc = env_heal(s, d);
+		if (!atomic_load(&s->fatal) && env_held)
+			return idc_diag_set(d, -EAGAIN, "%s: its map is being grown", s->dir);
+		int rc = env_heal(s, d); /* waits for a grow to end */
 		if (rc)
 			return rc;
 	}
-	return idc_diag_set(d, -EIO, "%s: a write failed again while it was reopened", s->dir);
+	return idc_diag_set(d, -EIO, "%s: reopened or grown again and again", s->dir);
 }
 
 static void env_leave(struct store *s)
 {
+	env_held--;
 	atomic_fetch_sub(&s->users, 1);
 }
 

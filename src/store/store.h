@@ -292,7 +292,11 @@ int store_lmdb_err(const char *path, int mdb_rc);
  * else (a read-only filesystem, no fallocate) is left to LMDB: 0. */
 int store_lmdb_lock_reserve(const char *lock, unsigned max_readers, mode_t mode);
 
-/* Double the map (no transaction of this process may be open). */
+/* Double the map. LMDB remaps under the read transactions of other
+ * threads, whose entries point into the map: new transactions wait (or,
+ * in a thread holding one, fail with -EAGAIN) while the grow waits up to
+ * 2 s for those open to end; -EBUSY when they do not, or when this
+ * thread holds one. */
 int store_grow(struct store *s);
 /* Unmap from this process the map's pages it has read (MADV_DONTNEED;
  * found in /proc/self/maps by the data file's device and inode): they

@@ -177,6 +177,7 @@ struct store {
 	 * so one of them sees the other. */
 	_Atomic unsigned users;
 	_Atomic bool fatal;
+	_Atomic bool hold;          /* store_grow waits for the other uses to end */
 	pthread_mutex_t heal_mu;    /* the reopen; health and retry_ns */
 	struct store_health health; /* under heal_mu */
 	uint64_t retry_ns;          /* a failed reopen: none before (monotonic) */

@@ -13,6 +13,8 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -29,7 +31,7 @@
 #include <cmocka.h>
 
 #include "cache/cache.h"
-#include "store/store.h"
+#include "store/store_int.h"
 
 #define META_SPAN 8192 /* both meta pages at LMDB's 4 KiB page size */
 
@@ -213,7 +215,7 @@ static void test_reopen_waits_for_open_transactions(void **state)
 	struct idc_diag d = {{0}};
 	assert_int_equal(store_txn_begin(f->s, NULL, STORE_TXN_RDONLY, &t, &d), -EIO);
 	assert_non_null(strstr(d.msg, "no transaction of this process is open"));
-	assert_int_equal(store_grow(f->s), -EIO);
+	assert_int_equal(store_grow(f->s), -EBUSY); /* never under this thread's r */
 	assert_int_equal(get_in(r, "cn=kept-0,cn=base"), 0);
 	store_txn_abort(r);
 
@@ -256,6 +258,55 @@ static void test_failed_reopen_waits_and_retries(void **state)
 	assert_int_equal(h.failures, 1);
 	assert_int_equal(write_entries(f, false, "later", 1), 0);
 	meta_pages_sound(f);
+}
+
+/* A reader on another thread while the map is grown: the grow waits for
+ * it to end (LMDB would remap under the entries it holds); a second
+ * begin of that thread meanwhile fails at once (-EAGAIN) rather than wait
+ * for a grow that waits for it; begins of threads holding none wait for
+ * the grow and then see the bigger map. */
+struct reader_arg {
+	struct fx *f;
+	_Atomic int step; /* 1: reading; 2: about to end it */
+	int nested_rc, get_rc;
+};
+
+static void *reader_thread(void *p)
+{
+	struct reader_arg *a = p;
+	struct store_txn *r, *r2;
+	if (store_txn_begin(a->f->s, NULL, STORE_TXN_RDONLY, &r, NULL))
+		return NULL;
+	atomic_store(&a->step, 1);
+	while (!atomic_load(&a->f->s->hold)) /* the grow is waiting for r */
+		sched_yield();
+	a->nested_rc = store_txn_begin(a->f->s, NULL, STORE_TXN_RDONLY, &r2, NULL);
+	if (a->nested_rc == 0)
+		store_txn_abort(r2);
+	a->get_rc = get_in(r, "cn=kept-0,cn=base");
+	atomic_store(&a->step, 2); /* before r ends, so before the remap */
+	store_txn_abort(r);
+	return NULL;
+}
+
+static void test_grow_waits_for_readers_of_other_threads(void **state)
+{
+	struct fx *f = *state;
+	assert_int_equal(write_entries(f, true, "kept", 1), 0);
+	size_t before = store_map_size(f->s);
+	struct reader_arg a = {.f = f};
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, reader_thread, &a), 0);
+	while (atomic_load(&a.step) != 1)
+		sched_yield();
+	assert_int_equal(store_grow(f->s), 0);
+	assert_int_equal(atomic_load(&a.step), 2); /* it ended before the remap */
+	pthread_join(th, NULL);
+	assert_int_equal(a.nested_rc, -EAGAIN);
+	assert_int_equal(a.get_rc, 0);
+	assert_int_equal(store_map_size(f->s), 2 * before);
+	assert_int_equal(lookup(f, "cn=kept-0,cn=base"), 0);
+	assert_int_equal(write_entries(f, false, "later", 1), 0);
 }
 
 /* ---- the cache ------------------------------------------------------------------ */
@@ -395,6 +446,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_reopen_waits_for_open_transactions, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_failed_reopen_waits_and_retries, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_grow_waits_for_readers_of_other_threads, setup,
+					    teardown),
 	    cmocka_unit_test(test_cache_serves_the_last_commit),
 	    cmocka_unit_test(test_timestamps_rebuilt_once_readers_end),
 	};
