@@ -349,6 +349,14 @@ uint64_t cache_durable_commits(const struct cache *c)
 	return store_commit_count(c->st);
 }
 
+void cache_health(struct cache *c, struct cache_health *out)
+{
+	struct store_health h;
+	store_health(c->st, &h);
+	*out = (struct cache_health){h.failures, h.reopens, h.down, h.failed_at, {0}};
+	snprintf(out->why, sizeof(out->why), "%s", h.why);
+}
+
 /* ---- transactions ---------------------------------------------------------------------- */
 
 int cache_txn_begin(struct cache *c, struct cache_txn **out, struct idc_diag *d)
@@ -367,15 +375,19 @@ int cache_txn_begin_flags(struct cache *c, unsigned flags, struct cache_txn **ou
 	c->ts_full = false;               /* says what filled during this transaction only */
 	int rc = store_txn_begin(c->st, NULL, (flags & CACHE_TXN_RESENT) ? STORE_TXN_NOMETASYNC : 0,
 				 &t->st, d);
-	/* A timestamps db damaged while open is rebuilt here, where no
-	 * transaction of this thread is on it. Another thread's reader may be
-	 * (the daemon's loop while the LDAP committer writes): only after
-	 * timestamps.mdb was cut or overwritten under the daemon; not solved. */
+	/* A timestamps db damaged while open (cut or overwritten under the
+	 * daemon, or refusing transactions after a failed meta write) is
+	 * rebuilt here, where no transaction of this thread is on it, once
+	 * another thread's readers are off it (ts_drain). */
 	bool healthy = !rc && ts_healthy(c, &c->ts_size);
 	int tsrc = healthy ? mdb_txn_begin(c->ts_env, NULL, 0, &t->ts) : 0;
 	if (!rc && (!healthy || tsrc)) {
 		t->ts = NULL;
-		rc = ts_rebuild(c, healthy ? mdb_strerror(tsrc) : "its file was cut or overwritten",
+		rc = ts_rebuild(c,
+				healthy
+				    ? mdb_strerror(tsrc)
+				    : "its meta pages or its size do not hold up: a failed write, "
+				      "or the file cut or overwritten",
 				d);
 		if (!rc && mdb_txn_begin(c->ts_env, NULL, 0, &t->ts) != 0)
 			rc = idc_diag_set(d, -EIO, "%s/timestamps.mdb: cannot begin transaction",

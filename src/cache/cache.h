@@ -34,7 +34,10 @@
  * Threads: one write transaction at a time, from any thread (the daemon's
  * loop, or the LDAP provider's committer): cache_txn_begin waits while
  * another thread's transaction is open, and so does cache_grow. Read
- * functions may run in any thread with their own read transaction.
+ * functions may run in any thread with their own read transaction; the
+ * writer closes or remaps timestamps.mdb only with no reader on it
+ * (ts_drain), and the store reopens cache.mdb after a failed write only
+ * with no transaction open (store_health).
  */
 #ifndef IDC_CACHE_H
 #define IDC_CACHE_H
@@ -65,6 +68,22 @@ void cache_close(struct cache *c);
 
 /* Durable commits made to cache.mdb through this handle. */
 uint64_t cache_durable_commits(const struct cache *c);
+
+/* A commit of cache.mdb that failed at LMDB's meta page leaves its
+ * environment refusing every transaction; the store reopens it at its
+ * last commit by itself (store_health, docs/DESIGN.md §10): the failed
+ * transaction, its timestamps with it, is lost, and its provider sends
+ * what it held again (a failed store is retried as any other). Meanwhile
+ * readers and writers fail with -EIO. What happened, for `idcache
+ * status`. */
+struct cache_health {
+	uint64_t failures; /* times cache.mdb's environment became unusable */
+	uint64_t reopens;  /* times it was reopened */
+	bool down;         /* unusable now: lookups of the cache fail */
+	int64_t failed_at; /* unix seconds of the last failure; 0: none */
+	char why[256];     /* what failed last */
+};
+void cache_health(struct cache *c, struct cache_health *out);
 
 /* ---- records ------------------------------------------------------------------ */
 

@@ -25,6 +25,13 @@ struct cache {
 	/* The last reader's timestamps txn, reset; the next reader renews it
 	 * (lookup.c). Aborted before ts_env closes. NULL when none. */
 	_Atomic(MDB_txn *) ts_spare;
+	/* Readers of another thread on ts_env (lookup.c, ts_read_begin):
+	 * ts_users counts them; ts_closing, set by the writer that must
+	 * close or remap ts_env (ts_drain), turns new ones away (they read
+	 * without timestamps). An entrant adds itself, then reads
+	 * ts_closing; the writer sets it, then reads ts_users (seq_cst). */
+	_Atomic unsigned ts_users;
+	_Atomic bool ts_closing;
 	uint64_t ts_size; /* size of timestamps.mdb the writer last saw */
 	size_t ts_map;    /* its map size (timestamps.c) */
 	bool ts_full;     /* its map filled in the current (or last) transaction:
@@ -96,6 +103,13 @@ int ts_open(struct cache *c, struct idc_diag *d);
 void ts_close(struct cache *c);
 /* lookup.c: abort the spare read txn (before ts_env closes). */
 void ts_spare_drop(struct cache *c);
+/* Before ts_env is closed or remapped (the writer): turn new readers away
+ * and wait, a little (200 ms), for those open to end. 0, or -EBUSY (d
+ * says why, readers let in again) with some still open: the caller fails
+ * and tries again at its next transaction. ts_undrain lets readers in
+ * again. */
+int ts_drain(struct cache *c, struct idc_diag *d);
+void ts_undrain(struct cache *c);
 /* Whether the open timestamps db is still whole: its meta pages sound, the
  * file no shorter than the writer last saw it (not truncated under us).
  * *size (may be NULL) gets its size; only the writer records it in

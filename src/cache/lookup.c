@@ -12,12 +12,18 @@
  * begins a reader per batch of requests), else a new one. */
 static MDB_txn *ts_read_begin(struct cache *c)
 {
-	MDB_txn *t = atomic_exchange(&c->ts_spare, NULL);
-	if (t && mdb_txn_renew(t) == 0)
-		return t;
-	if (t)
-		mdb_txn_abort(t);
-	return mdb_txn_begin(c->ts_env, NULL, MDB_RDONLY, &t) == 0 ? t : NULL;
+	atomic_fetch_add(&c->ts_users, 1); /* left by ts_read_end */
+	if (!atomic_load(&c->ts_closing) && ts_healthy(c, NULL)) {
+		MDB_txn *t = atomic_exchange(&c->ts_spare, NULL);
+		if (t && mdb_txn_renew(t) == 0)
+			return t;
+		if (t)
+			mdb_txn_abort(t);
+		if (mdb_txn_begin(c->ts_env, NULL, MDB_RDONLY, &t) == 0)
+			return t;
+	}
+	atomic_fetch_sub(&c->ts_users, 1);
+	return NULL;
 }
 
 static void ts_read_end(struct cache *c, MDB_txn *t)
@@ -26,6 +32,7 @@ static void ts_read_end(struct cache *c, MDB_txn *t)
 	MDB_txn *none = NULL;
 	if (!atomic_compare_exchange_strong(&c->ts_spare, &none, t))
 		mdb_txn_abort(t);
+	atomic_fetch_sub(&c->ts_users, 1);
 }
 
 void ts_spare_drop(struct cache *c)
@@ -47,7 +54,7 @@ int cache_reader_begin(struct cache *c, struct cache_reader **out)
 		return rc;
 	}
 	/* timestamps are advisory: without them (NULL) the reader serves */
-	r->ts = ts_healthy(c, NULL) ? ts_read_begin(c) : NULL;
+	r->ts = ts_read_begin(c);
 	*out = r;
 	return 0;
 }

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cache_int.h"
@@ -129,15 +130,44 @@ void ts_note_size(struct cache *c)
 		c->ts_size = (uint64_t)st.st_size;
 }
 
+#define TS_DRAIN_MS 200
+
+int ts_drain(struct cache *c, struct idc_diag *d)
+{
+	atomic_store(&c->ts_closing, true);
+	for (int ms = 0; atomic_load(&c->ts_users) != 0; ms++) {
+		if (ms == TS_DRAIN_MS) {
+			ts_undrain(c);
+			return idc_diag_set(d, -EBUSY,
+					    "%s/timestamps.mdb: another thread still reads it; "
+					    "closed or grown at the next transaction",
+					    c->dir);
+		}
+		struct timespec tick = {0, 1000000};
+		nanosleep(&tick, NULL);
+	}
+	return 0;
+}
+
+void ts_undrain(struct cache *c)
+{
+	atomic_store(&c->ts_closing, false);
+}
+
 int ts_rebuild(struct cache *c, const char *why, struct idc_diag *d)
 {
 	char path[4096], lock[4200];
 	ts_paths(c, path, lock);
+	int rc = ts_drain(c, d);
+	if (rc)
+		return rc;
 	idc_log(IDC_LOG_WARN, "%s: damaged while open (%s); recreating it", path, why);
 	ts_env_close(c);
 	unlink(path);
 	unlink(lock);
-	return ts_open(c, d);
+	rc = ts_open(c, d);
+	ts_undrain(c);
+	return rc;
 }
 
 void ts_close(struct cache *c)
@@ -199,8 +229,12 @@ int ts_grow(struct cache *c, struct idc_diag *d)
 		    "%s/timestamps.mdb: map full at %zu MiB, as large as it may grow "
 		    "(cache.mdb's map, at least 1 GiB)",
 		    c->dir, c->ts_map >> 20);
+	int rc = ts_drain(c, d); /* no reader of another thread across the remap */
+	if (rc)
+		return rc;
 	ts_spare_drop(c); /* nothing kept across the remap */
-	int rc = mdb_env_set_mapsize(c->ts_env, size);
+	rc = mdb_env_set_mapsize(c->ts_env, size);
+	ts_undrain(c);
 	if (rc)
 		return ts_fail(c, rc, "cannot grow the map", d);
 	c->ts_map = size;

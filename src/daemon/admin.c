@@ -170,6 +170,17 @@ static void status_budget(struct daemon *dm, struct idc_buf *b)
 		       (unsigned long long)dm->mem_waits);
 }
 
+/* A failed write of cache.mdb and its reopen (cache_health). */
+static void status_cache_health(struct daemon *dm, struct idc_buf *b)
+{
+	struct cache_health h;
+	cache_health(dm->cache, &h);
+	idc_buf_printf(b, "cache_failures=%llu\ncache_reopens=%llu\ncache_down=%d\n",
+		       (unsigned long long)h.failures, (unsigned long long)h.reopens, h.down);
+	kv(b, "cache_failure", h.why);
+	kv_time(b, "cache_failure_time", h.failed_at);
+}
+
 static int do_status(struct daemon *dm, const struct proto_req *req, struct idc_buf *out)
 {
 	struct idc_buf b = IDC_BUF_INIT;
@@ -196,6 +207,7 @@ static int do_status(struct daemon *dm, const struct proto_req *req, struct idc_
 	kv(&b, "state_dir", dm->state_dir);
 	idc_buf_printf(&b, "cache_durable_commits=%llu\n",
 		       (unsigned long long)cache_durable_commits(dm->cache));
+	status_cache_health(dm, &b);
 	idc_buf_printf(&b, "domains=");
 	for (size_t i = 0; i < dm->ndomains; i++)
 		idc_buf_printf(&b, "%s%s", i ? "," : "", dm->domains[i]->cfg->name);

@@ -737,6 +737,7 @@ struct daemon {
 	struct loop_timer beat; /* the maps' heartbeat, every MC_BEAT_MS */
 	bool foreground;
 	struct cache_reader *reader;
+	int reader_err; /* the last failure of daemon_reader, logged once; 0 after a success */
 	uint64_t start_ns;
 	int64_t start_time;
 	uint64_t requests[DAEMON_CMD_MAX];

@@ -35,9 +35,13 @@ struct cache_reader *daemon_reader(struct daemon *dm)
 		return dm->reader;
 	int rc = cache_reader_begin(dm->cache, &dm->reader);
 	if (rc < 0) {
-		idc_log(IDC_LOG_ERR, "cannot read the cache: %s", idc_strerror(rc));
+		/* once per cause: a cache reopening after a failed write (its
+		 * store said why) fails every batch until it is back */
+		if (rc != dm->reader_err)
+			idc_log(IDC_LOG_ERR, "cannot read the cache: %s", idc_strerror(rc));
 		dm->reader = NULL;
 	}
+	dm->reader_err = rc < 0 ? rc : 0;
 	return dm->reader;
 }
 

@@ -10,6 +10,7 @@
 #include <sys/sysmacros.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "store_int.h"
@@ -288,6 +289,8 @@ int store_open(const char *dir, const struct store_options *opt, struct store **
 	}
 	s->lockfd = -1;
 	s->flags = opt->flags;
+	s->max_readers = opt->max_readers;
+	pthread_mutex_init(&s->heal_mu, NULL);
 	rc = store_env_create(s, opt, d);
 	if (!rc && !(opt->flags & STORE_RDONLY))
 		rc = store_open_lock(s, d);
@@ -312,6 +315,7 @@ void store_close(struct store *s)
 		mdb_env_close(s->env);
 	if (s->lockfd >= 0)
 		close(s->lockfd);
+	pthread_mutex_destroy(&s->heal_mu);
 	free(s->dir);
 	free(s);
 }
@@ -350,22 +354,32 @@ static int release_range(unsigned long lo, unsigned long hi)
 	return 0;
 }
 
+static int env_enter(struct store *s, struct idc_diag *d);
+static void env_leave(struct store *s);
+
 int store_map_release(struct store *s)
 {
 	int fd;
 	struct stat st;
 	if (s->flags & STORE_WRITEMAP)
 		return 0;
+	/* entered throughout: a reopen meanwhile would unmap what is released */
+	int rc = env_enter(s, NULL);
+	if (rc)
+		return rc;
+	FILE *f = NULL;
 	if (mdb_env_get_fd(s->env, &fd) || fstat(fd, &st))
-		return -EIO;
+		rc = -EIO;
 	/* LMDB does not say where it mapped the file (mdb_env_info's
 	 * me_mapaddr is the address stored for MDB_FIXEDMAP, NULL here) */
-	FILE *f = fopen("/proc/self/maps", "re");
-	if (!f)
-		return -errno;
+	else if (!(f = fopen("/proc/self/maps", "re")))
+		rc = -errno;
+	if (rc) {
+		env_leave(s);
+		return rc;
+	}
 	char line[512];
 	bool head = true; /* line begins a line of the file (not a long one's rest) */
-	int rc = 0;
 	while (fgets(line, sizeof(line), f)) {
 		unsigned long lo, hi;
 		int r = head && data_map_line(line, &st, &lo, &hi) ? release_range(lo, hi) : 0;
@@ -373,20 +387,51 @@ int store_map_release(struct store *s)
 		head = strchr(line, '\n') != NULL;
 	}
 	fclose(f);
+	env_leave(s);
 	return rc;
 }
+
+static _Thread_local unsigned env_held;
+
+/* LMDB remaps whatever read transactions other threads hold, and the
+ * entries and cursors they hold point into the old map: the grow turns
+ * new uses away (they wait on heal_mu, or fail with -EAGAIN in a thread
+ * that holds one itself, which the grow would wait for) and waits for
+ * those open to end. */
+#define GROW_WAIT_MS 2000
 
 int store_grow(struct store *s)
 {
 	if (s->map_size > SIZE_MAX / 2)
 		return -ENOMEM;
+	if (env_held)
+		return -EBUSY; /* a transaction of this thread is open */
 	size_t size = s->map_size * 2;
-	spare_drop(s); /* nothing kept across the remap */
-	int rc = mdb_env_set_mapsize(s->env, size);
+	int rc = env_enter(s, NULL); /* a fatal environment is reopened first */
 	if (rc)
-		return store_mdb_err(rc);
-	s->map_size = size;
-	return 0;
+		return rc;
+	env_leave(s);
+	pthread_mutex_lock(&s->heal_mu);
+	atomic_store(&s->hold, true);
+	for (int ms = 0; atomic_load(&s->users) != 0; ms++) {
+		if (ms == GROW_WAIT_MS) {
+			rc = -EBUSY;
+			break;
+		}
+		struct timespec tick = {0, 1000000};
+		nanosleep(&tick, NULL);
+	}
+	if (!rc && atomic_load(&s->fatal))
+		rc = -EIO;
+	if (!rc) {
+		spare_drop(s); /* nothing kept across the remap */
+		rc = store_mdb_err(mdb_env_set_mapsize(s->env, size));
+	}
+	if (!rc)
+		s->map_size = size;
+	atomic_store(&s->hold, false);
+	pthread_mutex_unlock(&s->heal_mu);
+	return rc;
 }
 
 size_t store_map_size(const struct store *s)
@@ -474,6 +519,10 @@ static struct store_txn *spare_take(struct store *s, unsigned flags)
 
 static void spare_put(struct store_txn *t)
 {
+	if (atomic_load(&t->s->fatal)) { /* of an environment to be closed */
+		spare_free(t);
+		return;
+	}
 	store_search_mem_reset(t);
 	idc_arena_reset(&t->arena);
 	mdb_txn_reset(t->txn);
@@ -494,6 +543,184 @@ static void spare_drop(struct store *s)
 	}
 }
 
+/* ---- a failed write ----------------------------------------------------------------
+ * LMDB sets its environment's fatal flag when a commit cannot write the
+ * meta page (mdb_env_write_meta: a failed pwrite of it, or msync with
+ * MDB_WRITEMAP), and from then on refuses every transaction, reads
+ * included, with MDB_PANIC: it no longer knows what the page holds. The
+ * file is sound at the last commit (the data pages of the failed one are
+ * pages it had free), so closing the environment and opening it again
+ * gives that commit back. No thread of this process may use the
+ * environment meanwhile: every use enters it (env_enter), and the reopen
+ * is done by an entrant that finds fatal set and no other use open, under
+ * heal_mu; entrants that find it set wait there, then go on or fail. */
+
+#define HEAL_RETRY_MIN_NS (1000000000ull) /* after a failed reopen: 1 s, doubling */
+#define HEAL_RETRY_MAX_NS (60000000000ull)
+
+/* Whether LMDB refuses transactions: the one sign of its fatal flag
+ * (mdb_env_get_flags does not show it). */
+static bool env_panicked(struct store *s)
+{
+	MDB_txn *txn;
+	int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
+	if (rc == 0)
+		mdb_txn_abort(txn);
+	return rc == MDB_PANIC;
+}
+
+/* The environment is fatal, found so by what (a commit that failed with
+ * LMDB's mdb_rc, or a begin refused): logged once, the reopen is due. */
+static void env_failed(struct store *s, const char *what, int mdb_rc)
+{
+	pthread_mutex_lock(&s->heal_mu);
+	if (!atomic_load(&s->fatal)) {
+		struct store_health *h = &s->health;
+		h->failures++;
+		h->down = true;
+		h->failed_at = (int64_t)time(NULL);
+		snprintf(h->why, sizeof(h->why), "%s: %s", what, mdb_strerror(mdb_rc));
+		s->retry_ns = 0;
+		atomic_store(&s->fatal, true);
+		idc_log(IDC_LOG_ERR,
+			"%s: %s and left LMDB's environment unusable: that transaction is lost; "
+			"reopening the store at its last commit",
+			s->dir, h->why);
+	}
+	pthread_mutex_unlock(&s->heal_mu);
+}
+
+/* After a failed meta write LMDB writes the older meta page back with its
+ * own transaction id but the lost transaction's roots, which may lie past
+ * its last page: a page verify.c calls damaged, and the next open would
+ * set the store aside. One commit writes that page anew. A write lock
+ * another process holds (or any other failure that leaves the environment
+ * usable) leaves it to that writer's next commit. */
+static int env_rewrite_meta(struct store *s)
+{
+	if ((s->flags & STORE_RDONLY) || store_lock_writer(s, NULL) != 0)
+		return 0;
+	MDB_txn *txn;
+	uint64_t next = 0;
+	int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
+	if (rc == 0) {
+		if (meta_get_u64(txn, s->meta, "next_id", &next) == 0 &&
+		    meta_put_u64(txn, s->meta, "next_id", next) == 0)
+			rc = mdb_txn_commit(txn);
+		else
+			mdb_txn_abort(txn);
+	}
+	flock(s->lockfd, LOCK_UN);
+	if (rc == 0) {
+		s->commits++;
+		return 0;
+	}
+	return rc == MDB_PANIC || env_panicked(s) ? -EIO : 0;
+}
+
+/* Close the environment and open it again (no use of it open). */
+static int env_reopen(struct store *s, struct idc_diag *d)
+{
+	spare_drop(s);
+	mdb_env_close(s->env);
+	s->env = NULL;
+	const struct store_options opt = {.flags = s->flags & ~STORE_CREATE,
+					  .map_size = s->map_size,
+					  .max_readers = s->max_readers};
+	int rc = store_env_create(s, &opt, d);
+	if (!rc)
+		rc = store_load(s, &opt, false, d);
+	if (!rc && (rc = env_rewrite_meta(s)) != 0)
+		idc_diag_set(d, rc, "the commit that rewrites its meta page failed too");
+	return rc;
+}
+
+/* Reopen a fatal environment when nothing else uses it and a retry is due;
+ * 0 once it is usable (by this call or another thread's), else -EIO with d
+ * saying why. */
+static int env_heal(struct store *s, struct idc_diag *d)
+{
+	static const char *const pending = "a write failed; it is reopened once no transaction of "
+					   "this process is open";
+	pthread_mutex_lock(&s->heal_mu);
+	int rc = 0;
+	uint64_t now = idc_now_ns();
+	if (!atomic_load(&s->fatal))
+		rc = 0; /* another thread reopened it */
+	else if (atomic_load(&s->users) != 0)
+		rc = idc_diag_set(d, -EIO, "%s: %s", s->dir, pending);
+	else if (now < s->retry_ns)
+		rc = idc_diag_set(d, -EIO,
+				  "%s: unusable since a write failed (%s); reopening it "
+				  "again in %llu s",
+				  s->dir, s->health.why,
+				  (unsigned long long)((s->retry_ns - now) / 1000000000ull + 1));
+	else {
+		struct idc_diag why = {{0}};
+		rc = env_reopen(s, &why);
+		if (rc == 0) {
+			s->health.reopens++;
+			s->health.down = false;
+			s->retry_ns = 0;
+			s->heal_wait_ns = 0;
+			atomic_store(&s->fatal, false);
+			idc_log(IDC_LOG_WARN,
+				"%s: reopened at its last commit after a failed write; what the "
+				"lost transaction held is stored again as its providers send it",
+				s->dir);
+		} else {
+			bool first = s->heal_wait_ns == 0;
+			s->heal_wait_ns = first ? HEAL_RETRY_MIN_NS
+					  : s->heal_wait_ns * 2 > HEAL_RETRY_MAX_NS
+					      ? HEAL_RETRY_MAX_NS
+					      : s->heal_wait_ns * 2;
+			s->retry_ns = now + s->heal_wait_ns;
+			idc_log(first ? IDC_LOG_ERR : IDC_LOG_DEBUG,
+				"%s: cannot reopen it after a failed write: %s; every transaction "
+				"fails until it can (retried, at most every %llu s)",
+				s->dir, why.msg[0] ? why.msg : idc_strerror(rc),
+				(unsigned long long)(HEAL_RETRY_MAX_NS / 1000000000ull));
+			rc = idc_diag_set(d, -EIO, "%s: cannot reopen it after a failed write: %s",
+					  s->dir, why.msg[0] ? why.msg : idc_strerror(rc));
+		}
+	}
+	pthread_mutex_unlock(&s->heal_mu);
+	return rc;
+}
+
+/* Before any use of s->env: 0, or -EIO while it is fatal and cannot be
+ * reopened now (d says why). Paired with env_leave. */
+static int env_enter(struct store *s, struct idc_diag *d)
+{
+	for (int tries = 0; tries < 4; tries++) {
+		atomic_fetch_add(&s->users, 1);
+		if (!atomic_load(&s->fatal) && !atomic_load(&s->hold)) {
+			env_held++;
+			return 0;
+		}
+		atomic_fetch_sub(&s->users, 1);
+		if (!atomic_load(&s->fatal) && env_held)
+			return idc_diag_set(d, -EAGAIN, "%s: its map is being grown", s->dir);
+		int rc = env_heal(s, d); /* waits for a grow to end */
+		if (rc)
+			return rc;
+	}
+	return idc_diag_set(d, -EIO, "%s: reopened or grown again and again", s->dir);
+}
+
+static void env_leave(struct store *s)
+{
+	env_held--;
+	atomic_fetch_sub(&s->users, 1);
+}
+
+void store_health(struct store *s, struct store_health *out)
+{
+	pthread_mutex_lock(&s->heal_mu);
+	*out = s->health;
+	pthread_mutex_unlock(&s->heal_mu);
+}
+
 int store_txn_begin(struct store *s, struct store_txn *parent, unsigned flags,
 		    struct store_txn **out, struct idc_diag *d)
 {
@@ -502,20 +729,26 @@ int store_txn_begin(struct store *s, struct store_txn *parent, unsigned flags,
 		return idc_diag_set(d, -EROFS, "%s: store was opened read-only", s->dir);
 	if (parent && (rdonly || (parent->flags & STORE_TXN_RDONLY)))
 		return idc_diag_set(d, -EINVAL, "nested transactions must be write transactions");
+	int rc = env_enter(s, d); /* left when the transaction ends */
+	if (rc)
+		return rc;
 	if (rdonly && (*out = spare_take(s, flags)) != NULL)
 		return 0;
 	struct store_txn *t = calloc(1, sizeof(*t));
-	if (!t)
+	if (!t) {
+		env_leave(s);
 		return -ENOMEM;
+	}
 	t->s = s;
 	t->parent = parent;
 	t->flags = flags;
 	/* Every write transaction takes the bulk path: reads of the indexes in
 	 * the same transaction (search, modify, delete, check) flush first. */
 	t->bulk_ok = !rdonly;
-	int rc = (!rdonly && !parent) ? store_lock_writer(s, d) : 0;
+	rc = (!rdonly && !parent) ? store_lock_writer(s, d) : 0;
 	if (rc) {
 		free(t);
+		env_leave(s);
 		return rc;
 	}
 	if (!rdonly && !parent)
@@ -527,6 +760,8 @@ int store_txn_begin(struct store *s, struct store_txn *parent, unsigned flags,
 		 * write), errno values positive: both are mapped here */
 		int mrc = mdb_txn_begin(s->env, parent ? parent->txn : NULL,
 					rdonly ? MDB_RDONLY : 0, &t->txn);
+		if (mrc == MDB_PANIC)
+			env_failed(s, "a transaction was refused", mrc);
 		if (mrc)
 			rc = idc_diag_set(d, store_mdb_err(mrc), "%s: cannot begin transaction: %s",
 					  s->dir, mdb_strerror(mrc));
@@ -542,6 +777,7 @@ int store_txn_begin(struct store *s, struct store_txn *parent, unsigned flags,
 			mdb_txn_abort(t->txn);
 		txn_unlock(t);
 		txn_free(t);
+		env_leave(s);
 		return rc;
 	}
 	*out = t;
@@ -580,7 +816,10 @@ int store_txn_commit(struct store_txn *t, struct idc_diag *d)
 	if (rc) {
 		mdb_txn_abort(t->txn);
 	} else {
-		rc = store_lmdb_err(s->dir, commit_mdb(t));
+		int mrc = commit_mdb(t);
+		if (mrc && mrc != MDB_MAP_FULL && !t->parent && !rdonly && env_panicked(s))
+			env_failed(s, "a commit failed", mrc);
+		rc = store_lmdb_err(s->dir, mrc);
 		if (rc == 0 && t->parent) {
 			t->parent->next_id = t->next_id;
 			idc_buf_reset(&t->parent->pkey); /* the child may have deleted it */
@@ -601,6 +840,7 @@ int store_txn_commit(struct store_txn *t, struct idc_diag *d)
 			mdb_txn_commit(txn);
 		}
 	}
+	env_leave(s);
 	return rc;
 }
 
@@ -608,13 +848,15 @@ void store_txn_abort(struct store_txn *t)
 {
 	if (!t)
 		return;
+	struct store *s = t->s;
 	if (t->flags & STORE_TXN_RDONLY) {
 		spare_put(t);
-		return;
+	} else {
+		mdb_txn_abort(t->txn);
+		txn_unlock(t);
+		txn_free(t);
 	}
-	mdb_txn_abort(t->txn);
-	txn_unlock(t);
-	txn_free(t);
+	env_leave(s);
 }
 
 int store_write(struct store *s, unsigned flags, store_txn_fn fn, void *arg, struct idc_diag *d)

@@ -292,7 +292,11 @@ int store_lmdb_err(const char *path, int mdb_rc);
  * else (a read-only filesystem, no fallocate) is left to LMDB: 0. */
 int store_lmdb_lock_reserve(const char *lock, unsigned max_readers, mode_t mode);
 
-/* Double the map (no transaction of this process may be open). */
+/* Double the map. LMDB remaps under the read transactions of other
+ * threads, whose entries point into the map: new transactions wait (or,
+ * in a thread holding one, fail with -EAGAIN) while the grow waits up to
+ * 2 s for those open to end; -EBUSY when they do not, or when this
+ * thread holds one. */
 int store_grow(struct store *s);
 /* Unmap from this process the map's pages it has read (MADV_DONTNEED;
  * found in /proc/self/maps by the data file's device and inode): they
@@ -314,6 +318,24 @@ int store_write(struct store *s, unsigned flags, store_txn_fn fn, void *arg, str
 /* Number of durable commits this handle made (tests prove that a no-op
  * refresh writes nothing by watching it). */
 uint64_t store_commit_count(const struct store *s);
+
+/* A failed write (docs/DESIGN.md §10): a commit that fails at LMDB's meta
+ * page (EIO from its pwrite or msync) leaves the environment refusing
+ * every transaction (MDB_PANIC). The transaction is lost; the file still
+ * holds the last commit. The store then closes and reopens the
+ * environment by itself, at the first store_txn_begin (any thread) that
+ * finds no transaction of this process open, and commits once to make
+ * both meta pages whole again. Until then, and while reopening fails
+ * (retried after 1 s, doubling to 60 s), every begin fails with -EIO and
+ * d says why. Logged here, once per failure and once when reopened. */
+struct store_health {
+	uint64_t failures; /* times the environment was found unusable */
+	uint64_t reopens;  /* times it was reopened */
+	bool down;         /* unusable now: transactions fail */
+	int64_t failed_at; /* unix seconds of the last failure; 0: none */
+	char why[256];     /* what failed last */
+};
+void store_health(struct store *s, struct store_health *out);
 
 /* ---- operations ---------------------------------------------------------------- */
 

@@ -131,6 +131,7 @@ static inline bool store_short_eq(const char *a, const char *b, size_t n)
 
 /* ==== store internals (store.c, index.c, ops.c, search.c, check.c) ========== */
 #include <lmdb.h>
+#include <pthread.h>
 #include <stdatomic.h>
 
 /* 2: text keys prepared by RFC 4518; 3: index values in id blocks */
@@ -166,6 +167,22 @@ struct store {
 	 * (store.c, spare_take); a slot per thread that reads at once, up to
 	 * STORE_SPARE_TXNS. NULL when empty. */
 	_Atomic(struct store_txn *) spare[STORE_SPARE_TXNS];
+	/* LMDB's fatal state (store.c, "a failed write"): a commit whose meta
+	 * page could not be written leaves env refusing every transaction
+	 * (MDB_PANIC) until it is closed and opened again, which may be done
+	 * only while nothing of this process uses it. users counts the
+	 * transactions open and the calls on env in flight (env_enter); fatal
+	 * says env is to be reopened. Both seq_cst: an entrant adds itself
+	 * and then reads fatal, the reopen sets fatal and then reads users,
+	 * so one of them sees the other. */
+	_Atomic unsigned users;
+	_Atomic bool fatal;
+	_Atomic bool hold;          /* store_grow waits for the other uses to end */
+	pthread_mutex_t heal_mu;    /* the reopen; health and retry_ns */
+	struct store_health health; /* under heal_mu */
+	uint64_t retry_ns;          /* a failed reopen: none before (monotonic) */
+	uint64_t heal_wait_ns;      /* the wait after the last failed reopen */
+	unsigned max_readers;       /* the open's, for a reopen */
 };
 
 /* Decoded-entry scratch: arrays reused across decodes. */

@@ -16,9 +16,14 @@
  *   FAULTINJ_PROG   only a process of this short name is affected (the
  *                   namespace wrappers that exec it carry the shim too).
  *   FAULTINJ_FUNCS  comma-separated names of the calls counted and failed:
- *                   malloc calloc realloc strdup strndup read write pread
- *                   pwrite send recv sendmsg recvmsg mmap open openat
+ *                   malloc calloc realloc strdup strndup read write writev
+ *                   pread pwrite send recv sendmsg recvmsg mmap open openat
  *                   fdatasync fsync accept4 poll epoll_wait socket connect.
+ *   FAULTINJ_PATH   only calls on a descriptor whose file's path holds this
+ *                   (read write writev pread pwrite fdatasync fsync; e.g.
+ *                   cache.mdb/data.mdb) are counted and failed.
+ *   FAULTINJ_OFF_BELOW  only pread and pwrite at offsets below this (e.g.
+ *                   8192: the meta pages of an LMDB file of 4 KiB pages).
  *   FAULTINJ_NTH    fail call number N (1-based, counted while armed) ...
  *   FAULTINJ_EVERY  ... and, when K > 0, every K-th call after it.
  *   FAULTINJ_ONE_IN instead: each call fails with probability 1/K, from
@@ -46,6 +51,7 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -53,6 +59,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 extern void *__libc_malloc(size_t);
@@ -68,6 +75,7 @@ enum fi_call {
 	FI_STRNDUP,
 	FI_READ,
 	FI_WRITE,
+	FI_WRITEV,
 	FI_PREAD,
 	FI_PWRITE,
 	FI_SEND,
@@ -88,9 +96,9 @@ enum fi_call {
 };
 
 static const char *const fi_names[FI_NCALLS] = {
-    "malloc",    "calloc", "realloc", "strdup",  "strndup",    "read",   "write",   "pread",
-    "pwrite",    "send",   "recv",    "sendmsg", "recvmsg",    "mmap",   "open",    "openat",
-    "fdatasync", "fsync",  "accept4", "poll",    "epoll_wait", "socket", "connect",
+    "malloc", "calloc",    "realloc", "strdup",  "strndup", "read",       "write",  "writev",
+    "pread",  "pwrite",    "send",    "recv",    "sendmsg", "recvmsg",    "mmap",   "open",
+    "openat", "fdatasync", "fsync",   "accept4", "poll",    "epoll_wait", "socket", "connect",
 };
 
 struct fi_ctl {
@@ -106,7 +114,8 @@ static unsigned char fi_chosen[FI_NCALLS];
 static uint64_t fi_nth, fi_every, fi_one_in, fi_limit;
 static _Atomic uint64_t fi_rng;
 static int fi_errno;
-static const char *fi_caller, *fi_spare;
+static const char *fi_caller, *fi_spare, *fi_path;
+static uint64_t fi_off_below;
 static __thread int fi_busy __attribute__((tls_model("initial-exec")));
 
 static uint64_t fi_num(const char *name)
@@ -148,6 +157,8 @@ __attribute__((constructor)) static void fi_init(void)
 				fi_errno = (int)fi_num("FAULTINJ_ERRNO");
 				fi_caller = getenv("FAULTINJ_CALLER");
 				fi_spare = getenv("FAULTINJ_SPARE");
+				fi_path = getenv("FAULTINJ_PATH");
+				fi_off_below = fi_num("FAULTINJ_OFF_BELOW");
 				fi_rng = fi_num("FAULTINJ_SEED") * 2654435761u + 88172645463325252u;
 				fi_ctl = p;
 			}
@@ -230,6 +241,29 @@ static int fi_fail_at(enum fi_call c, void *ra)
 
 #define fi_fail(c) fi_fail_at(c, __builtin_return_address(0))
 
+/* Whether a call of c on fd (at offset off; -1: none) is one FAULTINJ_PATH
+ * and FAULTINJ_OFF_BELOW let be counted: the others pass uncounted. */
+static int fi_fd_chosen(enum fi_call c, int fd, off_t off)
+{
+	if (!fi_ctl || !fi_chosen[c] || fi_busy)
+		return 1; /* fi_fail passes it anyway */
+	if (fi_off_below && off >= 0 && (uint64_t)off >= fi_off_below)
+		return 0;
+	if (!fi_path)
+		return 1;
+	char link[64], path[4096];
+	fi_busy++;
+	int n = snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	ssize_t got = n > 0 ? readlink(link, path, sizeof(path) - 1) : -1;
+	fi_busy--;
+	if (got <= 0)
+		return 0;
+	path[got] = '\0';
+	return strstr(path, fi_path) != NULL;
+}
+
+#define fi_fail_fd(c, fd, off) (fi_fd_chosen(c, fd, off) && fi_fail(c))
+
 #define FI_REAL(type, name, args)                                                                  \
 	static type(*real_##name) args;                                                            \
 	if (!real_##name) {                                                                        \
@@ -278,25 +312,31 @@ char *strndup(const char *s, size_t max)
 ssize_t read(int fd, void *buf, size_t n)
 {
 	FI_REAL(ssize_t, read, (int, void *, size_t));
-	return fi_fail(FI_READ) ? -1 : real_read(fd, buf, n);
+	return fi_fail_fd(FI_READ, fd, -1) ? -1 : real_read(fd, buf, n);
 }
 
 ssize_t write(int fd, const void *buf, size_t n)
 {
 	FI_REAL(ssize_t, write, (int, const void *, size_t));
-	return fi_fail(FI_WRITE) ? -1 : real_write(fd, buf, n);
+	return fi_fail_fd(FI_WRITE, fd, -1) ? -1 : real_write(fd, buf, n);
+}
+
+ssize_t writev(int fd, const struct iovec *iov, int n)
+{
+	FI_REAL(ssize_t, writev, (int, const struct iovec *, int));
+	return fi_fail_fd(FI_WRITEV, fd, -1) ? -1 : real_writev(fd, iov, n);
 }
 
 ssize_t pread64(int fd, void *buf, size_t n, off_t off)
 {
 	FI_REAL(ssize_t, pread64, (int, void *, size_t, off_t));
-	return fi_fail(FI_PREAD) ? -1 : real_pread64(fd, buf, n, off);
+	return fi_fail_fd(FI_PREAD, fd, off) ? -1 : real_pread64(fd, buf, n, off);
 }
 
 ssize_t pwrite64(int fd, const void *buf, size_t n, off_t off)
 {
 	FI_REAL(ssize_t, pwrite64, (int, const void *, size_t, off_t));
-	return fi_fail(FI_PWRITE) ? -1 : real_pwrite64(fd, buf, n, off);
+	return fi_fail_fd(FI_PWRITE, fd, off) ? -1 : real_pwrite64(fd, buf, n, off);
 }
 
 ssize_t pread(int fd, void *buf, size_t n, off_t off)
@@ -391,13 +431,13 @@ int openat(int dir, const char *path, int flags, ...)
 int fdatasync(int fd)
 {
 	FI_REAL(int, fdatasync, (int));
-	return fi_fail(FI_FDATASYNC) ? -1 : real_fdatasync(fd);
+	return fi_fail_fd(FI_FDATASYNC, fd, -1) ? -1 : real_fdatasync(fd);
 }
 
 int fsync(int fd)
 {
 	FI_REAL(int, fsync, (int));
-	return fi_fail(FI_FSYNC) ? -1 : real_fsync(fd);
+	return fi_fail_fd(FI_FSYNC, fd, -1) ? -1 : real_fsync(fd);
 }
 
 int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
