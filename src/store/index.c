@@ -340,25 +340,99 @@ static int bulk_add_named(struct store_txn *t, uint32_t ix, uint64_t id)
 	return bulk_put(b, g, id);
 }
 
-/* qsort has no context argument: per thread, as two stores may flush at once */
-static _Thread_local const char *bulk_base;
-static _Thread_local const struct bulk_group *bulk_groups;
+/* ---- sorting the groups ------------------------------------------------------------
+ * Keys are ordered as memcmp orders their bytes, a key before the longer
+ * keys it begins. A multikey radix sort: the groups are ordered by the
+ * eight bytes of their keys at depth d (store_prefix64, zero-padded) with
+ * an LSD radix sort, then each run of equal slices is split: keys that end
+ * within the slice come first, shorter before longer (each is a prefix of
+ * the others in the run, the padding standing for its missing bytes), and
+ * the rest are sorted again at d + 8. docs/DESIGN.md §4.1 has the figures. */
 
-/* A group and its key's store_prefix64, which settles most comparisons. */
+/* A group and the slice of its key being sorted on. */
 struct group_ref {
 	uint64_t pfx;
 	uint32_t g;
 };
 
-static int group_cmp(const void *a, const void *b)
+#define RADIX_SMALL 32 /* runs up to this many: insertion sort */
+
+static void refs_insertion(struct group_ref *r, size_t n)
 {
-	const struct group_ref *rx = a, *ry = b;
-	if (rx->pfx != ry->pfx)
-		return rx->pfx < ry->pfx ? -1 : 1;
-	const struct bulk_group *x = &bulk_groups[rx->g], *y = &bulk_groups[ry->g];
-	size_t n = x->len < y->len ? x->len : y->len;
-	int c = n > 8 ? memcmp(bulk_base + x->off + 8, bulk_base + y->off + 8, n - 8) : 0;
-	return c ? c : (x->len > y->len) - (x->len < y->len);
+	for (size_t i = 1; i < n; i++) {
+		struct group_ref x = r[i];
+		size_t j = i;
+		for (; j > 0 && r[j - 1].pfx > x.pfx; j--)
+			r[j] = r[j - 1];
+		r[j] = x;
+	}
+}
+
+/* r[0..n) by pfx, through tmp[0..n); a pass whose byte is the same in
+ * every ref is skipped. */
+static void refs_radix(struct group_ref *r, struct group_ref *tmp, size_t n)
+{
+	if (n <= RADIX_SMALL) {
+		refs_insertion(r, n);
+		return;
+	}
+	size_t cnt[8][256] = {{0}};
+	for (size_t i = 0; i < n; i++)
+		for (unsigned b = 0; b < 8; b++)
+			cnt[b][(r[i].pfx >> (8 * b)) & 0xff]++;
+	struct group_ref *src = r, *dst = tmp;
+	for (unsigned b = 0; b < 8; b++) {
+		size_t *c = cnt[b];
+		if (c[(src[0].pfx >> (8 * b)) & 0xff] == n)
+			continue;
+		size_t pos = 0;
+		for (unsigned v = 0; v < 256; v++) {
+			size_t k = c[v];
+			c[v] = pos;
+			pos += k;
+		}
+		for (size_t i = 0; i < n; i++)
+			dst[c[(src[i].pfx >> (8 * b)) & 0xff]++] = src[i];
+		struct group_ref *x = src;
+		src = dst;
+		dst = x;
+	}
+	if (src != r)
+		memcpy(r, src, n * sizeof(*r));
+}
+
+/* r[0..n), groups whose keys agree on their first d bytes, in key order. */
+static void refs_sort(const struct bulk_list *b, struct group_ref *r, struct group_ref *tmp,
+		      size_t n, size_t d)
+{
+	for (size_t i = 0; i < n; i++) {
+		const struct bulk_group *g = &b->groups[r[i].g];
+		r[i].pfx = g->len > d ? store_prefix64(b->keys.data + g->off + d, g->len - d) : 0;
+	}
+	refs_radix(r, tmp, n);
+	for (size_t i = 0; i < n;) {
+		size_t e = i + 1;
+		while (e < n && r[e].pfx == r[i].pfx)
+			e++;
+		if (e - i > 1) {
+			/* the keys ending within the slice first, by length (the
+			 * run shares its slice, so their lengths are distinct),
+			 * then the others at d + 8 */
+			size_t k = i;
+			for (size_t j = i; j < e; j++) {
+				uint32_t len = b->groups[r[j].g].len;
+				if (len <= d + 8) {
+					struct group_ref x = r[j];
+					r[j] = r[k];
+					r[k++] = (struct group_ref){len, x.g};
+				}
+			}
+			refs_insertion(r + i, k - i);
+			if (e - k > 1)
+				refs_sort(b, r + k, tmp + k, e - k, d + 8);
+		}
+		i = e;
+	}
 }
 
 /* order[] gets the groups in key order; 0 or -ENOMEM. */
@@ -369,15 +443,13 @@ static int sort_groups(const struct bulk_list *b, uint32_t *order)
 			order[g] = g;
 		return 0;
 	}
-	struct group_ref *r = malloc((b->ngroups ? b->ngroups : 1) * sizeof(*r));
+	size_t n = b->ngroups ? b->ngroups : 1;
+	struct group_ref *r = malloc(2 * n * sizeof(*r));
 	if (!r)
 		return -ENOMEM;
 	for (uint32_t g = 0; g < b->ngroups; g++)
-		r[g] = (struct group_ref){
-		    store_prefix64(b->keys.data + b->groups[g].off, b->groups[g].len), g};
-	bulk_base = b->keys.data;
-	bulk_groups = b->groups;
-	qsort(r, b->ngroups, sizeof(*r), group_cmp);
+		r[g].g = g;
+	refs_sort(b, r, r + n, b->ngroups, 0);
 	for (uint32_t k = 0; k < b->ngroups; k++)
 		order[k] = r[k].g;
 	free(r);
