@@ -219,6 +219,12 @@ struct add_prep {
 	size_t nak, akcap;
 	uint32_t ak_pres[STORE_MAX_INDEXES]; /* idx[] of indexed attributes present */
 	size_t npres;
+	/* dn2id keys (store_dn_key's), worked out here so that the writer
+	 * only looks them up: the entry's in dkey[0..dkey_len), its parent's
+	 * in dkey[pkey_off..pkey_off + pkey_len) (the start of the entry's,
+	 * unless that one is hashed) */
+	struct idc_buf dkey;
+	size_t dkey_len, pkey_off, pkey_len;
 	struct idc_buf norm, want; /* scratch of the checks */
 };
 

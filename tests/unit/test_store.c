@@ -1580,6 +1580,49 @@ static int failing_fn(struct store_txn *t, void *arg, struct idc_diag *d)
 	return store_add(t, &e, NULL, d);
 }
 
+/* dn2id keys long enough to be hashed, which store_add_prepare works out
+ * for the writer: an entry under a parent whose key is not hashed, one
+ * under a hashed parent, a missing long parent refused, and the keys the
+ * same as those that searches and lookups use. */
+static void test_add_long_dn_keys(void **state)
+{
+	struct fx *f = *state;
+	add_tree(f);
+	char a[300], b[300], text[2048], base[1024];
+	memset(a, 'a', sizeof(a) - 1);
+	a[sizeof(a) - 1] = '\0';
+	memset(b, 'b', sizeof(b) - 1);
+	b[sizeof(b) - 1] = '\0';
+	snprintf(text, sizeof(text),
+		 "ou=%s,dc=example,dc=com\nobjectClass: organizationalUnit\nou: %s", a, a);
+	assert_int_equal(add(f, text), 0);
+	snprintf(text, sizeof(text), "uid=%s,ou=%s,dc=example,dc=com\nobjectClass: person\nuid: %s",
+		 b, a, b);
+	assert_int_equal(add(f, text), 0);
+	assert_int_equal(add(f, text), -EEXIST);
+	snprintf(text, sizeof(text),
+		 "cn=g,uid=%s,ou=%s,dc=example,dc=com\nobjectClass: person\ncn: g", b, a);
+	assert_int_equal(add(f, text), 0);
+	snprintf(text, sizeof(text),
+		 "cn=h,uid=%sc,ou=%s,dc=example,dc=com\nobjectClass: person\ncn: h", b, a);
+	assert_int_equal(add(f, text), IDC_ENOPARENT);
+	struct collect c;
+	snprintf(base, sizeof(base), "uid=%s,ou=%s,dc=example,dc=com", b, a);
+	assert_int_equal(search(f, base, STORE_SCOPE_ONE, "(objectClass=*)", 0, &c, NULL), 0);
+	assert_int_equal(c.n, 1);
+	snprintf(base, sizeof(base), "ou=%s,dc=example,dc=com", a);
+	assert_int_equal(search(f, base, STORE_SCOPE_SUB, "(objectClass=person)", 0, &c, NULL), 0);
+	assert_int_equal(c.n, 2);
+	struct store_txn *t;
+	struct store_entry e;
+	assert_int_equal(store_txn_begin(f->s, NULL, STORE_TXN_RDONLY, &t, NULL), 0);
+	snprintf(base, sizeof(base), "cn=g,uid=%s,ou=%s,dc=example,dc=com", b, a);
+	assert_int_equal(store_get(t, (struct store_val){base, strlen(base)}, &e, NULL), 0);
+	assert_int_equal(e.dn.len, strlen(base));
+	assert_int_equal(store_check(t, NULL, NULL), 0);
+	store_txn_abort(t);
+}
+
 static void test_add_checks_and_keys(void **state)
 {
 	struct fx *f = *state;
@@ -2050,6 +2093,7 @@ int main(void)
 	    T(test_bulk_sort_keys),
 	    T(test_bulk_leaves_keep_slack),
 	    T(test_add_checks_and_keys),
+	    T(test_add_long_dn_keys),
 	    cmocka_unit_test(test_attr_name_memo),
 	    cmocka_unit_test(test_entry_from_pairs_order),
 	    cmocka_unit_test(test_entry_codec_round_trip),
