@@ -189,6 +189,8 @@ struct bulk_list {
 	size_t hcap;
 	struct bulk_item *items;
 	size_t n, cap;
+	struct bulk_big *big; /* ids of keys holding many (index.c, BULK_BIG) */
+	size_t nbig, bigcap;
 	bool sorted;     /* groups were created in increasing key order (uid,
 			  * uidNumber of generated or exported data): no sort */
 	uint32_t *named; /* pres: group + 1 of each index's name, by index (index.c) */
