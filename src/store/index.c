@@ -127,8 +127,19 @@ size_t store_index_list(struct store *s, const char *const **names)
 struct bulk_group {
 	size_t off; /* key bytes in keys */
 	uint64_t hash;
-	uint32_t len;
-	uint32_t count; /* then: start of its ids in the sorted order */
+	uint16_t len;   /* index keys are at most STORE_KEY_MAX bytes */
+	uint16_t big;   /* 1 + its place in bulk_list.big, or 0 */
+	uint32_t count; /* its pairs in items; then: start of their ids in the sorted order */
+};
+
+/* A key's ids past its first BULK_BIG pairs (objectClass top, each
+ * index's name in pres: nearly every entry) go to a list of their own
+ * rather than into items, with no group number beside each and nothing
+ * to sort: an import of a million entries holds 10 million such ids. */
+#define BULK_BIG 64
+struct bulk_big {
+	uint64_t *ids;
+	size_t n, cap;
 };
 
 /* A hash slot: the group index in the low half, the top of the key's hash
@@ -244,7 +255,9 @@ static uint32_t bulk_new_group(struct bulk_list *b, struct store_val key, uint64
 		b->groups = g;
 		b->gcap = cap;
 	}
-	b->groups[b->ngroups] = (struct bulk_group){b->keys.len, x, (uint32_t)key.len, 0};
+	if (key.len > UINT16_MAX)
+		return UINT32_MAX; /* not an index key (STORE_KEY_MAX) */
+	b->groups[b->ngroups] = (struct bulk_group){b->keys.len, x, (uint16_t)key.len, 0, 0};
 	if (idc_buf_append(&b->keys, key.ptr, key.len))
 		return UINT32_MAX;
 	return (uint32_t)b->ngroups++;
@@ -305,14 +318,52 @@ static __attribute__((noinline)) int bulk_grow(struct bulk_list *b)
 	return 0;
 }
 
+static __attribute__((noinline)) int big_grow(struct bulk_big *x)
+{
+	size_t cap = x->cap ? x->cap * 2 : 1024;
+	uint64_t *ids = realloc(x->ids, cap * sizeof(*ids));
+	if (!ids)
+		return -ENOMEM;
+	x->ids = ids;
+	x->cap = cap;
+	return 0;
+}
+
+/* Group g's list of its own, made when it has BULK_BIG pairs in items. */
+static __attribute__((noinline)) int big_new(struct bulk_list *b, uint32_t g)
+{
+	if (b->nbig == UINT16_MAX)
+		return 0; /* the rest stay in items */
+	if (b->nbig == b->bigcap) {
+		size_t cap = b->bigcap ? b->bigcap * 2 : 16;
+		struct bulk_big *x = realloc(b->big, cap * sizeof(*x));
+		if (!x)
+			return -ENOMEM;
+		b->big = x;
+		b->bigcap = cap;
+	}
+	b->big[b->nbig++] = (struct bulk_big){NULL, 0, 0};
+	b->groups[g].big = (uint16_t)b->nbig;
+	return 0;
+}
+
 /* Pair (group g, id) into b. */
 static int bulk_put(struct bulk_list *b, uint32_t g, uint64_t id)
 {
-	if (g == UINT32_MAX || (b->n == b->cap && bulk_grow(b)))
+	if (g == UINT32_MAX)
 		return -ENOMEM;
-	b->groups[g].count++;
+	struct bulk_group *grp = &b->groups[g];
+	if (grp->big) {
+		struct bulk_big *x = &b->big[grp->big - 1];
+		if (x->n == x->cap && big_grow(x))
+			return -ENOMEM;
+		x->ids[x->n++] = id;
+		return 0;
+	}
+	if (b->n == b->cap && bulk_grow(b))
+		return -ENOMEM;
 	b->items[b->n++] = (struct bulk_item){g, id};
-	return 0;
+	return ++grp->count == BULK_BIG ? big_new(b, g) : 0;
 }
 
 static int bulk_add(struct store_txn *t, MDB_dbi dbi, struct store_val key, uint64_t id)
@@ -340,25 +391,99 @@ static int bulk_add_named(struct store_txn *t, uint32_t ix, uint64_t id)
 	return bulk_put(b, g, id);
 }
 
-/* qsort has no context argument: per thread, as two stores may flush at once */
-static _Thread_local const char *bulk_base;
-static _Thread_local const struct bulk_group *bulk_groups;
+/* ---- sorting the groups ------------------------------------------------------------
+ * Keys are ordered as memcmp orders their bytes, a key before the longer
+ * keys it begins. A multikey radix sort: the groups are ordered by the
+ * eight bytes of their keys at depth d (store_prefix64, zero-padded) with
+ * an LSD radix sort, then each run of equal slices is split: keys that end
+ * within the slice come first, shorter before longer (each is a prefix of
+ * the others in the run, the padding standing for its missing bytes), and
+ * the rest are sorted again at d + 8. docs/DESIGN.md §4.1 has the figures. */
 
-/* A group and its key's store_prefix64, which settles most comparisons. */
+/* A group and the slice of its key being sorted on. */
 struct group_ref {
 	uint64_t pfx;
 	uint32_t g;
 };
 
-static int group_cmp(const void *a, const void *b)
+#define RADIX_SMALL 32 /* runs up to this many: insertion sort */
+
+static void refs_insertion(struct group_ref *r, size_t n)
 {
-	const struct group_ref *rx = a, *ry = b;
-	if (rx->pfx != ry->pfx)
-		return rx->pfx < ry->pfx ? -1 : 1;
-	const struct bulk_group *x = &bulk_groups[rx->g], *y = &bulk_groups[ry->g];
-	size_t n = x->len < y->len ? x->len : y->len;
-	int c = n > 8 ? memcmp(bulk_base + x->off + 8, bulk_base + y->off + 8, n - 8) : 0;
-	return c ? c : (x->len > y->len) - (x->len < y->len);
+	for (size_t i = 1; i < n; i++) {
+		struct group_ref x = r[i];
+		size_t j = i;
+		for (; j > 0 && r[j - 1].pfx > x.pfx; j--)
+			r[j] = r[j - 1];
+		r[j] = x;
+	}
+}
+
+/* r[0..n) by pfx, through tmp[0..n); a pass whose byte is the same in
+ * every ref is skipped. */
+static void refs_radix(struct group_ref *r, struct group_ref *tmp, size_t n)
+{
+	if (n <= RADIX_SMALL) {
+		refs_insertion(r, n);
+		return;
+	}
+	size_t cnt[8][256] = {{0}};
+	for (size_t i = 0; i < n; i++)
+		for (unsigned b = 0; b < 8; b++)
+			cnt[b][(r[i].pfx >> (8 * b)) & 0xff]++;
+	struct group_ref *src = r, *dst = tmp;
+	for (unsigned b = 0; b < 8; b++) {
+		size_t *c = cnt[b];
+		if (c[(src[0].pfx >> (8 * b)) & 0xff] == n)
+			continue;
+		size_t pos = 0;
+		for (unsigned v = 0; v < 256; v++) {
+			size_t k = c[v];
+			c[v] = pos;
+			pos += k;
+		}
+		for (size_t i = 0; i < n; i++)
+			dst[c[(src[i].pfx >> (8 * b)) & 0xff]++] = src[i];
+		struct group_ref *x = src;
+		src = dst;
+		dst = x;
+	}
+	if (src != r)
+		memcpy(r, src, n * sizeof(*r));
+}
+
+/* r[0..n), groups whose keys agree on their first d bytes, in key order. */
+static void refs_sort(const struct bulk_list *b, struct group_ref *r, struct group_ref *tmp,
+		      size_t n, size_t d)
+{
+	for (size_t i = 0; i < n; i++) {
+		const struct bulk_group *g = &b->groups[r[i].g];
+		r[i].pfx = g->len > d ? store_prefix64(b->keys.data + g->off + d, g->len - d) : 0;
+	}
+	refs_radix(r, tmp, n);
+	for (size_t i = 0; i < n;) {
+		size_t e = i + 1;
+		while (e < n && r[e].pfx == r[i].pfx)
+			e++;
+		if (e - i > 1) {
+			/* the keys ending within the slice first, by length (the
+			 * run shares its slice, so their lengths are distinct),
+			 * then the others at d + 8 */
+			size_t k = i;
+			for (size_t j = i; j < e; j++) {
+				uint32_t len = b->groups[r[j].g].len;
+				if (len <= d + 8) {
+					struct group_ref x = r[j];
+					r[j] = r[k];
+					r[k++] = (struct group_ref){len, x.g};
+				}
+			}
+			refs_insertion(r + i, k - i);
+			if (e - k > 1)
+				refs_sort(b, r + k, tmp + k, e - k, d + 8);
+		}
+		i = e;
+	}
 }
 
 /* order[] gets the groups in key order; 0 or -ENOMEM. */
@@ -369,15 +494,13 @@ static int sort_groups(const struct bulk_list *b, uint32_t *order)
 			order[g] = g;
 		return 0;
 	}
-	struct group_ref *r = malloc((b->ngroups ? b->ngroups : 1) * sizeof(*r));
+	size_t n = b->ngroups ? b->ngroups : 1;
+	struct group_ref *r = malloc(2 * n * sizeof(*r));
 	if (!r)
 		return -ENOMEM;
 	for (uint32_t g = 0; g < b->ngroups; g++)
-		r[g] = (struct group_ref){
-		    store_prefix64(b->keys.data + b->groups[g].off, b->groups[g].len), g};
-	bulk_base = b->keys.data;
-	bulk_groups = b->groups;
-	qsort(r, b->ngroups, sizeof(*r), group_cmp);
+		r[g].g = g;
+	refs_sort(b, r, r + n, b->ngroups, 0);
 	for (uint32_t k = 0; k < b->ngroups; k++)
 		order[k] = r[k].g;
 	free(r);
@@ -645,7 +768,7 @@ static size_t ids_unique(uint64_t *ids, size_t n)
 
 struct slack_key {
 	MDB_val key;
-	size_t pos; /* its ids: ids[pos..pos+n) */
+	const uint64_t *ids; /* its ids[0..n) */
 	size_t n;
 };
 
@@ -656,24 +779,24 @@ struct slack {
 
 /* Append key's ids; padded when its turn has come (and one block holds them). */
 static int slack_append(MDB_cursor *c, struct slack *sl, MDB_val *key, const uint64_t *ids,
-			size_t pos, size_t n)
+			size_t n)
 {
 	size_t bytes = n * sizeof(uint64_t);
 	sl->used += 8 + key->mv_size + bytes + 2; /* node header, key, data, slot */
 	if (bytes >= SLACK_PAD || sl->used < SLACK_EVERY)
-		return put_blocks(c, key, ids + pos, n, MDB_APPEND, MDB_APPENDDUP);
-	struct slack_key p = {*key, pos, n};
+		return put_blocks(c, key, ids, n, MDB_APPEND, MDB_APPENDDUP);
+	struct slack_key p = {*key, ids, n};
 	if (idc_buf_append(&sl->pad, &p, sizeof(p)))
 		return ENOMEM;
 	uint64_t be[SLACK_PAD / sizeof(uint64_t)] = {0};
-	block_encode(ids + pos, n, be); /* the tail is never read: slack_release rewrites it */
+	block_encode(ids, n, be); /* the tail is never read: slack_release rewrites it */
 	MDB_val v = {SLACK_PAD, be};
 	sl->used = 0;
 	return mdb_cursor_put(c, key, &v, MDB_APPEND);
 }
 
 /* Every padded key back to its own block, leaving the room behind. */
-static int slack_release(MDB_cursor *c, struct slack *sl, const uint64_t *ids)
+static int slack_release(MDB_cursor *c, struct slack *sl)
 {
 	int rc = 0;
 	for (size_t off = 0; off < sl->pad.len && !rc; off += sizeof(struct slack_key)) {
@@ -684,9 +807,35 @@ static int slack_release(MDB_cursor *c, struct slack *sl, const uint64_t *ids)
 		if (!rc)
 			rc = mdb_cursor_del(c, 0);
 		if (!rc)
-			rc = put_blocks(c, &p.key, ids + p.pos, p.n, 0, 0);
+			rc = put_blocks(c, &p.key, p.ids, p.n, 0, 0);
 	}
 	return rc;
+}
+
+/* The ids of group g, increasing and unique, into *n: ids[pos..end) as
+ * bulk_sort left them, followed by its own list when it has one (which
+ * then holds them all). NULL on ENOMEM. */
+static const uint64_t *group_ids(struct bulk_list *b, const struct bulk_group *g, uint64_t *ids,
+				 size_t pos, size_t end, size_t *n)
+{
+	size_t k = end - pos;
+	if (!g->big) {
+		*n = ids_unique(ids + pos, k); /* a value twice in one entry */
+		return ids + pos;
+	}
+	struct bulk_big *x = &b->big[g->big - 1];
+	if (x->n + k > x->cap) {
+		uint64_t *grown = realloc(x->ids, (x->n + k) * sizeof(*grown));
+		if (!grown)
+			return NULL;
+		x->ids = grown;
+		x->cap = x->n + k;
+	}
+	memmove(x->ids + k, x->ids, x->n * sizeof(*x->ids));
+	memcpy(x->ids, ids + pos, k * sizeof(*x->ids));
+	x->n += k;
+	*n = ids_unique(x->ids, x->n);
+	return x->ids;
 }
 
 static int bulk_write(struct store_txn *t, struct bulk_list *b)
@@ -701,11 +850,14 @@ static int bulk_write(struct store_txn *t, struct bulk_list *b)
 		const struct bulk_group *g = &b->groups[order[k]];
 		size_t end = g->count; /* bulk_sort left the end of its ids here */
 		MDB_val key = {g->len, b->keys.data + g->off};
-		size_t n = ids_unique(ids + pos, end - pos); /* a value twice in one entry */
-		if (b->was_empty)
-			rc = slack_append(c, &sl, &key, ids, pos, n);
+		size_t n;
+		const uint64_t *gi = group_ids(b, g, ids, pos, end, &n);
+		if (!gi)
+			rc = ENOMEM;
+		else if (b->was_empty)
+			rc = slack_append(c, &sl, &key, gi, n);
 		else
-			rc = key_merge(c, &key, ids + pos, n);
+			rc = key_merge(c, &key, gi, n);
 		/* under an append, present already means the pairs were not in order */
 		if (rc == MDB_KEYEXIST) {
 			idc_log(IDC_LOG_ERR, "%s: index pairs out of order at flush", t->s->dir);
@@ -714,7 +866,7 @@ static int bulk_write(struct store_txn *t, struct bulk_list *b)
 		pos = end;
 	}
 	if (!rc && sl.pad.len)
-		rc = slack_release(c, &sl, ids);
+		rc = slack_release(c, &sl);
 	idc_buf_free(&sl.pad);
 	if (c)
 		mdb_cursor_close(c);
@@ -739,6 +891,9 @@ void index_bulk_free(struct store_txn *t)
 		free(t->bulk[i].groups);
 		free(t->bulk[i].hash);
 		free(t->bulk[i].named);
+		for (size_t k = 0; k < t->bulk[i].nbig; k++)
+			free(t->bulk[i].big[k].ids);
+		free(t->bulk[i].big);
 		idc_buf_free(&t->bulk[i].keys);
 	}
 	free(t->bulk);

@@ -246,21 +246,25 @@ static int flush_bulk(struct store_txn *t)
 /* The parent must exist, unless no ancestor does (a new naming context).
  * Adds come in runs under one parent: the last one found is not looked up
  * again. */
-static int check_parent(struct store_txn *t, const struct store_ndn *ndn, struct store_val dn,
-			struct idc_diag *d)
+static int check_parent(struct store_txn *t, const struct store_ndn *ndn, struct store_val pkey,
+			struct store_val dn, struct idc_diag *d)
 {
 	for (size_t skip = 1; skip < ndn->nrdn; skip++) {
-		int rc = store_dn_key(t, ndn, skip);
-		if (rc)
-			return rc;
-		if (skip == 1 && t->pkey.len == t->key.len && t->key.len &&
-		    memcmp(t->pkey.data, t->key.data, t->key.len) == 0)
+		struct store_val key = pkey; /* the parent's, from store_add_prepare */
+		if (skip > 1) {
+			int rc = store_dn_key(t, ndn, skip);
+			if (rc)
+				return rc;
+			key = (struct store_val){t->key.data, t->key.len};
+		}
+		if (skip == 1 && t->pkey.len == key.len && key.len &&
+		    memcmp(t->pkey.data, key.ptr, key.len) == 0)
 			return 0;
-		MDB_val k = {t->key.len, t->key.data}, v;
-		rc = mdb_get(t->txn, t->s->dn2id, &k, &v);
+		MDB_val k = {key.len, (void *)key.ptr}, v;
+		int rc = mdb_get(t->txn, t->s->dn2id, &k, &v);
 		if (rc == 0 && skip == 1) {
 			idc_buf_reset(&t->pkey);
-			return idc_buf_append(&t->pkey, t->key.data, t->key.len);
+			return idc_buf_append(&t->pkey, key.ptr, key.len);
 		}
 		if (rc == 0)
 			return idc_diag_set(d, IDC_ENOPARENT, "parent of %.*s does not exist",
@@ -278,6 +282,38 @@ static int put_entry(struct store_txn *t, uint64_t id, const struct idc_buf *enc
 	return store_mdb_err(mdb_put(t->txn, t->s->id2entry, &k, &v, flags));
 }
 
+/* p->dkey: the dn2id keys of the entry and of its parent. The parent's
+ * reversed DN begins the entry's ("dc=com,ou=people" of
+ * "dc=com,ou=people,uid=a"), so it is a copy only when the entry's key is
+ * long enough to be hashed. */
+static int prep_dn_keys(struct add_prep *p)
+{
+	const struct store_ndn *n = &p->ndn;
+	bool empty;
+	int rc = store_ndn_rkey(n, 0, &p->dkey);
+	if (rc)
+		return rc;
+	size_t rdn0 = (n->nrdn > 1 ? n->off[1] - 1 : n->text.len) - n->off[0];
+	p->pkey_off = 0;
+	p->pkey_len = n->nrdn > 1 ? p->dkey.len - rdn0 - 1 : 0;
+	if (p->dkey.len < STORE_KEY_MAX) {
+		p->dkey_len = p->dkey.len;
+		return 0;
+	}
+	rc = index_key_inplace(&p->dkey, 0, &empty);
+	p->dkey_len = p->dkey.len;
+	if (rc || n->nrdn < 2)
+		return rc;
+	p->pkey_off = p->dkey.len;
+	rc = store_ndn_rkey(n, 1, &p->norm);
+	if (!rc)
+		rc = idc_buf_append(&p->dkey, p->norm.data, p->norm.len);
+	if (!rc)
+		rc = index_key_inplace(&p->dkey, p->pkey_off, &empty);
+	p->pkey_len = p->dkey.len - p->pkey_off;
+	return rc;
+}
+
 int store_add_prepare(const struct store *s, struct add_prep *p, const struct store_entry *e,
 		      struct idc_diag *d)
 {
@@ -290,6 +326,8 @@ int store_add_prepare(const struct store *s, struct add_prep *p, const struct st
 		return idc_diag_set(d, -EINVAL, "the empty DN cannot hold an entry");
 	rc = check_entry(s, p, e, true, &p->ndn, d);
 	if (!rc)
+		rc = prep_dn_keys(p);
+	if (!rc)
 		rc = store_entry_encode(e, (struct store_val){p->ndn.text.data, p->ndn.text.len},
 					&p->enc);
 	if (rc == -E2BIG)
@@ -301,16 +339,16 @@ int store_add_prepare(const struct store *s, struct add_prep *p, const struct st
 int store_add_prepared(struct store_txn *t, const struct add_prep *p, struct store_val dn,
 		       uint64_t *idp, struct idc_diag *d)
 {
-	int rc = check_parent(t, &p->ndn, dn, d);
-	if (!rc)
-		rc = store_dn_key(t, &p->ndn, 0);
+	const char *keys = p->dkey.data;
+	int rc =
+	    check_parent(t, &p->ndn, (struct store_val){keys + p->pkey_off, p->pkey_len}, dn, d);
 	if (rc)
 		return rc;
 	/* Nothing is written before this put, which doubles as the check
 	 * that the DN is new: a present one leaves the transaction as it was. */
 	uint64_t id = t->next_id;
 	size_t sid = id;
-	MDB_val k = {t->key.len, t->key.data};
+	MDB_val k = {p->dkey_len, (void *)keys};
 	MDB_val v = {sizeof(sid), &sid};
 	rc = mdb_put(t->txn, t->s->dn2id, &k, &v, MDB_NOOVERWRITE);
 	if (rc == MDB_KEYEXIST)
@@ -333,6 +371,7 @@ void store_add_prep_free(struct add_prep *p)
 	store_ndn_free(&p->ndn);
 	idc_buf_free(&p->enc);
 	idc_buf_free(&p->akeys);
+	idc_buf_free(&p->dkey);
 	idc_buf_free(&p->norm);
 	idc_buf_free(&p->want);
 	free(p->ak);

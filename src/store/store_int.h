@@ -206,6 +206,8 @@ struct bulk_list {
 	size_t hcap;
 	struct bulk_item *items;
 	size_t n, cap;
+	struct bulk_big *big; /* ids of keys holding many (index.c, BULK_BIG) */
+	size_t nbig, bigcap;
 	bool sorted;     /* groups were created in increasing key order (uid,
 			  * uidNumber of generated or exported data): no sort */
 	uint32_t *named; /* pres: group + 1 of each index's name, by index (index.c) */
@@ -236,6 +238,12 @@ struct add_prep {
 	size_t nak, akcap;
 	uint32_t ak_pres[STORE_MAX_INDEXES]; /* idx[] of indexed attributes present */
 	size_t npres;
+	/* dn2id keys (store_dn_key's), worked out here so that the writer
+	 * only looks them up: the entry's in dkey[0..dkey_len), its parent's
+	 * in dkey[pkey_off..pkey_off + pkey_len) (the start of the entry's,
+	 * unless that one is hashed) */
+	struct idc_buf dkey;
+	size_t dkey_len, pkey_off, pkey_len;
 	struct idc_buf norm, want; /* scratch of the checks */
 };
 

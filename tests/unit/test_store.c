@@ -1328,6 +1328,116 @@ static void test_bulk_key_order(void **state)
 	store_txn_abort(t);
 }
 
+/* The suffix and ou=people, added in t. */
+static int add_people_base(struct store_txn *t, struct fx *f, struct idc_diag *d)
+{
+	static const char *const tree[] = {
+	    "dc=example,dc=com\nobjectClass: domain\ndc: example",
+	    "ou=people,dc=example,dc=com\nobjectClass: organizationalUnit\nou: people"};
+	for (size_t i = 0; i < IDC_ARRAY_SIZE(tree); i++) {
+		struct store_entry e = mk(f, tree[i]);
+		int rc = store_add(t, &e, NULL, d);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+/* Keys for the bulk sort (index.c, refs_sort): runs of a shared first 8,
+ * 16 or 23 bytes, keys ending exactly at a slice's end, keys that begin
+ * others, bytes above 0x7f; distinct for distinct i. */
+#define SORT_KEYS     3000
+#define SORT_NUL_KEYS 40
+
+static void sort_key(size_t i, char *out, size_t cap)
+{
+	static const size_t pre[] = {1, 8, 16, 23};
+	size_t n = 0, q = (i / 4) % 20, tail = i / 80;
+	for (size_t k = 0; k < pre[i % 4]; k++)
+		out[n++] = 'p';
+	for (size_t k = 0; k < q; k++)
+		out[n++] = 'q';
+	for (; tail; tail /= 10) {
+		if (tail % 10 == 9) {
+			out[n++] = (char)0xc3; /* é */
+			out[n++] = (char)0xa9;
+		} else {
+			out[n++] = (char)('a' + tail % 10);
+		}
+	}
+	assert_true(n < cap);
+	out[n] = '\0';
+}
+
+static int sort_fn(struct store_txn *t, void *arg, struct idc_diag *d)
+{
+	struct fx *f = arg;
+	idc_arena_reset(&f->arena);
+	int rc = add_people_base(t, f, d);
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < SORT_KEYS; i++) {
+		char key[64], buf[256];
+		sort_key((i * 7 + 3) % SORT_KEYS, key, sizeof(key)); /* a permutation */
+		snprintf(
+		    buf, sizeof(buf),
+		    "uid=o%04zu,ou=people,dc=example,dc=com\nobjectClass: person\nuid: o%04zu\n"
+		    "cn: %s",
+		    i, i, key);
+		struct store_entry e = mk(f, buf);
+		rc = store_add(t, &e, NULL, d);
+		if (rc)
+			return rc;
+	}
+	/* Keys that differ only in trailing NUL bytes (not UTF-8, so kept as
+	 * bytes): several of them end within one slice of a run. */
+	static const size_t pre[] = {1, 7, 8, 15};
+	for (size_t j = 0; j < SORT_NUL_KEYS; j++) {
+		char buf[256];
+		snprintf(
+		    buf, sizeof(buf),
+		    "uid=z%04zu,ou=people,dc=example,dc=com\nobjectClass: person\nuid: z%04zu\n"
+		    "cn: x",
+		    j, j);
+		struct store_entry e = mk(f, buf);
+		char *v = idc_arena_alloc(&f->arena, 32);
+		size_t n = 0;
+		for (size_t k = 0; k < pre[j % 4]; k++)
+			v[n++] = 'p';
+		v[n++] = (char)0xff;
+		for (size_t k = 0; k < j / 4; k++)
+			v[n++] = '\0';
+		for (size_t a = 0; a < e.nattrs; a++)
+			if (e.attrs[a].norm.len == 2 && memcmp(e.attrs[a].norm.ptr, "cn", 2) == 0)
+				e.attrs[a].vals[0] = (struct store_val){v, n};
+		rc = store_add(t, &e, NULL, d);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+/* The flush appends the keys of an empty index in sorted order, and an
+ * append out of order fails the transaction: every key must be found. */
+static void test_bulk_sort_keys(void **state)
+{
+	struct fx *f = *state;
+	struct idc_diag d = {""};
+	assert_int_equal(store_write(f->s, STORE_TXN_BULK, sort_fn, f, &d), 0);
+	for (size_t i = 0; i < SORT_KEYS; i += 7) {
+		char key[64], filter[96];
+		sort_key(i, key, sizeof(key));
+		snprintf(filter, sizeof(filter), "(cn=%s)", key);
+		assert_int_equal(count(f, filter), 1);
+	}
+	assert_int_equal(count(f, "(cn=p*)"), SORT_KEYS + SORT_NUL_KEYS);
+	assert_int_equal(count(f, "(uid=z*)"), SORT_NUL_KEYS);
+	struct store_txn *t;
+	assert_int_equal(store_txn_begin(f->s, NULL, STORE_TXN_RDONLY, &t, NULL), 0);
+	assert_int_equal(store_check(t, NULL, NULL), 0);
+	store_txn_abort(t);
+}
+
 /* ---- slack in appended leaves (index.c, slack_append) ------------------------------ */
 
 #define SLACK_USERS 8000
@@ -1350,15 +1460,9 @@ static int slack_fn(struct store_txn *t, void *arg, struct idc_diag *d)
 {
 	struct slack_run *r = arg;
 	idc_arena_reset(&r->f->arena);
-	static const char *const tree[] = {
-	    "dc=example,dc=com\nobjectClass: domain\ndc: example",
-	    "ou=people,dc=example,dc=com\nobjectClass: organizationalUnit\nou: people"};
-	for (size_t i = 0; r->tree && i < IDC_ARRAY_SIZE(tree); i++) {
-		struct store_entry e = mk(r->f, tree[i]);
-		int rc = store_add(t, &e, NULL, d);
-		if (rc)
-			return rc;
-	}
+	int rc = r->tree ? add_people_base(t, r->f, d) : 0;
+	if (rc)
+		return rc;
 	for (size_t i = r->from; i < r->from + r->n; i++) {
 		char buf[256];
 		snprintf(
@@ -1367,7 +1471,7 @@ static int slack_fn(struct store_txn *t, void *arg, struct idc_diag *d)
 		    "cn: c%010u",
 		    i, i, slack_cn(i, r->from > 0));
 		struct store_entry e = mk(r->f, buf);
-		int rc = store_add(t, &e, NULL, d);
+		rc = store_add(t, &e, NULL, d);
 		if (rc)
 			return rc;
 	}
@@ -1474,6 +1578,49 @@ static int failing_fn(struct store_txn *t, void *arg, struct idc_diag *d)
 	buf[strlen(buf) - 1] = 'X'; /* memberUid is caseExact: m2 and mX differ */
 	e = mk(f, buf);
 	return store_add(t, &e, NULL, d);
+}
+
+/* dn2id keys long enough to be hashed, which store_add_prepare works out
+ * for the writer: an entry under a parent whose key is not hashed, one
+ * under a hashed parent, a missing long parent refused, and the keys the
+ * same as those that searches and lookups use. */
+static void test_add_long_dn_keys(void **state)
+{
+	struct fx *f = *state;
+	add_tree(f);
+	char a[300], b[300], text[2048], base[1024];
+	memset(a, 'a', sizeof(a) - 1);
+	a[sizeof(a) - 1] = '\0';
+	memset(b, 'b', sizeof(b) - 1);
+	b[sizeof(b) - 1] = '\0';
+	snprintf(text, sizeof(text),
+		 "ou=%s,dc=example,dc=com\nobjectClass: organizationalUnit\nou: %s", a, a);
+	assert_int_equal(add(f, text), 0);
+	snprintf(text, sizeof(text), "uid=%s,ou=%s,dc=example,dc=com\nobjectClass: person\nuid: %s",
+		 b, a, b);
+	assert_int_equal(add(f, text), 0);
+	assert_int_equal(add(f, text), -EEXIST);
+	snprintf(text, sizeof(text),
+		 "cn=g,uid=%s,ou=%s,dc=example,dc=com\nobjectClass: person\ncn: g", b, a);
+	assert_int_equal(add(f, text), 0);
+	snprintf(text, sizeof(text),
+		 "cn=h,uid=%sc,ou=%s,dc=example,dc=com\nobjectClass: person\ncn: h", b, a);
+	assert_int_equal(add(f, text), IDC_ENOPARENT);
+	struct collect c;
+	snprintf(base, sizeof(base), "uid=%s,ou=%s,dc=example,dc=com", b, a);
+	assert_int_equal(search(f, base, STORE_SCOPE_ONE, "(objectClass=*)", 0, &c, NULL), 0);
+	assert_int_equal(c.n, 1);
+	snprintf(base, sizeof(base), "ou=%s,dc=example,dc=com", a);
+	assert_int_equal(search(f, base, STORE_SCOPE_SUB, "(objectClass=person)", 0, &c, NULL), 0);
+	assert_int_equal(c.n, 2);
+	struct store_txn *t;
+	struct store_entry e;
+	assert_int_equal(store_txn_begin(f->s, NULL, STORE_TXN_RDONLY, &t, NULL), 0);
+	snprintf(base, sizeof(base), "cn=g,uid=%s,ou=%s,dc=example,dc=com", b, a);
+	assert_int_equal(store_get(t, (struct store_val){base, strlen(base)}, &e, NULL), 0);
+	assert_int_equal(e.dn.len, strlen(base));
+	assert_int_equal(store_check(t, NULL, NULL), 0);
+	store_txn_abort(t);
 }
 
 static void test_add_checks_and_keys(void **state)
@@ -1943,8 +2090,10 @@ int main(void)
 	    T(test_index_blocks),
 	    T(test_long_values),
 	    T(test_bulk_key_order),
+	    T(test_bulk_sort_keys),
 	    T(test_bulk_leaves_keep_slack),
 	    T(test_add_checks_and_keys),
+	    T(test_add_long_dn_keys),
 	    cmocka_unit_test(test_attr_name_memo),
 	    cmocka_unit_test(test_entry_from_pairs_order),
 	    cmocka_unit_test(test_entry_codec_round_trip),
