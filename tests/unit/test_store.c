@@ -414,6 +414,62 @@ static void test_search_plan(void **state)
 	assert_non_null(strstr(plan, "3 candidates"));
 }
 
+/* A far larger branch of an AND is probed in its index for each of a few
+ * candidates: a group by its gid, which users hold too, is found without
+ * the users being read (the plan says so), in any block of the index's
+ * ids (the group in the middle of a thousand). */
+static void test_search_probe(void **state)
+{
+	struct fx *f = *state;
+	add_tree(f);
+	char buf[512];
+	for (int i = 0; i < 1000; i++) {
+		if (i == 500)
+			assert_int_equal(
+			    add(f, "uid=mid,ou=people,dc=example,dc=com\n"
+				   "objectClass: posixAccount\nuid: mid\ngidNumber: 2250"),
+			    0);
+		snprintf(buf, sizeof(buf),
+			 "cn=g%d,ou=groups,dc=example,dc=com\nobjectClass: groupOfNames\n"
+			 "cn: g%d\ngidNumber: %d",
+			 i, i, 2000 + i);
+		assert_int_equal(add(f, buf), 0);
+	}
+	struct collect c;
+	char plan[256];
+	const char *base = "dc=example,dc=com";
+	assert_int_equal(search(f, base, STORE_SCOPE_SUB,
+				"(&(objectClass=groupOfNames)(gidNumber=2250))", 0, &c, plan),
+			 0);
+	print_message("plan: %s\n", plan);
+	assert_non_null(strstr(plan, "probe objectclass"));
+	assert_non_null(strstr(plan, "-> 1 candidates"));
+	assert_int_equal(c.n, 1);
+	assert_string_equal(c.dns[0], "cn=g250,ou=groups,dc=example,dc=com");
+	/* the five users and staff hold 100: staff is the one group */
+	assert_int_equal(search(f, base, STORE_SCOPE_SUB,
+				"(&(gidNumber=100)(objectClass=groupOfNames))", 0, &c, plan),
+			 0);
+	assert_non_null(strstr(plan, "-> 1 candidates"));
+	assert_int_equal(c.n, 1);
+	assert_string_equal(c.dns[0], "cn=staff,ou=groups,dc=example,dc=com");
+	/* presence is probed too; nothing dropped that matches */
+	assert_int_equal(search(f, base, STORE_SCOPE_SUB, "(&(gidNumber=2250)(cn=*))", 0, &c, plan),
+			 0);
+	assert_int_equal(c.n, 1);
+	assert_int_equal(search(f, base, STORE_SCOPE_SUB,
+				"(&(gidNumber=2250)(objectClass=posixAccount)(objectClass=*))", 0,
+				&c, plan),
+			 0);
+	assert_int_equal(c.n, 1);
+	assert_string_equal(c.dns[0], "uid=mid,ou=people,dc=example,dc=com");
+	/* a group no candidate is: none left */
+	assert_int_equal(search(f, base, STORE_SCOPE_SUB,
+				"(&(objectClass=groupOfNames)(gidNumber=4000))", 0, &c, plan),
+			 0);
+	assert_int_equal(c.n, 0);
+}
+
 struct stop_ctx {
 	int seen;
 };
@@ -1930,6 +1986,7 @@ int main(void)
 	    T(test_search_scopes),
 	    T(test_search_filters),
 	    T(test_search_plan),
+	    T(test_search_probe),
 	    T(test_search_callback_stops),
 	    T(test_modify),
 	    T(test_replace_counts_commits),
