@@ -162,7 +162,7 @@ MPID=$!
 mount --bind "$W/nsswitch.test" /etc/nsswitch.conf
 python3 "$HERE/ldap_scale_probe.py" "$W/probe-mc.txt" "$W/names" "$RATE" &
 PROBES=$!
-IDCACHE_MEMCACHE=no python3 "$HERE/ldap_scale_probe.py" "$W/probe-sock.txt" "$W/names" "$RATE" &
+IDC_PROBE_LOOP=$DPID IDCACHE_MEMCACHE=no python3 "$HERE/ldap_scale_probe.py" "$W/probe-sock.txt" "$W/names" "$RATE" &
 PROBES="$PROBES $!"
 
 tu= tg= np=0 ng=0
@@ -219,6 +219,24 @@ pct() {
 			v[int(NR * 0.99) + (NR * 0.99 > int(NR * 0.99))] / 1000, v[NR] / 1000 }'
 }
 busy="\$1 <= ${tu:-999999999}"
+# The socket probe's slowest 1% of cached lookups during the load, each
+# call's time taken apart (ldap_scale_probe.py, schedstat): medians of
+# the probe waiting for a CPU, the loop thread waiting for one, the loop
+# thread's CPU time during the call, and what is left (the kernel's
+# socket and wake-up paths, the probe's own CPU).
+tail_parts() {
+	awk "$busy"' && $3 == 0 && NF >= 8 {print $2, $6, $7, $8}' "$1" | sort -n | awk '
+		{v[NR] = $0} END {
+		if (NR < 100) { print "too few samples"; exit }
+		k = 0
+		for (i = int(NR * 0.99) + 1; i <= NR; i++) { split(v[i], f, " "); k++
+			lat[k] = f[1]; pw[k] = f[2]; lw[k] = f[3]; lc[k] = f[4]; r[k] = f[1] - f[2] - f[3] - f[4] }
+		printf "n=%d: latency %.1f, probe waiting %.1f, loop waiting %.1f, loop CPU %.1f, rest %.1f ms (medians)",
+			k, med(lat, k), med(pw, k), med(lw, k), med(lc, k), med(r, k) }
+		function med(a, n,   i, j, t, b) { for (i = 1; i <= n; i++) b[i] = a[i]
+			for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (b[j] < b[i]) { t = b[i]; b[i] = b[j]; b[j] = t }
+			return b[int((n + 1) / 2)] / 1000 }'
+}
 peak=$(sort -n -k3 "$W/mem.txt" | tail -1)
 peakmdb=$(sort -n -k7 "$W/mem.txt" | tail -1)
 ldif_kb=$(($(stat -c %s "$DATA") / 1024))
@@ -235,6 +253,7 @@ printf '%-56s %s\n' \
 	"cache.mdb size" "$(du -m --apparent-size "$W/state/cache.mdb" 2>/dev/null | cut -f1) MiB (apparent), $(du -m "$W/state/cache.mdb" 2>/dev/null | cut -f1) MiB (allocated)" \
 	"getpwnam via NSS (mc first), cached, during load" "$(pct "$W/probe-mc.txt" "$busy && \$3 == 0")" \
 	"getpwnam via socket (IDCACHE_MEMCACHE=no), cached, load" "$(pct "$W/probe-sock.txt" "$busy && \$3 == 0")" \
+	"  its slowest 1% taken apart (schedstat)" "$(tail_parts "$W/probe-sock.txt")" \
 	"getpwnam via socket, first lookup of a name, load" "$(pct "$W/probe-sock.txt" "$busy && \$3 == 1")" \
 	"getpwnam via NSS, first lookup of a name, load" "$(pct "$W/probe-mc.txt" "$busy && \$3 == 1")" \
 	"lookups not found (mc / socket)" "$(awk '$4 == 0' "$W/probe-mc.txt" | wc -l) / $(awk '$4 == 0' "$W/probe-sock.txt" | wc -l)" \

@@ -11,7 +11,12 @@
 # unreachable daemon is UNAVAIL, which glibc may report as either).
 # IDCACHE_MEMCACHE=no in the environment makes every call ask the daemon's
 # socket (the shared-memory cache skipped): the daemon loop's latency.
-import ctypes, errno, os, random, signal, sys, time
+# With IDC_PROBE_LOOP=PID (idcached's pid: its event loop runs on the main
+# thread) each line also has, from the kernel's schedstat over the call:
+# "probe_wait_us loop_wait_us loop_cpu_us", the time this probe was
+# runnable but not running, the time the loop thread was, and the loop
+# thread's CPU time (answering the call and whatever it did before it).
+import ctypes, errno, os, random, signal, sys, threading, time
 
 out, names_file, rate = sys.argv[1], sys.argv[2], float(sys.argv[3])
 names = [l.strip() for l in open(names_file) if l.strip()]
@@ -43,6 +48,19 @@ def getpwnam(name):
     return errno.errorcode.get(rc, str(rc))
 
 
+def schedstat(path):
+    """(cpu ns, run-queue wait ns) of a task, or (0, 0)."""
+    try:
+        with open(path) as f:
+            v = f.read().split()
+        return int(v[0]), int(v[1])
+    except (OSError, ValueError, IndexError):
+        return 0, 0
+
+
+loop = os.environ.get("IDC_PROBE_LOOP")
+loop_path = f"/proc/{loop}/task/{loop}/schedstat" if loop else None
+self_path = f"/proc/self/task/{threading.get_native_id()}/schedstat"
 asked = set()
 t0 = time.monotonic_ns()
 period = 1.0 / rate
@@ -51,10 +69,16 @@ with open(out, "w", buffering=1) as f:
         name = rnd.choice(names)
         first = 0 if name in asked else 1
         asked.add(name)
+        if loop_path:
+            p0, l0 = schedstat(self_path), schedstat(loop_path)
         a = time.monotonic_ns()
         why = getpwnam(name)
         b = time.monotonic_ns()
-        f.write(f"{(a - t0) // 1000000} {(b - a) // 1000} {first} {int(why == '-')} {why}\n")
+        extra = ""
+        if loop_path:
+            p1, l1 = schedstat(self_path), schedstat(loop_path)
+            extra = f" {(p1[1] - p0[1]) // 1000} {(l1[1] - l0[1]) // 1000} {(l1[0] - l0[0]) // 1000}"
+        f.write(f"{(a - t0) // 1000000} {(b - a) // 1000} {first} {int(why == '-')} {why}{extra}\n")
         left = period - (b - a) / 1e9
         if left > 0:
             time.sleep(left)

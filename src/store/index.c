@@ -678,18 +678,26 @@ static int block_remove(MDB_cursor *c, MDB_val *key, uint64_t id)
 	return block_rewrite(c, key, ids, n - 1);
 }
 
+int index_cursor_has(MDB_cursor *c, struct store_val key, uint64_t id)
+{
+	uint64_t ids[INDEX_BLOCK_IDS + 1];
+	size_t n;
+	MDB_val k = {key.len, (void *)key.ptr};
+	int rc = block_find(c, &k, id, ids, &n);
+	if (rc)
+		return store_mdb_err(rc);
+	size_t i = n ? id_pos(ids, n, id) : 0;
+	return i < n && ids[i] == id;
+}
+
 bool index_pair_has(MDB_txn *txn, MDB_dbi dbi, struct store_val key, uint64_t id)
 {
 	MDB_cursor *c;
 	if (mdb_cursor_open(txn, dbi, &c))
 		return false;
-	uint64_t ids[INDEX_BLOCK_IDS + 1];
-	size_t n;
-	MDB_val k = {key.len, (void *)key.ptr};
-	bool has = block_find(c, &k, id, ids, &n) == 0 && n > 0;
-	size_t i = has ? id_pos(ids, n, id) : 0;
+	bool has = index_cursor_has(c, key, id) == 1;
 	mdb_cursor_close(c);
-	return has && i < n && ids[i] == id;
+	return has;
 }
 
 /* The last block of the key under c into ids (*n of them). */

@@ -453,8 +453,59 @@ static int kid_est_cmp(const void *a, const void *b)
 	return (x->est > y->est) - (x->est < y->est);
 }
 
+/* Candidates few enough for a far larger branch to be probed (below). */
+#define PROBE_MAX 64
+
+/* The index and key an equality or presence assertion is looked up by;
+ * false when f has none (not indexed, a substring, a key too short). */
+static bool probe_key(struct plan_ctx *p, const struct store_filter *f, MDB_dbi *dbi,
+		      struct store_val *key)
+{
+	const struct store_index *ix = filter_index(p, f);
+	bool skip = false;
+	if (!ix)
+		return false;
+	if (f->type == SF_PRESENT) {
+		*dbi = p->t->s->pres;
+		*key = (struct store_val){ix->name, ix->name_len};
+		return true;
+	}
+	if ((f->type != SF_EQ && f->type != SF_APPROX) || !f->valid ||
+	    assertion_key(p, ix, f, &skip) != 0 || skip)
+		return false;
+	*dbi = ix->dbi;
+	*key = (struct store_val){p->m->key.data, p->m->key.len};
+	return true;
+}
+
+/* Keep in out only the ids that the index holds under key: one lookup per
+ * candidate in the index, where leaving the branch to the filter reads
+ * each candidate's entry, a page of the data file mapped apiece (a group
+ * by its gid, which ten users hold as their primary group: ten users'
+ * pages read to find the one group). */
+static int plan_probe(struct plan_ctx *p, MDB_dbi dbi, struct store_val key, struct idl *out)
+{
+	MDB_cursor *c;
+	int rc = cursor_take(p->t, p->m, dbi, &c);
+	if (rc)
+		return rc;
+	size_t kept = 0;
+	for (size_t i = 0; i < out->n && !rc; i++) {
+		rc = index_cursor_has(c, key, out->ids[i]);
+		if (rc == 1)
+			out->ids[kept++] = out->ids[i];
+		rc = rc < 0 ? rc : 0;
+	}
+	if (!rc)
+		out->n = kept;
+	cursor_give(p->m, c);
+	return rc;
+}
+
 /* AND: start from the smallest indexed branch; intersect others only while
- * they are not far larger (the filter is re-checked on every candidate). */
+ * they are not far larger; a far larger one is probed for each of a few
+ * candidates when it can be, else left to the filter (re-checked on every
+ * candidate). */
 static int plan_and(struct plan_ctx *p, const struct store_filter *f, struct idl *out)
 {
 	struct kid_est est[64];
@@ -467,8 +518,21 @@ static int plan_and(struct plan_ctx *p, const struct store_filter *f, struct idl
 		idc_buf_printf(p->explain, "and(");
 	int rc = 0;
 	for (size_t i = 0; i < n && !rc; i++) {
-		if (!out->all && (out->n == 0 || est[i].est > 100 * out->n + 100))
+		if (!out->all && out->n == 0)
 			break;
+		if (!out->all && est[i].est > 100 * out->n + 100) {
+			MDB_dbi dbi;
+			struct store_val key;
+			if (out->n > PROBE_MAX)
+				break;
+			if (!probe_key(p, f->kids[est[i].idx], &dbi, &key))
+				continue;
+			if (p->explain && i)
+				idc_buf_putc(p->explain, ',');
+			explain(p, "probe", f->kids[est[i].idx]);
+			rc = plan_probe(p, dbi, key, out);
+			continue;
+		}
 		struct idl k = {0};
 		if (p->explain && i)
 			idc_buf_putc(p->explain, ',');

@@ -163,6 +163,10 @@ struct store {
 	unsigned flags; /* store_open_flags */
 	size_t map_size;
 	uint64_t commits;
+	/* store_map_trim: /proc/self/statm (-1: not open yet), and the
+	 * process's file-backed resident pages after the last release */
+	int statm_fd;
+	size_t file_floor;
 	/* Read transactions ended, reset, for the next reads to renew
 	 * (store.c, spare_take); a slot per thread that reads at once, up to
 	 * STORE_SPARE_TXNS. NULL when empty. */
@@ -309,6 +313,8 @@ size_t index_block_decode(MDB_val v, uint64_t *ids);
 size_t index_count_estimate(MDB_cursor *c, MDB_val v);
 /* Does the index hold (key, id)? */
 bool index_pair_has(MDB_txn *txn, MDB_dbi dbi, struct store_val key, uint64_t id);
+/* The same with c, a cursor on the index: 1 held, 0 not, or an error. */
+int index_cursor_has(MDB_cursor *c, struct store_val key, uint64_t id);
 /* Index key for normalized value n: NULL result (*skip) for an empty value,
  * n itself when short, prefix + hash when long. Key bytes go to out. */
 int index_key(struct store_val n, struct idc_buf *out, bool *skip);
