@@ -90,11 +90,12 @@ def write_ldif(path):
     path.write_text(text)
 
 
-@pytest.fixture(scope="module")
-def slapd():
-    base = nsenv.make_private_dir("idc-subid-ldap-")
+def slapd_with_ranges(prefix, write):
+    """A slapd of its own that knows tests/ldap/subid.schema, loaded with
+    what write(path) puts in an LDIF file (slapadd); a fixture's body."""
+    base = nsenv.make_private_dir(prefix)
     ldif = base / "dir.ldif"
-    write_ldif(ldif)
+    write(ldif)
     s = Slapd(base, "s", ldif=ldif)
     old = os.environ.get("SLAPD_SCHEMAS")
     os.environ["SLAPD_SCHEMAS"] = str(LDAP_DIR / "subid.schema")
@@ -108,6 +109,11 @@ def slapd():
             os.environ["SLAPD_SCHEMAS"] = old
         s.stop()
         nsenv.remove_tree(base)
+
+
+@pytest.fixture(scope="module")
+def slapd():
+    yield from slapd_with_ranges("idc-subid-ldap-", write_ldif)
 
 
 @pytest.fixture(scope="module")
