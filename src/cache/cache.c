@@ -430,12 +430,6 @@ int cache_map_release(struct cache *c, bool wait)
 	return rc;
 }
 
-int cache_txn_map_trim(struct cache_txn *t)
-{
-	/* t holds write_mu: cache_grow does not remap meanwhile */
-	return store_map_trim(t->c->st, CACHE_MAP_SLACK);
-}
-
 static void txn_free(struct cache_txn *t)
 {
 	pthread_mutex_unlock(&t->c->write_mu);

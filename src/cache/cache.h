@@ -257,13 +257,6 @@ int cache_grow(struct cache *c, struct idc_diag *d);
  * as the file. wait: wait for another thread's write transaction (else
  * -EBUSY while one is open). Never while this thread has one open. */
 int cache_map_release(struct cache *c, bool wait);
-/* The same from inside write transaction t, once the pages read since the
- * last release pass CACHE_MAP_SLACK (store_map_trim; a check of a
- * microsecond otherwise): a transaction reading entries spread over the
- * whole file (a page of groups, each member's user looked up) would map
- * most of it before its end. 1 released, 0 not needed, or -errno. */
-#define CACHE_MAP_SLACK (32u << 20)
-int cache_txn_map_trim(struct cache_txn *t);
 int cache_txn_commit(struct cache_txn *t, struct idc_diag *d);
 void cache_txn_abort(struct cache_txn *t);
 

@@ -288,7 +288,6 @@ int store_open(const char *dir, const struct store_options *opt, struct store **
 		return -ENOMEM;
 	}
 	s->lockfd = -1;
-	s->statm_fd = -1;
 	s->flags = opt->flags;
 	s->max_readers = opt->max_readers;
 	pthread_mutex_init(&s->heal_mu, NULL);
@@ -317,8 +316,6 @@ void store_close(struct store *s)
 	if (s->lockfd >= 0)
 		close(s->lockfd);
 	pthread_mutex_destroy(&s->heal_mu);
-	if (s->statm_fd >= 0)
-		close(s->statm_fd);
 	free(s->dir);
 	free(s);
 }
@@ -360,10 +357,12 @@ static int release_range(unsigned long lo, unsigned long hi)
 static int env_enter(struct store *s, struct idc_diag *d);
 static void env_leave(struct store *s);
 
-static int map_release(struct store *s)
+int store_map_release(struct store *s)
 {
 	int fd;
 	struct stat st;
+	if (s->flags & STORE_WRITEMAP)
+		return 0;
 	/* entered throughout: a reopen meanwhile would unmap what is released */
 	int rc = env_enter(s, NULL);
 	if (rc)
@@ -390,50 +389,6 @@ static int map_release(struct store *s)
 	fclose(f);
 	env_leave(s);
 	return rc;
-}
-
-/* The process's file-backed and shared resident pages (statm's third
- * field): kept up to date by the kernel, read in a microsecond. */
-static int file_pages(struct store *s, size_t *pages)
-{
-	if (s->statm_fd < 0 && (s->statm_fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC)) < 0)
-		return -errno;
-	char buf[160];
-	ssize_t n = pread(s->statm_fd, buf, sizeof(buf) - 1, 0);
-	if (n <= 0)
-		return n < 0 ? -errno : -EIO;
-	buf[n] = '\0';
-	unsigned long size, resident, shared;
-	if (sscanf(buf, "%lu %lu %lu", &size, &resident, &shared) != 3)
-		return -EIO;
-	*pages = shared;
-	return 0;
-}
-
-int store_map_release(struct store *s)
-{
-	if (s->flags & STORE_WRITEMAP)
-		return 0;
-	int rc = map_release(s);
-	size_t now = 0;
-	if (file_pages(s, &now) == 0)
-		s->file_floor = now;
-	return rc;
-}
-
-int store_map_trim(struct store *s, size_t slack)
-{
-	size_t now = 0;
-	if (s->flags & STORE_WRITEMAP)
-		return 0;
-	int rc = file_pages(s, &now);
-	if (rc)
-		return rc;
-	size_t page = (size_t)sysconf(_SC_PAGESIZE);
-	if (now <= s->file_floor || (now - s->file_floor) <= slack / page)
-		return 0;
-	rc = store_map_release(s);
-	return rc ? rc : 1;
 }
 
 static _Thread_local unsigned env_held;

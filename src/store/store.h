@@ -306,17 +306,6 @@ int store_grow(struct store *s);
  * in place (STORE_WRITEMAP). The caller keeps store_grow from remapping
  * meanwhile. 0 or -errno. */
 int store_map_release(struct store *s);
-/* store_map_release once the process's file-backed resident set (statm's
- * "shared": the map's pages among them) has grown by more than slack bytes
- * since the last release: a cheap check (one read of /proc/self/statm) a
- * long transaction makes as it goes, so that pages read once leave the
- * resident set before the transaction ends. A read-only map is read
- * through the page cache: its pages may be unmapped under any open
- * transaction, a reader's or this one's (a write transaction without
- * STORE_WRITEMAP writes into copies; they are not mapped pages). The
- * caller keeps store_grow from remapping meanwhile. 1 released, 0 not
- * needed, or -errno. */
-int store_map_trim(struct store *s, size_t slack);
 /* The map's size in bytes now. */
 size_t store_map_size(const struct store *s);
 

@@ -163,10 +163,6 @@ struct store {
 	unsigned flags; /* store_open_flags */
 	size_t map_size;
 	uint64_t commits;
-	/* store_map_trim: /proc/self/statm (-1: not open yet), and the
-	 * process's file-backed resident pages after the last release */
-	int statm_fd;
-	size_t file_floor;
 	/* Read transactions ended, reset, for the next reads to renew
 	 * (store.c, spare_take); a slot per thread that reads at once, up to
 	 * STORE_SPARE_TXNS. NULL when empty. */

@@ -470,93 +470,6 @@ static void test_search_probe(void **state)
 	assert_int_equal(c.n, 0);
 }
 
-/* Resident kB of this process's maps of the store's data file. */
-static long map_rss_kb(const struct fx *f)
-{
-	char want[128], line[512];
-	snprintf(want, sizeof(want), "%s/data.mdb\n", f->dir);
-	FILE *fp = fopen("/proc/self/smaps", "r");
-	assert_non_null(fp);
-	long kb = 0, v;
-	bool in = false;
-	while (fgets(line, sizeof(line), fp)) {
-		size_t n = strlen(line), w = strlen(want);
-		if (strchr(line, '-') == line + strspn(line, "0123456789abcdef"))
-			in = n > w && memcmp(line + n - w, want, w) == 0;
-		else if (in && sscanf(line, "Rss: %ld kB", &v) == 1)
-			kb += v;
-	}
-	fclose(fp);
-	return kb;
-}
-
-static struct collect *scan(struct store_txn *t, struct collect *c)
-{
-	memset(c, 0, sizeof(*c));
-	struct store_search q = {{"dc=example,dc=com", 17}, STORE_SCOPE_SUB, NULL, 0};
-	assert_int_equal(store_search(t, &q, collect_cb, c, NULL), 0);
-	return c;
-}
-
-/* store_map_trim lets go of the map's pages once more than the slack were
- * read since the last release, not before; in a write transaction, which
- * reads and writes on after it, as a reader does. */
-static void test_map_trim(void **state)
-{
-	struct fx *f = *state;
-	add_tree(f);
-	struct store_txn *t;
-	assert_int_equal(store_txn_begin(f->s, NULL, 0, &t, NULL), 0);
-	char buf[900], pad[600];
-	memset(pad, 'p', sizeof(pad) - 1);
-	pad[sizeof(pad) - 1] = '\0';
-	for (int i = 0; i < 2000; i++) {
-		snprintf(
-		    buf, sizeof(buf),
-		    "uid=t%d,ou=people,dc=example,dc=com\nobjectClass: posixAccount\nuid: t%d\n"
-		    "uidNumber: %d\ndescription: %s",
-		    i, i, 20000 + i, pad);
-		struct store_entry e = mk(f, buf);
-		assert_int_equal(store_add(t, &e, NULL, NULL), 0);
-	}
-	assert_int_equal(store_txn_commit(t, NULL), 0);
-	assert_int_equal(store_map_release(f->s), 0);
-	assert_int_equal(map_rss_kb(f), 0);
-
-	struct collect c;
-	assert_int_equal(store_txn_begin(f->s, NULL, STORE_TXN_RDONLY, &t, NULL), 0);
-	assert_int_equal(scan(t, &c)->n, 2009);
-	long read = map_rss_kb(f);
-	assert_true(read > 512); /* ~1.3 MiB of entries */
-	assert_int_equal(store_map_trim(f->s, 64u << 20), 0);
-	assert_int_equal(map_rss_kb(f), read);
-	assert_int_equal(store_map_trim(f->s, 64u << 10), 1);
-	assert_int_equal(map_rss_kb(f), 0);
-	assert_int_equal(store_map_trim(f->s, 64u << 10), 0); /* nothing read since */
-	assert_int_equal(scan(t, &c)->n, 2009);               /* the reader reads on */
-	store_txn_abort(t);
-
-	/* a write transaction: trimmed between its reads and writes */
-	assert_int_equal(store_txn_begin(f->s, NULL, 0, &t, NULL), 0);
-	struct store_entry e = mk(f, "uid=late,ou=people,dc=example,dc=com\n"
-				     "objectClass: posixAccount\nuid: late\nuidNumber: 30000");
-	assert_int_equal(store_add(t, &e, NULL, NULL), 0);
-	assert_int_equal(scan(t, &c)->n, 2010);
-	assert_int_equal(store_map_trim(f->s, 64u << 10), 1);
-	assert_int_equal(map_rss_kb(f), 0);
-	struct store_entry got;
-	const char *dn = "uid=t1999,ou=people,dc=example,dc=com";
-	assert_int_equal(store_get(t, (struct store_val){dn, strlen(dn)}, &got, NULL), 0);
-	assert_int_equal(got.id > 0, 1);
-	assert_int_equal(store_delete(t, (struct store_val){dn, strlen(dn)}, false, NULL), 0);
-	assert_int_equal(scan(t, &c)->n, 2009);
-	assert_int_equal(store_txn_commit(t, NULL), 0);
-	assert_int_equal(count(f, "(uid=late)"), 1);
-	assert_int_equal(count(f, "(uid=t1999)"), 0);
-	assert_int_equal(count(f, "(uid=t1998)"), 1);
-	assert_int_equal(count(f, "(objectClass=posixAccount)"), 2005);
-}
-
 struct stop_ctx {
 	int seen;
 };
@@ -2221,7 +2134,6 @@ int main(void)
 	    T(test_search_filters),
 	    T(test_search_plan),
 	    T(test_search_probe),
-	    T(test_map_trim),
 	    T(test_search_callback_stops),
 	    T(test_modify),
 	    T(test_replace_counts_commits),

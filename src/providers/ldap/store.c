@@ -270,20 +270,6 @@ static int put_keys(struct cache_txn *t, struct lprov_domain *ld, const struct l
 	return cache_put_user_keys(t, ld->cfg.name, u->name, u->keys, u->nkeys, NULL, d);
 }
 
-/* Entries stored between two checks of cache.mdb's mapped pages: a group
- * looks up each member named by DN (rdn_member), a user anywhere in the
- * file; a page of a thousand groups of twenty at a million users mapped
- * nearly all of cache.mdb before its commit let go of it. */
-#define LP_TRIM_EVERY 8
-
-/* After each LP_TRIM_EVERY-th entry n: the pages read so far let go of
- * when they are many (a failed release leaves them mapped, no more). */
-static void trim(struct cache_txn *t, size_t n)
-{
-	if (n % LP_TRIM_EVERY == 0)
-		(void)cache_txn_map_trim(t);
-}
-
 /* The users and groups of r not committed yet, into t; tr (when on) learns
  * what was stored for each changed record. */
 static int put_entries(struct cache_txn *t, struct lp_req *r, struct lp_track *tr, bool page,
@@ -291,8 +277,7 @@ static int put_entries(struct cache_txn *t, struct lp_req *r, struct lp_track *t
 {
 	struct lprov_domain *ld = r->ld;
 	int rc = 0;
-	size_t n = 0;
-	for (size_t i = r->users_stored; i < r->users.n && !rc; i++, trim(t, ++n)) {
+	for (size_t i = r->users_stored; i < r->users.n && !rc; i++) {
 		const struct lp_user *u = r->users.v[i];
 		struct cache_user cu = {u->name, u->uid,   u->gid, u->gecos,
 					u->dir,  u->shell, 0,      u->dn};
@@ -311,10 +296,9 @@ static int put_entries(struct cache_txn *t, struct lp_req *r, struct lp_track *t
 	}
 	for (size_t i = 0; i < r->groups.n && !rc; i++) {
 		struct lp_group *g = r->groups.v[i];
-		if (!lp_group_due(r, g, page))
-			continue;
-		rc = soft(ld, put_group(t, r, g, tr, tr->on ? &tr->gnew[i] : NULL, d), g->dn, d);
-		trim(t, ++n);
+		if (lp_group_due(r, g, page))
+			rc = soft(ld, put_group(t, r, g, tr, tr->on ? &tr->gnew[i] : NULL, d),
+				  g->dn, d);
 	}
 	return rc;
 }
