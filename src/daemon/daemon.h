@@ -327,16 +327,7 @@ int responder_finish(struct idc_buf *out, uint32_t cmd, size_t start, int rc);
  * above. */
 int subid_reply_ranges(struct daemon *dm, size_t i, const struct cache_user *u,
 		       const struct proto_req *req, struct idc_buf *out);
-/* SUBID_OWNERS: 1 when the request must wait (the responder holds it) for
- * the directory ranges served to be built, which happens in slices of the
- * loop (subid_build_timer) once the files domains, the configuration or
- * the host's files changed. */
 int subid_reply_owners(struct daemon *dm, const struct proto_req *req, struct idc_buf *out);
-#define SUBID_HOLD_NS 50000000u /* a held request is looked at again after (at most) */
-/* The timer of that build: its next slice. */
-void subid_build_timer(struct loop_timer *t);
-/* Whether it is under way (a held request waits on). */
-bool subid_building(const struct daemon *dm);
 /* Free what subid.c keeps (at shutdown). */
 void subid_free(struct daemon *dm);
 /* ldap domain d's committed change ch (NULL: not known), told after the
@@ -770,7 +761,6 @@ struct daemon {
 	struct enum_snap *snaps[2];    /* latest passwd / group enumeration */
 	struct snap_job *snap_jobs[2]; /* passwd / group snapshot being built */
 	struct loop_timer snap_timer;  /* its next slice (responder.c) */
-	struct loop_timer subid_timer; /* the served subids' build's next slice (subid.c) */
 	unsigned snap_turn;            /* which build's slice comes next */
 	uint64_t snap_serial;          /* of the last build started */
 

@@ -295,7 +295,6 @@ static int start(struct daemon *dm, struct config *cfg)
 	rc = rc ? rc : loop_timer_arm(&dm->sweep, DAEMON_SWEEP_MS, DAEMON_SWEEP_MS);
 	rc = rc ? rc : loop_timer_init(&dm->loop, &dm->held_timer, responder_held_timer, dm);
 	rc = rc ? rc : loop_timer_init(&dm->loop, &dm->snap_timer, responder_snap_timer, dm);
-	rc = rc ? rc : loop_timer_init(&dm->loop, &dm->subid_timer, subid_build_timer, dm);
 	rc = rc ? rc : loop_timer_init(&dm->loop, &dm->beat, on_beat, dm);
 	rc = rc ? rc : loop_timer_arm(&dm->beat, MC_BEAT_MS, MC_BEAT_MS);
 	rc = rc ? rc : listener_start(dm, &dm->nss);
@@ -330,7 +329,6 @@ static void stop(struct daemon *dm)
 	loop_timer_close(&dm->sweep);
 	loop_timer_close(&dm->held_timer);
 	loop_timer_close(&dm->snap_timer);
-	loop_timer_close(&dm->subid_timer);
 	loop_timer_close(&dm->beat);
 	loop_fini(&dm->loop); /* frees the closed connections */
 	budget_sweep(dm, true);
@@ -356,7 +354,6 @@ static int run(const struct options *o, struct config *cfg)
 	dm.spare_fd = -1;
 	dm.held_timer.io.fd = -1;
 	dm.snap_timer.io.fd = -1;
-	dm.subid_timer.io.fd = -1;
 	dm.loop.epfd = -1;
 	dm.start_ns = idc_now_ns();
 	dm.start_time = (int64_t)time(NULL);

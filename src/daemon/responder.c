@@ -696,8 +696,6 @@ static bool still_held(struct daemon *dm, struct conn *c, uint64_t now)
 		return false;
 	if (req->cmd == PROTO_CMD_GETGRNAM || req->cmd == PROTO_CMD_GETGRGID)
 		return !big_find(dm, req, true);
-	if (req->cmd == PROTO_CMD_SUBID_OWNERS)
-		return subid_building(dm);
 	return latest_stale(dm, req->cmd <= PROTO_CMD_ENDPWENT);
 }
 
@@ -1608,10 +1606,8 @@ int responder_handle(struct conn *c, const struct proto_req *req, struct idc_buf
 		struct walk w = {c->dm, c, req, NULL, false, false, 0};
 		return handle_lookup(&w, out);
 	}
-	case PROTO_CMD_SUBID_OWNERS: {
-		int rc = subid_reply_owners(c->dm, req, out);
-		return rc == 1 ? hold(c, req, SUBID_HOLD_NS) : rc;
-	}
+	case PROTO_CMD_SUBID_OWNERS:
+		return subid_reply_owners(c->dm, req, out);
 	case PROTO_CMD_SETPWENT:
 	case PROTO_CMD_GETPWENT:
 	case PROTO_CMD_ENDPWENT:

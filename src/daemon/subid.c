@@ -217,25 +217,12 @@ struct served_user {
 };
 
 struct subid_served {
-	uint64_t gen;              /* daemon_checks_gen() when built; 0: not built */
+	uint64_t gen;              /* daemon_checks_gen() when built; 0: to build */
 	struct served_user **slot; /* by hash, linear probing; cap a power of two */
 	size_t cap, n;
 	struct subid_set *set[2]; /* the served ranges, by kind */
-	/* the build under way, in slices */
-	bool building;
-	uint64_t build_gen; /* daemon_checks_gen() it began with */
-	size_t domain;      /* the domain being read */
-	struct idc_buf at;  /* the store key read last (cache_enum_users_from) */
-	uint64_t deadline;  /* of the slice */
-	uint64_t spent_ns;  /* the slices' time */
-	int err;            /* of the last build that failed ... */
-	uint64_t err_until; /* ... answered until then, then built again */
+	int err;                  /* of the last build: requests fail until the next */
 };
-
-/* A build reads SUBID_SLICE_NS a loop turn (as an enumeration snapshot's);
- * one that failed fails the requests for SUBID_RETRY_NS before the next. */
-#define SUBID_SLICE_NS 2000000u
-#define SUBID_RETRY_NS 1000000000u
 
 /* The table's key: a name's hash under the cache's case-ignoring rule
  * (every spelling a check by name may equate shares it), per domain. */
@@ -388,146 +375,56 @@ struct served_build {
 	struct daemon *dm;
 	size_t domain;
 	struct subid_served *s;
-	unsigned tick;
 };
 
-/* A record of the build's walk: remembered afresh (a change told since
- * the build began may have remembered it already). 1 stops the slice. */
 static int served_user(const struct cache_user *u, uint64_t key, void *arg)
 {
 	struct served_build *b = arg;
 	(void)key;
-	forget(b->s, b->domain, u->name);
-	int rc = remember(b->dm, b->s, b->domain, u);
-	if (rc == 0 && ++b->tick % 32 == 0 && idc_now_ns() >= b->s->deadline)
-		return 1;
-	return rc;
+	return remember(b->dm, b->s, b->domain, u);
 }
 
-/* Start the build (again): everything is read anew. */
-static int build_start(struct daemon *dm, struct subid_served *s)
-{
-	served_clear(s);
-	idc_buf_reset(&s->at);
-	s->domain = 0;
-	s->spent_ns = 0;
-	s->building = true;
-	s->build_gen = daemon_checks_gen(dm);
-	for (int k = 0; k < 2; k++)
-		if (!(s->set[k] = subid_set_new()))
-			return -ENOMEM;
-	return loop_timer_arm(&dm->subid_timer, 0, 0);
-}
-
-static void build_end(struct daemon *dm, struct subid_served *s, int rc)
-{
-	s->building = false;
-	dm->subid_build_ns += s->spent_ns;
-	if (rc < 0) {
-		idc_log(IDC_LOG_WARN, "subordinate ids: the served ranges cannot be read: %s",
-			idc_strerror(rc));
-		served_clear(s);
-		s->gen = 0;
-		s->err = rc;
-		s->err_until = idc_now_ns() + SUBID_RETRY_NS;
-	} else {
-		s->gen = s->build_gen;
-		dm->subid_builds++;
-	}
-	/* the requests waiting for it are answered now */
-	dm->held_timer_at = idc_now_ns();
-	(void)loop_timer_arm(&dm->held_timer, 0, 0);
-}
-
-/* One slice of the build, in a reader of its own: the cached users of the
- * domains that read ranges from the key read last on. */
-static void build_slice(struct daemon *dm, struct subid_served *s)
+/* Every cached user of the domains that read ranges, read on r. */
+static void served_build(struct daemon *dm, struct subid_served *s, struct cache_reader *r)
 {
 	uint64_t t0 = idc_now_ns();
-	int rc = s->build_gen == daemon_checks_gen(dm) ? 0 : build_start(dm, s);
-	struct cache_reader *r = NULL;
-	s->deadline = t0 + SUBID_SLICE_NS;
-	daemon_aside_end(dm); /* between requests: the checks read what this slice reads */
-	(void)daemon_checks_failed(dm);
-	rc = rc ? rc : cache_reader_begin(dm->cache, &r);
-	struct served_build b = {dm, 0, s, 0};
-	while (rc == 0 && s->domain < dm->ndomains && idc_now_ns() < s->deadline) {
-		b.domain = s->domain;
-		if (reads_any(dm->domains[s->domain]))
-			rc = cache_enum_users_from(r, dm->domains[s->domain]->cfg->name, &s->at,
-						   served_user, &b);
-		if (rc == 0) { /* the domain is done */
-			s->domain++;
-			idc_buf_reset(&s->at);
-		}
-		rc = rc == 1 ? 0 : rc;
+	struct served_build b = {dm, 0, s};
+	served_clear(s);
+	(void)daemon_checks_failed(dm); /* the build's own checks are what count */
+	s->err = 0;
+	for (int k = 0; k < 2 && !s->err; k++)
+		s->err = (s->set[k] = subid_set_new()) ? 0 : -ENOMEM;
+	for (size_t i = 0; !s->err && i < dm->ndomains; i++) {
+		b.domain = i;
+		if (reads_any(dm->domains[i]))
+			s->err = cache_enum_users_unsorted(r, dm->domains[i]->cfg->name,
+							   served_user, &b);
 	}
-	cache_reader_end(r);
-	daemon_aside_end(dm);
 	int failed = daemon_checks_failed(dm); /* a user withheld for it may be served */
-	rc = rc ? rc : failed;
-	s->spent_ns += idc_now_ns() - t0;
-	if (rc < 0 || s->domain >= dm->ndomains)
-		build_end(dm, s, rc);
-	else if (loop_timer_arm(&dm->subid_timer, 0, 0) < 0)
-		build_end(dm, s, -EIO);
+	s->err = s->err ? s->err : failed;
+	if (s->err)
+		served_clear(s);
+	dm->subid_builds++;
+	dm->subid_build_ns += idc_now_ns() - t0;
 }
 
-void subid_build_timer(struct loop_timer *t)
-{
-	struct daemon *dm = t->owner;
-	if (dm->subid_served && dm->subid_served->building)
-		build_slice(dm, dm->subid_served);
-}
-
-bool subid_building(const struct daemon *dm)
-{
-	return dm->subid_served && dm->subid_served->building;
-}
-
-/* The set, current (0 with *out set), being built (1: the request waits
- * for it), or an error. */
-static int served(struct daemon *dm, struct subid_served **out)
+static struct subid_served *served(struct daemon *dm, struct cache_reader *r)
 {
 	uint64_t gen = daemon_checks_gen(dm);
 	struct subid_served *s = dm->subid_served;
 	if (!s && !(s = dm->subid_served = calloc(1, sizeof(*s))))
-		return -ENOMEM;
-	if (!s->building && s->gen == gen) {
-		*out = s;
-		return 0;
-	}
-	if (!s->building && s->err && idc_now_ns() < s->err_until)
-		return s->err;
-	if (!s->building) {
-		int rc = build_start(dm, s);
-		if (rc < 0) {
-			build_end(dm, s, rc);
-			return rc;
-		}
-	}
-	return 1; /* a slice that sees another gen starts over */
-}
-
-/* What the set holds is no longer known to be right: read it all again
- * (a build under way starts over). */
-static void served_stale(struct daemon *dm, struct subid_served *s)
-{
-	if (!s->building) {
-		s->gen = 0;
-		return;
-	}
-	int rc = build_start(dm, s);
-	if (rc < 0)
-		build_end(dm, s, rc);
+		return NULL;
+	if (s->gen == gen)
+		return s;
+	served_build(dm, s, r);
+	s->gen = s->err ? 0 : gen; /* a build that failed is made again next time */
+	return s;
 }
 
 void subid_free(struct daemon *dm)
 {
-	if (dm->subid_served) {
+	if (dm->subid_served)
 		served_clear(dm->subid_served);
-		idc_buf_free(&dm->subid_served->at);
-	}
 	free(dm->subid_served);
 	dm->subid_served = NULL;
 }
@@ -636,19 +533,17 @@ static int apply_change(struct daemon *dm, struct subid_served *s, struct cache_
 void subid_ldap_change(struct daemon *dm, const struct domain *d, const struct cache_change *ch)
 {
 	struct subid_served *s = dm->subid_served;
-	uint64_t gen = daemon_checks_gen(dm);
-	if (!s || (ch && ch->group) || (s->building ? s->build_gen : s->gen) != gen)
-		return; /* not built for this state (it will be from the cache), or no user */
+	if (!s || !s->gen || (ch && ch->group))
+		return; /* not built (it will be from the cache), or no user */
 	size_t i = 0;
 	while (i < dm->ndomains && dm->domains[i] != d)
 		i++;
 	/* The checks must read the committed cache: a reader of theirs left
 	 * open (not between requests, as the provider tells changes) may
-	 * predate the commit. A build under way takes the change too: the
-	 * users it read already are read again here, the others it reads
-	 * as committed. */
-	if (!ch || i == dm->ndomains || dm->aside) {
-		served_stale(dm, s);
+	 * predate the commit, and so may a state of what they see that
+	 * changed (a reload). */
+	if (!ch || i == dm->ndomains || dm->aside || s->gen != daemon_checks_gen(dm)) {
+		s->gen = 0;
 		return;
 	}
 	struct cache_reader *r;
@@ -664,7 +559,7 @@ void subid_ldap_change(struct daemon *dm, const struct domain *d, const struct c
 			"subordinate ids: a change could not be followed (%s); "
 			"all are read again when next asked",
 			idc_strerror(rc));
-		served_stale(dm, s);
+		s->gen = 0;
 	}
 }
 
@@ -679,13 +574,12 @@ static int owner_found(uint32_t uid, void *arg)
  * the cache does not hold yet are not known. */
 int subid_reply_owners(struct daemon *dm, const struct proto_req *req, struct idc_buf *out)
 {
-	struct subid_served *s = NULL;
-	int rc = served(dm, &s);
-	if (rc == 1)
-		return 1; /* held until the set is built */
-	struct cache_reader *r = rc == 0 ? daemon_reader(dm) : NULL;
+	struct cache_reader *r = daemon_reader(dm);
 	struct owners o = {.dm = dm, .kind = req->what, .id = req->id};
-	rc = rc ? rc : r ? alloc_owner(&o, r) : -EIO;
+	int rc = r ? alloc_owner(&o, r) : -EIO;
+	struct subid_served *s = rc == 0 ? served(dm, r) : NULL;
+	if (rc == 0)
+		rc = !s ? -ENOMEM : s->err;
 	if (rc == 0)
 		(void)subid_set_find(s->set[o.kind - PROTO_SUBID_UID], o.id, owner_found, &o);
 	if (rc < 0) {

@@ -194,20 +194,3 @@ def test_an_earlier_domain_withholds_and_releases(daemon, slapd, idcache, how):
     assert nsenv.wait_for(gone, timeout=10, interval=0.2)[0], daemon.log()[-2000:]
     assert owners(daemon, R_C + 2) == [20003]
     assert status(idcache, daemon)["subid.served_built"] == built
-
-
-def test_a_files_change_builds_the_set_again(daemon, idcache):
-    """What the checks see beside the directories (here the files
-    domain's users) changed: the set is read again from the cache, in
-    slices of the loop, the request waiting for it, and answers as
-    before."""
-    assert all_owned(daemon) == WANT
-    built = int(status(idcache, daemon)["subid.served_built"])
-    nsenv.write_atomic(daemon.passwd, "floc:x:5000:5000::/home/floc:/bin/sh\n"
-                                      "fnew:x:5001:5001::/home/fnew:/bin/sh\n")
-    c = P.Client(daemon.run_dir / "nss.sock")
-    ok, _ = nsenv.wait_for(lambda: isinstance(c.getpwnam("fnew"), tuple), timeout=10)
-    c.close()
-    assert ok, daemon.log()[-2000:]
-    assert all_owned(daemon) == WANT
-    assert int(status(idcache, daemon)["subid.served_built"]) == built + 1
