@@ -166,10 +166,6 @@ static void status_budget(struct daemon *dm, struct idc_buf *b)
 	idc_buf_printf(b, "checks.local_index_built=%llu\nchecks.local_index_build_ms=%llu\n",
 		       (unsigned long long)dm->held_builds,
 		       (unsigned long long)(dm->held_build_ns / 1000000u));
-	idc_buf_printf(b, "subid.served_built=%llu\nsubid.served_build_ms=%llu\n",
-		       (unsigned long long)dm->subid_builds,
-		       (unsigned long long)(dm->subid_build_ns / 1000000u));
-	idc_buf_printf(b, "subid.served_updates=%llu\n", (unsigned long long)dm->subid_updates);
 	idc_buf_printf(b, "budget.bytes=%zu\nbudget.waits=%llu\n", dm->budget_total,
 		       (unsigned long long)dm->mem_waits);
 }

@@ -330,10 +330,6 @@ int subid_reply_ranges(struct daemon *dm, size_t i, const struct cache_user *u,
 int subid_reply_owners(struct daemon *dm, const struct proto_req *req, struct idc_buf *out);
 /* Free what subid.c keeps (at shutdown). */
 void subid_free(struct daemon *dm);
-/* ldap domain d's committed change ch (NULL: not known), told after the
- * commit with no request's reader open: the directory ranges SUBID_OWNERS
- * answers from follow it (subid.c). */
-void subid_ldap_change(struct daemon *dm, const struct domain *d, const struct cache_change *ch);
 /* USERINFO's lines for u of domain i: "subuid=START COUNT (SOURCE)", or
  * "subuid=none" with why; subgid likewise. Nothing is logged. */
 void subid_user_info(struct daemon *dm, size_t i, const struct cache_user *u, struct idc_buf *b);
@@ -381,11 +377,9 @@ int daemon_group_members_kept(struct daemon *dm, size_t i, struct cache_group *g
  * (no files domain: /etc/passwd and /etc/group as read here), or NULL
  * when none may. A subordinate id range is served only when NULL. */
 const char *daemon_ids_held(struct daemon *dm, uint32_t lo, uint32_t hi);
-/* A number that changes whenever what these checks see may have, apart
- * from the ldap domains' entries (a files domain's refresh, a reload, the
- * host's files read again): what is derived from them may be kept while
- * it stays, following the ldap domains' changes as they are told. Never
- * 0. */
+/* A number that changes whenever what these checks see may have (a
+ * commit, a reload, the host's files read again): what is derived from
+ * them may be kept while it stays. */
 uint64_t daemon_checks_gen(struct daemon *dm);
 /* End the checks' reader (with daemon_reader_end); free the host files
  * and what the checks remember. */
@@ -772,16 +766,14 @@ struct daemon {
 	size_t nadmin;
 	uint64_t refused_uid, refused_full, shed_idle;
 	uint64_t mcmap_refused, mcmap_failed;
-	struct cache_reader *aside;            /* precedence.c's checks, ended with reader */
-	struct host_files *host;               /* /etc/passwd, /etc/group (precedence.c) */
-	struct gid_memo *gid_memo;             /* precedence.c */
-	int checks_err;                        /* precedence.c: a check that failed, withholding */
-	struct held_ids *held_ids;             /* precedence.c: the files domains' ids, sorted */
-	uint64_t held_builds, held_build_ns;   /* ... built, and the time it took */
-	struct subid_served *subid_served;     /* subid.c: the directory ranges served */
-	uint64_t subid_builds, subid_build_ns; /* ... built from the whole cache, and the time */
-	uint64_t subid_updates;                /* ... kept current by an ldap change */
-	const char **members;                  /* precedence.c: member list scratch */
+	struct cache_reader *aside;          /* precedence.c's checks, ended with reader */
+	struct host_files *host;             /* /etc/passwd, /etc/group (precedence.c) */
+	struct gid_memo *gid_memo;           /* precedence.c */
+	int checks_err;                      /* precedence.c: a check that failed, withholding */
+	struct held_ids *held_ids;           /* precedence.c: the files domains' ids, sorted */
+	uint64_t held_builds, held_build_ns; /* ... built, and the time it took */
+	struct subid_served *subid_served;   /* subid.c: the directory ranges served */
+	const char **members;                /* precedence.c: member list scratch */
 	size_t members_cap;
 	struct budget_uid *budgets;   /* per peer uid (budget.c) */
 	size_t budget_total;          /* bytes charged to all uids */

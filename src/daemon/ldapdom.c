@@ -112,15 +112,6 @@ static void on_timer(struct loop_timer *t)
 
 /* ==== life cycle ======================================================================= */
 
-/* The provider's hook (arg: the domain): the memory cache and the served
- * subordinate id ranges hear each committed change. */
-static void on_change(const struct cache_change *ch, void *arg)
-{
-	struct domain *d = arg;
-	daemon_mc_ldap_change(ch, d);
-	subid_ldap_change(d->dm, d, ch);
-}
-
 int ldapdom_new(struct domain *d)
 {
 	struct idc_diag diag = {{0}};
@@ -142,7 +133,7 @@ int ldapdom_new(struct domain *d)
 		return rc;
 	}
 	d->ldap = l;
-	lprov_domain_set_hook(l->ld, on_change, d);
+	lprov_domain_set_hook(l->ld, daemon_mc_ldap_change, d);
 	/* Before any lookup is answered from the cache: the first run drops
 	 * what a narrowed min_id..max_id no longer allows; with enumerate =
 	 * true the first enumeration is due now too, and with a sync feed

@@ -497,6 +497,11 @@ static uint64_t memo_gen(struct daemon *dm)
 	return (daemon_data_gen(dm) ^ ((h ? h->reads : 0) << 48)) | 1u << 31;
 }
 
+uint64_t daemon_checks_gen(struct daemon *dm)
+{
+	return memo_gen(dm);
+}
+
 static bool gid_withheld_memo(struct daemon *dm, size_t i, uint32_t gid, uint64_t gen)
 {
 	if (!dm->gid_memo && !(dm->gid_memo = calloc(MEMO_SLOTS, sizeof(*dm->gid_memo))))
@@ -696,12 +701,6 @@ static int held_group(const struct cache_group *g, uint64_t key, void *arg)
 static uint64_t held_gen(const struct daemon *dm)
 {
 	return (dm->files_gen * 1000003u + dm->config_gen) | 1ull << 63;
-}
-
-uint64_t daemon_checks_gen(struct daemon *dm)
-{
-	struct host_files *h = reads_host(dm) ? host_files(dm) : NULL;
-	return held_gen(dm) ^ (h ? h->reads : 0) << 40;
 }
 
 static struct held_ids *held_ids(struct daemon *dm)

@@ -4,8 +4,7 @@
  * of their own (alloc.c), and libsubid_idcache.so, the plugin shadow-utils'
  * libsubid loads for `subid: idcache` in nsswitch.conf (plugin.c).
  *
- * Owns: the allocation formula below, the range set the daemon answers
- * SUBID_OWNERS from (ranges.c), and the plugin's entry points.
+ * Owns: the allocation formula below, and the plugin's entry points.
  * May call: libc; the plugin also proto's codec and client (libc only,
  * allocation-free), nothing else: it runs inside setuid newuidmap.
  *
@@ -80,30 +79,5 @@ bool subid_alloc_range(const struct subid_alloc *a, uint32_t uid, uint32_t *star
 /* The one uid whose range holds id: true with *uid set when id is in the
  * block. */
 bool subid_alloc_owner(const struct subid_alloc *a, uint32_t id, uint32_t *uid);
-
-/* ---- a set of ranges, searched by id (ranges.c) ----------------------------
- * (start, count, uid) triples, each held as many times as it was added
- * (two users may carry the same range and uid), kept in a balanced tree
- * (a treap whose nodes know the last id of their subtree), so adding or
- * removing one is O(log n) and finding those holding an id is
- * O(log n + what is found): the daemon keeps its served directory ranges
- * here and changes them entry by entry as the cache changes. Not thread
- * safe; ranges must pass subid_range_ok. */
-struct subid_set;
-
-/* A new empty set; NULL out of memory. */
-struct subid_set *subid_set_new(void);
-void subid_set_free(struct subid_set *s);
-/* Add one more (start, count, uid): 0, or -ENOMEM (the set unchanged). */
-int subid_set_add(struct subid_set *s, uint32_t start, uint32_t count, uint32_t uid);
-/* Take away one (start, count, uid) added before: true, or false when the
- * set holds none. */
-bool subid_set_del(struct subid_set *s, uint32_t start, uint32_t count, uint32_t uid);
-/* The triples held (those added twice counted once). */
-size_t subid_set_size(const struct subid_set *s);
-/* cb(uid, arg) for each range held that contains id, in increasing start;
- * a non-zero return stops the walk and is returned, else 0. */
-typedef int (*subid_set_cb)(uint32_t uid, void *arg);
-int subid_set_find(const struct subid_set *s, uint32_t id, subid_set_cb cb, void *arg);
 
 #endif

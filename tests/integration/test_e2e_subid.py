@@ -90,12 +90,11 @@ def write_ldif(path):
     path.write_text(text)
 
 
-def slapd_with_ranges(prefix, write):
-    """A slapd of its own that knows tests/ldap/subid.schema, loaded with
-    what write(path) puts in an LDIF file (slapadd); a fixture's body."""
-    base = nsenv.make_private_dir(prefix)
+@pytest.fixture(scope="module")
+def slapd():
+    base = nsenv.make_private_dir("idc-subid-ldap-")
     ldif = base / "dir.ldif"
-    write(ldif)
+    write_ldif(ldif)
     s = Slapd(base, "s", ldif=ldif)
     old = os.environ.get("SLAPD_SCHEMAS")
     os.environ["SLAPD_SCHEMAS"] = str(LDAP_DIR / "subid.schema")
@@ -109,11 +108,6 @@ def slapd_with_ranges(prefix, write):
             os.environ["SLAPD_SCHEMAS"] = old
         s.stop()
         nsenv.remove_tree(base)
-
-
-@pytest.fixture(scope="module")
-def slapd():
-    yield from slapd_with_ranges("idc-subid-ldap-", write_ldif)
 
 
 @pytest.fixture(scope="module")
