@@ -283,7 +283,11 @@ static int fetch_range(struct store_txn *t, struct search_mem *m, MDB_dbi dbi, e
 }
 
 /* Ids of the entries below base, whose reversed key plus ',' is below
- * (store_dn2id_below). */
+ * (store_dn2id_below), parents first: in key order, unless a key was
+ * hashed (its hash, not its DN, orders it after the kept prefix, so a
+ * child could come before its parent): then in id order, where a parent
+ * is always before its children (ops.c: an entry's parent exists when it
+ * gets its id, and a rename gives a new one). */
 static int fetch_subtree(struct store_txn *t, struct search_mem *m, struct store_val below,
 			 struct store_val base, struct idl *out)
 {
@@ -293,6 +297,7 @@ static int fetch_subtree(struct store_txn *t, struct search_mem *m, struct store
 		return rc;
 	MDB_val k = store_dn2id_seek(below), v;
 	int at = 0;
+	bool hashed = false;
 	for (rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE); rc == 0;
 	     rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
 		at = store_dn2id_below(t->txn, t->s, below, base, k, v);
@@ -301,10 +306,13 @@ static int fetch_subtree(struct store_txn *t, struct search_mem *m, struct store
 		if (at != STORE_BELOW_YES || (at = idl_reserve(out, 1)) != 0)
 			break;
 		memcpy(&out->ids[out->n++], v.mv_data, sizeof(uint64_t));
+		hashed |= k.mv_size == STORE_KEY_MAX;
 	}
 	cursor_give(m, c);
 	if (at < 0)
 		return at;
+	if (hashed)
+		idl_sort_unique(out);
 	return rc == 0 || rc == MDB_NOTFOUND ? 0 : rc < 0 ? rc : store_mdb_err(rc);
 }
 

@@ -1761,6 +1761,57 @@ static void test_long_dn_children_hashed(void **state)
 	assert_checks(f);
 }
 
+/* Parents first, as an export needs: each entry's parent is seen before it
+ * (or is outside the walk). DNs kept in the fixture arena. */
+struct order {
+	struct fx *f;
+	const char *seen[64];
+	size_t n;
+	bool parent_later;
+};
+
+static int order_cb(const struct store_entry *e, void *arg)
+{
+	struct order *o = arg;
+	const char *comma = memchr(e->dn.ptr, ',', e->dn.len);
+	size_t plen = comma ? e->dn.len - (size_t)(comma + 1 - e->dn.ptr) : 0;
+	bool seen = false;
+	for (size_t i = 0; i < o->n && comma; i++)
+		seen |= strlen(o->seen[i]) == plen && memcmp(o->seen[i], comma + 1, plen) == 0;
+	if (comma && !seen && o->n)
+		o->parent_later = true;
+	if (o->n < 64)
+		o->seen[o->n++] = idc_arena_strndup(&o->f->arena, e->dn.ptr, e->dn.len);
+	return 0;
+}
+
+/* A subtree search visits parents before their children, also where the
+ * keys of both are hashed and so ordered by their hashes. */
+static void test_long_dn_parents_first(void **state)
+{
+	struct fx *f = *state;
+	add_tree(f);
+	char dn[1024], rdn[32];
+	assert_int_equal(add_long(f, long_dn(dn, sizeof(dn), NULL, 500, 'a', "1")), 0);
+	for (int i = 0; i < 12; i++) {
+		snprintf(rdn, sizeof(rdn), "uid=c%d", i);
+		assert_int_equal(add_long(f, long_dn(dn, sizeof(dn), rdn, 500, 'a', "1")), 0);
+		snprintf(rdn, sizeof(rdn), "ou=g,uid=c%d", i);
+		assert_int_equal(add_long(f, long_dn(dn, sizeof(dn), rdn, 500, 'a', "1")), 0);
+	}
+	const char *bases[] = {"dc=example,dc=com", long_dn(dn, sizeof(dn), NULL, 500, 'a', "1")};
+	for (size_t b = 0; b < 2; b++) {
+		struct store_txn *t;
+		struct order o = {f, {0}, 0, false};
+		struct store_search q = {{bases[b], strlen(bases[b])}, STORE_SCOPE_SUB, NULL, 0};
+		assert_int_equal(store_txn_begin(f->s, NULL, STORE_TXN_RDONLY, &t, NULL), 0);
+		assert_int_equal(store_search(t, &q, order_cb, &o, NULL), 0);
+		store_txn_abort(t);
+		assert_int_equal(o.n, b ? 25 : 34);
+		assert_false(o.parent_later);
+	}
+}
+
 /* Parents whose keys are not hashed but longer than the prefix a hashed
  * key keeps (505 bytes): their children's keys cannot tell whose they are,
  * so the entry's DN decides. */
@@ -2261,6 +2312,7 @@ int main(void)
 	    T(test_add_long_dn_keys),
 	    T(test_long_dn_children_hashed),
 	    T(test_long_dn_children_past_prefix),
+	    T(test_long_dn_parents_first),
 	    cmocka_unit_test(test_attr_name_memo),
 	    cmocka_unit_test(test_entry_from_pairs_order),
 	    cmocka_unit_test(test_entry_codec_round_trip),
