@@ -717,6 +717,34 @@ int store_ndn_rkey(const struct store_ndn *n, size_t skip, struct idc_buf *out)
 	return 0;
 }
 
+/* Whether the byte at s[i] is escaped (an odd run of '\\' before it). */
+static bool escaped(const char *s, size_t i)
+{
+	size_t k = 0;
+	while (i > k && s[i - k - 1] == '\\')
+		k++;
+	return k & 1;
+}
+
+static bool has_separator(const char *s, size_t len)
+{
+	for (const char *p = s, *end = s + len; (p = memchr(p, ',', (size_t)(end - p))); p++)
+		if (!escaped(s, (size_t)(p - s)))
+			return true;
+	return false;
+}
+
+int store_ndn_below(struct store_val e, struct store_val b)
+{
+	size_t sep = e.len - b.len - 1; /* where e's ',' before b would be */
+	if (b.len == 0)
+		return e.len == 0 ? 0 : has_separator(e.ptr, e.len) ? 2 : 1;
+	if (e.len < b.len + 2 || memcmp(e.ptr + sep + 1, b.ptr, b.len) != 0 || e.ptr[sep] != ',' ||
+	    escaped(e.ptr, sep))
+		return 0;
+	return has_separator(e.ptr, sep) ? 2 : 1;
+}
+
 /* ==== AVA walk ===================================================================== */
 
 /* Parse every AVA of dn, calling cb (when not NULL) for each. */

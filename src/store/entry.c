@@ -415,22 +415,38 @@ static int decode_attr(struct rd *r, struct store_scratch *sc, size_t *nv, struc
 	return 0;
 }
 
+/* The header and both DNs of the record r reads; r left at the first
+ * attribute. */
+static bool decode_head(struct rd *r, struct store_val *dn, struct store_val *ndn, uint32_t *na)
+{
+	struct store_val hdr;
+	uint32_t dl, nl;
+	if (!rd_bytes(r, 4, &hdr) || hdr.ptr[0] != ENTRY_CODEC_VERSION || hdr.ptr[1] ||
+	    hdr.ptr[2] || hdr.ptr[3])
+		return false;
+	if (!rd_u32(r, &dl) || !rd_u32(r, &nl) || !rd_u32(r, na))
+		return false;
+	if (*na > r->left / 12)
+		return false;
+	return rd_bytes(r, dl, dn) && rd_bytes(r, nl, ndn);
+}
+
+int store_entry_ndn(const void *p, size_t len, struct store_val *ndn)
+{
+	struct rd r = {p, len};
+	struct store_val dn;
+	uint32_t na;
+	return decode_head(&r, &dn, ndn, &na) ? 0 : IDC_ECORRUPT;
+}
+
 int store_entry_decode(const void *p, size_t len, uint64_t id, struct store_scratch *sc,
 		       struct store_entry *out, struct store_val *ndn)
 {
 	struct rd r = {p, len};
-	struct store_val hdr;
-	uint32_t dl, nl, na;
-	if (!rd_bytes(&r, 4, &hdr) || hdr.ptr[0] != ENTRY_CODEC_VERSION || hdr.ptr[1] ||
-	    hdr.ptr[2] || hdr.ptr[3])
-		return IDC_ECORRUPT;
-	if (!rd_u32(&r, &dl) || !rd_u32(&r, &nl) || !rd_u32(&r, &na))
-		return IDC_ECORRUPT;
-	if (na > r.left / 12)
-		return IDC_ECORRUPT;
-	*out = (struct store_entry){id, {NULL, 0}, NULL, 0};
+	uint32_t na;
 	struct store_val nd;
-	if (!rd_bytes(&r, dl, &out->dn) || !rd_bytes(&r, nl, &nd))
+	*out = (struct store_entry){id, {NULL, 0}, NULL, 0};
+	if (!decode_head(&r, &out->dn, &nd, &na))
 		return IDC_ECORRUPT;
 	if (ndn)
 		*ndn = nd;

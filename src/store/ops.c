@@ -35,6 +35,35 @@ int store_get_ndn(struct store_txn *t, const struct store_ndn *n, uint64_t *id)
 	return 0;
 }
 
+int store_dn2id_below(MDB_txn *txn, const struct store *s, struct store_val below,
+		      struct store_val base, MDB_val k, MDB_val v)
+{
+	MDB_val seek = store_dn2id_seek(below);
+	if (k.mv_size < seek.mv_size || memcmp(k.mv_data, seek.mv_data, seek.mv_size) != 0)
+		return STORE_BELOW_END;
+	size_t id;
+	if (v.mv_size != sizeof(id))
+		return STORE_BELOW_NO; /* `db check` reports it */
+	if (k.mv_size < STORE_KEY_MAX) /* the whole reversed DN */
+		return k.mv_size > below.len && memcmp(k.mv_data, below.ptr, below.len) == 0
+			   ? STORE_BELOW_YES
+			   : STORE_BELOW_NO;
+	if (below.len <= STORE_KEY_PREFIX)
+		return STORE_BELOW_YES;
+	memcpy(&id, v.mv_data, sizeof(id));
+	MDB_val ek = {sizeof(id), &id}, ev;
+	struct store_val ndn;
+	int rc = mdb_get(txn, s->id2entry, &ek, &ev);
+	if (rc == MDB_NOTFOUND)
+		return STORE_BELOW_NO; /* likewise */
+	if (rc)
+		return store_mdb_err(rc);
+	rc = store_entry_ndn(ev.mv_data, ev.mv_size, &ndn);
+	if (rc)
+		return rc;
+	return store_ndn_below(ndn, base) ? STORE_BELOW_YES : STORE_BELOW_NO;
+}
+
 int store_read_entry(struct store_txn *t, uint64_t id, struct store_scratch *sc,
 		     struct store_entry *out, struct store_val *ndn)
 {
@@ -693,7 +722,8 @@ static int delete_id(struct store_txn *t, uint64_t id, struct idc_diag *d)
 	return rc;
 }
 
-/* Ids of the entries below the one whose reversed key is in t->key2. */
+/* Ids of the entries below the one whose reversed key is in t->key2 and
+ * normalized DN in t->ndn. */
 static int children_ids(struct store_txn *t, size_t max, uint64_t **ids, size_t *n)
 {
 	*ids = NULL;
@@ -701,22 +731,27 @@ static int children_ids(struct store_txn *t, size_t max, uint64_t **ids, size_t 
 	int rc = idc_buf_putc(&t->key2, ',');
 	if (rc)
 		return rc;
-	size_t plen = t->key2.len < STORE_KEY_PREFIX ? t->key2.len : STORE_KEY_PREFIX;
+	struct store_val below = {t->key2.data, t->key2.len};
+	struct store_val base = {t->ndn.text.data, t->ndn.text.len};
 	MDB_cursor *c;
 	rc = mdb_cursor_open(t->txn, t->s->dn2id, &c);
 	if (rc)
 		return store_mdb_err(rc);
-	MDB_val k = {plen, t->key2.data}, v;
+	MDB_val k = store_dn2id_seek(below), v;
 	size_t cap = 0;
+	int at = STORE_BELOW_NO;
 	for (rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE); rc == 0 && *n < max;
 	     rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
-		if (k.mv_size < plen || memcmp(k.mv_data, t->key2.data, plen) != 0)
+		at = store_dn2id_below(t->txn, t->s, below, base, k, v);
+		if (at == STORE_BELOW_NO)
+			continue;
+		if (at != STORE_BELOW_YES)
 			break;
 		if (*n == cap) {
 			cap = cap ? cap * 2 : 64;
 			uint64_t *p = realloc(*ids, cap * sizeof(*p));
 			if (!p) {
-				rc = ENOMEM;
+				at = -ENOMEM;
 				break;
 			}
 			*ids = p;
@@ -724,9 +759,13 @@ static int children_ids(struct store_txn *t, size_t max, uint64_t **ids, size_t 
 		memcpy(&(*ids)[(*n)++], v.mv_data, sizeof(uint64_t));
 	}
 	mdb_cursor_close(c);
-	if (rc == ENOMEM)
-		return -ENOMEM;
-	return rc == 0 || rc == MDB_NOTFOUND ? 0 : store_mdb_err(rc);
+	rc = at < 0 ? at : rc == 0 || rc == MDB_NOTFOUND ? 0 : store_mdb_err(rc);
+	if (rc) {
+		free(*ids);
+		*ids = NULL;
+		*n = 0;
+	}
+	return rc;
 }
 
 int store_delete(struct store_txn *t, struct store_val dn, bool subtree, struct idc_diag *d)

@@ -282,25 +282,37 @@ static int fetch_range(struct store_txn *t, struct search_mem *m, MDB_dbi dbi, e
 	return 0;
 }
 
-/* Ids of dn2id keys starting with prefix (a reversed DN plus ','). */
-static int fetch_subtree(struct store_txn *t, struct search_mem *m, struct store_val prefix,
-			 struct idl *out)
+/* Ids of the entries below base, whose reversed key plus ',' is below
+ * (store_dn2id_below), parents first: in key order, unless a key was
+ * hashed (its hash, not its DN, orders it after the kept prefix, so a
+ * child could come before its parent): then in id order, where a parent
+ * is always before its children (ops.c: an entry's parent exists when it
+ * gets its id, and a rename gives a new one). */
+static int fetch_subtree(struct store_txn *t, struct search_mem *m, struct store_val below,
+			 struct store_val base, struct idl *out)
 {
-	size_t plen = prefix.len < STORE_KEY_PREFIX ? prefix.len : STORE_KEY_PREFIX;
 	MDB_cursor *c;
 	int rc = cursor_take(t, m, t->s->dn2id, &c);
 	if (rc)
 		return rc;
-	MDB_val k = {plen, (void *)prefix.ptr}, v;
+	MDB_val k = store_dn2id_seek(below), v;
+	int at = 0;
+	bool hashed = false;
 	for (rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE); rc == 0;
 	     rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
-		if (keycmp_prefix(k, prefix, plen) != 0 || v.mv_size != sizeof(uint64_t))
-			break;
-		if ((rc = idl_reserve(out, 1)) != 0)
+		at = store_dn2id_below(t->txn, t->s, below, base, k, v);
+		if (at == STORE_BELOW_NO)
+			continue;
+		if (at != STORE_BELOW_YES || (at = idl_reserve(out, 1)) != 0)
 			break;
 		memcpy(&out->ids[out->n++], v.mv_data, sizeof(uint64_t));
+		hashed |= k.mv_size == STORE_KEY_MAX;
 	}
 	cursor_give(m, c);
+	if (at < 0)
+		return at;
+	if (hashed)
+		idl_sort_unique(out);
 	return rc == 0 || rc == MDB_NOTFOUND ? 0 : rc < 0 ? rc : store_mdb_err(rc);
 }
 
@@ -363,6 +375,7 @@ static int add_subtrees(struct plan_ctx *p, struct idl *out)
 			rc = idc_buf_putc(&t->key2, ',');
 		if (rc == 0)
 			rc = fetch_subtree(t, p->m, (struct store_val){t->key2.data, t->key2.len},
+					   (struct store_val){t->ndn.text.data, t->ndn.text.len},
 					   out);
 		if (rc)
 			return rc;
@@ -593,23 +606,6 @@ static int plan(struct plan_ctx *p, const struct store_filter *f, struct idl *ou
 
 /* ---- scope ------------------------------------------------------------------------------ */
 
-/* Whether the byte at s[i] is escaped (an odd run of '\' before it). */
-static bool escaped(const char *s, size_t i)
-{
-	size_t k = 0;
-	while (i > k && s[i - k - 1] == '\\')
-		k++;
-	return k & 1;
-}
-
-static bool has_separator(const char *s, size_t len)
-{
-	for (size_t i = 0; i < len; i++)
-		if (s[i] == ',' && !escaped(s, i))
-			return true;
-	return false;
-}
-
 /* Is the entry with normalized DN e in scope of base b? */
 static bool in_scope(struct store_val e, struct store_val b, enum store_scope sc)
 {
@@ -617,19 +613,15 @@ static bool in_scope(struct store_val e, struct store_val b, enum store_scope sc
 		return true;
 	if (e.len == b.len)
 		return sc != STORE_SCOPE_ONE && memcmp(e.ptr, b.ptr, b.len) == 0;
-	if (e.len < b.len + 2 || memcmp(e.ptr + e.len - b.len, b.ptr, b.len) != 0)
-		return false;
-	size_t sep = e.len - b.len - 1;
-	if (e.ptr[sep] != ',' || escaped(e.ptr, sep))
-		return false;
-	return sc == STORE_SCOPE_SUB || (sc == STORE_SCOPE_ONE && !has_separator(e.ptr, sep));
+	int depth = store_ndn_below(e, b);
+	return sc == STORE_SCOPE_SUB ? depth > 0 : sc == STORE_SCOPE_ONE && depth == 1;
 }
 
 /* One level below the root holds the naming contexts: entries whose
  * parent is not stored. */
 static bool root_child(struct store_txn *t, struct store_val ndn)
 {
-	if (!has_separator(ndn.ptr, ndn.len))
+	if (store_ndn_below(ndn, (struct store_val){"", 0}) == 1)
 		return true;
 	if (store_dn_normalize(ndn.ptr, ndn.len, &t->ndn, NULL) != 0 ||
 	    store_dn_key(t, &t->ndn, 1) != 0)
@@ -729,7 +721,8 @@ static int scan_subtree(struct run *r, uint64_t base_id)
 	if (!rc)
 		rc = idc_buf_putc(&t->key2, ',');
 	if (!rc)
-		rc = fetch_subtree(t, r->m, (struct store_val){t->key2.data, t->key2.len}, &ids);
+		rc = fetch_subtree(t, r->m, (struct store_val){t->key2.data, t->key2.len}, r->base,
+				   &ids);
 	if (!rc && r->q->scope == STORE_SCOPE_SUB)
 		rc = visit_id(r, base_id);
 	for (size_t i = 0; i < ids.n && !rc; i++)
@@ -836,25 +829,27 @@ int store_search(struct store_txn *t, const struct store_search *q, store_entry_
 
 /* The walk of store_search_from: the subtree's dn2id keys from the one
  * after *at (or the first), each entry visited as a search visits it. */
-static int walk_from(struct run *r, struct store_val prefix, struct idc_buf *at)
+static int walk_from(struct run *r, struct store_val below, struct idc_buf *at)
 {
-	size_t plen = prefix.len < STORE_KEY_PREFIX ? prefix.len : STORE_KEY_PREFIX;
 	MDB_cursor *c;
 	int rc = cursor_take(r->t, r->m, r->t->s->dn2id, &c);
 	if (rc)
 		return rc;
 	bool resumed = at->len > 0;
-	MDB_val k = resumed ? (MDB_val){at->len, at->data} : (MDB_val){plen, (void *)prefix.ptr};
+	MDB_val k = resumed ? (MDB_val){at->len, at->data} : store_dn2id_seek(below);
 	MDB_val v;
 	int out = 0; /* visit's result: the callback's value may be positive */
 	rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
 	if (rc == 0 && resumed && k.mv_size == at->len && memcmp(k.mv_data, at->data, at->len) == 0)
 		rc = mdb_cursor_get(c, &k, &v, MDB_NEXT); /* read by the call before */
 	for (; rc == 0 && out == 0; rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
-		if (keycmp_prefix(k, prefix, plen) != 0)
+		int where = store_dn2id_below(r->t->txn, r->t->s, below, r->base, k, v);
+		if (where == STORE_BELOW_NO)
+			continue;
+		if (where != STORE_BELOW_YES) {
+			out = where; /* past the run (0) or an error */
 			break;
-		if (v.mv_size != sizeof(uint64_t))
-			continue; /* `db check` reports it */
+		}
 		idc_buf_reset(at);
 		if ((out = idc_buf_append(at, k.mv_data, k.mv_size)) != 0)
 			break;

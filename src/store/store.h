@@ -188,6 +188,13 @@ void store_ndn_free(struct store_ndn *n);
  * gives the parent's key; skip >= nrdn gives "" (the root). */
 int store_ndn_rkey(const struct store_ndn *n, size_t skip, struct idc_buf *out);
 
+/* How far normalized DN e lies below b (texts as store_dn_normalize
+ * writes them; b empty: the root): 1 a child, 2 deeper, 0 not below (b
+ * itself, a sibling, or elsewhere). The one rule of what is under a DN;
+ * dn2id keys are asked through it where they cannot tell (store_int.h,
+ * store_dn2id_below). */
+int store_ndn_below(struct store_val e, struct store_val b);
+
 /* One attribute value assertion of a DN, as parsed: type as written (not
  * canonical) and value with escapes undone (raw bytes, may contain NUL).
  * rdn is the RDN's index, 0 = the leftmost (the entry's own RDN). */

@@ -293,6 +293,9 @@ int store_entry_encode(const struct store_entry *e, struct store_val ndn, struct
 int store_entry_decode(const void *p, size_t len, uint64_t id, struct store_scratch *sc,
 		       struct store_entry *out, struct store_val *ndn);
 void store_scratch_free(struct store_scratch *sc);
+/* Only the stored normalized DN of the record p[0..len) (untrusted), not
+ * its attributes. IDC_ECORRUPT when the record's head is wrong. */
+int store_entry_ndn(const void *p, size_t len, struct store_val *ndn);
 
 /* index.c */
 /* eq.<attr> and pres: key -> dups that are blocks of 1 to INDEX_BLOCK_IDS
@@ -337,6 +340,23 @@ int index_meta_write(struct store_txn *t, const char *const *names, size_t n);
  * hashed like index keys); t->key2 = the plain reversed key. */
 int store_dn_key(struct store_txn *t, const struct store_ndn *n, size_t skip);
 int store_get_ndn(struct store_txn *t, const struct store_ndn *n, uint64_t *id);
+/* What lies below an entry in dn2id. below: the entry's reversed key and
+ * a ',' (t->key2 of store_dn_key, plus ','); base: its normalized DN. The
+ * records below it are in the run of keys that begin with
+ * store_dn2id_seek(below), where a cursor starts (MDB_SET_RANGE); each
+ * record (k, v) of the walk is STORE_BELOW_END past the run, else
+ * STORE_BELOW_YES when below, STORE_BELOW_NO when not (the entry itself
+ * or a sibling whose key shares the prefix a hashed key keeps: go on),
+ * or a negative error. A hashed key under a prefix longer than the part
+ * kept cannot tell: the entry's stored DN decides (store_ndn_below). */
+enum store_below { STORE_BELOW_END, STORE_BELOW_NO, STORE_BELOW_YES };
+int store_dn2id_below(MDB_txn *txn, const struct store *s, struct store_val below,
+		      struct store_val base, MDB_val k, MDB_val v);
+static inline MDB_val store_dn2id_seek(struct store_val below)
+{
+	return (MDB_val){below.len < STORE_KEY_PREFIX ? below.len : STORE_KEY_PREFIX,
+			 (void *)below.ptr};
+}
 int store_read_entry(struct store_txn *t, uint64_t id, struct store_scratch *sc,
 		     struct store_entry *out, struct store_val *ndn);
 /* ldif_apply.c: d (holding what failed, or empty) becomes "name:line: op

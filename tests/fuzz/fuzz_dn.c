@@ -1,7 +1,8 @@
 /*
  * Fuzz target for DN parsing and value normalization. Beyond "does not
  * crash": a normalized DN must normalize to itself (one canonical form),
- * its RDN offsets and reversed keys must agree with its text, and a DN that
+ * its RDN offsets, reversed keys and depth below each ancestor
+ * (store_ndn_below) must agree with its text, and a DN that
  * normalizes must also walk (foreach_ava) without error.
  */
 #include <errno.h>
@@ -50,6 +51,23 @@ static void check_rkeys(const struct store_ndn *n)
 	idc_buf_free(&key);
 }
 
+/* The text of every ancestor (and of the root) is where an RDN starts;
+ * store_ndn_below must see n at the depth the RDN offsets give, and never
+ * an ancestor below n. */
+static void check_below(const struct store_ndn *n)
+{
+	struct store_val e = {n->text.data, n->text.len};
+	for (size_t k = 0; k <= n->nrdn; k++) {
+		size_t at = k == n->nrdn ? n->text.len : n->off[k];
+		struct store_val b = {n->text.data + at, n->text.len - at};
+		int want = k == 0 ? 0 : k == 1 ? 1 : 2;
+		if (store_ndn_below(e, b) != want)
+			fail("store_ndn_below disagrees with the RDN offsets", n->text.data);
+		if (k > 0 && store_ndn_below(b, e) != 0)
+			fail("store_ndn_below puts an ancestor below", n->text.data);
+	}
+}
+
 static void check_fixed_point(const struct store_ndn *a)
 {
 	struct store_ndn b = STORE_NDN_INIT;
@@ -88,6 +106,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (rc == 0) {
 		check_fixed_point(&n);
 		check_rkeys(&n);
+		check_below(&n);
 		size_t last = 0;
 		if (store_dn_foreach_ava(s, size, count_ava, &last, &d) != 0)
 			fail("foreach_ava refuses a DN that normalizes", d.msg);

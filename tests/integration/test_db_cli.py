@@ -453,6 +453,42 @@ def test_delete_command(loaded):
     assert loaded("check").rc == 0
 
 
+def test_long_dns_delete_and_export(loaded):
+    """dn2id keys of 511 bytes or more are a 503-byte prefix and a hash, so
+    a parent, its siblings and its children share the start of their keys:
+    a leaf among them deletes, a parent does not, and a subtree exports
+    parents first and imports again."""
+    p1, p2 = f"ou={'a' * 500}1,{BASE}", f"ou={'a' * 500}2,{BASE}"
+    kids = [(f"uid=c{i},{p1}", "uid", f"c{i}") for i in range(8)]
+    grandkids = [(f"ou=g,uid=c{i},{p1}", "ou", "g") for i in range(8)]
+    ldif = "".join(f"dn: {dn}\nobjectClass: extensibleObject\n{a}: {v}\n\n"
+                   for dn, a, v in [(p1, "ou", "a" * 500 + "1"), (p2, "ou", "a" * 500 + "2")]
+                   + kids + grandkids)
+    f = loaded.tmp / "long.ldif"
+    f.write_text(ldif)
+    r = loaded("import", f)
+    assert r.rc == 0, r
+    one_line_error(loaded("delete", p1), "ou=aaaa", "-r")
+    r = loaded("delete", p2, kids[0][0].replace("uid=c0", "ou=g,uid=c0"))
+    assert r.rc == 0, r
+    sub = loaded.tmp / "sub.ldif"
+    r = loaded("export", "-b", p1, sub)
+    assert r.rc == 0, r
+    seen = {BASE}
+    for dn in dns(sub.read_text().replace("\n ", "")):  # unfolded
+        assert dn.split(",", 1)[1] in seen, dn
+        seen.add(dn)
+    assert len(seen) == 1 + 1 + 8 + 7
+    r = loaded("init", dir=loaded.tmp / "again")
+    assert r.rc == 0, r
+    r = loaded("import", sub, dir=loaded.tmp / "again")
+    assert r.rc == 0, r
+    r = loaded("delete", "-r", p1)
+    assert r.rc == 0, r
+    assert len(dns(export(loaded))) == ALL_DNS
+    assert loaded("check").rc == 0
+
+
 def test_delete_is_all_or_nothing(loaded):
     before = export(loaded)
     r = loaded("delete", f"uid=alice,ou=people,{BASE}", f"uid=nobody,ou=people,{BASE}")

@@ -132,6 +132,15 @@ static void add_tree(struct fx *f)
 			 0);
 }
 
+/* store_check finds no fault. */
+static void assert_checks(struct fx *f)
+{
+	struct store_txn *t;
+	assert_int_equal(store_txn_begin(f->s, NULL, STORE_TXN_RDONLY, &t, NULL), 0);
+	assert_int_equal(store_check(t, NULL, NULL), 0);
+	store_txn_abort(t);
+}
+
 /* ---- search helpers ------------------------------------------------------------------ */
 
 struct collect {
@@ -714,10 +723,7 @@ static void test_bulk_runs_into_full_index(void **state)
 	}
 	assert_int_equal(count(f, "(objectClass=account)"), 900);
 	assert_int_equal(count(f, "(gidNumber=501)"), 300);
-	struct store_txn *t;
-	assert_int_equal(store_txn_begin(f->s, NULL, STORE_TXN_RDONLY, &t, NULL), 0);
-	assert_int_equal(store_check(t, NULL, NULL), 0);
-	store_txn_abort(t);
+	assert_checks(f);
 }
 
 /* Two threads flushing adds into two stores at once: each flush sorts
@@ -907,10 +913,7 @@ static void test_delete(void **state)
 	assert_int_equal(count(f, "(objectClass=person)"), 4);
 	assert_int_equal(del(f, "ou=people,dc=example,dc=com", true), 0);
 	assert_int_equal(count(f, "(objectClass=*)"), 3);
-	struct store_txn *t;
-	assert_int_equal(store_txn_begin(f->s, NULL, STORE_TXN_RDONLY, &t, NULL), 0);
-	assert_int_equal(store_check(t, NULL, NULL), 0);
-	store_txn_abort(t);
+	assert_checks(f);
 }
 
 static int modrdn(struct fx *f, const char *dn, const char *rdn, bool delold, const char *sup)
@@ -958,10 +961,7 @@ static void test_modrdn(void **state)
 	assert_int_equal(modrdn(f, "uid=bob,ou=people,dc=example,dc=com", "uid=bobby", true,
 				"ou=missing,dc=example,dc=com"),
 			 IDC_ENOPARENT);
-	struct store_txn *t;
-	assert_int_equal(store_txn_begin(f->s, NULL, STORE_TXN_RDONLY, &t, NULL), 0);
-	assert_int_equal(store_check(t, NULL, NULL), 0);
-	store_txn_abort(t);
+	assert_checks(f);
 }
 
 /* ---- transactions ------------------------------------------------------------------------------
@@ -1221,10 +1221,7 @@ static void blk_expect(struct fx *f, const struct blk_model *m)
 	}
 	assert_int_equal(count(f, "(&(objectClass=person)(sn=b))"), alive);
 	assert_int_equal(count(f, "(&(gidNumber=*)(sn=b))"), alive);
-	struct store_txn *t;
-	assert_int_equal(store_txn_begin(f->s, NULL, STORE_TXN_RDONLY, &t, NULL), 0);
-	assert_int_equal(store_check(t, NULL, NULL), 0);
-	store_txn_abort(t);
+	assert_checks(f);
 }
 
 /* One transaction of adds (new ids past every block), gidNumber moves of
@@ -1325,10 +1322,7 @@ static void test_long_values(void **state)
 	assert_int_equal(add(f, dn), -EEXIST);
 	snprintf(filter, sizeof(filter), "(cn=%.900s)", val2);
 	assert_int_equal(count(f, filter), 1);
-	struct store_txn *t;
-	assert_int_equal(store_txn_begin(f->s, NULL, STORE_TXN_RDONLY, &t, NULL), 0);
-	assert_int_equal(store_check(t, NULL, NULL), 0);
-	store_txn_abort(t);
+	assert_checks(f);
 }
 
 /* ---- the add fast paths ------------------------------------------------------------------ */
@@ -1378,10 +1372,7 @@ static void test_bulk_key_order(void **state)
 	assert_int_equal(count(f, "(gidNumber=3)"), 1);
 	assert_int_equal(count(f, "(&(gidNumber>=-5)(gidNumber<=7))"), 7);
 	assert_int_equal(count(f, "(cn=same)"), 10);
-	struct store_txn *t;
-	assert_int_equal(store_txn_begin(f->s, NULL, STORE_TXN_RDONLY, &t, NULL), 0);
-	assert_int_equal(store_check(t, NULL, NULL), 0);
-	store_txn_abort(t);
+	assert_checks(f);
 }
 
 /* The suffix and ou=people, added in t. */
@@ -1488,10 +1479,7 @@ static void test_bulk_sort_keys(void **state)
 	}
 	assert_int_equal(count(f, "(cn=p*)"), SORT_KEYS + SORT_NUL_KEYS);
 	assert_int_equal(count(f, "(uid=z*)"), SORT_NUL_KEYS);
-	struct store_txn *t;
-	assert_int_equal(store_txn_begin(f->s, NULL, STORE_TXN_RDONLY, &t, NULL), 0);
-	assert_int_equal(store_check(t, NULL, NULL), 0);
-	store_txn_abort(t);
+	assert_checks(f);
 }
 
 /* ---- slack in appended leaves (index.c, slack_append) ------------------------------ */
@@ -1590,10 +1578,7 @@ static void test_bulk_leaves_keep_slack(void **state)
 		assert_int_equal(count(f, filter), 1);
 	}
 	assert_int_equal(count(f, "(cn=*)"), SLACK_USERS + SLACK_ADDS);
-	struct store_txn *t;
-	assert_int_equal(store_txn_begin(f->s, NULL, STORE_TXN_RDONLY, &t, NULL), 0);
-	assert_int_equal(store_check(t, NULL, NULL), 0);
-	store_txn_abort(t);
+	assert_checks(f);
 }
 
 /* One normalization per value serves the checks and the index keys: a
@@ -1679,6 +1664,183 @@ static void test_add_long_dn_keys(void **state)
 	store_txn_abort(t);
 }
 
+/* ---- children of DNs whose dn2id keys are hashed ---------------------------------------- */
+
+/* DN text "<rdn>,ou=<n x c><tail>,dc=example,dc=com" (rdn NULL: the ou itself). */
+static const char *long_dn(char *out, size_t cap, const char *rdn, size_t n, char c,
+			   const char *tail)
+{
+	char v[STORE_KEY_MAX];
+	assert_true(n < sizeof(v));
+	memset(v, c, n);
+	v[n] = '\0';
+	snprintf(out, cap, "%s%sou=%s%s,dc=example,dc=com", rdn ? rdn : "", rdn ? "," : "", v,
+		 tail);
+	return out;
+}
+
+static int add_long(struct fx *f, const char *dn)
+{
+	char text[2048];
+	const char *eq = strchr(dn, '='), *comma = strchr(dn, ',');
+	snprintf(text, sizeof(text), "%s\nobjectClass: %s\n%.*s: %.*s", dn,
+		 dn[0] == 'o' ? "organizationalUnit" : "person", (int)(eq - dn), dn,
+		 (int)(comma - eq - 1), eq + 1);
+	return add(f, text);
+}
+
+static size_t n_below(struct fx *f, const char *base, enum store_scope scope, const char *filter)
+{
+	struct collect c;
+	assert_int_equal(search(f, base, scope, filter, 0, &c, NULL), 0);
+	return c.n;
+}
+
+/* store_search_from's count: it never visits the base. */
+static size_t n_walked(struct fx *f, const char *base, enum store_scope scope)
+{
+	struct store_txn *t;
+	struct collect c = {0};
+	struct idc_buf at = IDC_BUF_INIT;
+	struct store_search q = {{base, strlen(base)}, scope, NULL, 0};
+	assert_int_equal(store_txn_begin(f->s, NULL, STORE_TXN_RDONLY, &t, NULL), 0);
+	assert_int_equal(store_search_from(t, &q, &at, collect_cb, &c, NULL), 0);
+	store_txn_abort(t);
+	idc_buf_free(&at);
+	return c.n;
+}
+
+/* Parents whose keys are hashed and share their kept prefix with a
+ * sibling's: leaves delete and rename, parents refuse, and each one's
+ * searches list its own children only. */
+static void test_long_dn_children_hashed(void **state)
+{
+	struct fx *f = *state;
+	add_tree(f);
+	/* reversed keys "dc=com,dc=example,ou=aaa...a1": 522 bytes, hashed */
+	char p1[1024], p2[1024], c1[1024], c2[1024], moved[1024];
+	long_dn(p1, sizeof(p1), NULL, 500, 'a', "1");
+	long_dn(p2, sizeof(p2), NULL, 500, 'a', "2");
+	long_dn(c1, sizeof(c1), "uid=c", 500, 'a', "1");
+	long_dn(c2, sizeof(c2), "uid=d", 500, 'a', "2");
+	long_dn(moved, sizeof(moved), "uid=d", 500, 'a', "1");
+	assert_int_equal(add_long(f, p1), 0);
+	assert_int_equal(add_long(f, p2), 0);
+	assert_int_equal(del(f, p2, false), 0); /* a leaf, its sibling kept */
+	assert_int_equal(n_below(f, p1, STORE_SCOPE_BASE, NULL), 1);
+	assert_int_equal(add_long(f, p2), 0);
+	assert_int_equal(del(f, p2, true), 0); /* a subtree of one, its sibling kept */
+	assert_int_equal(n_below(f, p1, STORE_SCOPE_BASE, NULL), 1);
+	assert_int_equal(add_long(f, p2), 0);
+	assert_int_equal(add_long(f, c1), 0);
+	assert_int_equal(del(f, p1, false), IDC_ENOTLEAF);
+	assert_int_equal(modrdn(f, p1, "ou=other", true, NULL), IDC_ENOTLEAF);
+	assert_int_equal(del(f, p2, false), 0); /* the sibling of a parent */
+	assert_int_equal(add_long(f, p2), 0);
+	assert_int_equal(add_long(f, c2), 0);
+	for (int i = 0; i < 2; i++) {
+		const char *flt = i ? "(objectClass=*)" : NULL;
+		assert_int_equal(n_below(f, p1, STORE_SCOPE_ONE, flt), 1);
+		assert_int_equal(n_below(f, p1, STORE_SCOPE_SUB, flt), 2);
+		assert_int_equal(n_below(f, p2, STORE_SCOPE_SUB, flt), 2);
+	}
+	assert_int_equal(n_walked(f, p1, STORE_SCOPE_ONE), 1);
+	assert_int_equal(n_walked(f, p1, STORE_SCOPE_SUB), 1);
+	/* a child renamed, then one moved over from the sibling */
+	assert_int_equal(modrdn(f, c1, "uid=e", true, NULL), 0);
+	assert_int_equal(del(f, p1, false), IDC_ENOTLEAF);
+	assert_int_equal(modrdn(f, c2, "uid=d", true, p1), 0);
+	assert_int_equal(n_below(f, p1, STORE_SCOPE_ONE, NULL), 2);
+	assert_int_equal(n_walked(f, p1, STORE_SCOPE_SUB), 2);
+	assert_int_equal(n_below(f, p2, STORE_SCOPE_ONE, NULL), 0);
+	assert_int_equal(modrdn(f, p2, "ou=p2", true, NULL), 0); /* a leaf again */
+	assert_int_equal(del(f, moved, false), 0);
+	assert_checks(f);
+	assert_int_equal(del(f, p1, true), 0);
+	assert_int_equal(n_below(f, "dc=example,dc=com", STORE_SCOPE_ONE, NULL), 3);
+	assert_checks(f);
+}
+
+/* Parents first, as an export needs: each entry's parent is seen before it
+ * (or is outside the walk). DNs kept in the fixture arena. */
+struct order {
+	struct fx *f;
+	const char *seen[64];
+	size_t n;
+	bool parent_later;
+};
+
+static int order_cb(const struct store_entry *e, void *arg)
+{
+	struct order *o = arg;
+	const char *comma = memchr(e->dn.ptr, ',', e->dn.len);
+	size_t plen = comma ? e->dn.len - (size_t)(comma + 1 - e->dn.ptr) : 0;
+	bool seen = false;
+	for (size_t i = 0; i < o->n && comma; i++)
+		seen |= strlen(o->seen[i]) == plen && memcmp(o->seen[i], comma + 1, plen) == 0;
+	if (comma && !seen && o->n)
+		o->parent_later = true;
+	if (o->n < 64)
+		o->seen[o->n++] = idc_arena_strndup(&o->f->arena, e->dn.ptr, e->dn.len);
+	return 0;
+}
+
+/* A subtree search visits parents before their children, also where the
+ * keys of both are hashed and so ordered by their hashes. */
+static void test_long_dn_parents_first(void **state)
+{
+	struct fx *f = *state;
+	add_tree(f);
+	char dn[1024], rdn[32];
+	assert_int_equal(add_long(f, long_dn(dn, sizeof(dn), NULL, 500, 'a', "1")), 0);
+	for (int i = 0; i < 12; i++) {
+		snprintf(rdn, sizeof(rdn), "uid=c%d", i);
+		assert_int_equal(add_long(f, long_dn(dn, sizeof(dn), rdn, 500, 'a', "1")), 0);
+		snprintf(rdn, sizeof(rdn), "ou=g,uid=c%d", i);
+		assert_int_equal(add_long(f, long_dn(dn, sizeof(dn), rdn, 500, 'a', "1")), 0);
+	}
+	const char *bases[] = {"dc=example,dc=com", long_dn(dn, sizeof(dn), NULL, 500, 'a', "1")};
+	for (size_t b = 0; b < 2; b++) {
+		struct store_txn *t;
+		struct order o = {f, {0}, 0, false};
+		struct store_search q = {{bases[b], strlen(bases[b])}, STORE_SCOPE_SUB, NULL, 0};
+		assert_int_equal(store_txn_begin(f->s, NULL, STORE_TXN_RDONLY, &t, NULL), 0);
+		assert_int_equal(store_search(t, &q, order_cb, &o, NULL), 0);
+		store_txn_abort(t);
+		assert_int_equal(o.n, b ? 25 : 34);
+		assert_false(o.parent_later);
+	}
+}
+
+/* Parents whose keys are not hashed but longer than the prefix a hashed
+ * key keeps (505 bytes): their children's keys cannot tell whose they are,
+ * so the entry's DN decides. */
+static void test_long_dn_children_past_prefix(void **state)
+{
+	struct fx *f = *state;
+	add_tree(f);
+	char q1[1024], q2[1024], k1[1024], k2[1024];
+	long_dn(q1, sizeof(q1), NULL, 482, 'x', "b1");
+	long_dn(q2, sizeof(q2), NULL, 482, 'x', "b2");
+	long_dn(k1, sizeof(k1), "uid=k", 482, 'x', "b1");
+	long_dn(k2, sizeof(k2), "uid=k", 482, 'x', "b2");
+	assert_int_equal(add_long(f, q1), 0);
+	assert_int_equal(add_long(f, q2), 0);
+	assert_int_equal(add_long(f, k2), 0);
+	assert_int_equal(n_below(f, q1, STORE_SCOPE_SUB, NULL), 1);
+	assert_int_equal(n_walked(f, q1, STORE_SCOPE_SUB), 0);
+	assert_int_equal(n_walked(f, q2, STORE_SCOPE_ONE), 1);
+	assert_int_equal(del(f, q2, false), IDC_ENOTLEAF);
+	assert_int_equal(del(f, q1, false), 0);
+	assert_int_equal(add_long(f, q1), 0);
+	assert_int_equal(add_long(f, k1), 0);
+	assert_int_equal(del(f, k2, false), 0);
+	assert_int_equal(del(f, q2, false), 0);
+	assert_int_equal(del(f, q1, false), IDC_ENOTLEAF);
+	assert_int_equal(n_below(f, q1, STORE_SCOPE_ONE, "(uid=k)"), 1);
+	assert_checks(f);
+}
+
 static void test_add_checks_and_keys(void **state)
 {
 	struct fx *f = *state;
@@ -1696,10 +1858,7 @@ static void test_add_checks_and_keys(void **state)
 	assert_int_equal(count(f, "(cn=many)"), 1);
 	assert_int_equal(count(f, "(memberUid=m18)"), 1);
 	assert_int_equal(count(f, "(description=*)"), 1);
-	struct store_txn *t;
-	assert_int_equal(store_txn_begin(f->s, NULL, STORE_TXN_RDONLY, &t, NULL), 0);
-	assert_int_equal(store_check(t, NULL, NULL), 0);
-	store_txn_abort(t);
+	assert_checks(f);
 }
 
 /* store_attr_canon and store_attr_rule remember recent answers: asking many
@@ -2151,6 +2310,9 @@ int main(void)
 	    T(test_bulk_leaves_keep_slack),
 	    T(test_add_checks_and_keys),
 	    T(test_add_long_dn_keys),
+	    T(test_long_dn_children_hashed),
+	    T(test_long_dn_children_past_prefix),
+	    T(test_long_dn_parents_first),
 	    cmocka_unit_test(test_attr_name_memo),
 	    cmocka_unit_test(test_entry_from_pairs_order),
 	    cmocka_unit_test(test_entry_codec_round_trip),
