@@ -383,7 +383,10 @@ class Daemon:
                               f"{self.log()}")
 
     def signal(self, sig):
-        self.proc.send_signal(sig)
+        if sig == signal.SIGSTOP:
+            stop_process(self.proc.pid)
+        else:
+            self.proc.send_signal(sig)
 
     def kill(self):
         """SIGKILL, on purpose."""
@@ -420,6 +423,30 @@ def wait_for(pred, timeout=5.0, interval=0.02):
         if time.monotonic() - t0 > timeout:
             return v, time.monotonic() - t0
         time.sleep(interval)
+
+
+def stop_process(pid, timeout=10.0):
+    """SIGSTOP pid and wait until every thread of it is stopped: kill
+    returns before a thread running on another CPU has stopped, and on a
+    loaded machine it may still answer a request sent just after."""
+    os.kill(pid, signal.SIGSTOP)
+
+    def stopped():
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except FileNotFoundError:
+            return True
+        for t in tids:
+            try:
+                stat = Path(f"/proc/{pid}/task/{t}/stat").read_text()
+            except FileNotFoundError:
+                continue
+            if stat[stat.rindex(")") + 2] != "T":
+                return False
+        return True
+    done, _ = wait_for(stopped, timeout=timeout, interval=0.005)
+    if not done:
+        raise RuntimeError(f"pid {pid} not stopped after {timeout} s")
 
 
 def remove_tree(path):

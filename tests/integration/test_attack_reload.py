@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import nsenv
 import test_e2e_ldap as tel
 from test_e2e_ldap_fresh import server  # noqa: F401 (a fixture)
 from test_e2e_ldap_nested import FLAT
@@ -43,7 +44,7 @@ def test_lookup_waiting_for_the_directory_survives_a_reload(daemons, directory):
         got[op] = c.call(op, name)
         c.close()
 
-    os.kill(directory.pid, signal.SIGSTOP)
+    nsenv.stop_process(directory.pid)
     try:
         threads = [threading.Thread(target=ask, args=a) for a in
                    ((P.GETPWNAM, "ldapuser"), (P.GETGRNAM, "devs"), (P.INITGROUPS, "ldapuser"))]

@@ -479,7 +479,7 @@ def test_refresh_deletes_nothing_when_the_server_stops(server_r, module_daemons,
     r = server_r
     d = start_daemon(module_daemons, r.uri, REFRESHING)
     warm_gone(d)
-    os.kill(r.pid, signal.SIGSTOP)
+    nsenv.stop_process(r.pid)
     ok, _ = nsenv.wait_for(lambda: status(idcache, d)["domain.dir.state"] == "offline",
                            timeout=15, interval=0.2)
     assert ok, d.log()[-3000:]

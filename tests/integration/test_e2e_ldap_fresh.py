@@ -242,7 +242,7 @@ def test_expired_entries_are_served_when_the_directory_stops(server, module_daem
     want = ([10001, 20001, 20010, 20011, 20014], "Alice Test")
     assert alice_now(d, maps) == want
     cli(idcache, d, "expire", "--all")
-    os.kill(server.pid, signal.SIGSTOP)
+    nsenv.stop_process(server.pid)
     try:
         assert alice_now(d, maps) == want, d.log()[-3000:]
         assert status(idcache, d)["domain.dir.state"] == "offline", d.log()[-3000:]

@@ -26,7 +26,7 @@ def server(tmp_path_factory):
 
 
 def go_offline(idcache, d, s):
-    os.kill(s.pid, signal.SIGSTOP)  # the server stops answering
+    nsenv.stop_process(s.pid)  # the server stops answering
     cli(idcache, d, "expire", "--all")
     d.ns.run(["getent", "passwd", "alice"])  # the search times out: offline
     ok, _ = nsenv.wait_for(lambda: status(idcache, d)["domain.dir.state"] == "offline", 15)

@@ -170,7 +170,7 @@ def test_server_stopped_mid_search_serves_the_cache(server, module_daemons, idca
     def ask_cold():
         cold["r"] = d.ns.run(["getent", "passwd", "user2"])
 
-    os.kill(server.pid, signal.SIGSTOP)
+    nsenv.stop_process(server.pid)
     try:
         t = threading.Thread(target=ask_cold)
         t.start()

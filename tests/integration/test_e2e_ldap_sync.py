@@ -274,7 +274,7 @@ def test_network_cut_then_changes(sp, daemons, idcache):
     (SIGCONT) arrive with the resumed feed."""
     d = start_daemon(daemons, sp.uri, SYNC + "ldap_sync_keepalive = 1\n")
     wait_live(idcache, d)
-    os.kill(sp.pid, signal.SIGSTOP)
+    nsenv.stop_process(sp.pid)
     try:
         ok, _ = nsenv.wait_for(lambda: status(idcache, d)["domain.dir.sync"] == "down",
                                timeout=WAIT, interval=0.1)
@@ -379,7 +379,7 @@ def test_feed_down_too_long_falls_back_to_expiry(sp, daemons, idcache):
                      "ldap_sync_fallback_timeout = 1\n")
     wait_live(idcache, d)
     assert cache_holds(idcache, d, "user", "alice")["expired"] == "no"
-    os.kill(sp.pid, signal.SIGSTOP)
+    nsenv.stop_process(sp.pid)
     try:
         ok, _ = nsenv.wait_for(lambda: "lookups search again" in d.log(), timeout=WAIT)
         assert ok, d.log()[-2000:]

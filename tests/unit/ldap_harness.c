@@ -2,13 +2,17 @@
  * ldap_harness: see ldap_harness.h.
  */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -38,6 +42,48 @@ int lh_free_port(void)
 	if (s >= 0)
 		close(s);
 	return port;
+}
+
+/* Whether /proc/PID/task/TID/stat says the thread is stopped ('T'). */
+static bool thread_stopped(int pid, const char *tid)
+{
+	char path[320], buf[512];
+	snprintf(path, sizeof(path), "/proc/%d/task/%s/stat", pid, tid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return true; /* gone: it answers nothing */
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	const char *end = strrchr(buf, ')'); /* the command name may hold anything */
+	return end && end[1] == ' ' && end[2] == 'T';
+}
+
+static bool all_stopped(int pid)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/task", pid);
+	DIR *d = opendir(path);
+	if (!d)
+		return false;
+	bool all = true;
+	for (struct dirent *e; all && (e = readdir(d));)
+		if (e->d_name[0] != '.')
+			all = thread_stopped(pid, e->d_name);
+	closedir(d);
+	return all;
+}
+
+int lh_stop(int pid)
+{
+	if (kill(pid, SIGSTOP) != 0)
+		return -1;
+	for (int i = 0; i < 1000; i++) {
+		if (all_stopped(pid))
+			return 0;
+		usleep(10000);
+	}
+	return -1;
 }
 
 void lh_gids_of(struct cache *c, const char *domain, const char *user, char *out, size_t n)

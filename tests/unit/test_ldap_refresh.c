@@ -356,7 +356,7 @@ static void test_refresh_removes_what_the_directory_lost(void **state)
 	struct env c;
 	env_open(&c, &a, NULL);
 	assert_int_equal(lookup(&c, LPROV_LOOKUP_PWNAM, "rita"), LPROV_LOOKUP_FOUND);
-	assert_int_equal(kill(slapd_pid, SIGSTOP), 0);
+	assert_int_equal(lh_stop(slapd_pid), 0);
 	s0 = c.ld->nsearches;
 	refresh_now(&c);
 	assert_int_equal(kill(slapd_pid, SIGCONT), 0);
