@@ -576,17 +576,16 @@ static struct held_ids *held_ids(struct daemon *dm);
  * lookup that fails is a check that could not be made (check_failed). */
 static bool member_earlier(struct daemon *dm, size_t i, const char *member)
 {
-	struct cache_reader *r = aside(dm);
 	char why[160];
-	if (!r)
-		return check_failed(dm, -EIO, why, sizeof(why)) != NULL;
 	for (size_t j = 0; j < i; j++) {
 		const struct config_domain *cfg = dm->domains[j]->cfg;
 		const char *dn = cfg->name;
 		bool cs = cfg->case_sensitive && dm->domains[i]->cfg->case_sensitive;
+		if (!dm->domains[j]->ldap)
+			continue; /* files domains: held_ids */
+		struct cache_reader *r = aside(dm);
 		struct cache_user u;
-		int rc = dm->domains[j]->ldap ? cache_user_by_name(r, &dn, 1, member, cs, &u, NULL)
-					      : -ENOENT; /* files domains: held_ids */
+		int rc = r ? cache_user_by_name(r, &dn, 1, member, cs, &u, NULL) : -EIO;
 		if (rc == 0)
 			return true;
 		if (rc != -ENOENT)
