@@ -435,19 +435,19 @@ static int process(struct conn *c)
 		else
 			rc = c->closing ? 0 : daemon_nscd_process(c);
 		charge_out(c);
-		daemon_reader_end(c->dm);
-		return rc;
-	}
-	while (rc == 0 && proto_reader_buffered(&c->rd) > 0 && conn_may_take(c)) {
-		int got = proto_reader_next(&c->rd, &f);
-		if (got <= 0) {
-			rc = got;
-			break;
+	} else {
+		while (rc == 0 && proto_reader_buffered(&c->rd) > 0 && conn_may_take(c)) {
+			int got = proto_reader_next(&c->rd, &f);
+			if (got <= 0) {
+				rc = got;
+				break;
+			}
+			rc = dispatch(c, &f);
+			charge_out(c);
 		}
-		rc = dispatch(c, &f);
-		charge_out(c);
 	}
 	daemon_reader_end(c->dm);
+	c->backlogged = out_pending(c) >= DAEMON_OUT_HIGH;
 	return rc;
 }
 
@@ -513,7 +513,11 @@ static void update_interest(struct conn *c)
 	if (!c->closing && !c->eof && !c->mem_wait && pending < DAEMON_OUT_HIGH &&
 	    buffered(c) < DAEMON_IN_MAX)
 		ev |= EPOLLIN;
-	if (pending)
+	/* Backlogged with nothing left to send (the peer read it all as it
+	 * went out): writable at once, so the next turn answers on. A peer
+	 * done sending, or whose requests are all read, sends nothing that
+	 * would wake the connection otherwise. */
+	if (pending || c->backlogged)
 		ev |= EPOLLOUT;
 	if (loop_set(&c->io, ev) < 0)
 		conn_close(c, "epoll");

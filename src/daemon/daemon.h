@@ -218,6 +218,10 @@ struct conn {
 	struct enum_snap *tail;
 	size_t tail_off, tail_end;
 	bool mem_wait; /* uid over budget: takes no request until woken */
+	/* The last answering stopped at the backlog's high mark, with work
+	 * left (a streaming call, requests already read): sending the backlog
+	 * must start it again, as no read may come to (conn.c). */
+	bool backlogged;
 	/* A request waiting for its uid's next build (responder.c); no later
 	 * request is taken meanwhile. */
 	bool held;

@@ -506,6 +506,33 @@ def test_streamed_enumeration_survives_back_pressure_and_half_close(daemons):
     assert got[:4] == ["root", "alice", "bob", "carol"]
 
 
+def test_streamed_enumeration_to_a_fast_reader_never_stalls(daemons):
+    """A client reading every user as fast as the replies come, its socket
+    left open: the daemon stops answering at its backlog's high mark, the
+    client drains the backlog at once, and no read or close of the client
+    is there to wake the connection: sending the backlog must. Many
+    rounds, as the client has to win the race to drain it."""
+    users = "".join(f"u{i:05d}:x:{10000 + i}:100:User number {i} with a longer gecos field,"
+                    f"room 12,,:/home/u{i:05d}:/bin/sh\n" for i in range(4000))
+    d = start(daemons, passwd=PASSWD + users)
+    for rnd in range(60):
+        v = Varlink(sock(d), timeout=10.0)
+        v.send({"method": UDB + "GetUserRecord", "parameters": {"service": SERVICE},
+                "more": True})
+        n = 0
+        while True:
+            try:
+                r = v.reply()
+            except TimeoutError:
+                raise AssertionError(f"round {rnd}: no reply for 10 s after {n} records")
+            assert r is not None, f"round {rnd}: closed after {n} replies"
+            n += 1
+            if not r.get("continues"):
+                break
+        v.close()
+        assert n == 4 + 4000
+
+
 def test_call_waiting_for_a_directory_does_not_stall_others(daemons):
     """A call whose answer waits for a server that never answers waits for
     ldap_search_timeout, then finds nothing; meanwhile other calls are
