@@ -585,8 +585,9 @@ void daemon_mc_beat(struct daemon *dm);
  * maps' own. */
 void daemon_mc_put_passwd(struct daemon *dm, const struct proto_passwd *pw, unsigned keys,
 			  int64_t until);
-void daemon_mc_put_group(struct daemon *dm, const struct cache_group *g, unsigned keys,
-			 int64_t until);
+/* g: domain d's group as answered (d: whether its list may lose members). */
+void daemon_mc_put_group(struct daemon *dm, const struct domain *d, const struct cache_group *g,
+			 unsigned keys, int64_t until);
 void daemon_mc_put_initgroups(struct daemon *dm, const char *user, const uint32_t *gids, size_t n,
 			      int64_t until);
 /* The nscd socket's INITGROUPS answer for a user the cache holds (the

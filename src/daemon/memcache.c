@@ -42,16 +42,23 @@
  *                                members' group lists; for a group nested in
  *                                another, the group map (the lists that
  *                                held its users); for a user name,
- *                                the records of their groups listing it
- *                                and of those nesting them (member lists
- *                                leave local names out)
+ *                                the records of the groups of later
+ *                                domains listing it and of those nesting
+ *                                them (member lists leave the names of
+ *                                local and earlier users out)
  *   expire --user / --group      the same for the entry as the cache and
  *                                the map know it (its id included, whatever
  *                                the case of the name asked)
  * initgroups records are keyed by the name the client asked. A domain with
  * case_sensitive = false answers several spellings, so there only the
  * folded spelling (cache_name_fold under caseIgnore) is stored, and
- * invalidation drops the given and the folded spelling.
+ * invalidation drops the given and the folded spelling. Likewise a remote
+ * group's member list loses a name when a user of it appears in a files
+ * or an earlier domain (precedence.c, member_held); the member index that
+ * finds the groups listing it is exact, so it is searched by the user's
+ * spelling and its folded one, and a list naming a member in another
+ * spelling (ALICE) is not kept in the maps while names are compared
+ * ignoring case (members_findable): the socket answers it.
  *
  * glibc's nscd maps (nscdmaps.c) follow these maps call by call: every
  * record written, dropped or reset here is written, dropped or reset
@@ -200,9 +207,30 @@ void daemon_mc_put_passwd(struct daemon *dm, const struct proto_passwd *pw, unsi
 	nscdmaps_put_passwd(dm, pw, keys, expiry(until));
 }
 
-void daemon_mc_put_group(struct daemon *dm, const struct cache_group *g, unsigned keys,
-			 int64_t until)
+static bool any_case_insensitive(const struct daemon *dm);
+
+/* See the top of the file: only a list whose every member a spelling
+ * invalidation can find. Files domains' lists lose no member. */
+static bool members_findable(const struct daemon *dm, const struct domain *d,
+			     const struct cache_group *g)
 {
+	if (!d->ldap || d->cfg->allow_local_overlap || !any_case_insensitive(dm))
+		return true;
+	char folded[CACHE_NAME_MAX + 1];
+	for (size_t i = 0; i < g->nmembers; i++) {
+		const char *m = g->members[i];
+		if (cache_name_fold(CACHE_NAMES_CASE_IGNORE, m, folded) != strlen(m) ||
+		    strcmp(folded, m) != 0)
+			return false;
+	}
+	return true;
+}
+
+void daemon_mc_put_group(struct daemon *dm, const struct domain *d, const struct cache_group *g,
+			 unsigned keys, int64_t until)
+{
+	if (keys != 0 && !members_findable(dm, d, g))
+		keys = 0;
 	nscdmaps_put_group(dm, g, keys, expiry(until));
 	if (dm->mc[1] == NULL || keys == 0)
 		return;
@@ -358,10 +386,11 @@ static bool overlap_checked(const struct daemon *dm)
 	return false;
 }
 
-static void drop_shadowed(struct daemon *dm, const struct cache_change *ch, bool local);
+static void drop_shadowed(struct daemon *dm, const struct cache_change *ch,
+			  const struct domain *from);
 
-/* A change of a files domain (local) or of an ldap domain. */
-static void change(struct daemon *dm, const struct cache_change *ch, bool local)
+/* A change of a files domain (from NULL) or of ldap domain from. */
+static void change(struct daemon *dm, const struct cache_change *ch, const struct domain *from)
 {
 	if (ch == NULL) { /* only an ldap domain reports one */
 		idc_log(IDC_LOG_INFO, "memory cache: an ldap commit's changes are not known; "
@@ -371,7 +400,7 @@ static void change(struct daemon *dm, const struct cache_change *ch, bool local)
 		return;
 	}
 	drop_change(dm, ch);
-	drop_shadowed(dm, ch, local);
+	drop_shadowed(dm, ch, from);
 	/* Who is in a nested group is not told record by record: the map is
 	 * reset, once for all the groups of a commit (a reset costs ~10 ms,
 	 * and a directory may change many groups at once). */
@@ -381,7 +410,7 @@ static void change(struct daemon *dm, const struct cache_change *ch, bool local)
 
 void daemon_mc_change(const struct cache_change *ch, void *arg)
 {
-	change(arg, ch, true);
+	change(arg, ch, NULL);
 }
 
 static void drop_change(struct daemon *dm, const struct cache_change *ch)
@@ -525,8 +554,8 @@ static void drop_parents(struct daemon *dm, const struct config_domain *cfg,
 	parents_free(&p);
 }
 
-/* A user name new (a local one) leaves remote domain cfg's member lists
- * (precedence.c, daemon_group_members_kept): the records of its groups
+/* A user name new in a files domain or an earlier one leaves remote
+ * domain cfg's member lists (precedence.c, member_held): the records of its groups
  * listing the name, and of those nesting them (their lists hold its
  * users), go. Past DAEMON_MC_PARENTS_MAX of them the group map starts over. */
 static void drop_listing(struct daemon *dm, struct cache_reader *r, const struct config_domain *cfg,
@@ -535,7 +564,12 @@ static void drop_listing(struct daemon *dm, struct cache_reader *r, const struct
 	if (dm->mc[1] == NULL && !nscdmaps_on(dm))
 		return;
 	struct parents p = {0};
+	char folded[CACHE_NAME_MAX + 1];
+	size_t n =
+	    any_case_insensitive(dm) ? cache_name_fold(CACHE_NAMES_CASE_IGNORE, user, folded) : 0;
 	int rc = cache_linked(r, cfg->name, CACHE_LINK_MEMBER, user, 0, parent_cb, &p);
+	if (rc == 0 && n && strcmp(folded, user) != 0) /* members_findable */
+		rc = cache_linked(r, cfg->name, CACHE_LINK_MEMBER, folded, 0, parent_cb, &p);
 	rc = rc ? rc : walk_up(r, cfg, &p, 0);
 	if (rc == 0)
 		drop_groups(dm, r, cfg, &p, 0);
@@ -547,7 +581,7 @@ static void drop_listing(struct daemon *dm, struct cache_reader *r, const struct
 void daemon_mc_ldap_change(const struct cache_change *ch, void *arg)
 {
 	struct domain *d = arg;
-	change(d->dm, ch, false);
+	change(d->dm, ch, d);
 	if (ch != NULL && ch->group)
 		drop_parents(d->dm, d->cfg, ch);
 }
@@ -598,7 +632,7 @@ static bool other_entry(const struct cache_change *ch, const char *name, uint32_
  * theirs. Each result is used before the next lookup. */
 static void drop_shadowed_in(struct daemon *dm, struct cache_reader *r,
 			     const struct config_domain *cfg, const struct cache_change *ch,
-			     bool local)
+			     bool listing)
 {
 	const char *dn = cfg->name;
 	struct cache_user u;
@@ -612,7 +646,7 @@ static void drop_shadowed_in(struct daemon *dm, struct cache_reader *r,
 			drop_initgroups(dm, u.name);
 		}
 	}
-	if (!ch->group && local)
+	if (!ch->group && listing)
 		drop_listing(dm, r, cfg, ch->new_name);
 	for (int by_id = 0; ch->group && by_id < 2; by_id++) {
 		int rc = by_id ? cache_group_by_gid(r, &dn, 1, ch->new_id, &g, NULL)
@@ -625,7 +659,11 @@ static void drop_shadowed_in(struct daemon *dm, struct cache_reader *r,
 	}
 }
 
-static void drop_shadowed(struct daemon *dm, const struct cache_change *ch, bool local)
+/* ch's name or id, new in domain from (NULL: a files domain), withholds
+ * the remote domains' entries carrying it; its user name leaves the
+ * member lists of the remote domains after from (all, for a files one). */
+static void drop_shadowed(struct daemon *dm, const struct cache_change *ch,
+			  const struct domain *from)
 {
 	bool fresh = ch->new_name && (!ch->old_name || ch->old_id != ch->new_id ||
 				      strcmp(ch->old_name, ch->new_name) != 0);
@@ -637,9 +675,12 @@ static void drop_shadowed(struct daemon *dm, const struct cache_change *ch, bool
 		daemon_mc_reset(dm, 2);
 		return;
 	}
-	for (size_t i = 0; i < dm->ndomains; i++)
+	bool later = from == NULL;
+	for (size_t i = 0; i < dm->ndomains; i++) {
 		if (dm->domains[i]->ldap && !dm->domains[i]->cfg->allow_local_overlap)
-			drop_shadowed_in(dm, r, dm->domains[i]->cfg, ch, local);
+			drop_shadowed_in(dm, r, dm->domains[i]->cfg, ch, later);
+		later |= dm->domains[i] == from;
+	}
 	cache_reader_end(r);
 }
 

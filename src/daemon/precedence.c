@@ -21,8 +21,9 @@
  * goes on to the next domain, its gid leaves its members' group lists, an
  * enumeration skips it. The names filter_users lists leave the domain's
  * group member lists too (sssd's filter_users_in_groups default), and so
- * do, unless allow_local_overlap, the names of the host's own users
- * (member_local): the domain's user of such a name is withheld. Each is logged once with its DN,
+ * do, unless allow_local_overlap, the names of the host's own users and
+ * of an earlier domain's (member_held): the domain's user of such a name
+ * is withheld. Each is logged once with its DN,
  * in the provider's log-once set, and counted (domain.NAME.withheld in `idcache status`).
  *
  * Lookups here run on a reader of their own (dm->aside), so the records
@@ -570,22 +571,47 @@ int daemon_user_gids(struct daemon *dm, size_t i, struct cache_reader *r, const 
 
 static struct held_ids *held_ids(struct daemon *dm);
 
-/* Whether member, a member name of remote domain i's group, is the host's
- * own user's (h: held_ids; hf: the host's files when read here). The
- * domain's user of that name is withheld then, and the name means the
- * host's user, whose group list (initgroups) never holds this group: left
+/* Whether an earlier remote domain j < i holds a user named member, as
+ * its cache says (the reader is dm->aside: g's members stay valid). A
+ * lookup that fails is a check that could not be made (check_failed). */
+static bool member_earlier(struct daemon *dm, size_t i, const char *member)
+{
+	char why[160];
+	for (size_t j = 0; j < i; j++) {
+		const struct config_domain *cfg = dm->domains[j]->cfg;
+		const char *dn = cfg->name;
+		bool cs = cfg->case_sensitive && dm->domains[i]->cfg->case_sensitive;
+		if (!dm->domains[j]->ldap)
+			continue; /* files domains: held_ids */
+		struct cache_reader *r = aside(dm);
+		struct cache_user u;
+		int rc = r ? cache_user_by_name(r, &dn, 1, member, cs, &u, NULL) : -EIO;
+		if (rc == 0)
+			return true;
+		if (rc != -ENOENT)
+			return check_failed(dm, rc, why, sizeof(why)) != NULL;
+	}
+	return false;
+}
+
+/* Whether member, a member name of remote domain i's group, names another
+ * domain's user: the host's own (h: held_ids; hf: the host's files when
+ * read here) or an earlier domain's. The domain's user of that name is
+ * withheld then, and the name means that other user, whose group list
+ * (initgroups, from its own domain alone) never holds this group: left
  * out, or getgrnam's members and the user's groups would disagree, and
- * the directory would add the host's users to its groups (docs/DESIGN.md
- * §11). */
-static bool member_local(const struct daemon *dm, size_t i, const struct held_ids *h,
-			 const struct host_files *hf, const char *member)
+ * the directory would add other domains' users to its groups
+ * (docs/DESIGN.md §11). The one member rule of every path. */
+static bool member_held(struct daemon *dm, size_t i, const struct held_ids *h,
+			const struct host_files *hf, const char *member)
 {
 	bool cs = dm->domains[i]->cfg->case_sensitive;
 	if (!h || h->failed || folded_holds(h->names, h->nnames, member, cs && h->names_cs))
 		return true; /* unknown: left out rather than served wrongly */
-	if (!hf || !hf->pw.s)
-		return false;
-	return cs ? files_snapshot_user(hf->pw.s, member) >= 0 : host_holds_name(&hf->pw, member);
+	if (hf && hf->pw.s &&
+	    (cs ? files_snapshot_user(hf->pw.s, member) >= 0 : host_holds_name(&hf->pw, member)))
+		return true;
+	return member_earlier(dm, i, member);
 }
 
 int daemon_group_members_kept(struct daemon *dm, size_t i, struct cache_group *g)
@@ -613,7 +639,7 @@ int daemon_group_members_kept(struct daemon *dm, size_t i, struct cache_group *g
 	}
 	for (size_t k = 0; k < g->nmembers; k++)
 		if (!config_names_has(&cfg->filter_users, g->members[k], cfg->case_sensitive) &&
-		    !(local && member_local(dm, i, h, hf, g->members[k])))
+		    !(local && member_held(dm, i, h, hf, g->members[k])))
 			dm->members[n++] = g->members[k];
 	g->members = dm->members;
 	g->nmembers = n;

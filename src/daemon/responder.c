@@ -880,7 +880,8 @@ static int do_group(struct walk *w, struct idc_buf *out)
 		rc = daemon_checks_failed(dm);
 	if (rc < 0)
 		return reply_failure(out, req->cmd, rc, w->unsure);
-	daemon_mc_put_group(dm, &g, answer_keys(req, g.name), answer_until(dm->domains[at], &meta));
+	daemon_mc_put_group(dm, dm->domains[at], &g, answer_keys(req, g.name),
+			    answer_until(dm->domains[at], &meta));
 	size_t start;
 	rc = proto_reply_begin(out, req->cmd, PROTO_ST_OK, &start);
 	rc = finish(out, req->cmd, start, rc ? rc : put_group(out, &g));

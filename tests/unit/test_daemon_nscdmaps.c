@@ -188,7 +188,9 @@ static void test_memcache_hooks(void **state)
 	/* a group: its record, and the group lists of members that move */
 	const char *mem[] = {"alice", "bob"};
 	struct cache_group g = {.name = "staff", .gid = 6000, .members = mem, .nmembers = 2};
-	daemon_mc_put_group(&dm, &g, MC_KEY_NAME | MC_KEY_ID, 0);
+	struct config_domain files_cfg = {.name = "local", .case_sensitive = true};
+	struct domain files = {.cfg = &files_cfg};
+	daemon_mc_put_group(&dm, &files, &g, MC_KEY_NAME | MC_KEY_ID, 0);
 	uint32_t gids[] = {6000, 100};
 	uint64_t epoch = daemon_mc_ig_epoch(&dm);
 	daemon_mc_put_nscd_initgroups(&dm, "alice", gids, 2, epoch, 0);
@@ -231,12 +233,41 @@ static void test_memcache_hooks(void **state)
 	munmap((void *)(uintptr_t)gr.base, gr.len);
 }
 
+/* A remote group's list naming a member in a spelling other than its
+ * folded one (ALICE) is not kept while names are compared ignoring case:
+ * the invalidation that drops it when an earlier domain's alice appears
+ * searches the member index by alice only. */
+static void test_members_findable(void **state)
+{
+	(void)state;
+	struct config_domain dir_cfg = {.name = "dir", .case_sensitive = false};
+	char opaque;
+	struct domain dir = {.cfg = &dir_cfg, .ldap = (struct ldapdom *)(void *)&opaque};
+	struct domain *domains[] = {&dir};
+	struct daemon dm = {.cfg = &shared_cfg, .domains = domains, .ndomains = 1};
+	struct client_map gr = client_map(&dm, 1);
+	const char *folded[] = {"alice", "bob"}, *other[] = {"ALICE", "bob"};
+	struct cache_group g = {.name = "g3", .gid = 30020, .members = folded, .nmembers = 2};
+	daemon_mc_put_group(&dm, &dir, &g, MC_KEY_NAME | MC_KEY_ID, 0);
+	assert_non_null(lookup(gr, NSCDDB_GETGRBYNAME, "g3"));
+	struct cache_group h = {.name = "g4", .gid = 30021, .members = other, .nmembers = 2};
+	daemon_mc_put_group(&dm, &dir, &h, MC_KEY_NAME | MC_KEY_ID, 0);
+	assert_null(lookup(gr, NSCDDB_GETGRBYNAME, "g4"));
+	assert_null(lookup(gr, NSCDDB_GETGRBYGID, "30021"));
+	dir_cfg.allow_local_overlap = true; /* its lists lose no member */
+	daemon_mc_put_group(&dm, &dir, &h, MC_KEY_NAME | MC_KEY_ID, 0);
+	assert_non_null(lookup(gr, NSCDDB_GETGRBYNAME, "g4"));
+	daemon_mc_close(&dm);
+	munmap((void *)(uintptr_t)gr.base, gr.len);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_maps_follow),
 	    cmocka_unit_test(test_memcache_hooks),
 	    cmocka_unit_test(test_shared_off),
+	    cmocka_unit_test(test_members_findable),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
