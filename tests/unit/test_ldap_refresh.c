@@ -758,6 +758,96 @@ static void test_ssh_keys_follow_the_directory(void **state)
 	env_close(&a, true);
 }
 
+/* Entries of this test's own, added to the directory after their misses. */
+#define NEG_USER(n, id)                                                                            \
+	"dn: uid=" n "," PEOPLE "\\nobjectClass: account\\nobjectClass: posixAccount\\nuid: " n    \
+	"\\ncn: " n "\\nuidNumber: " id "\\ngidNumber: " id "\\nhomeDirectory: /home/" n "\\n\\n"
+#define NEG_GROUP(n, id)                                                                           \
+	"dn: cn=" n "," GROUPS "\\nobjectClass: posixGroup\\ncn: " n "\\ngidNumber: " id "\\n\\n"
+
+/* Until no request is in flight (the domain's first poll pass). */
+static void settle(struct env *e)
+{
+	uint64_t until = idc_now_ns() + 20000000000ull;
+	while (e->ld->reqs && idc_now_ns() < until)
+		pump(e);
+	assert_null(e->ld->reqs);
+}
+
+/* Run a poll pass now, until it is over. */
+static void poll_now(struct env *e)
+{
+	settle(e);
+	e->ld->next_poll_ns = idc_now_ns();
+	lprov_domain_process(e->ld);
+	assert_non_null(e->ld->reqs); /* started */
+	settle(e);
+}
+
+/* A miss the negative cache remembers for one key of an entry goes once
+ * any path caches the entry: a lookup by its other key (uid then name, gid
+ * then name, a name in another case then the id), a refresh that gives a
+ * cached user the uid that was missing, a poll pass that brings entries
+ * new to the directory. Before, each second lookup answered NOTFOUND for
+ * entry_negative_timeout without asking. */
+static void test_negative_goes_with_the_entry(void **state)
+{
+	(void)state;
+	struct env a;
+	env_open(&a, NULL, "entry_negative_timeout", "600", "ldap_poll_interval", "3600", NULL);
+	/* the slots of these keys differ under this seed (direct-mapped: one
+	 * that evicted another would make the count below wrong) */
+	a.ld->hash_seed = 0x6e6567;
+	const struct {
+		enum lprov_lookup_kind kind;
+		const char *name;
+		uint32_t id;
+	} miss[] = {{LPROV_LOOKUP_PWUID, NULL, 30301}, {LPROV_LOOKUP_GRGID, NULL, 30311},
+		    {LPROV_LOOKUP_PWNAM, "NEGW", 0},   {LPROV_LOOKUP_INITGROUPS, "NegW", 0},
+		    {LPROV_LOOKUP_GRNAM, "NEGK", 0},   {LPROV_LOOKUP_PWUID, NULL, 30304},
+		    {LPROV_LOOKUP_PWUID, NULL, 30305}, {LPROV_LOOKUP_GRGID, NULL, 30315}};
+	for (size_t i = 0; i < IDC_ARRAY_SIZE(miss); i++)
+		assert_int_equal(lookup_key(&a, miss[i].kind, miss[i].name, miss[i].id),
+				 LPROV_LOOKUP_NOTFOUND);
+	uint64_t n0 = a.ld->nneg;
+	for (size_t i = 0; i < IDC_ARRAY_SIZE(miss); i++) /* remembered: not asked */
+		assert_int_equal(lookup_key(&a, miss[i].kind, miss[i].name, miss[i].id),
+				 LPROV_LOOKUP_NOTFOUND);
+	assert_int_equal(a.ld->nneg, n0 + IDC_ARRAY_SIZE(miss));
+	/* a lookup by name passing an id too (the daemon's confirm) shares
+	 * the slot of the name alone */
+	assert_int_equal(lookup_key(&a, LPROV_LOOKUP_PWNAM, "negnone", 77), LPROV_LOOKUP_NOTFOUND);
+	n0 = a.ld->nneg;
+	assert_int_equal(lookup_key(&a, LPROV_LOOKUP_PWNAM, "negnone", 0), LPROV_LOOKUP_NOTFOUND);
+	assert_int_equal(a.ld->nneg, n0 + 1);
+
+	settle(&a);
+	ldap_add_back(NEG_USER("negu", "30301") NEG_GROUP("negg", "30311") NEG_USER("negw", "30302")
+			  NEG_GROUP("negk", "30312") NEG_USER("negr", "30303"));
+	assert_int_equal(lookup(&a, LPROV_LOOKUP_PWNAM, "negu"), LPROV_LOOKUP_FOUND);
+	assert_int_equal(lookup(&a, LPROV_LOOKUP_GRNAM, "negg"), LPROV_LOOKUP_FOUND);
+	assert_int_equal(lookup_id(&a, LPROV_LOOKUP_PWUID, 30302), LPROV_LOOKUP_FOUND);
+	assert_int_equal(lookup_id(&a, LPROV_LOOKUP_GRGID, 30312), LPROV_LOOKUP_FOUND);
+	assert_int_equal(lookup(&a, LPROV_LOOKUP_PWNAM, "negr"), LPROV_LOOKUP_FOUND);
+	change_and_expire(&a, "dn: uid=negr," PEOPLE "\\nchangetype: modify\\nreplace: "
+			      "uidNumber\\nuidNumber: 30304\\n");
+	refresh_now(&a);
+	ldap_add_back(NEG_USER("negp", "30305") NEG_GROUP("negq", "30315"));
+	poll_now(&a);
+	assert_true(has_user(&a, "negp") && has_group(&a, "negq", NULL));
+	n0 = a.ld->nneg;
+	for (size_t i = 0; i < IDC_ARRAY_SIZE(miss); i++)
+		assert_int_equal(lookup_key(&a, miss[i].kind, miss[i].name, miss[i].id),
+				 LPROV_LOOKUP_FOUND);
+	assert_int_equal(a.ld->nneg, n0);
+	const char *dns[] = {"uid=negu," PEOPLE, "cn=negg," GROUPS,  "uid=negw," PEOPLE,
+			     "cn=negk," GROUPS,  "uid=negr," PEOPLE, "uid=negp," PEOPLE,
+			     "cn=negq," GROUPS};
+	for (size_t i = 0; i < IDC_ARRAY_SIZE(dns); i++)
+		ldap_delete(dns[i]);
+	env_close(&a, true);
+}
+
 int main(void)
 {
 	idc_log_init("test_ldap_refresh", true, IDC_LOG_ERR);
@@ -770,6 +860,7 @@ int main(void)
 	    cmocka_unit_test(test_member_dn_in_another_case),
 	    cmocka_unit_test(test_only_modify_timestamp_changed),
 	    cmocka_unit_test(test_ssh_keys_follow_the_directory),
+	    cmocka_unit_test(test_negative_goes_with_the_entry),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
