@@ -787,9 +787,9 @@ static void poll_now(struct env *e)
 /* A miss the negative cache remembers for one key of an entry goes once
  * any path caches the entry: a lookup by its other key (uid then name, gid
  * then name, a name in another case then the id), a refresh that gives a
- * cached user the uid that was missing, a poll pass that brings entries
- * new to the directory. Before, each second lookup answered NOTFOUND for
- * entry_negative_timeout without asking. */
+ * cached user the uid that was missing, a poll pass or an enumeration
+ * that brings entries new to the directory. Before, each second lookup
+ * answered NOTFOUND for entry_negative_timeout without asking. */
 static void test_negative_goes_with_the_entry(void **state)
 {
 	(void)state;
@@ -805,7 +805,8 @@ static void test_negative_goes_with_the_entry(void **state)
 	} miss[] = {{LPROV_LOOKUP_PWUID, NULL, 30301}, {LPROV_LOOKUP_GRGID, NULL, 30311},
 		    {LPROV_LOOKUP_PWNAM, "NEGW", 0},   {LPROV_LOOKUP_INITGROUPS, "NegW", 0},
 		    {LPROV_LOOKUP_GRNAM, "NEGK", 0},   {LPROV_LOOKUP_PWUID, NULL, 30304},
-		    {LPROV_LOOKUP_PWUID, NULL, 30305}, {LPROV_LOOKUP_GRGID, NULL, 30315}};
+		    {LPROV_LOOKUP_PWUID, NULL, 30305}, {LPROV_LOOKUP_GRGID, NULL, 30315},
+		    {LPROV_LOOKUP_PWUID, NULL, 30306}, {LPROV_LOOKUP_GRGID, NULL, 30316}};
 	for (size_t i = 0; i < IDC_ARRAY_SIZE(miss); i++)
 		assert_int_equal(lookup_key(&a, miss[i].kind, miss[i].name, miss[i].id),
 				 LPROV_LOOKUP_NOTFOUND);
@@ -835,6 +836,10 @@ static void test_negative_goes_with_the_entry(void **state)
 	ldap_add_back(NEG_USER("negp", "30305") NEG_GROUP("negq", "30315"));
 	poll_now(&a);
 	assert_true(has_user(&a, "negp") && has_group(&a, "negq", NULL));
+	ldap_add_back(NEG_USER("nege", "30306") NEG_GROUP("negf", "30316"));
+	assert_int_equal(lookup(&a, LPROV_LOOKUP_ENUMERATE, NULL), LPROV_LOOKUP_FOUND);
+	settle(&a); /* the enumeration's final store */
+	assert_true(has_user(&a, "nege") && has_group(&a, "negf", NULL));
 	n0 = a.ld->nneg;
 	for (size_t i = 0; i < IDC_ARRAY_SIZE(miss); i++)
 		assert_int_equal(lookup_key(&a, miss[i].kind, miss[i].name, miss[i].id),
@@ -842,7 +847,7 @@ static void test_negative_goes_with_the_entry(void **state)
 	assert_int_equal(a.ld->nneg, n0);
 	const char *dns[] = {"uid=negu," PEOPLE, "cn=negg," GROUPS,  "uid=negw," PEOPLE,
 			     "cn=negk," GROUPS,  "uid=negr," PEOPLE, "uid=negp," PEOPLE,
-			     "cn=negq," GROUPS};
+			     "cn=negq," GROUPS,  "uid=nege," PEOPLE, "cn=negf," GROUPS};
 	for (size_t i = 0; i < IDC_ARRAY_SIZE(dns); i++)
 		ldap_delete(dns[i]);
 	env_close(&a, true);
