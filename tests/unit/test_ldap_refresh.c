@@ -758,6 +758,135 @@ static void test_ssh_keys_follow_the_directory(void **state)
 	env_close(&a, true);
 }
 
+/* Entries of this test's own, added to the directory after their misses. */
+#define NEG_USER(n, id)                                                                            \
+	"dn: uid=" n "," PEOPLE "\\nobjectClass: account\\nobjectClass: posixAccount\\nuid: " n    \
+	"\\ncn: " n "\\nuidNumber: " id "\\ngidNumber: " id "\\nhomeDirectory: /home/" n "\\n\\n"
+#define NEG_GROUP(n, id)                                                                           \
+	"dn: cn=" n "," GROUPS "\\nobjectClass: posixGroup\\ncn: " n "\\ngidNumber: " id "\\n\\n"
+
+/* Until no request is in flight (the domain's first poll pass). */
+static void settle(struct env *e)
+{
+	uint64_t until = idc_now_ns() + 20000000000ull;
+	while (e->ld->reqs && idc_now_ns() < until)
+		pump(e);
+	assert_null(e->ld->reqs);
+}
+
+/* Run a poll pass now, until it is over. */
+static void poll_now(struct env *e)
+{
+	settle(e);
+	e->ld->next_poll_ns = idc_now_ns();
+	lprov_domain_process(e->ld);
+	assert_non_null(e->ld->reqs); /* started */
+	settle(e);
+}
+
+struct neg_key {
+	enum lprov_lookup_kind kind;
+	const char *name; /* NULL: by id */
+	uint32_t id;
+};
+
+/* Each lookup of k[0..n) answers want; how many of them the negative
+ * cache answered. */
+static uint64_t lookups_are(struct env *e, const struct neg_key *k, size_t n,
+			    enum lprov_lookup_result want)
+{
+	uint64_t n0 = e->ld->nneg;
+	for (size_t i = 0; i < n; i++) {
+		enum lprov_lookup_result got = lookup_key(e, k[i].kind, k[i].name, k[i].id);
+		if (got != want)
+			fail_msg("lookup %d of %s/%u: %d, not %d", (int)k[i].kind,
+				 k[i].name ? k[i].name : "-", (unsigned)k[i].id, (int)got,
+				 (int)want);
+	}
+	return e->ld->nneg - n0;
+}
+
+/* A miss the negative cache remembers for one key of an entry goes once
+ * any path caches the entry: a lookup by its other key (uid then name, gid
+ * then name, a name in another case then the id), a refresh that gives a
+ * cached user the uid that was missing, a poll pass or an enumeration
+ * that brings entries new to the directory. Each path's misses are looked
+ * up again before the next path runs (a later one would store the entry
+ * too). Before, each answered NOTFOUND for entry_negative_timeout without
+ * asking. */
+static void test_negative_goes_with_the_entry(void **state)
+{
+	(void)state;
+	struct env a;
+	env_open(&a, NULL, "entry_negative_timeout", "600", "ldap_poll_interval", "3600", NULL);
+	/* the slots of these keys differ under this seed (direct-mapped: one
+	 * that evicted another would make the counts below wrong) */
+	a.ld->hash_seed = 0x6e6567;
+	const struct neg_key by_other[] = {{LPROV_LOOKUP_PWUID, NULL, 30301},
+					   {LPROV_LOOKUP_GRGID, NULL, 30311},
+					   {LPROV_LOOKUP_PWNAM, "NEGW", 0},
+					   {LPROV_LOOKUP_INITGROUPS, "NegW", 0},
+					   {LPROV_LOOKUP_GRNAM, "NEGK", 0}};
+	const struct neg_key by_refresh[] = {{LPROV_LOOKUP_PWUID, NULL, 30304}};
+	const struct neg_key by_poll[] = {{LPROV_LOOKUP_PWUID, NULL, 30305},
+					  {LPROV_LOOKUP_GRGID, NULL, 30315}};
+	const struct neg_key by_enum[] = {{LPROV_LOOKUP_PWUID, NULL, 30306},
+					  {LPROV_LOOKUP_GRGID, NULL, 30316}};
+	const struct {
+		const struct neg_key *k;
+		size_t n;
+	} all[] = {{by_other, IDC_ARRAY_SIZE(by_other)},
+		   {by_refresh, IDC_ARRAY_SIZE(by_refresh)},
+		   {by_poll, IDC_ARRAY_SIZE(by_poll)},
+		   {by_enum, IDC_ARRAY_SIZE(by_enum)}};
+	for (size_t i = 0; i < IDC_ARRAY_SIZE(all); i++) {
+		lookups_are(&a, all[i].k, all[i].n, LPROV_LOOKUP_NOTFOUND);
+		/* remembered: not asked */
+		assert_int_equal(lookups_are(&a, all[i].k, all[i].n, LPROV_LOOKUP_NOTFOUND),
+				 all[i].n);
+	}
+	/* a lookup by name passing an id too (the daemon's confirm) shares
+	 * the slot of the name alone */
+	const struct neg_key confirm = {LPROV_LOOKUP_PWNAM, "negnone", 77},
+			     plain = {LPROV_LOOKUP_PWNAM, "negnone", 0};
+	lookups_are(&a, &confirm, 1, LPROV_LOOKUP_NOTFOUND);
+	assert_int_equal(lookups_are(&a, &plain, 1, LPROV_LOOKUP_NOTFOUND), 1);
+
+	settle(&a);
+	ldap_add_back(NEG_USER("negu", "30301") NEG_GROUP("negg", "30311") NEG_USER("negw", "30302")
+			  NEG_GROUP("negk", "30312") NEG_USER("negr", "30303"));
+	assert_int_equal(lookup(&a, LPROV_LOOKUP_PWNAM, "negu"), LPROV_LOOKUP_FOUND);
+	assert_int_equal(lookup(&a, LPROV_LOOKUP_GRNAM, "negg"), LPROV_LOOKUP_FOUND);
+	assert_int_equal(lookup_id(&a, LPROV_LOOKUP_PWUID, 30302), LPROV_LOOKUP_FOUND);
+	assert_int_equal(lookup_id(&a, LPROV_LOOKUP_GRGID, 30312), LPROV_LOOKUP_FOUND);
+	assert_int_equal(lookups_are(&a, by_other, IDC_ARRAY_SIZE(by_other), LPROV_LOOKUP_FOUND),
+			 0);
+
+	assert_int_equal(lookup(&a, LPROV_LOOKUP_PWNAM, "negr"), LPROV_LOOKUP_FOUND);
+	change_and_expire(&a, "dn: uid=negr," PEOPLE "\\nchangetype: modify\\nreplace: "
+			      "uidNumber\\nuidNumber: 30304\\n");
+	refresh_now(&a);
+	assert_int_equal(lookups_are(&a, by_refresh, 1, LPROV_LOOKUP_FOUND), 0);
+
+	ldap_add_back(NEG_USER("negp", "30305") NEG_GROUP("negq", "30315"));
+	poll_now(&a);
+	assert_true(has_user(&a, "negp") && has_group(&a, "negq", NULL));
+	assert_int_equal(lookups_are(&a, by_poll, IDC_ARRAY_SIZE(by_poll), LPROV_LOOKUP_FOUND), 0);
+
+	ldap_add_back(NEG_USER("nege", "30306") NEG_GROUP("negf", "30316"));
+	assert_int_equal(lookup(&a, LPROV_LOOKUP_ENUMERATE, NULL), LPROV_LOOKUP_FOUND);
+	settle(&a); /* the enumeration's final store */
+	assert_true(has_user(&a, "nege") && has_group(&a, "negf", NULL));
+	assert_int_equal(lookups_are(&a, by_enum, IDC_ARRAY_SIZE(by_enum), LPROV_LOOKUP_FOUND), 0);
+
+	const char *dns[] = {"uid=negu," PEOPLE, "cn=negg," GROUPS,  "uid=negw," PEOPLE,
+			     "cn=negk," GROUPS,  "uid=negr," PEOPLE, "uid=negp," PEOPLE,
+			     "cn=negq," GROUPS,  "uid=nege," PEOPLE, "cn=negf," GROUPS};
+	for (size_t i = 0; i < IDC_ARRAY_SIZE(dns); i++)
+		ldap_delete(dns[i]);
+	env_close(&a, true);
+}
+
 int main(void)
 {
 	idc_log_init("test_ldap_refresh", true, IDC_LOG_ERR);
@@ -770,6 +899,7 @@ int main(void)
 	    cmocka_unit_test(test_member_dn_in_another_case),
 	    cmocka_unit_test(test_only_modify_timestamp_changed),
 	    cmocka_unit_test(test_ssh_keys_follow_the_directory),
+	    cmocka_unit_test(test_negative_goes_with_the_entry),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -382,6 +382,9 @@ void lp_req_stored(struct lp_req *r, bool page, enum lprov_lookup_result res, in
  * flight on a server that failed. */
 void lp_req_restart_all(struct lprov_domain *ld);
 void lp_req_finish_all(struct lprov_domain *ld, enum lprov_lookup_result res);
+/* An entry stored in the cache: the negative cache forgets the misses of
+ * its name and id (request.c). */
+void lp_neg_forget(struct lprov_domain *ld, bool group, const char *name, uint32_t id);
 /* The negative cache's names freed (the domain is closing). */
 void lp_neg_free(struct lprov_domain *ld);
 /* Free a request no list holds (an LP_SYNC batch). */

@@ -105,6 +105,25 @@ static void neg_note(struct lprov_domain *ld, enum lprov_lookup_kind kind, const
 	n->id = id;
 }
 
+/* The one rule for what an entry now cached makes untrue: every lookup by
+ * either of its keys the negative cache holds, whichever lookup, refresh,
+ * poll or feed brought it (a miss by uid, then the user found by name, must
+ * not deny the uid the cache now answers until entry_negative_timeout).
+ * Names match as a lookup's do (same_name): a miss for "NEGW" goes with
+ * negw, one for "strasse" stays with straße. What leaves the cache makes
+ * no miss untrue. */
+void lp_neg_forget(struct lprov_domain *ld, bool group, const char *name, uint32_t id)
+{
+	if (group) {
+		neg_note(ld, LPROV_LOOKUP_GRNAM, name, 0, false);
+		neg_note(ld, LPROV_LOOKUP_GRGID, NULL, id, false);
+		return;
+	}
+	neg_note(ld, LPROV_LOOKUP_PWNAM, name, 0, false);
+	neg_note(ld, LPROV_LOOKUP_INITGROUPS, name, 0, false);
+	neg_note(ld, LPROV_LOOKUP_PWUID, NULL, id, false);
+}
+
 void lp_neg_free(struct lprov_domain *ld)
 {
 	for (size_t i = 0; i < LP_NEG_SLOTS; i++) {
@@ -542,11 +561,14 @@ enum lprov_lookup_result lprov_domain_lookup(struct lprov_domain *ld, enum lprov
 		return LPROV_LOOKUP_FAILED;
 	if (by_name && (!name || !cache_name_valid(name, strlen(name))))
 		return LPROV_LOOKUP_NOTFOUND;
-	if (!by_name) {
+	/* One key per lookup, so that its negative cache slot and coalescing
+	 * do not depend on what else a caller passes (confirm passes both). */
+	if (by_name)
+		id = 0;
+	else
 		name = NULL;
-		if (kind == LPROV_LOOKUP_ENUMERATE)
-			id = 0;
-	}
+	if (kind == LPROV_LOOKUP_ENUMERATE)
+		id = 0;
 	/* min_id/max_id: such an id is never stored; the directory is not asked. */
 	if ((kind == LPROV_LOOKUP_PWUID || kind == LPROV_LOOKUP_GRGID) &&
 	    !lp_id_in_range(&ld->cfg, id))

@@ -452,11 +452,17 @@ int lp_store_done(struct lp_store_job *j)
 		log_gone(r, &j->gl);
 	}
 	if (!j->rc) {
+		for (size_t i = r->users_stored; i < r->users.n; i++) {
+			const struct lp_user *u = r->users.v[i];
+			lp_neg_forget(r->ld, false, u->name, u->uid);
+		}
 		r->users_stored = r->users.n;
 		for (size_t i = 0; i < r->groups.n; i++) {
 			struct lp_group *g = r->groups.v[i];
-			if (lp_group_due(r, g, j->page))
-				g->stored = true;
+			if (!lp_group_due(r, g, j->page))
+				continue;
+			g->stored = true;
+			lp_neg_forget(r->ld, true, g->name, g->gid);
 		}
 	} else {
 		store_failed(r, j->page, j->rc, &j->d);
