@@ -2,8 +2,10 @@
  * write, the sorted bulk path, and adding or dropping an index. */
 #include <endian.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "store_int.h"
 
@@ -846,48 +848,177 @@ static const uint64_t *group_ids(struct bulk_list *b, const struct bulk_group *g
 	return x->ids;
 }
 
-static int bulk_write(struct store_txn *t, struct bulk_list *b)
+/* ---- the flush ----------------------------------------------------------------------
+ * Each bulk list is first made ready off the transaction (its groups
+ * sorted, each key's ids gathered, in order and unique), which touches
+ * only the list, and then written by the transaction's thread, which only
+ * puts. A large flush makes lists ready on helper threads while the
+ * transaction's thread writes the ones before (an LMDB write transaction
+ * belongs to one thread, the sorts need none). docs/DESIGN.md §4.1. */
+
+/* One key to put: ids[0..n) of group g. */
+struct flush_run {
+	const uint64_t *ids;
+	size_t n;
+	uint32_t g;
+};
+
+struct flush_list {
+	struct flush_run *runs; /* one per group, in key order */
+	uint64_t *ids;          /* bulk_sort's, which runs point into */
+	int rc;
+	bool ready;
+};
+
+/* Make b ready into fl: from then on b's pairs are in fl (its items and
+ * hash table are let go of). 0 or -ENOMEM. */
+static int bulk_ready(struct bulk_list *b, struct flush_list *fl)
 {
 	uint32_t *order = malloc((b->ngroups ? b->ngroups : 1) * sizeof(*order));
-	uint64_t *ids = order ? bulk_sort(b, order) : NULL;
-	MDB_cursor *c = NULL;
-	struct slack sl = {IDC_BUF_INIT, 0};
-	int rc = !ids ? ENOMEM : mdb_cursor_open(t->txn, b->dbi, &c);
+	fl->runs = order ? malloc((b->ngroups ? b->ngroups : 1) * sizeof(*fl->runs)) : NULL;
+	fl->ids = fl->runs ? bulk_sort(b, order) : NULL;
+	int rc = fl->ids ? 0 : -ENOMEM;
+	free(b->items);
+	free(b->hash);
+	b->items = NULL;
+	b->hash = NULL;
+	b->n = b->cap = b->hcap = 0;
 	size_t pos = 0;
 	for (uint32_t k = 0; k < b->ngroups && !rc; k++) {
 		const struct bulk_group *g = &b->groups[order[k]];
 		size_t end = g->count; /* bulk_sort left the end of its ids here */
+		struct flush_run *r = &fl->runs[k];
+		r->g = order[k];
+		r->ids = group_ids(b, g, fl->ids, pos, end, &r->n);
+		if (!r->ids)
+			rc = -ENOMEM;
+		pos = end;
+	}
+	free(order);
+	return rc;
+}
+
+static int bulk_write(struct store_txn *t, struct bulk_list *b, const struct flush_list *fl)
+{
+	MDB_cursor *c = NULL;
+	struct slack sl = {IDC_BUF_INIT, 0};
+	int rc = mdb_cursor_open(t->txn, b->dbi, &c);
+	for (uint32_t k = 0; k < b->ngroups && !rc; k++) {
+		const struct flush_run *r = &fl->runs[k];
+		const struct bulk_group *g = &b->groups[r->g];
 		MDB_val key = {g->len, b->keys.data + g->off};
-		size_t n;
-		const uint64_t *gi = group_ids(b, g, ids, pos, end, &n);
-		if (!gi)
-			rc = ENOMEM;
-		else if (b->was_empty)
-			rc = slack_append(c, &sl, &key, gi, n);
+		if (b->was_empty)
+			rc = slack_append(c, &sl, &key, r->ids, r->n);
 		else
-			rc = key_merge(c, &key, gi, n);
+			rc = key_merge(c, &key, r->ids, r->n);
 		/* under an append, present already means the pairs were not in order */
 		if (rc == MDB_KEYEXIST) {
 			idc_log(IDC_LOG_ERR, "%s: index pairs out of order at flush", t->s->dir);
 			rc = MDB_CORRUPTED;
 		}
-		pos = end;
 	}
 	if (!rc && sl.pad.len)
 		rc = slack_release(c, &sl);
 	idc_buf_free(&sl.pad);
 	if (c)
 		mdb_cursor_close(c);
-	free(order);
-	free(ids);
 	return rc == ENOMEM ? -ENOMEM : store_mdb_err(rc);
+}
+
+/* Pairs and ids below this are made ready on the transaction's thread
+ * alone: threads cost more than they save (every commit flushes). */
+#define FLUSH_PARALLEL_MIN ((size_t)1 << 18)
+#define FLUSH_HELPERS_MAX  8
+
+struct flush_pool {
+	struct store_txn *t;
+	struct flush_list *fl;
+	pthread_mutex_t mu;
+	pthread_cond_t cv; /* a list became ready, or stop */
+	size_t next;       /* the first list nobody has taken */
+	bool stop;
+};
+
+/* Take the next list and make it ready; false when none was left. Called
+ * and returns with mu held. */
+static bool pool_ready_one(struct flush_pool *p)
+{
+	if (p->stop || p->next == p->t->nbulk)
+		return false;
+	size_t i = p->next++;
+	pthread_mutex_unlock(&p->mu);
+	int rc = bulk_ready(&p->t->bulk[i], &p->fl[i]);
+	pthread_mutex_lock(&p->mu);
+	p->fl[i].rc = rc;
+	p->fl[i].ready = true;
+	pthread_cond_broadcast(&p->cv);
+	return true;
+}
+
+static void *flush_helper(void *arg)
+{
+	struct flush_pool *p = arg;
+	pthread_mutex_lock(&p->mu);
+	while (pool_ready_one(p))
+		;
+	pthread_mutex_unlock(&p->mu);
+	return NULL;
+}
+
+static unsigned flush_helpers(const struct store_txn *t)
+{
+	size_t pairs = 0;
+	for (size_t i = 0; i < t->nbulk; i++) {
+		pairs += t->bulk[i].n;
+		for (size_t k = 0; k < t->bulk[i].nbig; k++)
+			pairs += t->bulk[i].big[k].n;
+	}
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	size_t n = cpus > 1 ? (size_t)cpus - 1 : 0;
+	if (n > t->nbulk - 1)
+		n = t->nbulk - 1;
+	if (n > FLUSH_HELPERS_MAX)
+		n = FLUSH_HELPERS_MAX;
+	return pairs < FLUSH_PARALLEL_MIN ? 0 : (unsigned)n;
 }
 
 int index_bulk_flush(struct store_txn *t)
 {
+	if (t->nbulk == 0)
+		return 0;
+	struct flush_pool p = {.t = t, .fl = calloc(t->nbulk, sizeof(*p.fl))};
+	if (!p.fl) {
+		index_bulk_free(t);
+		return -ENOMEM;
+	}
+	pthread_mutex_init(&p.mu, NULL);
+	pthread_cond_init(&p.cv, NULL);
+	pthread_t th[FLUSH_HELPERS_MAX];
+	unsigned nth = 0, want = flush_helpers(t);
+	while (nth < want && pthread_create(&th[nth], NULL, flush_helper, &p) == 0)
+		nth++;
 	int rc = 0;
-	for (size_t i = 0; i < t->nbulk && !rc; i++)
-		rc = bulk_write(t, &t->bulk[i]);
+	pthread_mutex_lock(&p.mu);
+	for (size_t i = 0; i < t->nbulk && !rc; i++) {
+		/* while list i is being made ready elsewhere, make a later one */
+		while (!p.fl[i].ready)
+			if (!pool_ready_one(&p))
+				pthread_cond_wait(&p.cv, &p.mu);
+		pthread_mutex_unlock(&p.mu);
+		rc = p.fl[i].rc ? p.fl[i].rc : bulk_write(t, &t->bulk[i], &p.fl[i]);
+		pthread_mutex_lock(&p.mu);
+	}
+	p.stop = true;
+	pthread_mutex_unlock(&p.mu);
+	for (unsigned k = 0; k < nth; k++)
+		pthread_join(th[k], NULL);
+	for (size_t i = 0; i < t->nbulk; i++) {
+		free(p.fl[i].runs);
+		free(p.fl[i].ids);
+	}
+	free(p.fl);
+	pthread_cond_destroy(&p.cv);
+	pthread_mutex_destroy(&p.mu);
 	index_bulk_free(t);
 	return rc;
 }
