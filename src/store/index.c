@@ -207,7 +207,7 @@ static int bulk_rehash(struct bulk_list *b, size_t want)
 /* The hash of the bulk tables (in memory only): keys up to 32 bytes (most
  * index keys are a short name or an 8-byte integer) by a few overlapping
  * word loads and multiplies, longer ones by idc_hash64. */
-static uint64_t key_hash(const char *p, size_t n)
+uint64_t index_key_hash(const char *p, size_t n)
 {
 	if (n > 32)
 		return idc_hash64(p, n, 0);
@@ -265,14 +265,15 @@ static uint32_t bulk_new_group(struct bulk_list *b, struct store_val key, uint64
 	return (uint32_t)b->ngroups++;
 }
 
-/* The group of key, created when new; UINT32_MAX on ENOMEM.
+/* The group of key (x: its index_key_hash), created when new; UINT32_MAX
+ * on ENOMEM.
  *
  * While keys come in increasing order (uid and uidNumber of a generated or
  * exported file), a key is either the last group's or greater than every
- * group's: no hash is computed and no table touched, which for a million
- * distinct keys saves a cache miss per key. The first key out of order
- * hashes the groups so far and the table takes over. */
-static uint32_t bulk_group_of(struct bulk_list *b, struct store_val key)
+ * group's: no table is touched, which for a million distinct keys saves a
+ * cache miss per key. The first key out of order builds the table from the
+ * groups so far, and it takes over. */
+static uint32_t bulk_group_of(struct bulk_list *b, struct store_val key, uint64_t x)
 {
 	if (b->sorted) {
 		int c = 1;
@@ -281,19 +282,16 @@ static uint32_t bulk_group_of(struct bulk_list *b, struct store_val key)
 			c = key_cmp(key.ptr, key.len, b->keys.data + last->off, last->len);
 		}
 		if (c > 0)
-			return bulk_new_group(b, key, 0);
+			return bulk_new_group(b, key, x);
 		if (c == 0)
 			return (uint32_t)(b->ngroups - 1);
 		b->sorted = false;
-		for (uint32_t g = 0; g < b->ngroups; g++)
-			b->groups[g].hash =
-			    key_hash(b->keys.data + b->groups[g].off, b->groups[g].len);
 		if (bulk_rehash(b, b->ngroups + 1))
 			return UINT32_MAX;
 	}
 	if ((b->ngroups + 1) * 2 > b->hcap && bulk_rehash(b, b->ngroups + 1))
 		return UINT32_MAX;
-	uint64_t x = key_hash(key.ptr, key.len), tag = SLOT(0, x);
+	uint64_t tag = SLOT(0, x);
 	size_t i = x & (b->hcap - 1);
 	for (; b->hash[i] != SLOT_EMPTY; i = (i + 1) & (b->hcap - 1)) {
 		if ((b->hash[i] & UINT64_C(0xffffffff00000000)) != tag)
@@ -371,7 +369,8 @@ static int bulk_put(struct bulk_list *b, uint32_t g, uint64_t id)
 static int bulk_add(struct store_txn *t, MDB_dbi dbi, struct store_val key, uint64_t id)
 {
 	struct bulk_list *b = bulk_for(t, dbi);
-	return b ? bulk_put(b, bulk_group_of(b, key), id) : -ENOMEM;
+	return b ? bulk_put(b, bulk_group_of(b, key, index_key_hash(key.ptr, key.len)), id)
+		 : -ENOMEM;
 }
 
 /* bulk_add of (the name of index ix, id) to pres: the name stays where it
@@ -386,7 +385,8 @@ static int bulk_add_named(struct store_txn *t, uint32_t ix, uint64_t id)
 		return -ENOMEM;
 	uint32_t g = b->named[ix] - 1;
 	if (b->named[ix] == 0) {
-		g = bulk_group_of(b, (struct store_val){x->name, x->name_len});
+		g = bulk_group_of(b, (struct store_val){x->name, x->name_len},
+				  index_key_hash(x->name, x->name_len));
 		if (g != UINT32_MAX)
 			b->named[ix] = g + 1;
 	}
@@ -1218,8 +1218,14 @@ int index_add(struct store_txn *t, const struct add_prep *p, uint64_t id)
 	int rc = 0;
 	for (size_t i = 0; i < p->nak && !rc; i++) {
 		const struct add_key *k = &p->ak[i];
-		rc = pair_put(t, s->idx[k->ix].dbi,
-			      (struct store_val){p->akeys.data + k->off, k->len}, id);
+		struct store_val key = {p->akeys.data + k->off, k->len};
+		MDB_dbi dbi = s->idx[k->ix].dbi;
+		if (!t->bulk_ok) {
+			rc = pair_apply(t, dbi, key, id, block_insert);
+			continue;
+		}
+		struct bulk_list *b = bulk_for(t, dbi);
+		rc = b ? bulk_put(b, bulk_group_of(b, key, k->hash), id) : -ENOMEM;
 	}
 	for (size_t i = 0; i < p->npres && !rc; i++) {
 		const struct store_index *ix = &s->idx[p->ak_pres[i]];
@@ -1228,6 +1234,17 @@ int index_add(struct store_txn *t, const struct add_prep *p, uint64_t id)
 			 : pair_put(t, s->pres, (struct store_val){ix->name, ix->name_len}, id);
 	}
 	return rc;
+}
+
+void index_add_prefetch(struct store_txn *t, const struct add_prep *p)
+{
+	for (size_t i = 0; i < p->nak; i++) {
+		MDB_dbi dbi = t->s->idx[p->ak[i].ix].dbi;
+		unsigned bi = dbi < STORE_BULK_DBIS ? t->bulk_of[dbi] : 0;
+		const struct bulk_list *b = bi ? &t->bulk[bi - 1] : NULL;
+		if (b && !b->sorted && b->hcap)
+			__builtin_prefetch(&b->hash[p->ak[i].hash & (b->hcap - 1)]);
+	}
 }
 
 /* ---- adding and dropping an index ---------------------------------------------------- */
