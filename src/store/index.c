@@ -852,9 +852,11 @@ static const uint64_t *group_ids(struct bulk_list *b, const struct bulk_group *g
  * Each bulk list is first made ready off the transaction (its groups
  * sorted, each key's ids gathered, in order and unique), which touches
  * only the list, and then written by the transaction's thread, which only
- * puts. A large flush makes lists ready on helper threads while the
- * transaction's thread writes the ones before (an LMDB write transaction
- * belongs to one thread, the sorts need none). docs/DESIGN.md §4.1. */
+ * puts. A large flush makes lists ready on helper threads, in the order
+ * they are written, while the transaction's thread writes the ones before
+ * (an LMDB write transaction belongs to one thread, the sorts need none);
+ * it makes the list it is to write next itself when no helper has taken
+ * it. docs/DESIGN.md §4.1. */
 
 /* One key to put: ids[0..n) of group g. */
 struct flush_run {
@@ -939,8 +941,8 @@ struct flush_pool {
 	bool stop;
 };
 
-/* Take the next list and make it ready; false when none was left. Called
- * and returns with mu held. */
+/* Take the next list and make it ready; false when none was left (or
+ * the flush stops). Called and returns with mu held. */
 static bool pool_ready_one(struct flush_pool *p)
 {
 	if (p->stop || p->next == p->t->nbulk)
@@ -1000,9 +1002,10 @@ int index_bulk_flush(struct store_txn *t)
 	int rc = 0;
 	pthread_mutex_lock(&p.mu);
 	for (size_t i = 0; i < t->nbulk && !rc; i++) {
-		/* while list i is being made ready elsewhere, make a later one */
+		/* list i itself when no helper has taken it; a later one would
+		 * hold up the writes of the ones the helpers make ready */
 		while (!p.fl[i].ready)
-			if (!pool_ready_one(&p))
+			if (p.next != i || !pool_ready_one(&p))
 				pthread_cond_wait(&p.cv, &p.mu);
 		pthread_mutex_unlock(&p.mu);
 		rc = p.fl[i].rc ? p.fl[i].rc : bulk_write(t, &t->bulk[i], &p.fl[i]);
