@@ -20,10 +20,11 @@
 
 #include "store_int.h"
 
-#define CHUNK_RECS    256 /* records per chunk: one lock round trip each */
-#define RING_CHUNKS   8   /* chunks in flight */
-#define MAX_WORKERS   16
-#define SCRATCH_FIRST ((size_t)16 << 10) /* bytes of a worker's entry arena */
+#define CHUNK_RECS     256 /* records per chunk: one lock round trip each */
+#define RING_CHUNKS    8   /* chunks in flight */
+#define MAX_WORKERS    16
+#define PREFETCH_AHEAD 4 /* adds: the bulk table slots of the add this far on are asked for */
+#define SCRATCH_FIRST  ((size_t)16 << 10) /* bytes of a worker's entry arena */
 
 /* Stores take about three times their LDIF; the map is address space, and
  * the data file stays sparse beyond what is written. */
@@ -195,6 +196,10 @@ static int chunk_apply(struct store_txn *t, struct chunk *c, struct ldif_import 
 		       struct idc_arena *scratch, struct idc_diag *d)
 {
 	for (size_t i = 0; i < c->n; i++) {
+		const struct slot *ahead =
+		    i + PREFETCH_AHEAD < c->n ? &c->slots[i + PREFETCH_AHEAD] : NULL;
+		if (ahead && ahead->rec.change == LDIF_ADD && ahead->rc == 0)
+			index_add_prefetch(t, &ahead->prep);
 		int rc = slot_apply(t, &c->slots[i], im->name, scratch, d);
 		if (rc)
 			return rc;

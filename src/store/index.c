@@ -2,8 +2,10 @@
  * write, the sorted bulk path, and adding or dropping an index. */
 #include <endian.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "store_int.h"
 
@@ -205,7 +207,7 @@ static int bulk_rehash(struct bulk_list *b, size_t want)
 /* The hash of the bulk tables (in memory only): keys up to 32 bytes (most
  * index keys are a short name or an 8-byte integer) by a few overlapping
  * word loads and multiplies, longer ones by idc_hash64. */
-static uint64_t key_hash(const char *p, size_t n)
+uint64_t index_key_hash(const char *p, size_t n)
 {
 	if (n > 32)
 		return idc_hash64(p, n, 0);
@@ -263,14 +265,15 @@ static uint32_t bulk_new_group(struct bulk_list *b, struct store_val key, uint64
 	return (uint32_t)b->ngroups++;
 }
 
-/* The group of key, created when new; UINT32_MAX on ENOMEM.
+/* The group of key (x: its index_key_hash), created when new; UINT32_MAX
+ * on ENOMEM.
  *
  * While keys come in increasing order (uid and uidNumber of a generated or
  * exported file), a key is either the last group's or greater than every
- * group's: no hash is computed and no table touched, which for a million
- * distinct keys saves a cache miss per key. The first key out of order
- * hashes the groups so far and the table takes over. */
-static uint32_t bulk_group_of(struct bulk_list *b, struct store_val key)
+ * group's: no table is touched, which for a million distinct keys saves a
+ * cache miss per key. The first key out of order builds the table from the
+ * groups so far, and it takes over. */
+static uint32_t bulk_group_of(struct bulk_list *b, struct store_val key, uint64_t x)
 {
 	if (b->sorted) {
 		int c = 1;
@@ -279,19 +282,16 @@ static uint32_t bulk_group_of(struct bulk_list *b, struct store_val key)
 			c = key_cmp(key.ptr, key.len, b->keys.data + last->off, last->len);
 		}
 		if (c > 0)
-			return bulk_new_group(b, key, 0);
+			return bulk_new_group(b, key, x);
 		if (c == 0)
 			return (uint32_t)(b->ngroups - 1);
 		b->sorted = false;
-		for (uint32_t g = 0; g < b->ngroups; g++)
-			b->groups[g].hash =
-			    key_hash(b->keys.data + b->groups[g].off, b->groups[g].len);
 		if (bulk_rehash(b, b->ngroups + 1))
 			return UINT32_MAX;
 	}
 	if ((b->ngroups + 1) * 2 > b->hcap && bulk_rehash(b, b->ngroups + 1))
 		return UINT32_MAX;
-	uint64_t x = key_hash(key.ptr, key.len), tag = SLOT(0, x);
+	uint64_t tag = SLOT(0, x);
 	size_t i = x & (b->hcap - 1);
 	for (; b->hash[i] != SLOT_EMPTY; i = (i + 1) & (b->hcap - 1)) {
 		if ((b->hash[i] & UINT64_C(0xffffffff00000000)) != tag)
@@ -369,7 +369,8 @@ static int bulk_put(struct bulk_list *b, uint32_t g, uint64_t id)
 static int bulk_add(struct store_txn *t, MDB_dbi dbi, struct store_val key, uint64_t id)
 {
 	struct bulk_list *b = bulk_for(t, dbi);
-	return b ? bulk_put(b, bulk_group_of(b, key), id) : -ENOMEM;
+	return b ? bulk_put(b, bulk_group_of(b, key, index_key_hash(key.ptr, key.len)), id)
+		 : -ENOMEM;
 }
 
 /* bulk_add of (the name of index ix, id) to pres: the name stays where it
@@ -384,7 +385,8 @@ static int bulk_add_named(struct store_txn *t, uint32_t ix, uint64_t id)
 		return -ENOMEM;
 	uint32_t g = b->named[ix] - 1;
 	if (b->named[ix] == 0) {
-		g = bulk_group_of(b, (struct store_val){x->name, x->name_len});
+		g = bulk_group_of(b, (struct store_val){x->name, x->name_len},
+				  index_key_hash(x->name, x->name_len));
 		if (g != UINT32_MAX)
 			b->named[ix] = g + 1;
 	}
@@ -846,48 +848,180 @@ static const uint64_t *group_ids(struct bulk_list *b, const struct bulk_group *g
 	return x->ids;
 }
 
-static int bulk_write(struct store_txn *t, struct bulk_list *b)
+/* ---- the flush ----------------------------------------------------------------------
+ * Each bulk list is first made ready off the transaction (its groups
+ * sorted, each key's ids gathered, in order and unique), which touches
+ * only the list, and then written by the transaction's thread, which only
+ * puts. A large flush makes lists ready on helper threads, in the order
+ * they are written, while the transaction's thread writes the ones before
+ * (an LMDB write transaction belongs to one thread, the sorts need none);
+ * it makes the list it is to write next itself when no helper has taken
+ * it. docs/DESIGN.md §4.1. */
+
+/* One key to put: ids[0..n) of group g. */
+struct flush_run {
+	const uint64_t *ids;
+	size_t n;
+	uint32_t g;
+};
+
+struct flush_list {
+	struct flush_run *runs; /* one per group, in key order */
+	uint64_t *ids;          /* bulk_sort's, which runs point into */
+	int rc;
+	bool ready;
+};
+
+/* Make b ready into fl: from then on b's pairs are in fl (its items and
+ * hash table are let go of). 0 or -ENOMEM. */
+static int bulk_ready(struct bulk_list *b, struct flush_list *fl)
 {
 	uint32_t *order = malloc((b->ngroups ? b->ngroups : 1) * sizeof(*order));
-	uint64_t *ids = order ? bulk_sort(b, order) : NULL;
-	MDB_cursor *c = NULL;
-	struct slack sl = {IDC_BUF_INIT, 0};
-	int rc = !ids ? ENOMEM : mdb_cursor_open(t->txn, b->dbi, &c);
+	fl->runs = order ? malloc((b->ngroups ? b->ngroups : 1) * sizeof(*fl->runs)) : NULL;
+	fl->ids = fl->runs ? bulk_sort(b, order) : NULL;
+	int rc = fl->ids ? 0 : -ENOMEM;
+	free(b->items);
+	free(b->hash);
+	b->items = NULL;
+	b->hash = NULL;
+	b->n = b->cap = b->hcap = 0;
 	size_t pos = 0;
 	for (uint32_t k = 0; k < b->ngroups && !rc; k++) {
 		const struct bulk_group *g = &b->groups[order[k]];
 		size_t end = g->count; /* bulk_sort left the end of its ids here */
+		struct flush_run *r = &fl->runs[k];
+		r->g = order[k];
+		r->ids = group_ids(b, g, fl->ids, pos, end, &r->n);
+		if (!r->ids)
+			rc = -ENOMEM;
+		pos = end;
+	}
+	free(order);
+	return rc;
+}
+
+static int bulk_write(struct store_txn *t, struct bulk_list *b, const struct flush_list *fl)
+{
+	MDB_cursor *c = NULL;
+	struct slack sl = {IDC_BUF_INIT, 0};
+	int rc = mdb_cursor_open(t->txn, b->dbi, &c);
+	for (uint32_t k = 0; k < b->ngroups && !rc; k++) {
+		const struct flush_run *r = &fl->runs[k];
+		const struct bulk_group *g = &b->groups[r->g];
 		MDB_val key = {g->len, b->keys.data + g->off};
-		size_t n;
-		const uint64_t *gi = group_ids(b, g, ids, pos, end, &n);
-		if (!gi)
-			rc = ENOMEM;
-		else if (b->was_empty)
-			rc = slack_append(c, &sl, &key, gi, n);
+		if (b->was_empty)
+			rc = slack_append(c, &sl, &key, r->ids, r->n);
 		else
-			rc = key_merge(c, &key, gi, n);
+			rc = key_merge(c, &key, r->ids, r->n);
 		/* under an append, present already means the pairs were not in order */
 		if (rc == MDB_KEYEXIST) {
 			idc_log(IDC_LOG_ERR, "%s: index pairs out of order at flush", t->s->dir);
 			rc = MDB_CORRUPTED;
 		}
-		pos = end;
 	}
 	if (!rc && sl.pad.len)
 		rc = slack_release(c, &sl);
 	idc_buf_free(&sl.pad);
 	if (c)
 		mdb_cursor_close(c);
-	free(order);
-	free(ids);
 	return rc == ENOMEM ? -ENOMEM : store_mdb_err(rc);
+}
+
+/* Pairs and ids below this are made ready on the transaction's thread
+ * alone: threads cost more than they save (every commit flushes). */
+#define FLUSH_PARALLEL_MIN ((size_t)1 << 18)
+#define FLUSH_HELPERS_MAX  8
+
+struct flush_pool {
+	struct store_txn *t;
+	struct flush_list *fl;
+	pthread_mutex_t mu;
+	pthread_cond_t cv; /* a list became ready, or stop */
+	size_t next;       /* the first list nobody has taken */
+	bool stop;
+};
+
+/* Take the next list and make it ready; false when none was left (or
+ * the flush stops). Called and returns with mu held. */
+static bool pool_ready_one(struct flush_pool *p)
+{
+	if (p->stop || p->next == p->t->nbulk)
+		return false;
+	size_t i = p->next++;
+	pthread_mutex_unlock(&p->mu);
+	int rc = bulk_ready(&p->t->bulk[i], &p->fl[i]);
+	pthread_mutex_lock(&p->mu);
+	p->fl[i].rc = rc;
+	p->fl[i].ready = true;
+	pthread_cond_broadcast(&p->cv);
+	return true;
+}
+
+static void *flush_helper(void *arg)
+{
+	struct flush_pool *p = arg;
+	pthread_mutex_lock(&p->mu);
+	while (pool_ready_one(p))
+		;
+	pthread_mutex_unlock(&p->mu);
+	return NULL;
+}
+
+static unsigned flush_helpers(const struct store_txn *t)
+{
+	size_t pairs = 0;
+	for (size_t i = 0; i < t->nbulk; i++) {
+		pairs += t->bulk[i].n;
+		for (size_t k = 0; k < t->bulk[i].nbig; k++)
+			pairs += t->bulk[i].big[k].n;
+	}
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	size_t n = cpus > 1 ? (size_t)cpus - 1 : 0;
+	if (n > t->nbulk - 1)
+		n = t->nbulk - 1;
+	if (n > FLUSH_HELPERS_MAX)
+		n = FLUSH_HELPERS_MAX;
+	return pairs < FLUSH_PARALLEL_MIN ? 0 : (unsigned)n;
 }
 
 int index_bulk_flush(struct store_txn *t)
 {
+	if (t->nbulk == 0)
+		return 0;
+	struct flush_pool p = {.t = t, .fl = calloc(t->nbulk, sizeof(*p.fl))};
+	if (!p.fl) {
+		index_bulk_free(t);
+		return -ENOMEM;
+	}
+	pthread_mutex_init(&p.mu, NULL);
+	pthread_cond_init(&p.cv, NULL);
+	pthread_t th[FLUSH_HELPERS_MAX];
+	unsigned nth = 0, want = flush_helpers(t);
+	while (nth < want && pthread_create(&th[nth], NULL, flush_helper, &p) == 0)
+		nth++;
 	int rc = 0;
-	for (size_t i = 0; i < t->nbulk && !rc; i++)
-		rc = bulk_write(t, &t->bulk[i]);
+	pthread_mutex_lock(&p.mu);
+	for (size_t i = 0; i < t->nbulk && !rc; i++) {
+		/* list i itself when no helper has taken it; a later one would
+		 * hold up the writes of the ones the helpers make ready */
+		while (!p.fl[i].ready)
+			if (p.next != i || !pool_ready_one(&p))
+				pthread_cond_wait(&p.cv, &p.mu);
+		pthread_mutex_unlock(&p.mu);
+		rc = p.fl[i].rc ? p.fl[i].rc : bulk_write(t, &t->bulk[i], &p.fl[i]);
+		pthread_mutex_lock(&p.mu);
+	}
+	p.stop = true;
+	pthread_mutex_unlock(&p.mu);
+	for (unsigned k = 0; k < nth; k++)
+		pthread_join(th[k], NULL);
+	for (size_t i = 0; i < t->nbulk; i++) {
+		free(p.fl[i].runs);
+		free(p.fl[i].ids);
+	}
+	free(p.fl);
+	pthread_cond_destroy(&p.cv);
+	pthread_mutex_destroy(&p.mu);
 	index_bulk_free(t);
 	return rc;
 }
@@ -1087,8 +1221,14 @@ int index_add(struct store_txn *t, const struct add_prep *p, uint64_t id)
 	int rc = 0;
 	for (size_t i = 0; i < p->nak && !rc; i++) {
 		const struct add_key *k = &p->ak[i];
-		rc = pair_put(t, s->idx[k->ix].dbi,
-			      (struct store_val){p->akeys.data + k->off, k->len}, id);
+		struct store_val key = {p->akeys.data + k->off, k->len};
+		MDB_dbi dbi = s->idx[k->ix].dbi;
+		if (!t->bulk_ok) {
+			rc = pair_apply(t, dbi, key, id, block_insert);
+			continue;
+		}
+		struct bulk_list *b = bulk_for(t, dbi);
+		rc = b ? bulk_put(b, bulk_group_of(b, key, k->hash), id) : -ENOMEM;
 	}
 	for (size_t i = 0; i < p->npres && !rc; i++) {
 		const struct store_index *ix = &s->idx[p->ak_pres[i]];
@@ -1097,6 +1237,17 @@ int index_add(struct store_txn *t, const struct add_prep *p, uint64_t id)
 			 : pair_put(t, s->pres, (struct store_val){ix->name, ix->name_len}, id);
 	}
 	return rc;
+}
+
+void index_add_prefetch(struct store_txn *t, const struct add_prep *p)
+{
+	for (size_t i = 0; i < p->nak; i++) {
+		MDB_dbi dbi = t->s->idx[p->ak[i].ix].dbi;
+		unsigned bi = dbi < STORE_BULK_DBIS ? t->bulk_of[dbi] : 0;
+		const struct bulk_list *b = bi ? &t->bulk[bi - 1] : NULL;
+		if (b && !b->sorted && b->hcap)
+			__builtin_prefetch(&b->hash[p->ak[i].hash & (b->hcap - 1)]);
+	}
 }
 
 /* ---- adding and dropping an index ---------------------------------------------------- */

@@ -141,7 +141,9 @@ static int keep_key(struct add_prep *p, size_t start, uint32_t ix)
 		p->ak = k;
 		p->akcap = cap;
 	}
-	p->ak[p->nak++] = (struct add_key){start, (uint32_t)(p->akeys.len - start), ix};
+	size_t len = p->akeys.len - start;
+	p->ak[p->nak++] =
+	    (struct add_key){start, (uint32_t)len, ix, index_key_hash(p->akeys.data + start, len)};
 	return 0;
 }
 

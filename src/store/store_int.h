@@ -223,6 +223,7 @@ struct add_key {
 	size_t off;
 	uint32_t len;
 	uint32_t ix;
+	uint64_t hash; /* index_key_hash: worked out where the key is made, off the writer */
 };
 
 /* What an add works out from the entry alone, before it reads or writes
@@ -325,6 +326,11 @@ int index_update(struct store_txn *t, uint64_t id, const struct store_entry *old
  * p: the same pairs as index_update(t, id, NULL, e) without normalizing
  * again. */
 int index_add(struct store_txn *t, const struct add_prep *p, uint64_t id);
+/* Ask the CPU for the bulk table slots p's keys will probe, a few adds
+ * before index_add of p runs (their misses then overlap); changes nothing. */
+void index_add_prefetch(struct store_txn *t, const struct add_prep *p);
+/* The bulk tables' hash of an index key (in memory only, index.c). */
+uint64_t index_key_hash(const char *p, size_t n);
 /* Append the index key of a normalized value that store_normalize wrote
  * at out[start..): an empty value is removed (*skip), a long one becomes
  * prefix + hash in place. The rules of index_key, without a copy. */
