@@ -366,11 +366,11 @@ static int bulk_put(struct bulk_list *b, uint32_t g, uint64_t id)
 	return ++grp->count == BULK_BIG ? big_new(b, g) : 0;
 }
 
-static int bulk_add(struct store_txn *t, MDB_dbi dbi, struct store_val key, uint64_t id)
+/* (key, id) to dbi's bulk list; x: key's index_key_hash. */
+static int bulk_add(struct store_txn *t, MDB_dbi dbi, struct store_val key, uint64_t x, uint64_t id)
 {
 	struct bulk_list *b = bulk_for(t, dbi);
-	return b ? bulk_put(b, bulk_group_of(b, key, index_key_hash(key.ptr, key.len)), id)
-		 : -ENOMEM;
+	return b ? bulk_put(b, bulk_group_of(b, key, x), id) : -ENOMEM;
 }
 
 /* bulk_add of (the name of index ix, id) to pres: the name stays where it
@@ -1060,11 +1060,21 @@ static int pair_apply(struct store_txn *t, MDB_dbi dbi, struct store_val key, ui
 	return store_mdb_err(rc);
 }
 
-static int pair_put(struct store_txn *t, MDB_dbi dbi, struct store_val key, uint64_t id)
+/* Put (key, id): to the bulk list when the transaction has them, else
+ * into the index at once. x: key's index_key_hash, which only the bulk
+ * list reads (an add's keys come with theirs, add_key.hash). */
+static int pair_put_hashed(struct store_txn *t, MDB_dbi dbi, struct store_val key, uint64_t x,
+			   uint64_t id)
 {
 	if (t->bulk_ok)
-		return bulk_add(t, dbi, key, id);
+		return bulk_add(t, dbi, key, x, id);
 	return pair_apply(t, dbi, key, id, block_insert);
+}
+
+static int pair_put(struct store_txn *t, MDB_dbi dbi, struct store_val key, uint64_t id)
+{
+	uint64_t x = t->bulk_ok ? index_key_hash(key.ptr, key.len) : 0;
+	return pair_put_hashed(t, dbi, key, x, id);
 }
 
 static int pair_del(struct store_txn *t, MDB_dbi dbi, struct store_val key, uint64_t id)
@@ -1221,14 +1231,9 @@ int index_add(struct store_txn *t, const struct add_prep *p, uint64_t id)
 	int rc = 0;
 	for (size_t i = 0; i < p->nak && !rc; i++) {
 		const struct add_key *k = &p->ak[i];
-		struct store_val key = {p->akeys.data + k->off, k->len};
-		MDB_dbi dbi = s->idx[k->ix].dbi;
-		if (!t->bulk_ok) {
-			rc = pair_apply(t, dbi, key, id, block_insert);
-			continue;
-		}
-		struct bulk_list *b = bulk_for(t, dbi);
-		rc = b ? bulk_put(b, bulk_group_of(b, key, k->hash), id) : -ENOMEM;
+		rc = pair_put_hashed(t, s->idx[k->ix].dbi,
+				     (struct store_val){p->akeys.data + k->off, k->len}, k->hash,
+				     id);
 	}
 	for (size_t i = 0; i < p->npres && !rc; i++) {
 		const struct store_index *ix = &s->idx[p->ak_pres[i]];

@@ -484,12 +484,16 @@ def test_many_connections_are_limited(daemons):
     still_serves(d)
 
 
+# 4,000 users whose records together are several times the daemon's
+# backlog high mark, for the streaming tests.
+STREAMED_USERS = "".join(f"u{i:05d}:x:{10000 + i}:100:User number {i} with a longer gecos field,"
+                         f"room 12,,:/home/u{i:05d}:/bin/sh\n" for i in range(4000))
+
+
 def test_streamed_enumeration_survives_back_pressure_and_half_close(daemons):
     """A client that asks for every user, closes its sending side and reads
     slowly gets every record: the call goes on while its replies drain."""
-    users = "".join(f"u{i:05d}:x:{10000 + i}:100:User number {i} with a longer gecos field,"
-                    f"room 12,,:/home/u{i:05d}:/bin/sh\n" for i in range(4000))
-    d = start(daemons, passwd=PASSWD + users)
+    d = start(daemons, passwd=PASSWD + STREAMED_USERS)
     v = Varlink(sock(d), timeout=10.0)
     v.send({"method": UDB + "GetUserRecord", "parameters": {"service": SERVICE}, "more": True})
     v.s.shutdown(socket.SHUT_WR)
@@ -512,9 +516,7 @@ def test_streamed_enumeration_to_a_fast_reader_never_stalls(daemons):
     client drains the backlog at once, and no read or close of the client
     is there to wake the connection: sending the backlog must. Many
     rounds, as the client has to win the race to drain it."""
-    users = "".join(f"u{i:05d}:x:{10000 + i}:100:User number {i} with a longer gecos field,"
-                    f"room 12,,:/home/u{i:05d}:/bin/sh\n" for i in range(4000))
-    d = start(daemons, passwd=PASSWD + users)
+    d = start(daemons, passwd=PASSWD + STREAMED_USERS)
     for rnd in range(60):
         v = Varlink(sock(d), timeout=10.0)
         v.send({"method": UDB + "GetUserRecord", "parameters": {"service": SERVICE},
